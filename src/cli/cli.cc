@@ -1,0 +1,64 @@
+#include "cli.h"
+
+#include <fmt/core.h>
+
+#include <iostream>
+#include <sstream>
+
+namespace kvsim::cli {
+
+bool parse_options(const Invocation& inv, const CommandSpec& spec, po::options_description& options,
+                   const po::positional_options_description& positional, po::variables_map& vm) {
+  options.add_options()("help,h", "show this help and exit");
+  try {
+    po::store(po::command_line_parser(inv.args)
+                  .options(options)
+                  .positional(positional)
+                  .style(po::command_line_style::default_style &
+                         ~po::command_line_style::allow_guessing)
+                  .run(),
+              vm);
+  } catch (const po::error& e) {
+    throw UsageError(std::string(e.what()) + "\nUsage: " + spec.synopsis);
+  }
+  if (vm.count("help") != 0) {
+    std::ostringstream help;
+    help << options;
+    fmt::print("Usage: {}\n\n{}\n\n{}", spec.synopsis, spec.description, help.str());
+    if (!spec.examples.empty()) fmt::print("\nExamples:\n{}\n", spec.examples);
+    return false;
+  }
+  try {
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw UsageError(std::string(e.what()) + "\nUsage: " + spec.synopsis);
+  }
+  return true;
+}
+
+int dispatch(const Invocation& inv, const std::string& description,
+             const std::vector<Subcommand>& subcommands) {
+  auto print_list = [&](std::FILE* to) {
+    fmt::print(to, "Usage: {} <command> [options]\n\n{}\n\nCommands:\n", inv.command, description);
+    for (const auto& sub : subcommands) fmt::print(to, "  {:<10} {}\n", sub.name, sub.summary);
+    fmt::print(to, "\nRun '{} <command> --help' for a command's options.\n", inv.command);
+  };
+  if (inv.args.empty()) {
+    print_list(stderr);
+    return kExitUsage;
+  }
+  const std::string& name = inv.args.front();
+  if (name == "--help" || name == "-h" || name == "help") {
+    print_list(stdout);
+    return kExitOk;
+  }
+  for (const auto& sub : subcommands) {
+    if (sub.name == name) {
+      Invocation inner{inv.command + " " + name, {inv.args.begin() + 1, inv.args.end()}};
+      return sub.run(inner);
+    }
+  }
+  throw UsageError("unknown command '" + name + "'");
+}
+
+}  // namespace kvsim::cli

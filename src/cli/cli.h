@@ -1,0 +1,66 @@
+// The command-line program's shared plumbing: subcommand dispatch, option parsing with
+// --help everywhere, and the exit codes users script against.
+//
+// Exit codes: 0 success; 1 bad input (a file or value kvsim cannot use; the message names
+// the file, line and field); 2 bad usage (unknown option, missing argument; the usage is
+// printed); 3 an internal error (a broken invariant: a bug in kvsim, please report it).
+#ifndef KVSIM_SRC_CLI_CLI_H_
+#define KVSIM_SRC_CLI_CLI_H_
+
+#include <boost/program_options.hpp>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace kvsim::cli {
+
+namespace po = boost::program_options;
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitInput = 1;
+inline constexpr int kExitUsage = 2;
+inline constexpr int kExitInternal = 3;
+
+// Wrong use of the command line. Caught in main: message, usage line, exit 2.
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// One subcommand being run: its full name ("kvsim trace stats") and its arguments.
+struct Invocation {
+  std::string command;             // "kvsim trace stats"
+  std::vector<std::string> args;   // after the command's name
+};
+
+// What a command looks like to the parser.
+struct CommandSpec {
+  std::string synopsis;     // "kvsim size [options]"
+  std::string description;  // a paragraph printed under the synopsis by --help
+  std::string examples;     // lines printed at the end of --help, may be empty
+};
+
+// Parses `inv.args` against `options` and `positional`. Adds --help (-h). When --help is
+// given, prints the command's help to stdout and returns false: the caller returns 0.
+// Unknown options, missing values and extra positionals throw UsageError.
+bool parse_options(const Invocation& inv, const CommandSpec& spec, po::options_description& options,
+                   const po::positional_options_description& positional, po::variables_map& vm);
+
+// Dispatches to one of `subcommands` by inv.args[0] (with --help listing them).
+struct Subcommand {
+  std::string name;
+  std::string summary;
+  int (*run)(const Invocation&);
+};
+int dispatch(const Invocation& inv, const std::string& description,
+             const std::vector<Subcommand>& subcommands);
+
+// The commands, one file each under src/cli/.
+int run_models(const Invocation& inv);
+int run_size(const Invocation& inv);
+int run_trace(const Invocation& inv);
+int run_replay(const Invocation& inv);
+
+}  // namespace kvsim::cli
+
+#endif  // KVSIM_SRC_CLI_CLI_H_

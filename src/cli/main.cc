@@ -1,0 +1,54 @@
+// kvsim: the command-line program. It parses options and calls the library; the work is
+// in libkvsim.
+#include <fmt/core.h>
+
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "cli.h"
+#include "kvsim/error.h"
+
+namespace {
+
+constexpr const char* kDescription =
+    "kvsim replays LLM request traces through KV-cache allocators and reports, byte-exact,\n"
+    "allocated slots versus effective tokens, fragmentation and peak occupancy.";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace kvsim::cli;
+  const std::vector<Subcommand> commands = {
+      {"replay", "replay a trace through one or more allocators", run_replay},
+      {"size", "KV-cache capacity sheet for a model, dtype, placement and budget", run_size},
+      {"models", "list the built-in model presets and their KV geometry", run_models},
+      {"trace", "trace statistics, conversion and synthetic generation", run_trace},
+  };
+  Invocation inv{"kvsim", {argv + 1, argv + argc}};
+  try {
+    return dispatch(inv, kDescription, commands);
+  } catch (const UsageError& e) {
+    // Name the subcommand the user typed so they know whose --help to read.
+    std::string where = "kvsim";
+    for (const auto& arg : inv.args) {
+      if (arg.empty() || arg.front() == '-') break;
+      where += " " + arg;
+      if (arg != "trace") break;
+    }
+    fmt::print(stderr, "{}: {}\nTry '{} --help'.\n", where, e.what(), where);
+    return kExitUsage;
+  } catch (const kvsim::InputError& e) {
+    fmt::print(stderr, "kvsim: error: {}\n", e.what());
+    return kExitInput;
+  } catch (const kvsim::InternalError& e) {
+    fmt::print(stderr, "kvsim: internal error (a bug in kvsim, please report it): {}\n", e.what());
+    return kExitInternal;
+  } catch (const std::bad_alloc&) {
+    fmt::print(stderr, "kvsim: error: out of host memory\n");
+    return kExitInput;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "kvsim: internal error (a bug in kvsim, please report it): {}\n", e.what());
+    return kExitInternal;
+  }
+}

@@ -1,0 +1,25 @@
+#include "kvsim/error.h"
+
+namespace kvsim {
+namespace {
+
+std::string describe(const Location& where, const std::string& problem) {
+  std::string out;
+  if (!where.file.empty()) {
+    out += where.file;
+    if (where.line > 0) out += ':' + std::to_string(where.line);
+    out += ": ";
+  } else if (where.line > 0) {
+    out += "line " + std::to_string(where.line) + ": ";
+  }
+  if (!where.field.empty()) out += where.field + ": ";
+  out += problem;
+  return out;
+}
+
+}  // namespace
+
+InputError::InputError(Location where, const std::string& problem)
+    : std::runtime_error(describe(where, problem)), where_(std::move(where)), problem_(problem) {}
+
+}  // namespace kvsim

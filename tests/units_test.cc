@@ -1,0 +1,59 @@
+#include "kvsim/units.h"
+
+#include <catch2/catch.hpp>
+#include <limits>
+
+#include "kvsim/error.h"
+
+using namespace kvsim;
+
+TEST_CASE("bytes print in GiB and GB with exact rounding") {
+  // The seed's worked example: 4,026,531,840 bytes is exactly 3.75 GiB.
+  CHECK(format_gib(4'026'531'840) == "3.75 GiB");
+  CHECK(format_gib(671'088'640, 3) == "0.625 GiB");
+  CHECK(format_gb(4'026'531'840) == "4.03 GB");
+  // Half away from zero: 0.125 GiB to two places is 0.13.
+  CHECK(format_ratio(kBytesPerGiB / 8, kBytesPerGiB, 2) == "0.13");
+  CHECK(format_ratio(0, kBytesPerGiB, 2) == "0.00");
+  CHECK(format_ratio(std::numeric_limits<std::int64_t>::max(), 1, 0) == "9223372036854775807");
+}
+
+TEST_CASE("with_commas groups thousands") {
+  CHECK(with_commas(0) == "0");
+  CHECK(with_commas(999) == "999");
+  CHECK(with_commas(1000) == "1,000");
+  CHECK(with_commas(20'132'659'200) == "20,132,659,200");
+  CHECK(with_commas(-1234567) == "-1,234,567");
+  CHECK(with_commas(std::numeric_limits<std::int64_t>::min()) == "-9,223,372,036,854,775,808");
+}
+
+TEST_CASE("byte sizes parse exactly in decimal and binary units") {
+  CHECK(parse_byte_size("123456", "--kv-budget") == 123456);
+  CHECK(parse_byte_size("80GB", "--kv-budget") == 80'000'000'000);
+  CHECK(parse_byte_size("74.5 GiB", "--kv-budget") == 79'993'765'888);
+  CHECK(parse_byte_size("1.5KiB", "--kv-budget") == 1536);
+  // Fractional bytes round down: 0.1 GiB is 107374182.4 bytes.
+  CHECK(parse_byte_size("0.1GiB", "--kv-budget") == 107'374'182);
+  CHECK_THROWS_AS(parse_byte_size("-1GB", "--kv-budget"), InputError);
+  CHECK_THROWS_AS(parse_byte_size("12 parsecs", "--kv-budget"), InputError);
+  CHECK_THROWS_AS(parse_byte_size("", "--kv-budget"), InputError);
+  CHECK_THROWS_AS(parse_byte_size("99999999999TiB", "--kv-budget"), InputError);
+  CHECK_THROWS_WITH(parse_byte_size("1e9", "--kv-budget"),
+                    Catch::Contains("--kv-budget") && Catch::Contains("\"1e9\""));
+}
+
+TEST_CASE("durations parse into integer nanoseconds") {
+  CHECK(parse_duration_ns("250ms", "--sample-every") == 250'000'000);
+  CHECK(parse_duration_ns("1.5s", "--sample-every") == 1'500'000'000);
+  CHECK(parse_duration_ns("20us", "--sample-every") == 20'000);
+  CHECK(parse_duration_ns("2h", "--sample-every") == 7'200'000'000'000);
+  CHECK_THROWS_WITH(parse_duration_ns("1.0005ns", "--sample-every"), Catch::Contains("finer than 1 ns"));
+  CHECK_THROWS_AS(parse_duration_ns("10", "--sample-every"), InputError);
+}
+
+TEST_CASE("checked arithmetic refuses to wrap") {
+  CHECK(checked_mul(163'840, 4096, "bytes") == 671'088'640);
+  CHECK_THROWS_WITH(checked_mul(std::int64_t{1} << 40, std::int64_t{1} << 40, "bytes per sequence"),
+                    Catch::Contains("bytes per sequence overflows 64 bits"));
+  CHECK_THROWS_AS(checked_add(std::numeric_limits<std::int64_t>::max(), 1, "total"), InputError);
+}
