@@ -57,3 +57,16 @@ TEST_CASE("checked arithmetic refuses to wrap") {
                     Catch::Contains("bytes per sequence overflows 64 bits"));
   CHECK_THROWS_AS(checked_add(std::numeric_limits<std::int64_t>::max(), 1, "total"), InputError);
 }
+
+#include "cli_util.h"
+
+TEST_CASE("the program answers --help and rejects unknown commands with exit 2") {
+  const auto help = test::run_cli({"--help"});
+  CHECK(help.exit_code == 0);
+  CHECK_THAT(help.out, Catch::Contains("replay") && Catch::Contains("size") && Catch::Contains("trace"));
+  const auto bad = test::run_cli({"frobnicate"});
+  CHECK(bad.exit_code == 2);
+  CHECK_THAT(bad.err, Catch::Contains("unknown command 'frobnicate'"));
+  const auto none = test::run_cli({});
+  CHECK(none.exit_code == 2);
+}
