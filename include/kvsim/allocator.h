@@ -1,0 +1,158 @@
+// KV-cache allocators: the strategies kvsim compares, behind one small interface.
+//
+// The replay engine drives every allocator through the same few operations on the same
+// schedule: admit a request, grow it to a token count, release it. An allocator answers in
+// positions per layer group (KvLayout's groups), and says honestly where its room goes:
+// for each live request and group it reports a Footprint that splits the positions it
+// allocated into the effective tokens the engine computes independently and four kinds of
+// internal fragmentation. The engine checks, at every operation, that the split adds up.
+//
+// Allocators act only at their own boundaries (a new block, a buffer's capacity, a block
+// leaving the window), never per token: between two calls a decoding request grows by one
+// token per engine step, and the Footprint's slopes say how each figure changes meanwhile.
+// next_event_tokens() tells the engine when the allocator next needs to be called.
+//
+// Running out of memory is an outcome, not an error: operations return Outcome.
+#ifndef KVSIM_ALLOCATOR_H_
+#define KVSIM_ALLOCATOR_H_
+
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kvsim/model.h"
+
+namespace kvsim {
+
+// A live request inside one allocator: a small integer the engine chooses, reused after
+// release. Allocators index their own per-request state with it.
+using RequestSlot = std::uint32_t;
+
+// What an allocator learns about a request when it is admitted.
+struct AdmitInfo {
+  std::int64_t prompt_tokens = 0;
+  std::int64_t planned_output_tokens = 0;  // max_tokens, else output_tokens: what reservers plan for
+  std::int64_t output_tokens = 0;          // what the request really generates (the oracle's length)
+  std::int64_t n = 1;                      // parallel samples sharing the prompt
+};
+
+enum class Outcome {
+  ok,
+  no_room,     // not enough free capacity in total
+  no_extent,   // enough free capacity in total, but no contiguous extent large enough
+};
+
+// One layer group's share of one request, in positions, at the request's current length,
+// with how each figure changes per engine step while the request decodes (all its samples
+// gaining one token) until its next event. Invariant, checked by the engine:
+//   allocated == effective + tail + reservation + duplicate + outside_window
+// for the figures and for the slopes, where effective is computed by the engine alone.
+struct Footprint {
+  std::int64_t allocated = 0;       // positions assigned to the request (constant between events)
+  // Internal fragmentation, in four parts that name where the room goes:
+  std::int64_t tail = 0;            // unfilled end of partially filled blocks
+  std::int64_t reservation = 0;     // room reserved ahead for tokens not yet (or never) generated
+  std::int64_t duplicate = 0;       // extra copies of a shared prompt (one per further sample)
+  std::int64_t outside_window = 0;  // tokens still held that fell out of a sliding window
+  std::int64_t tail_slope = 0;
+  std::int64_t reservation_slope = 0;
+  std::int64_t duplicate_slope = 0;
+  std::int64_t outside_window_slope = 0;
+  // Positions held only during the last operation (a buffer copied on growth holds old and
+  // new at once). Counted for peak occupancy, gone when the operation returns.
+  std::int64_t transient = 0;
+};
+
+// Whole-allocator figures that are not per request.
+struct PoolState {
+  std::int64_t reserved_bytes = 0;   // held from the device, assigned or not (pool, arena high-water)
+  std::int64_t capacity_bytes = 0;   // the allocator's bound; 0 when unbounded (demand mode)
+  std::int64_t free_bytes = 0;       // reserved but not allocated
+  std::int64_t largest_free_extent_bytes = 0;  // == free_bytes where contiguity does not matter
+  std::int64_t failed_placements = 0;  // allocations refused (or forced to extend the arena)
+                                       // while enough free room existed in total
+  std::int64_t copied_bytes = 0;     // bytes copied on growth so far
+};
+
+class Allocator {
+ public:
+  static constexpr std::int64_t kNoEvent = std::numeric_limits<std::int64_t>::max();
+
+  virtual ~Allocator() = default;
+  Allocator(const Allocator&) = delete;
+  Allocator& operator=(const Allocator&) = delete;
+
+  // The allocator's canonical name with its parameters: "paged:block=16".
+  virtual std::string name() const = 0;
+
+  // Takes request `slot` in, holding no tokens yet. Reserving strategies reserve here.
+  // REQUIRES: `slot` is not live.
+  virtual Outcome admit(RequestSlot slot, const AdmitInfo& info) = 0;
+
+  // Makes the request hold `tokens` positions per sequence: the prompt processed so far,
+  // then (once the prompt is complete) prompt + generated tokens of each of its n samples.
+  // `step_tokens` of them are produced in the current engine step (a prefill chunk, plus
+  // the first generated token when the chunk completes the prompt; 1 for a decode step):
+  // sliding windows drop history as of the step's start, as vLLM does. Between calls a
+  // decoding request grows one token per step without telling the allocator; the engine
+  // calls again at next_event_tokens(). On failure nothing changes.
+  // REQUIRES: live; tokens >= the tokens of the previous call; step_tokens >= 1.
+  virtual Outcome grow(RequestSlot slot, std::int64_t tokens, std::int64_t step_tokens) = 0;
+
+  // Frees everything the request holds. REQUIRES: live.
+  virtual void release(RequestSlot slot) = 0;
+
+  // The request's share of layer group `group` when it holds `tokens` positions per
+  // sequence, with slopes to the next token. REQUIRES: live; `tokens` between the count of
+  // the last admit/grow and next_event_tokens() - 1.
+  virtual Footprint footprint(RequestSlot slot, std::size_t group, std::int64_t tokens) const = 0;
+
+  // The token count at which the allocator must next be called for this decoding request
+  // (a new block, a full buffer, a block leaving the window), or kNoEvent.
+  virtual std::int64_t next_event_tokens(RequestSlot slot) const = 0;
+
+  virtual PoolState pool() const = 0;
+
+  // Checks the allocator's own books (slots conserved, reference counts, nothing owned
+  // twice). Throws InternalError. Cheap enough for tests; the engine calls it after every
+  // operation when built with KVSIM_EXPENSIVE_CHECKS.
+  virtual void check_invariants() const = 0;
+
+ protected:
+  Allocator() = default;
+};
+
+// How the engine selects and configures an allocator, e.g. "paged:block=16".
+struct AllocatorSpec {
+  std::string kind;                                       // "paged"
+  std::vector<std::pair<std::string, std::string>> params;  // {"block", "16"}, in given order
+  std::string text;                                       // as the user wrote it
+};
+
+// Parses "kind[:key=value[,key=value...]]". Throws InputError naming `field`.
+AllocatorSpec parse_allocator_spec(std::string_view text, std::string_view field);
+
+// Splits a comma-separated list of specs where a comma starts a new spec only if what
+// follows it is a kind name: "paged:block=16,dense-static" has two.
+std::vector<AllocatorSpec> parse_allocator_list(std::string_view text, std::string_view field);
+
+// Memory the allocator may use, in bytes; 0 means unbounded (demand mode).
+struct AllocatorLimits {
+  std::int64_t capacity_bytes = 0;
+};
+
+// Makes the allocator `spec` names for `layout`. Throws InputError for unknown kinds,
+// unknown or malformed parameters. The list of kinds and their parameters is in
+// allocator_help().
+std::unique_ptr<Allocator> make_allocator(const AllocatorSpec& spec, const KvLayout& layout,
+                                          const AllocatorLimits& limits = {});
+
+// One paragraph per allocator kind, with its parameters and defaults, for --help.
+std::string allocator_help();
+
+}  // namespace kvsim
+
+#endif  // KVSIM_ALLOCATOR_H_

@@ -1,0 +1,152 @@
+// Replaying a trace through one allocator: the discrete-event engine and what it reports.
+//
+// One deterministic loop on integer nanoseconds. Arrivals join a FIFO queue; each engine
+// iteration (continuous batching) admits waiting requests in arrival order, runs their
+// prefill (whole, or chunked by a token budget) and decodes one token for every running
+// sequence; a request finishes when it has generated its output tokens, and a cancellation
+// frees everything the request holds at that instant. How long an iteration takes comes
+// from a CostModel, unless the trace carries measured service timestamps, which then drive
+// the schedule instead.
+//
+// Accounting convention (kvsim's, stated once): a step allocates, at its start, a slot for
+// every token it produces, and a generated token is held from the step that produces it.
+// A request with prompt P and output m therefore ends holding P + m positions per sample,
+// one more than vLLM, whose last sampled token never enters the cache.
+//
+// Without a memory budget a run measures demand: every allocator sees the same schedule,
+// so their figures compare directly.
+#ifndef KVSIM_REPLAY_H_
+#define KVSIM_REPLAY_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kvsim/allocator.h"
+#include "kvsim/model.h"
+#include "kvsim/trace.h"
+
+namespace kvsim {
+
+// How long one engine iteration takes, in picoseconds, rounded up to whole nanoseconds:
+//   base + prefill_token * (prompt tokens processed) + decode_seq * (sequences decoding)
+//        + context_token * (positions those sequences read)
+// "constant" is the case decode_seq = context_token = 0.
+struct CostModel {
+  std::string name = "constant";           // how it was chosen, for the report
+  std::int64_t base_ps = 20'000'000;         // 20 ms per iteration
+  std::int64_t prefill_token_ps = 100'000;   // 0.1 ms per prompt token
+  std::int64_t decode_seq_ps = 0;
+  std::int64_t context_token_ps = 0;
+};
+
+// One row of --timeline: the state just after an iteration's operations.
+struct TimelineRow {
+  std::int64_t time_ns = 0;
+  std::int64_t step = 0;
+  std::int64_t running = 0;           // requests admitted and not finished
+  std::int64_t queued = 0;
+  std::int64_t effective_bytes = 0;
+  std::int64_t allocated_bytes = 0;
+  std::int64_t reserved_bytes = 0;
+  std::vector<std::int64_t> effective_tokens;    // per layer group, positions
+  std::vector<std::int64_t> allocated_slots;     // per layer group, positions
+};
+
+struct ReplayOptions {
+  KvLayout layout;                    // per device; its max_model_len bounds requests
+  CostModel cost;
+  std::int64_t max_batched_tokens = 0;  // per iteration, decodes included; 0 = unlimited
+  bool chunked_prefill = true;          // with max_batched_tokens: split prompts across steps
+  std::int64_t max_running = 0;         // requests running at once; 0 = unlimited
+  // Sampling for `timeline`: every iteration (0) or at most once per this many ns.
+  std::int64_t sample_every_ns = 0;
+  std::function<void(const TimelineRow&)> timeline;  // not called when empty
+  // Called now and then with the fraction of the trace read, for a progress bar.
+  std::function<void(double)> progress;
+};
+
+// A quantity over the run.
+struct Occupancy {
+  double mean = 0;                    // time-weighted over the run's duration
+  std::int64_t peak = 0;              // includes transients (a buffer copied on growth)
+  std::int64_t peak_at_ns = 0;
+  std::int64_t p50 = 0;               // time-weighted quantiles: the smallest value v such
+  std::int64_t p99 = 0;               // that the quantity was <= v for that share of time,
+  std::int64_t quantile_resolution = 1;  // rounded up to a multiple of this
+  std::int64_t at_end = 0;
+};
+
+// The four parts of internal fragmentation (allocated - effective).
+struct Fragmentation {
+  double tail = 0;             // unfilled ends of partially filled blocks
+  double reservation = 0;      // room reserved ahead for tokens not yet (or never) generated
+  double duplicate = 0;        // extra copies of a shared prompt
+  double outside_window = 0;   // tokens still held behind a sliding window
+  double total() const { return tail + reservation + duplicate + outside_window; }
+};
+
+struct GroupReport {
+  LayerGroup group;
+  Occupancy effective_tokens;      // positions
+  Occupancy allocated_slots;       // positions
+  Fragmentation mean_slots;        // time-weighted means, positions
+  Fragmentation at_peak_slots;     // when total allocated bytes peaked, positions
+};
+
+struct Latency {
+  std::int64_t count = 0;
+  std::int64_t p50_ns = 0;
+  std::int64_t p99_ns = 0;
+  std::int64_t max_ns = 0;
+  double mean_ns = 0;
+};
+
+struct ReplayReport {
+  std::string allocator;            // canonical name with parameters
+  std::string trace;                // path
+  std::string cost_model;
+  // Requests.
+  std::int64_t requests = 0;        // read from the trace
+  std::int64_t completed = 0;
+  std::int64_t cancelled_queued = 0;   // before admission
+  std::int64_t cancelled_running = 0;  // mid-prefill or mid-decode
+  std::int64_t rejected_too_long = 0;  // prompt + output beyond the layout's max_model_len
+  std::int64_t prompt_tokens = 0;      // processed
+  std::int64_t generated_tokens = 0;   // per sample, summed
+  // Time.
+  std::int64_t start_ns = 0;        // first arrival
+  std::int64_t end_ns = 0;          // last release
+  std::int64_t iterations = 0;
+  // Memory, total bytes over all layer groups.
+  Occupancy effective_bytes;
+  Occupancy allocated_bytes;
+  Occupancy reserved_bytes;
+  Fragmentation mean_bytes;
+  Fragmentation at_peak_bytes;
+  std::vector<GroupReport> groups;
+  // Usage: token-level = effective / allocated, block-level = allocated / capacity (the
+  // reserved bytes in demand mode, the budget otherwise), both as ratios of time integrals.
+  double token_usage = 0;
+  double block_usage = 0;
+  // External fragmentation: 1 - largest free extent / free bytes.
+  double external_fragmentation_mean = 0;   // time-weighted
+  double external_fragmentation_max = 0;
+  std::int64_t failed_placements = 0;
+  std::int64_t copied_bytes = 0;
+  // Latencies of completed requests.
+  Latency ttft;
+  Latency e2e;
+  // The leak check: allocated == 0 at the end, per the allocator's own pool.
+  bool leak_free = false;
+  std::int64_t allocated_bytes_at_end = 0;
+};
+
+// Replays `trace` through `allocator`. Throws InputError on a bad trace row, InternalError
+// when an invariant breaks (including a leak at the end).
+ReplayReport replay(TraceReader& trace, Allocator& allocator, const ReplayOptions& options);
+
+}  // namespace kvsim
+
+#endif  // KVSIM_REPLAY_H_

@@ -1,0 +1,168 @@
+// The one place that knows every allocator kind, its parameters and their defaults.
+#include <algorithm>
+#include <string>
+
+#include "decimal.h"
+#include "dense_static_allocator.h"
+#include "dynamic_allocator.h"
+#include "kvsim/allocator.h"
+#include "kvsim/error.h"
+#include "kvsim/units.h"
+#include "paged_allocator.h"
+
+namespace kvsim {
+namespace {
+
+constexpr std::string_view kKinds[] = {"paged", "sliding-window", "dense-static", "dynamic"};
+
+bool is_kind(std::string_view text) {
+  const std::string_view head = text.substr(0, text.find(':'));
+  return std::find(std::begin(kKinds), std::end(kKinds), head) != std::end(kKinds);
+}
+
+// Reads a spec's parameters, complaining about any the kind does not know.
+class Params {
+ public:
+  Params(const AllocatorSpec& spec, std::string_view field) : spec_(spec), field_(field) {}
+
+  std::string text(std::string_view key, std::string_view fallback) {
+    used_.emplace_back(key);
+    for (const auto& [k, v] : spec_.params) {
+      if (k == key) return v;
+    }
+    return std::string(fallback);
+  }
+  bool has(std::string_view key) const {
+    return std::any_of(spec_.params.begin(), spec_.params.end(), [&](const auto& p) { return p.first == key; });
+  }
+  std::int64_t positive(std::string_view key, std::int64_t fallback) {
+    const std::string value = text(key, std::to_string(fallback));
+    std::int64_t out = 0;
+    if (detail::parse_non_negative(value, out) != detail::DecimalStatus::ok || out <= 0) {
+      fail("parameter '" + std::string(key) + "' expects a positive integer, got \"" + value + "\"");
+    }
+    return out;
+  }
+  [[noreturn]] void fail(const std::string& problem) const {
+    throw InputError(Location{"", 0, std::string(field_)}, "'" + spec_.text + "': " + problem);
+  }
+  // Rejects parameters nobody asked for: a typo must not silently fall back to a default.
+  void finish() const {
+    for (const auto& [k, v] : spec_.params) {
+      if (std::find(used_.begin(), used_.end(), k) == used_.end()) {
+        fail("unknown parameter '" + k + "' for allocator '" + spec_.kind + "' (see kvsim replay --help)");
+      }
+    }
+  }
+
+ private:
+  const AllocatorSpec& spec_;
+  std::string_view field_;
+  std::vector<std::string> used_;
+};
+
+}  // namespace
+
+AllocatorSpec parse_allocator_spec(std::string_view text, std::string_view field) {
+  AllocatorSpec spec;
+  spec.text = std::string(text);
+  const auto colon = text.find(':');
+  spec.kind = std::string(text.substr(0, colon));
+  if (!is_kind(spec.kind)) {
+    std::string known;
+    for (auto k : kKinds) known += (known.empty() ? "" : ", ") + std::string(k);
+    throw InputError(Location{"", 0, std::string(field)},
+                     "unknown allocator '" + spec.kind + "' (known: " + known + ")");
+  }
+  if (colon == std::string_view::npos) return spec;
+  std::string_view rest = text.substr(colon + 1);
+  while (!rest.empty()) {
+    const auto comma = rest.find(',');
+    const std::string_view item = rest.substr(0, comma);
+    const auto eq = item.find('=');
+    if (eq == std::string_view::npos || eq == 0 || eq + 1 == item.size()) {
+      throw InputError(Location{"", 0, std::string(field)},
+                       "'" + spec.text + "': expected key=value, got \"" + std::string(item) + "\"");
+    }
+    spec.params.emplace_back(std::string(item.substr(0, eq)), std::string(item.substr(eq + 1)));
+    if (comma == std::string_view::npos) break;
+    rest = rest.substr(comma + 1);
+  }
+  return spec;
+}
+
+std::vector<AllocatorSpec> parse_allocator_list(std::string_view text, std::string_view field) {
+  // "dense-static:reserve=oracle,paged:block=32,sliding-window": a comma followed by a
+  // kind name starts the next spec; otherwise it separates parameters.
+  std::vector<AllocatorSpec> out;
+  std::size_t start = 0;
+  for (std::size_t i = 0; i <= text.size(); ++i) {
+    if (i == text.size() || (text[i] == ',' && is_kind(text.substr(i + 1, text.find(',', i + 1) - (i + 1))))) {
+      out.push_back(parse_allocator_spec(text.substr(start, i - start), field));
+      start = i + 1;
+    }
+  }
+  return out;
+}
+
+std::unique_ptr<Allocator> make_allocator(const AllocatorSpec& spec, const KvLayout& layout,
+                                          const AllocatorLimits& limits) {
+  Params p(spec, "--allocator");
+  std::unique_ptr<Allocator> made;
+  if (spec.kind == "paged" || spec.kind == "sliding-window") {
+    detail::PagedOptions o;
+    o.block_tokens = p.positive("block", o.block_tokens);
+    o.free_outside_window = spec.kind == "sliding-window";
+    o.capacity_bytes = limits.capacity_bytes;
+    made = std::make_unique<detail::PagedAllocator>(layout, o);
+  } else if (spec.kind == "dense-static") {
+    detail::DenseStaticOptions o;
+    const std::string reserve = p.text("reserve", "max-model-len");
+    if (reserve == "max-model-len") o.reserve = detail::Reserve::max_model_len;
+    else if (reserve == "max-tokens") o.reserve = detail::Reserve::max_tokens;
+    else if (reserve == "pow2") o.reserve = detail::Reserve::pow2;
+    else if (reserve == "oracle") o.reserve = detail::Reserve::oracle;
+    else p.fail("reserve must be max-model-len, max-tokens, pow2 or oracle, got \"" + reserve + "\"");
+    o.capacity_bytes = limits.capacity_bytes;
+    made = std::make_unique<detail::DenseStaticAllocator>(layout, o);
+  } else {  // dynamic
+    detail::DynamicOptions o;
+    const std::string growth = p.text("growth", p.has("chunk") ? "chunk" : "double");
+    if (growth == "exact") o.growth = detail::Growth::exact;
+    else if (growth == "double") o.growth = detail::Growth::doubling;
+    else if (growth == "chunk") o.growth = detail::Growth::chunk;
+    else p.fail("growth must be exact, double or chunk, got \"" + growth + "\"");
+    o.chunk_tokens = p.positive("chunk", o.chunk_tokens);
+    if (o.growth != detail::Growth::chunk && p.has("chunk")) p.fail("'chunk' only applies to growth=chunk");
+    o.capacity_bytes = p.has("arena") ? 0 : limits.capacity_bytes;
+    if (p.has("arena")) {
+      o.capacity_bytes = parse_byte_size(p.text("arena", ""), "--allocator dynamic:arena");
+      if (o.capacity_bytes <= 0) p.fail("arena must be a positive byte size");
+    }
+    made = std::make_unique<detail::DynamicAllocator>(layout, o);
+  }
+  p.finish();
+  return made;
+}
+
+std::string allocator_help() {
+  return R"(Allocators (--allocator KIND[:key=value,...], several separated by commas):
+  paged[:block=16]
+      vLLM PagedAttention: fixed blocks of `block` positions from one pool, a block table
+      per sequence, the n samples of a request sharing the prompt's full blocks
+      copy-on-write. Sliding-window layers are stored like full attention.
+  sliding-window[:block=16]
+      paged, and blocks that fall wholly behind a sliding-window group's window are freed
+      as the sequence advances (vLLM's hybrid allocator); full-attention groups keep all.
+  dense-static[:reserve=max-model-len|max-tokens|pow2|oracle]
+      each sample reserves a fixed row at admission: the model's maximum length (default),
+      prompt + max_tokens, the next power of two of its final length, or its true final
+      length. Sliding-window groups hold min(W, row) as a ring (Hugging Face StaticCache).
+  dynamic[:growth=double|exact|chunk][,chunk=256][,arena=BYTES]
+      a contiguous buffer per sample and layer group that grows (by doubling, exactly, or
+      by chunks of `chunk` positions) and is copied on growth, placed first-fit in one
+      arena (Hugging Face DynamicCache). arena bounds the arena; default unbounded.
+)";
+}
+
+}  // namespace kvsim

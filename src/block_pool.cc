@@ -1,0 +1,84 @@
+#include "block_pool.h"
+
+#include <algorithm>
+#include <string>
+
+#include "kvsim/error.h"
+
+namespace kvsim::detail {
+
+std::size_t BlockPool::add_group(std::int64_t block_bytes) {
+  groups_.push_back(Group{block_bytes, {}, {}, 0});
+  return groups_.size() - 1;
+}
+
+BlockId BlockPool::take(std::size_t group) {
+  Group& g = groups_[group];
+  BlockId id;
+  if (!g.free.empty()) {
+    id = g.free.back();
+    g.free.pop_back();
+  } else {
+    kvsim::check(g.refs.size() < kNullBlock, "block pool: block ids exhausted");
+    id = static_cast<BlockId>(g.refs.size());
+    g.refs.push_back(0);
+  }
+  g.refs[id] = 1;
+  ++g.live;
+  allocated_bytes_ += g.block_bytes;
+  high_water_bytes_ = std::max(high_water_bytes_, allocated_bytes_);
+  return id;
+}
+
+void BlockPool::share(std::size_t group, BlockId id, std::uint32_t refs) {
+  Group& g = groups_[group];
+  kvsim::check(g.refs[id] > 0, "block pool: sharing a free block");
+  g.refs[id] += refs;
+}
+
+void BlockPool::drop(std::size_t group, BlockId id, std::uint32_t refs) {
+  Group& g = groups_[group];
+  kvsim::check(g.refs[id] >= refs, "block pool: dropping more references than a block has");
+  g.refs[id] -= refs;
+  if (g.refs[id] == 0) {
+    g.free.push_back(id);
+    --g.live;
+    allocated_bytes_ -= g.block_bytes;
+  }
+}
+
+void BlockPool::check(const std::vector<std::vector<std::uint32_t>>& expected_refs) const {
+  kvsim::check(expected_refs.size() == groups_.size(), "block pool: group count mismatch");
+  std::int64_t bytes = 0;
+  for (std::size_t gi = 0; gi < groups_.size(); ++gi) {
+    const Group& g = groups_[gi];
+    std::vector<char> on_free_list(g.refs.size(), 0);
+    for (BlockId id : g.free) {
+      kvsim::check(id < g.refs.size(), "block pool: free list holds an unknown id");
+      kvsim::check(on_free_list[id] == 0, "block pool: a block is on the free list twice");
+      kvsim::check(g.refs[id] == 0, "block pool: a referenced block is on the free list");
+      on_free_list[id] = 1;
+    }
+    std::int64_t live = 0;
+    for (std::size_t id = 0; id < g.refs.size(); ++id) {
+      const std::uint32_t want = id < expected_refs[gi].size() ? expected_refs[gi][id] : 0;
+      if (g.refs[id] != want) {
+        throw InternalError("block pool: group " + std::to_string(gi) + " block " + std::to_string(id) +
+                            " has " + std::to_string(g.refs[id]) + " references but block tables hold " +
+                            std::to_string(want));
+      }
+      if (g.refs[id] > 0) ++live;
+      else kvsim::check(on_free_list[id] == 1, "block pool: a free block is missing from the free list");
+    }
+    kvsim::check(expected_refs[gi].size() <= g.refs.size() ||
+                     std::all_of(expected_refs[gi].begin() + static_cast<std::ptrdiff_t>(g.refs.size()),
+                                 expected_refs[gi].end(), [](std::uint32_t r) { return r == 0; }),
+                 "block pool: block tables reference ids the pool never handed out");
+    kvsim::check(live == g.live, "block pool: live block count drifted");
+    bytes += live * g.block_bytes;
+  }
+  kvsim::check(bytes == allocated_bytes_, "block pool: allocated bytes do not match live blocks");
+  kvsim::check(capacity_bytes_ == 0 || allocated_bytes_ <= capacity_bytes_, "block pool: over capacity");
+}
+
+}  // namespace kvsim::detail

@@ -1,0 +1,131 @@
+#include "dense_static_allocator.h"
+
+#include <algorithm>
+#include <bit>
+#include <string>
+
+#include "footprint.h"
+#include "kvsim/error.h"
+#include "kvsim/units.h"
+
+namespace kvsim::detail {
+namespace {
+
+const char* reserve_name(Reserve r) {
+  switch (r) {
+    case Reserve::max_model_len: return "max-model-len";
+    case Reserve::max_tokens: return "max-tokens";
+    case Reserve::pow2: return "pow2";
+    case Reserve::oracle: return "oracle";
+  }
+  return "?";
+}
+
+}  // namespace
+
+DenseStaticAllocator::DenseStaticAllocator(const KvLayout& layout, const DenseStaticOptions& options)
+    : groups_(layout.groups), max_model_len_(layout.max_model_len), options_(options) {}
+
+std::string DenseStaticAllocator::name() const {
+  return std::string("dense-static:reserve=") + reserve_name(options_.reserve);
+}
+
+std::int64_t DenseStaticAllocator::reservation_tokens(const AdmitInfo& info) const {
+  const std::int64_t final_tokens = info.prompt_tokens + info.output_tokens;
+  switch (options_.reserve) {
+    case Reserve::max_model_len: return max_model_len_;
+    case Reserve::max_tokens:
+      // A request cannot plan past the model's length: an engine caps (or refuses) it there.
+      return std::min(info.prompt_tokens + info.planned_output_tokens, max_model_len_);
+    case Reserve::pow2: return static_cast<std::int64_t>(std::bit_ceil(static_cast<std::uint64_t>(std::max<std::int64_t>(final_tokens, 1))));
+    case Reserve::oracle: return final_tokens;
+  }
+  return final_tokens;
+}
+
+std::int64_t DenseStaticAllocator::row_in_group(const Request& r, std::size_t g) const {
+  const std::int64_t w = groups_[g].window_tokens;
+  return w > 0 ? std::min(w, r.row_tokens) : r.row_tokens;
+}
+
+Outcome DenseStaticAllocator::admit(RequestSlot slot, const AdmitInfo& info) {
+  if (slot >= requests_.size()) requests_.resize(slot + 1);
+  Request& r = requests_[slot];
+  check(!r.live, "dense-static: admitting a live request slot");
+  Request next{true, info.prompt_tokens, info.n, 0, reservation_tokens(info), 0};
+  for (std::size_t g = 0; g < groups_.size(); ++g) {
+    next.bytes += row_in_group(next, g) * next.n * groups_[g].bytes_per_position;
+  }
+  if (options_.capacity_bytes != 0 && allocated_bytes_ + next.bytes > options_.capacity_bytes) {
+    return Outcome::no_room;
+  }
+  r = next;
+  allocated_bytes_ += r.bytes;
+  high_water_bytes_ = std::max(high_water_bytes_, allocated_bytes_);
+  return Outcome::ok;
+}
+
+Outcome DenseStaticAllocator::grow(RequestSlot slot, std::int64_t tokens, std::int64_t step_tokens) {
+  Request& r = requests_[slot];
+  check(r.live && tokens >= r.tokens && step_tokens >= 1, "dense-static: grow outside its contract");
+  // The engine refuses requests longer than the model's maximum length, and every policy
+  // reserves at least the final length, so a row never overflows.
+  check(tokens <= r.row_tokens, "dense-static: a sequence outgrew its reservation");
+  r.tokens = tokens;
+  return Outcome::ok;
+}
+
+void DenseStaticAllocator::release(RequestSlot slot) {
+  Request& r = requests_[slot];
+  check(r.live, "dense-static: releasing a request that is not live");
+  allocated_bytes_ -= r.bytes;
+  r.live = false;
+}
+
+Footprint DenseStaticAllocator::footprint(RequestSlot slot, std::size_t group, std::int64_t tokens) const {
+  const Request& r = requests_[slot];
+  const std::int64_t row = row_in_group(r, group);
+  auto at = [&](std::int64_t len) {
+    // A full ring holds the latest `row` positions; until then, positions [0, row).
+    const std::int64_t lo = std::max<std::int64_t>(0, len - row);
+    return classify({{lo, lo + row, r.n}}, {len, r.prompt_tokens, groups_[group].window_tokens},
+                    Unfilled::reservation);
+  };
+  return with_slopes(at(tokens), at(tokens + 1));
+}
+
+std::int64_t DenseStaticAllocator::next_event_tokens(RequestSlot slot) const {
+  const Request& r = requests_[slot];
+  std::int64_t next = kNoEvent;
+  for (std::size_t g = 0; g < groups_.size(); ++g) {
+    const std::int64_t w = groups_[g].window_tokens;
+    if (w == 0) continue;
+    // Slopes change when the ring fills and when the prompt has left the window.
+    for (std::int64_t at : {row_in_group(r, g), r.prompt_tokens + w}) {
+      if (at > r.tokens) next = std::min(next, at);
+    }
+  }
+  return next;
+}
+
+PoolState DenseStaticAllocator::pool() const {
+  PoolState p;
+  p.capacity_bytes = options_.capacity_bytes;
+  p.reserved_bytes = options_.capacity_bytes != 0 ? options_.capacity_bytes : high_water_bytes_;
+  p.free_bytes = p.reserved_bytes - allocated_bytes_;
+  p.largest_free_extent_bytes = p.free_bytes;
+  return p;
+}
+
+void DenseStaticAllocator::check_invariants() const {
+  std::int64_t bytes = 0;
+  for (const Request& r : requests_) {
+    if (!r.live) continue;
+    check(r.tokens <= r.row_tokens, "dense-static: a sequence outgrew its reservation");
+    bytes += r.bytes;
+  }
+  check(bytes == allocated_bytes_, "dense-static: allocated bytes do not match the live reservations");
+  check(options_.capacity_bytes == 0 || allocated_bytes_ <= options_.capacity_bytes, "dense-static: over capacity");
+}
+
+}  // namespace kvsim::detail

@@ -1,0 +1,66 @@
+// The dense static allocator: every sample of an admitted request reserves a fixed length
+// up front and keeps it until the request ends (Hugging Face StaticCache, early
+// FasterTransformer and Orca).
+//
+// The reserved length per sample is the model's maximum length, the request's max_tokens
+// (prompt + max_tokens), the next power of two of its final length, or its true final
+// length (an oracle no real system has). A sliding-window layer group holds at most W
+// positions, as a ring (Hugging Face's static sliding-window layer holds
+// min(W, max_cache_len)). The n samples of a request each hold a full row, prompt included,
+// as a batch expanded for num_return_sequences does. Placement is not modelled: the
+// reservations live in a preallocated table, so there is no external fragmentation; the
+// dynamic allocator is the one that models contiguity.
+#ifndef KVSIM_SRC_DENSE_STATIC_ALLOCATOR_H_
+#define KVSIM_SRC_DENSE_STATIC_ALLOCATOR_H_
+
+#include <vector>
+
+#include "kvsim/allocator.h"
+
+namespace kvsim::detail {
+
+enum class Reserve { max_model_len, max_tokens, pow2, oracle };
+
+struct DenseStaticOptions {
+  Reserve reserve = Reserve::max_model_len;
+  std::int64_t capacity_bytes = 0;  // 0 = unbounded
+};
+
+class DenseStaticAllocator final : public Allocator {
+ public:
+  DenseStaticAllocator(const KvLayout& layout, const DenseStaticOptions& options);
+
+  std::string name() const override;
+  Outcome admit(RequestSlot slot, const AdmitInfo& info) override;
+  Outcome grow(RequestSlot slot, std::int64_t tokens, std::int64_t step_tokens) override;
+  void release(RequestSlot slot) override;
+  Footprint footprint(RequestSlot slot, std::size_t group, std::int64_t tokens) const override;
+  std::int64_t next_event_tokens(RequestSlot slot) const override;
+  PoolState pool() const override;
+  void check_invariants() const override;
+
+  // The positions one sample reserves in each group (before the window cap).
+  std::int64_t reservation_tokens(const AdmitInfo& info) const;
+
+ private:
+  struct Request {
+    bool live = false;
+    std::int64_t prompt_tokens = 0;
+    std::int64_t n = 1;
+    std::int64_t tokens = 0;
+    std::int64_t row_tokens = 0;   // reserved positions per sample (before the window cap)
+    std::int64_t bytes = 0;        // all samples, all groups
+  };
+  std::int64_t row_in_group(const Request& r, std::size_t g) const;
+
+  std::vector<LayerGroup> groups_;
+  std::int64_t max_model_len_;
+  DenseStaticOptions options_;
+  std::vector<Request> requests_;
+  std::int64_t allocated_bytes_ = 0;
+  std::int64_t high_water_bytes_ = 0;
+};
+
+}  // namespace kvsim::detail
+
+#endif  // KVSIM_SRC_DENSE_STATIC_ALLOCATOR_H_

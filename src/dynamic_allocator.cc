@@ -1,0 +1,173 @@
+#include "dynamic_allocator.h"
+
+#include <algorithm>
+#include <string>
+
+#include "footprint.h"
+#include "kvsim/error.h"
+#include "kvsim/units.h"
+
+namespace kvsim::detail {
+
+DynamicAllocator::DynamicAllocator(const KvLayout& layout, const DynamicOptions& options)
+    : groups_(layout.groups), options_(options), arena_(options.capacity_bytes) {}
+
+std::string DynamicAllocator::name() const {
+  switch (options_.growth) {
+    case Growth::exact: return "dynamic:growth=exact";
+    case Growth::doubling: return "dynamic:growth=double";
+    case Growth::chunk: return "dynamic:growth=chunk,chunk=" + std::to_string(options_.chunk_tokens);
+  }
+  return "dynamic";
+}
+
+std::int64_t DynamicAllocator::needed(std::size_t g, std::int64_t tokens) const {
+  const std::int64_t w = groups_[g].window_tokens;
+  return w > 0 ? std::min(tokens, w) : tokens;
+}
+
+std::int64_t DynamicAllocator::grown_capacity(std::size_t g, std::int64_t capacity, std::int64_t need) const {
+  std::int64_t grown = need;
+  switch (options_.growth) {
+    case Growth::exact: break;
+    case Growth::doubling: grown = std::max(need, 2 * capacity); break;
+    case Growth::chunk: grown = ceil_div(need, options_.chunk_tokens) * options_.chunk_tokens; break;
+  }
+  const std::int64_t w = groups_[g].window_tokens;
+  return w > 0 ? std::min(grown, w) : grown;
+}
+
+Outcome DynamicAllocator::admit(RequestSlot slot, const AdmitInfo& info) {
+  if (slot >= requests_.size()) requests_.resize(slot + 1);
+  Request& r = requests_[slot];
+  check(!r.live, "dynamic: admitting a live request slot");
+  r.live = true;
+  r.prompt_tokens = info.prompt_tokens;
+  r.n = info.n;
+  r.tokens = 0;
+  r.buffers.assign(groups_.size() * static_cast<std::size_t>(info.n), Buffer{});
+  r.transient.assign(groups_.size(), 0);
+  return Outcome::ok;
+}
+
+Outcome DynamicAllocator::grow(RequestSlot slot, std::int64_t tokens, std::int64_t step_tokens) {
+  Request& r = requests_[slot];
+  check(r.live && tokens >= r.tokens && step_tokens >= 1, "dynamic: grow outside its contract");
+  std::fill(r.transient.begin(), r.transient.end(), 0);
+  // Place every new buffer while the old ones still hold their contents; only when all
+  // fit, copy and free the old ones. A failure undoes the placements made so far.
+  moves_.clear();
+  for (std::size_t g = 0; g < groups_.size(); ++g) {
+    const std::int64_t need = needed(g, tokens);
+    for (std::int64_t s = 0; s < r.n; ++s) {
+      const std::size_t index = g * static_cast<std::size_t>(r.n) + static_cast<std::size_t>(s);
+      const Buffer& b = r.buffers[index];
+      if (need <= b.capacity) continue;
+      const std::int64_t capacity = grown_capacity(g, b.capacity, need);
+      const auto placed = arena_.allocate(capacity * groups_[g].bytes_per_position);
+      if (placed.fragmented) ++failed_placements_;
+      if (placed.offset < 0) {
+        for (const Move& m : moves_) {
+          arena_.free(m.offset, m.capacity * groups_[m.index / static_cast<std::size_t>(r.n)].bytes_per_position);
+        }
+        return placed.fragmented ? Outcome::no_extent : Outcome::no_room;
+      }
+      moves_.push_back({index, placed.offset, capacity});
+    }
+  }
+  for (const Move& m : moves_) {
+    const std::size_t g = m.index / static_cast<std::size_t>(r.n);
+    Buffer& b = r.buffers[m.index];
+    if (b.offset >= 0) {
+      const std::int64_t old_bytes = b.capacity * groups_[g].bytes_per_position;
+      copied_bytes_ += old_bytes;
+      r.transient[g] += b.capacity;
+      arena_.free(b.offset, old_bytes);
+    }
+    b = Buffer{m.offset, m.capacity};
+  }
+  r.tokens = tokens;
+#if KVSIM_EXPENSIVE_CHECKS
+  check_invariants();
+#endif
+  return Outcome::ok;
+}
+
+void DynamicAllocator::release(RequestSlot slot) {
+  Request& r = requests_[slot];
+  check(r.live, "dynamic: releasing a request that is not live");
+  for (std::size_t i = 0; i < r.buffers.size(); ++i) {
+    const Buffer& b = r.buffers[i];
+    if (b.offset >= 0) arena_.free(b.offset, b.capacity * groups_[i / static_cast<std::size_t>(r.n)].bytes_per_position);
+  }
+  r.live = false;
+#if KVSIM_EXPENSIVE_CHECKS
+  check_invariants();
+#endif
+}
+
+Footprint DynamicAllocator::footprint(RequestSlot slot, std::size_t group, std::int64_t tokens) const {
+  const Request& r = requests_[slot];
+  // Samples grow in lockstep, so all of a group's buffers have the same capacity.
+  const std::int64_t capacity = r.buffers[group * static_cast<std::size_t>(r.n)].capacity;
+  auto at = [&](std::int64_t len) {
+    const std::int64_t lo = std::max<std::int64_t>(0, len - capacity);  // a full ring moves
+    return classify({{lo, lo + capacity, r.n}}, {len, r.prompt_tokens, groups_[group].window_tokens},
+                    Unfilled::reservation);
+  };
+  Footprint f = with_slopes(at(tokens), at(tokens + 1));
+  if (tokens == r.tokens) f.transient = r.transient[group] * r.n;
+  return f;
+}
+
+std::int64_t DynamicAllocator::next_event_tokens(RequestSlot slot) const {
+  const Request& r = requests_[slot];
+  std::int64_t next = kNoEvent;
+  auto consider = [&](std::int64_t at) {
+    if (at > r.tokens) next = std::min(next, at);
+  };
+  for (std::size_t g = 0; g < groups_.size(); ++g) {
+    const std::int64_t capacity = r.buffers[g * static_cast<std::size_t>(r.n)].capacity;
+    const std::int64_t w = groups_[g].window_tokens;
+    if (w == 0 || capacity < w) consider(capacity + 1);  // the buffer is full
+    if (w > 0) {
+      consider(w);
+      consider(r.prompt_tokens + w);
+    }
+  }
+  return next;
+}
+
+PoolState DynamicAllocator::pool() const {
+  PoolState p;
+  p.capacity_bytes = options_.capacity_bytes;
+  p.reserved_bytes = arena_.reserved_bytes();
+  p.free_bytes = arena_.free_bytes();
+  p.largest_free_extent_bytes = arena_.largest_free_extent();
+  p.failed_placements = failed_placements_;
+  p.copied_bytes = copied_bytes_;
+  return p;
+}
+
+std::int64_t DynamicAllocator::capacity_tokens(RequestSlot slot, std::size_t group, std::int64_t sample) const {
+  const Request& r = requests_[slot];
+  return r.buffers[group * static_cast<std::size_t>(r.n) + static_cast<std::size_t>(sample)].capacity;
+}
+
+void DynamicAllocator::check_invariants() const {
+  arena_.check();
+  std::int64_t bytes = 0;
+  for (const Request& r : requests_) {
+    if (!r.live) continue;
+    for (std::size_t i = 0; i < r.buffers.size(); ++i) {
+      const Buffer& b = r.buffers[i];
+      const std::size_t g = i / static_cast<std::size_t>(r.n);
+      check(b.capacity >= needed(g, r.tokens), "dynamic: a buffer is smaller than its sequence");
+      check((b.offset >= 0) == (b.capacity > 0), "dynamic: a buffer without a place, or a place without a buffer");
+      bytes += b.capacity * groups_[g].bytes_per_position;
+    }
+  }
+  check(bytes == arena_.allocated_bytes(), "dynamic: buffers and arena disagree on allocated bytes");
+}
+
+}  // namespace kvsim::detail

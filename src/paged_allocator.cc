@@ -1,0 +1,269 @@
+#include "paged_allocator.h"
+
+#include <algorithm>
+#include <string>
+
+#include "footprint.h"
+#include "kvsim/error.h"
+#include "kvsim/units.h"
+
+namespace kvsim::detail {
+
+PagedAllocator::PagedAllocator(const KvLayout& layout, const PagedOptions& options)
+    : block_tokens_(options.block_tokens),
+      free_outside_window_(options.free_outside_window),
+      pool_(options.capacity_bytes) {
+  for (const LayerGroup& g : layout.groups) {
+    groups_.push_back({g.window_tokens, options.free_outside_window && g.window_tokens > 0});
+    pool_.add_group(checked_mul(block_tokens_, g.bytes_per_position, "bytes per block"));
+  }
+}
+
+std::string PagedAllocator::name() const {
+  return std::string(free_outside_window_ ? "sliding-window" : "paged") + ":block=" + std::to_string(block_tokens_);
+}
+
+Outcome PagedAllocator::admit(RequestSlot slot, const AdmitInfo& info) {
+  if (slot >= requests_.size()) {
+    requests_.resize(slot + 1);
+    tables_.resize(requests_.size() * groups_.size());
+  }
+  Request& r = requests_[slot];
+  check(!r.live, "paged: admitting a live request slot");
+  r = Request{true, false, info.prompt_tokens, info.n, 0, 0};
+  for (std::size_t g = 0; g < groups_.size(); ++g) {
+    Tables& t = tables(slot, g);
+    t.shared.clear();
+    for (auto& s : t.samples) s.clear();
+    t.dropped = 0;
+  }
+  return Outcome::ok;
+}
+
+std::int64_t PagedAllocator::droppable_blocks(std::size_t g, std::int64_t tokens_before) const {
+  if (!groups_[g].frees) return 0;
+  // vLLM's SlidingWindowManager: get_num_skipped_tokens = num_computed - window + 1, and
+  // remove_skipped_blocks frees the blocks wholly before that position.
+  const std::int64_t keep_from = std::max<std::int64_t>(0, tokens_before - groups_[g].window_tokens + 1);
+  return keep_from / block_tokens_;
+}
+
+std::int64_t PagedAllocator::range_bytes(const Request& r, std::size_t g, std::int64_t from,
+                                         std::int64_t to) const {
+  to = std::min(to, r.blocks);
+  if (to <= from) return 0;
+  std::int64_t blocks = to - from;
+  if (r.forked) {
+    const std::int64_t s = shared_blocks(r);
+    const std::int64_t per_sample = overlap(from, to, s, to);
+    blocks += per_sample * (r.n - 1);  // each sample's own copy of those logical blocks
+  }
+  return blocks * pool_.block_bytes(g);
+}
+
+void PagedAllocator::drop_range(const Request& r, Tables& t, std::size_t g, std::int64_t from, std::int64_t to) {
+  to = std::min(to, r.blocks);
+  const std::int64_t s = r.forked ? shared_blocks(r) : r.blocks;
+  for (std::int64_t i = from; i < to; ++i) {
+    if (i < s) {
+      BlockId& id = t.shared[static_cast<std::size_t>(i)];
+      if (id != kNullBlock) pool_.drop(g, id, r.forked ? static_cast<std::uint32_t>(r.n) : 1);
+      id = kNullBlock;
+    } else {
+      for (auto& sample : t.samples) {
+        BlockId& id = sample[static_cast<std::size_t>(i - s)];
+        if (id != kNullBlock) pool_.drop(g, id);
+        id = kNullBlock;
+      }
+    }
+  }
+}
+
+Outcome PagedAllocator::grow(RequestSlot slot, std::int64_t tokens, std::int64_t step_tokens) {
+  Request& r = requests_[slot];
+  check(r.live && tokens >= r.tokens && step_tokens >= 1, "paged: grow outside its contract");
+  const std::int64_t tokens_before = tokens - step_tokens;
+  const bool fork = !r.forked && r.n > 1 && tokens > r.prompt_tokens;
+  const std::int64_t s = shared_blocks(r);
+  const bool partial_prompt_block = r.prompt_tokens % block_tokens_ != 0;
+  const std::int64_t new_blocks = ceil_div(tokens, block_tokens_);
+  const bool forked_after = r.forked || fork;
+
+  // First what the step needs and frees, so that a step that does not fit changes nothing.
+  std::int64_t need_bytes = 0;
+  std::int64_t freed_bytes = 0;
+  drop_to_.resize(groups_.size());
+  for (std::size_t g = 0; g < groups_.size(); ++g) {
+    const Tables& t = tables(slot, g);
+    const std::int64_t block_bytes = pool_.block_bytes(g);
+    drop_to_[g] = std::max(t.dropped, droppable_blocks(g, tokens_before));
+    freed_bytes += range_bytes(r, g, t.dropped, drop_to_[g]);
+    if (fork && partial_prompt_block && s < r.blocks) need_bytes += (r.n - 1) * block_bytes;
+    const std::int64_t first_new = std::max(r.blocks, drop_to_[g]);
+    if (first_new < new_blocks) {
+      const std::int64_t copies_past_prompt = forked_after ? r.n : 1;
+      const std::int64_t shared_new = forked_after ? overlap(first_new, new_blocks, 0, s) : new_blocks - first_new;
+      const std::int64_t own_new = (new_blocks - first_new) - shared_new;
+      need_bytes += (shared_new + own_new * copies_past_prompt) * block_bytes;
+    }
+  }
+  if (!pool_.fits(need_bytes - freed_bytes)) return Outcome::no_room;
+
+  for (std::size_t g = 0; g < groups_.size(); ++g) {
+    Tables& t = tables(slot, g);
+    drop_range(r, t, g, t.dropped, drop_to_[g]);
+    t.dropped = drop_to_[g];
+  }
+  if (fork) {
+    const auto extra_refs = static_cast<std::uint32_t>(r.n - 1);
+    for (std::size_t g = 0; g < groups_.size(); ++g) {
+      Tables& t = tables(slot, g);
+      // The window drops history as of the step's start, which is inside the prompt.
+      check(t.dropped <= s, "paged: prompt blocks left the window before the prompt completed");
+      t.samples.resize(static_cast<std::size_t>(r.n));
+      for (auto& sample : t.samples) sample.clear();
+      if (s < r.blocks) {
+        // Copy-on-write of the block holding the prompt's partial tail: the first sample
+        // keeps it, every further sample writes its first token into a copy.
+        t.samples[0].push_back(t.shared[static_cast<std::size_t>(s)]);
+        t.shared.resize(static_cast<std::size_t>(s));
+        for (std::int64_t j = 1; j < r.n; ++j) {
+          t.samples[static_cast<std::size_t>(j)].push_back(pool_.take(g));
+          copied_bytes_ += pool_.block_bytes(g);
+        }
+      }
+      for (BlockId id : t.shared) {
+        if (id != kNullBlock) pool_.share(g, id, extra_refs);
+      }
+    }
+    r.forked = true;
+  }
+  for (std::size_t g = 0; g < groups_.size(); ++g) {
+    Tables& t = tables(slot, g);
+    const std::int64_t shared_end = r.forked ? s : new_blocks;
+    for (std::int64_t i = r.blocks; i < new_blocks; ++i) {
+      const bool skipped = i < t.dropped;  // already behind the window: never allocated
+      if (i < shared_end) {
+        BlockId id = kNullBlock;
+        if (!skipped) {
+          id = pool_.take(g);
+          if (r.forked) pool_.share(g, id, static_cast<std::uint32_t>(r.n - 1));
+        }
+        t.shared.push_back(id);
+      } else {
+        for (auto& sample : t.samples) sample.push_back(skipped ? kNullBlock : pool_.take(g));
+      }
+    }
+  }
+  r.tokens = tokens;
+  r.blocks = new_blocks;
+#if KVSIM_EXPENSIVE_CHECKS
+  check_invariants();
+#endif
+  return Outcome::ok;
+}
+
+void PagedAllocator::release(RequestSlot slot) {
+  Request& r = requests_[slot];
+  check(r.live, "paged: releasing a request that is not live");
+  for (std::size_t g = 0; g < groups_.size(); ++g) {
+    Tables& t = tables(slot, g);
+    drop_range(r, t, g, t.dropped, r.blocks);
+  }
+  r.live = false;
+#if KVSIM_EXPENSIVE_CHECKS
+  check_invariants();
+#endif
+}
+
+Footprint PagedAllocator::footprint(RequestSlot slot, std::size_t group, std::int64_t tokens) const {
+  const Request& r = requests_[slot];
+  const Tables& t = tables(slot, group);
+  const std::int64_t lo = t.dropped * block_tokens_;
+  const std::int64_t hi = r.blocks * block_tokens_;
+  const std::int64_t split = r.forked ? std::clamp(shared_blocks(r) * block_tokens_, lo, hi) : hi;
+  const std::int64_t copies = r.forked ? r.n : 1;
+  auto at = [&](std::int64_t len) {
+    return classify({{lo, split, 1}, {split, hi, copies}}, {len, r.prompt_tokens, groups_[group].window_tokens},
+                    Unfilled::tail);
+  };
+  return with_slopes(at(tokens), at(tokens + 1));
+}
+
+std::int64_t PagedAllocator::next_event_tokens(RequestSlot slot) const {
+  const Request& r = requests_[slot];
+  std::int64_t next = r.blocks * block_tokens_ + 1;  // the first token that needs a new block
+  auto consider = [&](std::int64_t at) {
+    if (at > r.tokens) next = std::min(next, at);
+  };
+  for (std::size_t g = 0; g < groups_.size(); ++g) {
+    const std::int64_t w = groups_[g].window_tokens;
+    if (w == 0) continue;
+    const Tables& t = tables(slot, g);
+    // The window's start crossing a region boundary changes the footprint's slopes.
+    consider(w);
+    consider(t.dropped * block_tokens_ + w);
+    consider(shared_blocks(r) * block_tokens_ + w);
+    consider(r.prompt_tokens + w);
+    // The first held block leaves the window (decode steps start with tokens - 1 computed).
+    if (groups_[g].frees && t.dropped < r.blocks) consider((t.dropped + 1) * block_tokens_ + w);
+  }
+  return next;
+}
+
+PoolState PagedAllocator::pool() const {
+  PoolState p;
+  p.reserved_bytes = pool_.reserved_bytes();
+  p.capacity_bytes = pool_.capacity_bytes();
+  p.free_bytes = p.reserved_bytes - pool_.allocated_bytes();
+  p.largest_free_extent_bytes = p.free_bytes;  // any free block serves any sequence
+  p.copied_bytes = copied_bytes_;
+  return p;
+}
+
+std::vector<BlockId> PagedAllocator::block_table(RequestSlot slot, std::size_t group, std::int64_t sample) const {
+  const Tables& t = tables(slot, group);
+  std::vector<BlockId> out = t.shared;
+  if (requests_[slot].forked) {
+    const auto& own = t.samples[static_cast<std::size_t>(sample)];
+    out.insert(out.end(), own.begin(), own.end());
+  }
+  return out;
+}
+
+void PagedAllocator::check_invariants() const {
+  std::vector<std::vector<std::uint32_t>> refs(groups_.size());
+  auto count = [&](std::size_t g, BlockId id, std::uint32_t n) {
+    if (id == kNullBlock) return;
+    if (refs[g].size() <= id) refs[g].resize(id + 1, 0);
+    refs[g][id] += n;
+  };
+  for (RequestSlot slot = 0; slot < requests_.size(); ++slot) {
+    const Request& r = requests_[slot];
+    if (!r.live) continue;
+    check(r.blocks == ceil_div(r.tokens, block_tokens_), "paged: block count does not cover the tokens");
+    const std::int64_t s = r.forked ? std::min(shared_blocks(r), r.blocks) : r.blocks;
+    for (std::size_t g = 0; g < groups_.size(); ++g) {
+      const Tables& t = tables(slot, g);
+      check(static_cast<std::int64_t>(t.shared.size()) == s, "paged: shared table has the wrong length");
+      for (std::size_t i = 0; i < t.shared.size(); ++i) {
+        const bool behind = static_cast<std::int64_t>(i) < t.dropped;
+        check(behind == (t.shared[i] == kNullBlock), "paged: a freed block is still referenced, or a live one is missing");
+        count(g, t.shared[i], r.forked ? static_cast<std::uint32_t>(r.n) : 1);
+      }
+      if (!r.forked) continue;
+      check(static_cast<std::int64_t>(t.samples.size()) == r.n, "paged: a sample has no table");
+      for (const auto& sample : t.samples) {
+        check(static_cast<std::int64_t>(sample.size()) == r.blocks - s, "paged: sample table has the wrong length");
+        for (std::size_t i = 0; i < sample.size(); ++i) {
+          const bool behind = s + static_cast<std::int64_t>(i) < t.dropped;
+          check(behind == (sample[i] == kNullBlock), "paged: a sample's freed block is still referenced");
+          count(g, sample[i], 1);
+        }
+      }
+    }
+  }
+  pool_.check(refs);
+}
+
+}  // namespace kvsim::detail

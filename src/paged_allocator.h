@@ -1,0 +1,95 @@
+// The paged allocator (vLLM's PagedAttention) and its sliding-window variant (vLLM's hybrid
+// allocator).
+//
+// Each sequence has a block table per layer group; blocks of `block_tokens` positions come
+// from one shared pool. The n samples of a request share the prompt's full blocks
+// copy-on-write: when the prompt completes, the block holding its partial tail is copied
+// once per further sample, and each sample then owns the blocks it fills itself.
+//
+// With `free_outside_window`, a sliding-window group frees the blocks that lie wholly before
+// the window as the sequence advances, using vLLM's rule: at a step that starts with c
+// tokens computed, positions before c - W + 1 are skipped, so a decoding sequence holds at
+// most ceil((W - 1) / block) + 1 blocks there. Full-attention groups keep everything.
+// Without it (plain paged), sliding-window layers are stored like full attention, as vLLM
+// does when its hybrid allocator is off, and the tokens behind the window show up as
+// "outside window" fragmentation.
+#ifndef KVSIM_SRC_PAGED_ALLOCATOR_H_
+#define KVSIM_SRC_PAGED_ALLOCATOR_H_
+
+#include <vector>
+
+#include "block_pool.h"
+#include "kvsim/allocator.h"
+
+namespace kvsim::detail {
+
+struct PagedOptions {
+  std::int64_t block_tokens = 16;      // vLLM's default block size
+  bool free_outside_window = false;    // true: the sliding-window allocator
+  std::int64_t capacity_bytes = 0;     // 0 = unbounded
+};
+
+class PagedAllocator final : public Allocator {
+ public:
+  PagedAllocator(const KvLayout& layout, const PagedOptions& options);
+
+  std::string name() const override;
+  Outcome admit(RequestSlot slot, const AdmitInfo& info) override;
+  Outcome grow(RequestSlot slot, std::int64_t tokens, std::int64_t step_tokens) override;
+  void release(RequestSlot slot) override;
+  Footprint footprint(RequestSlot slot, std::size_t group, std::int64_t tokens) const override;
+  std::int64_t next_event_tokens(RequestSlot slot) const override;
+  PoolState pool() const override;
+  void check_invariants() const override;
+
+  // The block ids a sequence's table holds for a group (kNullBlock where freed), for tests.
+  std::vector<BlockId> block_table(RequestSlot slot, std::size_t group, std::int64_t sample) const;
+
+ private:
+  struct Request {
+    bool live = false;
+    bool forked = false;          // samples own their blocks past the shared prompt blocks
+    std::int64_t prompt_tokens = 0;
+    std::int64_t n = 1;
+    std::int64_t tokens = 0;      // as of the last grow
+    std::int64_t blocks = 0;      // logical blocks per sequence (ceil(tokens / block))
+  };
+  // One request's tables for one group. Before the fork, `shared` is the only sequence's
+  // table. After it, `shared` holds the prompt's full blocks (referenced by every sample)
+  // and samples[j] holds sample j's blocks from logical index shared_blocks() on.
+  struct Tables {
+    std::vector<BlockId> shared;
+    std::vector<std::vector<BlockId>> samples;
+    std::int64_t dropped = 0;     // logical blocks [0, dropped) freed (behind the window)
+  };
+
+  Tables& tables(RequestSlot slot, std::size_t group) { return tables_[slot * groups_.size() + group]; }
+  const Tables& tables(RequestSlot slot, std::size_t group) const {
+    return tables_[slot * groups_.size() + group];
+  }
+  std::int64_t shared_blocks(const Request& r) const { return r.prompt_tokens / block_tokens_; }
+  // Logical blocks of group g wholly before the window when a step starts with
+  // `tokens_before` tokens computed (0 where nothing is freed).
+  std::int64_t droppable_blocks(std::size_t g, std::int64_t tokens_before) const;
+  // Drops every reference the request holds to logical blocks [from, to) of group g.
+  void drop_range(const Request& r, Tables& t, std::size_t g, std::int64_t from, std::int64_t to);
+  // Block bytes freed by dropping logical blocks [from, to) of group g.
+  std::int64_t range_bytes(const Request& r, std::size_t g, std::int64_t from, std::int64_t to) const;
+
+  struct Group {
+    std::int64_t window_tokens;  // 0 = full attention
+    bool frees;                  // drops blocks behind the window
+  };
+  std::vector<Group> groups_;
+  std::int64_t block_tokens_;
+  bool free_outside_window_;
+  BlockPool pool_;
+  std::vector<Request> requests_;
+  std::vector<Tables> tables_;   // requests_.size() * groups_.size()
+  std::int64_t copied_bytes_ = 0;
+  std::vector<std::int64_t> drop_to_;  // scratch for grow(): per group, blocks dropped after the step
+};
+
+}  // namespace kvsim::detail
+
+#endif  // KVSIM_SRC_PAGED_ALLOCATOR_H_

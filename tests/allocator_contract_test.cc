@@ -1,0 +1,169 @@
+// The contract every allocator keeps, run against each of them. A new allocator added to
+// kSpecs gets the whole suite.
+#include <catch2/catch.hpp>
+#include <map>
+
+#include "kvsim/replay.h"
+#include "test_support.h"
+
+using namespace kvsim;
+
+namespace {
+
+constexpr std::int64_t kMs = 1'000'000;
+
+const std::vector<std::string> kSpecs = {
+    "paged:block=1",
+    "paged:block=16",
+    "paged:block=64",
+    "sliding-window:block=16",
+    "sliding-window:block=5",
+    "dense-static:reserve=max-model-len",
+    "dense-static:reserve=max-tokens",
+    "dense-static:reserve=pow2",
+    "dense-static:reserve=oracle",
+    "dynamic:growth=exact",
+    "dynamic:growth=double",
+    "dynamic:growth=chunk,chunk=48",
+};
+
+// A small deterministic generator, so the traffic is varied but the same on every run.
+struct Lcg {
+  std::uint64_t state;
+  std::int64_t below(std::int64_t bound) {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return static_cast<std::int64_t>((state >> 33) % static_cast<std::uint64_t>(bound));
+  }
+};
+
+std::vector<Request> traffic(std::uint64_t seed, int count) {
+  Lcg rng{seed};
+  std::vector<Request> out;
+  std::int64_t t = 0;
+  for (int i = 0; i < count; ++i) {
+    t += rng.below(8 * kMs);
+    Request r = test::request(std::to_string(i), t, rng.below(300), rng.below(120), 1 + rng.below(4) / 3);
+    r.max_tokens = r.output_tokens + rng.below(64);
+    if (rng.below(6) == 0) r.cancel_ns = t + rng.below(150 * kMs);
+    out.push_back(r);
+  }
+  return out;
+}
+
+KvLayout layout_named(const std::string& name) {
+  KvLayout l;
+  l.max_model_len = 1024;
+  if (name == "full") l.groups = {test::group("full", 2)};
+  if (name == "hybrid") l.groups = {test::group("full", 3), test::group("sliding 40", 5, 40)};
+  if (name == "all-sliding") l.groups = {test::group("sliding 100", 1, 100)};
+  return l;
+}
+
+struct Run {
+  ReplayReport report;
+  std::vector<TimelineRow> rows;
+};
+
+Run replay_with(const std::string& spec, const std::vector<Request>& reqs, const KvLayout& layout,
+                    std::int64_t max_batched_tokens) {
+  test::VectorTrace trace(reqs);
+  auto allocator = make_allocator(parse_allocator_spec(spec, "test"), layout);
+  ReplayOptions o;
+  o.layout = layout;
+  o.cost.base_ps = 2'000'000'000;  // 2 ms
+  o.cost.prefill_token_ps = 3'000'000;
+  o.cost.decode_seq_ps = 50'000'000;
+  o.max_batched_tokens = max_batched_tokens;
+  Run out;
+  o.timeline = [&out](const TimelineRow& row) { out.rows.push_back(row); };
+  out.report = replay(trace, *allocator, o);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("allocator contract: every allocator, every layout, same schedule, nothing leaks") {
+  for (const std::string layout_name : {"full", "hybrid", "all-sliding"}) {
+    for (std::int64_t budget : {std::int64_t{0}, std::int64_t{96}}) {
+      const KvLayout layout = layout_named(layout_name);
+      const auto reqs = traffic(7 + static_cast<std::uint64_t>(budget), 150);
+      std::map<std::string, Run> runs;
+      for (const auto& spec : kSpecs) {
+        INFO(spec << " on " << layout_name << ", token budget " << budget);
+        Run out = replay_with(spec, reqs, layout, budget);
+        const ReplayReport& r = out.report;
+        CHECK(r.leak_free);
+        CHECK(r.allocated_bytes.at_end == 0);
+        CHECK(r.requests == 150);
+        CHECK(r.completed + r.cancelled_queued + r.cancelled_running + r.rejected_too_long == r.requests);
+        for (const auto& row : out.rows) {
+          REQUIRE(row.effective_bytes <= row.allocated_bytes);
+          REQUIRE(row.allocated_bytes <= row.reserved_bytes);
+        }
+        CHECK(r.allocated_bytes.peak >= r.effective_bytes.peak);
+        CHECK(r.token_usage <= 1.0);
+        CHECK(r.block_usage <= 1.0);
+        // Internal fragmentation's parts add up to allocated - effective, on average too.
+        CHECK(r.mean_bytes.total() == Approx(r.allocated_bytes.mean - r.effective_bytes.mean).margin(1e-6));
+        runs.emplace(spec, std::move(out));
+      }
+      // Demand mode: every allocator sees one schedule, so the engine's own figures agree.
+      const Run& first = runs.begin()->second;
+      for (const auto& [spec, out] : runs) {
+        INFO(spec << " on " << layout_name);
+        CHECK(out.report.iterations == first.report.iterations);
+        CHECK(out.report.end_ns == first.report.end_ns);
+        CHECK(out.report.effective_bytes.mean == first.report.effective_bytes.mean);
+        CHECK(out.report.e2e.p99_ns == first.report.e2e.p99_ns);
+        REQUIRE(out.rows.size() == first.rows.size());
+      }
+      // Orderings that follow from the strategies' definitions, row by row.
+      for (std::size_t i = 0; i < first.rows.size(); ++i) {
+        const auto at = [&](const std::string& spec) { return runs.at(spec).rows[i].allocated_bytes; };
+        CHECK(at("sliding-window:block=16") <= at("paged:block=16"));
+        CHECK(at("dense-static:reserve=oracle") <= at("dense-static:reserve=pow2"));
+        CHECK(at("dense-static:reserve=oracle") <= at("dense-static:reserve=max-tokens"));
+        CHECK(at("dense-static:reserve=max-tokens") <= at("dense-static:reserve=max-model-len"));
+        CHECK(at("paged:block=1") <= at("paged:block=16"));
+      }
+    }
+  }
+}
+
+TEST_CASE("allocator contract: single-sample full-attention traffic fits exactly in one-slot blocks") {
+  // With blocks of one position and no sharing or window, paged holds exactly the
+  // effective tokens, as does a buffer that grows exactly.
+  auto reqs = traffic(99, 80);
+  for (auto& r : reqs) r.n = 1;
+  for (const std::string spec : {"paged:block=1", "dynamic:growth=exact"}) {
+    INFO(spec);
+    const auto out = replay_with(spec, reqs, layout_named("full"), 0);
+    for (const auto& row : out.rows) CHECK(row.allocated_bytes == row.effective_bytes);
+    CHECK(out.report.token_usage == 1.0);
+  }
+}
+
+TEST_CASE("allocator contract: admit, grow and release through the interface return every byte") {
+  for (const auto& spec : kSpecs) {
+    INFO(spec);
+    const KvLayout layout = layout_named("hybrid");
+    auto a = make_allocator(parse_allocator_spec(spec, "test"), layout);
+    CHECK(a->name().rfind(spec.substr(0, spec.find(':')), 0) == 0);
+    REQUIRE(a->admit(0, AdmitInfo{50, 60, 60, 3}) == kvsim::Outcome::ok);
+    REQUIRE(a->admit(1, AdmitInfo{7, 3, 3, 1}) == kvsim::Outcome::ok);
+    REQUIRE(a->grow(0, 30, 30) == kvsim::Outcome::ok);  // a prefill chunk
+    REQUIRE(a->grow(1, 8, 8) == kvsim::Outcome::ok);
+    REQUIRE(a->grow(0, 51, 21) == kvsim::Outcome::ok);  // the rest, and the first token
+    for (std::int64_t t = 52; t <= 110; ++t) REQUIRE(a->grow(0, t, 1) == kvsim::Outcome::ok);
+    a->check_invariants();
+    for (std::size_t g = 0; g < layout.groups.size(); ++g) {
+      const Footprint f = a->footprint(0, g, 110);
+      CHECK(f.allocated >= f.tail + f.reservation + f.duplicate + f.outside_window);
+    }
+    a->release(1);
+    a->release(0);
+    a->check_invariants();
+    const PoolState p = a->pool();
+    CHECK(p.free_bytes == p.reserved_bytes);
+  }
+}

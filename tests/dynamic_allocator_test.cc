@@ -1,0 +1,104 @@
+// The dynamic allocator and its first-fit arena, against hand-placed extents.
+#include "dynamic_allocator.h"
+
+#include <catch2/catch.hpp>
+
+#include "arena.h"
+#include "test_support.h"
+
+using namespace kvsim;
+using namespace kvsim::detail;
+
+TEST_CASE("arena: first fit takes the lowest hole that fits and coalesces on free") {
+  FirstFitArena arena(100);
+  CHECK(arena.allocate(10).offset == 0);
+  CHECK(arena.allocate(20).offset == 10);
+  CHECK(arena.allocate(30).offset == 30);
+  arena.free(0, 10);                        // hole [0, 10)
+  arena.free(30, 30);                       // hole [30, 100) after coalescing with the end
+  CHECK(arena.largest_free_extent() == 70);
+  CHECK(arena.allocate(15).offset == 30);   // [0, 10) is too small
+  CHECK(arena.allocate(5).offset == 0);     // the lowest hole that fits
+  arena.free(10, 20);                       // merges [5, 10) and [10, 30) into [5, 30)
+  CHECK(arena.free_extents() == 2);         // [5, 30) and [45, 100)
+  CHECK(arena.largest_free_extent() == 55);
+  arena.check();
+}
+
+TEST_CASE("arena: a refusal while enough total room is free is fragmentation") {
+  FirstFitArena arena(10);
+  CHECK(arena.allocate(4).offset == 0);
+  CHECK(arena.allocate(2).offset == 4);
+  CHECK(arena.allocate(4).offset == 6);
+  arena.free(0, 4);
+  arena.free(6, 4);
+  // 8 bytes free in two extents of 4: 5 fits in total but in no extent.
+  const auto p = arena.allocate(5);
+  CHECK(p.offset == -1);
+  CHECK(p.fragmented);
+  CHECK(arena.free_bytes() == 8);
+  CHECK(arena.largest_free_extent() == 4);
+  // And when the total is short too, it is plain lack of room.
+  CHECK_FALSE(arena.allocate(9).fragmented);
+  arena.check();
+}
+
+TEST_CASE("dynamic with doubling: capacities 1, 2, 4, 8 and the copy peak holds old and new") {
+  DynamicOptions o;
+  o.growth = Growth::doubling;
+  DynamicAllocator a(test::unit_layout(), o);
+  REQUIRE(a.admit(0, AdmitInfo{1, 9, 9, 1}) == Outcome::ok);
+  REQUIRE(a.grow(0, 1, 1) == Outcome::ok);
+  CHECK(a.capacity_tokens(0, 0, 0) == 1);
+  CHECK(a.footprint(0, 0, 1).transient == 0);  // nothing to copy the first time
+  REQUIRE(a.grow(0, 2, 1) == Outcome::ok);
+  CHECK(a.capacity_tokens(0, 0, 0) == 2);
+  CHECK(a.footprint(0, 0, 2).transient == 1);  // the old buffer of 1 while copying
+  REQUIRE(a.grow(0, 3, 1) == Outcome::ok);
+  CHECK(a.capacity_tokens(0, 0, 0) == 4);
+  CHECK(a.footprint(0, 0, 3).transient == 2);
+  CHECK(a.next_event_tokens(0) == 5);
+  REQUIRE(a.grow(0, 5, 1) == Outcome::ok);
+  CHECK(a.capacity_tokens(0, 0, 0) == 8);
+  // Placement, by hand: 1 at [0,1); 2 at [1,3) then [0,1) freed; 4 does not fit the hole
+  // [0,1) and goes to [3,7), freeing [1,3) (hole [0,3)); 8 goes to [7,15), hole [0,7).
+  CHECK(a.arena().reserved_bytes() == 15);
+  CHECK(a.arena().allocated_bytes() == 8);
+  CHECK(a.arena().largest_free_extent() == 7);
+  CHECK(a.pool().copied_bytes == 1 + 2 + 4);
+  const Footprint f = a.footprint(0, 0, 5);
+  CHECK(f.allocated == 8);
+  CHECK(f.reservation == 3);
+  a.check_invariants();
+  a.release(0);
+  CHECK(a.arena().allocated_bytes() == 0);
+  a.check_invariants();
+}
+
+TEST_CASE("dynamic: enough free room in total but no extent is a counted failure") {
+  DynamicOptions o;
+  o.growth = Growth::exact;
+  o.capacity_bytes = 10;
+  DynamicAllocator a(test::unit_layout(), o);
+  for (RequestSlot s = 0; s < 3; ++s) REQUIRE(a.admit(s, AdmitInfo{4, 1, 1, 1}) == Outcome::ok);
+  REQUIRE(a.grow(0, 4, 4) == Outcome::ok);  // [0, 4)
+  REQUIRE(a.admit(3, AdmitInfo{2, 1, 1, 1}) == Outcome::ok);
+  REQUIRE(a.grow(3, 2, 2) == Outcome::ok);  // [4, 6)
+  REQUIRE(a.grow(1, 4, 4) == Outcome::ok);  // [6, 10)
+  a.release(0);
+  a.release(1);
+  // 8 bytes free as [0, 4) and [6, 10): external fragmentation 1 - 4/8 = 0.5.
+  const PoolState p = a.pool();
+  CHECK(p.free_bytes == 8);
+  CHECK(p.largest_free_extent_bytes == 4);
+  CHECK(a.grow(2, 4, 4) == Outcome::ok);  // 4 still fits, at [0, 4)
+  REQUIRE(a.admit(4, AdmitInfo{4, 1, 1, 1}) == Outcome::ok);
+  CHECK(a.grow(4, 4, 4) == Outcome::ok);  // and [6, 10)
+  a.release(2);
+  a.release(4);
+  REQUIRE(a.admit(5, AdmitInfo{5, 1, 1, 1}) == Outcome::ok);
+  CHECK(a.grow(5, 5, 5) == Outcome::no_extent);
+  CHECK(a.pool().failed_placements == 1);
+  CHECK(a.footprint(5, 0, 0).allocated == 0);  // the failed grow changed nothing
+  a.check_invariants();
+}

@@ -1,0 +1,66 @@
+// Small fixtures shared by the allocator and engine tests.
+#ifndef KVSIM_TESTS_TEST_SUPPORT_H_
+#define KVSIM_TESTS_TEST_SUPPORT_H_
+
+#include <string>
+#include <vector>
+
+#include "kvsim/model.h"
+#include "kvsim/request.h"
+#include "kvsim/trace.h"
+
+namespace kvsim::test {
+
+// A trace held in memory.
+class VectorTrace : public TraceReader {
+ public:
+  explicit VectorTrace(std::vector<Request> requests) : TraceReader("<memory>"), requests_(std::move(requests)) {}
+  bool next(Request& out) override {
+    if (next_ == requests_.size()) return false;
+    out = requests_[next_++];
+    return true;
+  }
+  TraceFormat format() const override { return TraceFormat::native_csv; }
+  std::int64_t bytes_read() const override { return static_cast<std::int64_t>(next_); }
+  std::int64_t total_bytes() const override { return static_cast<std::int64_t>(requests_.size()); }
+
+ private:
+  std::vector<Request> requests_;
+  std::size_t next_ = 0;
+};
+
+inline Request request(std::string id, std::int64_t arrival_ns, std::int64_t prompt, std::int64_t output,
+                       std::int64_t n = 1) {
+  Request r;
+  r.id = std::move(id);
+  r.arrival_ns = arrival_ns;
+  r.prompt_tokens = prompt;
+  r.output_tokens = output;
+  r.n = n;
+  return r;
+}
+
+// A layer group costing `bytes_per_position` per position; window 0 = full attention.
+inline LayerGroup group(std::string name, std::int64_t bytes_per_position, std::int64_t window = 0) {
+  LayerGroup g;
+  g.name = std::move(name);
+  g.window_tokens = window;
+  g.layers = 1;
+  g.kv_heads = 1;
+  g.k_head_dim = bytes_per_position / 2;
+  g.bytes_per_layer_position = bytes_per_position;
+  g.bytes_per_position = bytes_per_position;
+  return g;
+}
+
+// One full-attention group at 1 byte per position: slots and bytes are the same number.
+inline KvLayout unit_layout(std::int64_t max_model_len = 4096) {
+  KvLayout l;
+  l.groups = {group("full", 1)};
+  l.max_model_len = max_model_len;
+  return l;
+}
+
+}  // namespace kvsim::test
+
+#endif  // KVSIM_TESTS_TEST_SUPPORT_H_
