@@ -66,6 +66,13 @@ struct Flight {
   std::int64_t tokens_at = 0;      // tokens per sequence as of step_at
   std::int64_t step_at = 0;
   std::int64_t first_token_ns = -1;
+  // Measured schedule: the service timestamps, and when the request stops holding memory
+  // (its finish, or its cancellation if that comes first).
+  std::int64_t start_ns = 0;
+  std::int64_t finish_ns = 0;
+  std::int64_t stop_ns = 0;
+  bool cancelled = false;
+  std::int64_t produced = 0;       // output tokens produced so far (measured schedule)
   std::int64_t tokens(std::int64_t step) const { return decoding ? tokens_at + (step - step_at) : tokens_at; }
 };
 
@@ -75,6 +82,22 @@ struct Cancellation {
   std::uint32_t slot;
   std::uint32_t generation;
   bool operator>(const Cancellation& o) const { return at_ns != o.at_ns ? at_ns > o.at_ns : ordinal > o.ordinal; }
+};
+
+// An event of the measured schedule. At one instant, releases come first (freed memory is
+// free for what starts at that instant), then tokens, then starts.
+struct TimedEvent {
+  enum Kind : std::uint8_t { release = 0, token = 1, start = 2 };
+  std::int64_t at_ns;
+  Kind kind;
+  std::uint64_t order;
+  std::uint32_t slot;
+  std::uint32_t generation;
+  bool operator>(const TimedEvent& o) const {
+    if (at_ns != o.at_ns) return at_ns > o.at_ns;
+    if (kind != o.kind) return kind > o.kind;
+    return order > o.order;
+  }
 };
 
 struct SlotRef {
@@ -115,6 +138,12 @@ class Engine {
   ReplayReport run();
 
  private:
+  ReplayReport run_simulated();
+  ReplayReport run_measured();
+  // --- measured schedule
+  void push_timed(std::int64_t at_ns, TimedEvent::Kind kind, std::uint32_t slot);
+  void handle_timed(const TimedEvent& e);
+  std::int64_t token_time(const Flight& f, std::int64_t k) const;
   // --- arrivals, queue, cancellations
   bool fetch();
   void pull_arrivals(std::int64_t now);
@@ -164,6 +193,9 @@ class Engine {
   std::priority_queue<Cancellation, std::vector<Cancellation>, std::greater<>> cancellations_;
   detail::StepWheel wheel_;
   std::vector<StepEvent> due_;
+  bool measured_ = false;
+  std::priority_queue<TimedEvent, std::vector<TimedEvent>, std::greater<>> timed_;
+  std::uint64_t timed_order_ = 0;
 
   // Time.
   std::int64_t now_ = 0;           // start of the current span
@@ -237,9 +269,29 @@ void Engine::pull_arrivals(std::int64_t now) {
     f.step_at = step_;
     f.first_token_ns = -1;
     for (std::size_t g = 0; g < groups_; ++g) contributions_[slot * groups_ + g] = Contribution{};
-    queue_.push_back({slot, f.generation});
     ++queued_;
-    if (next_.cancel_ns) cancellations_.push({*next_.cancel_ns, f.ordinal, slot, f.generation});
+    if (measured_) {
+      if (!next_.has_service_times()) {
+        throw InputError(Location{trace_.path(), 0, "request #" + std::to_string(ordinal_) + " ('" + next_.id + "')"},
+                         "has no start, first_token and finish times, but the schedule is measured (the trace's "
+                         "first request has them; use --schedule simulate to ignore them)");
+      }
+      f.start_ns = *next_.start_ns;
+      f.first_token_ns = *next_.first_token_ns;
+      f.finish_ns = *next_.finish_ns;
+      f.cancelled = next_.cancel_ns && *next_.cancel_ns < f.finish_ns;
+      f.stop_ns = f.cancelled ? *next_.cancel_ns : f.finish_ns;
+      f.produced = 0;
+      if (!(f.arrival_ns <= f.start_ns && f.start_ns <= f.first_token_ns && f.first_token_ns <= f.finish_ns)) {
+        throw InputError(Location{trace_.path(), 0, "request #" + std::to_string(ordinal_) + " ('" + next_.id + "')"},
+                         "service times out of order: expected arrival <= start <= first_token <= finish");
+      }
+      push_timed(f.cancelled && f.stop_ns <= f.start_ns ? f.stop_ns : f.start_ns,
+                 f.cancelled && f.stop_ns <= f.start_ns ? TimedEvent::release : TimedEvent::start, slot);
+    } else {
+      queue_.push_back({slot, f.generation});
+      if (next_.cancel_ns) cancellations_.push({*next_.cancel_ns, f.ordinal, slot, f.generation});
+    }
     fetch();
   }
 }
@@ -602,11 +654,18 @@ void Engine::run_iteration() {
 ReplayReport Engine::run() {
   report_.allocator = alloc_.name();
   report_.trace = trace_.path();
-  report_.cost_model = opt_.cost.name;
   if (!fetch()) return finish_report();
+  measured_ = opt_.schedule == Schedule::measured ||
+              (opt_.schedule == Schedule::automatic && next_.has_service_times());
+  report_.schedule = measured_ ? "measured" : "simulated";
+  report_.cost_model = measured_ ? "none (measured schedule)" : opt_.cost.name;
   now_ = next_.arrival_ns;
   report_.start_ns = now_;
   hist_mark_ns_ = next_sample_ns_ = now_;
+  return measured_ ? run_measured() : run_simulated();
+}
+
+ReplayReport Engine::run_simulated() {
   for (;;) {
     pull_arrivals(now_);
     process_cancellations(now_, false);
@@ -616,6 +675,99 @@ ReplayReport Engine::run() {
       continue;
     }
     run_iteration();
+  }
+  report_.end_ns = now_;
+  return finish_report();
+}
+
+std::int64_t Engine::token_time(const Flight& f, std::int64_t k) const {
+  // Output token k (1-based) of m appears at first_token + (k - 1) / (m - 1) of the way to
+  // finish, rounded down to the nanosecond.
+  if (k <= 1 || f.output <= 1) return f.first_token_ns;
+  return f.first_token_ns +
+         static_cast<std::int64_t>(Int128{k - 1} * (f.finish_ns - f.first_token_ns) / (f.output - 1));
+}
+
+void Engine::push_timed(std::int64_t at_ns, TimedEvent::Kind kind, std::uint32_t slot) {
+  timed_.push({at_ns, kind, timed_order_++, slot, flights_[slot].generation});
+}
+
+void Engine::handle_timed(const TimedEvent& e) {
+  Flight& f = flights_[e.slot];
+  if (f.generation != e.generation) return;
+  const auto next_token_or_release = [&] {
+    const std::int64_t k = f.produced + 1;
+    const std::int64_t at = token_time(f, k);
+    if (k <= f.output && at < f.stop_ns) push_timed(at, TimedEvent::token, e.slot);
+    else push_timed(f.stop_ns, TimedEvent::release, e.slot);
+  };
+  switch (e.kind) {
+    case TimedEvent::start: {
+      --queued_;
+      ++running_;
+      f.phase = Phase::running;
+      if (alloc_.admit(e.slot, AdmitInfo{f.prompt, f.planned, f.output, f.n}) != Outcome::ok) {
+        broken(f, "admission failed in a run without a memory budget");
+      }
+      if (f.prompt > 0) grow(e.slot, f.prompt, f.prompt);
+      f.prefilled = f.prompt;
+      report_.prompt_tokens += f.prompt;
+      f.tokens_at = f.prompt;
+      refresh(e.slot, f.prompt, false);
+      next_token_or_release();
+      break;
+    }
+    case TimedEvent::token: {
+      ++f.produced;
+      f.tokens_at = f.prompt + f.produced;
+      grow(e.slot, f.tokens_at, 1);
+      refresh(e.slot, f.tokens_at, false);
+      next_token_or_release();
+      break;
+    }
+    case TimedEvent::release: {
+      if (f.phase == Phase::queued) {  // cancelled before it started
+        ++report_.cancelled_queued;
+        --queued_;
+        f.phase = Phase::free;
+        ++f.generation;
+        free_slots_.push_back(e.slot);
+        break;
+      }
+      if (f.cancelled) {
+        ++report_.cancelled_running;
+        report_.generated_tokens += f.n * f.produced;
+      } else {
+        ++report_.completed;
+        report_.generated_tokens += f.n * f.output;
+        if (f.output > 0) ttft_.push_back(f.first_token_ns - f.arrival_ns);
+        e2e_.push_back(f.finish_ns - f.arrival_ns);
+      }
+      release(e.slot, 0);
+      break;
+    }
+  }
+}
+
+ReplayReport Engine::run_measured() {
+  for (;;) {
+    std::int64_t at = kUnlimited;
+    if (have_next_) at = next_.arrival_ns;
+    if (!timed_.empty()) at = std::min(at, timed_.top().at_ns);
+    if (at == kUnlimited) break;
+    if (at > now_) end_span(at - now_);
+    pull_arrivals(now_);
+    while (!timed_.empty() && timed_.top().at_ns == now_) {
+      const TimedEvent e = timed_.top();
+      timed_.pop();
+      handle_timed(e);
+    }
+    effective_peak_.offer(effective_bytes_.at(step_), now_);
+    for (auto& g : sums_) {
+      g.effective_peak.offer(g.q[kEffective].at(step_), now_);
+      g.allocated_peak.offer(g.q[kAllocated].at(step_), now_);
+    }
+    sample_timeline();
   }
   report_.end_ns = now_;
   return finish_report();

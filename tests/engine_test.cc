@@ -188,3 +188,42 @@ TEST_CASE("engine: the same inputs give the same report") {
     for (std::size_t i = 0; i < a.rows.size(); ++i) CHECK(a.rows[i].allocated_bytes == b.rows[i].allocated_bytes);
   }
 }
+
+TEST_CASE("engine: measured service timestamps drive the schedule exactly") {
+  // Prompt 100, output 5: arrives at 0, starts at 2 ms, first token at 10 ms, finishes at
+  // 18 ms. The prompt is stored at 2 ms; tokens 1..5 appear at 10, 12, 14, 16 and 18 ms
+  // (evenly from first token to finish); everything is freed at 18 ms.
+  Request a = test::request("a", 0, 100, 5);
+  a.start_ns = 2 * kMs;
+  a.first_token_ns = 10 * kMs;
+  a.finish_ns = 18 * kMs;
+  const auto r = run("paged:block=16", {a}, options(test::unit_layout(), fixed_step(kMs)));
+  CHECK(r.report.schedule == "measured");
+  CHECK(r.report.iterations == 0);
+  CHECK(r.report.completed == 1);
+  CHECK(r.report.end_ns == 18 * kMs);
+  CHECK(r.report.ttft.p50_ns == 10 * kMs);
+  CHECK(r.report.e2e.p50_ns == 18 * kMs);
+  // 100..104 positions all fit in ceil(104 / 16) = 7 blocks = 112 slots, held 2..18 ms.
+  CHECK(r.report.allocated_bytes.mean == Approx(112.0 * 16 / 18).epsilon(1e-12));
+  CHECK(r.report.effective_bytes.mean ==
+        Approx((100.0 * 8 + 101.0 * 2 + 102.0 * 2 + 103.0 * 2 + 104.0 * 2) / 18).epsilon(1e-12));
+  CHECK(r.report.effective_bytes.peak == 104);
+  CHECK(r.report.effective_bytes.peak_at_ns == 16 * kMs);
+
+  SECTION("a request without timestamps in a measured trace is an error naming it") {
+    Request b = test::request("b", kMs, 10, 2);
+    test::VectorTrace trace({a, b});
+    ReplayOptions o = options(test::unit_layout(), fixed_step(kMs));
+    auto alloc = make_allocator(parse_allocator_spec("paged", "test"), o.layout);
+    CHECK_THROWS_WITH(replay(trace, *alloc, o), Catch::Contains("request #2 ('b')") &&
+                                                     Catch::Contains("no start, first_token and finish"));
+  }
+  SECTION("--schedule simulate ignores the timestamps") {
+    ReplayOptions o = options(test::unit_layout(), fixed_step(kMs));
+    o.schedule = Schedule::simulate;
+    const auto s = run("paged:block=16", {a}, o);
+    CHECK(s.report.schedule == "simulated");
+    CHECK(s.report.iterations == 5);
+  }
+}

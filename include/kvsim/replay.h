@@ -54,8 +54,18 @@ struct TimelineRow {
   std::vector<std::int64_t> allocated_slots;     // per layer group, positions
 };
 
+// Where the schedule comes from.
+enum class Schedule {
+  automatic,   // measured when the trace's first request carries service timestamps
+  simulate,    // continuous batching with the cost model
+  measured,    // the trace's start / first_token / finish timestamps: a production
+               // schedule replayed exactly (prompt stored at start, output tokens appearing
+               // evenly from first_token to finish)
+};
+
 struct ReplayOptions {
   KvLayout layout;                    // per device; its max_model_len bounds requests
+  Schedule schedule = Schedule::automatic;
   CostModel cost;
   std::int64_t max_batched_tokens = 0;  // per iteration, decodes included; 0 = unlimited
   bool chunked_prefill = true;          // with max_batched_tokens: split prompts across steps
@@ -107,6 +117,7 @@ struct ReplayReport {
   std::string allocator;            // canonical name with parameters
   std::string trace;                // path
   std::string cost_model;
+  std::string schedule;             // "simulated" or "measured"
   // Requests.
   std::int64_t requests = 0;        // read from the trace
   std::int64_t completed = 0;

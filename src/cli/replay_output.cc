@@ -1,0 +1,267 @@
+#include "replay_output.h"
+
+#include <fmt/core.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "kvsim/units.h"
+#include "sheet_table.h"
+
+namespace kvsim::cli {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+// Means are exact rationals; three decimals of a byte or position are plenty.
+double rounded(double x) { return std::round(x * 1000.0) / 1000.0; }
+
+std::string gib(double bytes) {
+  return format_ratio(static_cast<std::int64_t>(std::llround(bytes)), kBytesPerGiB, 2);
+}
+std::string gib(std::int64_t bytes) { return format_ratio(bytes, kBytesPerGiB, 2); }
+std::string seconds(std::int64_t ns) { return format_seconds(ns, 3); }
+std::string percent(double ratio) { return fmt::format("{:.1f}%", ratio * 100.0); }
+
+// A CSV cell: quoted (RFC 4180) when it holds a comma or a quote, as "dynamic:growth=chunk,chunk=64" does.
+std::string csv_field(const std::string& text) {
+  if (text.find_first_of(",\"\n") == std::string::npos) return text;
+  std::string out = "\"";
+  for (char ch : text) out += ch == '"' ? std::string("\"\"") : std::string(1, ch);
+  return out + "\"";
+}
+
+// "dense-static:reserve=oracle" -> {"dense-static", "reserve=oracle"}
+std::pair<std::string, std::string> split_name(const std::string& name) {
+  const auto colon = name.find(':');
+  if (colon == std::string::npos) return {name, ""};
+  return {name.substr(0, colon), name.substr(colon + 1)};
+}
+
+Json occupancy_json(const Occupancy& o, const char* unit) {
+  Json j;
+  j["mean"] = rounded(o.mean);
+  j["peak"] = o.peak;
+  j["peak_at_s"] = rounded(static_cast<double>(o.peak_at_ns) / 1e9);
+  j["p50"] = o.p50;
+  j["p99"] = o.p99;
+  j["quantile_resolution"] = o.quantile_resolution;
+  j["at_end"] = o.at_end;
+  j["unit"] = unit;
+  return j;
+}
+
+Json fragmentation_json(const Fragmentation& f) {
+  return Json{{"tail", rounded(f.tail)},
+              {"reservation", rounded(f.reservation)},
+              {"duplicate", rounded(f.duplicate)},
+              {"outside_window", rounded(f.outside_window)},
+              {"total", rounded(f.total())}};
+}
+
+Json latency_json(const Latency& l) {
+  return Json{{"count", l.count},
+              {"mean_s", l.mean_ns / 1e9},
+              {"p50_s", static_cast<double>(l.p50_ns) / 1e9},
+              {"p99_s", static_cast<double>(l.p99_ns) / 1e9},
+              {"max_s", static_cast<double>(l.max_ns) / 1e9}};
+}
+
+Json group_json(const LayerGroup& g) {
+  return Json{{"name", g.name},
+              {"window_tokens", g.window_tokens},
+              {"layers", g.layers},
+              {"kv_heads", g.kv_heads},
+              {"k_head_dim", g.k_head_dim},
+              {"v_head_dim", g.v_head_dim},
+              {"bytes_per_position", g.bytes_per_position}};
+}
+
+}  // namespace
+
+std::string replay_table(const ReplayContext& c, const std::vector<ReplayReport>& reports) {
+  std::string out;
+  out += fmt::format("kvsim replay {}\n", c.trace);
+  out += fmt::format("model    {} ({}), KV {}, {} bytes per token, {}\n", c.model_name, c.model_source, c.kv_dtype,
+                     with_commas(c.layout.bytes_per_token()), c.placement);
+  if (c.layout.groups.size() > 1) {
+    for (const auto& g : c.layout.groups) {
+      out += fmt::format("         layer group {:<14} {} layers, {} bytes per position\n", g.name, g.layers,
+                         with_commas(g.bytes_per_position));
+    }
+  }
+  if (!reports.empty()) {
+    const ReplayReport& r = reports.front();
+    out += fmt::format("schedule {}; cost model {}\n", r.schedule, r.cost_model);
+    out += fmt::format("budget   {}; {}\n", c.budget, c.scheduler);
+    out += fmt::format("trace    {} requests over {} s simulated\n", with_commas(r.requests),
+                       seconds(r.end_ns - r.start_ns));
+  }
+  out += "\n";
+
+  std::vector<std::string> kinds{""}, params{""};
+  std::vector<SheetTable::Align> align{SheetTable::Align::left};
+  for (const auto& r : reports) {
+    auto [kind, param] = split_name(r.allocator);
+    kinds.push_back(kind);
+    params.push_back(param);
+    align.push_back(SheetTable::Align::right);
+  }
+  SheetTable table(kinds, align);
+  table.add(params);
+  auto row = [&](const std::string& label, auto cell) {
+    std::vector<std::string> cells{label};
+    for (const auto& r : reports) cells.push_back(cell(r));
+    table.add(std::move(cells));
+  };
+  auto blank = [&](const std::string& label) { table.add({label}); };
+
+  blank("memory, GiB (2^30 bytes)");
+  row("  effective tokens, mean", [](const ReplayReport& r) { return gib(r.effective_bytes.mean); });
+  row("  effective tokens, peak", [](const ReplayReport& r) { return gib(r.effective_bytes.peak); });
+  row("  allocated slots, mean", [](const ReplayReport& r) { return gib(r.allocated_bytes.mean); });
+  row("  allocated slots, p50 over time", [](const ReplayReport& r) { return gib(r.allocated_bytes.p50); });
+  row("  allocated slots, p99 over time", [](const ReplayReport& r) { return gib(r.allocated_bytes.p99); });
+  row("  allocated slots, peak", [](const ReplayReport& r) { return gib(r.allocated_bytes.peak); });
+  row("    peak at, s", [](const ReplayReport& r) { return seconds(r.allocated_bytes.peak_at_ns - r.start_ns); });
+  row("  reserved slots, peak", [](const ReplayReport& r) { return gib(r.reserved_bytes.peak); });
+  blank("internal fragmentation, mean GiB");
+  row("  partial-block tail", [](const ReplayReport& r) { return gib(r.mean_bytes.tail); });
+  row("  reservation ahead", [](const ReplayReport& r) { return gib(r.mean_bytes.reservation); });
+  row("  duplicate prompt copies", [](const ReplayReport& r) { return gib(r.mean_bytes.duplicate); });
+  row("  outside the window", [](const ReplayReport& r) { return gib(r.mean_bytes.outside_window); });
+  row("  total", [](const ReplayReport& r) { return gib(r.mean_bytes.total()); });
+  row("  total at allocated peak", [](const ReplayReport& r) { return gib(r.at_peak_bytes.total()); });
+  blank("usage");
+  row("  token-level (effective/allocated)", [](const ReplayReport& r) { return percent(r.token_usage); });
+  row("  block-level (allocated/capacity)", [](const ReplayReport& r) { return percent(r.block_usage); });
+  blank("external fragmentation");
+  row("  1 - largest free/free, mean", [](const ReplayReport& r) { return percent(r.external_fragmentation_mean); });
+  row("  1 - largest free/free, max", [](const ReplayReport& r) { return percent(r.external_fragmentation_max); });
+  row("  placements failed with room free", [](const ReplayReport& r) { return with_commas(r.failed_placements); });
+  row("  copied on growth, GiB", [](const ReplayReport& r) { return gib(r.copied_bytes); });
+  if (c.layout.groups.size() > 1) {
+    for (std::size_t g = 0; g < c.layout.groups.size(); ++g) {
+      blank("layer group " + c.layout.groups[g].name + ", mean positions");
+      row("  effective tokens", [g](const ReplayReport& r) {
+        return with_commas(std::llround(r.groups[g].effective_tokens.mean));
+      });
+      row("  allocated slots", [g](const ReplayReport& r) {
+        return with_commas(std::llround(r.groups[g].allocated_slots.mean));
+      });
+    }
+  }
+  blank("requests");
+  row("  completed", [](const ReplayReport& r) { return with_commas(r.completed); });
+  row("  cancelled", [](const ReplayReport& r) { return with_commas(r.cancelled_queued + r.cancelled_running); });
+  row("  refused (longer than max length)", [](const ReplayReport& r) { return with_commas(r.rejected_too_long); });
+  row("  TTFT p50 / p99, s", [](const ReplayReport& r) { return seconds(r.ttft.p50_ns) + " / " + seconds(r.ttft.p99_ns); });
+  row("  end-to-end p50 / p99, s", [](const ReplayReport& r) { return seconds(r.e2e.p50_ns) + " / " + seconds(r.e2e.p99_ns); });
+  row("leak check: allocated at end", [](const ReplayReport& r) {
+    return r.leak_free ? std::string("0 (ok)") : with_commas(r.allocated_bytes_at_end);
+  });
+  out += table.render("");
+  return out;
+}
+
+std::string replay_json(const ReplayContext& c, const std::vector<ReplayReport>& reports) {
+  Json j;
+  j["trace"] = c.trace;
+  j["model"] = Json{{"name", c.model_name}, {"source", c.model_source}, {"kv_dtype", c.kv_dtype},
+                    {"placement", c.placement}, {"bytes_per_token", c.layout.bytes_per_token()},
+                    {"max_model_len", c.layout.max_model_len}};
+  Json groups = Json::array();
+  for (const auto& g : c.layout.groups) groups.push_back(group_json(g));
+  j["model"]["layer_groups"] = groups;
+  j["budget"] = c.budget;
+  j["scheduler"] = c.scheduler;
+  Json runs = Json::array();
+  for (const auto& r : reports) {
+    Json run;
+    run["allocator"] = r.allocator;
+    run["schedule"] = r.schedule;
+    run["cost_model"] = r.cost_model;
+    run["requests"] = Json{{"total", r.requests},
+                           {"completed", r.completed},
+                           {"cancelled_queued", r.cancelled_queued},
+                           {"cancelled_running", r.cancelled_running},
+                           {"refused_too_long", r.rejected_too_long},
+                           {"prompt_tokens", r.prompt_tokens},
+                           {"generated_tokens", r.generated_tokens}};
+    run["time"] = Json{{"start_s", static_cast<double>(r.start_ns) / 1e9},
+                       {"end_s", static_cast<double>(r.end_ns) / 1e9},
+                       {"duration_ns", r.end_ns - r.start_ns},
+                       {"iterations", r.iterations}};
+    run["memory_bytes"] = Json{{"effective_tokens", occupancy_json(r.effective_bytes, "bytes")},
+                               {"allocated_slots", occupancy_json(r.allocated_bytes, "bytes")},
+                               {"reserved_slots", occupancy_json(r.reserved_bytes, "bytes")}};
+    run["internal_fragmentation_bytes"] = Json{{"mean", fragmentation_json(r.mean_bytes)},
+                                               {"at_allocated_peak", fragmentation_json(r.at_peak_bytes)}};
+    run["usage"] = Json{{"token_level", r.token_usage}, {"block_level", r.block_usage}};
+    run["external_fragmentation"] = Json{{"mean", r.external_fragmentation_mean},
+                                         {"max", r.external_fragmentation_max},
+                                         {"failed_placements_with_room_free", r.failed_placements}};
+    run["copied_bytes"] = r.copied_bytes;
+    Json gs = Json::array();
+    for (const auto& g : r.groups) {
+      gs.push_back(Json{{"name", g.group.name},
+                        {"effective_tokens", occupancy_json(g.effective_tokens, "positions")},
+                        {"allocated_slots", occupancy_json(g.allocated_slots, "positions")},
+                        {"internal_fragmentation_positions",
+                         Json{{"mean", fragmentation_json(g.mean_slots)}, {"at_allocated_peak", fragmentation_json(g.at_peak_slots)}}}});
+    }
+    run["layer_groups"] = gs;
+    run["latency"] = Json{{"ttft", latency_json(r.ttft)}, {"end_to_end", latency_json(r.e2e)}};
+    run["leak_check"] = Json{{"allocated_bytes_at_end", r.allocated_bytes_at_end}, {"ok", r.leak_free}};
+    runs.push_back(run);
+  }
+  j["runs"] = runs;
+  return j.dump(2) + "\n";
+}
+
+std::string replay_csv(const std::vector<ReplayReport>& reports) {
+  std::string out =
+      "allocator,requests,completed,cancelled,refused,duration_s,iterations,"
+      "effective_bytes_mean,effective_bytes_peak,allocated_bytes_mean,allocated_bytes_p50,allocated_bytes_p99,"
+      "allocated_bytes_peak,allocated_bytes_peak_at_s,reserved_bytes_peak,"
+      "internal_frag_tail_bytes_mean,internal_frag_reservation_bytes_mean,internal_frag_duplicate_bytes_mean,"
+      "internal_frag_outside_window_bytes_mean,token_usage,block_usage,external_frag_mean,external_frag_max,"
+      "failed_placements,copied_bytes,ttft_p50_s,ttft_p99_s,e2e_p50_s,e2e_p99_s,allocated_bytes_at_end\n";
+  for (const auto& r : reports) {
+    out += fmt::format("{},{},{},{},{},{},{},{:.3f},{},{:.3f},{},{},{},{},{},{:.3f},{:.3f},{:.3f},{:.3f},{:.6f},{:.6f},{:.6f},{:.6f},{},{},{},{},{},{},{}\n",
+                       csv_field(r.allocator), r.requests, r.completed, r.cancelled_queued + r.cancelled_running,
+                       r.rejected_too_long, format_seconds(r.end_ns - r.start_ns, 9), r.iterations,
+                       r.effective_bytes.mean, r.effective_bytes.peak, r.allocated_bytes.mean, r.allocated_bytes.p50,
+                       r.allocated_bytes.p99, r.allocated_bytes.peak,
+                       format_seconds(r.allocated_bytes.peak_at_ns - r.start_ns, 9), r.reserved_bytes.peak,
+                       r.mean_bytes.tail, r.mean_bytes.reservation, r.mean_bytes.duplicate, r.mean_bytes.outside_window,
+                       r.token_usage, r.block_usage, r.external_fragmentation_mean, r.external_fragmentation_max,
+                       r.failed_placements, r.copied_bytes, format_seconds(r.ttft.p50_ns, 9),
+                       format_seconds(r.ttft.p99_ns, 9), format_seconds(r.e2e.p50_ns, 9),
+                       format_seconds(r.e2e.p99_ns, 9), r.allocated_bytes_at_end);
+  }
+  return out;
+}
+
+std::string timeline_header(const KvLayout& layout) {
+  std::string out = "allocator,time_s,step,running,queued,effective_bytes,allocated_bytes,reserved_bytes";
+  for (const auto& g : layout.groups) {
+    std::string name = g.name;
+    for (char& ch : name) {
+      if (ch == ' ') ch = '_';
+    }
+    out += ",effective_tokens_" + name + ",allocated_slots_" + name;
+  }
+  return out + "\n";
+}
+
+std::string timeline_row(const std::string& allocator, const TimelineRow& row) {
+  std::string out = fmt::format("{},{},{},{},{},{},{},{}", csv_field(allocator), format_seconds(row.time_ns, 9), row.step,
+                                row.running, row.queued, row.effective_bytes, row.allocated_bytes, row.reserved_bytes);
+  for (std::size_t g = 0; g < row.effective_tokens.size(); ++g) {
+    out += fmt::format(",{},{}", row.effective_tokens[g], row.allocated_slots[g]);
+  }
+  return out + "\n";
+}
+
+}  // namespace kvsim::cli

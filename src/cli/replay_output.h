@@ -1,0 +1,39 @@
+// How `kvsim replay` presents its results: a side-by-side table for people, JSON with
+// everything for programs, and flat CSV rows and a timeline that pandas loads as they are.
+#ifndef KVSIM_SRC_CLI_REPLAY_OUTPUT_H_
+#define KVSIM_SRC_CLI_REPLAY_OUTPUT_H_
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "kvsim/model.h"
+#include "kvsim/replay.h"
+
+namespace kvsim::cli {
+
+// What the runs had in common.
+struct ReplayContext {
+  std::string trace;
+  std::string model_name;
+  std::string model_source;
+  std::string kv_dtype;
+  std::string placement;        // "tp 1, pp 1 (per device)"
+  KvLayout layout;
+  std::string budget;           // "none (demand)" or a description
+  std::string scheduler;        // batching settings, for the record
+};
+
+std::string replay_table(const ReplayContext& context, const std::vector<ReplayReport>& reports);
+std::string replay_json(const ReplayContext& context, const std::vector<ReplayReport>& reports);
+// One header line and one row per allocator, flat columns named with their units.
+std::string replay_csv(const std::vector<ReplayReport>& reports);
+
+// The timeline's CSV header for `layout`, and one row; `allocator` is the first column so
+// several runs can share one file (long format).
+std::string timeline_header(const KvLayout& layout);
+std::string timeline_row(const std::string& allocator, const TimelineRow& row);
+
+}  // namespace kvsim::cli
+
+#endif  // KVSIM_SRC_CLI_REPLAY_OUTPUT_H_
