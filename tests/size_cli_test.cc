@@ -105,6 +105,17 @@ TEST_CASE("kvsim size: a budget, its terms and vLLM's concurrency line") {
   REQUIRE(r.exit_code == 0);
   CHECK_THAT(r.out, Catch::Contains("5,120 blocks") && Catch::Contains("20.00x"));
 
+  // Mistral with 1 GB and 1-token blocks: 1,000,000,000 / (32 x 4,096) = 7,629 blocks, but a
+  // 32,768-token request keeps min(4,095 + 8,192, 32,768) + 1 = 12,288 blocks on its windows.
+  r = run_cli({"size", "--model", "mistral-7b-v0.1", "--tokens", "32768", "--kv-budget", "1GB", "--block-size", "1"});
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("0.62x (7,629 / 12,288 blocks)") && Catch::Contains("less than one request"));
+
+  // Sizes past 64 bits are an input error, not a wrapped number.
+  r = run_cli({"size", "--model", "llama-3.1-8b", "--tokens", "9223372036854775807"});
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("overflows 64 bits"));
+
   // The seed example needs a parameter count for its weights.
   r = run_cli({"size", "--model", "seed-example", "--device", "A100-80GB", "--params", "13B", "--tokens", "4096"});
   REQUIRE(r.exit_code == 0);

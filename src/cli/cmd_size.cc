@@ -3,6 +3,8 @@
 // a user compares beyond formatting.
 #include <fmt/core.h>
 
+#include <algorithm>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -564,6 +566,11 @@ int run_size(const Invocation& inv) {
                           with_commas(w.pool.num_blocks), with_commas(blocks),
                           tokens.empty() ? "; T = max_position_embeddings" : "",
                           stages.size() > 1 ? fmt::format("; stage {}", binding_for_tokens[k]) : "");
+      if (w.pool.num_blocks < blocks) {
+        text += fmt::format("  note: less than one request of {} tokens fits; vLLM refuses to start with "
+                            "max_model_len {} on this budget\n",
+                            with_commas(concurrency_tokens[k]), with_commas(concurrency_tokens[k]));
+      }
     }
   }
   fmt::print("{}", text);
