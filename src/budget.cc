@@ -176,11 +176,14 @@ std::int64_t estimate_parameter_count(const ModelSpec& m) {
 
 Budget derive_budget(const ModelSpec& model, const KvOptions& kv, const BudgetOptions& o) {
   Budget b;
-  b.device = o.device;
   if (kv.tensor_parallel < 1 || kv.pipeline_parallel < 1) {
     throw InputError(Location{"", 0, "--tp/--pp"}, "expected at least 1 device");
   }
   b.devices = checked_mul(kv.tensor_parallel, kv.pipeline_parallel, "device count");
+  // A named device is checked even when its total is overridden or the budget is direct: the
+  // replay engine reads its bandwidth and FLOP/s, and a typo should not pass silently.
+  const DevicePreset* preset = o.device.empty() ? nullptr : &find_device_preset(o.device);
+  if (preset != nullptr) b.device = std::string(preset->name);
   if (o.kv_budget_bytes) {
     if (*o.kv_budget_bytes <= 0) {
       throw InputError(Location{"", 0, "--kv-budget"}, "expected a positive number of bytes");
@@ -193,11 +196,9 @@ Budget derive_budget(const ModelSpec& model, const KvOptions& kv, const BudgetOp
   if (o.device_memory_bytes > 0) {
     b.device_total_bytes = o.device_memory_bytes;
     b.device_total_source = "--device-memory";
-  } else if (!o.device.empty()) {
-    const DevicePreset& d = find_device_preset(o.device);
-    b.device = std::string(d.name);
-    b.device_total_bytes = d.total_bytes;
-    b.device_total_source = std::string(d.name) + " preset (nvidia-smi memory.total)";
+  } else if (preset != nullptr) {
+    b.device_total_bytes = preset->total_bytes;
+    b.device_total_source = std::string(preset->name) + " preset (nvidia-smi memory.total)";
   } else {
     throw InputError(Location{"", 0, "--device"},
                      "a KV budget needs a device (--device or --device-memory) or --kv-budget");

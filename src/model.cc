@@ -220,9 +220,6 @@ void validate_model(const ModelSpec& model, const std::string& file) {
 
 std::vector<KvLayout> kv_stage_layouts(const ModelSpec& model, const KvOptions& options) {
   validate_model(model, "");
-  if (options.quant_group_values <= 0) {
-    throw InputError(Location{"", 0, "--kv-group-size"}, "expected a positive number of values");
-  }
   // Per-device heads and per-head widths: the same on every stage.
   std::int64_t heads = 0;
   std::int64_t k_dim = 0;

@@ -98,6 +98,11 @@ TEST_CASE("budget terms: devices share the weights, options override the model")
   CHECK(b.usable_bytes == 72'000'000'000);
   CHECK(b.weights_bytes == 2'000'000'000);
   CHECK(b.device_total_source == "--device-memory");
+  o.device = "H100-80GB";  // a named device keeps its name; the given total still wins
+  CHECK(derive_budget(llama, KvOptions{}, o).device == "H100-80GB");
+  CHECK(derive_budget(llama, KvOptions{}, o).device_total_bytes == 80'000'000'000);
+  o.device = "H100-80G";
+  CHECK_THROWS_WITH(derive_budget(llama, KvOptions{}, o), Catch::Contains("H100-80G"));
 
   // A quantised checkpoint's stored width wins over torch_dtype: DeepSeek-V3's fp8 (8 bits).
   KvOptions tp8;
