@@ -6,7 +6,14 @@
 // of the weights' dtype), how MLA is stored, and the tensor/pipeline-parallel placement.
 // kv_layout() turns the two into LayerGroups: sets of layers that store the same number of
 // bytes per position and keep the same history (full attention, or a sliding window of W
-// positions). Every byte count is an exact integer.
+// positions). Every byte count is an exact integer; arithmetic that could overflow 64 bits
+// throws InputError instead of wrapping.
+//
+// The per-value rule, for one layer and one position:
+//   kv_heads x (bytes(k_head_dim) + bytes(v_head_dim))
+//   bytes(d) = ceil(d x bits / 8) + [int8/int4/int2 only] ceil(d / group) x 2 x scale_bytes
+// (a scale and a zero-point per group of `quant_group_values` values, groups formed along each
+// head's K and V vector separately). docs/size.md gives the sources of each rule.
 #ifndef KVSIM_MODEL_H_
 #define KVSIM_MODEL_H_
 
@@ -14,6 +21,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace kvsim {
@@ -31,6 +39,8 @@ const KvDtypeInfo& kv_dtype_info(KvDtype dtype);
 // "fp16", "float16", "bf16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "int8", ...
 // Throws InputError naming `field` for anything else.
 KvDtype parse_kv_dtype(std::string_view text, std::string_view field);
+// The same names, or nullopt when `text` names no KV dtype (e.g. torch_dtype "int32").
+std::optional<KvDtype> try_parse_kv_dtype(std::string_view text);
 
 // Multi-head latent attention (DeepSeek-V2/V3) dimensions, from config.json.
 struct MlaDims {
@@ -38,6 +48,15 @@ struct MlaDims {
   std::int64_t qk_rope_head_dim = 0;
   std::int64_t qk_nope_head_dim = 0;
   std::int64_t v_head_dim = 0;
+  std::int64_t q_lora_rank = 0;  // 0 when queries are not compressed (parameter estimate only)
+};
+
+// Mixture-of-experts MLP dimensions (parameter estimate only; the KV cache does not see them).
+struct MoeDims {
+  std::int64_t routed_experts = 0;            // n_routed_experts (DeepSeek), num_local_experts (Mixtral)
+  std::int64_t shared_experts = 0;            // n_shared_experts: always-on experts of the same size
+  std::int64_t expert_intermediate_size = 0;  // moe_intermediate_size (Mixtral: intermediate_size)
+  std::int64_t dense_layers = 0;              // first_k_dense_replace: leading layers with a dense MLP
 };
 
 // An architecture as published. Field names follow Hugging Face's config.json.
@@ -55,7 +74,12 @@ struct ModelSpec {
   // One entry per layer: 0 for full attention, W for a sliding window of W positions.
   std::vector<std::int64_t> layer_window_tokens;
   std::optional<MlaDims> mla;            // set for MLA models
+  std::optional<MoeDims> moe;            // set for mixture-of-experts models
+  bool tie_word_embeddings = false;      // LM head shares the embedding matrix (estimate only)
   std::string weight_dtype;              // torch_dtype as published, e.g. "bfloat16"
+  // Bits per stored weight when the checkpoint is quantised (quantization_config: DeepSeek-V3's
+  // fp8 is 8, a 4-bit AWQ/GPTQ checkpoint is 4); 0 when weight_dtype is what is stored.
+  std::int64_t weight_bits = 0;
   std::int64_t parameter_count = 0;      // published total; 0 when unknown (then estimated)
 };
 
@@ -87,18 +111,54 @@ struct LayerGroup {
 
 // The KV cost of a model on one device (one pipeline stage).
 struct KvLayout {
-  std::vector<LayerGroup> groups;
+  std::vector<LayerGroup> groups;   // full attention first, then sliding windows, smallest first
   std::int64_t max_model_len = 0;   // max_position_embeddings
+  std::int64_t first_layer = 0;     // this stage holds layers [first_layer, end_layer)
+  std::int64_t end_layer = 0;
   std::int64_t bytes_per_token() const;  // sum of bytes_per_position over groups
 };
+
+// Bytes of one K or V vector of `values` values in `dtype`, scales included (the rule above).
+// REQUIRES: values >= 0; options.quant_group_values > 0 for the int dtypes.
+std::int64_t kv_vector_bytes(std::int64_t values, const KvOptions& options);
+
+// Positions a sequence of `tokens` tokens keeps on `group`: all of them on full attention,
+// at most window_tokens on a sliding window (the DESIGN's "effective tokens" of one sequence).
+std::int64_t kept_positions(const LayerGroup& group, std::int64_t tokens);
+
+// KV bytes one sequence of `tokens` tokens holds on the device `layout` describes: the sum over
+// groups of bytes_per_position x kept_positions. Throws InputError on 64-bit overflow.
+std::int64_t kv_bytes_for_tokens(const KvLayout& layout, std::int64_t tokens);
+
+// The layers of each pipeline stage as vLLM's get_pp_indices splits them: layers / stages
+// each, the remainder added one each to the stages before the last, starting next to it.
+// Returns [first, end) per stage. Throws InputError when stages < 1 or stages > layers.
+std::vector<std::pair<std::int64_t, std::int64_t>> pipeline_stage_layers(std::int64_t layers,
+                                                                         std::int64_t stages);
+
+// KV heads one device stores per layer under tensor parallelism (vLLM's rule): kv_heads / tp
+// when tp divides kv_heads; 1 (the head replicated) when tp is a multiple of kv_heads. Throws
+// InputError for anything else, and when tp does not divide the attention (query) heads.
+std::int64_t kv_heads_per_device(std::int64_t kv_heads, std::int64_t attention_heads,
+                                 std::int64_t tensor_parallel);
 
 // The layout of each pipeline stage, stage 0 first. Throws InputError on impossible
 // placements (tensor parallelism that neither divides nor is a multiple of the KV heads,
 // more stages than layers).
 std::vector<KvLayout> kv_stage_layouts(const ModelSpec& model, const KvOptions& options);
 
-// The layout of the stage with the most bytes per token: the one that binds.
+// The layout of the stage with the most bytes per token: the one that binds (the first such
+// stage on a tie).
 KvLayout kv_layout(const ModelSpec& model, const KvOptions& options);
+
+// The KV dtype a model is served with when the user does not say: its torch_dtype when that
+// names a KV dtype (bfloat16 -> bf16, float16 -> fp16, float32 -> fp32), else bf16.
+KvDtype default_kv_dtype(const ModelSpec& model);
+
+// Checks that a spec is usable (positive layer and head counts, one window per layer, KV heads
+// dividing attention heads, complete MLA dims). Throws InputError naming the field; `file`
+// goes into the error's Location (empty for presets).
+void validate_model(const ModelSpec& model, const std::string& file);
 
 // The built-in presets, in the order `kvsim models` lists them.
 const std::vector<ModelSpec>& model_presets();
@@ -109,6 +169,9 @@ const ModelSpec& find_model_preset(std::string_view name);
 // Reads a Hugging Face config.json (top level, or its nested text_config). Throws
 // InputError naming the file and the missing or contradictory field.
 ModelSpec load_hf_config(const std::string& path);
+
+// Parses the text of a config.json; `path` only names it in errors and in ModelSpec::name.
+ModelSpec parse_hf_config(std::string_view json_text, const std::string& path);
 
 }  // namespace kvsim
 

@@ -1,0 +1,142 @@
+// The KV budget: how many bytes of one device are left for the KV cache once the engine has
+// taken its share, and how a paged cache of that many bytes serves requests.
+//
+// derive_budget() does, per device, the subtraction a serving engine does at start-up and keeps
+// every term so a sheet can print it:
+//   device total x gpu-memory-utilization - weights / (tp x pp) - reserve = KV budget
+// or takes a KV budget given directly. Nothing here is measured: the reserve for activations,
+// CUDA graphs and the runtime is an option with a documented default, and the weights are a
+// parameter count times bytes per weight, spread evenly over the devices.
+//
+// paged_pool() and request_blocks() follow vLLM's v1 KV-cache manager (vllm/v1/core/
+// kv_cache_utils.py and vllm/v1/kv_cache_interface.py): layers are put in KV-cache groups of
+// equal size, one block id reserves one page in every layer of a group, a full-attention group
+// needs ceil(T / block) blocks per request and a sliding-window group at most
+// ceil(min(W - 1 + max_num_batched_tokens, T) / block) + 1. "Maximum concurrency for T tokens
+// per request" is num_blocks / blocks_per_request, as vLLM logs it. All byte counts are exact
+// integers.
+#ifndef KVSIM_BUDGET_H_
+#define KVSIM_BUDGET_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvsim/model.h"
+
+namespace kvsim {
+
+// A GPU model: its memory as the driver reports it and, for the replay engine's roofline cost
+// model, its spec-sheet bandwidth and dense BF16 tensor throughput.
+struct DevicePreset {
+  std::string_view name;               // "H100-80GB"
+  std::string_view product;            // "NVIDIA H100 80GB HBM3", as nvidia-smi names it
+  std::int64_t total_bytes;            // nvidia-smi memory.total (MiB, exact) in bytes
+  std::int64_t hbm_bytes_per_second;   // spec-sheet memory bandwidth
+  std::int64_t bf16_dense_flops;       // spec-sheet dense BF16 tensor FLOP/s (no 2:4 sparsity)
+  std::string_view source;             // where the numbers come from
+};
+
+// A100-40GB, A100-80GB, H100-80GB, H200-141GB, L4, RTX-4090, in that order.
+const std::vector<DevicePreset>& device_presets();
+
+// A device preset by name (case-insensitive). Throws InputError listing the known names.
+const DevicePreset& find_device_preset(std::string_view name);
+
+inline constexpr std::int64_t kPartsPerBillion = 1'000'000'000;
+// vLLM's default --gpu-memory-utilization, 0.9.
+inline constexpr std::int64_t kDefaultGpuMemoryUtilizationPpb = 900'000'000;
+// A round default for activations, CUDA graphs and the runtime of a 7-8B model at vLLM's
+// default batch of 8,192 tokens; vLLM measures it by profiling, so pass what your engine logs.
+inline constexpr std::int64_t kDefaultReserveBytes = std::int64_t{1} << 30;  // 1 GiB
+
+// What the user said about the budget. Every field has a default; the KV budget is either
+// given directly (kv_budget_bytes) or derived from a device.
+struct BudgetOptions {
+  std::string device;                  // device preset name; "" if device_memory_bytes or direct
+  std::int64_t device_memory_bytes = 0;  // overrides the preset's total (e.g. torch.cuda.mem_get_info()[1])
+  std::int64_t gpu_memory_utilization_ppb = kDefaultGpuMemoryUtilizationPpb;  // (0, 1e9]
+  std::int64_t parameter_count = 0;    // overrides the model's; 0: the model's, else estimated
+  std::int64_t weight_bits = 0;        // bits per weight; 0: what the model stores
+  std::optional<std::int64_t> weights_bytes;   // all weights on all devices; overrides the two above
+  std::int64_t reserve_bytes = kDefaultReserveBytes;  // per device
+  std::optional<std::int64_t> kv_budget_bytes;        // per device; skips the subtraction
+};
+
+// Every term of the subtraction, per device.
+struct Budget {
+  bool direct = false;                 // the KV budget was given; the terms below are not used
+  std::string device;                  // preset name, or "" when none was named
+  std::int64_t device_total_bytes = 0;
+  std::string device_total_source;     // "H100-80GB preset (nvidia-smi memory.total)", "--device-memory"
+  std::int64_t gpu_memory_utilization_ppb = 0;
+  std::int64_t usable_bytes = 0;       // floor(device_total_bytes x utilization)
+  std::int64_t parameter_count = 0;    // 0 when weights_bytes was given directly
+  std::string parameter_source;        // "published", "estimated from the config", "--params"
+  std::int64_t weight_bits = 0;
+  std::string weight_bits_source;      // "torch_dtype bfloat16", "quantization_config", "--weight-dtype"
+  std::int64_t weights_bytes = 0;      // all weights, all devices: ceil(parameters x bits / 8)
+  std::int64_t devices = 1;            // tensor_parallel x pipeline_parallel
+  std::int64_t weights_bytes_per_device = 0;  // ceil(weights_bytes / devices)
+  std::int64_t reserve_bytes = 0;
+  std::int64_t kv_budget_bytes = 0;    // what is left for the KV cache on one device
+};
+
+// The KV budget per device for serving `model` with `kv` on the device `options` names. The
+// replay engine calls this with the same options as `kvsim size`. Throws InputError when the
+// options are inconsistent (no device and no direct budget, utilisation outside (0, 1]), when
+// the weights cannot be known (no published count and the config lacks the fields to estimate
+// it), and when the budget comes out <= 0 (the message shows every term).
+Budget derive_budget(const ModelSpec& model, const KvOptions& kv, const BudgetOptions& options);
+
+// Parses a utilisation such as "0.9" or "0.875" exactly (never through a double) into parts
+// per billion; throws InputError naming `field` unless 0 < value <= 1.
+std::int64_t parse_gpu_memory_utilization(std::string_view text, std::string_view field);
+
+// Parts per billion as the shortest exact decimal: 900000000 -> "0.9".
+std::string format_ppb(std::int64_t ppb);
+
+// The parameter count of a decoder-only transformer from its config:
+//   embeddings V x H (twice unless tied) + final norm H
+//   + per layer: attention + MLP + 2 x H of norms, where
+//     attention = H x heads x d + 2 x H x kv_heads x d + heads x d x H           (d = head_dim)
+//       or, for MLA: [H x q_lora + q_lora + q_lora x heads x (nope + rope) | H x heads x (nope + rope)]
+//                    + H x (kv_lora + rope) + kv_lora + kv_lora x heads x (nope + v) + heads x v x H
+//     MLP = 3 x H x I (gated), or for MoE layers (routed + shared) x 3 x H x I_expert + routed x H.
+// Biases and extra norm vectors are left out (Qwen's QKV bias, Gemma's four norms per layer):
+// exact for Llama, Mistral and Phi-3, within 0.01% for the others. Throws InputError naming
+// the missing field (hidden_size, intermediate_size, vocab_size) when it cannot estimate.
+std::int64_t estimate_parameter_count(const ModelSpec& model);
+
+// How vLLM's paged cache is laid out on one device.
+struct PagedOptions {
+  std::int64_t block_tokens = 16;             // --block-size: tokens per block (vLLM default 16)
+  std::int64_t max_num_batched_tokens = 8192;  // vLLM's scheduler chunk; caps sliding windows
+};
+
+struct PagedPool {
+  std::int64_t block_tokens = 0;
+  std::int64_t page_bytes = 0;        // one block of one layer: block_tokens x bytes per layer position
+  std::int64_t group_size = 0;        // layers per KV-cache group
+  std::int64_t cache_groups = 0;      // KV-cache groups (block tables) on this device
+  std::int64_t padding_layers = 0;    // empty layer slots vLLM pads the groups with
+  std::int64_t block_bytes = 0;       // memory behind one block id: page_bytes x group_size
+  std::int64_t num_blocks = 0;        // kv_budget_bytes / block_bytes, rounded down
+  std::int64_t kv_cache_tokens = 0;   // vLLM's "GPU KV cache size": num_blocks / cache_groups x block_tokens
+  bool uniform_page = true;           // false: layer groups differ in bytes per position, and the
+                                      // pool is an approximation (vLLM would re-block or refuse)
+};
+
+// The pool of blocks `kv_budget_bytes` buys on the device `layout` describes.
+// REQUIRES: options.block_tokens > 0 (else InputError).
+PagedPool paged_pool(const KvLayout& layout, std::int64_t kv_budget_bytes, const PagedOptions& options);
+
+// Blocks one request of `tokens` tokens can hold at most, summed over the KV-cache groups.
+std::int64_t request_blocks(const KvLayout& layout, const PagedPool& pool, std::int64_t tokens,
+                            const PagedOptions& options);
+
+}  // namespace kvsim
+
+#endif  // KVSIM_BUDGET_H_

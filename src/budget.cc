@@ -1,0 +1,324 @@
+// Device presets, the KV budget subtraction, the parameter estimate and vLLM's paged pool.
+#include "kvsim/budget.h"
+
+#include <algorithm>
+#include <cctype>
+#include <limits>
+#include <string>
+
+#include "decimal.h"
+#include "kvsim/error.h"
+#include "kvsim/units.h"
+
+namespace kvsim {
+namespace {
+
+__extension__ typedef __int128 Wide;  // exact products of a byte count and a ppb fraction
+
+// ceil(a / b) for a >= 0, b > 0, without the a + b - 1 that overflows near INT64_MAX.
+constexpr std::int64_t ceil_div_exact(std::int64_t a, std::int64_t b) { return a / b + (a % b != 0 ? 1 : 0); }
+
+constexpr std::int64_t kMiB = std::int64_t{1} << 20;
+constexpr std::int64_t kGBps = 1'000'000'000;         // spec sheets quote decimal GB/s
+constexpr std::int64_t kTflops = 1'000'000'000'000;   // and decimal TFLOPS
+
+// Totals are nvidia-smi's memory.total, an exact MiB count that does not change with the
+// driver. CUDA's own total (cudaMemGetInfo, torch.cuda.mem_get_info()[1], deviceQuery), which
+// vLLM multiplies by --gpu-memory-utilization, is 0.5-2% lower and moves with the driver version
+// (the figures quoted below); pass --device-memory to use the one your machine prints.
+// Bandwidth and dense BF16 throughput are the vendors' spec-sheet peaks.
+const std::vector<DevicePreset>& presets() {
+  static const std::vector<DevicePreset> list = {
+      {"A100-40GB", "NVIDIA A100-SXM4-40GB", 40960 * kMiB, 1555 * kGBps, 312 * kTflops,
+       "total: nvidia-smi 40960MiB (modal-labs/modal-client PR #2797; CUDA reports 42,298,834,944 "
+       "bytes under driver 12.2, bottlerocket-os/bottlerocket PR #3873 deviceQuery); NVIDIA A100 "
+       "datasheet: 1,555 GB/s HBM2 (SXM4 40GB), 312 TFLOPS BF16 dense (624 with sparsity)"},
+      {"A100-80GB", "NVIDIA A100-SXM4-80GB", 81920 * kMiB, 2039 * kGBps, 312 * kTflops,
+       "total: nvidia-smi 81920MiB (modal-labs/modal-client PR #2797; CUDA reports 84,987,740,160 "
+       "bytes under driver 12.2 and 85,100,068,864 under 12.5 in published deviceQuery logs); "
+       "NVIDIA A100 datasheet: 2,039 GB/s HBM2e (SXM4 80GB), 312 TFLOPS BF16 dense"},
+      {"H100-80GB", "NVIDIA H100 80GB HBM3", 81559 * kMiB, 3350 * kGBps, 989'500 * (kTflops / 1000),
+       "total: nvidia-smi 81559MiB = 85,520,809,984 bytes (modal-labs/modal-client PR #2797; CUDA "
+       "reports 85,045,477,376 under driver 12.7 and 85,017,755,648 under 13.0 in deviceQuery "
+       "logs); NVIDIA H100 datasheet (SXM5): 3.35 TB/s HBM3, 1,979 TFLOPS BF16 with sparsity = "
+       "989.5 dense"},
+      {"H200-141GB", "NVIDIA H200", 143771 * kMiB, 4800 * kGBps, 989'500 * (kTflops / 1000),
+       "total: nvidia-smi 143771MiB (nvidia-smi --query-gpu output quoted in many public logs); "
+       "NVIDIA H200 datasheet (SXM): 4.8 TB/s HBM3e, 1,979 TFLOPS BF16 with sparsity = 989.5 dense"},
+      {"L4", "NVIDIA L4", 23034 * kMiB, 300 * kGBps, 121 * kTflops,
+       "total: nvidia-smi 23034MiB (modal-labs/modal-client PR #2797; CUDA reports 23,612,293,120 "
+       "bytes under driver 12.0 in a published deviceQuery log); NVIDIA L4 datasheet: 300 GB/s "
+       "GDDR6, 242 TFLOPS BF16 with sparsity = 121 dense"},
+      {"RTX-4090", "NVIDIA GeForce RTX 4090", 24564 * kMiB, 1008 * kGBps, 165'200 * (kTflops / 1000),
+       "total: nvidia-smi 24564MiB (nvidia-smi --query-gpu output quoted in public logs; CUDA "
+       "reports 25,386,352,640 bytes on Linux under driver 12.4); NVIDIA Ada whitepaper: 1,008 GB/s "
+       "GDDR6X (21 Gbps x 384 bit), 165.2 TFLOPS BF16 dense with FP32 accumulate"},
+  };
+  return list;
+}
+
+std::string lower(std::string_view text) {
+  std::string out(text);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+std::int64_t mul(std::int64_t a, std::int64_t b) { return checked_mul(a, b, "parameter count"); }
+std::int64_t add(std::int64_t a, std::int64_t b) { return checked_add(a, b, "parameter count"); }
+
+std::int64_t require_field(std::int64_t value, const char* field) {
+  if (value <= 0) {
+    throw InputError(Location{"", 0, "field '" + std::string(field) + "'"},
+                     "unknown, so the parameter count cannot be estimated; pass --params or "
+                     "--weights-bytes");
+  }
+  return value;
+}
+
+std::int64_t bits_of(std::string_view dtype) {
+  if (auto d = try_parse_kv_dtype(dtype)) return kv_dtype_info(*d).bits;
+  return 0;
+}
+
+// Blocks one request of `tokens` keeps in one KV-cache group of this kind, per vLLM's
+// kv_cache_interface.py: FullAttentionSpec.max_memory_usage_bytes is cdiv(max_model_len,
+// block_size) pages; SlidingWindowSpec's is cdiv(min(sliding_window - 1 + max_num_batched_tokens,
+// max_model_len), block_size) + 1 pages (the window need not start on a block boundary, and a
+// chunked prefill step adds up to max_num_batched_tokens new tokens to the W - 1 kept ones).
+std::int64_t spec_blocks(const LayerGroup& g, std::int64_t tokens, const PagedOptions& o) {
+  if (tokens <= 0) return 0;
+  if (g.window_tokens == 0) return ceil_div_exact(tokens, o.block_tokens);
+  const std::int64_t kept = std::min(
+      checked_add(g.window_tokens - 1, o.max_num_batched_tokens, "sliding-window tokens"), tokens);
+  return checked_add(ceil_div_exact(kept, o.block_tokens), 1, "blocks per request");
+}
+
+}  // namespace
+
+const std::vector<DevicePreset>& device_presets() { return presets(); }
+
+const DevicePreset& find_device_preset(std::string_view name) {
+  const std::string key = lower(name);
+  std::string known;
+  for (const auto& d : presets()) {
+    if (lower(d.name) == key) return d;
+    known += (known.empty() ? "" : ", ") + std::string(d.name);
+  }
+  throw InputError(Location{"", 0, "--device"},
+                   "no device named \"" + std::string(name) + "\" (known: " + known +
+                       "; or give --device-memory BYTES)");
+}
+
+std::int64_t parse_gpu_memory_utilization(std::string_view text, std::string_view field) {
+  const Location where{"", 0, std::string(field)};
+  std::int64_t ppb = 0;
+  const auto status = detail::parse_scaled_decimal(text, 9, ppb);
+  if (status != detail::DecimalStatus::ok) {
+    throw InputError(where, "\"" + std::string(text) + "\" " + detail::describe(status) +
+                                " (expected a fraction such as 0.9, with at most 9 decimals)");
+  }
+  if (ppb <= 0 || ppb > kPartsPerBillion) {
+    throw InputError(where, "expected a fraction in (0, 1], got " + std::string(text));
+  }
+  return ppb;
+}
+
+std::string format_ppb(std::int64_t ppb) {
+  std::string text = format_ratio(ppb, kPartsPerBillion, 9);
+  while (!text.empty() && text.back() == '0') text.pop_back();
+  if (!text.empty() && text.back() == '.') text.pop_back();
+  return text;
+}
+
+std::int64_t estimate_parameter_count(const ModelSpec& m) {
+  const std::int64_t hidden = require_field(m.hidden_size, "hidden_size");
+  const std::int64_t vocab = require_field(m.vocab_size, "vocab_size");
+  const std::int64_t heads = m.num_attention_heads;
+
+  std::int64_t attention = 0;
+  if (m.mla) {
+    const MlaDims& d = *m.mla;
+    const std::int64_t qk = d.qk_nope_head_dim + d.qk_rope_head_dim;
+    attention = d.q_lora_rank > 0
+                    ? add(add(mul(hidden, d.q_lora_rank), d.q_lora_rank), mul(d.q_lora_rank, mul(heads, qk)))
+                    : mul(hidden, mul(heads, qk));
+    attention = add(attention, mul(hidden, d.kv_lora_rank + d.qk_rope_head_dim));  // kv_a_proj_with_mqa
+    attention = add(attention, d.kv_lora_rank);                                     // kv_a_layernorm
+    attention = add(attention, mul(d.kv_lora_rank, mul(heads, d.qk_nope_head_dim + d.v_head_dim)));
+    attention = add(attention, mul(mul(heads, d.v_head_dim), hidden));              // o_proj
+  } else {
+    const std::int64_t q = mul(heads, m.head_dim);
+    const std::int64_t kv = mul(m.num_key_value_heads, m.head_dim);
+    attention = add(add(mul(hidden, q), mul(2, mul(hidden, kv))), mul(q, hidden));
+  }
+  const std::int64_t norms = mul(2, hidden);
+
+  std::int64_t dense_mlp = 0;
+  std::int64_t dense_layers = m.num_hidden_layers;
+  std::int64_t moe_mlp = 0;
+  if (m.moe) {
+    const MoeDims& e = *m.moe;
+    const std::int64_t expert = mul(3, mul(hidden, require_field(e.expert_intermediate_size, "moe_intermediate_size")));
+    moe_mlp = add(mul(e.routed_experts + e.shared_experts, expert), mul(e.routed_experts, hidden));
+    dense_layers = std::clamp<std::int64_t>(e.dense_layers, 0, m.num_hidden_layers);
+    if (dense_layers > 0) dense_mlp = mul(3, mul(hidden, require_field(m.intermediate_size, "intermediate_size")));
+  } else {
+    dense_mlp = mul(3, mul(hidden, require_field(m.intermediate_size, "intermediate_size")));
+  }
+
+  std::int64_t total = mul(vocab, hidden);                        // embed_tokens
+  if (!m.tie_word_embeddings) total = add(total, mul(vocab, hidden));  // lm_head
+  total = add(total, hidden);                                     // final norm
+  total = add(total, mul(dense_layers, add(add(attention, dense_mlp), norms)));
+  total = add(total, mul(m.num_hidden_layers - dense_layers, add(add(attention, moe_mlp), norms)));
+  return total;
+}
+
+Budget derive_budget(const ModelSpec& model, const KvOptions& kv, const BudgetOptions& o) {
+  Budget b;
+  if (kv.tensor_parallel < 1 || kv.pipeline_parallel < 1) {
+    throw InputError(Location{"", 0, "--tp/--pp"}, "expected at least 1 device");
+  }
+  b.devices = checked_mul(kv.tensor_parallel, kv.pipeline_parallel, "device count");
+  // A named device is checked even when its total is overridden or the budget is direct: the
+  // replay engine reads its bandwidth and FLOP/s, and a typo should not pass silently.
+  const DevicePreset* preset = o.device.empty() ? nullptr : &find_device_preset(o.device);
+  if (preset != nullptr) b.device = std::string(preset->name);
+  if (o.kv_budget_bytes) {
+    if (*o.kv_budget_bytes <= 0) {
+      throw InputError(Location{"", 0, "--kv-budget"}, "expected a positive number of bytes");
+    }
+    b.direct = true;
+    b.kv_budget_bytes = *o.kv_budget_bytes;
+    return b;
+  }
+
+  if (o.device_memory_bytes > 0) {
+    b.device_total_bytes = o.device_memory_bytes;
+    b.device_total_source = "--device-memory";
+  } else if (preset != nullptr) {
+    b.device_total_bytes = preset->total_bytes;
+    b.device_total_source = std::string(preset->name) + " preset (nvidia-smi memory.total)";
+  } else {
+    throw InputError(Location{"", 0, "--device"},
+                     "a KV budget needs a device (--device or --device-memory) or --kv-budget");
+  }
+  if (o.gpu_memory_utilization_ppb <= 0 || o.gpu_memory_utilization_ppb > kPartsPerBillion) {
+    throw InputError(Location{"", 0, "--gpu-memory-utilization"}, "expected a fraction in (0, 1]");
+  }
+  b.gpu_memory_utilization_ppb = o.gpu_memory_utilization_ppb;
+  b.usable_bytes = static_cast<std::int64_t>(Wide{b.device_total_bytes} * o.gpu_memory_utilization_ppb /
+                                             kPartsPerBillion);
+
+  if (o.weights_bytes) {
+    if (*o.weights_bytes < 0) throw InputError(Location{"", 0, "--weights-bytes"}, "expected a non-negative size");
+    b.weights_bytes = *o.weights_bytes;
+    b.parameter_source = "--weights-bytes";
+  } else {
+    if (o.parameter_count > 0) {
+      b.parameter_count = o.parameter_count;
+      b.parameter_source = "--params";
+    } else if (model.parameter_count > 0) {
+      b.parameter_count = model.parameter_count;
+      b.parameter_source = "published";
+    } else {
+      b.parameter_count = estimate_parameter_count(model);
+      b.parameter_source = "estimated from the config";
+    }
+    if (o.weight_bits > 0) {
+      b.weight_bits = o.weight_bits;
+      b.weight_bits_source = "--weight-dtype";
+    } else if (model.weight_bits > 0) {
+      b.weight_bits = model.weight_bits;
+      b.weight_bits_source = "quantization_config";
+    } else if (const std::int64_t bits = bits_of(model.weight_dtype); bits > 0) {
+      b.weight_bits = bits;
+      b.weight_bits_source = "torch_dtype " + model.weight_dtype;
+    } else {
+      b.weight_bits = 16;
+      b.weight_bits_source = "assumed 16-bit (no torch_dtype)";
+    }
+    b.weights_bytes = ceil_div_exact(checked_mul(b.parameter_count, b.weight_bits, "weight bits"), 8);
+  }
+  b.weights_bytes_per_device = ceil_div_exact(b.weights_bytes, b.devices);
+  if (o.reserve_bytes < 0) throw InputError(Location{"", 0, "--reserve"}, "expected a non-negative size");
+  b.reserve_bytes = o.reserve_bytes;
+  b.kv_budget_bytes = b.usable_bytes - b.weights_bytes_per_device - b.reserve_bytes;
+  if (b.kv_budget_bytes <= 0) {
+    throw InputError(Location{"", 0, "KV budget"},
+                     "nothing is left for the KV cache on each device: " + with_commas(b.device_total_bytes) +
+                         " bytes x " + format_ppb(b.gpu_memory_utilization_ppb) + " = " +
+                         with_commas(b.usable_bytes) + ", - weights " + with_commas(b.weights_bytes) + " / " +
+                         std::to_string(b.devices) + " device(s) = " + with_commas(b.weights_bytes_per_device) +
+                         ", - reserve " + with_commas(b.reserve_bytes) + " = " + with_commas(b.kv_budget_bytes) +
+                         " bytes. Use more devices (--tp, --pp), a larger device, or give --kv-budget");
+  }
+  return b;
+}
+
+PagedPool paged_pool(const KvLayout& layout, std::int64_t kv_budget_bytes, const PagedOptions& o) {
+  if (o.block_tokens <= 0) throw InputError(Location{"", 0, "--block-size"}, "expected a positive number of tokens");
+  if (o.max_num_batched_tokens <= 0) {
+    throw InputError(Location{"", 0, "--max-num-batched-tokens"}, "expected a positive number of tokens");
+  }
+  check(!layout.groups.empty(), "paged_pool: a layout with no layer groups");
+  PagedPool p;
+  p.block_tokens = o.block_tokens;
+  const std::int64_t layer_bytes = layout.groups.front().bytes_per_layer_position;
+  p.uniform_page = std::all_of(layout.groups.begin(), layout.groups.end(),
+                               [&](const LayerGroup& g) { return g.bytes_per_layer_position == layer_bytes; });
+  if (!p.uniform_page) {
+    // vLLM needs one page size for all groups; with differing widths it re-blocks or refuses.
+    // Approximate: one block id holds block_tokens positions of every layer.
+    p.page_bytes = 0;
+    p.group_size = 0;
+    for (const auto& g : layout.groups) p.group_size += g.layers;
+    p.cache_groups = 1;
+    p.block_bytes = checked_mul(o.block_tokens, layout.bytes_per_token(), "block bytes");
+  } else {
+    // vllm/v1/core/kv_cache_utils.py: one attention type -> one group of all layers; several
+    // -> group size = the smallest type's layer count, or the largest's when
+    // max < 1.5 x min (to avoid padding), each type split into cdiv(layers, size) groups.
+    std::int64_t min_layers = std::numeric_limits<std::int64_t>::max();
+    std::int64_t max_layers = 0;
+    for (const auto& g : layout.groups) {
+      min_layers = std::min(min_layers, g.layers);
+      max_layers = std::max(max_layers, g.layers);
+    }
+    p.group_size = 2 * max_layers < 3 * min_layers ? max_layers : min_layers;
+    for (const auto& g : layout.groups) {
+      const std::int64_t n = ceil_div_exact(g.layers, p.group_size);
+      p.cache_groups += n;
+      p.padding_layers += n * p.group_size - g.layers;
+    }
+    p.page_bytes = checked_mul(o.block_tokens, layer_bytes, "page bytes");
+    p.block_bytes = checked_mul(p.page_bytes, p.group_size, "block bytes");
+  }
+  // get_num_blocks: available_memory // page_size // num_layers (the group size).
+  p.num_blocks = kv_budget_bytes > 0 ? kv_budget_bytes / p.block_bytes : 0;
+  // _report_kv_cache_config: num_blocks // len(kv_cache_groups) * block_size tokens.
+  p.kv_cache_tokens = checked_mul(p.num_blocks / p.cache_groups, o.block_tokens, "KV cache tokens");
+  return p;
+}
+
+std::int64_t request_blocks(const KvLayout& layout, const PagedPool& pool, std::int64_t tokens,
+                            const PagedOptions& o) {
+  std::int64_t blocks = 0;
+  if (pool.uniform_page) {
+    for (const auto& g : layout.groups) {
+      blocks = checked_add(blocks, checked_mul(ceil_div_exact(g.layers, pool.group_size), spec_blocks(g, tokens, o),
+                                               "blocks per request"),
+                           "blocks per request");
+    }
+    return blocks;
+  }
+  std::int64_t bytes = 0;
+  for (const auto& g : layout.groups) {
+    const std::int64_t positions = checked_mul(spec_blocks(g, tokens, o), o.block_tokens, "positions");
+    bytes = checked_add(bytes, checked_mul(g.bytes_per_position, positions, "bytes per request"),
+                        "bytes per request");
+  }
+  return ceil_div_exact(bytes, pool.block_bytes);
+}
+
+}  // namespace kvsim

@@ -1,0 +1,266 @@
+// Reading a Hugging Face config.json into a ModelSpec. nlohmann::json stays in this file: the
+// public headers are standard library only.
+//
+// Which layers slide is the part configs spell in several ways; the order of the rules below
+// follows transformers:
+//   1. layer_types: one "sliding_attention" / "full_attention" per layer (newer configs);
+//   2. use_sliding_window false, or sliding_window null/absent: every layer is full attention
+//      (Qwen2Config: sliding_window = sliding_window if use_sliding_window else None);
+//   3. sliding_window_pattern P: layer i is full when (i + 1) % P == 0 (Gemma 3; Gemma 3's
+//      default P = 6 applies when a gemma3 config leaves it out);
+//   4. model_type gemma2: even layers slide (Gemma2DecoderLayer: is_sliding = not layer_idx % 2);
+//   5. use_sliding_window true with max_window_layers M: layers i >= M slide (Qwen2);
+//   6. otherwise sliding_window applies to every layer (Mistral, Phi-3).
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kvsim/error.h"
+#include "kvsim/model.h"
+
+namespace kvsim {
+namespace {
+
+using nlohmann::json;
+
+// A sanity cap so a typo like 3200000000 layers is an error, not an allocation of gigabytes.
+constexpr std::int64_t kMaxLayers = 100'000;
+
+class Config {
+ public:
+  Config(const json& root, std::string path) : root_(root), path_(std::move(path)) {
+    const auto it = root_.find("text_config");
+    if (it != root_.end() && it->is_object()) text_ = &*it;
+  }
+
+  const std::string& path() const { return path_; }
+  bool nested() const { return text_ != nullptr; }
+
+  // The value of `key`: text_config's first (multimodal configs keep the language model
+  // there), then the top level. nullptr when absent or JSON null.
+  const json* find(const char* key) const {
+    if (text_ != nullptr) {
+      const auto it = text_->find(key);
+      if (it != text_->end() && !it->is_null()) return &*it;
+    }
+    const auto it = root_.find(key);
+    if (it != root_.end() && !it->is_null()) return &*it;
+    return nullptr;
+  }
+
+  [[noreturn]] void fail(const std::string& field, const std::string& problem) const {
+    throw InputError(Location{path_, 0, "field '" + field + "'"}, problem);
+  }
+
+  std::optional<std::int64_t> integer(const char* key) const {
+    const json* v = find(key);
+    if (v == nullptr) return std::nullopt;
+    if (v->is_number_unsigned()) {
+      const auto u = v->get<std::uint64_t>();
+      if (u > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
+        fail(key, "is too large (overflows 64 bits)");
+      }
+      return static_cast<std::int64_t>(u);
+    }
+    if (v->is_number_integer()) return v->get<std::int64_t>();
+    fail(key, "expected an integer, got " + v->dump());
+  }
+
+  std::int64_t required_positive(const char* key) const {
+    const auto v = integer(key);
+    if (!v) fail(key, nested() ? "missing (looked in text_config and at the top level)" : "missing");
+    if (*v <= 0) fail(key, "expected a positive integer, got " + std::to_string(*v));
+    return *v;
+  }
+
+  std::optional<std::int64_t> optional_positive(const char* key) const {
+    const auto v = integer(key);
+    if (v && *v <= 0) fail(key, "expected a positive integer, got " + std::to_string(*v));
+    return v;
+  }
+
+  std::optional<std::string> string(const char* key) const {
+    const json* v = find(key);
+    if (v == nullptr) return std::nullopt;
+    if (!v->is_string()) fail(key, "expected a string, got " + v->dump());
+    return v->get<std::string>();
+  }
+
+  std::optional<bool> boolean(const char* key) const {
+    const json* v = find(key);
+    if (v == nullptr) return std::nullopt;
+    if (!v->is_boolean()) fail(key, "expected true or false, got " + v->dump());
+    return v->get<bool>();
+  }
+
+ private:
+  const json& root_;
+  const json* text_ = nullptr;
+  std::string path_;
+};
+
+std::string parse_error_text(const json::parse_error& e) {
+  // what() reads "[json.exception.parse_error.101] parse error at line 3, column 5: ..."; the
+  // bracketed id means nothing to a user.
+  std::string text = e.what();
+  const auto close = text.find("] ");
+  if (text.rfind("[json.exception.", 0) == 0 && close != std::string::npos) text.erase(0, close + 2);
+  return text;
+}
+
+std::vector<std::int64_t> layer_windows(const Config& c, const std::string& model_type,
+                                        std::int64_t layers) {
+  const auto window = c.optional_positive("sliding_window");
+  if (const json* types = c.find("layer_types")) {
+    if (!types->is_array()) c.fail("layer_types", "expected a list of attention types");
+    if (static_cast<std::int64_t>(types->size()) != layers) {
+      c.fail("layer_types", "has " + std::to_string(types->size()) + " entries but num_hidden_layers is " +
+                                std::to_string(layers));
+    }
+    std::vector<std::int64_t> out;
+    for (std::size_t i = 0; i < types->size(); ++i) {
+      const json& t = (*types)[i];
+      const std::string field = "layer_types[" + std::to_string(i) + "]";
+      if (!t.is_string()) c.fail(field, "expected a string, got " + t.dump());
+      const auto name = t.get<std::string>();
+      if (name == "full_attention") {
+        out.push_back(0);
+      } else if (name == "sliding_attention") {
+        if (!window) c.fail("sliding_window", "missing, but " + field + " is \"sliding_attention\"");
+        out.push_back(*window);
+      } else {
+        c.fail(field, "\"" + name + "\" is not an attention kvsim can size (expected \"full_attention\" or "
+                      "\"sliding_attention\")");
+      }
+    }
+    return out;
+  }
+  const auto use_sliding = c.boolean("use_sliding_window");
+  if (!window || (use_sliding && !*use_sliding)) return std::vector<std::int64_t>(static_cast<std::size_t>(layers), 0);
+  std::optional<std::int64_t> pattern = c.optional_positive("sliding_window_pattern");
+  if (!pattern && (model_type == "gemma3" || model_type == "gemma3_text")) pattern = 6;
+  if (!pattern && model_type == "gemma2") pattern = 2;
+  std::vector<std::int64_t> out;
+  if (pattern) {
+    for (std::int64_t i = 0; i < layers; ++i) out.push_back((i + 1) % *pattern != 0 ? *window : 0);
+    return out;
+  }
+  const auto max_window_layers = c.integer("max_window_layers");
+  if (use_sliding && *use_sliding && max_window_layers) {
+    for (std::int64_t i = 0; i < layers; ++i) out.push_back(i >= *max_window_layers ? *window : 0);
+    return out;
+  }
+  return std::vector<std::int64_t>(static_cast<std::size_t>(layers), *window);
+}
+
+// Bits per stored weight from quantization_config, or 0 when the weights are stored as
+// torch_dtype (or in a scheme this does not recognise).
+std::int64_t quantized_weight_bits(const Config& c) {
+  const json* q = c.find("quantization_config");
+  if (q == nullptr || !q->is_object()) return 0;
+  const std::string method = q->value("quant_method", std::string{});
+  if (method == "fp8") return 8;
+  const auto bits = q->find("bits");
+  if (bits != q->end() && bits->is_number_integer() && bits->get<std::int64_t>() > 0) {
+    return bits->get<std::int64_t>();  // AWQ, GPTQ
+  }
+  if (method == "bitsandbytes") {
+    if (q->value("load_in_4bit", false)) return 4;
+    if (q->value("load_in_8bit", false)) return 8;
+  }
+  return 0;
+}
+
+}  // namespace
+
+ModelSpec parse_hf_config(std::string_view json_text, const std::string& path) {
+  json root;
+  try {
+    root = json::parse(json_text.begin(), json_text.end());
+  } catch (const json::parse_error& e) {
+    throw InputError(Location{path, 0, ""}, "not valid JSON: " + parse_error_text(e));
+  }
+  if (!root.is_object()) throw InputError(Location{path, 0, ""}, "expected a JSON object at the top level");
+  const Config c(root, path);
+
+  ModelSpec m;
+  m.name = path;
+  const std::string model_type = c.string("model_type").value_or("");
+  m.source = path + (model_type.empty() ? "" : " (model_type " + model_type + ")");
+  m.num_hidden_layers = c.required_positive("num_hidden_layers");
+  if (m.num_hidden_layers > kMaxLayers) {
+    c.fail("num_hidden_layers", std::to_string(m.num_hidden_layers) + " layers is implausible (more than " +
+                                    std::to_string(kMaxLayers) + ")");
+  }
+  m.num_attention_heads = c.required_positive("num_attention_heads");
+  // Absent (or null) means multi-head attention: one KV head per query head.
+  m.num_key_value_heads = c.optional_positive("num_key_value_heads").value_or(m.num_attention_heads);
+  m.hidden_size = c.optional_positive("hidden_size").value_or(0);
+  m.intermediate_size = c.optional_positive("intermediate_size").value_or(0);
+  m.vocab_size = c.optional_positive("vocab_size").value_or(0);
+  // Gemma3TextConfig defaults max_position_embeddings to 131072 and its Hub configs rely on it.
+  const bool gemma3 = model_type == "gemma3" || model_type == "gemma3_text";
+  m.max_position_embeddings = c.optional_positive("max_position_embeddings").value_or(gemma3 ? 131072 : 0);
+
+  if (c.find("kv_lora_rank") != nullptr) {
+    MlaDims mla;
+    mla.kv_lora_rank = c.required_positive("kv_lora_rank");
+    mla.qk_rope_head_dim = c.required_positive("qk_rope_head_dim");
+    mla.qk_nope_head_dim = c.required_positive("qk_nope_head_dim");
+    mla.v_head_dim = c.required_positive("v_head_dim");
+    mla.q_lora_rank = c.optional_positive("q_lora_rank").value_or(0);
+    m.mla = mla;
+    m.head_dim = c.optional_positive("head_dim").value_or(0);
+  } else if (const auto head_dim = c.optional_positive("head_dim")) {
+    m.head_dim = *head_dim;
+  } else {
+    if (m.hidden_size == 0) c.fail("head_dim", "missing, and hidden_size is missing too, so it cannot be derived");
+    if (m.hidden_size % m.num_attention_heads != 0) {
+      c.fail("head_dim", "missing, and hidden_size " + std::to_string(m.hidden_size) +
+                             " is not a multiple of num_attention_heads " +
+                             std::to_string(m.num_attention_heads));
+    }
+    m.head_dim = m.hidden_size / m.num_attention_heads;
+  }
+
+  m.layer_window_tokens = layer_windows(c, model_type, m.num_hidden_layers);
+
+  if (const auto experts = c.optional_positive("n_routed_experts")) {  // DeepSeek
+    MoeDims moe;
+    moe.routed_experts = *experts;
+    moe.shared_experts = c.integer("n_shared_experts").value_or(0);
+    moe.expert_intermediate_size = c.required_positive("moe_intermediate_size");
+    moe.dense_layers = c.integer("first_k_dense_replace").value_or(0);
+    m.moe = moe;
+  } else if (const auto local = c.optional_positive("num_local_experts")) {  // Mixtral
+    m.moe = MoeDims{*local, 0, m.intermediate_size, 0};
+  } else if (const auto qwen = c.optional_positive("num_experts")) {  // Qwen MoE
+    m.moe = MoeDims{*qwen, 0, c.optional_positive("moe_intermediate_size").value_or(0), 0};
+  }
+
+  m.weight_dtype = c.string("torch_dtype").value_or(c.string("dtype").value_or(""));
+  m.weight_bits = quantized_weight_bits(c);
+  // transformers' PretrainedConfig ties embeddings unless told otherwise, but most decoder
+  // configs (Llama, Mistral, Qwen2) default to untied and say so; Gemma's default is tied.
+  m.tie_word_embeddings = c.boolean("tie_word_embeddings").value_or(model_type.rfind("gemma", 0) == 0);
+
+  validate_model(m, path);
+  return m;
+}
+
+ModelSpec load_hf_config(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(Location{path, 0, ""}, std::string("cannot open: ") + std::strerror(errno));
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) throw InputError(Location{path, 0, ""}, "cannot read the file");
+  return parse_hf_config(text.str(), path);
+}
+
+}  // namespace kvsim

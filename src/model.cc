@@ -1,0 +1,294 @@
+// KV layout arithmetic: dtypes, per-layer bytes, tensor- and pipeline-parallel placement.
+#include "kvsim/model.h"
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <map>
+#include <string>
+
+#include "kvsim/error.h"
+#include "kvsim/units.h"
+
+namespace kvsim {
+namespace {
+
+// ceil(a / b) for a >= 0, b > 0, without the a + b - 1 that overflows near INT64_MAX.
+constexpr std::int64_t ceil_div_exact(std::int64_t a, std::int64_t b) { return a / b + (a % b != 0 ? 1 : 0); }
+
+std::string lower(std::string_view text) {
+  std::string out(text);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+constexpr std::array<KvDtypeInfo, 7> kDtypes{{
+    {"fp32", 32, false},
+    {"fp16", 16, false},
+    {"bf16", 16, false},
+    // vLLM's fp8 KV cache keeps per-tensor (or per-head) k_scale/v_scale per layer, not per
+    // token: no bytes per position beyond the values themselves.
+    {"fp8", 8, false},
+    // Hugging Face's QuantizedCache (quanto and HQQ backends) stores a scale and a zero-point
+    // per group of q_group_size values (default 64), in the compute dtype.
+    {"int8", 8, true},
+    {"int4", 4, true},
+    {"int2", 2, true},
+}};
+
+struct DtypeName {
+  std::string_view name;
+  KvDtype dtype;
+};
+
+// Spellings users and config files use; torch_dtype names map onto the same dtypes.
+constexpr std::array<DtypeName, 17> kDtypeNames{{
+    {"fp32", KvDtype::fp32},         {"float32", KvDtype::fp32},    {"float", KvDtype::fp32},
+    {"fp16", KvDtype::fp16},         {"float16", KvDtype::fp16},    {"half", KvDtype::fp16},
+    {"bf16", KvDtype::bf16},         {"bfloat16", KvDtype::bf16},   {"fp8", KvDtype::fp8},
+    {"fp8_e4m3", KvDtype::fp8},      {"fp8_e5m2", KvDtype::fp8},    {"float8_e4m3fn", KvDtype::fp8},
+    {"float8_e5m2", KvDtype::fp8},   {"e4m3", KvDtype::fp8},        {"int8", KvDtype::int8},
+    {"int4", KvDtype::int4},         {"int2", KvDtype::int2},
+}};
+
+// Groups identical layers: same window, heads and dims cost the same per position.
+struct GroupKey {
+  std::int64_t window = 0;
+  std::int64_t kv_heads = 0;
+  std::int64_t k_dim = 0;
+  std::int64_t v_dim = 0;
+  // Full attention (window 0) sorts first, then windows from the smallest.
+  bool operator<(const GroupKey& o) const {
+    auto rank = [](std::int64_t w) { return w == 0 ? std::int64_t{-1} : w; };
+    if (rank(window) != rank(o.window)) return rank(window) < rank(o.window);
+    if (kv_heads != o.kv_heads) return kv_heads < o.kv_heads;
+    if (k_dim != o.k_dim) return k_dim < o.k_dim;
+    return v_dim < o.v_dim;
+  }
+};
+
+std::string group_name(const ModelSpec& model, const KvOptions& options, std::int64_t window) {
+  if (model.mla) return options.mla_form == MlaForm::latent ? "mla latent" : "mla decompressed";
+  return window == 0 ? "full" : "sliding " + std::to_string(window);
+}
+
+}  // namespace
+
+const KvDtypeInfo& kv_dtype_info(KvDtype dtype) {
+  return kDtypes.at(static_cast<std::size_t>(dtype));
+}
+
+std::optional<KvDtype> try_parse_kv_dtype(std::string_view text) {
+  const std::string key = lower(text);
+  for (const auto& entry : kDtypeNames) {
+    if (entry.name == key) return entry.dtype;
+  }
+  return std::nullopt;
+}
+
+KvDtype parse_kv_dtype(std::string_view text, std::string_view field) {
+  if (auto dtype = try_parse_kv_dtype(text)) return *dtype;
+  throw InputError(Location{"", 0, std::string(field)},
+                   "expected one of fp32, fp16, bf16, fp8, int8, int4, int2, got \"" +
+                       std::string(text) + "\"");
+}
+
+std::int64_t KvLayout::bytes_per_token() const {
+  std::int64_t total = 0;
+  for (const auto& g : groups) total = checked_add(total, g.bytes_per_position, "bytes per token");
+  return total;
+}
+
+std::int64_t kv_vector_bytes(std::int64_t values, const KvOptions& options) {
+  const KvDtypeInfo& info = kv_dtype_info(options.dtype);
+  // int4/int2 values are packed; a vector that does not fill its last byte still owns it.
+  std::int64_t bytes = ceil_div_exact(checked_mul(values, info.bits, "KV vector bits"), 8);
+  if (info.group_scales && values > 0) {
+    if (options.quant_group_values <= 0) {
+      throw InputError(Location{"", 0, "--kv-group-size"}, "expected a positive number of values");
+    }
+    if (options.scale_bytes < 0) {
+      throw InputError(Location{"", 0, "scale bytes"}, "expected a non-negative number");
+    }
+    const std::int64_t groups = ceil_div_exact(values, options.quant_group_values);
+    bytes = checked_add(bytes, checked_mul(groups, 2 * options.scale_bytes, "KV scale bytes"),
+                        "KV vector bytes");
+  }
+  return bytes;
+}
+
+std::int64_t kept_positions(const LayerGroup& group, std::int64_t tokens) {
+  return group.window_tokens > 0 ? std::min(tokens, group.window_tokens) : tokens;
+}
+
+std::int64_t kv_bytes_for_tokens(const KvLayout& layout, std::int64_t tokens) {
+  std::int64_t total = 0;
+  for (const auto& g : layout.groups) {
+    total = checked_add(total,
+                        checked_mul(g.bytes_per_position, kept_positions(g, tokens), "KV bytes per sequence"),
+                        "KV bytes per sequence");
+  }
+  return total;
+}
+
+std::vector<std::pair<std::int64_t, std::int64_t>> pipeline_stage_layers(std::int64_t layers,
+                                                                         std::int64_t stages) {
+  if (stages < 1) {
+    throw InputError(Location{"", 0, "--pp"}, "expected at least 1 pipeline stage, got " +
+                                                  std::to_string(stages));
+  }
+  if (stages > layers) {
+    throw InputError(Location{"", 0, "--pp"},
+                     std::to_string(stages) + " pipeline stages for " + std::to_string(layers) +
+                         " layers: every stage needs at least one layer");
+  }
+  // vllm/distributed/utils.py get_pp_indices: layers // stages each; the remainder goes one
+  // layer at a time to partitions[-2], partitions[-3], ... (the last stage holds the final norm
+  // and LM head, so it never gets an extra layer).
+  std::vector<std::int64_t> sizes(static_cast<std::size_t>(stages), layers / stages);
+  const std::int64_t remainder = layers % stages;
+  for (std::int64_t i = 2; i < remainder + 2; ++i) sizes[static_cast<std::size_t>(stages - i)] += 1;
+  std::vector<std::pair<std::int64_t, std::int64_t>> out;
+  std::int64_t start = 0;
+  for (std::int64_t size : sizes) {
+    out.emplace_back(start, start + size);
+    start += size;
+  }
+  return out;
+}
+
+std::int64_t kv_heads_per_device(std::int64_t kv_heads, std::int64_t attention_heads,
+                                 std::int64_t tensor_parallel) {
+  const Location where{"", 0, "--tp"};
+  if (tensor_parallel < 1) {
+    throw InputError(where, "expected at least 1 device, got " + std::to_string(tensor_parallel));
+  }
+  // vLLM splits the query heads evenly (QKVParallelLinear: divide(total_num_heads, tp_size)).
+  if (attention_heads % tensor_parallel != 0) {
+    throw InputError(where, "tensor parallelism " + std::to_string(tensor_parallel) +
+                                " does not divide the " + std::to_string(attention_heads) +
+                                " attention heads");
+  }
+  // vllm/model_executor/layers/linear.py QKVParallelLinear: tp >= kv heads -> one head per
+  // device, replicated tp / kv_heads times (divide() asserts it is whole); else kv_heads / tp.
+  if (tensor_parallel >= kv_heads) {
+    if (tensor_parallel % kv_heads != 0) {
+      throw InputError(where, "tensor parallelism " + std::to_string(tensor_parallel) +
+                                  " is not a multiple of the " + std::to_string(kv_heads) +
+                                  " KV heads, so heads cannot be replicated evenly");
+    }
+    return 1;
+  }
+  if (kv_heads % tensor_parallel != 0) {
+    throw InputError(where, "tensor parallelism " + std::to_string(tensor_parallel) +
+                                " does not divide the " + std::to_string(kv_heads) + " KV heads");
+  }
+  return kv_heads / tensor_parallel;
+}
+
+void validate_model(const ModelSpec& model, const std::string& file) {
+  auto fail = [&](const std::string& field, const std::string& problem) {
+    throw InputError(Location{file, 0, "field '" + field + "'"}, problem);
+  };
+  if (model.num_hidden_layers <= 0) fail("num_hidden_layers", "expected a positive layer count");
+  if (model.num_attention_heads <= 0) fail("num_attention_heads", "expected a positive head count");
+  if (model.num_key_value_heads <= 0) fail("num_key_value_heads", "expected a positive head count");
+  if (static_cast<std::int64_t>(model.layer_window_tokens.size()) != model.num_hidden_layers) {
+    fail("layer_types", "has " + std::to_string(model.layer_window_tokens.size()) +
+                            " entries for " + std::to_string(model.num_hidden_layers) + " layers");
+  }
+  for (std::int64_t w : model.layer_window_tokens) {
+    if (w < 0) fail("sliding_window", "expected a positive window");
+  }
+  if (model.mla) {
+    const MlaDims& m = *model.mla;
+    if (m.kv_lora_rank <= 0) fail("kv_lora_rank", "expected a positive rank");
+    if (m.qk_rope_head_dim <= 0) fail("qk_rope_head_dim", "expected a positive dimension");
+    if (m.qk_nope_head_dim <= 0) fail("qk_nope_head_dim", "expected a positive dimension");
+    if (m.v_head_dim <= 0) fail("v_head_dim", "expected a positive dimension");
+  } else {
+    if (model.head_dim <= 0) fail("head_dim", "expected a positive head dimension");
+    if (model.num_key_value_heads > model.num_attention_heads ||
+        model.num_attention_heads % model.num_key_value_heads != 0) {
+      fail("num_key_value_heads", std::to_string(model.num_key_value_heads) +
+                                      " KV heads do not divide the " +
+                                      std::to_string(model.num_attention_heads) +
+                                      " attention heads evenly (each KV head serves a whole group)");
+    }
+  }
+}
+
+std::vector<KvLayout> kv_stage_layouts(const ModelSpec& model, const KvOptions& options) {
+  validate_model(model, "");
+  // Per-device heads and per-head widths: the same on every stage.
+  std::int64_t heads = 0;
+  std::int64_t k_dim = 0;
+  std::int64_t v_dim = 0;
+  if (model.mla && options.mla_form == MlaForm::latent) {
+    // One latent per token per layer (kv_lora_rank + rope), shared by every head: vLLM keeps
+    // it whole on every tensor-parallel rank (get_num_kv_heads returns 1 under MLA). The query
+    // heads are still split, so tp must divide them.
+    kv_heads_per_device(1, model.num_attention_heads, options.tensor_parallel);
+    heads = 1;
+    k_dim = model.mla->kv_lora_rank + model.mla->qk_rope_head_dim;
+    v_dim = 0;
+  } else if (model.mla) {
+    // Hugging Face's DeepseekV3Attention caches K = [nope | rope] and V per head, before any
+    // padding of V for flash attention.
+    heads = kv_heads_per_device(model.num_key_value_heads, model.num_attention_heads,
+                                options.tensor_parallel);
+    k_dim = model.mla->qk_nope_head_dim + model.mla->qk_rope_head_dim;
+    v_dim = model.mla->v_head_dim;
+  } else {
+    heads = kv_heads_per_device(model.num_key_value_heads, model.num_attention_heads,
+                                options.tensor_parallel);
+    k_dim = model.head_dim;
+    v_dim = model.head_dim;
+  }
+  const std::int64_t layer_bytes =
+      checked_mul(heads, checked_add(kv_vector_bytes(k_dim, options), kv_vector_bytes(v_dim, options),
+                                     "bytes per head"),
+                  "bytes per layer position");
+
+  std::vector<KvLayout> stages;
+  for (const auto& [first, end] : pipeline_stage_layers(model.num_hidden_layers, options.pipeline_parallel)) {
+    std::map<GroupKey, std::int64_t> counts;
+    for (std::int64_t i = first; i < end; ++i) {
+      counts[GroupKey{model.layer_window_tokens[static_cast<std::size_t>(i)], heads, k_dim, v_dim}] += 1;
+    }
+    KvLayout layout;
+    layout.max_model_len = model.max_position_embeddings;
+    layout.first_layer = first;
+    layout.end_layer = end;
+    for (const auto& [key, layers] : counts) {
+      LayerGroup g;
+      g.name = group_name(model, options, key.window);
+      g.window_tokens = key.window;
+      g.layers = layers;
+      g.kv_heads = key.kv_heads;
+      g.k_head_dim = key.k_dim;
+      g.v_head_dim = key.v_dim;
+      g.bytes_per_layer_position = layer_bytes;
+      g.bytes_per_position = checked_mul(layer_bytes, layers, "bytes per position");
+      layout.groups.push_back(std::move(g));
+    }
+    stages.push_back(std::move(layout));
+  }
+  return stages;
+}
+
+KvLayout kv_layout(const ModelSpec& model, const KvOptions& options) {
+  std::vector<KvLayout> stages = kv_stage_layouts(model, options);
+  std::size_t binding = 0;
+  for (std::size_t i = 1; i < stages.size(); ++i) {
+    if (stages[i].bytes_per_token() > stages[binding].bytes_per_token()) binding = i;
+  }
+  return stages[binding];
+}
+
+KvDtype default_kv_dtype(const ModelSpec& model) {
+  if (auto dtype = try_parse_kv_dtype(model.weight_dtype)) return *dtype;
+  return KvDtype::bf16;
+}
+
+}  // namespace kvsim

@@ -1,0 +1,242 @@
+// The KV budget subtraction, the parameter estimate and vLLM's paged pool, derived by hand.
+#include "kvsim/budget.h"
+
+#include <catch2/catch.hpp>
+
+#include "kvsim/error.h"
+#include "kvsim/units.h"
+
+using namespace kvsim;
+
+namespace {
+
+constexpr std::int64_t kMiB = std::int64_t{1} << 20;
+
+BudgetOptions on(const char* device) {
+  BudgetOptions o;
+  o.device = device;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("device presets carry nvidia-smi's totals and spec-sheet rates") {
+  CHECK(find_device_preset("H100-80GB").total_bytes == 81559 * kMiB);
+  CHECK(find_device_preset("h100-80gb").total_bytes == 85'520'809'984);
+  CHECK(find_device_preset("A100-40GB").total_bytes == 40960 * kMiB);
+  CHECK(find_device_preset("A100-80GB").total_bytes == 81920 * kMiB);
+  CHECK(find_device_preset("H200-141GB").total_bytes == 143771 * kMiB);
+  CHECK(find_device_preset("L4").total_bytes == 23034 * kMiB);
+  CHECK(find_device_preset("RTX-4090").total_bytes == 24564 * kMiB);
+  CHECK(find_device_preset("H100-80GB").hbm_bytes_per_second == 3'350'000'000'000);
+  CHECK(find_device_preset("H100-80GB").bf16_dense_flops == 1979'000'000'000'000 / 2);
+  CHECK(find_device_preset("A100-80GB").bf16_dense_flops == 312'000'000'000'000);
+  CHECK(device_presets().size() == 6);
+  CHECK_THROWS_WITH(find_device_preset("B200"), Catch::Contains("H200-141GB") && Catch::Contains("--device"));
+}
+
+TEST_CASE("gpu-memory-utilization parses exactly") {
+  CHECK(parse_gpu_memory_utilization("0.9", "--gpu-memory-utilization") == 900'000'000);
+  CHECK(parse_gpu_memory_utilization("1", "--gpu-memory-utilization") == 1'000'000'000);
+  CHECK(parse_gpu_memory_utilization("0.875", "u") == 875'000'000);
+  CHECK(format_ppb(900'000'000) == "0.9");
+  CHECK(format_ppb(875'000'000) == "0.875");
+  CHECK(format_ppb(1'000'000'000) == "1");
+  CHECK_THROWS_WITH(parse_gpu_memory_utilization("0", "--gpu-memory-utilization"), Catch::Contains("(0, 1]"));
+  CHECK_THROWS_AS(parse_gpu_memory_utilization("1.01", "u"), InputError);
+  CHECK_THROWS_AS(parse_gpu_memory_utilization("0.9x", "u"), InputError);
+  CHECK_THROWS_AS(parse_gpu_memory_utilization("-0.5", "u"), InputError);
+  CHECK_THROWS_AS(parse_gpu_memory_utilization("0.1234567891", "u"), InputError);  // 10 decimals
+}
+
+TEST_CASE("the budget subtraction for Llama-3.1-8B on one H100") {
+  const Budget b = derive_budget(find_model_preset("llama-3.1-8b"), KvOptions{}, on("H100-80GB"));
+  CHECK_FALSE(b.direct);
+  CHECK(b.device_total_bytes == 85'520'809'984);
+  // floor(85,520,809,984 x 9 / 10) = floor(76,968,728,985.6)
+  CHECK(b.usable_bytes == 76'968'728'985);
+  CHECK(b.parameter_count == 8'030'261'248);
+  CHECK(b.parameter_source == "published");
+  CHECK(b.weight_bits == 16);
+  CHECK(b.weights_bytes == 8'030'261'248LL * 2);  // 16,060,522,496
+  CHECK(b.weights_bytes_per_device == 16'060'522'496);
+  CHECK(b.reserve_bytes == kBytesPerGiB);
+  CHECK(b.kv_budget_bytes == 76'968'728'985 - 16'060'522'496 - 1'073'741'824);  // 59,834,464,665
+}
+
+TEST_CASE("budget terms: devices share the weights, options override the model") {
+  const ModelSpec& llama = find_model_preset("llama-3.1-70b");
+  KvOptions tp4;
+  tp4.tensor_parallel = 4;
+  Budget b = derive_budget(llama, tp4, on("A100-80GB"));
+  CHECK(b.devices == 4);
+  CHECK(b.weights_bytes == 70'553'706'496LL * 2);
+  CHECK(b.weights_bytes_per_device == 70'553'706'496LL * 2 / 4);
+  // floor(85,899,345,920 x 0.9) = 77,309,411,328
+  CHECK(b.usable_bytes == 77'309'411'328);
+
+  BudgetOptions o = on("A100-80GB");
+  o.weight_bits = 8;  // fp8 weights
+  o.gpu_memory_utilization_ppb = 950'000'000;
+  o.reserve_bytes = 2 * kBytesPerGiB;
+  b = derive_budget(llama, tp4, o);
+  CHECK(b.weights_bytes == 70'553'706'496);
+  CHECK(b.weights_bytes_per_device == 70'553'706'496 / 4);
+  CHECK(b.usable_bytes == 85'899'345'920LL / 20 * 19);  // 0.95 is exact here: 81,604,378,624
+  CHECK(b.kv_budget_bytes == 81'604'378'624 - 17'638'426'624 - 2 * kBytesPerGiB);
+
+  o = on("L4");
+  o.weights_bytes = 4'000'000'000;  // e.g. an AWQ checkpoint's size on disk
+  b = derive_budget(llama, KvOptions{}, o);
+  CHECK(b.weights_bytes_per_device == 4'000'000'000);
+  CHECK(b.parameter_source == "--weights-bytes");
+
+  o = BudgetOptions{};
+  o.device_memory_bytes = 80'000'000'000;  // what torch.cuda.mem_get_info()[1] printed
+  o.parameter_count = 1'000'000'000;
+  b = derive_budget(llama, KvOptions{}, o);
+  CHECK(b.usable_bytes == 72'000'000'000);
+  CHECK(b.weights_bytes == 2'000'000'000);
+  CHECK(b.device_total_source == "--device-memory");
+  o.device = "H100-80GB";  // a named device keeps its name; the given total still wins
+  CHECK(derive_budget(llama, KvOptions{}, o).device == "H100-80GB");
+  CHECK(derive_budget(llama, KvOptions{}, o).device_total_bytes == 80'000'000'000);
+  o.device = "H100-80G";
+  CHECK_THROWS_WITH(derive_budget(llama, KvOptions{}, o), Catch::Contains("H100-80G"));
+
+  // A quantised checkpoint's stored width wins over torch_dtype: DeepSeek-V3's fp8 (8 bits).
+  KvOptions tp8;
+  tp8.tensor_parallel = 8;
+  b = derive_budget(find_model_preset("deepseek-v3"), tp8, on("H200-141GB"));
+  CHECK(b.weight_bits == 8);
+  CHECK(b.weights_bytes == 684'531'386'000);
+  CHECK(b.weights_bytes_per_device == 684'531'386'000 / 8 + 0);  // divides exactly: 85,566,423,250
+}
+
+TEST_CASE("a budget that is not positive is an error that shows the terms") {
+  KvOptions tp8;
+  tp8.tensor_parallel = 8;
+  // 684.5B fp8 parameters over 8 H100s: 85.6 GB of weights per 85.5 GB device.
+  CHECK_THROWS_WITH(derive_budget(find_model_preset("deepseek-v3"), tp8, on("H100-80GB")),
+                    Catch::Contains("85,520,809,984") && Catch::Contains("85,566,423,250") &&
+                        Catch::Contains("1,073,741,824") && Catch::Contains("-9,671,436,089"));
+  CHECK_THROWS_WITH(derive_budget(find_model_preset("llama-3.1-8b"), KvOptions{}, BudgetOptions{}),
+                    Catch::Contains("--device"));
+  // The seed example publishes no parameter count and no MLP to estimate one from.
+  CHECK_THROWS_WITH(derive_budget(find_model_preset("seed-example"), KvOptions{}, on("H100-80GB")),
+                    Catch::Contains("--params"));
+  BudgetOptions bad = on("H100-80GB");
+  bad.gpu_memory_utilization_ppb = 0;
+  CHECK_THROWS_AS(derive_budget(find_model_preset("llama-3.1-8b"), KvOptions{}, bad), InputError);
+}
+
+TEST_CASE("a direct KV budget skips the subtraction") {
+  BudgetOptions o;
+  o.kv_budget_bytes = 10 * kBytesPerGiB;
+  const Budget b = derive_budget(find_model_preset("seed-example"), KvOptions{}, o);
+  CHECK(b.direct);
+  CHECK(b.kv_budget_bytes == 10 * kBytesPerGiB);
+  o.kv_budget_bytes = 0;
+  CHECK_THROWS_AS(derive_budget(find_model_preset("seed-example"), KvOptions{}, o), InputError);
+}
+
+TEST_CASE("parameter estimates reproduce the published counts of dense models") {
+  // Llama-3.1-8B: embeddings 128,256 x 4,096 twice (untied), final norm 4,096, and per layer
+  // q 4096x4096 + k,v 2 x 4096x1024 + o 4096x4096 + MLP 3 x 4096x14336 + 2 norms of 4096.
+  const std::int64_t llama_layer = 4096LL * 4096 + 2 * 4096LL * 1024 + 4096LL * 4096 + 3 * 4096LL * 14336 + 2 * 4096;
+  CHECK(estimate_parameter_count(find_model_preset("llama-3.1-8b")) ==
+        2 * 128256LL * 4096 + 4096 + 32 * llama_layer);
+  CHECK(estimate_parameter_count(find_model_preset("llama-3.1-8b")) == 8'030'261'248);
+  CHECK(estimate_parameter_count(find_model_preset("llama-3.1-70b")) == 70'553'706'496);
+  CHECK(estimate_parameter_count(find_model_preset("mistral-7b-v0.1")) == 7'241'732'096);
+  // Phi-3-mini: MHA, qkv 3 x 3072x3072, o 3072x3072, MLP 3 x 3072x8192
+  const std::int64_t phi_layer = 4 * 3072LL * 3072 + 3 * 3072LL * 8192 + 2 * 3072;
+  CHECK(estimate_parameter_count(find_model_preset("phi-3-mini-4k")) == 2 * 32064LL * 3072 + 3072 + 32 * phi_layer);
+  CHECK(estimate_parameter_count(find_model_preset("phi-3-mini-4k")) == 3'821'079'552);
+  // Qwen2.5-7B without its QKV biases (28 layers x (3,584 + 2 x 512)): 129,024 short.
+  CHECK(estimate_parameter_count(find_model_preset("qwen2.5-7b")) == 7'615'616'512 - 28 * (3584 + 1024));
+
+  // DeepSeek-V3, main model (the MTP module is not in the config's 61 layers):
+  const std::int64_t h = 7168;
+  const std::int64_t mla = h * 1536 + 1536 + 1536LL * 128 * 192  // q_a, q_a_layernorm, q_b
+                           + h * (512 + 64) + 512                // kv_a_proj_with_mqa, kv_a_layernorm
+                           + 512LL * 128 * (128 + 128)           // kv_b
+                           + 128LL * 128 * h;                    // o_proj
+  const std::int64_t dense = 3 * h * 18432;
+  const std::int64_t moe = (256 + 1) * 3 * h * 2048 + 256 * h;  // experts + router
+  const std::int64_t expected = 2 * 129280LL * h + h + 3 * (mla + dense + 2 * h) + 58 * (mla + moe + 2 * h);
+  CHECK(estimate_parameter_count(find_model_preset("deepseek-v3")) == expected);
+  CHECK(expected == 671'026'404'352);
+
+  CHECK_THROWS_WITH(estimate_parameter_count(find_model_preset("seed-example")),
+                    Catch::Contains("field 'vocab_size'") && Catch::Contains("--params"));
+}
+
+TEST_CASE("paged pool: one group of every layer for a uniform model") {
+  const KvLayout l = kv_layout(find_model_preset("llama-3.1-8b"), KvOptions{});
+  const PagedOptions o;  // 16 tokens per block
+  const PagedPool p = paged_pool(l, 59'834'464'665, o);
+  CHECK(p.uniform_page);
+  CHECK(p.page_bytes == 16 * 4096);  // 16 tokens x 8 heads x 256 x 2 bytes = 65,536
+  CHECK(p.group_size == 32);
+  CHECK(p.cache_groups == 1);
+  CHECK(p.block_bytes == 32 * 65'536);           // 2,097,152
+  CHECK(p.num_blocks == 59'834'464'665 / 2'097'152);  // 28,531
+  CHECK(p.num_blocks == 28'531);
+  CHECK(p.kv_cache_tokens == 28'531 * 16);
+  CHECK(request_blocks(l, p, 4096, o) == 4096 / 16);
+  CHECK(request_blocks(l, p, 4097, o) == 257);
+  CHECK(format_ratio(p.num_blocks, request_blocks(l, p, 4096, o), 2) == "111.45");  // 28,531 / 256
+}
+
+TEST_CASE("paged pool: hybrid models are grouped and sliding groups are capped as vLLM does") {
+  const PagedOptions o;  // block 16, max_num_batched_tokens 8192
+  // Gemma 3: 10 full, 52 sliding -> group size 10 (52 >= 1.5 x 10), 1 + ceil(52/10) = 7 groups,
+  // 8 padding slots.
+  const KvLayout g3 = kv_layout(find_model_preset("gemma-3-27b"), KvOptions{});
+  const PagedPool p = paged_pool(g3, 21'030'173'881, o);
+  CHECK(p.group_size == 10);
+  CHECK(p.cache_groups == 7);
+  CHECK(p.padding_layers == 8);
+  CHECK(p.block_bytes == 10 * 16 * 8192);  // 1,310,720
+  CHECK(p.num_blocks == 21'030'173'881 / 1'310'720);
+  CHECK(p.kv_cache_tokens == p.num_blocks / 7 * 16);
+  // 32,768 tokens: full 32768/16 = 2,048 blocks; each sliding group
+  // ceil(min(1024 - 1 + 8192, 32768) / 16) + 1 = ceil(9215/16) + 1 = 577.
+  CHECK(request_blocks(g3, p, 32768, o) == 2048 + 6 * 577);
+  // Short requests: the window cap is T itself, plus vLLM's one block of slack.
+  CHECK(request_blocks(g3, p, 100, o) == 7 + 6 * (7 + 1));
+
+  // Gemma 2: 21 and 21 -> group size 21, 2 groups. 8,192 tokens: 512 + (ceil(8192/16) + 1).
+  const KvLayout g2 = kv_layout(find_model_preset("gemma-2-9b"), KvOptions{});
+  const PagedPool p2 = paged_pool(g2, kBytesPerGiB, o);
+  CHECK(p2.group_size == 21);
+  CHECK(p2.cache_groups == 2);
+  CHECK(request_blocks(g2, p2, 8192, o) == 512 + 513);
+
+  // Mistral, every layer sliding: one group; ceil(min(4095 + 8192, 32768) / 16) + 1 = 768 + 1.
+  const KvLayout m = kv_layout(find_model_preset("mistral-7b-v0.1"), KvOptions{});
+  const PagedPool pm = paged_pool(m, kBytesPerGiB, o);
+  CHECK(pm.cache_groups == 1);
+  CHECK(request_blocks(m, pm, 32768, o) == 769);
+  PagedOptions small = o;
+  small.max_num_batched_tokens = 2048;  // ceil(min(6143, 32768) / 16) + 1 = 384 + 1
+  CHECK(request_blocks(m, pm, 32768, small) == 385);
+
+  // 12 sliding + 13 full: 13 < 1.5 x 12, so the group size is 13 and one slot pads.
+  ModelSpec mixed = find_model_preset("seed-example");
+  mixed.num_hidden_layers = 25;
+  mixed.layer_window_tokens.assign(25, 0);
+  for (int i = 0; i < 12; ++i) mixed.layer_window_tokens[static_cast<std::size_t>(2 * i)] = 128;
+  const PagedPool pmix = paged_pool(kv_layout(mixed, KvOptions{}), kBytesPerGiB, o);
+  CHECK(pmix.group_size == 13);
+  CHECK(pmix.cache_groups == 2);
+  CHECK(pmix.padding_layers == 1);
+}
+
+TEST_CASE("paged pool: bad block sizes are input errors") {
+  const KvLayout l = kv_layout(find_model_preset("llama-3.1-8b"), KvOptions{});
+  PagedOptions o;
+  o.block_tokens = 0;
+  CHECK_THROWS_WITH(paged_pool(l, kBytesPerGiB, o), Catch::Contains("--block-size"));
+}

@@ -1,0 +1,164 @@
+// Reading Hugging Face config.json files: published configs give the preset geometry, and every
+// bad config is an InputError naming the file and the field.
+#include <catch2/catch.hpp>
+#include <string>
+
+#include "kvsim/budget.h"
+#include "kvsim/error.h"
+#include "kvsim/model.h"
+
+using namespace kvsim;
+
+namespace {
+
+std::string config(const std::string& name) { return std::string(KVSIM_SOURCE_DIR) + "/tests/data/configs/" + name; }
+
+std::int64_t bf16_bytes_per_token(const ModelSpec& m) { return kv_layout(m, KvOptions{}).bytes_per_token(); }
+
+// The message of the InputError `load_hf_config(path)` throws, or "" when it does not throw.
+std::string load_error(const std::string& path) {
+  try {
+    load_hf_config(path);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("a published Llama config gives the preset's geometry") {
+  const ModelSpec m = load_hf_config(config("llama-3.1-8b.json"));
+  const ModelSpec& preset = find_model_preset("llama-3.1-8b");
+  CHECK(m.num_hidden_layers == 32);
+  CHECK(m.num_attention_heads == 32);
+  CHECK(m.num_key_value_heads == 8);
+  CHECK(m.head_dim == 4096 / 32);  // no head_dim field: hidden_size / num_attention_heads
+  CHECK(m.max_position_embeddings == 131072);
+  CHECK(m.weight_dtype == "bfloat16");
+  CHECK(m.layer_window_tokens == preset.layer_window_tokens);
+  CHECK(bf16_bytes_per_token(m) == 131'072);
+  CHECK(estimate_parameter_count(m) == 8'030'261'248);  // matches the published count exactly
+  CHECK(m.source.find("model_type llama") != std::string::npos);
+}
+
+TEST_CASE("sliding windows as each family spells them") {
+  // Qwen2.5: sliding_window 131072 but use_sliding_window false -> all full.
+  const ModelSpec qwen = load_hf_config(config("qwen2.5-7b.json"));
+  CHECK(qwen.layer_window_tokens == std::vector<std::int64_t>(28, 0));
+  CHECK(bf16_bytes_per_token(qwen) == 28 * 4 * 256 * 2);
+  // Qwen2 with the window on: layers i >= max_window_layers (4) slide.
+  const ModelSpec qwen_on = load_hf_config(config("qwen-sliding-enabled.json"));
+  CHECK(qwen_on.layer_window_tokens == std::vector<std::int64_t>{0, 0, 0, 0, 4096, 4096});
+  // Mistral: one window for every layer.
+  CHECK(load_hf_config(config("mistral-7b-v0.1.json")).layer_window_tokens == std::vector<std::int64_t>(32, 4096));
+  // Gemma 2: no layer_types or pattern; model_type gemma2 makes even layers slide.
+  const ModelSpec gemma2 = load_hf_config(config("gemma-2-9b-it.json"));
+  CHECK(gemma2.layer_window_tokens == find_model_preset("gemma-2-9b").layer_window_tokens);
+  CHECK(gemma2.tie_word_embeddings);
+  CHECK(estimate_parameter_count(gemma2) == 9'241'705'984 - 42 * 2 * 3584);  // Gemma's 2 extra norms per layer
+  // Explicit layer_types win.
+  CHECK(load_hf_config(config("layer-types.json")).layer_window_tokens == std::vector<std::int64_t>{128, 0, 128, 0});
+}
+
+TEST_CASE("a multimodal config is read from its text_config") {
+  const ModelSpec m = load_hf_config(config("gemma-3-27b-it.json"));
+  CHECK(m.num_hidden_layers == 62);
+  CHECK(m.num_key_value_heads == 16);
+  CHECK(m.head_dim == 128);
+  CHECK(m.weight_dtype == "bfloat16");          // from the top level
+  CHECK(m.max_position_embeddings == 131072);   // Gemma3TextConfig's default
+  // sliding_window_pattern left to its default of 6: 10 global, 52 local layers.
+  CHECK(m.layer_window_tokens == find_model_preset("gemma-3-27b").layer_window_tokens);
+  const KvLayout l = kv_layout(m, KvOptions{});
+  CHECK(kv_bytes_for_tokens(l, 32768) == 10LL * 32768 * 8192 + 52LL * 1024 * 8192);
+}
+
+TEST_CASE("an MLA config with fp8 weights") {
+  const ModelSpec m = load_hf_config(config("deepseek-v3.json"));
+  REQUIRE(m.mla.has_value());
+  CHECK(m.mla->kv_lora_rank == 512);
+  CHECK(m.mla->qk_rope_head_dim == 64);
+  CHECK(m.mla->q_lora_rank == 1536);
+  CHECK(m.weight_bits == 8);  // quantization_config: fp8
+  CHECK(bf16_bytes_per_token(m) == 61 * (512 + 64) * 2);
+  CHECK(estimate_parameter_count(m) == estimate_parameter_count(find_model_preset("deepseek-v3")));
+  REQUIRE(m.moe.has_value());
+  CHECK(m.moe->routed_experts == 256);
+  CHECK(m.moe->dense_layers == 3);
+}
+
+TEST_CASE("defaults: MHA without num_key_value_heads, 4-bit weights with an fp16 cache") {
+  const ModelSpec mha = load_hf_config(config("mha-no-kv-heads.json"));
+  CHECK(mha.num_key_value_heads == 16);
+  CHECK(mha.head_dim == 2048 / 16);
+  CHECK(bf16_bytes_per_token(mha) == 24 * 16 * 256 * 2);
+  // The seed's pitfall: 4-bit weights say nothing about the cache.
+  const ModelSpec awq = load_hf_config(config("awq-4bit.json"));
+  CHECK(awq.weight_bits == 4);
+  CHECK(default_kv_dtype(awq) == KvDtype::fp16);
+  BudgetOptions o;
+  o.device = "L4";
+  CHECK(derive_budget(awq, KvOptions{}, o).weights_bytes == 8'030'261'248LL * 4 / 8);
+  // The seed's 40-KV-head row as a config.
+  CHECK(kv_layout(load_hf_config(config("seed-40-kv-heads.json")), KvOptions{}).bytes_per_token() == 40 * 40 * 256 * 2);
+}
+
+TEST_CASE("bad configs: the message names the file and the field") {
+  const std::string not_json = config("bad/not-json.json");
+  CHECK_THAT(load_error(not_json), Catch::Contains(not_json) && Catch::Contains("not valid JSON") &&
+                                       Catch::Contains("line 4") && Catch::Contains("column"));
+  CHECK_THAT(load_error(not_json), !Catch::Contains("json.exception"));
+
+  const std::string missing = config("bad/missing-layers.json");
+  CHECK_THAT(load_error(missing), Catch::Contains(missing) && Catch::Contains("field 'num_hidden_layers'") &&
+                                      Catch::Contains("missing"));
+
+  const std::string zero = config("bad/zero-heads.json");
+  CHECK_THAT(load_error(zero), Catch::Contains(zero) && Catch::Contains("field 'num_attention_heads'") &&
+                                   Catch::Contains("got 0"));
+
+  const std::string head_dim = config("bad/head-dim-not-dividing.json");
+  CHECK_THAT(load_error(head_dim), Catch::Contains(head_dim) && Catch::Contains("field 'head_dim'") &&
+                                       Catch::Contains("4000") && Catch::Contains("48"));
+
+  const std::string types = config("bad/layer-types-length.json");
+  CHECK_THAT(load_error(types), Catch::Contains(types) && Catch::Contains("field 'layer_types'") &&
+                                    Catch::Contains("3 entries") && Catch::Contains("4"));
+
+  const std::string kv = config("bad/kv-heads-not-dividing.json");
+  CHECK_THAT(load_error(kv), Catch::Contains(kv) && Catch::Contains("field 'num_key_value_heads'"));
+
+  const std::string not_int = config("bad/layers-not-integer.json");
+  CHECK_THAT(load_error(not_int), Catch::Contains("field 'num_hidden_layers'") && Catch::Contains("\"32\""));
+
+  const std::string mla = config("bad/mla-incomplete.json");
+  CHECK_THAT(load_error(mla), Catch::Contains("field 'qk_rope_head_dim'") && Catch::Contains("missing"));
+
+  const std::string window = config("bad/sliding-without-window.json");
+  CHECK_THAT(load_error(window), Catch::Contains("field 'sliding_window'") && Catch::Contains("layer_types[0]"));
+
+  CHECK_THAT(load_error(config("bad/top-level-array.json")), Catch::Contains("JSON object"));
+  CHECK_THAT(load_error(config("bad/no-such-file.json")), Catch::Contains("no-such-file.json") &&
+                                                             Catch::Contains("cannot open"));
+}
+
+TEST_CASE("config text edge cases") {
+  CHECK_THROWS_WITH(parse_hf_config("", "empty.json"), Catch::Contains("empty.json") && Catch::Contains("not valid JSON"));
+  CHECK_THROWS_WITH(parse_hf_config(R"({"num_hidden_layers": 3000000, "num_attention_heads": 8, "head_dim": 64})", "big.json"),
+                    Catch::Contains("implausible"));
+  CHECK_THROWS_WITH(parse_hf_config(R"({"num_hidden_layers": 2.5, "num_attention_heads": 8, "head_dim": 64})", "f.json"),
+                    Catch::Contains("expected an integer"));
+  CHECK_THROWS_WITH(
+      parse_hf_config(R"({"num_hidden_layers": 2, "num_attention_heads": 8, "head_dim": 64,
+                          "sliding_window": 16, "layer_types": ["linear_attention", "full_attention"]})",
+                      "l.json"),
+      Catch::Contains("layer_types[0]") && Catch::Contains("linear_attention"));
+  // null means absent: MHA and full attention.
+  const ModelSpec m = parse_hf_config(
+      R"({"num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": null, "head_dim": 64,
+          "sliding_window": null})",
+      "n.json");
+  CHECK(m.num_key_value_heads == 8);
+  CHECK(m.layer_window_tokens == std::vector<std::int64_t>{0, 0});
+}

@@ -1,0 +1,197 @@
+// `kvsim size` and `kvsim models` as a user runs them: exit codes, help, the seed's numbers in
+// the table and in JSON.
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "cli_util.h"
+
+using kvsim::test::run_cli;
+
+namespace {
+
+std::string config(const std::string& name) { return std::string(KVSIM_SOURCE_DIR) + "/tests/data/configs/" + name; }
+
+}  // namespace
+
+TEST_CASE("kvsim size: the seed's worked example") {
+  const auto r = run_cli({"size", "--model", "seed-example", "--dtype", "fp16", "--seqs", "6", "--tokens", "4096"});
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("163,840"));        // 2 x 40 x 8 x 128 x 2
+  CHECK_THAT(r.out, Catch::Contains("671,088,640"));    // x 4,096 positions
+  CHECK_THAT(r.out, Catch::Contains("0.625 GiB"));
+  CHECK_THAT(r.out, Catch::Contains("4,026,531,840"));  // x 6 sequences
+  CHECK_THAT(r.out, Catch::Contains("3.75 GiB"));
+  CHECK(r.err.empty());
+
+  const auto j = run_cli({"size", "--model", "seed-example", "--dtype", "fp16", "--seqs", "6", "--tokens", "4096", "--json"});
+  REQUIRE(j.exit_code == 0);
+  CHECK_THAT(j.out, Catch::Contains("4026531840"));
+  const auto doc = nlohmann::json::parse(j.out);
+  CHECK(doc["bytes_per_token"].get<std::int64_t>() == 163'840);
+  CHECK(doc["sequences"]["count"].get<std::int64_t>() == 6);
+  CHECK(doc["sequences"]["rows"][0]["bytes_per_sequence"].get<std::int64_t>() == 671'088'640);
+  CHECK(doc["sequences"]["rows"][0]["bytes"].is_number_integer());
+  CHECK(doc["sequences"]["rows"][0]["bytes"].get<std::int64_t>() == 4'026'531'840);
+  CHECK(doc["kv_dtype"]["name"] == "fp16");
+  CHECK(doc["kv_dtype"]["chosen_by"] == "--dtype");
+}
+
+TEST_CASE("kvsim size: the other rows of the seed's table") {
+  const auto r = run_cli({"size", "--model", "seed-example", "--dtype", "fp16", "--seqs", "6", "--tokens", "4096,8192"});
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("8,053,063,680"));  // 6 x 8,192 x 163,840
+  CHECK_THAT(r.out, Catch::Contains("7.50 GiB"));
+  // 40 KV heads: 6 x 4,096 x 2 x 40 x 40 x 128 x 2
+  const auto forty = run_cli({"size", "--config", config("seed-40-kv-heads.json"), "--seqs", "6", "--tokens", "4096"});
+  REQUIRE(forty.exit_code == 0);
+  CHECK_THAT(forty.out, Catch::Contains("20,132,659,200"));
+  CHECK_THAT(forty.out, Catch::Contains("18.75 GiB"));
+  CHECK_THAT(forty.out, Catch::Contains("fp16") && Catch::Contains("torch_dtype float16"));
+}
+
+TEST_CASE("kvsim size: placement, sliding windows and MLA through the command line") {
+  // 16 devices, 8 KV heads: one head per device, 32 layers x 256 values x 2 bytes.
+  auto r = run_cli({"size", "--model", "llama-3.1-8b", "--tp", "16", "--json"});
+  REQUIRE(r.exit_code == 0);
+  auto doc = nlohmann::json::parse(r.out);
+  CHECK(doc["bytes_per_token"].get<std::int64_t>() == 32 * 1 * 256 * 2);
+  CHECK(doc["layer_groups"][0]["kv_heads"].get<std::int64_t>() == 1);
+  CHECK(doc["placement"]["devices"].get<std::int64_t>() == 16);
+
+  // Uneven pipeline split: 32 layers in 3 stages -> 11, 11, 10; the first stage binds.
+  r = run_cli({"size", "--model", "llama-3.1-8b", "--pp", "3"});
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("0-10") && Catch::Contains("11-21") && Catch::Contains("22-31") &&
+                        Catch::Contains("binds"));
+
+  // Gemma 3 at 32,768 tokens keeps 1,024 positions on its 52 local layers.
+  r = run_cli({"size", "--model", "gemma-3-27b", "--tokens", "32768", "--json"});
+  REQUIRE(r.exit_code == 0);
+  doc = nlohmann::json::parse(r.out);
+  CHECK(doc["sequences"]["rows"][0]["bytes_per_sequence"].get<std::int64_t>() ==
+        10LL * 32768 * 8192 + 52LL * 1024 * 8192);
+
+  // DeepSeek-V3: both MLA forms, named in the sheet.
+  r = run_cli({"size", "--model", "deepseek-v3"});
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("mla latent") && Catch::Contains("70,272"));
+  r = run_cli({"size", "--model", "deepseek-v3", "--mla-form", "decompressed"});
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("mla decompressed") && Catch::Contains("4,997,120"));  // 61 x 128 x 320 x 2
+}
+
+TEST_CASE("kvsim size: a budget, its terms and vLLM's concurrency line") {
+  auto r = run_cli({"size", "--model", "llama-3.1-8b", "--tokens", "4096", "--device", "H100-80GB", "--json"});
+  REQUIRE(r.exit_code == 0);
+  const auto doc = nlohmann::json::parse(r.out);
+  const auto& b = doc["budget"];
+  CHECK(b["device_total_bytes"].get<std::int64_t>() == 81559LL * 1048576);
+  CHECK(b["usable_bytes"].get<std::int64_t>() == 76'968'728'985);  // floor(x 0.9)
+  CHECK(b["weights_bytes_per_device"].get<std::int64_t>() == 8'030'261'248LL * 2);
+  CHECK(b["kv_budget_bytes"].get<std::int64_t>() == 76'968'728'985 - 16'060'522'496 - 1'073'741'824);
+  CHECK(doc["paged"]["num_blocks"].get<std::int64_t>() == 59'834'464'665 / (32 * 16 * 4096));
+  CHECK(doc["paged"]["concurrency"][0]["blocks_per_request"].get<std::int64_t>() == 4096 / 16);
+  CHECK(doc["paged"]["concurrency"][0]["max_concurrency"] == "111.45");  // 28,531 / 256
+
+  r = run_cli({"size", "--model", "llama-3.1-8b", "--tokens", "4096", "--device", "H100-80GB"});
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("Maximum concurrency for 4,096 tokens per request: 111.45x"));
+  CHECK_THAT(r.out, Catch::Contains("x gpu-memory-utilization 0.9") && Catch::Contains("= KV budget") &&
+                        Catch::Contains("59,834,464,665"));
+
+  // A direct budget: 10 GiB / (32 layers x 16 tokens x 4,096 bytes) = 5,120 blocks.
+  r = run_cli({"size", "--model", "llama-3.1-8b", "--tokens", "4096", "--kv-budget", "10GiB"});
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("5,120 blocks") && Catch::Contains("20.00x"));
+
+  // Mistral with 1 GB and 1-token blocks: 1,000,000,000 / (32 x 4,096) = 7,629 blocks, but a
+  // 32,768-token request keeps min(4,095 + 8,192, 32,768) + 1 = 12,288 blocks on its windows.
+  r = run_cli({"size", "--model", "mistral-7b-v0.1", "--tokens", "32768", "--kv-budget", "1GB", "--block-size", "1"});
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("0.62x (7,629 / 12,288 blocks)") && Catch::Contains("less than one request"));
+
+  // Sizes past 64 bits are an input error, not a wrapped number.
+  r = run_cli({"size", "--model", "llama-3.1-8b", "--tokens", "9223372036854775807"});
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("overflows 64 bits"));
+
+  // The seed example needs a parameter count for its weights.
+  r = run_cli({"size", "--model", "seed-example", "--device", "A100-80GB", "--params", "13B", "--tokens", "4096"});
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("13,000,000,000 params (--params)"));
+}
+
+TEST_CASE("kvsim size and models: help, usage errors and input errors") {
+  auto r = run_cli({"size", "--help"});
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("Usage: kvsim size") && Catch::Contains("--gpu-memory-utilization"));
+  r = run_cli({"models", "--help"});
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("Usage: kvsim models"));
+
+  r = run_cli({"size", "--model", "llama-3.1-8b", "--bogus"});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("Usage"));
+  r = run_cli({"size"});  // neither --model nor --config
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("--model"));
+  r = run_cli({"models", "extra"});
+  CHECK(r.exit_code == 2);
+
+  r = run_cli({"size", "--model", "llama-4"});
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("--model") && Catch::Contains("llama-3.1-8b"));
+  r = run_cli({"size", "--model", "llama-3.1-8b", "--dtype", "fp7"});
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("--dtype"));
+  r = run_cli({"size", "--model", "llama-3.1-8b", "--tp", "3"});
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("--tp"));
+  r = run_cli({"size", "--model", "llama-3.1-8b", "--tokens", "4096,x"});
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("--tokens"));
+  r = run_cli({"size", "--model", "llama-3.1-8b", "--device", "H100-80GB", "--gpu-memory-utilization", "1.5"});
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("--gpu-memory-utilization"));
+  r = run_cli({"size", "--model", "llama-3.1-8b", "--params", "8B"});  // budget option without a device
+  CHECK(r.exit_code == 1);
+  r = run_cli({"size", "--model", "deepseek-v3", "--tp", "8", "--device", "H100-80GB"});
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("nothing is left for the KV cache"));
+  CHECK_THAT(r.err, !Catch::Contains("internal error"));
+}
+
+TEST_CASE("kvsim size --config: each bad config exits 1 naming the file and the field") {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"bad/not-json.json", "not valid JSON"},
+      {"bad/missing-layers.json", "field 'num_hidden_layers'"},
+      {"bad/zero-heads.json", "field 'num_attention_heads'"},
+      {"bad/head-dim-not-dividing.json", "field 'head_dim'"},
+      {"bad/layer-types-length.json", "field 'layer_types'"},
+      {"bad/kv-heads-not-dividing.json", "field 'num_key_value_heads'"},
+  };
+  for (const auto& [file, field] : cases) {
+    INFO(file);
+    const auto r = run_cli({"size", "--config", config(file)});
+    CHECK(r.exit_code == 1);
+    CHECK_THAT(r.err, Catch::Contains(config(file)) && Catch::Contains(field));
+    CHECK(r.out.empty());
+  }
+}
+
+TEST_CASE("kvsim models lists the presets") {
+  auto r = run_cli({"models"});
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("llama-3.1-8b") && Catch::Contains("meta-llama/Llama-3.1-8B config.json") &&
+                        Catch::Contains("10 full + 52 sliding 1024") && Catch::Contains("131,072"));
+  r = run_cli({"models", "--json"});
+  REQUIRE(r.exit_code == 0);
+  const auto doc = nlohmann::json::parse(r.out);
+  REQUIRE(doc.size() == 9);
+  CHECK(doc[0]["name"] == "llama-3.1-8b");
+  CHECK(doc[0]["bf16_bytes_per_token"].get<std::int64_t>() == 131'072);
+  for (const auto& m : doc) {
+    if (m["name"] == "deepseek-v3") CHECK(m["bf16_bytes_per_token"].get<std::int64_t>() == 61 * 1152);
+  }
+}
