@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cli.h"
+#include "model_options.h"
 #include "decimal.h"
 #include "kvsim/budget.h"
 #include "kvsim/error.h"
@@ -41,63 +42,6 @@ const CommandSpec kSpec{
     "  kvsim size --model deepseek-v3 --mla-form decompressed --tokens 4096\n"
     "  kvsim size --config config.json --dtype fp8 --tp 8 --device H200-141GB"};
 
-struct Args {
-  std::optional<std::string> model;
-  std::optional<std::string> config;
-  std::optional<std::string> dtype;
-  std::optional<std::string> kv_group_size;
-  std::optional<std::string> mla_form;
-  std::optional<std::string> tp;
-  std::optional<std::string> pp;
-  std::optional<std::string> seqs;
-  std::optional<std::string> tokens;
-  std::optional<std::string> block_size;
-  std::optional<std::string> max_num_batched_tokens;
-  std::optional<std::string> device;
-  std::optional<std::string> device_memory;
-  std::optional<std::string> utilization;
-  std::optional<std::string> params;
-  std::optional<std::string> weights_bytes;
-  std::optional<std::string> weight_dtype;
-  std::optional<std::string> reserve;
-  std::optional<std::string> kv_budget;
-  bool json = false;
-};
-
-std::int64_t positive_integer(const std::string& text, const char* option) {
-  std::int64_t value = 0;
-  const auto status = detail::parse_non_negative(text, value);
-  const Location where{"", 0, option};
-  if (status != detail::DecimalStatus::ok) {
-    throw InputError(where, "expected a positive integer, got \"" + text + "\"");
-  }
-  if (value <= 0) throw InputError(where, "expected a positive integer, got " + text);
-  return value;
-}
-
-// "8030261248", "8.03B", "350M": a parameter count, fractional parameters rounded down.
-std::int64_t parameter_count(const std::string& text) {
-  const Location where{"", 0, "--params"};
-  std::int64_t scale = 1;
-  std::string number = text;
-  if (!number.empty() && (number.back() == 'B' || number.back() == 'b')) {
-    scale = 1'000'000'000;
-    number.pop_back();
-  } else if (!number.empty() && (number.back() == 'M' || number.back() == 'm')) {
-    scale = 1'000'000;
-    number.pop_back();
-  }
-  std::int64_t fixed = 0;  // value x 10^9
-  const auto status = detail::parse_scaled_decimal(number, 9, fixed);
-  if (status != detail::DecimalStatus::ok) {
-    throw InputError(where, "expected a count such as 8030261248, 8.03B or 350M, got \"" + text + "\"");
-  }
-  const Wide value = Wide{fixed} * scale / 1'000'000'000;
-  if (value <= 0 || value > Wide{std::numeric_limits<std::int64_t>::max()}) {
-    throw InputError(where, "expected a positive count that fits 64 bits, got \"" + text + "\"");
-  }
-  return static_cast<std::int64_t>(value);
-}
 
 std::vector<std::int64_t> token_list(const std::string& text) {
   std::vector<std::int64_t> out;
@@ -156,139 +100,49 @@ json groups_json(const KvLayout& layout) {
 }  // namespace
 
 int run_size(const Invocation& inv) {
-  Args a;
-  po::options_description model_opts("Model");
-  model_opts.add_options()
-      ("model", po::value<std::string>(), "a built-in preset (see 'kvsim models')")
-      ("config", po::value<std::string>(), "a Hugging Face config.json instead of a preset")
-      ("dtype", po::value<std::string>(),
-       "KV dtype: fp32, fp16, bf16, fp8, int8, int4, int2 (default: the model's torch_dtype, else bf16)")
-      ("kv-group-size", po::value<std::string>(),
-       "values per scale/zero-point group for int8/int4/int2 (default 64, as Hugging Face's QuantizedCache)")
-      ("mla-form", po::value<std::string>(),
-       "MLA models: latent (vLLM, SGLang, llama.cpp; default) or decompressed (Hugging Face)");
-  po::options_description placement_opts("Placement and workload");
-  placement_opts.add_options()
-      ("tp", po::value<std::string>(), "tensor-parallel devices (split KV heads; default 1)")
-      ("pp", po::value<std::string>(), "pipeline-parallel stages (split layers as vLLM does; default 1)")
+  po::options_description workload_opts("Workload and paging");
+  workload_opts.add_options()
       ("seqs", po::value<std::string>(), "sequences held at once (default 1)")
       ("tokens", po::value<std::string>(), "positions per sequence, T or T1,T2,...")
       ("block-size", po::value<std::string>(), "tokens per paged block (default 16, as vLLM)")
       ("max-num-batched-tokens", po::value<std::string>(),
        "vLLM's scheduler chunk, which caps a sliding window's blocks (default 8192)");
-  po::options_description budget_opts("Budget (per device)");
-  budget_opts.add_options()
-      ("device", po::value<std::string>(), "A100-40GB, A100-80GB, H100-80GB, H200-141GB, L4 or RTX-4090")
-      ("device-memory", po::value<std::string>(),
-       "device total instead of the preset's, e.g. torch.cuda.mem_get_info()[1] (80GB, 79.2GiB, bytes)")
-      ("gpu-memory-utilization", po::value<std::string>(), "fraction of the device the engine may use (default 0.9)")
-      ("params", po::value<std::string>(), "parameter count (default: published, else estimated from the config)")
-      ("weight-dtype", po::value<std::string>(), "bits per weight: fp32, fp16, bf16, fp8, int8, int4 (default: as stored)")
-      ("weights-bytes", po::value<std::string>(), "all weights in bytes, instead of params x dtype")
-      ("reserve", po::value<std::string>(), "activations, CUDA graphs and runtime per device (default 1GiB)")
-      ("kv-budget", po::value<std::string>(), "the KV budget per device, directly (bytes, GiB or GB)");
   po::options_description output_opts("Output");
   output_opts.add_options()("json", "print the sheet as JSON (integers as JSON integers)");
   po::options_description options;
-  options.add(model_opts).add(placement_opts).add(budget_opts).add(output_opts);
+  options.add(model_options("a built-in preset (see 'kvsim models')"))
+      .add(placement_options())
+      .add(workload_opts)
+      .add(budget_options())
+      .add(output_opts);
   po::variables_map vm;
   if (!parse_options(inv, kSpec, options, {}, vm)) return kExitOk;
-
-  auto get = [&](const char* name) -> std::optional<std::string> {
-    if (vm.count(name) == 0) return std::nullopt;
-    return vm[name].as<std::string>();
-  };
-  a.model = get("model");
-  a.config = get("config");
-  a.dtype = get("dtype");
-  a.kv_group_size = get("kv-group-size");
-  a.mla_form = get("mla-form");
-  a.tp = get("tp");
-  a.pp = get("pp");
-  a.seqs = get("seqs");
-  a.tokens = get("tokens");
-  a.block_size = get("block-size");
-  a.max_num_batched_tokens = get("max-num-batched-tokens");
-  a.device = get("device");
-  a.device_memory = get("device-memory");
-  a.utilization = get("gpu-memory-utilization");
-  a.params = get("params");
-  a.weights_bytes = get("weights-bytes");
-  a.weight_dtype = get("weight-dtype");
-  a.reserve = get("reserve");
-  a.kv_budget = get("kv-budget");
-  a.json = vm.count("json") != 0;
-
-  if (a.model.has_value() == a.config.has_value()) {
-    throw UsageError("give exactly one of --model NAME or --config FILE\nUsage: " + kSpec.synopsis);
-  }
+  const bool as_json = vm.count("json") != 0;
 
   // ---- model and KV options ------------------------------------------------------------
-  const ModelSpec model = a.model ? find_model_preset(*a.model) : load_hf_config(*a.config);
-  KvOptions kv;
-  std::string dtype_reason;
-  if (a.dtype) {
-    kv.dtype = parse_kv_dtype(*a.dtype, "--dtype");
-    dtype_reason = "--dtype";
-  } else {
-    kv.dtype = default_kv_dtype(model);
-    dtype_reason = try_parse_kv_dtype(model.weight_dtype)
-                       ? "default: the model's torch_dtype " + model.weight_dtype
-                       : std::string("default: bf16") +
-                             (model.weight_dtype.empty() ? " (no torch_dtype)"
-                                                         : " (torch_dtype " + model.weight_dtype + " is no KV dtype)");
-  }
-  if (a.kv_group_size) kv.quant_group_values = positive_integer(*a.kv_group_size, "--kv-group-size");
-  if (a.mla_form) {
-    if (*a.mla_form == "latent") {
-      kv.mla_form = MlaForm::latent;
-    } else if (*a.mla_form == "decompressed") {
-      kv.mla_form = MlaForm::decompressed;
-    } else {
-      throw InputError(Location{"", 0, "--mla-form"}, "expected latent or decompressed, got \"" + *a.mla_form + "\"");
-    }
-  }
-  if (a.tp) kv.tensor_parallel = positive_integer(*a.tp, "--tp");
-  if (a.pp) kv.pipeline_parallel = positive_integer(*a.pp, "--pp");
-  const std::int64_t seqs = a.seqs ? positive_integer(*a.seqs, "--seqs") : 1;
-  if (a.seqs && !a.tokens) throw InputError(Location{"", 0, "--seqs"}, "needs --tokens T (positions per sequence)");
-  const std::vector<std::int64_t> tokens = a.tokens ? token_list(*a.tokens) : std::vector<std::int64_t>{};
+  const ModelChoice choice = resolve_model(vm, kSpec.synopsis, "");
+  const ModelSpec& model = choice.model;
+  const KvOptions& kv = choice.kv;
+  const std::string& dtype_reason = choice.dtype_reason;
+  const auto seqs_text = option_text(vm, "seqs");
+  const auto tokens_text = option_text(vm, "tokens");
+  const std::int64_t seqs = seqs_text ? positive_integer(*seqs_text, "--seqs") : 1;
+  if (seqs_text && !tokens_text) throw InputError(Location{"", 0, "--seqs"}, "needs --tokens T (positions per sequence)");
+  const std::vector<std::int64_t> tokens = tokens_text ? token_list(*tokens_text) : std::vector<std::int64_t>{};
   PagedOptions paging;
-  if (a.block_size) paging.block_tokens = positive_integer(*a.block_size, "--block-size");
-  if (a.max_num_batched_tokens) {
-    paging.max_num_batched_tokens = positive_integer(*a.max_num_batched_tokens, "--max-num-batched-tokens");
+  if (const auto b = option_text(vm, "block-size")) paging.block_tokens = positive_integer(*b, "--block-size");
+  if (const auto m = option_text(vm, "max-num-batched-tokens")) {
+    paging.max_num_batched_tokens = positive_integer(*m, "--max-num-batched-tokens");
   }
 
-  const std::vector<KvLayout> stages = kv_stage_layouts(model, kv);
-  std::size_t binding = 0;
-  for (std::size_t i = 1; i < stages.size(); ++i) {
-    if (stages[i].bytes_per_token() > stages[binding].bytes_per_token()) binding = i;
-  }
-  const KvLayout& layout = stages[binding];
+  const std::vector<KvLayout>& stages = choice.stages;
+  const std::size_t binding = choice.binding_stage;
+  const KvLayout& layout = choice.layout();
   const std::int64_t devices = checked_mul(kv.tensor_parallel, kv.pipeline_parallel, "device count");
 
   // ---- budget ----------------------------------------------------------------------------
-  const bool want_budget = a.device || a.device_memory || a.kv_budget;
-  if (!want_budget && (a.utilization || a.params || a.weights_bytes || a.weight_dtype || a.reserve)) {
-    throw InputError(Location{"", 0, "--device"},
-                     "budget options need a device: give --device, --device-memory or --kv-budget");
-  }
   std::optional<Budget> budget;
-  if (want_budget) {
-    BudgetOptions bo;
-    if (a.device) bo.device = *a.device;
-    if (a.device_memory) bo.device_memory_bytes = parse_byte_size(*a.device_memory, "--device-memory");
-    if (a.device_memory && bo.device_memory_bytes <= 0) {
-      throw InputError(Location{"", 0, "--device-memory"}, "expected a positive size");
-    }
-    if (a.utilization) bo.gpu_memory_utilization_ppb = parse_gpu_memory_utilization(*a.utilization, "--gpu-memory-utilization");
-    if (a.params) bo.parameter_count = parameter_count(*a.params);
-    if (a.weight_dtype) bo.weight_bits = kv_dtype_info(parse_kv_dtype(*a.weight_dtype, "--weight-dtype")).bits;
-    if (a.weights_bytes) bo.weights_bytes = parse_byte_size(*a.weights_bytes, "--weights-bytes");
-    if (a.reserve) bo.reserve_bytes = parse_byte_size(*a.reserve, "--reserve");
-    if (a.kv_budget) bo.kv_budget_bytes = parse_byte_size(*a.kv_budget, "--kv-budget");
-    budget = derive_budget(model, kv, bo);
-  }
+  if (const auto bo = resolve_budget(vm)) budget = derive_budget(model, kv, *bo);
 
   // Concurrency is asked at each --tokens, or at the model's maximum as vLLM logs it.
   std::vector<std::int64_t> concurrency_tokens = tokens;
@@ -337,7 +191,7 @@ int run_size(const Invocation& inv) {
   const bool mla = model.mla.has_value();
 
   // ---- JSON ------------------------------------------------------------------------------
-  if (a.json) {
+  if (as_json) {
     json out;
     json m = {{"name", model.name},
               {"source", model.source},

@@ -1,0 +1,51 @@
+// Command-line options that choose a model, how its KV cache is stored and placed, and the
+// device budget. `kvsim size` and `kvsim replay` share them, so both read a model, a dtype
+// or a budget exactly the same way.
+#ifndef KVSIM_SRC_CLI_MODEL_OPTIONS_H_
+#define KVSIM_SRC_CLI_MODEL_OPTIONS_H_
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cli.h"
+#include "kvsim/budget.h"
+#include "kvsim/model.h"
+
+namespace kvsim::cli {
+
+// --model, --config, --dtype, --kv-group-size, --mla-form.
+po::options_description model_options(const std::string& model_help);
+// --tp, --pp.
+po::options_description placement_options();
+// --device, --device-memory, --gpu-memory-utilization, --params, --weight-dtype,
+// --weights-bytes, --reserve, --kv-budget.
+po::options_description budget_options();
+
+// The model as the options chose it, with its KV layout on each pipeline stage.
+struct ModelChoice {
+  ModelSpec model;
+  KvOptions kv;
+  std::string dtype_reason;        // "--dtype", "default: the model's torch_dtype bfloat16", ...
+  std::vector<KvLayout> stages;
+  std::size_t binding_stage = 0;   // the stage with the most bytes per token
+  const KvLayout& layout() const { return stages[binding_stage]; }
+};
+
+// Reads the model and placement options. With `default_model` empty, one of --model and
+// --config is required (UsageError otherwise); else the preset it names is the default.
+ModelChoice resolve_model(const po::variables_map& vm, const std::string& synopsis, const std::string& default_model);
+
+// The budget options given, or nothing when none of --device, --device-memory and
+// --kv-budget is. Budget details without any of those three are an InputError.
+std::optional<BudgetOptions> resolve_budget(const po::variables_map& vm);
+
+// A positive integer option value. Throws InputError naming `option`.
+std::int64_t positive_integer(const std::string& text, const char* option);
+
+// The option's value, if it was given.
+std::optional<std::string> option_text(const po::variables_map& vm, const char* name);
+
+}  // namespace kvsim::cli
+
+#endif  // KVSIM_SRC_CLI_MODEL_OPTIONS_H_
