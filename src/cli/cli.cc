@@ -8,11 +8,15 @@
 namespace kvsim::cli {
 
 bool parse_options(const Invocation& inv, const CommandSpec& spec, po::options_description& options,
-                   const po::positional_options_description& positional, po::variables_map& vm) {
+                   const po::positional_options_description& positional, po::variables_map& vm,
+                   const po::options_description* hidden) {
   options.add_options()("help,h", "show this help and exit");
+  po::options_description all;
+  all.add(options);
+  if (hidden != nullptr) all.add(*hidden);
   try {
     po::store(po::command_line_parser(inv.args)
-                  .options(options)
+                  .options(all)
                   .positional(positional)
                   .style(po::command_line_style::default_style &
                          ~po::command_line_style::allow_guessing)

@@ -40,11 +40,13 @@ struct CommandSpec {
   std::string examples;     // lines printed at the end of --help, may be empty
 };
 
-// Parses `inv.args` against `options` and `positional`. Adds --help (-h). When --help is
-// given, prints the command's help to stdout and returns false: the caller returns 0.
-// Unknown options, missing values and extra positionals throw UsageError.
+// Parses `inv.args` against `options`, `hidden` (options --help does not list, such as the
+// ones positional arguments fill) and `positional`. Adds --help (-h). When --help is given,
+// prints the command's help to stdout and returns false: the caller returns 0. Unknown
+// options, missing values and extra positionals throw UsageError.
 bool parse_options(const Invocation& inv, const CommandSpec& spec, po::options_description& options,
-                   const po::positional_options_description& positional, po::variables_map& vm);
+                   const po::positional_options_description& positional, po::variables_map& vm,
+                   const po::options_description* hidden = nullptr);
 
 // Dispatches to one of `subcommands` by inv.args[0] (with --help listing them).
 struct Subcommand {
