@@ -109,7 +109,10 @@ TraceFormat parse_trace_format(std::string_view text, std::string_view field) {
     if (f.name == text) return f.format;
   }
   std::string known;
-  for (const auto& f : kFormatNames) known += (known.empty() ? "" : ", ") + std::string(f.name);
+  for (const auto& f : kFormatNames) {
+    if (!known.empty()) known += ", ";
+    known.append(f.name);
+  }
   throw InputError(Location{"", 0, std::string(field)},
                    "unknown trace format \"" + std::string(text) + "\" (known: " + known + ")");
 }

@@ -414,7 +414,8 @@ struct TraceGenerator::State {
     finish(out, text, checked_add(system_tokens, fresh, "prompt tokens"), output_tokens);
     if (!starts_session) return;
     const std::uint64_t id = ++sessions_started;
-    out.session = "s" + std::to_string(id);
+    out.session = 's';
+    out.session += std::to_string(id);
     const std::int64_t turns_total = turns.sample(session_rng);
     if (turns_total <= 1 || out.cancel_ns) return;
     Session s{out.session, turns_total - 1, std::move(text)};

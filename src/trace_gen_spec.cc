@@ -1,4 +1,5 @@
 // The text forms of the generator's options (see kvsim/trace_gen.h for the grammar).
+#include <cctype>
 #include <cmath>
 #include <tuple>
 
@@ -38,15 +39,27 @@ struct KeyValue {
 };
 
 // Splits "a=1,b=lognormal:mean=5s,p99=60s" into key=value pairs. A comma separates two
-// pairs only when what follows it starts with one of `keys` and '=': so values may hold
-// commas of their own (a nested distribution), as long as their keys differ from ours.
+// pairs when what follows it is a name and '=', except the names a nested distribution uses
+// (mean, p99, min, max) when they are not ours: so a value may hold a lognormal with its
+// own commas, and a misspelt key ("shared=") is still caught as unknown.
 std::vector<KeyValue> key_values(std::string_view body, std::initializer_list<std::string_view> keys,
                                  std::string_view field, std::string_view what) {
-  const auto starts_key = [&](std::string_view rest) {
+  const auto ours = [&](std::string_view name) {
     for (auto k : keys) {
-      if (rest.size() > k.size() && rest.substr(0, k.size()) == k && rest[k.size()] == '=') return true;
+      if (k == name) return true;
     }
     return false;
+  };
+  const auto starts_key = [&](std::string_view rest) {
+    std::size_t i = 0;
+    while (i < rest.size() && (std::isalpha(static_cast<unsigned char>(rest[i])) || rest[i] == '_' ||
+                               (i > 0 && std::isdigit(static_cast<unsigned char>(rest[i]))))) {
+      ++i;
+    }
+    if (i == 0 || i == rest.size() || rest[i] != '=') return false;
+    const std::string_view name = rest.substr(0, i);
+    const bool nested = name == "mean" || name == "p99" || name == "min" || name == "max";
+    return !nested || ours(name);
   };
   std::vector<std::string_view> pieces;
   std::size_t start = 0;
@@ -58,7 +71,10 @@ std::vector<KeyValue> key_values(std::string_view body, std::initializer_list<st
   }
   pieces.push_back(body.substr(start));
   std::string known;
-  for (auto k : keys) known += (known.empty() ? "" : ", ") + std::string(k);
+  for (auto k : keys) {
+    if (!known.empty()) known += ", ";
+    known.append(k);
+  }
   std::vector<KeyValue> out;
   for (auto piece : pieces) {
     const auto eq = piece.find('=');

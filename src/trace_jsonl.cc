@@ -95,9 +95,12 @@ class JsonlReader : public RowReader {
     if (slot_ < 0) {
       if (!unknown_keys_are_errors_) return true;
       std::string known;
-      for (const auto& k : keys_) known += (known.empty() ? "" : ", ") + std::string(k.name);
-      return stop(label(name), "unknown field (a " + std::string(trace_format_name(format())) +
-                                   " record has fields " + known + ")");
+      for (const auto& k : keys_) {
+        if (!known.empty()) known += ", ";
+        known.append(k.name);
+      }
+      return stop(label(name),
+                  "unknown field (a " + std::string(trace_format_name(format())) + " record has fields " + known + ")");
     }
     if (values_[static_cast<std::size_t>(slot_)].kind != JsonValue::Kind::absent) {
       return stop(label(name), "appears twice in this record");
@@ -106,13 +109,14 @@ class JsonlReader : public RowReader {
   }
   bool parse_error(std::size_t position, const std::string&, const nlohmann::detail::exception& e) {
     // nlohmann's message reads "[json.exception.parse_error.101] parse error at line 1,
-    // column 7: syntax error while parsing ..."; keep what is after the colon.
+    // column 7: syntax error while parsing ..."; keep what is after the colon (the line is
+    // ours to report, and `position` is the column).
     std::string what = e.what();
     const auto colon = what.find(": ");
     if (colon != std::string::npos) what = what.substr(colon + 2);
     const std::string hint =
         lines_.line_terminated() ? "" : " (the file ends in the middle of this line: was it cut short?)";
-    return stop("", "malformed JSON at byte " + std::to_string(position) + ": " + what + hint);
+    return stop("", "malformed JSON at column " + std::to_string(position) + ": " + what + hint);
   }
 
  protected:

@@ -44,7 +44,10 @@ inline int native_field_index(std::string_view name) {
 // "id, arrival, prompt_tokens, ..." for messages that list what is known.
 inline std::string native_field_list() {
   std::string out;
-  for (auto name : kNativeFieldNames) out += (out.empty() ? "" : ", ") + std::string(name);
+  for (auto name : kNativeFieldNames) {
+    if (!out.empty()) out += ", ";
+    out.append(name);
+  }
   return out;
 }
 

@@ -132,9 +132,21 @@ void ErrorList::throw_all() const {
 
 std::string quote_text(std::string_view text) {
   constexpr std::size_t kMax = 80;
-  if (text.size() <= kMax) return "\"" + std::string(text) + "\"";
-  return "\"" + std::string(text.substr(0, 40)) + "..." + std::string(text.substr(text.size() - 37)) +
-         "\" (" + std::to_string(text.size()) + " bytes)";
+  // Built by appending: GCC 12 at -O3 warns (-Wrestrict, a false positive) on
+  // "literal" + std::string temporaries here.
+  std::string out = "\"";
+  if (text.size() <= kMax) {
+    out.append(text);
+    out += '"';
+    return out;
+  }
+  out.append(text.substr(0, 40));
+  out += "...";
+  out.append(text.substr(text.size() - 37));
+  out += "\" (";
+  out += std::to_string(text.size());
+  out += " bytes)";
+  return out;
 }
 
 std::string seconds_text(std::int64_t ns) {
@@ -458,7 +470,10 @@ void CsvReader::require_columns(std::initializer_list<std::string_view> required
   for (auto name : required) {
     if (column(name) < 0) {
       std::string all;
-      for (auto n : required) all += (all.empty() ? "" : ",") + std::string(n);
+      for (auto n : required) {
+        if (!all.empty()) all += ',';
+        all.append(n);
+      }
       fail_file(header_line_, "missing column '" + std::string(name) + "' (a " + std::string(format_name) +
                                   " trace has columns " + all + ")");
     }
