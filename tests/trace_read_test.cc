@@ -290,7 +290,10 @@ TEST_CASE("token-id traces: chained prefix hashes over full blocks only") {
 TEST_CASE("a line longer than the read buffer is read whole") {
   // About 2.4 MB of token ids on one line: the buffer has to grow past its 1 MiB.
   std::string ids;
-  for (int i = 0; i < 400'000; ++i) ids += (i ? "," : "") + std::to_string(i % 50'000);
+  for (int i = 0; i < 400'000; ++i) {
+    if (i > 0) ids += ',';
+    ids += std::to_string(i % 50'000);
+  }
   const auto path = write_file("long.jsonl", "{\"output_toks\": 1, \"arrival_time_ns\": 0, \"input_tok_ids\": [" +
                                                  ids + "]}\n{\"input_toks\": 5, \"output_toks\": 1, "
                                                  "\"arrival_time_ns\": 1}\n");
