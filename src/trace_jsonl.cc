@@ -216,7 +216,8 @@ class JsonlReader : public RowReader {
         fail(slot_label(slot), text + " " + unit + " is finer than 1 ns: times are kept as integer nanoseconds");
         return false;
       default:
-        fail(slot_label(slot), std::string("expected ") + unit + " (a non-negative number), got " + describe(v));
+        fail(slot_label(slot), std::string("expected ") + unit + " (a non-negative number), got " + describe(v) +
+                                   (v.kind == JsonValue::Kind::decimal ? exponent_hint(v.text) : ""));
         return false;
     }
   }

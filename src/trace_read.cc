@@ -149,6 +149,12 @@ std::string quote_text(std::string_view text) {
   return out;
 }
 
+std::string exponent_hint(std::string_view text) {
+  const auto e = text.find_first_of("eE");
+  if (e == std::string_view::npos || e == 0 || text[e - 1] < '0' || text[e - 1] > '9') return {};
+  return " (write it without an exponent)";
+}
+
 std::string seconds_text(std::int64_t ns) {
   const bool negative = ns < 0;
   const std::uint64_t magnitude = negative ? 0 - static_cast<std::uint64_t>(ns) : static_cast<std::uint64_t>(ns);
@@ -300,7 +306,9 @@ bool RowReader::parse_time(std::string_view name, std::string_view text, std::in
     case DecimalStatus::too_precise:
       problem = quote_text(text) + " is finer than 1 ns: times are kept as integer nanoseconds, so use at most 9 decimal places";
       break;
-    default: problem = "expected seconds (a non-negative decimal number), got " + quote_text(text); break;
+    default:
+      problem = "expected seconds (a non-negative decimal number), got " + quote_text(text) + exponent_hint(text);
+      break;
   }
   fail(label(name), std::move(problem));
   return false;

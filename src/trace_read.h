@@ -80,6 +80,10 @@ class ErrorList {
 // `text` quoted for a message, shortened when long: "12x", "aaaa...aaa" (80 bytes).
 std::string quote_text(std::string_view text);
 
+// " (write it without an exponent)" when `text` looks like 1e3 or 2.5E-4, else "": times
+// are read as plain decimals so that they stay exact.
+std::string exponent_hint(std::string_view text);
+
 // Integer nanoseconds as the shortest exact decimal seconds: 1500000000 -> "1.5".
 std::string seconds_text(std::int64_t ns);
 

@@ -400,3 +400,27 @@ TEST_CASE("the real Azure trace reads exactly") {
   CHECK(rs.back().arrival_ns == 3'501'721'937'000);
   CHECK(rs.back().id == "19366");
 }
+
+TEST_CASE("JSONL values of the wrong kind are named with their field") {
+  const auto path = write_file("kinds.jsonl",
+                               "{\"id\":\"a\",\"arrival\":1e3,\"prompt_tokens\":1,\"output_tokens\":1}\n"
+                               "{\"id\":\"b\",\"arrival\":1,\"prompt_tokens\":\"7\",\"output_tokens\":1}\n"
+                               "{\"id\":\"c\",\"arrival\":2,\"prompt_tokens\":99999999999999999999,\"output_tokens\":1}\n"
+                               "[1]\n"
+                               "{\"id\":\"d\",\"arrival\":3,\"prompt_tokens\":1,\"output_tokens\":1,\"id\":\"e\"}\n"
+                               "{\"id\":\"f\",\"arrival\":4,\"prompt_tokens\":1}\n");
+  try {
+    read(path);
+    FAIL("no error thrown");
+  } catch (const InputError& e) {
+    const std::string what = e.what();
+    CHECK_THAT(what, Catch::Contains("kinds.jsonl:1: field 'arrival': expected seconds (a non-negative number), got 1e3 "
+                                     "(write it without an exponent)"));
+    CHECK_THAT(what, Catch::Contains("kinds.jsonl:2: field 'prompt_tokens': expected a non-negative integer, got the "
+                                     "string \"7\""));
+    CHECK_THAT(what, Catch::Contains("kinds.jsonl:3: field 'prompt_tokens': 99999999999999999999 is too large"));
+    CHECK_THAT(what, Catch::Contains("kinds.jsonl:4: expected a JSON object on each line"));
+    CHECK_THAT(what, Catch::Contains("kinds.jsonl:5: field 'id': appears twice in this record"));
+    CHECK_THAT(what, Catch::Contains("kinds.jsonl:6: field 'output_tokens': missing from this record"));
+  }
+}
