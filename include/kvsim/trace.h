@@ -1,10 +1,18 @@
 // Reading request traces.
 //
 // A TraceReader streams requests one at a time, in arrival order, from a file in the native
-// format or one of the imported formats; memory does not grow with the trace's length.
-// Every row is validated as it is read: a bad row throws InputError naming the file, line,
-// field and offending text. open_trace() detects the format from the header or first record
-// unless TraceOptions names one.
+// format (traces/README.md) or one of the imported formats; memory does not grow with the
+// trace's length (except with TraceOptions::sort, which must see everything to sort it).
+// Every row is validated as it is read: non-negative integers, n >= 1, max_tokens >=
+// output_tokens, cancellation not before arrival, arrival <= start <= first_token <=
+// finish, prefix hashes no more than the prompt's blocks, and arrivals that never go
+// backwards. Unique ids are *not* checked: that would need memory that grows with the trace.
+//
+// A bad row does not stop the reader at once: it records the problem (file, line, field
+// and offending text) and goes on, so that one run shows up to the first
+// TraceOptions::max_errors problems. It throws one InputError listing them when it has
+// that many, or at the end of the file if it has any; the requests returned before then
+// came from good rows. A file without any request is an error too.
 #ifndef KVSIM_TRACE_H_
 #define KVSIM_TRACE_H_
 
@@ -12,6 +20,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "kvsim/request.h"
 
@@ -29,32 +38,40 @@ enum class TraceFormat {
   token_ids,   // JSONL with input_toks, output_toks, arrival_time_ns, input_tok_ids
 };
 
+// "native-csv", "native-jsonl", "azure", "burstgpt", "mooncake", "vidur", "lengths",
+// "token-ids", and "auto" for TraceFormat::automatic.
 std::string_view trace_format_name(TraceFormat format);
-// "native-csv", "azure", ... Throws InputError naming `field` for unknown names.
+// The inverse of trace_format_name. Throws InputError naming `field` for unknown names,
+// listing the known ones.
 TraceFormat parse_trace_format(std::string_view text, std::string_view field);
 
 struct TraceOptions {
   TraceFormat format = TraceFormat::automatic;
   // Accept arrivals that go backwards (the reader then buffers and sorts the whole trace,
-  // so memory grows with it). Off: a backwards arrival is an error.
+  // so memory grows with it; ties keep file order). Off: a backwards arrival is an error.
   bool sort = false;
   // BurstGPT rows with 0 response tokens are failed requests: drop them (default), or
-  // replay them as cancelled at arrival.
+  // replay them as cancelled at arrival (output_tokens 0, cancel_ns == arrival_ns).
   bool keep_failed = false;
-  // Arrival process for length-only traces: requests per second of a Poisson process with
-  // this seed. 0 means "required but not given", which is an error for such traces.
-  std::int64_t synthetic_rate_millirps = 0;
+  // Arrival process for length-only traces: a Poisson process of this many requests per
+  // second, seeded with synthetic_seed. 0 means "not given", an error for such traces.
+  // (The same rate and seed give the same arrivals as `kvsim trace gen --arrivals
+  // poisson:rate=R --seed S`.)
+  double synthetic_rate_per_s = 0;
   std::uint64_t synthetic_seed = 1;
   // Block size at which prefix hashes are computed from token ids (token_ids format).
   std::int64_t hash_block_tokens = 16;
+  // How many bad rows a reader collects before it stops and throws them all.
+  std::int64_t max_errors = 20;
 };
 
 class TraceReader {
  public:
   virtual ~TraceReader() = default;
 
-  // Reads the next request into `out`. Returns false at the end of the trace.
-  // Throws InputError on a bad row.
+  // Reads the next request into `out` (every member is overwritten; the capacity of its
+  // strings and vectors is reused). Returns false at the end of the trace. Throws
+  // InputError as described at the top of this file.
   virtual bool next(Request& out) = 0;
 
   virtual TraceFormat format() const = 0;
@@ -71,8 +88,15 @@ class TraceReader {
 };
 
 // Opens `path` and returns a reader for its format. Throws InputError when the file cannot
-// be opened or its format is not recognised.
+// be opened, its format is not recognised, or its header does not fit the format.
 std::unique_ptr<TraceReader> open_trace(const std::string& path, const TraceOptions& options = {});
+
+// The format open_trace() would pick for `path`, from its header or first record. Throws
+// InputError (naming the file and the known formats) when it matches none.
+TraceFormat detect_trace_format(const std::string& path);
+
+// Reads a whole trace into memory: for tests, tools and traces known to be small.
+std::vector<Request> read_trace(const std::string& path, const TraceOptions& options = {});
 
 }  // namespace kvsim
 

@@ -1,12 +1,306 @@
-// Placeholder until the command lands.
+// kvsim trace: statistics, conversion to the native format, and synthetic generation.
+// The work is in the library (kvsim/trace*.h); this file parses options and prints.
+#include <fmt/core.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <optional>
+
 #include "cli.h"
+#include "decimal.h"
 #include "kvsim/error.h"
+#include "kvsim/trace.h"
+#include "kvsim/trace_gen.h"
+#include "kvsim/trace_stats.h"
+#include "kvsim/trace_writer.h"
+#include "kvsim/units.h"
 
 namespace kvsim::cli {
+namespace {
+
+// Option values are the user's command line: a bad one is a usage error (exit 2, with the
+// usage), unlike bad file contents (exit 1).
+template <typename F>
+auto option_value(const CommandSpec& spec, F&& parse) -> decltype(parse()) {
+  try {
+    return parse();
+  } catch (const InputError& e) {
+    throw UsageError(std::string(e.what()) + "\nUsage: " + spec.synopsis);
+  }
+}
+
+// The options every command that reads a trace takes.
+struct ReadArgs {
+  std::string format = "auto";
+  bool sort = false;
+  bool keep_failed = false;
+  std::string rate;
+  std::string seed = "1";
+  std::string hash_block_tokens = "16";
+};
+
+void add_read_options(po::options_description& options, ReadArgs& args) {
+  options.add_options()
+      ("format", po::value(&args.format)->default_value(args.format),
+       "input format: auto, native-csv, native-jsonl, azure, burstgpt, mooncake, vidur, lengths, token-ids")
+      ("sort", po::bool_switch(&args.sort),
+       "accept arrivals out of order and sort them (reads the whole trace into memory)")
+      ("keep-failed", po::bool_switch(&args.keep_failed),
+       "BurstGPT: keep failed requests (0 response tokens) as cancelled at arrival instead of dropping them")
+      ("rate", po::value(&args.rate),
+       "length-only traces: Poisson arrivals at this many requests per second (required for them)")
+      ("seed", po::value(&args.seed)->default_value(args.seed), "length-only traces: seed of the arrival process")
+      ("hash-block-tokens", po::value(&args.hash_block_tokens)->default_value(args.hash_block_tokens),
+       "token-id traces: tokens per block when hashing prompt prefixes");
+}
+
+TraceOptions trace_options(const ReadArgs& args, const CommandSpec& spec) {
+  return option_value(spec, [&] {
+    TraceOptions o;
+    o.format = parse_trace_format(args.format, "--format");
+    o.sort = args.sort;
+    o.keep_failed = args.keep_failed;
+    if (!args.rate.empty()) o.synthetic_rate_per_s = parse_rate_per_s(args.rate, "--rate");
+    o.synthetic_seed = parse_seed(args.seed, "--seed");
+    o.hash_block_tokens = parse_positive_count(args.hash_block_tokens, "--hash-block-tokens");
+    return o;
+  });
+}
+
+// ---------------------------------------------------------------------------------------
+
+const CommandSpec kStatsSpec{
+    "kvsim trace stats FILE [--json] [--format F] [--sort] [--keep-failed] [--rate R --seed S]",
+    "Summarises a trace: requests, duration, arrival rate and burstiness, prompt and output\n"
+    "lengths (mean and nearest-rank percentiles), cancellations, parallel samples, sessions\n"
+    "and how much of the prompts a prefix cache could reuse.",
+    "  kvsim trace stats traces/chat-mix.csv\n"
+    "  kvsim trace stats ../shared/traces/mooncake/conversation_trace.jsonl --json\n"
+    "  kvsim trace stats lengths.csv --rate 5 --seed 7"};
+
+int run_stats(const Invocation& inv) {
+  std::string path;
+  bool as_json = false;
+  ReadArgs read;
+  po::options_description options("Options");
+  options.add_options()("file", po::value(&path)->required(), "the trace")(
+      "json", po::bool_switch(&as_json), "print JSON instead of text");
+  add_read_options(options, read);
+  po::positional_options_description positional;
+  positional.add("file", 1);
+  po::variables_map vm;
+  if (!parse_options(inv, kStatsSpec, options, positional, vm)) return kExitOk;
+  const TraceOptions trace = trace_options(read, kStatsSpec);
+
+  auto reader = open_trace(path, trace);
+  const TraceStats stats = compute_trace_stats(*reader);
+  const std::string format{trace_format_name(reader->format())};
+  if (as_json) {
+    nlohmann::ordered_json j;
+    j["trace"] = path;
+    j["format"] = format;
+    j["stats"] = nlohmann::ordered_json::parse(trace_stats_json(stats));
+    fmt::print("{}\n", j.dump(2));
+  } else {
+    fmt::print("{:<18} {} ({})\n{}", "trace", path, format, format_trace_stats(stats));
+  }
+  return kExitOk;
+}
+
+// ---------------------------------------------------------------------------------------
+
+const CommandSpec kConvertSpec{
+    "kvsim trace convert IN OUT [--to csv|jsonl] [--format F] [--sort] [--keep-failed] [--rate R --seed S]",
+    "Converts a trace in any format kvsim reads into kvsim's native CSV or JSONL (chosen\n"
+    "from OUT's extension unless --to says). The input is read twice: once to validate it\n"
+    "and find which optional columns it uses, then to write. Nothing is written when the\n"
+    "input has a bad row. The conversion is lossless: converting the output again gives\n"
+    "the same requests, and the same bytes.",
+    "  kvsim trace convert ../shared/traces/azure2023/AzureLLMInferenceTrace_conv.csv azure-conv.csv\n"
+    "  kvsim trace convert traces/chat-mix.csv chat-mix.jsonl"};
+
+int run_convert(const Invocation& inv) {
+  std::string in;
+  std::string out;
+  std::string to;
+  ReadArgs read;
+  po::options_description options("Options");
+  options.add_options()("in", po::value(&in)->required(), "the trace to read")(
+      "out", po::value(&out)->required(), "the file to write ('-' for standard output, with --to)")(
+      "to", po::value(&to), "output format: csv or jsonl (default: from OUT's extension)");
+  add_read_options(options, read);
+  po::positional_options_description positional;
+  positional.add("in", 1).add("out", 1);
+  po::variables_map vm;
+  if (!parse_options(inv, kConvertSpec, options, positional, vm)) return kExitOk;
+  const TraceOptions trace = trace_options(read, kConvertSpec);
+  const NativeFormat format = option_value(kConvertSpec, [&] {
+    return to.empty() ? native_format_for_path(out, "OUT") : parse_native_format(to, "--to");
+  });
+  std::error_code ec;
+  if (out != "-" && std::filesystem::equivalent(in, out, ec)) {
+    throw UsageError("IN and OUT are the same file; write the conversion elsewhere\nUsage: " + kConvertSpec.synopsis);
+  }
+
+  // Pass 1: validate everything and learn the columns, so that a bad row leaves no output.
+  TraceColumns columns;
+  std::int64_t count = 0;
+  TraceFormat in_format = TraceFormat::automatic;
+  {
+    auto reader = open_trace(in, trace);
+    in_format = reader->format();
+    Request r;
+    while (reader->next(r)) {
+      columns.include(r);
+      ++count;
+    }
+  }
+  // Pass 2: write, to a temporary file renamed over OUT at the end.
+  const std::string temp = out == "-" ? out : out + ".kvsim-tmp";
+  {
+    auto reader = open_trace(in, trace);
+    TraceWriter writer(temp, format, columns);
+    Request r;
+    while (reader->next(r)) writer.write(r);
+    writer.close();
+  }
+  if (out != "-") {
+    std::filesystem::rename(temp, out, ec);
+    if (ec) throw InputError(Location{out, 0, ""}, "cannot rename " + temp + " to it: " + ec.message());
+    fmt::print(stderr, "kvsim: converted {} requests: {} ({}) -> {} ({})\n", with_commas(count), in,
+               trace_format_name(in_format), out,
+               trace_format_name(format == NativeFormat::csv ? TraceFormat::native_csv : TraceFormat::native_jsonl));
+  }
+  return kExitOk;
+}
+
+// ---------------------------------------------------------------------------------------
+
+const CommandSpec kGenSpec{
+    "kvsim trace gen [-o FILE] [--seed S] [--requests N | --duration D] [--arrivals A] [--prompt L] "
+    "[--output L] [...]",
+    "Generates a synthetic trace in kvsim's native format. The same options and seed give\n"
+    "the same bytes, on any machine. Defaults are shaped like Azure's 2023 conversation\n"
+    "trace: Poisson arrivals at 5.5/s, prompts lognormal (mean 1,155, p99 4,142, max\n"
+    "14,050), outputs lognormal (mean 211, p99 601, max 1,000), 1,000 requests.\n"
+    "\n"
+    "Counts (--prompt, --output, --n, caps, turns): 512 | uniform:8000..32000 |\n"
+    "  lognormal:mean=1155,p99=4142[,min=1][,max=14050] | choice:1=0.9,4=0.1 |\n"
+    "  empirical:FILE (that column of another trace, any format kvsim reads).\n"
+    "Durations: 5s | uniform:1s..30s | exp:20s (mean) | lognormal:mean=5s,p99=60s.\n"
+    "Probabilities and shares: 0.05 or 5%.\n"
+    "Lognormal by mean and p99: sigma = z - sqrt(z^2 - 2 ln(p99/mean)), z = 2.32635 (the\n"
+    "normal's 0.99 quantile), mu = ln(mean) - sigma^2/2; needs 1 < p99/mean < 14.97.",
+    "  kvsim trace gen --requests 2000 --seed 1 -o chat.csv\n"
+    "  kvsim trace gen --duration 10min --arrivals gamma:rate=2.6,cv=3 --prompt uniform:8000..32000 \\\n"
+    "      --output lognormal:mean=300,p99=1500 --max-tokens fixed:2048 -o long.csv\n"
+    "  kvsim trace gen --lengths-from ../shared/traces/azure2023/AzureLLMInferenceTrace_conv.csv \\\n"
+    "      --cancel p=0.03,after=uniform:200ms..2s --cancel p=0.02,after=uniform:2s..30s -o azure-like.csv\n"
+    "  kvsim trace gen --system-prompt tokens=1500,share=0.4 --n choice:1=0.9,4=0.1 \\\n"
+    "      --sessions share=0.3,turns=uniform:2..6,gap=exp:30s,user=lognormal:mean=150,p99=600 -o chat.jsonl"};
+
+int run_gen(const Invocation& inv) {
+  std::string out = "-";
+  std::string to;
+  std::string seed = "1";
+  std::string requests;
+  std::string duration;
+  std::string arrivals = "poisson:rate=5.5";
+  std::string prompt;
+  std::string output;
+  std::string lengths_from;
+  std::string max_tokens = "none";
+  std::string max_tokens_share = "1";
+  std::vector<std::string> cancel;
+  std::string n = "1";
+  std::vector<std::string> system_prompts;
+  std::string sessions;
+  std::string block_tokens = "16";
+  po::options_description options("Options");
+  options.add_options()
+      ("out,o", po::value(&out)->default_value(out), "where to write ('-': standard output)")
+      ("to", po::value(&to), "csv or jsonl (default: from --out's extension; csv on standard output)")
+      ("seed", po::value(&seed)->default_value(seed), "the seed: same seed and options, same bytes")
+      ("requests", po::value(&requests), "stop after N requests (default 1000 unless --duration is given)")
+      ("duration", po::value(&duration), "stop at this arrival time, e.g. 10min, 3600s")
+      ("arrivals", po::value(&arrivals)->default_value(arrivals),
+       "poisson:rate=R | gamma:rate=R,cv=C | onoff:rate=R,on=D,off=D[,off_rate=R]")
+      ("prompt", po::value(&prompt), "prompt length in tokens (a count; see above)")
+      ("output", po::value(&output), "output length in tokens (a count; see above)")
+      ("lengths-from", po::value(&lengths_from),
+       "draw (prompt, output) pairs jointly from this trace's rows, instead of --prompt/--output")
+      ("max-tokens", po::value(&max_tokens)->default_value(max_tokens),
+       "none | output | factor:F (ceil(output x F)) | fixed:N or cap:COUNT (output is cut to the cap)")
+      ("max-tokens-share", po::value(&max_tokens_share)->default_value(max_tokens_share),
+       "share of requests that give max_tokens")
+      ("cancel", po::value(&cancel)->composing(),
+       "p=P,after=DURATION: cancel that share of requests that long after arrival (repeatable)")
+      ("n", po::value(&n)->default_value(n), "parallel samples per request (a count, at least 1)")
+      ("system-prompt", po::value(&system_prompts)->composing(),
+       "tokens=T,share=P: a system prompt shared by that share of requests (repeatable)")
+      ("sessions", po::value(&sessions),
+       "share=P,turns=COUNT,gap=DURATION[,user=COUNT][,max_context=N]: multi-turn conversations")
+      ("block-tokens", po::value(&block_tokens)->default_value(block_tokens),
+       "tokens per block of the prefix hashes (written with system prompts or sessions)");
+  po::positional_options_description positional;
+  po::variables_map vm;
+  if (!parse_options(inv, kGenSpec, options, positional, vm)) return kExitOk;
+  if (!lengths_from.empty() && (!prompt.empty() || !output.empty())) {
+    throw UsageError("--lengths-from replaces --prompt and --output; give one or the other\nUsage: " +
+                     kGenSpec.synopsis);
+  }
+
+  GenOptions gen;
+  NativeFormat format = NativeFormat::csv;
+  option_value(kGenSpec, [&] {
+    gen.seed = parse_seed(seed, "--seed");
+    gen.requests = requests.empty() ? (duration.empty() ? 1000 : 0) : parse_positive_count(requests, "--requests");
+    if (!duration.empty()) gen.duration_ns = parse_duration_ns(duration, "--duration");
+    gen.arrivals = parse_arrival_process(arrivals, "--arrivals");
+    if (!prompt.empty()) gen.prompt_tokens = parse_count_distribution(prompt, "--prompt");
+    if (!output.empty()) gen.output_tokens = parse_count_distribution(output, "--output");
+    gen.lengths_from = lengths_from;
+    gen.max_tokens = parse_max_tokens_policy(max_tokens, "--max-tokens");
+    gen.max_tokens.share_ppb = parse_probability_ppb(max_tokens_share, "--max-tokens-share");
+    for (const auto& c : cancel) gen.cancel.push_back(parse_cancel_clause(c, "--cancel"));
+    gen.n = parse_count_distribution(n, "--n");
+    for (const auto& sp : system_prompts) gen.system_prompts.push_back(parse_system_prompt(sp, "--system-prompt"));
+    if (!sessions.empty()) gen.sessions = parse_session_model(sessions, "--sessions");
+    gen.block_tokens = parse_positive_count(block_tokens, "--block-tokens");
+    validate_gen_options(gen);
+    format = !to.empty() ? parse_native_format(to, "--to")
+                         : out == "-" ? NativeFormat::csv : native_format_for_path(out, "--out");
+    return 0;
+  });
+
+  TraceGenerator generator(gen);
+  std::int64_t count = 0;
+  {
+    TraceWriter writer(out, format, generator.columns());
+    Request r;
+    while (generator.next(r)) {
+      writer.write(r);
+      ++count;
+    }
+    writer.close();
+  }
+  if (out != "-") fmt::print(stderr, "kvsim: wrote {} requests to {}\n", with_commas(count), out);
+  return kExitOk;
+}
+
+}  // namespace
 
 int run_trace(const Invocation& inv) {
-  (void)inv;
-  throw InputError("'trace' is not built yet");
+  return dispatch(inv,
+                  "Request traces: statistics, conversion to kvsim's native format, and synthetic\n"
+                  "generation. Formats read: native CSV/JSONL, Azure 2023/2024, BurstGPT, Mooncake,\n"
+                  "Vidur, length-only CSV (with --rate), token-id JSONL.",
+                  {
+                      {"stats", "summarise a trace (lengths, arrivals, cancellations, prefix reuse)", run_stats},
+                      {"convert", "convert a trace to native CSV or JSONL, losslessly", run_convert},
+                      {"gen", "generate a synthetic trace, seeded and reproducible", run_gen},
+                  });
 }
 
 }  // namespace kvsim::cli

@@ -1,0 +1,165 @@
+// The other CSV importers: BurstGPT, Vidur, and length-only files paired with a synthetic
+// Poisson arrival process. None of these formats names its requests: a request's id is
+// its row number among the data rows, from 1. Their columns are found by name, and
+// columns they do not use are ignored (BurstGPT's later releases insert columns).
+#include <charconv>
+
+#include "random.h"
+#include "trace_read.h"
+
+namespace kvsim::detail {
+namespace {
+
+void set_row_id(Request& out, std::int64_t row) {
+  char id[24];
+  const auto written = std::to_chars(id, id + sizeof id, row);
+  out.id.assign(id, written.ptr);
+}
+
+// BurstGPT (Wang et al., 2024): Timestamp is seconds since the trace's start, as printed
+// by Python (digits past the ninth decimal place are rounded to the nearest nanosecond).
+// A row with 0 response tokens is a request that failed.
+class BurstGptReader final : public CsvReader {
+ public:
+  BurstGptReader(const std::string& path, const TraceOptions& options)
+      : CsvReader(path, options, TraceFormat::burstgpt) {
+    require_columns({"Timestamp", "Request tokens", "Response tokens"}, "BurstGPT");
+    time_col_ = column("Timestamp");
+    prompt_col_ = column("Request tokens");
+    output_col_ = column("Response tokens");
+    names_.arrival = "Timestamp";
+    names_.output = "Response tokens";
+  }
+
+ private:
+  Row parse_line(std::string_view line, Request& out) override {
+    ++row_;
+    if (!split_row(line)) return Row::bad;
+    set_row_id(out, row_);
+    if (!parse_time("Timestamp", field(time_col_), out.arrival_ns, true)) return Row::bad;
+    if (!parse_count("Request tokens", field(prompt_col_), out.prompt_tokens)) return Row::bad;
+    if (!parse_count("Response tokens", field(output_col_), out.output_tokens)) return Row::bad;
+    if (out.output_tokens == 0) {
+      if (!options_.keep_failed) {
+        ++dropped_;
+        return Row::skip;
+      }
+      // Replayed as a request the client gave up on the moment it arrived: it is admitted
+      // (and its prompt counted) only if the replay processes arrivals before cancellations.
+      out.cancel_ns = out.arrival_ns;
+    }
+    return Row::ok;
+  }
+
+  std::string no_requests_problem() const override {
+    if (dropped_ == 0) return RowReader::no_requests_problem();
+    return "no requests: all " + std::to_string(dropped_) +
+           " rows are failed requests (0 response tokens), which are dropped; "
+           "keep them as cancelled at arrival with --keep-failed";
+  }
+
+  int time_col_ = -1;
+  int prompt_col_ = -1;
+  int output_col_ = -1;
+  std::int64_t row_ = 0;
+  std::int64_t dropped_ = 0;
+};
+
+// Vidur's trace-replay CSVs: arrived_at in seconds (printed from doubles: rounded to the
+// nanosecond like BurstGPT), num_prefill_tokens, num_decode_tokens.
+class VidurReader final : public CsvReader {
+ public:
+  VidurReader(const std::string& path, const TraceOptions& options) : CsvReader(path, options, TraceFormat::vidur) {
+    require_columns({"arrived_at", "num_prefill_tokens", "num_decode_tokens"}, "Vidur");
+    time_col_ = column("arrived_at");
+    prompt_col_ = column("num_prefill_tokens");
+    output_col_ = column("num_decode_tokens");
+    names_.arrival = "arrived_at";
+    names_.output = "num_decode_tokens";
+  }
+
+ private:
+  Row parse_line(std::string_view line, Request& out) override {
+    ++row_;
+    if (!split_row(line)) return Row::bad;
+    set_row_id(out, row_);
+    if (!parse_time("arrived_at", field(time_col_), out.arrival_ns, true)) return Row::bad;
+    if (!parse_count("num_prefill_tokens", field(prompt_col_), out.prompt_tokens)) return Row::bad;
+    if (!parse_count("num_decode_tokens", field(output_col_), out.output_tokens)) return Row::bad;
+    return Row::ok;
+  }
+
+  int time_col_ = -1;
+  int prompt_col_ = -1;
+  int output_col_ = -1;
+  std::int64_t row_ = 0;
+};
+
+// A CSV of lengths only (Vidur's processed traces: num_prefill_tokens,num_decode_tokens,...;
+// or prompt_tokens,output_tokens). Arrivals come from a Poisson process at
+// TraceOptions::synthetic_rate_per_s, seeded with synthetic_seed.
+class LengthsReader final : public CsvReader {
+ public:
+  LengthsReader(const std::string& path, const TraceOptions& options)
+      : CsvReader(path, options, TraceFormat::lengths), rng_(options.synthetic_seed, kArrivalStream) {
+    for (auto name : {"num_prefill_tokens", "prompt_tokens", "input_tokens", "input_length"}) {
+      if (prompt_col_ < 0 && column(name) >= 0) {
+        prompt_col_ = column(name);
+        prompt_name_ = name;
+      }
+    }
+    for (auto name : {"num_decode_tokens", "output_tokens", "output_length"}) {
+      if (output_col_ < 0 && column(name) >= 0) {
+        output_col_ = column(name);
+        output_name_ = name;
+      }
+    }
+    if (prompt_col_ < 0 || output_col_ < 0) {
+      fail_file(header_line_,
+                "a trace of lengths needs a prompt column (num_prefill_tokens or prompt_tokens) and an output "
+                "column (num_decode_tokens or output_tokens)");
+    }
+    if (!(options.synthetic_rate_per_s > 0)) {
+      fail_file(0,
+                "this trace has lengths only, no arrival times: give a synthetic Poisson arrival rate "
+                "(--rate R requests per second; --seed S picks the process)");
+    }
+    names_.output = output_name_;
+  }
+
+ private:
+  Row parse_line(std::string_view line, Request& out) override {
+    ++row_;
+    // The clock advances for every row, good or bad, so that fixing a bad row does not
+    // move the arrivals of the rows after it.
+    now_ns_ += poisson_gap_ns(rng_, options_.synthetic_rate_per_s);
+    if (!split_row(line)) return Row::bad;
+    set_row_id(out, row_);
+    out.arrival_ns = now_ns_;
+    if (!parse_count(prompt_name_, field(prompt_col_), out.prompt_tokens)) return Row::bad;
+    if (!parse_count(output_name_, field(output_col_), out.output_tokens)) return Row::bad;
+    return Row::ok;
+  }
+
+  int prompt_col_ = -1;
+  int output_col_ = -1;
+  std::string_view prompt_name_;
+  std::string_view output_name_;
+  std::int64_t row_ = 0;
+  Rng rng_;
+  std::int64_t now_ns_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<TraceReader> make_burstgpt_reader(const std::string& path, const TraceOptions& options) {
+  return std::make_unique<BurstGptReader>(path, options);
+}
+std::unique_ptr<TraceReader> make_vidur_reader(const std::string& path, const TraceOptions& options) {
+  return std::make_unique<VidurReader>(path, options);
+}
+std::unique_ptr<TraceReader> make_lengths_reader(const std::string& path, const TraceOptions& options) {
+  return std::make_unique<LengthsReader>(path, options);
+}
+
+}  // namespace kvsim::detail

@@ -1,0 +1,507 @@
+#include "trace_read.h"
+
+#include <cerrno>
+#include <cstring>
+#include <limits>
+
+#include "kvsim/units.h"
+
+namespace kvsim::detail {
+namespace {
+
+// Large enough that a read costs little per row; small enough to stay in cache-friendly range.
+constexpr std::size_t kInitialBuffer = std::size_t{1} << 20;
+
+bool is_blank(std::string_view line) {
+  for (char c : line) {
+    if (c != ' ' && c != '\t') return false;
+  }
+  return true;
+}
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------
+// LineReader
+
+LineReader::LineReader(const std::string& path) : path_(path) {
+  file_ = std::fopen(path.c_str(), "rb");
+  if (file_ == nullptr) {
+    throw InputError(Location{path, 0, ""}, std::string("cannot open: ") + std::strerror(errno));
+  }
+  if (std::fseek(file_, 0, SEEK_END) == 0) {
+    const long size = std::ftell(file_);
+    total_ = size > 0 ? size : 0;
+    std::rewind(file_);
+  }
+  capacity_ = kInitialBuffer;
+  buffer_ = std::make_unique<char[]>(capacity_);
+}
+
+LineReader::~LineReader() {
+  if (file_ != nullptr) std::fclose(file_);
+}
+
+bool LineReader::refill() {
+  // Keep the unread tail at the front, and grow only when one line fills the buffer.
+  const std::size_t unread = end_ - begin_;
+  if (begin_ > 0) {
+    std::memmove(buffer_.get(), buffer_.get() + begin_, unread);
+    begin_ = 0;
+    end_ = unread;
+  }
+  if (end_ == capacity_) {
+    auto bigger = std::make_unique<char[]>(capacity_ * 2);
+    std::memcpy(bigger.get(), buffer_.get(), end_);
+    buffer_ = std::move(bigger);
+    capacity_ *= 2;
+  }
+  const std::size_t got = std::fread(buffer_.get() + end_, 1, capacity_ - end_, file_);
+  if (got == 0) {
+    if (std::ferror(file_)) {
+      throw InputError(Location{path_, line_number_ + 1, ""}, std::string("read error: ") + std::strerror(errno));
+    }
+    eof_ = true;
+    return false;
+  }
+  end_ += got;
+  return true;
+}
+
+bool LineReader::next(std::string_view& line) {
+  for (;;) {
+    const char* start = buffer_.get() + begin_;
+    const std::size_t avail = end_ - begin_;
+    const void* newline = avail > 0 ? std::memchr(start, '\n', avail) : nullptr;
+    std::size_t length = 0;
+    if (newline != nullptr) {
+      length = static_cast<std::size_t>(static_cast<const char*>(newline) - start);
+      begin_ += length + 1;
+      consumed_ += static_cast<std::int64_t>(length + 1);
+      terminated_ = true;
+    } else if (eof_ || (!refill() && eof_)) {
+      if (end_ == begin_) return false;
+      // The last line, without a line break. refill() may have moved it: look again.
+      start = buffer_.get() + begin_;
+      length = end_ - begin_;
+      begin_ = end_;
+      consumed_ += static_cast<std::int64_t>(length);
+      terminated_ = false;
+    } else {
+      continue;
+    }
+    line = std::string_view(start, length);
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (++line_number_ == 1 && line.substr(0, 3) == "\xEF\xBB\xBF") line.remove_prefix(3);
+    return true;
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// ErrorList
+
+ErrorList::ErrorList(std::string path, std::int64_t max_errors)
+    : path_(std::move(path)), max_errors_(static_cast<std::size_t>(max_errors < 1 ? 1 : max_errors)) {}
+
+void ErrorList::add(std::int64_t line, std::string field, std::string problem) {
+  errors_.emplace_back(Location{path_, line, std::move(field)}, problem);
+  if (errors_.size() >= max_errors_) throw_all();
+}
+
+void ErrorList::throw_if_any() const {
+  if (!errors_.empty()) throw_all();
+}
+
+void ErrorList::throw_all() const {
+  if (errors_.size() == 1) throw errors_.front();
+  std::string summary = std::to_string(errors_.size()) + " bad rows";
+  if (errors_.size() >= max_errors_) summary += " (reading stopped at the " + std::to_string(max_errors_) + "th)";
+  summary += ':';
+  for (const auto& e : errors_) summary += "\n  " + std::string(e.what());
+  throw InputError(Location{path_, 0, ""}, summary);
+}
+
+// ---------------------------------------------------------------------------------------
+// Small helpers
+
+std::string quote_text(std::string_view text) {
+  constexpr std::size_t kMax = 80;
+  // Built by appending: GCC 12 at -O3 warns (-Wrestrict, a false positive) on
+  // "literal" + std::string temporaries here.
+  std::string out = "\"";
+  if (text.size() <= kMax) {
+    out.append(text);
+    out += '"';
+    return out;
+  }
+  out.append(text.substr(0, 40));
+  out += "...";
+  out.append(text.substr(text.size() - 37));
+  out += "\" (";
+  out += std::to_string(text.size());
+  out += " bytes)";
+  return out;
+}
+
+std::string exponent_hint(std::string_view text) {
+  const auto e = text.find_first_of("eE");
+  if (e == std::string_view::npos || e == 0 || text[e - 1] < '0' || text[e - 1] > '9') return {};
+  return " (write it without an exponent)";
+}
+
+std::string seconds_text(std::int64_t ns) {
+  const bool negative = ns < 0;
+  const std::uint64_t magnitude = negative ? 0 - static_cast<std::uint64_t>(ns) : static_cast<std::uint64_t>(ns);
+  std::string out = negative ? "-" : "";
+  out += std::to_string(magnitude / 1'000'000'000);
+  std::uint64_t frac = magnitude % 1'000'000'000;
+  if (frac != 0) {
+    char digits[10] = "000000000";
+    for (int i = 8; i >= 0; --i) {
+      digits[i] = static_cast<char>('0' + frac % 10);
+      frac /= 10;
+    }
+    int last = 8;
+    while (digits[last] == '0') --last;
+    out += '.';
+    out.append(digits, static_cast<std::size_t>(last + 1));
+  }
+  return out;
+}
+
+DecimalStatus parse_u64(std::string_view text, std::uint64_t& out) {
+  if (text.empty()) return DecimalStatus::empty;
+  if (text.front() == '-') return DecimalStatus::negative;
+  std::uint64_t value = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') return DecimalStatus::not_a_number;
+    const auto digit = static_cast<std::uint64_t>(c - '0');
+    if (value > (std::numeric_limits<std::uint64_t>::max() - digit) / 10) return DecimalStatus::overflow;
+    value = value * 10 + digit;
+  }
+  out = value;
+  return DecimalStatus::ok;
+}
+
+DecimalStatus parse_seconds_rounded(std::string_view text, std::int64_t& ns) {
+  const auto dot = text.find('.');
+  if (dot == std::string_view::npos || text.size() - dot - 1 <= 9) return parse_scaled_decimal(text, 9, ns);
+  const std::string_view kept = text.substr(0, dot + 10);
+  for (char c : text.substr(dot + 10)) {
+    if (c < '0' || c > '9') return DecimalStatus::not_a_number;
+  }
+  const auto status = parse_scaled_decimal(kept, 9, ns);
+  if (status != DecimalStatus::ok) return status;
+  if (text[dot + 10] >= '5') {
+    if (ns == std::numeric_limits<std::int64_t>::max()) return DecimalStatus::overflow;
+    ++ns;
+  }
+  return DecimalStatus::ok;
+}
+
+void reset_request(Request& r) {
+  r.id.clear();
+  r.arrival_ns = 0;
+  r.prompt_tokens = 0;
+  r.output_tokens = 0;
+  r.max_tokens.reset();
+  r.cancel_ns.reset();
+  r.n = 1;
+  r.prefix_block_tokens = 0;
+  r.prefix_hashes.clear();
+  r.session.clear();
+  r.start_ns.reset();
+  r.first_token_ns.reset();
+  r.finish_ns.reset();
+}
+
+FirstLine first_line(const std::string& path) {
+  LineReader lines(path);
+  std::string_view line;
+  while (lines.next(line)) {
+    if (!is_blank(line)) return {std::string(line), lines.line_number()};
+  }
+  return {};
+}
+
+// ---------------------------------------------------------------------------------------
+// RowReader
+
+RowReader::RowReader(const std::string& path, const TraceOptions& options, TraceFormat format)
+    : TraceReader(path), lines_(path), options_(options), format_(format), errors_(path, options.max_errors) {}
+
+bool RowReader::next(Request& out) {
+  std::string_view line;
+  while (lines_.next(line)) {
+    if (is_blank(line)) continue;
+    reset_request(out);
+    if (parse_line(line, out) != Row::ok) continue;
+    if (!options_.sort && rows_returned_ > 0 && out.arrival_ns < last_arrival_ns_) {
+      fail(label(names_.arrival), "arrival " + seconds_text(out.arrival_ns) + " s is before the arrival " +
+                                      seconds_text(last_arrival_ns_) + " s on line " +
+                                      std::to_string(last_arrival_line_) +
+                                      ": rows must be in arrival order (or pass --sort)");
+      continue;
+    }
+    if (!validate(out)) continue;
+    last_arrival_ns_ = out.arrival_ns;
+    last_arrival_line_ = lines_.line_number();
+    ++rows_returned_;
+    return true;
+  }
+  errors_.throw_if_any();
+  if (rows_returned_ == 0) fail_file(0, no_requests_problem());
+  return false;
+}
+
+std::string RowReader::no_requests_problem() const {
+  return lines_.line_number() == 0 ? "empty file: no header and no requests" : "no requests in the file";
+}
+
+RowReader::Row RowReader::fail(std::string_view field, std::string problem) {
+  errors_.add(lines_.line_number(), std::string(field), std::move(problem));
+  return Row::bad;
+}
+
+void RowReader::fail_file(std::int64_t line, std::string problem) const {
+  throw InputError(Location{path(), line, ""}, problem);
+}
+
+std::string RowReader::label(std::string_view name) const {
+  return std::string(value_kind_) + " '" + std::string(name) + "'";
+}
+
+bool RowReader::parse_count(std::string_view name, std::string_view text, std::int64_t& out) {
+  const auto status = parse_non_negative(text, out);
+  if (status == DecimalStatus::ok) return true;
+  std::string problem;
+  switch (status) {
+    case DecimalStatus::empty: problem = "expected a non-negative integer, got nothing"; break;
+    case DecimalStatus::negative: problem = "expected a non-negative integer, got a negative one: " + quote_text(text); break;
+    case DecimalStatus::overflow: problem = quote_text(text) + " is too large (does not fit in 64 bits)"; break;
+    default: problem = "expected a non-negative integer, got " + quote_text(text); break;
+  }
+  fail(label(name), std::move(problem));
+  return false;
+}
+
+bool RowReader::parse_time(std::string_view name, std::string_view text, std::int64_t& ns, bool rounded) {
+  const auto status = rounded ? parse_seconds_rounded(text, ns) : parse_scaled_decimal(text, 9, ns);
+  if (status == DecimalStatus::ok) return true;
+  std::string problem;
+  switch (status) {
+    case DecimalStatus::empty: problem = "expected seconds (a non-negative decimal number), got nothing"; break;
+    case DecimalStatus::negative:
+      problem = "expected seconds (a non-negative decimal number), got a negative one: " + quote_text(text);
+      break;
+    case DecimalStatus::overflow:
+      problem = quote_text(text) + " seconds is too large (does not fit in 64-bit nanoseconds, about 292 years)";
+      break;
+    case DecimalStatus::too_precise:
+      problem = quote_text(text) + " is finer than 1 ns: times are kept as integer nanoseconds, so use at most 9 decimal places";
+      break;
+    default:
+      problem = "expected seconds (a non-negative decimal number), got " + quote_text(text) + exponent_hint(text);
+      break;
+  }
+  fail(label(name), std::move(problem));
+  return false;
+}
+
+bool RowReader::parse_hash_list(std::string_view name, std::string_view text, std::vector<std::uint64_t>& out) {
+  std::size_t pos = 0;
+  while (pos < text.size()) {
+    if (text[pos] == ' ') {
+      ++pos;
+      continue;
+    }
+    std::size_t end = text.find(' ', pos);
+    if (end == std::string_view::npos) end = text.size();
+    const std::string_view item = text.substr(pos, end - pos);
+    std::uint64_t value = 0;
+    const auto status = parse_u64(item, value);
+    if (status != DecimalStatus::ok) {
+      fail(label(name), (status == DecimalStatus::overflow
+                             ? quote_text(item) + " is too large for a 64-bit hash"
+                             : "expected unsigned integers separated by spaces, got " + quote_text(item)));
+      return false;
+    }
+    out.push_back(value);
+    pos = end;
+  }
+  return true;
+}
+
+bool RowReader::validate(const Request& r) {
+  if (r.max_tokens && *r.max_tokens < r.output_tokens) {
+    fail(label(names_.max_tokens), std::to_string(*r.max_tokens) + " is less than " + std::string(names_.output) +
+                                       " " + std::to_string(r.output_tokens) +
+                                       ": a request never generates more than its limit");
+    return false;
+  }
+  if (r.cancel_ns && *r.cancel_ns < r.arrival_ns) {
+    fail(label(names_.cancel), "cancellation at " + seconds_text(*r.cancel_ns) + " s is before the arrival at " +
+                                   seconds_text(r.arrival_ns) + " s");
+    return false;
+  }
+  // Service times, when measured, happen in this order.
+  std::string_view before_name = "arrival";
+  std::int64_t before = r.arrival_ns;
+  const std::pair<std::string_view, const std::optional<std::int64_t>*> stamps[] = {
+      {"start", &r.start_ns}, {"first_token", &r.first_token_ns}, {"finish", &r.finish_ns}};
+  for (const auto& [name, value] : stamps) {
+    if (!*value) continue;
+    if (**value < before) {
+      fail(label(name), seconds_text(**value) + " s is before " + std::string(before_name) + " " +
+                            seconds_text(before) + " s (expected arrival <= start <= first_token <= finish)");
+      return false;
+    }
+    before_name = name;
+    before = **value;
+  }
+  if (!r.prefix_hashes.empty()) {
+    if (r.prefix_block_tokens <= 0) {
+      fail(label(names_.prefix_hashes), "prefix hashes need a block size: set prefix_block_tokens to at least 1");
+      return false;
+    }
+    const auto blocks = ceil_div(r.prompt_tokens, r.prefix_block_tokens);
+    if (static_cast<std::int64_t>(r.prefix_hashes.size()) > blocks) {
+      fail(label(names_.prefix_hashes),
+           std::to_string(r.prefix_hashes.size()) + " hashes, but a prompt of " + std::to_string(r.prompt_tokens) +
+               " tokens has only " + std::to_string(blocks) + " blocks of " + std::to_string(r.prefix_block_tokens));
+      return false;
+    }
+  }
+  return true;
+}
+
+// ---------------------------------------------------------------------------------------
+// CSV
+
+int CsvSplitter::split(std::string_view line, std::vector<std::string_view>& fields, std::string& error) {
+  const std::size_t max = fields.size();
+  if (unquoted_.size() < max) unquoted_.resize(max);
+  const char* data = line.data();
+  const std::size_t size = line.size();
+  std::size_t pos = 0;
+  int count = 0;
+  for (;;) {
+    std::string_view value;
+    std::size_t lead = pos;
+    while (lead < size && (data[lead] == ' ' || data[lead] == '\t')) ++lead;
+    if (lead < size && data[lead] == '"') {
+      std::string scratch;
+      std::string& text = static_cast<std::size_t>(count) < max ? unquoted_[static_cast<std::size_t>(count)] : scratch;
+      text.clear();
+      pos = lead + 1;
+      for (;;) {
+        const std::size_t quote = line.find('"', pos);
+        if (quote == std::string_view::npos) {
+          error = "a quoted field is not closed (a line break inside quotes is not supported)";
+          return -1;
+        }
+        text.append(data + pos, quote - pos);
+        pos = quote + 1;
+        if (pos < size && data[pos] == '"') {  // "" stands for one quote
+          text += '"';
+          ++pos;
+          continue;
+        }
+        break;
+      }
+      while (pos < size && (data[pos] == ' ' || data[pos] == '\t')) ++pos;
+      if (pos < size && data[pos] != ',') {
+        error = "unexpected text after a closing quote";
+        return -1;
+      }
+      value = text;
+    } else {
+      const void* comma = std::memchr(data + pos, ',', size - pos);
+      const std::size_t end = comma != nullptr ? static_cast<std::size_t>(static_cast<const char*>(comma) - data) : size;
+      value = std::string_view(data + pos, end - pos);
+      if (!value.empty() && (value.front() == ' ' || value.back() == ' ' || value.front() == '\t' ||
+                             value.back() == '\t')) {
+        value = trim(value);
+      }
+      pos = end;
+    }
+    if (static_cast<std::size_t>(count) < max) fields[static_cast<std::size_t>(count)] = value;
+    ++count;
+    if (pos >= size) return count;
+    ++pos;  // the comma; a trailing comma means one more, empty, field
+  }
+}
+
+CsvReader::CsvReader(const std::string& path, const TraceOptions& options, TraceFormat format)
+    : RowReader(path, options, format) {
+  std::string_view line;
+  bool found = false;
+  while (lines_.next(line)) {
+    if (!is_blank(line)) {
+      found = true;
+      break;
+    }
+  }
+  if (!found) fail_file(0, "empty file: expected a header line naming the columns");
+  header_line_ = lines_.line_number();
+  std::vector<std::string_view> names(256);
+  std::string error;
+  const int count = splitter_.split(line, names, error);
+  if (count < 0) fail_file(header_line_, "header: " + error);
+  if (count > static_cast<int>(names.size())) fail_file(header_line_, "header: more than 256 columns");
+  for (int i = 0; i < count; ++i) {
+    const std::string name(names[static_cast<std::size_t>(i)]);
+    if (name.empty()) fail_file(header_line_, "header: column " + std::to_string(i + 1) + " has no name");
+    for (const auto& seen : header_) {
+      if (seen == name) fail_file(header_line_, "header: column '" + name + "' appears twice");
+    }
+    header_.push_back(name);
+  }
+  // One more slot than the header has, so that split() can tell "too many fields".
+  fields_.resize(header_.size() + 1);
+}
+
+int CsvReader::column(std::string_view name) const {
+  for (std::size_t i = 0; i < header_.size(); ++i) {
+    if (header_[i] == name) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+void CsvReader::require_columns(std::initializer_list<std::string_view> required, std::string_view format_name) const {
+  for (auto name : required) {
+    if (column(name) < 0) {
+      std::string all;
+      for (auto n : required) {
+        if (!all.empty()) all += ',';
+        all.append(n);
+      }
+      fail_file(header_line_, "missing column '" + std::string(name) + "' (a " + std::string(format_name) +
+                                  " trace has columns " + all + ")");
+    }
+  }
+}
+
+bool CsvReader::split_row(std::string_view line) {
+  const int count = splitter_.split(line, fields_, split_error_);
+  const std::string hint =
+      lines_.line_terminated() ? "" : " (the file ends in the middle of this line: was it cut short?)";
+  if (count < 0) {
+    fail("", split_error_ + hint);
+    return false;
+  }
+  if (static_cast<std::size_t>(count) != header_.size()) {
+    fail("", "expected " + std::to_string(header_.size()) + " columns, as in the header, got " + std::to_string(count) +
+                 hint);
+    return false;
+  }
+  return true;
+}
+
+}  // namespace kvsim::detail

@@ -1,0 +1,152 @@
+// Trace statistics: a small trace computed by hand, the percentile definition, and the
+// figures of the real production traces (issue 3 and ../shared/traces/README.md).
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "kvsim/trace.h"
+#include "kvsim/trace_stats.h"
+#include "trace_test_util.h"
+
+using namespace kvsim;
+
+TEST_CASE("nearest-rank percentiles") {
+  const std::vector<std::int64_t> ten = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+  CHECK(nearest_rank_percentile(ten, 50) == 5);   // ceil(0.5 * 10) = 5th
+  CHECK(nearest_rank_percentile(ten, 90) == 9);   // 9th
+  CHECK(nearest_rank_percentile(ten, 99) == 10);  // ceil(9.9) = 10th
+  CHECK(nearest_rank_percentile(ten, 100) == 10);
+  CHECK(nearest_rank_percentile({1, 2}, 50) == 1);
+  CHECK(nearest_rank_percentile({7}, 99) == 7);
+}
+
+TEST_CASE("statistics of a small trace, computed by hand") {
+  // Arrivals 0, 1, 3, 6 s: gaps 1, 2, 3 s, mean 2, population sd sqrt(2/3).
+  // Prefix hashes at 2 tokens per block: a [1 2], b [1 3], c [1 2 4], d none.
+  // Seen before: b's 1; c's 1 and 2: 3 of 7 blocks, 6 tokens (each a full block of 2).
+  const auto path = test::write_file("small.csv",
+                                     "id,arrival,prompt_tokens,output_tokens,max_tokens,cancel_at,n,session,"
+                                     "prefix_block_tokens,prefix_hashes\n"
+                                     "a,0,4,10,,,1,x,2,1 2\n"
+                                     "b,1,3,20,30,,3,x,2,1 3\n"
+                                     "c,3,6,30,,4,1,y,2,1 2 4\n"
+                                     "d,6,40,40,,,1,,,\n");
+  auto reader = open_trace(path);
+  const TraceStats s = compute_trace_stats(*reader);
+  CHECK(s.requests == 4);
+  CHECK(s.duration_ns == 6'000'000'000);
+  CHECK(s.rate_per_s == Approx(0.5));  // 3 gaps in 6 s
+  CHECK(s.interarrival_cv == Approx(std::sqrt(2.0 / 3.0) / 2.0));
+  CHECK(s.prompt_tokens.mean == Approx(53.0 / 4));
+  CHECK(s.prompt_tokens.min == 3);
+  CHECK(s.prompt_tokens.p50 == 4);   // sorted 3 4 6 40: the 2nd
+  CHECK(s.prompt_tokens.p90 == 40);  // the 4th
+  CHECK(s.prompt_tokens.max == 40);
+  CHECK(s.prompt_tokens.total == 53);
+  CHECK(s.output_tokens.mean == Approx(25.0));
+  CHECK(s.output_tokens.p50 == 20);
+  CHECK(s.cancelled == 1);
+  CHECK(s.with_max_tokens == 1);
+  CHECK(s.parallel_requests == 1);
+  CHECK(s.samples == 6);
+  CHECK(s.session_requests == 3);
+  CHECK(s.sessions == 2);
+  CHECK(s.prefix_block_tokens == 2);
+  CHECK(s.prefix_requests == 3);
+  CHECK(s.prefix_blocks == 7);
+  CHECK(s.prefix_blocks_seen == 3);
+  CHECK(s.prefix_block_reuse() == Approx(3.0 / 7));
+  CHECK(s.prefix_tokens == 13);
+  CHECK(s.prefix_tokens_seen == 6);
+
+  const auto text = format_trace_stats(s);
+  CHECK_THAT(text, Catch::Contains("42.9% of 7 prompt blocks seen before (2 tokens per block)"));
+  const auto j = nlohmann::json::parse(trace_stats_json(s));
+  CHECK(j["requests"] == 4);
+  CHECK(j["prompt_tokens"]["p90"] == 40);
+  CHECK(j["prefix_blocks_seen"] == 3);
+}
+
+TEST_CASE("a partial last block that is reused counts only its tokens") {
+  // Mooncake-style: 1025 tokens in blocks of 512 is 512 + 512 + 1; the second request
+  // repeats all three hashes, reusing 1025 tokens.
+  const auto path = test::write_file("partial.jsonl",
+                                     "{\"timestamp\": 0, \"input_length\": 1025, \"output_length\": 1, "
+                                     "\"hash_ids\": [1, 2, 3]}\n"
+                                     "{\"timestamp\": 1, \"input_length\": 1025, \"output_length\": 1, "
+                                     "\"hash_ids\": [1, 2, 3]}\n");
+  auto reader = open_trace(path);
+  const TraceStats s = compute_trace_stats(*reader);
+  CHECK(s.prefix_blocks == 6);
+  CHECK(s.prefix_blocks_seen == 3);
+  CHECK(s.prefix_tokens_seen == 1025);
+  CHECK(s.prefix_token_reuse() == Approx(0.5));
+}
+
+TEST_CASE("the Azure 2023 conversation trace: the figures of issue 3") {
+  KVSIM_REQUIRE_SHARED_TRACE(path, "azure2023/AzureLLMInferenceTrace_conv.csv");
+  auto reader = open_trace(path);
+  CHECK(reader->format() == TraceFormat::azure);
+  const TraceStats s = compute_trace_stats(*reader);
+  CHECK(s.requests == 19'366);
+  CHECK(s.prompt_tokens.mean == Approx(1154.7).margin(0.05));
+  CHECK(s.prompt_tokens.max == 14'050);
+  CHECK(s.output_tokens.mean == Approx(211.1).margin(0.05));
+  CHECK(s.output_tokens.max == 1'000);
+  // ../shared/traces/README.md: ~1 h, 5.5 req/s, prompt p99 4,142, output p99 601.
+  CHECK(s.prompt_tokens.p99 == 4'142);
+  CHECK(s.output_tokens.p99 == 601);
+  CHECK(s.rate_per_s == Approx(5.5).margin(0.05));
+  CHECK(s.duration_ns > 3'400'000'000'000);
+  CHECK(s.duration_ns < 3'600'000'000'000);
+
+  const auto r = test::run_cli({"trace", "stats", path});
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("19,366") && Catch::Contains("1,154.7") && Catch::Contains("14,050") &&
+                        Catch::Contains("211.1") && Catch::Contains("(azure)"));
+}
+
+TEST_CASE("the Azure 2023 code trace: bursty, as its README says") {
+  KVSIM_REQUIRE_SHARED_TRACE(path, "azure2023/AzureLLMInferenceTrace_code.csv");
+  auto reader = open_trace(path);
+  const TraceStats s = compute_trace_stats(*reader);
+  CHECK(s.requests == 8'819);
+  CHECK(s.prompt_tokens.mean == Approx(2048).margin(0.5));
+  CHECK(s.prompt_tokens.max == 7'437);
+  CHECK(s.output_tokens.mean == Approx(28).margin(0.5));
+  CHECK(s.output_tokens.max == 1'899);
+  CHECK(s.interarrival_cv > 2);  // a 217 s gap and 67 requests in one second
+}
+
+TEST_CASE("the Mooncake conversation trace: the figures of issue 3") {
+  KVSIM_REQUIRE_SHARED_TRACE(path, "mooncake/conversation_trace.jsonl");
+  auto reader = open_trace(path);
+  CHECK(reader->format() == TraceFormat::mooncake);
+  const TraceStats s = compute_trace_stats(*reader);
+  CHECK(s.requests == 12'031);
+  CHECK(s.prompt_tokens.mean == Approx(12'035.1).margin(0.05));
+  CHECK(s.output_tokens.mean == Approx(342.6).margin(0.05));
+  CHECK(s.prefix_block_tokens == 512);
+  CHECK(s.prefix_block_reuse() == Approx(0.366).margin(0.0005));
+  // README: "About 37% of prompt tokens are reusable by an unbounded prefix cache."
+  CHECK(s.prefix_token_reuse() == Approx(0.37).margin(0.01));
+
+  const auto r = test::run_cli({"trace", "stats", path, "--json"});
+  CHECK(r.exit_code == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  CHECK(j["format"] == "mooncake");
+  CHECK(j["stats"]["requests"] == 12'031);
+  CHECK(j["stats"]["prefix_block_reuse"].get<double>() == Approx(0.366).margin(0.0005));
+}
+
+TEST_CASE("the Vidur lengths trace needs --rate, then reads") {
+  KVSIM_REQUIRE_SHARED_TRACE(path, "vidur/arxiv_summarization_stats_llama2_tokenizer_filtered_v2.csv");
+  const auto without = test::run_cli({"trace", "stats", path});
+  CHECK(without.exit_code == 1);
+  CHECK_THAT(without.err, Catch::Contains("lengths only"));
+  const auto with = test::run_cli({"trace", "stats", path, "--rate", "2", "--seed", "3", "--json"});
+  CHECK(with.exit_code == 0);
+  const auto j = nlohmann::json::parse(with.out);
+  CHECK(j["stats"]["requests"] == 28'257);
+  CHECK(j["stats"]["rate_per_s"].get<double>() == Approx(2).epsilon(0.05));
+}
