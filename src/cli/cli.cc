@@ -6,10 +6,16 @@
 #include <sstream>
 
 namespace kvsim::cli {
+namespace {
+std::string g_synopsis;
+}  // namespace
+
+const std::string& current_synopsis() { return g_synopsis; }
 
 bool parse_options(const Invocation& inv, const CommandSpec& spec, po::options_description& options,
                    const po::positional_options_description& positional, po::variables_map& vm,
                    const po::options_description* hidden) {
+  g_synopsis = spec.synopsis;
   options.add_options()("help,h", "show this help and exit");
   po::options_description all;
   all.add(options);

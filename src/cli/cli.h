@@ -1,9 +1,12 @@
 // The command-line program's shared plumbing: subcommand dispatch, option parsing with
 // --help everywhere, and the exit codes users script against.
 //
-// Exit codes: 0 success; 1 bad input (a file or value kvsim cannot use; the message names
-// the file, line and field); 2 bad usage (unknown option, missing argument; the usage is
-// printed); 3 an internal error (a broken invariant: a bug in kvsim, please report it).
+// Exit codes: 0 success; 1 bad input (a file kvsim cannot use, named with its line and
+// field, or a result that cannot be computed, such as a budget that comes out negative);
+// 2 bad usage (an unknown option, a missing argument, or an option value kvsim rejects;
+// the usage is printed); 3 an internal error (a broken invariant: a bug in kvsim, please
+// report it). An InputError whose field names an option ("--dtype") and no file is a
+// usage error.
 #ifndef KVSIM_SRC_CLI_CLI_H_
 #define KVSIM_SRC_CLI_CLI_H_
 
@@ -47,6 +50,9 @@ struct CommandSpec {
 bool parse_options(const Invocation& inv, const CommandSpec& spec, po::options_description& options,
                    const po::positional_options_description& positional, po::variables_map& vm,
                    const po::options_description* hidden = nullptr);
+
+// The synopsis of the command whose options were parsed last, for usage messages.
+const std::string& current_synopsis();
 
 // Dispatches to one of `subcommands` by inv.args[0] (with --help listing them).
 struct Subcommand {

@@ -15,6 +15,19 @@ constexpr const char* kDescription =
     "kvsim replays LLM request traces through KV-cache allocators and reports, byte-exact,\n"
     "allocated slots versus effective tokens, fragmentation and peak occupancy.";
 
+// Prints a usage error naming the subcommand the user typed, so they know whose --help to
+// read, and returns exit code 2.
+int usage_error(const kvsim::cli::Invocation& inv, const std::string& message) {
+  std::string where = "kvsim";
+  for (const auto& arg : inv.args) {
+    if (arg.empty() || arg.front() == '-') break;
+    where += " " + arg;
+    if (arg != "trace") break;
+  }
+  fmt::print(stderr, "{}: {}\nTry '{} --help'.\n", where, message, where);
+  return kvsim::cli::kExitUsage;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -29,16 +42,12 @@ int main(int argc, char** argv) {
   try {
     return dispatch(inv, kDescription, commands);
   } catch (const UsageError& e) {
-    // Name the subcommand the user typed so they know whose --help to read.
-    std::string where = "kvsim";
-    for (const auto& arg : inv.args) {
-      if (arg.empty() || arg.front() == '-') break;
-      where += " " + arg;
-      if (arg != "trace") break;
-    }
-    fmt::print(stderr, "{}: {}\nTry '{} --help'.\n", where, e.what(), where);
-    return kExitUsage;
+    return usage_error(inv, e.what());
   } catch (const kvsim::InputError& e) {
+    // A value typed on the command line is usage; a file's contents are input.
+    if (e.where().file.empty() && e.where().field.rfind("--", 0) == 0) {
+      return usage_error(inv, std::string(e.what()) + "\nUsage: " + current_synopsis());
+    }
     fmt::print(stderr, "kvsim: error: {}\n", e.what());
     return kExitInput;
   } catch (const kvsim::InternalError& e) {
