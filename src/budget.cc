@@ -174,6 +174,43 @@ std::int64_t estimate_parameter_count(const ModelSpec& m) {
   return total;
 }
 
+ModelWeights model_weights(const ModelSpec& model, const KvOptions& kv, const BudgetOptions& o) {
+  ModelWeights w;
+  w.devices = checked_mul(kv.tensor_parallel, kv.pipeline_parallel, "device count");
+  if (o.weights_bytes) {
+    if (*o.weights_bytes < 0) throw InputError(Location{"", 0, "--weights-bytes"}, "expected a non-negative size");
+    w.weights_bytes = *o.weights_bytes;
+    w.parameter_source = "--weights-bytes";
+  } else {
+    if (o.parameter_count > 0) {
+      w.parameter_count = o.parameter_count;
+      w.parameter_source = "--params";
+    } else if (model.parameter_count > 0) {
+      w.parameter_count = model.parameter_count;
+      w.parameter_source = "published";
+    } else {
+      w.parameter_count = estimate_parameter_count(model);
+      w.parameter_source = "estimated from the config";
+    }
+    if (o.weight_bits > 0) {
+      w.weight_bits = o.weight_bits;
+      w.weight_bits_source = "--weight-dtype";
+    } else if (model.weight_bits > 0) {
+      w.weight_bits = model.weight_bits;
+      w.weight_bits_source = "quantization_config";
+    } else if (const std::int64_t bits = bits_of(model.weight_dtype); bits > 0) {
+      w.weight_bits = bits;
+      w.weight_bits_source = "torch_dtype " + model.weight_dtype;
+    } else {
+      w.weight_bits = 16;
+      w.weight_bits_source = "assumed 16-bit (no torch_dtype)";
+    }
+    w.weights_bytes = ceil_div_exact(checked_mul(w.parameter_count, w.weight_bits, "weight bits"), 8);
+  }
+  w.weights_bytes_per_device = ceil_div_exact(w.weights_bytes, w.devices);
+  return w;
+}
+
 Budget derive_budget(const ModelSpec& model, const KvOptions& kv, const BudgetOptions& o) {
   Budget b;
   if (kv.tensor_parallel < 1 || kv.pipeline_parallel < 1) {
@@ -210,37 +247,13 @@ Budget derive_budget(const ModelSpec& model, const KvOptions& kv, const BudgetOp
   b.usable_bytes = static_cast<std::int64_t>(Wide{b.device_total_bytes} * o.gpu_memory_utilization_ppb /
                                              kPartsPerBillion);
 
-  if (o.weights_bytes) {
-    if (*o.weights_bytes < 0) throw InputError(Location{"", 0, "--weights-bytes"}, "expected a non-negative size");
-    b.weights_bytes = *o.weights_bytes;
-    b.parameter_source = "--weights-bytes";
-  } else {
-    if (o.parameter_count > 0) {
-      b.parameter_count = o.parameter_count;
-      b.parameter_source = "--params";
-    } else if (model.parameter_count > 0) {
-      b.parameter_count = model.parameter_count;
-      b.parameter_source = "published";
-    } else {
-      b.parameter_count = estimate_parameter_count(model);
-      b.parameter_source = "estimated from the config";
-    }
-    if (o.weight_bits > 0) {
-      b.weight_bits = o.weight_bits;
-      b.weight_bits_source = "--weight-dtype";
-    } else if (model.weight_bits > 0) {
-      b.weight_bits = model.weight_bits;
-      b.weight_bits_source = "quantization_config";
-    } else if (const std::int64_t bits = bits_of(model.weight_dtype); bits > 0) {
-      b.weight_bits = bits;
-      b.weight_bits_source = "torch_dtype " + model.weight_dtype;
-    } else {
-      b.weight_bits = 16;
-      b.weight_bits_source = "assumed 16-bit (no torch_dtype)";
-    }
-    b.weights_bytes = ceil_div_exact(checked_mul(b.parameter_count, b.weight_bits, "weight bits"), 8);
-  }
-  b.weights_bytes_per_device = ceil_div_exact(b.weights_bytes, b.devices);
+  const ModelWeights w = model_weights(model, kv, o);
+  b.parameter_count = w.parameter_count;
+  b.parameter_source = w.parameter_source;
+  b.weight_bits = w.weight_bits;
+  b.weight_bits_source = w.weight_bits_source;
+  b.weights_bytes = w.weights_bytes;
+  b.weights_bytes_per_device = w.weights_bytes_per_device;
   if (o.reserve_bytes < 0) throw InputError(Location{"", 0, "--reserve"}, "expected a non-negative size");
   b.reserve_bytes = o.reserve_bytes;
   b.kv_budget_bytes = b.usable_bytes - b.weights_bytes_per_device - b.reserve_bytes;

@@ -24,17 +24,17 @@ std::int64_t ceil_ps(Int128 numerator, Int128 denominator) {
 
 }  // namespace
 
-CostModel roofline_cost_model(const KvLayout& layout, const DevicePreset& device, const Budget& budget) {
+CostModel roofline_cost_model(const KvLayout& layout, const DevicePreset& device, const ModelWeights& weights) {
   check(device.hbm_bytes_per_second > 0 && device.bf16_dense_flops > 0, "roofline: device without bandwidth or FLOP/s");
   CostModel c;
   c.name = "roofline " + std::string(device.name) + " (weights/bandwidth + 2 x params/(" +
            std::to_string(kRooflineComputePercent) + "% of peak FLOP/s) per token + KV bytes/bandwidth per context token)";
-  c.base_ps = ceil_ps(Int128{budget.weights_bytes_per_device} * kPsPerSecond, device.hbm_bytes_per_second);
+  c.base_ps = ceil_ps(Int128{weights.weights_bytes_per_device} * kPsPerSecond, device.hbm_bytes_per_second);
   // With the weights given in bytes, the parameters follow from their width (16 bits unless known).
   const std::int64_t parameters =
-      budget.parameter_count > 0 ? budget.parameter_count
-                                 : budget.weights_bytes * 8 / (budget.weight_bits > 0 ? budget.weight_bits : 16);
-  const Int128 params_per_device = ceil_div(parameters, budget.devices);
+      weights.parameter_count > 0 ? weights.parameter_count
+                                  : weights.weights_bytes * 8 / (weights.weight_bits > 0 ? weights.weight_bits : 16);
+  const Int128 params_per_device = ceil_div(parameters, weights.devices);
   const Int128 effective_flops = Int128{device.bf16_dense_flops} * kRooflineComputePercent / 100;
   c.prefill_token_ps = ceil_ps(2 * params_per_device * kPsPerSecond, effective_flops);
   c.decode_seq_ps = c.prefill_token_ps;

@@ -22,7 +22,7 @@ inline constexpr std::int64_t kRooflineComputePercent = 50;
 //   context_token = KV bytes per token on the device / HBM bandwidth (attention reads the cache)
 // The terms are added, not maxed: an upper bound on a step's time where memory and compute
 // overlap. Use --cost constant or explicit coefficients to model a measured engine.
-CostModel roofline_cost_model(const KvLayout& layout, const DevicePreset& device, const Budget& budget);
+CostModel roofline_cost_model(const KvLayout& layout, const DevicePreset& device, const ModelWeights& weights);
 
 // Parses --cost: "roofline" (returns `roofline`), "constant:step=20ms,prefill-token=100us",
 // or "linear:base=5ms,prefill-token=30us,decode-seq=30us,context-token=40ps". Durations take

@@ -84,6 +84,22 @@ struct Budget {
   std::int64_t kv_budget_bytes = 0;    // what is left for the KV cache on one device
 };
 
+// The model's weights and how they spread over the devices: parameters (from the options,
+// the published count, or estimated from the config) times bits per weight (from the
+// options, the config's quantization_config, or its torch_dtype), split evenly over
+// tensor_parallel x pipeline_parallel devices. Throws InputError when the parameter count
+// cannot be known.
+struct ModelWeights {
+  std::int64_t parameter_count = 0;    // 0 when weights_bytes was given directly
+  std::string parameter_source;
+  std::int64_t weight_bits = 0;
+  std::string weight_bits_source;
+  std::int64_t weights_bytes = 0;      // all devices
+  std::int64_t devices = 1;
+  std::int64_t weights_bytes_per_device = 0;
+};
+ModelWeights model_weights(const ModelSpec& model, const KvOptions& kv, const BudgetOptions& options);
+
 // The KV budget per device for serving `model` with `kv` on the device `options` names. The
 // replay engine calls this with the same options as `kvsim size`. Throws InputError when the
 // options are inconsistent (no device and no direct budget, utilisation outside (0, 1]), when

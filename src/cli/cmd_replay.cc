@@ -21,6 +21,7 @@
 #include "kvsim/error.h"
 #include "kvsim/replay.h"
 #include "kvsim/trace.h"
+#include "kvsim/trace_gen.h"
 #include "kvsim/units.h"
 #include "model_options.h"
 #include "replay_output.h"
@@ -149,11 +150,8 @@ int run_replay(const Invocation& inv) {
   }
 
   // The cost model: the roofline for the model on a device, or what --cost says.
-  BudgetOptions roofline_budget;
-  roofline_budget.device = kDefaultDevice;
-  roofline_budget.kv_budget_bytes = 1;  // only the weights and device are needed, not a KV budget
   const DevicePreset& device = find_device_preset(kDefaultDevice);
-  const Budget weights = derive_budget(choice.model, choice.kv, roofline_budget);
+  const ModelWeights weights = model_weights(choice.model, choice.kv, BudgetOptions{});
   const CostModel roofline = roofline_cost_model(layout, device, weights);
 
   ReplayOptions ro;
@@ -175,7 +173,8 @@ int run_replay(const Invocation& inv) {
   if (const auto f = option_text(vm, "format")) to.format = parse_trace_format(*f, "--format");
   to.sort = vm.count("sort") != 0;
   to.keep_failed = vm.count("keep-failed") != 0;
-  apply_arrival_options(vm, to);
+  if (const auto r = option_text(vm, "rate")) to.synthetic_rate_per_s = parse_rate_per_s(*r, "--rate");
+  if (const auto seed = option_text(vm, "seed")) to.synthetic_seed = parse_seed(*seed, "--seed");
 
   const std::vector<AllocatorSpec> specs = parse_allocator_list(vm["allocator"].as<std::string>(), "--allocator");
   // Build every allocator before reading anything, so a bad spec fails at once.
