@@ -1,0 +1,125 @@
+// kvsim replay through the real program: byte-exact figures for a hand-computed trace,
+// determinism, parallel runs equal to sequential ones, and its errors.
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "cli_util.h"
+#include "trace_test_util.h"
+
+using namespace kvsim;
+using Json = nlohmann::json;
+
+namespace {
+
+// Llama-3.1-8B in bf16: 32 layers x 8 KV heads x (128 + 128) values x 2 bytes.
+constexpr std::int64_t kLlamaBytesPerToken = 32 * 8 * (128 + 128) * 2;
+
+const Json* run_named(const Json& doc, const std::string& allocator) {
+  for (const auto& run : doc["runs"]) {
+    if (run["allocator"] == allocator) return &run;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+TEST_CASE("replay: one request through the CLI, byte-exact for Llama-3.1-8B") {
+  static_assert(kLlamaBytesPerToken == 131'072);
+  const std::string trace = test::write_file("one.csv", "id,arrival,prompt_tokens,output_tokens,max_tokens\nr1,0,100,50,50\n");
+  const auto r = test::run_cli({"replay", trace, "--model", "llama-3.1-8b", "--cost", "constant:step=1ms,prefill-token=0ps",
+                                "--allocator", "paged:block=16,dense-static:reserve=max-tokens,dense-static", "--json"});
+  REQUIRE(r.exit_code == 0);
+  const Json doc = Json::parse(r.out);
+  // Paged ends with ceil(150 / 16) = 10 blocks of 16 positions.
+  const Json* paged = run_named(doc, "paged:block=16");
+  REQUIRE(paged != nullptr);
+  CHECK((*paged)["memory_bytes"]["allocated_slots"]["peak"] == 160 * kLlamaBytesPerToken);
+  CHECK((*paged)["memory_bytes"]["effective_tokens"]["peak"] == 150 * kLlamaBytesPerToken);
+  // 50 steps of 1 ms: the first produces token 1, the last token 50.
+  CHECK((*paged)["time"]["duration_ns"] == 50'000'000);
+  CHECK((*paged)["leak_check"]["allocated_bytes_at_end"] == 0);
+  // Dense static reserves prompt + max_tokens = 150 positions, or the model's 131,072.
+  const Json* dense = run_named(doc, "dense-static:reserve=max-tokens");
+  REQUIRE(dense != nullptr);
+  CHECK((*dense)["memory_bytes"]["allocated_slots"]["peak"] == 150 * kLlamaBytesPerToken);
+  const Json* full = run_named(doc, "dense-static:reserve=max-model-len");
+  REQUIRE(full != nullptr);
+  CHECK((*full)["memory_bytes"]["allocated_slots"]["peak"] == std::int64_t{131'072} * kLlamaBytesPerToken);
+}
+
+TEST_CASE("replay: the same run twice, and in parallel or not, gives the same bytes") {
+  const std::string trace = std::string(KVSIM_SOURCE_DIR) + "/traces/chat-mix.csv";
+  const std::string timeline_a = test::scratch_path("timeline-a.csv");
+  const std::string timeline_b = test::scratch_path("timeline-b.csv");
+  const auto a = test::run_cli({"replay", trace, "--json", "--jobs", "1", "--timeline", timeline_a, "--sample-every", "5s"});
+  const auto b = test::run_cli({"replay", trace, "--json", "--jobs", "4", "--timeline", timeline_b, "--sample-every", "5s"});
+  REQUIRE(a.exit_code == 0);
+  REQUIRE(b.exit_code == 0);
+  CHECK(a.out == b.out);
+  CHECK(test::slurp(timeline_a) == test::slurp(timeline_b));
+  const Json doc = Json::parse(a.out);
+  REQUIRE(doc["runs"].size() == 4);  // the default comparison
+  for (const auto& run : doc["runs"]) {
+    INFO(run["allocator"]);
+    CHECK(run["leak_check"]["ok"] == true);
+    CHECK(run["requests"]["total"] == 2000);
+  }
+  // The timeline is long-format CSV: a header, then rows whose first field is an allocator.
+  const std::string timeline = test::slurp(timeline_a);
+  CHECK(timeline.rfind("allocator,time_s,step,running,queued,effective_bytes,allocated_bytes,reserved_bytes,"
+                       "effective_tokens_full,allocated_slots_full\n", 0) == 0);
+  CHECK(timeline.find("\nsliding-window:block=16,") != std::string::npos);
+}
+
+TEST_CASE("replay: --csv writes one row per allocator under a header") {
+  const std::string trace = std::string(KVSIM_SOURCE_DIR) + "/traces/chat-mix.csv";
+  const std::string csv = test::scratch_path("summary.csv");
+  const auto r = test::run_cli({"replay", trace, "--allocator", "paged,dynamic:growth=chunk,chunk=64", "--csv", csv});
+  REQUIRE(r.exit_code == 0);
+  const std::string text = test::slurp(csv);
+  CHECK(std::count(text.begin(), text.end(), '\n') == 3);
+  CHECK(text.find("\n\"dynamic:growth=chunk,chunk=64\",") != std::string::npos);  // quoted: it holds a comma
+}
+
+TEST_CASE("replay: help, usage errors and input errors") {
+  auto r = test::run_cli({"replay", "--help"});
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("Usage: kvsim replay TRACE") && Catch::Contains("sliding-window[:block=16]"));
+  r = test::run_cli({"replay"});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("a trace file is required"));
+  const std::string trace = std::string(KVSIM_SOURCE_DIR) + "/traces/chat-mix.csv";
+  r = test::run_cli({"replay", trace, "--allocator", "buddy"});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("unknown allocator 'buddy'") && Catch::Contains("Usage: kvsim replay"));
+  r = test::run_cli({"replay", trace, "--allocator", "paged:blok=16"});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("unknown parameter 'blok'"));
+  r = test::run_cli({"replay", trace, "--cost", "linear:base=5"});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("--cost"));
+  r = test::run_cli({"replay", "does-not-exist.csv"});
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("does-not-exist.csv"));
+  const std::string bad = test::write_file("bad.csv", "id,arrival,prompt_tokens,output_tokens\n1,0,12x,5\n");
+  r = test::run_cli({"replay", bad});
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("bad.csv:2") && Catch::Contains("prompt_tokens") && Catch::Contains("12x"));
+  CHECK(r.out.empty());  // no numbers from a bad trace
+}
+
+TEST_CASE("replay: Azure 2023 conversation trace through the four allocators") {
+  KVSIM_REQUIRE_SHARED_TRACE(trace, "azure2023/AzureLLMInferenceTrace_conv.csv");
+  const auto r = test::run_cli({"replay", trace, "--model", "llama-3.1-8b", "--allocator",
+                                "dense-static,dynamic,paged,sliding-window", "--json"});
+  REQUIRE(r.exit_code == 0);
+  const Json doc = Json::parse(r.out);
+  for (const auto& run : doc["runs"]) {
+    CHECK(run["requests"]["total"] == 19'366);
+    CHECK(run["leak_check"]["allocated_bytes_at_end"] == 0);
+  }
+  // Paged wastes at most a partial block per sequence; a max-model-len reservation of
+  // 131,072 positions per request holds almost nothing but reservation.
+  CHECK((*run_named(doc, "paged:block=16"))["usage"]["token_level"].get<double>() > 0.9);
+  CHECK((*run_named(doc, "dense-static:reserve=max-model-len"))["usage"]["token_level"].get<double>() < 0.05);
+}
