@@ -260,6 +260,7 @@ int run_replay(const Invocation& inv) {
   context.kv_dtype = std::string(kv_dtype_info(choice.kv.dtype).name);
   context.placement = fmt::format("tp {}, pp {} (figures per device)", choice.kv.tensor_parallel, choice.kv.pipeline_parallel);
   context.layout = layout;
+  context.cost = ro.cost;
   context.budget = "none (demand: every allocator unbounded)";
   context.scheduler = fmt::format("max batched tokens {}, chunked prefill {}, max running {}",
                                   ro.max_batched_tokens > 0 ? with_commas(ro.max_batched_tokens) : "unlimited",

@@ -21,6 +21,14 @@ std::string gib(double bytes) {
 }
 std::string gib(std::int64_t bytes) { return format_ratio(bytes, kBytesPerGiB, 2); }
 std::string seconds(std::int64_t ns) { return format_seconds(ns, 3); }
+// A duration in picoseconds in the largest unit that keeps it at least 1: "4.794 ms".
+std::string picoseconds(std::int64_t ps) {
+  if (ps >= 1'000'000'000) return format_ratio(ps, 1'000'000'000, 3) + " ms";
+  if (ps >= 1'000'000) return format_ratio(ps, 1'000'000, 3) + " us";
+  if (ps >= 1'000) return format_ratio(ps, 1'000, 3) + " ns";
+  return std::to_string(ps) + " ps";
+}
+
 std::string percent(double ratio) { return fmt::format("{:.1f}%", ratio * 100.0); }
 
 // A CSV cell: quoted (RFC 4180) when it holds a comma or a quote, as "dynamic:growth=chunk,chunk=64" does.
@@ -93,6 +101,11 @@ std::string replay_table(const ReplayContext& c, const std::vector<ReplayReport>
   if (!reports.empty()) {
     const ReplayReport& r = reports.front();
     out += fmt::format("schedule {}; cost model {}\n", r.schedule, r.cost_model);
+    if (r.schedule == "simulated") {
+      out += fmt::format("         a step costs {} + {} per prompt token + {} per decoding sequence + {} per position read\n",
+                         picoseconds(c.cost.base_ps), picoseconds(c.cost.prefill_token_ps),
+                         picoseconds(c.cost.decode_seq_ps), picoseconds(c.cost.context_token_ps));
+    }
     out += fmt::format("budget   {}; {}\n", c.budget, c.scheduler);
     out += fmt::format("trace    {} requests over {} s simulated\n", with_commas(r.requests),
                        seconds(r.end_ns - r.start_ns));
@@ -175,6 +188,11 @@ std::string replay_json(const ReplayContext& c, const std::vector<ReplayReport>&
   j["model"]["layer_groups"] = groups;
   j["budget"] = c.budget;
   j["scheduler"] = c.scheduler;
+  j["cost_model"] = Json{{"name", c.cost.name},
+                         {"step_base_ps", c.cost.base_ps},
+                         {"per_prompt_token_ps", c.cost.prefill_token_ps},
+                         {"per_decoding_sequence_ps", c.cost.decode_seq_ps},
+                         {"per_position_read_ps", c.cost.context_token_ps}};
   Json runs = Json::array();
   for (const auto& r : reports) {
     Json run;

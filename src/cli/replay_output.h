@@ -22,6 +22,7 @@ struct ReplayContext {
   KvLayout layout;
   std::string budget;           // "none (demand)" or a description
   std::string scheduler;        // batching settings, for the record
+  CostModel cost;               // the iteration cost model's coefficients
 };
 
 std::string replay_table(const ReplayContext& context, const std::vector<ReplayReport>& reports);
