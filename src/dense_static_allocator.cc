@@ -52,10 +52,7 @@ Outcome DenseStaticAllocator::admit(RequestSlot slot, const AdmitInfo& info) {
   if (slot >= requests_.size()) requests_.resize(slot + 1);
   Request& r = requests_[slot];
   check(!r.live, "dense-static: admitting a live request slot");
-  Request next{true, info.prompt_tokens, info.n, 0, reservation_tokens(info), 0};
-  for (std::size_t g = 0; g < groups_.size(); ++g) {
-    next.bytes += row_in_group(next, g) * next.n * groups_[g].bytes_per_position;
-  }
+  const Request next{true, info.prompt_tokens, info.n, 0, reservation_tokens(info), peak_bytes(info, 0)};
   if (options_.capacity_bytes != 0 && allocated_bytes_ + next.bytes > options_.capacity_bytes) {
     return Outcome::no_room;
   }
@@ -106,6 +103,16 @@ std::int64_t DenseStaticAllocator::next_event_tokens(RequestSlot slot) const {
     }
   }
   return next;
+}
+
+std::int64_t DenseStaticAllocator::peak_bytes(const AdmitInfo& info, std::int64_t) const {
+  // Everything is reserved at admission, whatever the length.
+  Request r;
+  r.n = info.n;
+  r.row_tokens = reservation_tokens(info);
+  std::int64_t bytes = 0;
+  for (std::size_t g = 0; g < groups_.size(); ++g) bytes += row_in_group(r, g) * r.n * groups_[g].bytes_per_position;
+  return bytes;
 }
 
 PoolState DenseStaticAllocator::pool() const {

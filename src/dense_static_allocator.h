@@ -37,6 +37,7 @@ class DenseStaticAllocator final : public Allocator {
   Footprint footprint(RequestSlot slot, std::size_t group, std::int64_t tokens) const override;
   std::int64_t next_event_tokens(RequestSlot slot) const override;
   PoolState pool() const override;
+  std::int64_t peak_bytes(const AdmitInfo& info, std::int64_t tokens) const override;
   void check_invariants() const override;
 
   // The positions one sample reserves in each group (before the window cap).

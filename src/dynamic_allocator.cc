@@ -138,6 +138,38 @@ std::int64_t DynamicAllocator::next_event_tokens(RequestSlot slot) const {
   return next;
 }
 
+std::int64_t DynamicAllocator::peak_bytes(const AdmitInfo& info, std::int64_t tokens) const {
+  // Follow each group's capacities from the prefill's first buffer to the last growth: the
+  // peak is the last buffer while the one before it is still being copied.
+  const std::int64_t first_tokens = std::min(tokens, info.prompt_tokens + (info.output_tokens > 0 ? 1 : 0));
+  std::int64_t bytes = 0;
+  for (std::size_t g = 0; g < groups_.size(); ++g) {
+    const std::int64_t need = needed(g, tokens);
+    std::int64_t capacity = grown_capacity(g, 0, needed(g, first_tokens));
+    std::int64_t previous = 0;
+    if (capacity < need) {
+      switch (options_.growth) {
+        case Growth::exact:
+          previous = need - 1;
+          capacity = need;
+          break;
+        case Growth::chunk:
+          capacity = grown_capacity(g, capacity, need);
+          previous = std::max(capacity - options_.chunk_tokens, needed(g, first_tokens));
+          break;
+        case Growth::doubling:
+          while (capacity < need) {
+            previous = capacity;
+            capacity = grown_capacity(g, capacity, capacity + 1);
+          }
+          break;
+      }
+    }
+    bytes += (capacity + previous) * info.n * groups_[g].bytes_per_position;
+  }
+  return bytes;
+}
+
 PoolState DynamicAllocator::pool() const {
   PoolState p;
   p.capacity_bytes = options_.capacity_bytes;

@@ -1,236 +1,56 @@
 // The replay engine: continuous batching on integer time, driving one allocator.
 //
-// The loop is: at the start of each iteration (step s, time T) take the arrivals and
-// cancellations due, call the allocator for the requests whose next event is due at this
-// step, continue and admit prefills, then let the iteration run for the duration the cost
-// model gives; cancellations inside it free their requests at their own instant, and the
-// requests that produced their last token are released at its end. A decoding request is
-// touched only at its events; in between, its figures follow the slopes it reported.
+// Each iteration (step s, starting at time T): arrivals and cancellations due are taken;
+// the allocator is called for the running requests whose next event falls on this step;
+// prefills under way continue; then, unless memory ran short this step, swapped-out and
+// waiting requests are admitted. The iteration lasts what the cost model gives; arrivals and
+// cancellations inside it happen at their own instants, and the requests that produced
+// their last token are released at its end. A decoding request is touched only at its
+// events; in between its figures follow the slopes it reported (ledger.h).
+#include "engine.h"
+
 #include <algorithm>
-#include <cmath>
-#include <deque>
-#include <limits>
-#include <queue>
 #include <string>
 
 #include "effective.h"
+#include "footprint.h"
 #include "kvsim/error.h"
-#include "kvsim/replay.h"
 #include "kvsim/units.h"
-#include "ledger.h"
-#include "step_wheel.h"
 
 namespace kvsim {
+namespace detail {
 namespace {
 
-using detail::Clock;
-using detail::Int128;
-using detail::LinearSum;
-using detail::Peak;
-using detail::StepEvent;
-using detail::TimeHistogram;
+// SGLang clips its estimate of a request's future tokens (CLIP_MAX_NEW_TOKENS_ESTIMATION).
+constexpr std::int64_t kSglangClipTokens = 4096;
+// SGLang's retraction assumes each surviving request decodes this many more steps
+// (SGLANG_RETRACT_DECODE_STEPS) when it recomputes the new-token ratio.
+constexpr std::int64_t kSglangRetractDecodeSteps = 20;
+constexpr std::int64_t kPpb = 1'000'000'000;
 
-constexpr std::int64_t kUnlimited = std::numeric_limits<std::int64_t>::max();
+}  // namespace
 
-// One request's share of one layer group, as of `step`, with slopes per step after it.
-struct Contribution {
-  std::int64_t step = 0;
-  std::int64_t value[6] = {};  // indexed by Quantity
-  std::int64_t slope[6] = {};
-};
-
-enum Quantity { kEffective, kAllocated, kTail, kReservation, kDuplicate, kOutside, kQuantities };
-
-struct GroupSums {
-  LinearSum q[kQuantities];
-  TimeHistogram effective_hist;
-  TimeHistogram allocated_hist;
-  Peak effective_peak;
-  Peak allocated_peak;
-};
-
-enum class Phase : std::uint8_t { free, queued, running };
-
-// A request from arrival to release.
-struct Flight {
-  Phase phase = Phase::free;
-  std::uint32_t generation = 0;
-  std::int64_t ordinal = 0;        // 1-based position in the trace, for messages
-  std::int64_t arrival_ns = 0;
-  std::int64_t prompt = 0;
-  std::int64_t output = 0;
-  std::int64_t n = 1;
-  std::int64_t planned = 0;
-  std::int64_t prefilled = 0;      // prompt tokens processed
-  bool decoding = false;           // grows one token per step on its own
-  std::int64_t tokens_at = 0;      // tokens per sequence as of step_at
-  std::int64_t step_at = 0;
-  std::int64_t first_token_ns = -1;
-  // Measured schedule: the service timestamps, and when the request stops holding memory
-  // (its finish, or its cancellation if that comes first).
-  std::int64_t start_ns = 0;
-  std::int64_t finish_ns = 0;
-  std::int64_t stop_ns = 0;
-  bool cancelled = false;
-  std::int64_t produced = 0;       // output tokens produced so far (measured schedule)
-  std::int64_t tokens(std::int64_t step) const { return decoding ? tokens_at + (step - step_at) : tokens_at; }
-};
-
-struct Cancellation {
-  std::int64_t at_ns;
-  std::int64_t ordinal;
-  std::uint32_t slot;
-  std::uint32_t generation;
-  bool operator>(const Cancellation& o) const { return at_ns != o.at_ns ? at_ns > o.at_ns : ordinal > o.ordinal; }
-};
-
-// An event of the measured schedule. At one instant, releases come first (freed memory is
-// free for what starts at that instant), then tokens, then starts.
-struct TimedEvent {
-  enum Kind : std::uint8_t { release = 0, token = 1, start = 2 };
-  std::int64_t at_ns;
-  Kind kind;
-  std::uint64_t order;
-  std::uint32_t slot;
-  std::uint32_t generation;
-  bool operator>(const TimedEvent& o) const {
-    if (at_ns != o.at_ns) return at_ns > o.at_ns;
-    if (kind != o.kind) return kind > o.kind;
-    return order > o.order;
+Engine::Engine(TraceReader& trace, Allocator& allocator, const ReplayOptions& options)
+    : trace_(trace), alloc_(allocator), opt_(options), groups_(options.layout.groups.size()) {
+  for (const auto& g : options.layout.groups) bytes_per_position_.push_back(g.bytes_per_position);
+  max_tokens_ = options.layout.max_model_len > 0 ? options.layout.max_model_len : kUnlimited;
+  if (opt_.max_batched_tokens > 0 && !opt_.chunked_prefill && opt_.max_batched_tokens < max_tokens_) {
+    // As vLLM insists: without chunking, a prompt must fit in one iteration's budget.
+    throw InputError(Location{"", 0, "--max-batched-tokens"},
+                     "without chunked prefill it must be at least the model's maximum length (" +
+                         std::to_string(max_tokens_) + ")");
   }
-};
-
-struct SlotRef {
-  std::uint32_t slot;
-  std::uint32_t generation;
-};
-
-Latency summarize(std::vector<std::int64_t>& values) {
-  Latency l;
-  l.count = static_cast<std::int64_t>(values.size());
-  if (values.empty()) return l;
-  std::sort(values.begin(), values.end());
-  // Nearest rank: the p-th percentile is the value at rank ceil(p/100 * N).
-  auto rank = [&](int p) { return values[static_cast<std::size_t>((p * l.count + 99) / 100 - 1)]; };
-  l.p50_ns = rank(50);
-  l.p99_ns = rank(99);
-  l.max_ns = values.back();
-  Int128 sum = 0;
-  for (auto v : values) sum += v;
-  l.mean_ns = static_cast<double>(sum) / static_cast<double>(l.count);
-  return l;
+  capacity_bytes_ = opt_.memory.kv_budget_bytes;
+  watermark_bytes_ = static_cast<std::int64_t>(Int128{capacity_bytes_} * opt_.memory.watermark_ppb / kPpb);
+  sglang_ratio_ppb_ = opt_.memory.sglang_init_ratio_ppb;
 }
-
-class Engine {
- public:
-  Engine(TraceReader& trace, Allocator& allocator, const ReplayOptions& options)
-      : trace_(trace), alloc_(allocator), opt_(options), groups_(options.layout.groups.size()) {
-    for (const auto& g : options.layout.groups) bytes_per_position_.push_back(g.bytes_per_position);
-    max_tokens_ = options.layout.max_model_len > 0 ? options.layout.max_model_len : kUnlimited;
-    if (opt_.max_batched_tokens > 0 && !opt_.chunked_prefill && opt_.max_batched_tokens < max_tokens_) {
-      // As vLLM insists: without chunking, a prompt must fit in one iteration's budget.
-      throw InputError(Location{"", 0, "--max-batched-tokens"},
-                       "without chunked prefill it must be at least the model's maximum length (" +
-                           std::to_string(max_tokens_) + ")");
-    }
-  }
-
-  ReplayReport run();
-
- private:
-  ReplayReport run_simulated();
-  ReplayReport run_measured();
-  // --- measured schedule
-  void push_timed(std::int64_t at_ns, TimedEvent::Kind kind, std::uint32_t slot);
-  void handle_timed(const TimedEvent& e);
-  std::int64_t token_time(const Flight& f, std::int64_t k) const;
-  // --- arrivals, queue, cancellations
-  bool fetch();
-  void pull_arrivals(std::int64_t now);
-  void process_cancellations(std::int64_t until_ns, bool mid_span);
-  // --- one iteration
-  void run_iteration();
-  void handle_event(std::uint32_t slot);
-  void schedule_prefills(std::int64_t& prefill_tokens);
-  void prefill(std::uint32_t slot, std::int64_t chunk);
-  // Schedules the request's next event and returns the token count it falls at.
-  std::int64_t schedule_next(std::uint32_t slot, std::int64_t tokens);
-  void grow(std::uint32_t slot, std::int64_t tokens, std::int64_t step_tokens);
-  // --- accounting
-  // Re-reads the request's footprints at `tokens`. `with_slopes`: the request will take
-  // steps before its next event, so its figures must carry their per-step change.
-  void refresh(std::uint32_t slot, std::int64_t tokens, bool with_slopes);
-  void apply(std::uint32_t slot, std::int64_t group, const Contribution& next, std::int64_t correction_ns);
-  void after_op();
-  void release(std::uint32_t slot, std::int64_t correction_ns);
-  void flush_histograms(std::int64_t until_ns);
-  void end_span(std::int64_t duration_ns);
-  void sample_timeline();
-  ReplayReport finish_report();
-  [[noreturn]] void broken(const Flight& f, const std::string& what) const;
-
-  TraceReader& trace_;
-  Allocator& alloc_;
-  const ReplayOptions& opt_;
-  std::vector<std::int64_t> bytes_per_position_;
-  std::int64_t max_tokens_;
-
-  // The trace.
-  Request next_;
-  bool have_next_ = false;
-  std::int64_t ordinal_ = 0;
-
-  // Requests.
-  std::vector<Flight> flights_;
-  std::vector<Contribution> contributions_;  // [slot * groups + group]
-  std::vector<std::uint32_t> free_slots_;
-  std::deque<SlotRef> queue_;
-  std::int64_t queued_ = 0;
-  std::int64_t running_ = 0;
-  std::vector<SlotRef> prefilling_;   // admitted, prompt incomplete (chunked prefill)
-  std::vector<SlotRef> finishing_;    // produce their last token in this iteration
-  std::vector<SlotRef> first_token_;  // produce their first token in this iteration
-  std::priority_queue<Cancellation, std::vector<Cancellation>, std::greater<>> cancellations_;
-  detail::StepWheel wheel_;
-  std::vector<StepEvent> due_;
-  bool measured_ = false;
-  std::priority_queue<TimedEvent, std::vector<TimedEvent>, std::greater<>> timed_;
-  std::uint64_t timed_order_ = 0;
-
-  // Time.
-  std::int64_t now_ = 0;           // start of the current span
-  std::int64_t step_ = 0;
-  std::int64_t span_ns_ = 0;       // duration of the iteration in progress
-  Clock clock_;                    // spans before the current one
-  std::int64_t hist_mark_ns_ = 0;
-
-  // Sums.
-  std::size_t groups_;
-  std::vector<GroupSums> sums_ = std::vector<GroupSums>(groups_);
-  LinearSum effective_bytes_;
-  LinearSum allocated_bytes_;
-  LinearSum reserved_bytes_;
-  std::int64_t decoding_seqs_ = 0;
-  std::int64_t context_base_ = 0;  // sum of n * tokens over decoding requests: base + slope * s
-  std::int64_t context_slope_ = 0;
-  TimeHistogram effective_hist_, allocated_hist_, reserved_hist_;
-  Peak effective_peak_, allocated_peak_, reserved_peak_;
-  std::int64_t op_transient_bytes_ = 0;
-  std::vector<Fragmentation> at_peak_slots_ = std::vector<Fragmentation>(groups_);
-  // External fragmentation, integrated over time between allocator operations.
-  double ext_ratio_ = 0;
-  double ext_integral_ = 0;
-  double ext_max_ = 0;
-  std::int64_t next_sample_ns_ = 0;
-
-  ReplayReport report_;
-  std::vector<std::int64_t> ttft_, e2e_;
-};
 
 [[noreturn]] void Engine::broken(const Flight& f, const std::string& what) const {
   throw InternalError(alloc_.name() + ": request #" + std::to_string(f.ordinal) + " at step " +
                       std::to_string(step_) + ": " + what);
 }
+
+// --- arrivals, queue, cancellations --------------------------------------------------------
 
 bool Engine::fetch() {
   have_next_ = trace_.next(next_);
@@ -238,107 +58,120 @@ bool Engine::fetch() {
   return have_next_;
 }
 
-void Engine::pull_arrivals(std::int64_t now) {
-  while (have_next_ && next_.arrival_ns <= now) {
-    ++report_.requests;
-    if (next_.prompt_tokens + next_.output_tokens > max_tokens_) {
-      ++report_.rejected_too_long;  // an engine refuses these at its API
+std::uint32_t Engine::take_slot() {
+  std::uint32_t slot;
+  if (!free_slots_.empty()) {
+    slot = free_slots_.back();
+    free_slots_.pop_back();
+  } else {
+    slot = static_cast<std::uint32_t>(flights_.size());
+    flights_.emplace_back();
+    contributions_.resize(flights_.size() * groups_);
+  }
+  Flight& f = flights_[slot];
+  const std::uint32_t generation = f.generation;
+  f = Flight{};
+  f.generation = generation;
+  f.phase = Phase::queued;
+  f.ordinal = ordinal_;
+  f.arrival_ns = next_.arrival_ns;
+  f.prompt = next_.prompt_tokens;
+  f.output = next_.output_tokens;
+  f.n = next_.n;
+  // What a planner allows for: the request's own limit, else the run's default, never less
+  // than what the request really generates.
+  f.planned = next_.max_tokens ? *next_.max_tokens : std::max(opt_.default_max_tokens, next_.output_tokens);
+  f.target = f.prompt;
+  f.step_at = step_;
+  for (std::size_t g = 0; g < groups_; ++g) contributions_[slot * groups_ + g] = Contribution{};
+  return slot;
+}
+
+void Engine::free_slot(std::uint32_t slot) {
+  Flight& f = flights_[slot];
+  f.phase = Phase::free;
+  f.decoding = false;
+  ++f.generation;
+  free_slots_.push_back(slot);
+}
+
+void Engine::note_queue(std::int64_t at_ns) {
+  if (at_ns > queue_mark_ns_) {
+    queue_integral_ += Int128{queued_} * (at_ns - queue_mark_ns_);
+    queue_mark_ns_ = at_ns;
+  }
+}
+
+void Engine::enqueue_arrival() {
+  ++report_.requests;
+  if (next_.prompt_tokens + next_.output_tokens > max_tokens_) {
+    ++report_.rejected_too_long;  // an engine refuses these at its API
+    return;
+  }
+  const std::uint32_t slot = take_slot();
+  Flight& f = flights_[slot];
+  note_queue(f.arrival_ns);
+  queue_.push_back({slot, f.generation});
+  ++queued_;
+  report_.queue_max = std::max(report_.queue_max, queued_);
+  if (next_.cancel_ns) cancellations_.push({*next_.cancel_ns, f.ordinal, slot, f.generation});
+}
+
+void Engine::process_span_events(std::int64_t until_ns, bool mid_span) {
+  const auto due = [&](std::int64_t at) { return mid_span ? at < until_ns : at <= until_ns; };
+  for (;;) {
+    const bool arrival = have_next_ && due(next_.arrival_ns);
+    const bool cancellation = !cancellations_.empty() && due(cancellations_.top().at_ns);
+    if (!arrival && !cancellation) return;
+    // At one instant an arrival comes first, so that a cancellation at arrival drops it.
+    if (arrival && (!cancellation || next_.arrival_ns <= cancellations_.top().at_ns)) {
+      enqueue_arrival();
       fetch();
-      continue;
-    }
-    std::uint32_t slot;
-    if (!free_slots_.empty()) {
-      slot = free_slots_.back();
-      free_slots_.pop_back();
     } else {
-      slot = static_cast<std::uint32_t>(flights_.size());
-      flights_.emplace_back();
-      contributions_.resize(flights_.size() * groups_);
-    }
-    Flight& f = flights_[slot];
-    f.phase = Phase::queued;
-    f.ordinal = ordinal_;
-    f.arrival_ns = next_.arrival_ns;
-    f.prompt = next_.prompt_tokens;
-    f.output = next_.output_tokens;
-    f.n = next_.n;
-    f.planned = next_.planned_output_tokens();
-    f.prefilled = 0;
-    f.decoding = false;
-    f.tokens_at = 0;
-    f.step_at = step_;
-    f.first_token_ns = -1;
-    for (std::size_t g = 0; g < groups_; ++g) contributions_[slot * groups_ + g] = Contribution{};
-    ++queued_;
-    if (measured_) {
-      if (!next_.has_service_times()) {
-        throw InputError(Location{trace_.path(), 0, "request #" + std::to_string(ordinal_) + " ('" + next_.id + "')"},
-                         "has no start, first_token and finish times, but the schedule is measured (the trace's "
-                         "first request has them; use --schedule simulate to ignore them)");
-      }
-      f.start_ns = *next_.start_ns;
-      f.first_token_ns = *next_.first_token_ns;
-      f.finish_ns = *next_.finish_ns;
-      f.cancelled = next_.cancel_ns && *next_.cancel_ns < f.finish_ns;
-      f.stop_ns = f.cancelled ? *next_.cancel_ns : f.finish_ns;
-      f.produced = 0;
-      if (!(f.arrival_ns <= f.start_ns && f.start_ns <= f.first_token_ns && f.first_token_ns <= f.finish_ns)) {
-        throw InputError(Location{trace_.path(), 0, "request #" + std::to_string(ordinal_) + " ('" + next_.id + "')"},
-                         "service times out of order: expected arrival <= start <= first_token <= finish");
-      }
-      push_timed(f.cancelled && f.stop_ns <= f.start_ns ? f.stop_ns : f.start_ns,
-                 f.cancelled && f.stop_ns <= f.start_ns ? TimedEvent::release : TimedEvent::start, slot);
-    } else {
-      queue_.push_back({slot, f.generation});
-      if (next_.cancel_ns) cancellations_.push({*next_.cancel_ns, f.ordinal, slot, f.generation});
-    }
-    fetch();
-  }
-}
-
-void Engine::process_cancellations(std::int64_t until_ns, bool mid_span) {
-  // mid_span: those strictly before until_ns, inside the iteration in progress; otherwise
-  // those at or before until_ns, at an iteration boundary.
-  while (!cancellations_.empty() &&
-         (mid_span ? cancellations_.top().at_ns < until_ns : cancellations_.top().at_ns <= until_ns)) {
-    const Cancellation c = cancellations_.top();
-    cancellations_.pop();
-    Flight& f = flights_[c.slot];
-    if (f.generation != c.generation || f.phase == Phase::free) continue;  // already finished
-    if (f.phase == Phase::queued) {
-      ++report_.cancelled_queued;
-      --queued_;
-      f.phase = Phase::free;
-      ++f.generation;
-      free_slots_.push_back(c.slot);
-      continue;
-    }
-    ++report_.cancelled_running;
-    // The tokens the request holds at this step include the one it is (or would next be)
-    // producing; the ones before it were generated.
-    if (f.decoding) report_.generated_tokens += f.n * (f.tokens(step_) - 1 - f.prompt);
-    if (mid_span) {
-      flush_histograms(c.at_ns);
-      release(c.slot, c.at_ns - now_);
-    } else {
-      release(c.slot, 0);
+      const Cancellation c = cancellations_.top();
+      cancellations_.pop();
+      cancel(c, mid_span);
     }
   }
 }
 
-void Engine::grow(std::uint32_t slot, std::int64_t tokens, std::int64_t step_tokens) {
-  const Outcome o = alloc_.grow(slot, tokens, step_tokens);
-  // Without a budget every allocator is unbounded: running out is impossible. (Budgets,
-  // admission and preemption slot in here.)
-  if (o != Outcome::ok) broken(flights_[slot], "allocation failed in a run without a memory budget");
+void Engine::cancel(const Cancellation& c, bool mid_span) {
+  Flight& f = flights_[c.slot];
+  if (f.generation != c.generation || f.phase == Phase::free) return;  // already finished
+  const std::int64_t at = mid_span ? c.at_ns : now_;
+  const bool started = f.admitted_ns >= 0;
+  (started ? report_.cancelled_running : report_.cancelled_queued) += 1;
+  switch (f.phase) {
+    case Phase::queued:
+      note_queue(c.at_ns);
+      --queued_;  // its queue entry goes stale
+      report_.generated_tokens += f.n * f.base_generated;
+      free_slot(c.slot);
+      return;
+    case Phase::swapped:
+      report_.generated_tokens += f.n * (f.swapped_tokens - f.prompt);
+      free_slot(c.slot);
+      return;
+    case Phase::running:
+      // The tokens it holds at this step include the one it is (or would next be)
+      // producing; the ones before were generated.
+      report_.generated_tokens += f.n * f.produced_before(step_);
+      if (mid_span) flush_histograms(at);
+      release(c.slot, mid_span ? at - now_ : 0);
+      return;
+    case Phase::free:
+      return;
+  }
 }
+
+// --- accounting ----------------------------------------------------------------------------
 
 void Engine::refresh(std::uint32_t slot, std::int64_t tokens, bool with_slopes) {
   const Flight& f = flights_[slot];
   op_transient_bytes_ = 0;
   for (std::size_t g = 0; g < groups_; ++g) {
     const Footprint fp = alloc_.footprint(slot, g, tokens);
-    const auto e = detail::effective_share(tokens, f.prompt, f.n, opt_.layout.groups[g].window_tokens);
+    const auto e = effective_share(tokens, f.prompt, f.n, opt_.layout.groups[g].window_tokens);
     Contribution c;
     c.step = step_;
     c.value[kEffective] = e.value;
@@ -362,30 +195,31 @@ void Engine::refresh(std::uint32_t slot, std::int64_t tokens, bool with_slopes) 
       parts += c.value[q];
       part_slopes += c.slope[q];
     }
-    if (parts != fp.allocated || part_slopes != 0 || std::min({fp.tail, fp.reservation, fp.duplicate, fp.outside_window}) < 0) {
+    if (parts != fp.allocated || part_slopes != 0 ||
+        std::min({fp.tail, fp.reservation, fp.duplicate, fp.outside_window}) < 0) {
       broken(f, "layer group " + std::to_string(g) + " at " + std::to_string(tokens) + " tokens: allocated " +
                     std::to_string(fp.allocated) + " != effective " + std::to_string(e.value) + " + tail " +
                     std::to_string(fp.tail) + " + reservation " + std::to_string(fp.reservation) + " + duplicate " +
                     std::to_string(fp.duplicate) + " + outside window " + std::to_string(fp.outside_window) +
                     " (slopes sum to " + std::to_string(part_slopes) + ")");
     }
-    apply(slot, static_cast<std::int64_t>(g), c, 0);
+    apply(slot, g, c, 0);
     op_transient_bytes_ += fp.transient * bytes_per_position_[g];
   }
   after_op();
 }
 
-void Engine::apply(std::uint32_t slot, std::int64_t group, const Contribution& next, std::int64_t correction_ns) {
-  Contribution& old = contributions_[slot * groups_ + static_cast<std::size_t>(group)];
-  GroupSums& sums = sums_[static_cast<std::size_t>(group)];
-  const std::int64_t bpp = bytes_per_position_[static_cast<std::size_t>(group)];
+void Engine::apply(std::uint32_t slot, std::size_t group, const Contribution& next, std::int64_t correction_ns) {
+  Contribution& old = contributions_[slot * groups_ + group];
+  GroupSums& sums = sums_[group];
+  const std::int64_t bpp = bytes_per_position_[group];
   for (int q = 0; q < kQuantities; ++q) {
     const std::int64_t old_now = old.value[q] + old.slope[q] * (step_ - old.step);
     const std::int64_t dv = next.value[q] - old_now;
     const std::int64_t ds = next.slope[q] - old.slope[q];
     if (dv == 0 && ds == 0) continue;
     sums.q[q].add(dv, ds, step_, clock_);
-    // A change part-way through the current span: it took effect for the rest of it only.
+    // A change part-way through the current span took effect for the rest of it only.
     if (correction_ns != 0) sums.q[q].adjust_integral(-Int128{dv} * correction_ns);
     if (q == kEffective || q == kAllocated) {
       LinearSum& total = q == kEffective ? effective_bytes_ : allocated_bytes_;
@@ -416,146 +250,47 @@ void Engine::after_op() {
     }
   }
   reserved_peak_.offer(pool.reserved_bytes, now_);
-  const double ratio =
-      pool.free_bytes > 0 ? 1.0 - static_cast<double>(pool.largest_free_extent_bytes) / static_cast<double>(pool.free_bytes)
-                          : 0.0;
-  if (ratio != ext_ratio_) {
-    ext_ratio_ = ratio;
-    ext_max_ = std::max(ext_max_, ratio);
-  }
+  ext_ratio_ = pool.free_bytes > 0 ? 1.0 - static_cast<double>(pool.largest_free_extent_bytes) /
+                                               static_cast<double>(pool.free_bytes)
+                                   : 0.0;
+  ext_max_ = std::max(ext_max_, ext_ratio_);
 #if KVSIM_EXPENSIVE_CHECKS
   alloc_.check_invariants();
 #endif
 }
 
-std::int64_t Engine::schedule_next(std::uint32_t slot, std::int64_t tokens) {
-  const Flight& f = flights_[slot];
-  std::int64_t next = std::min(alloc_.next_event_tokens(slot), f.prompt + f.output);
-  for (const auto& g : opt_.layout.groups) {
-    next = std::min(next, detail::effective_share(tokens, f.prompt, f.n, g.window_tokens).next_change);
+std::int64_t Engine::held_bytes(std::uint32_t slot) const {
+  std::int64_t bytes = 0;
+  for (std::size_t g = 0; g < groups_; ++g) {
+    bytes += contributions_[slot * groups_ + g].value[kAllocated] * bytes_per_position_[g];
   }
-  if (next <= tokens) broken(f, "next event at " + std::to_string(next) + " tokens is not ahead of " + std::to_string(tokens));
-  wheel_.push(step_ + (next - tokens), slot, f.generation);
-  return next;
+  return bytes;
 }
 
-void Engine::handle_event(std::uint32_t slot) {
-  Flight& f = flights_[slot];
-  const std::int64_t t = f.tokens(step_);
-#if KVSIM_EXPENSIVE_CHECKS
-  // The figures carried forward by their slopes must equal what the allocator reports for
-  // the last step before this event, when its holding was still the old one.
-  if (f.step_at < step_) {
-    for (std::size_t g = 0; g < groups_; ++g) {
-      const Contribution& c = contributions_[slot * groups_ + g];
-      const std::int64_t steps = step_ - 1 - c.step;
-      const Footprint fp = alloc_.footprint(slot, g, t - 1);
-      const std::int64_t expect[kQuantities] = {
-          detail::effective_tokens(t - 1, f.prompt, f.n, opt_.layout.groups[g].window_tokens),
-          fp.allocated, fp.tail, fp.reservation, fp.duplicate, fp.outside_window};
-      for (int q = 0; q < kQuantities; ++q) {
-        if (c.value[q] + c.slope[q] * steps != expect[q]) {
-          broken(f, "layer group " + std::to_string(g) + ": quantity " + std::to_string(q) + " carried to " +
-                        std::to_string(c.value[q] + c.slope[q] * steps) + " but is " + std::to_string(expect[q]) +
-                        " at " + std::to_string(t - 1) + " tokens");
-        }
-      }
-    }
-  }
-#endif
-  grow(slot, t, 1);
-  f.tokens_at = t;
-  f.step_at = step_;
-  if (t == f.prompt + f.output) {
-    finishing_.push_back({slot, f.generation});
-    refresh(slot, t, false);
-  } else {
-    refresh(slot, t, schedule_next(slot, t) > t + 1);
-  }
-}
-
-void Engine::prefill(std::uint32_t slot, std::int64_t chunk) {
-  Flight& f = flights_[slot];
-  f.prefilled += chunk;
-  report_.prompt_tokens += chunk;
-  const bool complete = f.prefilled == f.prompt;
-  const std::int64_t first = complete && f.output > 0 ? 1 : 0;
-  const std::int64_t t = f.prefilled + first;
-  if (chunk + first > 0) grow(slot, t, chunk + first);
-  f.tokens_at = t;
-  f.step_at = step_;
-  bool with_slopes = false;
-  if (complete) {
-    if (first != 0) first_token_.push_back({slot, f.generation});
-    if (f.output <= 1) {
-      finishing_.push_back({slot, f.generation});
-    } else {
-      f.decoding = true;
-      decoding_seqs_ += f.n;
-      context_base_ += f.n * t - f.n * step_;
-      context_slope_ += f.n;
-      with_slopes = schedule_next(slot, t) > t + 1;
-    }
-  }
-  refresh(slot, t, with_slopes);
-}
-
-void Engine::schedule_prefills(std::int64_t& prefill_tokens) {
-  std::int64_t budget = opt_.max_batched_tokens > 0 ? opt_.max_batched_tokens - decoding_seqs_ : kUnlimited;
-  // Prefills already under way continue first, in admission order (vLLM's running queue).
-  std::size_t kept = 0;
-  for (const SlotRef ref : prefilling_) {
-    Flight& f = flights_[ref.slot];
-    if (f.generation != ref.generation || f.phase != Phase::running) continue;  // cancelled
-    if (budget > 0) {
-      const std::int64_t chunk = std::min(f.prompt - f.prefilled, budget);
-      budget -= chunk;
-      prefill_tokens += chunk;
-      prefill(ref.slot, chunk);
-    }
-    if (f.prefilled < f.prompt) prefilling_[kept++] = ref;
-  }
-  prefilling_.resize(kept);
-  // Then waiting requests, first come first served.
-  while (!queue_.empty() && (opt_.max_running == 0 || running_ < opt_.max_running)) {
-    const SlotRef ref = queue_.front();
-    Flight& f = flights_[ref.slot];
-    if (f.generation != ref.generation || f.phase != Phase::queued) {
-      queue_.pop_front();  // cancelled while waiting
-      continue;
-    }
-    if (budget <= 0 && f.prompt > 0) break;
-    const std::int64_t chunk = std::min(f.prompt, budget);
-    if (chunk < f.prompt && !opt_.chunked_prefill) break;
-    queue_.pop_front();
-    --queued_;
-    AdmitInfo info{f.prompt, f.planned, f.output, f.n};
-    if (alloc_.admit(ref.slot, info) != Outcome::ok) broken(f, "admission failed in a run without a memory budget");
-    f.phase = Phase::running;
-    ++running_;
-    budget -= chunk;
-    prefill_tokens += chunk;
-    prefill(ref.slot, chunk);
-    if (f.prefilled < f.prompt) prefilling_.push_back(ref);
-  }
-}
-
-void Engine::release(std::uint32_t slot, std::int64_t correction_ns) {
+void Engine::drop_holding(std::uint32_t slot, std::int64_t correction_ns) {
   Flight& f = flights_[slot];
   if (f.decoding) {
     decoding_seqs_ -= f.n;
     context_base_ -= f.n * f.tokens_at - f.n * f.step_at;
     context_slope_ -= f.n;
+    clip_base_ -= f.clip_value - f.clip_slope * f.clip_step;
+    clip_slope_ -= f.clip_slope;
+    f.clip_value = f.clip_slope = 0;
   }
-  for (std::size_t g = 0; g < groups_; ++g) apply(slot, static_cast<std::int64_t>(g), Contribution{step_, {}, {}}, correction_ns);
+  planned_peak_sum_ -= f.planned_peak_bytes;
+  f.planned_peak_bytes = 0;
+  for (std::size_t g = 0; g < groups_; ++g) apply(slot, g, Contribution{step_, {}, {}}, correction_ns);
   alloc_.release(slot);
   op_transient_bytes_ = 0;
   after_op();
-  f.phase = Phase::free;
+  running_order_.erase({f.admit_order, slot});
   f.decoding = false;
-  ++f.generation;
   --running_;
-  free_slots_.push_back(slot);
+}
+
+void Engine::release(std::uint32_t slot, std::int64_t correction_ns) {
+  drop_holding(slot, correction_ns);
+  free_slot(slot);
 }
 
 void Engine::flush_histograms(std::int64_t until_ns) {
@@ -577,7 +312,6 @@ void Engine::end_span(std::int64_t duration_ns) {
   clock_.duration_ns += duration_ns;
   clock_.step_weighted += Int128{step_} * duration_ns;
   now_ += duration_ns;
-  span_ns_ = 0;
 }
 
 void Engine::sample_timeline() {
@@ -598,48 +332,443 @@ void Engine::sample_timeline() {
   opt_.timeline(row);
 }
 
+// --- growth, preemption and the policies ---------------------------------------------------
+
+std::int64_t Engine::schedule_next(std::uint32_t slot, std::int64_t tokens) {
+  const Flight& f = flights_[slot];
+  std::int64_t next = std::min(alloc_.next_event_tokens(slot), f.prompt + f.output);
+  for (const auto& g : opt_.layout.groups) {
+    next = std::min(next, effective_share(tokens, f.prompt, f.n, g.window_tokens).next_change);
+  }
+  if (opt_.memory.policy == Policy::sglang && bounded()) {
+    // SGLang's estimate of the future stops being clipped when fewer tokens remain.
+    const std::int64_t unclipped_at = f.prompt + f.planned - kSglangClipTokens + 1;
+    if (unclipped_at > tokens) next = std::min(next, unclipped_at);
+  }
+  if (next <= tokens) broken(f, "next event at " + std::to_string(next) + " tokens is not ahead of " + std::to_string(tokens));
+  wheel_.push(step_ + (next - tokens), slot, f.generation);
+  return next;
+}
+
+void Engine::update_clip(std::uint32_t slot) {
+  Flight& f = flights_[slot];
+  if (opt_.memory.policy != Policy::sglang || !bounded() || !f.decoding) return;
+  clip_base_ -= f.clip_value - f.clip_slope * f.clip_step;
+  clip_slope_ -= f.clip_slope;
+  const std::int64_t remaining = std::max<std::int64_t>(0, f.planned - f.produced_before(step_));
+  f.clip_value = f.n * std::min(remaining, kSglangClipTokens);
+  f.clip_slope = remaining <= kSglangClipTokens && remaining > 0 ? -f.n : 0;
+  f.clip_step = step_;
+  clip_base_ += f.clip_value - f.clip_slope * f.clip_step;
+  clip_slope_ += f.clip_slope;
+}
+
+void Engine::start_decoding(std::uint32_t slot, std::int64_t tokens) {
+  Flight& f = flights_[slot];
+  f.decoding = true;
+  f.tokens_at = tokens;
+  f.step_at = step_;
+  decoding_seqs_ += f.n;
+  context_base_ += f.n * tokens - f.n * step_;
+  context_slope_ += f.n;
+  update_clip(slot);
+}
+
+std::uint32_t Engine::choose_victim(std::uint32_t failed) const {
+  if (opt_.memory.policy == Policy::sglang) {
+    // SGLang's retract_decode sorts by (output tokens, -prompt tokens), descending, and pops
+    // the last: the decoding request with the fewest generated tokens, the longest prompt
+    // among those, the latest in running order among those.
+    std::uint32_t best = failed;
+    bool found = false;
+    std::int64_t best_produced = 0, best_prompt = 0;
+    for (const auto& [order, slot] : running_order_) {
+      const Flight& f = flights_[slot];
+      if (!f.decoding) continue;
+      const std::int64_t produced = f.produced_before(step_);
+      if (!found || produced < best_produced || (produced == best_produced && f.prompt >= best_prompt)) {
+        best = slot;
+        best_produced = produced;
+        best_prompt = f.prompt;
+        found = true;
+      }
+    }
+    if (found) return best;
+  }
+  // vLLM (FCFS): the last request of the running queue. The reserve policy never runs
+  // short by its own accounting; if placement fails anyway (a fragmented arena), it falls
+  // back to the same rule.
+  return running_order_.rbegin()->second;
+}
+
+std::int64_t Engine::prefill_cost(const Flight& f, std::int64_t from, std::int64_t to) const {
+  return overlap(from, to, 0, f.prompt) + f.n * overlap(from, to, f.prompt, to);
+}
+
+std::pair<std::int64_t, std::int64_t> Engine::chunk_for(const Flight& f, std::int64_t budget) const {
+  const std::int64_t prompt_part = std::min(std::max<std::int64_t>(0, f.prompt - f.prefilled), budget);
+  const std::int64_t rest_budget = budget - prompt_part;
+  const std::int64_t own_from = std::max(f.prefilled, f.prompt);
+  const std::int64_t own_part = std::min(f.target - own_from, rest_budget / f.n);
+  const std::int64_t positions = std::min(prompt_part + std::max<std::int64_t>(0, own_part), f.target - f.prefilled);
+  return {positions, prefill_cost(f, f.prefilled, f.prefilled + positions)};
+}
+
+void Engine::preempt(std::uint32_t victim) {
+  Flight& v = flights_[victim];
+  ++report_.preemptions;
+  if (++v.preemptions == 1) ++report_.preempted_requests;
+  report_.max_preemptions_per_request = std::max(report_.max_preemptions_per_request, v.preemptions);
+  step_memory_bound_ = true;
+  step_preempted_ = true;
+  const std::int64_t produced = v.produced_before(step_);
+  if (opt_.memory.preemption == Preemption::swap && opt_.memory.policy == Policy::vllm && v.decoding) {
+    // vLLM v0's swap: the request's blocks go to host memory and come back before anything
+    // new is admitted. What it holds is what the previous step left.
+    const std::int64_t bytes = held_bytes(victim);
+    report_.swapped_out_bytes += bytes;
+    step_swap_bytes_ += bytes;
+    v.swapped_tokens = v.tokens(step_) - 1;
+    drop_holding(victim, 0);
+    v.phase = Phase::swapped;
+    swapped_.push_back({victim, v.generation});
+    return;
+  }
+  // Recompute: everything computed so far is discarded and will be computed again.
+  const std::int64_t computed = v.decoding ? v.prompt + produced : v.prefilled;
+  report_.recomputed_tokens += prefill_cost(v, 0, computed);
+  drop_holding(victim, 0);
+  v.base_generated = produced;
+  v.target = v.prompt + produced;
+  v.prefilled = 0;
+  v.tokens_at = 0;
+  v.phase = Phase::queued;
+  note_queue(now_);
+  ++queued_;
+  report_.queue_max = std::max(report_.queue_max, queued_);
+  // vLLM puts it back at the front of the waiting queue; SGLang at the back.
+  if (opt_.memory.policy == Policy::sglang) queue_.push_back({victim, v.generation});
+  else queue_.push_front({victim, v.generation});
+  if (opt_.memory.policy == Policy::sglang) {
+    // SGLang recomputes its new-token ratio from the requests that keep decoding.
+    Int128 generated = 0, planned = 0, count = 0;
+    for (const auto& [order, slot] : running_order_) {
+      const Flight& f = flights_[slot];
+      if (!f.decoding) continue;
+      generated += f.produced_before(step_) * f.n;
+      planned += f.planned * f.n;
+      count += f.n;
+    }
+    const Int128 ratio = planned > 0 ? (generated + kSglangRetractDecodeSteps * count) * kPpb / planned : kPpb;
+    sglang_ratio_ppb_ = static_cast<std::int64_t>(std::min<Int128>(ratio, kPpb));
+  }
+}
+
+bool Engine::grow_or_preempt(std::uint32_t slot, std::int64_t tokens, std::int64_t step_tokens) {
+  for (;;) {
+    const Outcome o = alloc_.grow(slot, tokens, step_tokens);
+    if (o == Outcome::ok) return true;
+    if (!bounded()) broken(flights_[slot], "allocation failed in a run without a memory budget");
+    const std::uint32_t victim = choose_victim(slot);
+    if (victim == slot && running_ == 1 && swapped_.empty()) {
+      // Alone, with the whole budget, and still short: it never fits. Preempting it would
+      // only start it over, forever.
+      ++report_.rejected_too_large;
+      report_.generated_tokens += flights_[slot].n * flights_[slot].produced_before(step_);
+      release(slot, 0);
+      return false;
+    }
+    preempt(victim);
+    if (victim == slot) return false;
+  }
+}
+
+bool Engine::prefill(std::uint32_t slot, std::int64_t positions, bool may_preempt) {
+  Flight& f = flights_[slot];
+  const std::int64_t prefilled = f.prefilled + positions;
+  const bool complete = prefilled == f.target;
+  const std::int64_t first = complete && f.output > f.base_generated ? 1 : 0;
+  const std::int64_t t = prefilled + first;
+  if (positions + first > 0) {
+    if (may_preempt) {
+      if (!grow_or_preempt(slot, t, positions + first)) return false;
+    } else if (alloc_.grow(slot, t, positions + first) != Outcome::ok) {
+      step_memory_bound_ = true;
+      return false;
+    }
+  }
+  // The prompt counts once, however often a preemption makes it be computed again.
+  const std::int64_t prompt_done = std::min(prefilled, f.prompt);
+  if (prompt_done > f.prompt_counted) {
+    report_.prompt_tokens += prompt_done - f.prompt_counted;
+    f.prompt_counted = prompt_done;
+  }
+  f.prefilled = prefilled;
+  f.tokens_at = t;
+  f.step_at = step_;
+  bool with_slopes = false;
+  if (complete) {
+    if (first != 0 && f.base_generated == 0) first_token_.push_back({slot, f.generation});
+    if (f.output - f.base_generated <= 1) {
+      finishing_.push_back({slot, f.generation});
+    } else {
+      start_decoding(slot, t);
+      with_slopes = schedule_next(slot, t) > t + 1;
+    }
+  }
+  refresh(slot, t, with_slopes);
+  return true;
+}
+
+void Engine::handle_event(std::uint32_t slot) {
+  Flight& f = flights_[slot];
+  const std::int64_t t = f.tokens(step_);
+#if KVSIM_EXPENSIVE_CHECKS
+  // The figures carried forward by their slopes must equal what the allocator reports for
+  // the last step before this event, when its holding was still the old one.
+  if (f.step_at < step_) {
+    for (std::size_t g = 0; g < groups_; ++g) {
+      const Contribution& c = contributions_[slot * groups_ + g];
+      const std::int64_t steps = step_ - 1 - c.step;
+      const Footprint fp = alloc_.footprint(slot, g, t - 1);
+      const std::int64_t expect[kQuantities] = {
+          effective_tokens(t - 1, f.prompt, f.n, opt_.layout.groups[g].window_tokens),
+          fp.allocated, fp.tail, fp.reservation, fp.duplicate, fp.outside_window};
+      for (int q = 0; q < kQuantities; ++q) {
+        if (c.value[q] + c.slope[q] * steps != expect[q]) {
+          broken(f, "layer group " + std::to_string(g) + ": quantity " + std::to_string(q) + " carried to " +
+                        std::to_string(c.value[q] + c.slope[q] * steps) + " but is " + std::to_string(expect[q]) +
+                        " at " + std::to_string(t - 1) + " tokens");
+        }
+      }
+    }
+  }
+#endif
+  if (!grow_or_preempt(slot, t, 1)) return;
+  // tokens_at and step_at move along the request's own line: the context sum is unchanged.
+  f.tokens_at = t;
+  f.step_at = step_;
+  update_clip(slot);
+  if (t == f.prompt + f.output) {
+    finishing_.push_back({slot, f.generation});
+    refresh(slot, t, false);
+  } else {
+    refresh(slot, t, schedule_next(slot, t) > t + 1);
+  }
+}
+
+bool Engine::policy_admits(const Flight& f, std::int64_t positions) {
+  if (!bounded()) return true;
+  const AdmitInfo info = admit_info(f);
+  const std::int64_t first = positions == f.target - f.prefilled && f.output > f.base_generated ? 1 : 0;
+  const std::int64_t free_bytes = capacity_bytes_ - allocated_bytes_.at(step_);
+  const std::int64_t chunk_bytes = alloc_.peak_bytes(info, f.prefilled + positions + first);
+  switch (opt_.memory.policy) {
+    case Policy::vllm:
+      // vLLM v0's can_allocate: the blocks for this chunk, leaving the watermark free.
+      return chunk_bytes + (running_ > 0 ? watermark_bytes_ : 0) <= free_bytes;
+    case Policy::reserve:
+      // TensorRT-LLM's GUARANTEED_NO_EVICT: every running request may still grow to its
+      // planned end; admit only if this one's whole life fits beside all of theirs.
+      return planned_peak_sum_ + alloc_.peak_bytes(info, f.prompt + f.planned) <= capacity_bytes_;
+    case Policy::sglang: {
+      if (running_ == 0) return chunk_bytes <= free_bytes;  // nothing to estimate against
+      // SGLang's PrefillAdder, in token positions as its token pool counts them: the
+      // running requests' clipped remaining tokens scaled by the new-token ratio, this
+      // step's admissions unscaled, and the newcomer's prompt plus clipped limit.
+      const std::int64_t bytes_per_token = opt_.layout.bytes_per_token();
+      const Int128 future = Int128{clip_base_ + clip_slope_ * step_} * sglang_ratio_ppb_ / kPpb;
+      const Int128 rem = free_bytes / bytes_per_token - future - sglang_admitted_tokens_;
+      const std::int64_t total = (f.target - f.prefilled) +
+                                 f.n * std::min(f.planned - f.base_generated, kSglangClipTokens);
+      if (Int128{total} >= rem) return false;
+      sglang_admitted_tokens_ += total;
+      return chunk_bytes <= free_bytes;
+    }
+  }
+  return false;
+}
+
+void Engine::refuse_too_large(std::uint32_t slot) {
+  // Nothing else holds memory, and this request still does not fit: it never will.
+  ++report_.rejected_too_large;
+  queue_.pop_front();
+  note_queue(now_);
+  --queued_;
+  free_slot(slot);
+}
+
+void Engine::continue_prefills(std::int64_t& budget, std::int64_t& prefill_tokens) {
+  // Prefills already under way continue first, in admission order (vLLM's running queue).
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < prefilling_.size(); ++i) {
+    const SlotRef ref = prefilling_[i];
+    Flight& f = flights_[ref.slot];
+    if (f.generation != ref.generation || f.phase != Phase::running) continue;  // cancelled, preempted
+    if (budget > 0) {
+      const auto [positions, cost] = chunk_for(f, budget);
+      if (positions > 0) {
+        if (!prefill(ref.slot, positions, true)) continue;  // preempted itself
+        budget -= cost;
+        prefill_tokens += cost;
+      }
+    }
+    if (f.prefilled < f.target) prefilling_[kept++] = ref;
+  }
+  prefilling_.resize(kept);
+}
+
+void Engine::resume_swapped(std::int64_t& decode_seqs) {
+  while (!swapped_.empty() && (opt_.max_running == 0 || running_ < opt_.max_running)) {
+    const SlotRef ref = swapped_.front();
+    Flight& f = flights_[ref.slot];
+    if (f.generation != ref.generation || f.phase != Phase::swapped) {
+      swapped_.pop_front();
+      continue;
+    }
+    // It comes back holding what it held, and decodes in this step.
+    const std::int64_t t = f.swapped_tokens + 1;
+    if (alloc_.admit(ref.slot, admit_info(f)) != Outcome::ok) {
+      step_memory_bound_ = true;
+      return;
+    }
+    if (alloc_.grow(ref.slot, t, 1) != Outcome::ok) {
+      alloc_.release(ref.slot);
+      step_memory_bound_ = true;
+      return;
+    }
+    swapped_.pop_front();
+    f.phase = Phase::running;
+    f.admit_order = next_admit_order_++;
+    running_order_.insert({f.admit_order, ref.slot});
+    ++running_;
+    start_decoding(ref.slot, t);
+    decode_seqs += f.n;
+    const bool last = t == f.prompt + f.output;
+    if (last) finishing_.push_back(ref);
+    refresh(ref.slot, t, last ? false : schedule_next(ref.slot, t) > t + 1);
+    const std::int64_t bytes = held_bytes(ref.slot);
+    report_.swapped_in_bytes += bytes;
+    step_swap_bytes_ += bytes;
+  }
+}
+
+void Engine::admit_waiting(std::int64_t& budget, std::int64_t& prefill_tokens) {
+  sglang_admitted_tokens_ = 0;
+  while (!queue_.empty() && (opt_.max_running == 0 || running_ < opt_.max_running)) {
+    const SlotRef ref = queue_.front();
+    Flight& f = flights_[ref.slot];
+    if (f.generation != ref.generation || f.phase != Phase::queued) {
+      queue_.pop_front();  // cancelled while waiting
+      continue;
+    }
+    if (budget <= 0 && f.target > 0) break;
+    const auto [positions, cost] = chunk_for(f, budget);
+    if (positions < f.target && (!opt_.chunked_prefill || positions == 0)) break;
+    const bool alone = running_ == 0 && swapped_.empty();
+    bool started = policy_admits(f, positions);
+    if (started) {
+      if (alloc_.admit(ref.slot, admit_info(f)) != Outcome::ok) {
+        started = false;
+      } else if (!prefill(ref.slot, positions, false)) {
+        alloc_.release(ref.slot);
+        started = false;
+      }
+    }
+    if (!started) {
+      step_memory_bound_ = true;
+      if (alone) {
+        refuse_too_large(ref.slot);
+        continue;
+      }
+      break;  // first come, first served: nobody overtakes the head of the queue
+    }
+    queue_.pop_front();
+    note_queue(now_);
+    --queued_;
+    f.phase = Phase::running;
+    ++running_;
+    f.admit_order = next_admit_order_++;
+    running_order_.insert({f.admit_order, ref.slot});
+    if (f.admitted_ns < 0) {
+      f.admitted_ns = now_;
+      waiting_.push_back(now_ - f.arrival_ns);
+    }
+    if (opt_.memory.policy == Policy::reserve && bounded()) {
+      f.planned_peak_bytes = alloc_.peak_bytes(admit_info(f), f.prompt + f.planned);
+      planned_peak_sum_ += f.planned_peak_bytes;
+    }
+    budget -= cost;
+    prefill_tokens += cost;
+    if (f.prefilled < f.target) prefilling_.push_back(ref);
+  }
+}
+
 void Engine::run_iteration() {
+  step_memory_bound_ = false;
+  step_preempted_ = false;
+  step_swap_bytes_ = 0;
   // Requests whose next event falls on this step.
   wheel_.take(step_, due_);
   for (const StepEvent& e : due_) {
     if (flights_[e.slot].generation == e.generation && flights_[e.slot].phase == Phase::running) handle_event(e.slot);
   }
   // The decoding batch is fixed before new prefills join it (they decode from the next step).
-  const std::int64_t decode_seqs = decoding_seqs_;
+  std::int64_t decode_seqs = decoding_seqs_;
   const std::int64_t context = context_base_ + context_slope_ * step_;
+  std::int64_t budget = opt_.max_batched_tokens > 0 ? opt_.max_batched_tokens - decoding_seqs_ : kUnlimited;
   std::int64_t prefill_tokens = 0;
-  schedule_prefills(prefill_tokens);
+  continue_prefills(budget, prefill_tokens);
+  // vLLM admits nothing new in a step that had to preempt.
+  if (!step_preempted_) {
+    resume_swapped(decode_seqs);
+    if (swapped_.empty()) admit_waiting(budget, prefill_tokens);
+  }
 
   const CostModel& c = opt_.cost;
   const Int128 ps = Int128{c.base_ps} + Int128{c.prefill_token_ps} * prefill_tokens +
                     Int128{c.decode_seq_ps} * decode_seqs + Int128{c.context_token_ps} * context;
-  const std::int64_t duration = std::max<std::int64_t>(1, static_cast<std::int64_t>((ps + 999) / 1000));
-  span_ns_ = duration;
+  std::int64_t duration = std::max<std::int64_t>(1, static_cast<std::int64_t>((ps + 999) / 1000));
+  if (step_swap_bytes_ > 0) {
+    duration += static_cast<std::int64_t>(ceil_div(Int128{step_swap_bytes_} * kNsPerSecond,
+                                                   opt_.memory.swap_bytes_per_second));
+  }
   ++report_.iterations;
+  if (step_memory_bound_) report_.memory_bound_ns += duration;
+  if (opt_.memory.policy == Policy::sglang && bounded()) {
+    // SGLang lowers its estimate a little every decode step that needed no retraction, and
+    // starts afresh when idle.
+    if (running_ == 0) {
+      sglang_ratio_ppb_ = opt_.memory.sglang_init_ratio_ppb;
+    } else if (!step_preempted_ && decode_seqs > 0) {
+      const std::int64_t decay =
+          (opt_.memory.sglang_init_ratio_ppb - opt_.memory.sglang_min_ratio_ppb) / opt_.memory.sglang_decay_steps;
+      sglang_ratio_ppb_ = std::max(opt_.memory.sglang_min_ratio_ppb, sglang_ratio_ppb_ - decay);
+    }
+  }
 
-  const std::int64_t effective = effective_bytes_.at(step_);
-  effective_peak_.offer(effective, now_);
+  effective_peak_.offer(effective_bytes_.at(step_), now_);
   for (auto& g : sums_) {
     g.effective_peak.offer(g.q[kEffective].at(step_), now_);
     g.allocated_peak.offer(g.q[kAllocated].at(step_), now_);
   }
   sample_timeline();
 
-  // Cancellations inside the iteration free their requests at their own instant.
-  process_cancellations(now_ + duration, true);
+  // Arrivals and cancellations inside the iteration happen at their own instants.
+  process_span_events(now_ + duration, true);
   end_span(duration);
   ++step_;
 
   for (const SlotRef ref : first_token_) {
     Flight& f = flights_[ref.slot];
-    if (f.generation != ref.generation) continue;
+    if (f.generation != ref.generation || f.phase != Phase::running) continue;
     f.first_token_ns = now_;
     ttft_.push_back(now_ - f.arrival_ns);
   }
   first_token_.clear();
   for (const SlotRef ref : finishing_) {
     Flight& f = flights_[ref.slot];
-    if (f.generation != ref.generation) continue;
+    if (f.generation != ref.generation || f.phase != Phase::running) continue;
     ++report_.completed;
     e2e_.push_back(now_ - f.arrival_ns);
     report_.generated_tokens += f.n * f.output;
@@ -654,22 +783,27 @@ void Engine::run_iteration() {
 ReplayReport Engine::run() {
   report_.allocator = alloc_.name();
   report_.trace = trace_.path();
+  report_.capacity_bytes = capacity_bytes_;
   if (!fetch()) return finish_report();
   measured_ = opt_.schedule == Schedule::measured ||
               (opt_.schedule == Schedule::automatic && next_.has_service_times());
+  if (measured_ && bounded()) {
+    throw InputError(Location{trace_.path(), 0, ""},
+                     "its start/first_token/finish times fix the schedule, which a memory budget would have to "
+                     "change; replay it without a budget, or with --schedule simulate");
+  }
   report_.schedule = measured_ ? "measured" : "simulated";
   report_.cost_model = measured_ ? "none (measured schedule)" : opt_.cost.name;
   now_ = next_.arrival_ns;
   report_.start_ns = now_;
-  hist_mark_ns_ = next_sample_ns_ = now_;
+  hist_mark_ns_ = queue_mark_ns_ = next_sample_ns_ = now_;
   return measured_ ? run_measured() : run_simulated();
 }
 
 ReplayReport Engine::run_simulated() {
   for (;;) {
-    pull_arrivals(now_);
-    process_cancellations(now_, false);
-    if (running_ == 0 && queued_ == 0) {
+    process_span_events(now_, false);
+    if (running_ == 0 && queued_ == 0 && swapped_.empty()) {
       if (!have_next_) break;
       end_span(next_.arrival_ns - now_);  // idle until the next arrival
       continue;
@@ -680,165 +814,10 @@ ReplayReport Engine::run_simulated() {
   return finish_report();
 }
 
-std::int64_t Engine::token_time(const Flight& f, std::int64_t k) const {
-  // Output token k (1-based) of m appears at first_token + (k - 1) / (m - 1) of the way to
-  // finish, rounded down to the nanosecond.
-  if (k <= 1 || f.output <= 1) return f.first_token_ns;
-  return f.first_token_ns +
-         static_cast<std::int64_t>(Int128{k - 1} * (f.finish_ns - f.first_token_ns) / (f.output - 1));
-}
-
-void Engine::push_timed(std::int64_t at_ns, TimedEvent::Kind kind, std::uint32_t slot) {
-  timed_.push({at_ns, kind, timed_order_++, slot, flights_[slot].generation});
-}
-
-void Engine::handle_timed(const TimedEvent& e) {
-  Flight& f = flights_[e.slot];
-  if (f.generation != e.generation) return;
-  const auto next_token_or_release = [&] {
-    const std::int64_t k = f.produced + 1;
-    const std::int64_t at = token_time(f, k);
-    if (k <= f.output && at < f.stop_ns) push_timed(at, TimedEvent::token, e.slot);
-    else push_timed(f.stop_ns, TimedEvent::release, e.slot);
-  };
-  switch (e.kind) {
-    case TimedEvent::start: {
-      --queued_;
-      ++running_;
-      f.phase = Phase::running;
-      if (alloc_.admit(e.slot, AdmitInfo{f.prompt, f.planned, f.output, f.n}) != Outcome::ok) {
-        broken(f, "admission failed in a run without a memory budget");
-      }
-      if (f.prompt > 0) grow(e.slot, f.prompt, f.prompt);
-      f.prefilled = f.prompt;
-      report_.prompt_tokens += f.prompt;
-      f.tokens_at = f.prompt;
-      refresh(e.slot, f.prompt, false);
-      next_token_or_release();
-      break;
-    }
-    case TimedEvent::token: {
-      ++f.produced;
-      f.tokens_at = f.prompt + f.produced;
-      grow(e.slot, f.tokens_at, 1);
-      refresh(e.slot, f.tokens_at, false);
-      next_token_or_release();
-      break;
-    }
-    case TimedEvent::release: {
-      if (f.phase == Phase::queued) {  // cancelled before it started
-        ++report_.cancelled_queued;
-        --queued_;
-        f.phase = Phase::free;
-        ++f.generation;
-        free_slots_.push_back(e.slot);
-        break;
-      }
-      if (f.cancelled) {
-        ++report_.cancelled_running;
-        report_.generated_tokens += f.n * f.produced;
-      } else {
-        ++report_.completed;
-        report_.generated_tokens += f.n * f.output;
-        if (f.output > 0) ttft_.push_back(f.first_token_ns - f.arrival_ns);
-        e2e_.push_back(f.finish_ns - f.arrival_ns);
-      }
-      release(e.slot, 0);
-      break;
-    }
-  }
-}
-
-ReplayReport Engine::run_measured() {
-  for (;;) {
-    std::int64_t at = kUnlimited;
-    if (have_next_) at = next_.arrival_ns;
-    if (!timed_.empty()) at = std::min(at, timed_.top().at_ns);
-    if (at == kUnlimited) break;
-    if (at > now_) end_span(at - now_);
-    pull_arrivals(now_);
-    while (!timed_.empty() && timed_.top().at_ns == now_) {
-      const TimedEvent e = timed_.top();
-      timed_.pop();
-      handle_timed(e);
-    }
-    effective_peak_.offer(effective_bytes_.at(step_), now_);
-    for (auto& g : sums_) {
-      g.effective_peak.offer(g.q[kEffective].at(step_), now_);
-      g.allocated_peak.offer(g.q[kAllocated].at(step_), now_);
-    }
-    sample_timeline();
-  }
-  report_.end_ns = now_;
-  return finish_report();
-}
-
-Occupancy occupancy(const LinearSum& sum, const Clock& clock, const TimeHistogram& hist, const Peak& peak,
-                    std::int64_t step) {
-  Occupancy o;
-  o.mean = clock.duration_ns > 0 ? static_cast<double>(sum.integral(clock)) / static_cast<double>(clock.duration_ns) : 0;
-  o.peak = peak.value;
-  o.peak_at_ns = peak.at_ns;
-  o.p50 = hist.quantile(50);
-  o.p99 = hist.quantile(99);
-  o.quantile_resolution = hist.resolution();
-  o.at_end = sum.at(step);
-  return o;
-}
-
-ReplayReport Engine::finish_report() {
-  ReplayReport& r = report_;
-  const double duration = static_cast<double>(clock_.duration_ns);
-  auto mean = [&](const LinearSum& s) { return duration > 0 ? static_cast<double>(s.integral(clock_)) / duration : 0.0; };
-  r.effective_bytes = occupancy(effective_bytes_, clock_, effective_hist_, effective_peak_, step_);
-  r.allocated_bytes = occupancy(allocated_bytes_, clock_, allocated_hist_, allocated_peak_, step_);
-  r.reserved_bytes = occupancy(reserved_bytes_, clock_, reserved_hist_, reserved_peak_, step_);
-  for (std::size_t g = 0; g < groups_; ++g) {
-    GroupReport gr;
-    gr.group = opt_.layout.groups[g];
-    GroupSums& s = sums_[g];
-    gr.effective_tokens = occupancy(s.q[kEffective], clock_, s.effective_hist, s.effective_peak, step_);
-    gr.allocated_slots = occupancy(s.q[kAllocated], clock_, s.allocated_hist, s.allocated_peak, step_);
-    gr.mean_slots = {mean(s.q[kTail]), mean(s.q[kReservation]), mean(s.q[kDuplicate]), mean(s.q[kOutside])};
-    gr.at_peak_slots = at_peak_slots_[g];
-    const double bpp = static_cast<double>(bytes_per_position_[g]);
-    r.mean_bytes.tail += gr.mean_slots.tail * bpp;
-    r.mean_bytes.reservation += gr.mean_slots.reservation * bpp;
-    r.mean_bytes.duplicate += gr.mean_slots.duplicate * bpp;
-    r.mean_bytes.outside_window += gr.mean_slots.outside_window * bpp;
-    r.at_peak_bytes.tail += gr.at_peak_slots.tail * bpp;
-    r.at_peak_bytes.reservation += gr.at_peak_slots.reservation * bpp;
-    r.at_peak_bytes.duplicate += gr.at_peak_slots.duplicate * bpp;
-    r.at_peak_bytes.outside_window += gr.at_peak_slots.outside_window * bpp;
-    r.groups.push_back(gr);
-  }
-  const PoolState pool = alloc_.pool();
-  const Int128 allocated_integral = allocated_bytes_.integral(clock_);
-  r.token_usage = allocated_integral > 0
-                      ? static_cast<double>(effective_bytes_.integral(clock_)) / static_cast<double>(allocated_integral)
-                      : 0;
-  const double capacity_integral = pool.capacity_bytes > 0 ? static_cast<double>(pool.capacity_bytes) * duration
-                                                           : static_cast<double>(reserved_bytes_.integral(clock_));
-  r.block_usage = capacity_integral > 0 ? static_cast<double>(allocated_integral) / capacity_integral : 0;
-  r.external_fragmentation_mean = duration > 0 ? ext_integral_ / duration : 0;
-  r.external_fragmentation_max = ext_max_;
-  r.failed_placements = pool.failed_placements;
-  r.copied_bytes = pool.copied_bytes;
-  r.ttft = summarize(ttft_);
-  r.e2e = summarize(e2e_);
-  r.allocated_bytes_at_end = pool.reserved_bytes - pool.free_bytes;
-  r.leak_free = r.allocated_bytes_at_end == 0 && running_ == 0 && r.allocated_bytes.at_end == 0;
-  if (!r.leak_free) {
-    throw InternalError(alloc_.name() + ": the run ended holding " + std::to_string(r.allocated_bytes_at_end) +
-                        " bytes (" + std::to_string(running_) + " requests still running)");
-  }
-  return r;
-}
-
-}  // namespace
+}  // namespace detail
 
 ReplayReport replay(TraceReader& trace, Allocator& allocator, const ReplayOptions& options) {
-  Engine engine(trace, allocator, options);
+  detail::Engine engine(trace, allocator, options);
   return engine.run();
 }
 

@@ -211,6 +211,30 @@ std::int64_t PagedAllocator::next_event_tokens(RequestSlot slot) const {
   return next;
 }
 
+std::int64_t PagedAllocator::peak_bytes(const AdmitInfo& info, std::int64_t tokens) const {
+  // Blocks of all sequences at a length: the prompt's full blocks once, and after the fork
+  // each sample's own blocks.
+  const auto blocks_at = [&](std::int64_t t) {
+    const std::int64_t b = ceil_div(t, block_tokens_);
+    if (t <= info.prompt_tokens || info.n == 1) return b;
+    const std::int64_t s = info.prompt_tokens / block_tokens_;
+    return s + info.n * (b - s);
+  };
+  std::int64_t bytes = 0;
+  for (std::size_t g = 0; g < groups_.size(); ++g) {
+    std::int64_t b = blocks_at(tokens);
+    if (groups_[g].frees) {
+      // The prefill step holds the whole prompt (and first token); after it, each sample
+      // holds at most vLLM's ceil((W - 1) / block) + 1 blocks.
+      const std::int64_t window_blocks = ceil_div(groups_[g].window_tokens - 1, block_tokens_) + 1;
+      const std::int64_t first_token = info.output_tokens > 0 ? 1 : 0;
+      b = std::min(b, std::max(blocks_at(std::min(tokens, info.prompt_tokens + first_token)), info.n * window_blocks));
+    }
+    bytes += b * pool_.block_bytes(g);
+  }
+  return bytes;
+}
+
 PoolState PagedAllocator::pool() const {
   PoolState p;
   p.reserved_bytes = pool_.reserved_bytes();

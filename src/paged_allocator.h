@@ -40,6 +40,7 @@ class PagedAllocator final : public Allocator {
   Footprint footprint(RequestSlot slot, std::size_t group, std::int64_t tokens) const override;
   std::int64_t next_event_tokens(RequestSlot slot) const override;
   PoolState pool() const override;
+  std::int64_t peak_bytes(const AdmitInfo& info, std::int64_t tokens) const override;
   void check_invariants() const override;
 
   // The block ids a sequence's table holds for a group (kNullBlock where freed), for tests.

@@ -123,3 +123,40 @@ TEST_CASE("replay: Azure 2023 conversation trace through the four allocators") {
   CHECK((*run_named(doc, "paged:block=16"))["usage"]["token_level"].get<double>() > 0.9);
   CHECK((*run_named(doc, "dense-static:reserve=max-model-len"))["usage"]["token_level"].get<double>() < 0.05);
 }
+
+TEST_CASE("replay under a budget: Azure 2023 conversation on an RTX 4090 against an H100") {
+  KVSIM_REQUIRE_SHARED_TRACE(trace, "azure2023/AzureLLMInferenceTrace_conv.csv");
+  const auto serve = [&](const char* device) {
+    const auto r = test::run_cli({"replay", trace, "--model", "llama-3.1-8b", "--allocator", "paged", "--device", device,
+                                  "--json"});
+    REQUIRE(r.exit_code == 0);
+    return Json::parse(r.out)["runs"][0];
+  };
+  const Json small = serve("RTX-4090");
+  const Json large = serve("H100-80GB");
+  // The 4090 leaves 6,047,234,457 bytes for KV (kvsim size pins the subtraction): 2,883
+  // blocks of 2 MiB, far below the trace's peak demand of about 8.5 GiB.
+  CHECK(small["serving"]["capacity_bytes"] == 6'047'234'457);
+  CHECK(small["serving"]["preemptions"].get<std::int64_t>() > 0);
+  CHECK(small["serving"]["queue_length_max"].get<std::int64_t>() > 0);
+  CHECK(small["serving"]["time_at_full_capacity_ns"].get<std::int64_t>() > 0);
+  CHECK(large["serving"]["preemptions"] == 0);
+  CHECK(large["serving"]["time_at_full_capacity_ns"] == 0);
+  CHECK(large["requests"]["completed"] == 19'366);
+  CHECK(small["requests"]["completed"] == 19'366);
+}
+
+TEST_CASE("replay: policy options without a budget are a usage error") {
+  const std::string trace = std::string(KVSIM_SOURCE_DIR) + "/traces/chat-mix.csv";
+  auto r = test::run_cli({"replay", trace, "--policy", "sglang"});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("--policy") && Catch::Contains("memory budget"));
+  r = test::run_cli({"replay", trace, "--kv-budget", "2GiB", "--policy", "fifo"});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("expected vllm, reserve or sglang"));
+  r = test::run_cli({"replay", trace, "--kv-budget", "2GiB", "--policy", "reserve", "--preemption", "swap"});
+  CHECK(r.exit_code == 2);
+  r = test::run_cli({"replay", trace, "--kv-budget", "2GiB", "--allocator", "paged", "--json"});
+  REQUIRE(r.exit_code == 0);
+  CHECK(Json::parse(r.out)["runs"][0]["serving"]["capacity_bytes"] == std::int64_t{2} << 30);
+}

@@ -116,6 +116,13 @@ class Allocator {
 
   virtual PoolState pool() const = 0;
 
+  // The most bytes a request admitted with `info` can hold at any moment while it grows
+  // from nothing to `tokens` positions per sequence (its prompt prefilled whole, then
+  // decoded), transients included: what a scheduler that plans ahead must set aside for
+  // it. An upper bound where the exact figure depends on chunking; independent of the
+  // pool's state.
+  virtual std::int64_t peak_bytes(const AdmitInfo& info, std::int64_t tokens) const = 0;
+
   // Checks the allocator's own books (slots conserved, reference counts, nothing owned
   // twice). Throws InternalError. Cheap enough for tests; the engine calls it after every
   // operation when built with KVSIM_EXPENSIVE_CHECKS.

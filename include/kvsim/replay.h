@@ -63,6 +63,42 @@ enum class Schedule {
                // evenly from first_token to finish)
 };
 
+// Admission and preemption under a memory budget, after the engines whose rules they follow
+// (docs/replay.md cites the code).
+enum class Policy {
+  // vLLM: admit in arrival order while the prompt's next chunk fits above the watermark;
+  // grow on demand; when a running request cannot grow, preempt the newest running request
+  // (recompute: freed and requeued at the front; or swap to host memory).
+  vllm,
+  // TensorRT-LLM's GUARANTEED_NO_EVICT: admit only when the request's whole life (prompt +
+  // max_tokens) fits beside what the running requests may still need; never preempt.
+  reserve,
+  // SGLang: admit against an estimate of the running requests' future tokens scaled by an
+  // adaptive new-token ratio; when decoding runs short, retract the decoding request with
+  // the fewest generated tokens (requeued at the back).
+  sglang,
+};
+
+enum class Preemption { recompute, swap };
+
+// How the engine behaves when memory is bounded. Ignored without a budget.
+struct MemoryOptions {
+  std::int64_t kv_budget_bytes = 0;     // 0: demand mode, every allocator unbounded
+  Policy policy = Policy::vllm;
+  Preemption preemption = Preemption::recompute;
+  // vLLM v0's watermark: admission leaves at least this share of the capacity free, in parts
+  // per billion (v0's default 0.01).
+  std::int64_t watermark_ppb = 10'000'000;
+  // Host link for swapping, bytes per second (about PCIe 4.0 x16 in practice).
+  std::int64_t swap_bytes_per_second = 25'000'000'000;
+  // SGLang's new-token ratio, in parts per billion: starts at init, decays linearly to min
+  // over decay_steps decode steps, recomputed after a retraction (SGLang's defaults: 0.7,
+  // 0.7 x 0.14, 600 steps).
+  std::int64_t sglang_init_ratio_ppb = 700'000'000;
+  std::int64_t sglang_min_ratio_ppb = 98'000'000;
+  std::int64_t sglang_decay_steps = 600;
+};
+
 struct ReplayOptions {
   KvLayout layout;                    // per device; its max_model_len bounds requests
   Schedule schedule = Schedule::automatic;
@@ -70,6 +106,10 @@ struct ReplayOptions {
   std::int64_t max_batched_tokens = 0;  // per iteration, decodes included; 0 = unlimited
   bool chunked_prefill = true;          // with max_batched_tokens: split prompts across steps
   std::int64_t max_running = 0;         // requests running at once; 0 = unlimited
+  MemoryOptions memory;
+  // The generation limit planned for requests whose trace gives none (what reservations
+  // and the reserve/sglang policies plan for); 0: their real output length.
+  std::int64_t default_max_tokens = 0;
   // Sampling for `timeline`: every iteration (0) or at most once per this many ns.
   std::int64_t sample_every_ns = 0;
   std::function<void(const TimelineRow&)> timeline;  // not called when empty
@@ -124,6 +164,7 @@ struct ReplayReport {
   std::int64_t cancelled_queued = 0;   // before admission
   std::int64_t cancelled_running = 0;  // mid-prefill or mid-decode
   std::int64_t rejected_too_long = 0;  // prompt + output beyond the layout's max_model_len
+  std::int64_t rejected_too_large = 0; // could never fit the memory budget, even alone
   std::int64_t prompt_tokens = 0;      // processed
   std::int64_t generated_tokens = 0;   // per sample, summed
   // Time.
@@ -149,6 +190,20 @@ struct ReplayReport {
   // Latencies of completed requests.
   Latency ttft;
   Latency e2e;
+  // Serving under a budget (all zero in demand mode).
+  std::string policy;                  // "vllm (recompute)", ...; "none" in demand mode
+  std::int64_t capacity_bytes = 0;     // the allocator's bound from the budget
+  std::int64_t preemptions = 0;
+  std::int64_t preempted_requests = 0; // preempted at least once
+  std::int64_t max_preemptions_per_request = 0;
+  std::int64_t recomputed_tokens = 0;  // positions computed again after preemption
+  std::int64_t swapped_out_bytes = 0;
+  std::int64_t swapped_in_bytes = 0;
+  std::int64_t memory_bound_ns = 0;    // time in steps where an allocation was refused
+  double queue_mean = 0;               // requests waiting, time-weighted
+  std::int64_t queue_max = 0;
+  Latency waiting;                     // arrival to first admission, completed requests
+  double generated_tokens_per_s = 0;   // simulated throughput
   // The leak check: allocated == 0 at the end, per the allocator's own pool.
   bool leak_free = false;
   std::int64_t allocated_bytes_at_end = 0;

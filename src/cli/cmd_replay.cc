@@ -16,6 +16,7 @@
 
 #include "cli.h"
 #include "cost_model.h"
+#include "decimal.h"
 #include "kvsim/allocator.h"
 #include "kvsim/budget.h"
 #include "kvsim/error.h"
@@ -47,6 +48,36 @@ const CommandSpec kSpec{
 const char* kDefaultAllocators = "dense-static,dynamic,paged,sliding-window";
 const char* kDefaultModel = "llama-3.1-8b";
 const char* kDefaultDevice = "H100-80GB";
+
+Policy parse_policy(const std::string& text) {
+  if (text == "vllm") return Policy::vllm;
+  if (text == "reserve") return Policy::reserve;
+  if (text == "sglang") return Policy::sglang;
+  throw InputError(Location{"", 0, "--policy"}, "expected vllm, reserve or sglang, got \"" + text + "\"");
+}
+
+Preemption parse_preemption(const std::string& text) {
+  if (text == "recompute") return Preemption::recompute;
+  if (text == "swap") return Preemption::swap;
+  throw InputError(Location{"", 0, "--preemption"}, "expected recompute or swap, got \"" + text + "\"");
+}
+
+// A share in [0, 1) such as "0.01", exactly, in parts per billion.
+std::int64_t parse_fraction_ppb(const std::string& text, const char* option) {
+  std::int64_t ppb = 0;
+  if (detail::parse_scaled_decimal(text, 9, ppb) != detail::DecimalStatus::ok || ppb >= 1'000'000'000) {
+    throw InputError(Location{"", 0, option}, "expected a fraction from 0 up to (not including) 1, got \"" + text + "\"");
+  }
+  return ppb;
+}
+
+std::string budget_description(const Budget& b) {
+  if (b.direct) return format_gib(b.kv_budget_bytes) + " (" + with_commas(b.kv_budget_bytes) + " bytes, --kv-budget)";
+  return format_gib(b.kv_budget_bytes) + " (" + with_commas(b.kv_budget_bytes) + " bytes) on " +
+         (b.device.empty() ? std::string("the device") : b.device) + ": " + with_commas(b.device_total_bytes) +
+         " x " + format_ppb(b.gpu_memory_utilization_ppb) + " - weights " + with_commas(b.weights_bytes_per_device) +
+         " - reserve " + with_commas(b.reserve_bytes);
+}
 
 Schedule parse_schedule(const std::string& text) {
   if (text == "auto") return Schedule::automatic;
@@ -101,9 +132,26 @@ int run_replay(const Invocation& inv) {
        "iteration cost: roofline (from the model on --device), constant:step=20ms,prefill-token=100us, or "
        "linear:base=..,prefill-token=..,decode-seq=..,context-token=.. (units ps, ns, us, ms, s)")
       ("max-batched-tokens", po::value<std::string>(),
-       "tokens per iteration, decodes included (default unlimited: whole prompts at once)")
+       "tokens per iteration, decodes included (default: unlimited in demand mode, 8192 under a budget, as vLLM)")
       ("no-chunked-prefill", "with --max-batched-tokens, admit a prompt only when it fits whole")
-      ("max-running", po::value<std::string>(), "requests running at once (default unlimited)");
+      ("max-running", po::value<std::string>(),
+       "requests running at once (default: unlimited in demand mode, 256 under a budget, as vLLM)")
+      ("default-max-tokens", po::value<std::string>(),
+       "the generation limit planned for requests whose trace gives no max_tokens (default: their real "
+       "output length)");
+  po::options_description memory_opts("Serving under a memory budget (give --device, --device-memory or --kv-budget)");
+  memory_opts.add_options()
+      ("policy", po::value<std::string>()->default_value("vllm"),
+       "admission and preemption: vllm (admit while the next chunk fits above the watermark, preempt the "
+       "newest when a running request cannot grow), reserve (TensorRT-LLM's guaranteed-no-evict: admit only "
+       "when prompt + max_tokens fits, never preempt), sglang (admit against an adaptive estimate of future "
+       "tokens, retract the request with the fewest generated tokens)")
+      ("preemption", po::value<std::string>()->default_value("recompute"),
+       "vllm policy: recompute (free and requeue at the front) or swap (move the blocks to host memory)")
+      ("watermark", po::value<std::string>()->default_value("0.01"),
+       "vllm policy: the share of capacity an admission must leave free (vLLM v0's default 0.01)")
+      ("swap-bandwidth", po::value<std::string>()->default_value("25GB"),
+       "host link for swapping, bytes per second (about PCIe 4.0 x16 in practice)");
   po::options_description trace_opts("Trace");
   trace_opts.add_options()
       ("format", po::value<std::string>(), "trace format (default: detected): native-csv, native-jsonl, azure, "
@@ -127,6 +175,7 @@ int run_replay(const Invocation& inv) {
       .add(placement_options())
       .add(alloc_opts)
       .add(budget_options())
+      .add(memory_opts)
       .add(trace_opts)
       .add(output_opts);
   po::positional_options_description positional;
@@ -141,17 +190,14 @@ int run_replay(const Invocation& inv) {
   KvLayout layout = choice.layout();
   if (const auto m = option_text(vm, "max-model-len")) layout.max_model_len = positive_integer(*m, "--max-model-len");
 
+  // A budget bounds every allocator; the cost model runs on the budget's device.
   const std::optional<BudgetOptions> budget_options_given = resolve_budget(vm);
-  if (budget_options_given) {
-    // Memory-bounded serving (admission, queueing, preemption) builds on this command; the
-    // options are read and checked now so that a typo is not silently ignored.
-    throw InputError(Location{"", 0, "--device"},
-                     "a memory budget for replay is not supported yet; without one, replay measures demand");
-  }
-
-  // The cost model: the roofline for the model on a device, or what --cost says.
-  const DevicePreset& device = find_device_preset(kDefaultDevice);
-  const ModelWeights weights = model_weights(choice.model, choice.kv, BudgetOptions{});
+  std::optional<Budget> budget;
+  if (budget_options_given) budget = derive_budget(choice.model, choice.kv, *budget_options_given);
+  const std::string device_name =
+      budget_options_given && !budget_options_given->device.empty() ? budget_options_given->device : kDefaultDevice;
+  const DevicePreset& device = find_device_preset(device_name);
+  const ModelWeights weights = model_weights(choice.model, choice.kv, budget_options_given.value_or(BudgetOptions{}));
   const CostModel roofline = roofline_cost_model(layout, device, weights);
 
   ReplayOptions ro;
@@ -164,6 +210,31 @@ int run_replay(const Invocation& inv) {
     throw UsageError("--no-chunked-prefill needs --max-batched-tokens\nUsage: " + kSpec.synopsis);
   }
   if (const auto r = option_text(vm, "max-running")) ro.max_running = positive_integer(*r, "--max-running");
+  if (const auto d = option_text(vm, "default-max-tokens")) ro.default_max_tokens = positive_integer(*d, "--default-max-tokens");
+  if (budget) {
+    ro.memory.kv_budget_bytes = budget->kv_budget_bytes;
+    // vLLM's defaults for a served model (max_num_seqs, max_num_batched_tokens).
+    if (!vm.count("max-running")) ro.max_running = 256;
+    if (!vm.count("max-batched-tokens")) ro.max_batched_tokens = 8192;
+  }
+  ro.memory.policy = parse_policy(vm["policy"].as<std::string>());
+  ro.memory.preemption = parse_preemption(vm["preemption"].as<std::string>());
+  if (ro.memory.preemption == Preemption::swap && ro.memory.policy != Policy::vllm) {
+    throw InputError(Location{"", 0, "--preemption"}, "swap applies to the vllm policy only");
+  }
+  ro.memory.watermark_ppb = parse_fraction_ppb(vm["watermark"].as<std::string>(), "--watermark");
+  ro.memory.swap_bytes_per_second = parse_byte_size(vm["swap-bandwidth"].as<std::string>(), "--swap-bandwidth");
+  if (ro.memory.swap_bytes_per_second <= 0) {
+    throw InputError(Location{"", 0, "--swap-bandwidth"}, "expected a positive number of bytes per second");
+  }
+  if (!budget) {
+    for (const char* option : {"policy", "preemption", "watermark", "swap-bandwidth"}) {
+      if (!vm[option].defaulted()) {
+        throw InputError(Location{"", 0, std::string("--") + option},
+                         "applies under a memory budget: give --device, --device-memory or --kv-budget");
+      }
+    }
+  }
   if (const auto s = option_text(vm, "sample-every")) {
     ro.sample_every_ns = parse_duration_ns(*s, "--sample-every");
     if (ro.sample_every_ns <= 0) throw InputError(Location{"", 0, "--sample-every"}, "expected a positive duration");
@@ -179,7 +250,9 @@ int run_replay(const Invocation& inv) {
   const std::vector<AllocatorSpec> specs = parse_allocator_list(vm["allocator"].as<std::string>(), "--allocator");
   // Build every allocator before reading anything, so a bad spec fails at once.
   std::vector<std::unique_ptr<Allocator>> allocators;
-  for (const auto& spec : specs) allocators.push_back(make_allocator(spec, layout));
+  AllocatorLimits limits;
+  limits.capacity_bytes = ro.memory.kv_budget_bytes;
+  for (const auto& spec : specs) allocators.push_back(make_allocator(spec, layout, limits));
   // Open the trace once up front: a missing file or unknown format fails before any work.
   open_trace(*trace_path, to);
 
@@ -261,7 +334,7 @@ int run_replay(const Invocation& inv) {
   context.placement = fmt::format("tp {}, pp {} (figures per device)", choice.kv.tensor_parallel, choice.kv.pipeline_parallel);
   context.layout = layout;
   context.cost = ro.cost;
-  context.budget = "none (demand: every allocator unbounded)";
+  context.budget = budget ? budget_description(*budget) : "none (demand: every allocator unbounded)";
   context.scheduler = fmt::format("max batched tokens {}, chunked prefill {}, max running {}",
                                   ro.max_batched_tokens > 0 ? with_commas(ro.max_batched_tokens) : "unlimited",
                                   ro.chunked_prefill ? "on" : "off",

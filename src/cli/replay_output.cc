@@ -3,6 +3,7 @@
 #include <fmt/core.h>
 
 #include <cmath>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "kvsim/units.h"
@@ -164,10 +165,37 @@ std::string replay_table(const ReplayContext& c, const std::vector<ReplayReport>
       });
     }
   }
+  const bool bounded = !reports.empty() && reports.front().capacity_bytes > 0;
+  if (bounded) {
+    blank("serving under the budget");
+    row("  policy", [](const ReplayReport& r) { return r.policy; });
+    row("  capacity, GiB", [](const ReplayReport& r) { return gib(r.capacity_bytes); });
+    row("  preemptions", [](const ReplayReport& r) { return with_commas(r.preemptions); });
+    row("    requests preempted / most per request", [](const ReplayReport& r) {
+      return with_commas(r.preempted_requests) + " / " + with_commas(r.max_preemptions_per_request);
+    });
+    row("    tokens recomputed", [](const ReplayReport& r) { return with_commas(r.recomputed_tokens); });
+    row("    swapped out / in, GiB", [](const ReplayReport& r) {
+      return gib(r.swapped_out_bytes) + " / " + gib(r.swapped_in_bytes);
+    });
+    row("  refused (never fits the budget)", [](const ReplayReport& r) { return with_commas(r.rejected_too_large); });
+    row("  time at full capacity, s", [](const ReplayReport& r) {
+      return seconds(r.memory_bound_ns) + " (" + percent(r.end_ns > r.start_ns ? static_cast<double>(r.memory_bound_ns) /
+                                                                                     static_cast<double>(r.end_ns - r.start_ns)
+                                                                               : 0.0) + ")";
+    });
+    row("  queue length, mean / max", [](const ReplayReport& r) {
+      return fmt::format("{:.1f}", r.queue_mean) + " / " + with_commas(r.queue_max);
+    });
+    row("  waiting p50 / p99, s", [](const ReplayReport& r) {
+      return seconds(r.waiting.p50_ns) + " / " + seconds(r.waiting.p99_ns);
+    });
+  }
   blank("requests");
   row("  completed", [](const ReplayReport& r) { return with_commas(r.completed); });
   row("  cancelled", [](const ReplayReport& r) { return with_commas(r.cancelled_queued + r.cancelled_running); });
   row("  refused (longer than max length)", [](const ReplayReport& r) { return with_commas(r.rejected_too_long); });
+  row("  throughput, generated tokens/s", [](const ReplayReport& r) { return fmt::format("{:.1f}", r.generated_tokens_per_s); });
   row("  TTFT p50 / p99, s", [](const ReplayReport& r) { return seconds(r.ttft.p50_ns) + " / " + seconds(r.ttft.p99_ns); });
   row("  end-to-end p50 / p99, s", [](const ReplayReport& r) { return seconds(r.e2e.p50_ns) + " / " + seconds(r.e2e.p99_ns); });
   row("leak check: allocated at end", [](const ReplayReport& r) {
@@ -230,6 +258,20 @@ std::string replay_json(const ReplayContext& c, const std::vector<ReplayReport>&
     }
     run["layer_groups"] = gs;
     run["latency"] = Json{{"ttft", latency_json(r.ttft)}, {"end_to_end", latency_json(r.e2e)}};
+    run["serving"] = Json{{"policy", r.policy},
+                          {"capacity_bytes", r.capacity_bytes},
+                          {"preemptions", r.preemptions},
+                          {"preempted_requests", r.preempted_requests},
+                          {"max_preemptions_per_request", r.max_preemptions_per_request},
+                          {"recomputed_tokens", r.recomputed_tokens},
+                          {"swapped_out_bytes", r.swapped_out_bytes},
+                          {"swapped_in_bytes", r.swapped_in_bytes},
+                          {"refused_too_large", r.rejected_too_large},
+                          {"time_at_full_capacity_ns", r.memory_bound_ns},
+                          {"queue_length_mean", r.queue_mean},
+                          {"queue_length_max", r.queue_max},
+                          {"waiting", latency_json(r.waiting)},
+                          {"generated_tokens_per_s", r.generated_tokens_per_s}};
     run["leak_check"] = Json{{"allocated_bytes_at_end", r.allocated_bytes_at_end}, {"ok", r.leak_free}};
     runs.push_back(run);
   }
@@ -238,25 +280,64 @@ std::string replay_json(const ReplayContext& c, const std::vector<ReplayReport>&
 }
 
 std::string replay_csv(const std::vector<ReplayReport>& reports) {
-  std::string out =
-      "allocator,requests,completed,cancelled,refused,duration_s,iterations,"
-      "effective_bytes_mean,effective_bytes_peak,allocated_bytes_mean,allocated_bytes_p50,allocated_bytes_p99,"
-      "allocated_bytes_peak,allocated_bytes_peak_at_s,reserved_bytes_peak,"
-      "internal_frag_tail_bytes_mean,internal_frag_reservation_bytes_mean,internal_frag_duplicate_bytes_mean,"
-      "internal_frag_outside_window_bytes_mean,token_usage,block_usage,external_frag_mean,external_frag_max,"
-      "failed_placements,copied_bytes,ttft_p50_s,ttft_p99_s,e2e_p50_s,e2e_p99_s,allocated_bytes_at_end\n";
+  // One list names each column and says how to fill it, so header and rows cannot drift.
+  using Cell = std::function<std::string(const ReplayReport&)>;
+  const auto integer = [](std::int64_t ReplayReport::*field) {
+    return Cell([field](const ReplayReport& r) { return std::to_string(r.*field); });
+  };
+  const auto decimal = [](auto get, int places) {
+    return Cell([get, places](const ReplayReport& r) { return fmt::format("{:.{}f}", get(r), places); });
+  };
+  const auto secs = [](auto get) { return Cell([get](const ReplayReport& r) { return format_seconds(get(r), 9); }); };
+  const std::vector<std::pair<const char*, Cell>> columns = {
+      {"allocator", [](const ReplayReport& r) { return csv_field(r.allocator); }},
+      {"requests", integer(&ReplayReport::requests)},
+      {"completed", integer(&ReplayReport::completed)},
+      {"cancelled", [](const ReplayReport& r) { return std::to_string(r.cancelled_queued + r.cancelled_running); }},
+      {"refused_too_long", integer(&ReplayReport::rejected_too_long)},
+      {"duration_s", secs([](const ReplayReport& r) { return r.end_ns - r.start_ns; })},
+      {"iterations", integer(&ReplayReport::iterations)},
+      {"effective_bytes_mean", decimal([](const ReplayReport& r) { return r.effective_bytes.mean; }, 3)},
+      {"effective_bytes_peak", [](const ReplayReport& r) { return std::to_string(r.effective_bytes.peak); }},
+      {"allocated_bytes_mean", decimal([](const ReplayReport& r) { return r.allocated_bytes.mean; }, 3)},
+      {"allocated_bytes_p50", [](const ReplayReport& r) { return std::to_string(r.allocated_bytes.p50); }},
+      {"allocated_bytes_p99", [](const ReplayReport& r) { return std::to_string(r.allocated_bytes.p99); }},
+      {"allocated_bytes_peak", [](const ReplayReport& r) { return std::to_string(r.allocated_bytes.peak); }},
+      {"allocated_bytes_peak_at_s", secs([](const ReplayReport& r) { return r.allocated_bytes.peak_at_ns - r.start_ns; })},
+      {"reserved_bytes_peak", [](const ReplayReport& r) { return std::to_string(r.reserved_bytes.peak); }},
+      {"internal_frag_tail_bytes_mean", decimal([](const ReplayReport& r) { return r.mean_bytes.tail; }, 3)},
+      {"internal_frag_reservation_bytes_mean", decimal([](const ReplayReport& r) { return r.mean_bytes.reservation; }, 3)},
+      {"internal_frag_duplicate_bytes_mean", decimal([](const ReplayReport& r) { return r.mean_bytes.duplicate; }, 3)},
+      {"internal_frag_outside_window_bytes_mean",
+       decimal([](const ReplayReport& r) { return r.mean_bytes.outside_window; }, 3)},
+      {"token_usage", decimal([](const ReplayReport& r) { return r.token_usage; }, 6)},
+      {"block_usage", decimal([](const ReplayReport& r) { return r.block_usage; }, 6)},
+      {"external_frag_mean", decimal([](const ReplayReport& r) { return r.external_fragmentation_mean; }, 6)},
+      {"external_frag_max", decimal([](const ReplayReport& r) { return r.external_fragmentation_max; }, 6)},
+      {"failed_placements", integer(&ReplayReport::failed_placements)},
+      {"copied_bytes", integer(&ReplayReport::copied_bytes)},
+      {"ttft_p50_s", secs([](const ReplayReport& r) { return r.ttft.p50_ns; })},
+      {"ttft_p99_s", secs([](const ReplayReport& r) { return r.ttft.p99_ns; })},
+      {"e2e_p50_s", secs([](const ReplayReport& r) { return r.e2e.p50_ns; })},
+      {"e2e_p99_s", secs([](const ReplayReport& r) { return r.e2e.p99_ns; })},
+      {"capacity_bytes", integer(&ReplayReport::capacity_bytes)},
+      {"preemptions", integer(&ReplayReport::preemptions)},
+      {"recomputed_tokens", integer(&ReplayReport::recomputed_tokens)},
+      {"swapped_out_bytes", integer(&ReplayReport::swapped_out_bytes)},
+      {"refused_too_large", integer(&ReplayReport::rejected_too_large)},
+      {"time_at_full_capacity_s", secs([](const ReplayReport& r) { return r.memory_bound_ns; })},
+      {"queue_length_mean", decimal([](const ReplayReport& r) { return r.queue_mean; }, 3)},
+      {"waiting_p50_s", secs([](const ReplayReport& r) { return r.waiting.p50_ns; })},
+      {"waiting_p99_s", secs([](const ReplayReport& r) { return r.waiting.p99_ns; })},
+      {"generated_tokens_per_s", decimal([](const ReplayReport& r) { return r.generated_tokens_per_s; }, 3)},
+      {"allocated_bytes_at_end", integer(&ReplayReport::allocated_bytes_at_end)},
+  };
+  std::string out;
+  for (std::size_t i = 0; i < columns.size(); ++i) out += (i == 0 ? "" : ",") + std::string(columns[i].first);
+  out += "\n";
   for (const auto& r : reports) {
-    out += fmt::format("{},{},{},{},{},{},{},{:.3f},{},{:.3f},{},{},{},{},{},{:.3f},{:.3f},{:.3f},{:.3f},{:.6f},{:.6f},{:.6f},{:.6f},{},{},{},{},{},{},{}\n",
-                       csv_field(r.allocator), r.requests, r.completed, r.cancelled_queued + r.cancelled_running,
-                       r.rejected_too_long, format_seconds(r.end_ns - r.start_ns, 9), r.iterations,
-                       r.effective_bytes.mean, r.effective_bytes.peak, r.allocated_bytes.mean, r.allocated_bytes.p50,
-                       r.allocated_bytes.p99, r.allocated_bytes.peak,
-                       format_seconds(r.allocated_bytes.peak_at_ns - r.start_ns, 9), r.reserved_bytes.peak,
-                       r.mean_bytes.tail, r.mean_bytes.reservation, r.mean_bytes.duplicate, r.mean_bytes.outside_window,
-                       r.token_usage, r.block_usage, r.external_fragmentation_mean, r.external_fragmentation_max,
-                       r.failed_placements, r.copied_bytes, format_seconds(r.ttft.p50_ns, 9),
-                       format_seconds(r.ttft.p99_ns, 9), format_seconds(r.e2e.p50_ns, 9),
-                       format_seconds(r.e2e.p99_ns, 9), r.allocated_bytes_at_end);
+    for (std::size_t i = 0; i < columns.size(); ++i) out += (i == 0 ? "" : ",") + columns[i].second(r);
+    out += "\n";
   }
   return out;
 }

@@ -1,0 +1,264 @@
+// The replay engine's internals: one Engine per run, driving one allocator.
+//
+// engine.cc holds the accounting and the simulated schedule (continuous batching, the
+// admission and preemption policies); engine_measured.cc the schedule a trace's own service
+// timestamps dictate; engine_report.cc the figures at the end. kvsim::replay() is the only
+// way in.
+#ifndef KVSIM_SRC_ENGINE_H_
+#define KVSIM_SRC_ENGINE_H_
+
+#include <deque>
+#include <limits>
+#include <queue>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "kvsim/replay.h"
+#include "ledger.h"
+#include "step_wheel.h"
+
+namespace kvsim::detail {
+
+inline constexpr std::int64_t kUnlimited = std::numeric_limits<std::int64_t>::max();
+
+enum Quantity { kEffective, kAllocated, kTail, kReservation, kDuplicate, kOutside, kQuantities };
+
+// One request's share of one layer group, as of `step`, with slopes per step after it.
+struct Contribution {
+  std::int64_t step = 0;
+  std::int64_t value[kQuantities] = {};
+  std::int64_t slope[kQuantities] = {};
+};
+
+struct GroupSums {
+  LinearSum q[kQuantities];
+  TimeHistogram effective_hist;
+  TimeHistogram allocated_hist;
+  Peak effective_peak;
+  Peak allocated_peak;
+};
+
+enum class Phase : std::uint8_t { free, queued, running, swapped };
+
+// A request from arrival to release.
+struct Flight {
+  Phase phase = Phase::free;
+  std::uint32_t generation = 0;    // bumped when the slot's request leaves: stale events skip
+  std::int64_t ordinal = 0;        // 1-based position in the trace, for messages
+  std::int64_t arrival_ns = 0;
+  std::int64_t prompt = 0;
+  std::int64_t output = 0;
+  std::int64_t n = 1;
+  std::int64_t planned = 0;        // output tokens a planner must allow for
+  // The prefill under way: positions per sequence it must reach (the prompt, or for a
+  // request preempted by recompute, prompt + the tokens it had generated) and reached so far.
+  std::int64_t target = 0;
+  std::int64_t prefilled = 0;
+  std::int64_t base_generated = 0; // tokens generated before this prefill (recompute)
+  std::int64_t prompt_counted = 0; // prompt positions counted in the report so far
+  bool decoding = false;           // grows one token per step on its own
+  std::int64_t tokens_at = 0;      // positions per sequence as of step_at
+  std::int64_t step_at = 0;
+  std::int64_t first_token_ns = -1;
+  std::int64_t admitted_ns = -1;   // first admission
+  std::uint64_t admit_order = 0;   // running order: vLLM preempts the latest
+  std::int64_t preemptions = 0;
+  std::int64_t swapped_tokens = 0; // positions held when swapped out
+  std::int64_t planned_peak_bytes = 0;  // reserve policy: what the request may hold at most
+  // sglang policy: this request's min(remaining planned tokens, clip) x n, as a line in steps.
+  std::int64_t clip_value = 0;
+  std::int64_t clip_slope = 0;
+  std::int64_t clip_step = 0;
+  // Measured schedule: the service timestamps, and when the request stops holding memory
+  // (its finish, or its cancellation if that comes first).
+  std::int64_t start_ns = 0;
+  std::int64_t finish_ns = 0;
+  std::int64_t stop_ns = 0;
+  bool cancelled = false;
+  std::int64_t produced = 0;       // output tokens produced so far (measured schedule)
+
+  std::int64_t tokens(std::int64_t step) const { return decoding ? tokens_at + (step - step_at) : tokens_at; }
+  // Output tokens produced per sample before step `step` runs.
+  std::int64_t produced_before(std::int64_t step) const {
+    return decoding ? tokens(step) - 1 - prompt : base_generated;
+  }
+};
+
+struct Cancellation {
+  std::int64_t at_ns;
+  std::int64_t ordinal;
+  std::uint32_t slot;
+  std::uint32_t generation;
+  bool operator>(const Cancellation& o) const { return at_ns != o.at_ns ? at_ns > o.at_ns : ordinal > o.ordinal; }
+};
+
+// An event of the measured schedule. At one instant, releases come first (freed memory is
+// free for what starts at that instant), then tokens, then starts.
+struct TimedEvent {
+  enum Kind : std::uint8_t { release = 0, token = 1, start = 2 };
+  std::int64_t at_ns;
+  Kind kind;
+  std::uint64_t order;
+  std::uint32_t slot;
+  std::uint32_t generation;
+  bool operator>(const TimedEvent& o) const {
+    if (at_ns != o.at_ns) return at_ns > o.at_ns;
+    if (kind != o.kind) return kind > o.kind;
+    return order > o.order;
+  }
+};
+
+struct SlotRef {
+  std::uint32_t slot;
+  std::uint32_t generation;
+};
+
+class Engine {
+ public:
+  Engine(TraceReader& trace, Allocator& allocator, const ReplayOptions& options);
+  ReplayReport run();
+
+ private:
+  ReplayReport run_simulated();
+  ReplayReport run_measured();
+  ReplayReport finish_report();
+
+  // --- arrivals, queue, cancellations
+  bool fetch();
+  std::uint32_t take_slot();       // a slot for next_, filled from it
+  void free_slot(std::uint32_t slot);
+  void enqueue_arrival();          // next_ joins the queue (or is refused)
+  void pull_arrivals(std::int64_t now);  // measured schedule
+  // Arrivals and cancellations up to `until_ns` in time order: inclusive at an iteration
+  // boundary, exclusive inside an iteration (mid_span), whose memory changes then count
+  // only for the rest of it.
+  void process_span_events(std::int64_t until_ns, bool mid_span);
+  void cancel(const Cancellation& c, bool mid_span);
+  void note_queue(std::int64_t at_ns);   // integrates the queue length up to at_ns
+
+  // --- one iteration
+  void run_iteration();
+  void handle_event(std::uint32_t slot);
+  void continue_prefills(std::int64_t& budget, std::int64_t& prefill_tokens);
+  void resume_swapped(std::int64_t& decode_seqs);
+  void admit_waiting(std::int64_t& budget, std::int64_t& prefill_tokens);
+  // Positions a prefill can advance within `budget` tokens, and what they cost: prompt
+  // positions 1 each, positions past the prompt (recomputed samples) n each.
+  std::pair<std::int64_t, std::int64_t> chunk_for(const Flight& f, std::int64_t budget) const;
+  std::int64_t prefill_cost(const Flight& f, std::int64_t from, std::int64_t to) const;
+  // Advances the request's prefill by `positions`. A running request short of memory
+  // preempts (may_preempt); an admission does not. False when it did not happen.
+  bool prefill(std::uint32_t slot, std::int64_t positions, bool may_preempt);
+  // Grows the request, preempting others (or itself) per the policy until it fits. False
+  // when the request itself was preempted.
+  bool grow_or_preempt(std::uint32_t slot, std::int64_t tokens, std::int64_t step_tokens);
+  std::uint32_t choose_victim(std::uint32_t failed) const;
+  void preempt(std::uint32_t victim);
+  // Whether the policy lets a waiting request start with this chunk.
+  bool policy_admits(const Flight& f, std::int64_t positions);
+  void start_decoding(std::uint32_t slot, std::int64_t tokens);
+  // Schedules the request's next event and returns the token count it falls at.
+  std::int64_t schedule_next(std::uint32_t slot, std::int64_t tokens);
+  void update_clip(std::uint32_t slot);
+  void refuse_too_large(std::uint32_t slot);
+
+  // --- accounting
+  // Re-reads the request's footprints at `tokens`. `with_slopes`: the request will take
+  // steps before its next event, so its figures must carry their per-step change.
+  void refresh(std::uint32_t slot, std::int64_t tokens, bool with_slopes);
+  void apply(std::uint32_t slot, std::size_t group, const Contribution& next, std::int64_t correction_ns);
+  void after_op();
+  // Frees everything the request holds on the device (correction_ns: how far into the
+  // current span that happens). The request stays in its slot.
+  void drop_holding(std::uint32_t slot, std::int64_t correction_ns);
+  void release(std::uint32_t slot, std::int64_t correction_ns);
+  std::int64_t held_bytes(std::uint32_t slot) const;
+  void flush_histograms(std::int64_t until_ns);
+  void end_span(std::int64_t duration_ns);
+  void sample_timeline();
+  AdmitInfo admit_info(const Flight& f) const { return AdmitInfo{f.prompt, f.planned, f.output, f.n}; }
+  bool bounded() const { return opt_.memory.kv_budget_bytes > 0; }
+  [[noreturn]] void broken(const Flight& f, const std::string& what) const;
+
+  // --- measured schedule
+  void push_timed(std::int64_t at_ns, TimedEvent::Kind kind, std::uint32_t slot);
+  void handle_timed(const TimedEvent& e);
+  std::int64_t token_time(const Flight& f, std::int64_t k) const;
+
+  TraceReader& trace_;
+  Allocator& alloc_;
+  const ReplayOptions& opt_;
+  std::vector<std::int64_t> bytes_per_position_;
+  std::int64_t max_tokens_;
+  std::int64_t capacity_bytes_ = 0;
+  std::int64_t watermark_bytes_ = 0;
+
+  // The trace.
+  Request next_;
+  bool have_next_ = false;
+  std::int64_t ordinal_ = 0;
+
+  // Requests.
+  std::vector<Flight> flights_;
+  std::vector<Contribution> contributions_;  // [slot * groups + group]
+  std::vector<std::uint32_t> free_slots_;
+  std::deque<SlotRef> queue_;
+  std::deque<SlotRef> swapped_;
+  std::int64_t queued_ = 0;
+  std::int64_t running_ = 0;
+  std::set<std::pair<std::uint64_t, std::uint32_t>> running_order_;  // (admit_order, slot)
+  std::uint64_t next_admit_order_ = 0;
+  std::vector<SlotRef> prefilling_;   // running, prefill incomplete (chunked)
+  std::vector<SlotRef> finishing_;    // produce their last token in this iteration
+  std::vector<SlotRef> first_token_;  // produce their first token in this iteration
+  std::priority_queue<Cancellation, std::vector<Cancellation>, std::greater<>> cancellations_;
+  StepWheel wheel_;
+  std::vector<StepEvent> due_;
+  bool measured_ = false;
+  std::priority_queue<TimedEvent, std::vector<TimedEvent>, std::greater<>> timed_;
+  std::uint64_t timed_order_ = 0;
+
+  // The step in progress.
+  bool step_memory_bound_ = false;    // an allocation was refused for memory
+  bool step_preempted_ = false;
+  std::int64_t step_swap_bytes_ = 0;
+  std::int64_t sglang_admitted_tokens_ = 0;  // sglang: this step's admissions, unscaled
+
+  // Time.
+  std::int64_t now_ = 0;           // start of the current span
+  std::int64_t step_ = 0;
+  Clock clock_;                    // spans before the current one
+  std::int64_t hist_mark_ns_ = 0;
+  std::int64_t queue_mark_ns_ = 0;
+
+  // Sums.
+  std::size_t groups_;
+  std::vector<GroupSums> sums_ = std::vector<GroupSums>(groups_);
+  LinearSum effective_bytes_;
+  LinearSum allocated_bytes_;
+  LinearSum reserved_bytes_;
+  std::int64_t decoding_seqs_ = 0;
+  std::int64_t context_base_ = 0;  // sum of n * tokens over decoding requests: base + slope * s
+  std::int64_t context_slope_ = 0;
+  std::int64_t clip_base_ = 0;     // sglang: sum of the requests' clip lines
+  std::int64_t clip_slope_ = 0;
+  std::int64_t planned_peak_sum_ = 0;  // reserve: sum of running requests' planned_peak_bytes
+  std::int64_t sglang_ratio_ppb_ = 0;
+  TimeHistogram effective_hist_, allocated_hist_, reserved_hist_;
+  Peak effective_peak_, allocated_peak_, reserved_peak_;
+  std::int64_t op_transient_bytes_ = 0;
+  std::vector<Fragmentation> at_peak_slots_ = std::vector<Fragmentation>(groups_);
+  double ext_ratio_ = 0;           // external fragmentation, integrated over time
+  double ext_integral_ = 0;
+  double ext_max_ = 0;
+  Int128 queue_integral_ = 0;
+  std::int64_t next_sample_ns_ = 0;
+
+  ReplayReport report_;
+  std::vector<std::int64_t> ttft_, e2e_, waiting_;
+};
+
+}  // namespace kvsim::detail
+
+#endif  // KVSIM_SRC_ENGINE_H_

@@ -1,0 +1,153 @@
+// Serving under a memory budget: admission, queueing, preemption and the engines' policies,
+// on schedules worked out by hand. Layouts of one byte per position make bytes and slots the
+// same number; blocks are 16 positions.
+#include <catch2/catch.hpp>
+
+#include "kvsim/replay.h"
+#include "test_support.h"
+
+using namespace kvsim;
+
+namespace {
+
+constexpr std::int64_t kMs = 1'000'000;
+
+struct Run {
+  ReplayReport report;
+  std::vector<TimelineRow> rows;
+};
+
+Run run(const std::string& spec, std::vector<Request> requests, const ReplayOptions& base) {
+  ReplayOptions o = base;
+  test::VectorTrace trace(std::move(requests));
+  AllocatorLimits limits;
+  limits.capacity_bytes = o.memory.kv_budget_bytes;
+  auto allocator = make_allocator(parse_allocator_spec(spec, "test"), o.layout, limits);
+  Run r;
+  o.timeline = [&r](const TimelineRow& row) { r.rows.push_back(row); };
+  r.report = replay(trace, *allocator, o);
+  return r;
+}
+
+// Steps of exactly 1 ms whatever the batch, so every time below is a whole step.
+ReplayOptions budget_of(std::int64_t bytes, Policy policy = Policy::vllm) {
+  ReplayOptions o;
+  o.layout = test::unit_layout(4096);
+  o.cost.base_ps = kMs * 1000;
+  o.cost.prefill_token_ps = 0;
+  o.memory.kv_budget_bytes = bytes;
+  o.memory.policy = policy;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("budget: a request that does not fit waits exactly until the running one frees") {
+  // 20 blocks. A (prompt 200, output 5) holds ceil(201/16) = 13 blocks from step 0 and
+  // finishes at the end of step 4 (5 ms). B (prompt 150, output 1) arrives at 0.5 ms and
+  // needs ceil(151/16) = 10 blocks: 208 + 160 > 320, so it waits, and starts at step 5
+  // (5 ms), the instant A frees. Its one token comes at 6 ms.
+  Request a = test::request("a", 0, 200, 5);
+  Request b = test::request("b", kMs / 2, 150, 1);
+  const auto r = run("paged:block=16", {a, b}, budget_of(20 * 16));
+  const ReplayReport& rep = r.report;
+  CHECK(rep.completed == 2);
+  CHECK(rep.preemptions == 0);
+  CHECK(rep.end_ns == 6 * kMs);
+  CHECK(rep.waiting.max_ns == 5 * kMs - kMs / 2);   // B: 0.5 ms to 5 ms
+  CHECK(rep.ttft.max_ns == 6 * kMs - kMs / 2);      // B's first token at 6 ms
+  CHECK(rep.memory_bound_ns == 4 * kMs);            // steps 1-4 refused B
+  CHECK(rep.queue_max == 1);
+  CHECK(rep.queue_mean == Approx(4.5 / 6.0).epsilon(1e-12));  // B queued 4.5 of 6 ms
+  CHECK(rep.allocated_bytes.peak == 13 * 16);       // never both at once
+}
+
+TEST_CASE("budget: vLLM preempts the newest, reserve admits fewer, SGLang retracts the fewest generated") {
+  // 6 blocks, no watermark. A (prompt 40, output 50) and B (prompt 20, output 20) start
+  // together at step 0, A first: 3 + 2 blocks. At step k they hold 41 + k and 21 + k
+  // positions. A takes its 4th block at step 8 (6 blocks in all); at step 12 B needs its
+  // 3rd block (33 positions) and nothing is free. Both have generated 12 tokens.
+  const std::vector<Request> trace = {test::request("a", 0, 40, 50), test::request("b", 0, 20, 20)};
+
+  SECTION("vllm: the newest running request, B, is preempted and recomputes 20 + 12 = 32 positions") {
+    ReplayOptions o = budget_of(6 * 16, Policy::vllm);
+    o.memory.watermark_ppb = 0;
+    const auto r = run("paged:block=16", trace, o);
+    CHECK(r.report.preemptions == 1);
+    CHECK(r.report.recomputed_tokens == 32);
+    CHECK(r.report.completed == 2);
+    // A (41 + k positions) finishes at 90 at step 49, 50 ms. B then recomputes 32 positions
+    // and its 13th token at step 50 (33 positions, 3 blocks) and its 20th at step 57: 58 ms.
+    CHECK(r.report.e2e.max_ns == 58 * kMs);
+    CHECK(r.report.e2e.p50_ns == 50 * kMs);
+    CHECK(r.report.ttft.max_ns == 1 * kMs);  // B's first token came before the preemption
+    CHECK(r.report.prompt_tokens == 60);     // each prompt counts once
+  }
+  SECTION("sglang: among requests with equal tokens generated, the longest prompt, A, is retracted") {
+    // SGLang admits B beside A only if B's prompt + max_tokens (20 + 20) fits what is free
+    // after A (96 - 48 = 48) less its estimate of A's future, here 0 (a ratio of 0).
+    ReplayOptions o = budget_of(6 * 16, Policy::sglang);
+    o.memory.sglang_init_ratio_ppb = 0;
+    o.memory.sglang_min_ratio_ppb = 0;
+    const auto r = run("paged:block=16", trace, o);
+    CHECK(r.report.preemptions == 1);
+    CHECK(r.report.recomputed_tokens == 52);  // A: prompt 40 + 12 generated
+    CHECK(r.report.completed == 2);
+  }
+  SECTION("reserve: B waits until A's whole life (40 + 50 = 90 positions, 6 blocks) is over") {
+    const auto r = run("paged:block=16", trace, budget_of(6 * 16, Policy::reserve));
+    CHECK(r.report.preemptions == 0);
+    CHECK(r.report.completed == 2);
+    // A ends at 50 ms; B runs steps 50..69 and ends at 70 ms.
+    CHECK(r.report.e2e.max_ns == 70 * kMs);
+    CHECK(r.report.waiting.max_ns == 50 * kMs);
+  }
+  SECTION("vllm with swap: B's 2 blocks go to host memory and return when A is done") {
+    ReplayOptions o = budget_of(6 * 16, Policy::vllm);
+    o.memory.watermark_ppb = 0;
+    o.memory.preemption = Preemption::swap;
+    o.memory.swap_bytes_per_second = 16'000'000'000;  // 32 bytes take 2 ns, 48 bytes 3 ns
+    const auto r = run("paged:block=16", trace, o);
+    CHECK(r.report.preemptions == 1);
+    CHECK(r.report.recomputed_tokens == 0);
+    CHECK(r.report.swapped_out_bytes == 2 * 16);  // 32 positions held after step 11
+    CHECK(r.report.swapped_in_bytes == 3 * 16);   // back at 33 positions, decoding token 13
+    // Step 12 lasts 2 ns longer (swap out) and step 50 3 ns longer (swap in): A ends at
+    // 50 ms + 2 ns, B at 58 ms + 5 ns.
+    CHECK(r.report.e2e.p50_ns == 50 * kMs + 2);
+    CHECK(r.report.e2e.max_ns == 58 * kMs + 5);
+  }
+}
+
+TEST_CASE("budget: dense static never holds more than floor(budget / reservation) requests") {
+  // Each request reserves prompt + max_tokens = 100 + 156 = 256 positions; a budget of
+  // 3.5 reservations holds 3 at once.
+  std::vector<Request> reqs;
+  for (int i = 0; i < 10; ++i) {
+    Request q = test::request(std::to_string(i), 0, 100, 50 + i);
+    q.max_tokens = 156;
+    reqs.push_back(q);
+  }
+  const auto r = run("dense-static:reserve=max-tokens", reqs, budget_of(256 * 7 / 2));
+  CHECK(r.report.completed == 10);
+  for (const auto& row : r.rows) {
+    REQUIRE(row.running <= 3);
+    REQUIRE(row.allocated_bytes <= 3 * 256);
+  }
+  CHECK(r.report.allocated_bytes.peak == 3 * 256);
+}
+
+TEST_CASE("budget: a request bigger than the whole budget is refused and the run finishes") {
+  // 100 bytes: a 200-token prompt can never fit, even alone; a 10-token one can.
+  const auto r = run("paged:block=16", {test::request("big", 0, 200, 5), test::request("small", kMs, 10, 3)},
+                     budget_of(100));
+  CHECK(r.report.rejected_too_large == 1);
+  CHECK(r.report.completed == 1);
+  SECTION("also when it fits at first and outgrows the budget alone") {
+    // 4 blocks: prompt 50 fits (4 blocks at 51 positions), but it needs a 5th at 65.
+    const auto g = run("paged:block=16", {test::request("grows", 0, 50, 40)}, budget_of(4 * 16));
+    CHECK(g.report.rejected_too_large == 1);
+    CHECK(g.report.completed == 0);
+    CHECK(g.report.leak_free);
+  }
+}
