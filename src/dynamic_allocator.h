@@ -13,6 +13,7 @@
 #ifndef KVSIM_SRC_DYNAMIC_ALLOCATOR_H_
 #define KVSIM_SRC_DYNAMIC_ALLOCATOR_H_
 
+#include <boost/container/small_vector.hpp>
 #include <vector>
 
 #include "arena.h"
@@ -56,8 +57,10 @@ class DynamicAllocator final : public Allocator {
     std::int64_t prompt_tokens = 0;
     std::int64_t n = 1;
     std::int64_t tokens = 0;
-    std::vector<Buffer> buffers;            // [group * n + sample]
-    std::vector<std::int64_t> transient;    // per group: positions copied in the last grow
+    // Inline for the common one or two groups and one sample: a request's buffers sit next
+    // to its other state instead of behind two more pointers.
+    boost::container::small_vector<Buffer, 2> buffers;           // [group * n + sample]
+    boost::container::small_vector<std::int64_t, 2> transient;   // per group: positions copied in the last grow
   };
   // The capacity a buffer grows to when it must hold `need` positions.
   std::int64_t grown_capacity(std::size_t g, std::int64_t capacity, std::int64_t need) const;
