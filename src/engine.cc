@@ -70,8 +70,10 @@ std::uint32_t Engine::take_slot() {
   }
   Flight& f = flights_[slot];
   const std::uint32_t generation = f.generation;
+  const std::uint32_t epoch = f.epoch;  // the last occupant's stale events must stay stale
   f = Flight{};
   f.generation = generation;
+  f.epoch = epoch;
   f.phase = Phase::queued;
   f.ordinal = ordinal_;
   f.arrival_ns = next_.arrival_ns;
@@ -285,6 +287,7 @@ void Engine::drop_holding(std::uint32_t slot, std::int64_t correction_ns) {
   after_op();
   running_order_.erase({f.admit_order, slot});
   f.decoding = false;
+  ++f.epoch;
   --running_;
 }
 
@@ -346,7 +349,7 @@ std::int64_t Engine::schedule_next(std::uint32_t slot, std::int64_t tokens) {
     if (unclipped_at > tokens) next = std::min(next, unclipped_at);
   }
   if (next <= tokens) broken(f, "next event at " + std::to_string(next) + " tokens is not ahead of " + std::to_string(tokens));
-  wheel_.push(step_ + (next - tokens), slot, f.generation);
+  wheel_.push(step_ + (next - tokens), slot, f.epoch);
   return next;
 }
 
@@ -711,7 +714,7 @@ void Engine::run_iteration() {
   // Requests whose next event falls on this step.
   wheel_.take(step_, due_);
   for (const StepEvent& e : due_) {
-    if (flights_[e.slot].generation == e.generation && flights_[e.slot].phase == Phase::running) handle_event(e.slot);
+    if (flights_[e.slot].epoch == e.generation && flights_[e.slot].phase == Phase::running) handle_event(e.slot);
   }
   // The decoding batch is fixed before new prefills join it (they decode from the next step).
   std::int64_t decode_seqs = decoding_seqs_;

@@ -44,7 +44,10 @@ enum class Phase : std::uint8_t { free, queued, running, swapped };
 // A request from arrival to release.
 struct Flight {
   Phase phase = Phase::free;
-  std::uint32_t generation = 0;    // bumped when the slot's request leaves: stale events skip
+  std::uint32_t generation = 0;    // bumped when the slot's request leaves: stale entries skip
+  // Bumped whenever the request stops running (released, preempted, swapped out): its
+  // pending step events go stale, while its queue entry and cancellation stay valid.
+  std::uint32_t epoch = 0;
   std::int64_t ordinal = 0;        // 1-based position in the trace, for messages
   std::int64_t arrival_ns = 0;
   std::int64_t prompt = 0;

@@ -167,3 +167,52 @@ TEST_CASE("allocator contract: admit, grow and release through the interface ret
     CHECK(p.free_bytes == p.reserved_bytes);
   }
 }
+
+TEST_CASE("allocator contract under a tight budget: every policy, every allocator, nothing leaks") {
+  // Budgets of a few requests' worth force admission refusals, preemptions, swaps and
+  // refusals of requests that can never fit; the engine's own checks (footprints against the
+  // pool, slopes against the allocator, the allocator's books) run at every operation.
+  struct PolicyCase {
+    Policy policy;
+    Preemption preemption;
+    const char* name;
+  };
+  const PolicyCase policies[] = {{Policy::vllm, Preemption::recompute, "vllm"},
+                                 {Policy::vllm, Preemption::swap, "vllm swap"},
+                                 {Policy::reserve, Preemption::recompute, "reserve"},
+                                 {Policy::sglang, Preemption::recompute, "sglang"}};
+  for (const std::string layout_name : {"full", "hybrid"}) {
+    const KvLayout layout = layout_named(layout_name);
+    const auto reqs = traffic(11, 120);
+    for (const auto& p : policies) {
+      for (const std::string& spec : kSpecs) {
+        for (std::int64_t budget_positions : {std::int64_t{600}, std::int64_t{2500}}) {
+          INFO(spec << " on " << layout_name << ", policy " << p.name << ", budget " << budget_positions << " positions");
+          test::VectorTrace trace(reqs);
+          ReplayOptions o;
+          o.layout = layout;
+          o.cost.base_ps = 2'000'000'000;
+          o.cost.prefill_token_ps = 3'000'000;
+          o.max_batched_tokens = 256;
+          o.memory.kv_budget_bytes = budget_positions * layout.bytes_per_token();
+          o.memory.policy = p.policy;
+          o.memory.preemption = p.preemption;
+          AllocatorLimits limits;
+          limits.capacity_bytes = o.memory.kv_budget_bytes;
+          auto allocator = make_allocator(parse_allocator_spec(spec, "test"), layout, limits);
+          std::int64_t peak_running = 0;
+          o.timeline = [&](const TimelineRow& row) {
+            REQUIRE(row.allocated_bytes <= o.memory.kv_budget_bytes);
+            peak_running = std::max(peak_running, row.running);
+          };
+          const ReplayReport r = replay(trace, *allocator, o);
+          CHECK(r.leak_free);
+          CHECK(r.completed + r.cancelled_queued + r.cancelled_running + r.rejected_too_long + r.rejected_too_large ==
+                r.requests);
+          CHECK(r.allocated_bytes.peak <= o.memory.kv_budget_bytes);
+          if (p.policy == Policy::reserve && spec.rfind("dynamic", 0) != 0) CHECK(r.preemptions == 0);
+        }
+      }
+    }
+  }
+}

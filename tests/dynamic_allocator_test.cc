@@ -102,3 +102,16 @@ TEST_CASE("dynamic: enough free room in total but no extent is a counted failure
   CHECK(a.footprint(5, 0, 0).allocated == 0);  // the failed grow changed nothing
   a.check_invariants();
 }
+
+TEST_CASE("dynamic: with n samples the copy transient is every sample's old buffer, once") {
+  DynamicOptions o;
+  o.growth = Growth::doubling;
+  DynamicAllocator a(test::unit_layout(), o);
+  REQUIRE(a.admit(0, AdmitInfo{4, 9, 9, 2}) == Outcome::ok);
+  REQUIRE(a.grow(0, 4, 4) == Outcome::ok);     // two buffers of 4
+  REQUIRE(a.grow(0, 5, 1) == Outcome::ok);     // both double to 8
+  const Footprint f = a.footprint(0, 0, 5);
+  CHECK(f.allocated == 2 * 8);
+  CHECK(f.transient == 2 * 4);                 // the two old buffers of 4, during the copy
+  CHECK(a.pool().copied_bytes == 2 * 4);
+}
