@@ -29,6 +29,7 @@ class BlockPool {
     return capacity_bytes_ == 0 || allocated_bytes_ + extra_bytes <= capacity_bytes_;
   }
   std::int64_t block_bytes(std::size_t group) const { return groups_[group].block_bytes; }
+  std::size_t group_count() const { return groups_.size(); }
 
   // Takes a free block of `group` with one reference. REQUIRES: fits(block_bytes(group)).
   BlockId take(std::size_t group);

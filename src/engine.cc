@@ -10,6 +10,7 @@
 #include "engine.h"
 
 #include <algorithm>
+#include <limits>
 #include <string>
 
 #include "effective.h"
@@ -302,9 +303,13 @@ void Engine::flush_histograms(std::int64_t until_ns) {
   effective_hist_.add(effective_bytes_.at(step_), d);
   allocated_hist_.add(allocated_bytes_.at(step_), d);
   reserved_hist_.add(reserved_bytes_.at(step_), d);
-  for (auto& g : sums_) {
-    g.effective_hist.add(g.q[kEffective].at(step_), d);
-    g.allocated_hist.add(g.q[kAllocated].at(step_), d);
+  // With one layer group its positions are the totals over its bytes per position, so
+  // its quantiles come from the totals' (engine_report.cc).
+  if (groups_ > 1) {
+    for (auto& g : sums_) {
+      g.effective_hist.add(g.q[kEffective].at(step_), d);
+      g.allocated_hist.add(g.q[kAllocated].at(step_), d);
+    }
   }
   ext_integral_ += ext_ratio_ * static_cast<double>(d);
   hist_mark_ns_ = until_ns;
@@ -731,7 +736,11 @@ void Engine::run_iteration() {
   const CostModel& c = opt_.cost;
   const Int128 ps = Int128{c.base_ps} + Int128{c.prefill_token_ps} * prefill_tokens +
                     Int128{c.decode_seq_ps} * decode_seqs + Int128{c.context_token_ps} * context;
-  std::int64_t duration = std::max<std::int64_t>(1, static_cast<std::int64_t>((ps + 999) / 1000));
+  // Whole nanoseconds, rounded up; in 64 bits when it fits (a 128-bit division is a call).
+  const std::int64_t ns = ps < Int128{std::numeric_limits<std::int64_t>::max() - 999}
+                              ? (static_cast<std::int64_t>(ps) + 999) / 1000
+                              : static_cast<std::int64_t>((ps + 999) / 1000);
+  std::int64_t duration = std::max<std::int64_t>(1, ns);
   if (step_swap_bytes_ > 0) {
     duration += static_cast<std::int64_t>(ceil_div(Int128{step_swap_bytes_} * kNsPerSecond,
                                                    opt_.memory.swap_bytes_per_second));

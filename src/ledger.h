@@ -58,15 +58,29 @@ class TimeHistogram {
  public:
   static constexpr std::size_t kBuckets = 1 << 16;
 
-  void add(std::int64_t value, std::int64_t duration_ns);
+  // Records that the quantity held `value` for `duration_ns`. Consecutive spans of one value
+  // are merged before they touch the buckets: most quantities hold still for many steps.
+  void add(std::int64_t value, std::int64_t duration_ns) {
+    if (value == pending_value_) {
+      pending_ns_ += duration_ns;
+      return;
+    }
+    commit();
+    pending_value_ = value;
+    pending_ns_ = duration_ns;
+  }
   // The smallest bucket edge v such that the quantity was below v + resolution() for at
   // least percent% of the time. 0 when nothing was recorded.
   std::int64_t quantile(int percent) const;
   std::int64_t resolution() const { return std::int64_t{1} << shift_; }
 
  private:
+  void commit();
+
   std::vector<std::int64_t> weight_ns_ = std::vector<std::int64_t>(kBuckets, 0);
   int shift_ = 0;
+  std::int64_t pending_value_ = 0;
+  std::int64_t pending_ns_ = 0;
 };
 
 // The maximum of a quantity and when it first reached it.

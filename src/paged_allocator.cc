@@ -16,6 +16,7 @@ PagedAllocator::PagedAllocator(const KvLayout& layout, const PagedOptions& optio
   for (const LayerGroup& g : layout.groups) {
     groups_.push_back({g.window_tokens, options.free_outside_window && g.window_tokens > 0});
     pool_.add_group(checked_mul(block_tokens_, g.bytes_per_position, "bytes per block"));
+    bytes_per_block_all_groups_ += pool_.block_bytes(pool_.group_count() - 1);
   }
 }
 
@@ -82,6 +83,31 @@ void PagedAllocator::drop_range(const Request& r, Tables& t, std::size_t g, std:
 Outcome PagedAllocator::grow(RequestSlot slot, std::int64_t tokens, std::int64_t step_tokens) {
   Request& r = requests_[slot];
   check(r.live && tokens >= r.tokens && step_tokens >= 1, "paged: grow outside its contract");
+  // The common case, a decode step with nothing to drop or fork, takes at most one block
+  // per sequence and group without the general bookkeeping below.
+  if (step_tokens == 1 && !free_outside_window_ && (r.forked || r.n == 1 || tokens <= r.prompt_tokens)) {
+    const std::int64_t new_blocks = ceil_div(tokens, block_tokens_);
+    if (new_blocks > r.blocks) {
+      const std::int64_t copies = r.forked ? r.n : 1;
+      if (!pool_.fits((new_blocks - r.blocks) * copies * bytes_per_block_all_groups_)) return Outcome::no_room;
+      for (std::size_t g = 0; g < groups_.size(); ++g) {
+        Tables& t = tables(slot, g);
+        for (std::int64_t i = r.blocks; i < new_blocks; ++i) {
+          if (r.forked) {
+            for (auto& sample : t.samples) sample.push_back(pool_.take(g));
+          } else {
+            t.shared.push_back(pool_.take(g));
+          }
+        }
+      }
+      r.blocks = new_blocks;
+    }
+    r.tokens = tokens;
+#if KVSIM_EXPENSIVE_CHECKS
+    check_invariants();
+#endif
+    return Outcome::ok;
+  }
   const std::int64_t tokens_before = tokens - step_tokens;
   const bool fork = !r.forked && r.n > 1 && tokens > r.prompt_tokens;
   const std::int64_t s = shared_blocks(r);
@@ -183,6 +209,24 @@ Footprint PagedAllocator::footprint(RequestSlot slot, std::size_t group, std::in
   const std::int64_t hi = r.blocks * block_tokens_;
   const std::int64_t split = r.forked ? std::clamp(shared_blocks(r) * block_tokens_, lo, hi) : hi;
   const std::int64_t copies = r.forked ? r.n : 1;
+  if (groups_[group].window_tokens == 0) {
+    // Full attention, the common case, in closed form (classify() below gives the same):
+    // the room past the sequence's end is tail, in each copy; the prompt positions in each
+    // further sample's own blocks are duplicates.
+    const auto tail_at = [&](std::int64_t len) {
+      return std::max<std::int64_t>(0, split - std::max(len, lo)) + copies * std::max<std::int64_t>(0, hi - std::max(len, split));
+    };
+    const auto duplicate_at = [&](std::int64_t len) {
+      return (copies - 1) * std::max<std::int64_t>(0, std::min({r.prompt_tokens, len, hi}) - split);
+    };
+    Footprint f;
+    f.allocated = (split - lo) + copies * (hi - split);
+    f.tail = tail_at(tokens);
+    f.tail_slope = tail_at(tokens + 1) - f.tail;
+    f.duplicate = duplicate_at(tokens);
+    f.duplicate_slope = duplicate_at(tokens + 1) - f.duplicate;
+    return f;
+  }
   auto at = [&](std::int64_t len) {
     return classify({{lo, split, 1}, {split, hi, copies}}, {len, r.prompt_tokens, groups_[group].window_tokens},
                     Unfilled::tail);

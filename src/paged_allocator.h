@@ -88,6 +88,7 @@ class PagedAllocator final : public Allocator {
   std::vector<Request> requests_;
   std::vector<Tables> tables_;   // requests_.size() * groups_.size()
   std::int64_t copied_bytes_ = 0;
+  std::int64_t bytes_per_block_all_groups_ = 0;  // one block in every group
   std::vector<std::int64_t> drop_to_;  // scratch for grow(): per group, blocks dropped after the step
 };
 

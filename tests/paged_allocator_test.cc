@@ -1,6 +1,9 @@
 // The paged and sliding-window allocators, against hand-computed block counts.
 #include "paged_allocator.h"
 
+#include "footprint.h"
+#include "kvsim/units.h"
+
 #include <catch2/catch.hpp>
 
 #include "test_support.h"
@@ -134,4 +137,37 @@ TEST_CASE("paged: a grow that does not fit the pool changes nothing") {
   a.release(1);
   a.release(0);
   a.check_invariants();
+}
+
+TEST_CASE("paged: the closed-form footprint of full-attention groups equals the general classification") {
+  // Every state a request passes through, for several prompts, sample counts and block
+  // sizes: the fast path must agree with classify() on the same regions.
+  for (std::int64_t block : {1, 5, 16}) {
+    for (std::int64_t n : {1, 3}) {
+      for (std::int64_t prompt : {1, 16, 37}) {
+        auto a = paged(test::unit_layout(), block);
+        REQUIRE(a.admit(0, admit_info(prompt, 40, n)) == Outcome::ok);
+        REQUIRE(a.grow(0, prompt + 1, prompt + 1) == Outcome::ok);
+        for (std::int64_t t = prompt + 1; t <= prompt + 40; ++t) {
+          if (t > prompt + 1) REQUIRE(a.grow(0, t, 1) == Outcome::ok);
+          INFO("block " << block << ", n " << n << ", prompt " << prompt << ", tokens " << t);
+          const Footprint f = a.footprint(0, 0, t);
+          const std::int64_t hi = ceil_div(t, block) * block;
+          const std::int64_t split = n > 1 ? (prompt / block) * block : hi;
+          const auto at = [&](std::int64_t len) {
+            return classify({{0, split, 1}, {split, hi, n}}, {len, prompt, 0}, Unfilled::tail);
+          };
+          const Footprint ref = with_slopes(at(t), at(t + 1));
+          CHECK(f.allocated == ref.allocated);
+          CHECK(f.tail == ref.tail);
+          CHECK(f.duplicate == ref.duplicate);
+          CHECK(f.outside_window == 0);
+          if (t + 1 <= hi) {  // slopes matter only until the next block
+            CHECK(f.tail_slope == ref.tail_slope);
+            CHECK(f.duplicate_slope == ref.duplicate_slope);
+          }
+        }
+      }
+    }
+  }
 }
