@@ -148,7 +148,7 @@ run_table() {  # $1: a title; $2...: extra replay options
     prompt=$(json_int prompt_tokens "$dir/out.json")
     awk -v a="$a" -v w="$wall" -v lo="$lo" -v hi="$hi" -v kb="$kb" -v u="$user" -v r="$requests" -v g="$generated" \
       -v p="$prompt" -v l="$load" 'BEGIN {
-        printf "| `%s` | %.2f (%.2f..%.2f) | %.2f | %.0f | %.3g M | %.3g M | %.1f | %s |\n",
+        printf "| `%s` | %.2f (%.2f..%.2f) | %.2f | %.0f | %.1f M | %.0f M | %.1f | %s |\n",
                a, w, lo, hi, u, r / w, g / w / 1e6, (g + p) / w / 1e6, kb * 1024 / 1e6, l }'
   done
   echo
