@@ -110,6 +110,32 @@ void BM_ReadAzureCsv(benchmark::State& state) { read_all(state, azure_file()); }
 void BM_ReadNativeJsonl(benchmark::State& state) { read_all(state, native_file(kvsim::NativeFormat::jsonl)); }
 void BM_ReadMooncakeJsonl(benchmark::State& state) { read_all(state, mooncake_file()); }
 
+// Any trace file, named by the environment variable KVSIM_BENCH_TRACE (registered only when
+// it is set): bench/replay_e2e.sh uses it to time reading its generated trace alone, so
+// that parsing can be told apart from simulation.
+void BM_ReadFile(benchmark::State& state, const std::string& path) {
+  const auto bytes = static_cast<std::int64_t>(std::filesystem::file_size(path));
+  std::int64_t rows = 0;
+  for (auto _ : state) {
+    auto reader = kvsim::open_trace(path);
+    kvsim::Request r;
+    rows = 0;
+    while (reader->next(r)) ++rows;
+    benchmark::DoNotOptimize(r);
+  }
+  state.SetItemsProcessed(state.iterations() * rows);
+  state.SetBytesProcessed(state.iterations() * bytes);
+}
+
+[[maybe_unused]] const bool file_registered = [] {
+  if (const char* path = std::getenv("KVSIM_BENCH_TRACE"); path != nullptr && *path != '\0') {
+    benchmark::RegisterBenchmark("BM_ReadFile", BM_ReadFile, std::string(path))
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
+  }
+  return true;
+}();
+
 }  // namespace
 
 BENCHMARK(BM_ReadNativeCsv)->Unit(benchmark::kMillisecond)->UseRealTime();
