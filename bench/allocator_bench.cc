@@ -108,6 +108,7 @@ class NullAllocator final : public Allocator {
   kvsim::Footprint footprint(RequestSlot, std::size_t, std::int64_t) const override { return {}; }
   std::int64_t next_event_tokens(RequestSlot) const override { return kNoEvent; }
   kvsim::PoolState pool() const override { return {}; }
+  std::int64_t peak_bytes(const kvsim::AdmitInfo&, std::int64_t) const override { return 0; }
   void check_invariants() const override {}
 };
 
