@@ -30,6 +30,43 @@ BlockId BlockPool::take(std::size_t group) {
   return id;
 }
 
+void BlockPool::take_many(std::size_t group, std::int64_t count, std::vector<BlockId>& out) {
+  Group& g = groups_[group];
+  // Reused ids first, most recently freed first, as take() would hand them out.
+  const auto reused = static_cast<std::size_t>(std::min<std::int64_t>(count, static_cast<std::int64_t>(g.free.size())));
+  for (std::size_t i = 0; i < reused; ++i) {
+    const BlockId id = g.free[g.free.size() - 1 - i];
+    g.refs[id] = 1;
+    out.push_back(id);
+  }
+  g.free.resize(g.free.size() - reused);
+  for (std::int64_t i = static_cast<std::int64_t>(reused); i < count; ++i) {
+    kvsim::check(g.refs.size() < kNullBlock, "block pool: block ids exhausted");
+    out.push_back(static_cast<BlockId>(g.refs.size()));
+    g.refs.push_back(1);
+  }
+  g.live += count;
+  allocated_bytes_ += count * g.block_bytes;
+  high_water_bytes_ = std::max(high_water_bytes_, allocated_bytes_);
+}
+
+void BlockPool::drop_many(std::size_t group, const BlockId* first, const BlockId* last, std::uint32_t refs) {
+  Group& g = groups_[group];
+  std::int64_t freed = 0;
+  for (const BlockId* p = first; p != last; ++p) {
+    const BlockId id = *p;
+    if (id == kNullBlock) continue;
+    kvsim::check(g.refs[id] >= refs, "block pool: dropping more references than a block has");
+    g.refs[id] -= refs;
+    if (g.refs[id] == 0) {
+      g.free.push_back(id);
+      ++freed;
+    }
+  }
+  g.live -= freed;
+  allocated_bytes_ -= freed * g.block_bytes;
+}
+
 void BlockPool::share(std::size_t group, BlockId id, std::uint32_t refs) {
   Group& g = groups_[group];
   kvsim::check(g.refs[id] > 0, "block pool: sharing a free block");

@@ -33,10 +33,16 @@ class BlockPool {
 
   // Takes a free block of `group` with one reference. REQUIRES: fits(block_bytes(group)).
   BlockId take(std::size_t group);
+  // Appends `count` fresh blocks of `group` to `out`, one reference each: a prefill's
+  // blocks in one pass. REQUIRES: fits(count * block_bytes(group)).
+  void take_many(std::size_t group, std::int64_t count, std::vector<BlockId>& out);
   // Adds `refs` references to a live block (sharing it copy-on-write).
   void share(std::size_t group, BlockId id, std::uint32_t refs);
   // Drops `refs` references; the block returns to the free list when none remain.
   void drop(std::size_t group, BlockId id, std::uint32_t refs = 1);
+
+  // Drops `refs` references from every block in [first, last) that is not kNullBlock.
+  void drop_many(std::size_t group, const BlockId* first, const BlockId* last, std::uint32_t refs);
 
   std::uint32_t refs(std::size_t group, BlockId id) const { return groups_[group].refs[id]; }
   std::int64_t allocated_bytes() const { return allocated_bytes_; }

@@ -253,9 +253,9 @@ void Engine::after_op() {
     }
   }
   reserved_peak_.offer(pool.reserved_bytes, now_);
-  ext_ratio_ = pool.free_bytes > 0 ? 1.0 - static_cast<double>(pool.largest_free_extent_bytes) /
-                                               static_cast<double>(pool.free_bytes)
-                                   : 0.0;
+  ext_ratio_ = pool.largest_free_extent_bytes < pool.free_bytes
+                   ? 1.0 - static_cast<double>(pool.largest_free_extent_bytes) / static_cast<double>(pool.free_bytes)
+                   : 0.0;  // no holes (always, for block pools)
   ext_max_ = std::max(ext_max_, ext_ratio_);
 #if KVSIM_EXPENSIVE_CHECKS
   alloc_.check_invariants();

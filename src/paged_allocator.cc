@@ -64,18 +64,22 @@ std::int64_t PagedAllocator::range_bytes(const Request& r, std::size_t g, std::i
 
 void PagedAllocator::drop_range(const Request& r, Tables& t, std::size_t g, std::int64_t from, std::int64_t to) {
   to = std::min(to, r.blocks);
+  if (to <= from) return;
   const std::int64_t s = r.forked ? shared_blocks(r) : r.blocks;
-  for (std::int64_t i = from; i < to; ++i) {
-    if (i < s) {
-      BlockId& id = t.shared[static_cast<std::size_t>(i)];
-      if (id != kNullBlock) pool_.drop(g, id, r.forked ? static_cast<std::uint32_t>(r.n) : 1);
-      id = kNullBlock;
-    } else {
-      for (auto& sample : t.samples) {
-        BlockId& id = sample[static_cast<std::size_t>(i - s)];
-        if (id != kNullBlock) pool_.drop(g, id);
-        id = kNullBlock;
-      }
+  const auto null_out = [](std::vector<BlockId>& table, std::int64_t a, std::int64_t b) {
+    std::fill(table.begin() + a, table.begin() + b, kNullBlock);
+  };
+  if (from < s) {
+    const std::int64_t end = std::min(to, s);
+    pool_.drop_many(g, t.shared.data() + from, t.shared.data() + end, r.forked ? static_cast<std::uint32_t>(r.n) : 1);
+    null_out(t.shared, from, end);
+  }
+  if (to > s) {
+    const std::int64_t a = std::max(from, s) - s;
+    const std::int64_t b = to - s;
+    for (auto& sample : t.samples) {
+      pool_.drop_many(g, sample.data() + a, sample.data() + b, 1);
+      null_out(sample, a, b);
     }
   }
 }
@@ -92,12 +96,10 @@ Outcome PagedAllocator::grow(RequestSlot slot, std::int64_t tokens, std::int64_t
       if (!pool_.fits((new_blocks - r.blocks) * copies * bytes_per_block_all_groups_)) return Outcome::no_room;
       for (std::size_t g = 0; g < groups_.size(); ++g) {
         Tables& t = tables(slot, g);
-        for (std::int64_t i = r.blocks; i < new_blocks; ++i) {
-          if (r.forked) {
-            for (auto& sample : t.samples) sample.push_back(pool_.take(g));
-          } else {
-            t.shared.push_back(pool_.take(g));
-          }
+        if (r.forked) {
+          for (auto& sample : t.samples) pool_.take_many(g, new_blocks - r.blocks, sample);
+        } else {
+          pool_.take_many(g, new_blocks - r.blocks, t.shared);
         }
       }
       r.blocks = new_blocks;
@@ -166,20 +168,25 @@ Outcome PagedAllocator::grow(RequestSlot slot, std::int64_t tokens, std::int64_t
   }
   for (std::size_t g = 0; g < groups_.size(); ++g) {
     Tables& t = tables(slot, g);
+    // New logical blocks [r.blocks, new_blocks): those already behind the window are never
+    // allocated (null), the rest come from the pool in bulk, into the shared table up to
+    // shared_end and into every sample's table after it.
     const std::int64_t shared_end = r.forked ? s : new_blocks;
-    for (std::int64_t i = r.blocks; i < new_blocks; ++i) {
-      const bool skipped = i < t.dropped;  // already behind the window: never allocated
-      if (i < shared_end) {
-        BlockId id = kNullBlock;
-        if (!skipped) {
-          id = pool_.take(g);
-          if (r.forked) pool_.share(g, id, static_cast<std::uint32_t>(r.n - 1));
-        }
-        t.shared.push_back(id);
-      } else {
-        for (auto& sample : t.samples) sample.push_back(skipped ? kNullBlock : pool_.take(g));
+    const auto append = [&](std::vector<BlockId>& table, std::int64_t from, std::int64_t to) {
+      if (to <= from) return;
+      const std::int64_t skipped = std::clamp<std::int64_t>(t.dropped - from, 0, to - from);
+      table.insert(table.end(), static_cast<std::size_t>(skipped), kNullBlock);
+      pool_.take_many(g, to - from - skipped, table);
+    };
+    const std::int64_t shared_from = std::min(r.blocks, shared_end);
+    const std::size_t first_new_shared = t.shared.size();
+    append(t.shared, shared_from, std::min(new_blocks, shared_end));
+    if (r.forked) {
+      for (std::size_t i = first_new_shared; i < t.shared.size(); ++i) {
+        if (t.shared[i] != kNullBlock) pool_.share(g, t.shared[i], static_cast<std::uint32_t>(r.n - 1));
       }
     }
+    for (auto& sample : t.samples) append(sample, std::max(r.blocks, shared_end), new_blocks);
   }
   r.tokens = tokens;
   r.blocks = new_blocks;

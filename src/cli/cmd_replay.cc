@@ -96,6 +96,7 @@ class Progress {
     if (!enabled_) return {};
     return [this, run](double f) { fractions_[run].store(f); };
   }
+  bool enabled() const { return enabled_; }
   void draw() const {
     if (!enabled_) return;
     double sum = 0;
@@ -303,7 +304,8 @@ int run_replay(const Invocation& inv) {
   };
   std::vector<std::thread> threads;
   for (std::size_t t = 0; t < jobs; ++t) threads.emplace_back(worker);
-  while (finished.load() < allocators.size()) {
+  // Only a progress bar needs this thread to wake up; otherwise it just waits.
+  while (progress.enabled() && finished.load() < allocators.size()) {
     progress.draw();
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
