@@ -80,9 +80,11 @@ void FirstFitArena::erase(std::int64_t offset) {
   root_ = merge(lower, upper);
 }
 
-FirstFitArena::Node FirstFitArena::first_fit(std::int64_t bytes) const {
+FirstFitArena::Node FirstFitArena::first_fit(std::int64_t bytes) {
+  path_.clear();
   Node n = root_;
   while (n != kNil && max_of(n) >= bytes) {
+    path_.push_back(n);
     const Extent& e = nodes_[static_cast<std::size_t>(n)];
     if (max_of(e.left) >= bytes) n = e.left;
     else if (e.size >= bytes) return n;
@@ -106,10 +108,17 @@ FirstFitArena::Placement FirstFitArena::allocate(std::int64_t bytes) {
   Placement p;
   const Node n = first_fit(bytes);
   if (n != kNil) {
-    const Extent e = nodes_[static_cast<std::size_t>(n)];
-    erase(e.offset);
-    if (e.size > bytes) insert(e.offset + bytes, e.size - bytes);
+    Extent& e = nodes_[static_cast<std::size_t>(n)];
     p.offset = e.offset;
+    if (e.size > bytes) {
+      // The extent keeps its place in the address order when its front is taken: shrink it
+      // where it is and refresh the subtree maxima on the way back to the root.
+      e.offset += bytes;
+      e.size -= bytes;
+      for (auto it = path_.rbegin(); it != path_.rend(); ++it) update(*it);
+    } else {
+      erase(e.offset);
+    }
   } else if (!bounded()) {
     // Grow at the end; the free space just below the end joins the new extent.
     p.fragmented = free_bytes() >= bytes;

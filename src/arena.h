@@ -62,12 +62,15 @@ class FirstFitArena {
   void insert(std::int64_t offset, std::int64_t size);
   // Removes the extent starting at `offset` (which must exist).
   void erase(std::int64_t offset);
-  Node first_fit(std::int64_t bytes) const;
+  // The lowest extent of at least `bytes`, or kNil; path_ holds the nodes from the root
+  // down to it.
+  Node first_fit(std::int64_t bytes);
   Node rightmost(Node n) const;
   Node leftmost(Node n) const;
 
   std::vector<Extent> nodes_;
   std::vector<Node> spare_;
+  std::vector<Node> path_;
   Node root_ = kNil;
   std::int64_t live_nodes_ = 0;
   std::int64_t capacity_;
