@@ -195,10 +195,8 @@ if [[ -x $BENCH && -n $INPROC ]]; then
 fi
 
 # --- budget mode -------------------------------------------------------------------------
-# BUDGET MODE: memory-bounded replay (admission, queueing, preemption) is being built in
-# src/engine.cc. When `kvsim replay` accepts a budget, set BUDGET (e.g. BUDGET="--device
-# H100-80GB" or BUDGET="--kv-budget 20GiB") and the same table is measured under it. Until
-# then the probe below finds the option rejected and says so.
+# The same table under a memory budget (admission, queueing, preemption): BUDGET is any of
+# replay's budget options, e.g. BUDGET="--kv-budget 20GiB" or "--device RTX-4090".
 BUDGET=${BUDGET:-"--device H100-80GB"}
 read -r -a budget_args <<<"$BUDGET"
 if "$KVSIM" replay traces/chat-mix.csv --allocator paged --jobs 1 --quiet "${budget_args[@]}" >/dev/null 2>&1; then

@@ -333,11 +333,17 @@ std::string replay_csv(const std::vector<ReplayReport>& reports) {
       {"allocated_bytes_at_end", integer(&ReplayReport::allocated_bytes_at_end)},
   };
   std::string out;
-  for (std::size_t i = 0; i < columns.size(); ++i) out += (i == 0 ? "" : ",") + std::string(columns[i].first);
-  out += "\n";
+  for (std::size_t i = 0; i < columns.size(); ++i) {
+    if (i > 0) out += ',';
+    out += columns[i].first;
+  }
+  out += '\n';
   for (const auto& r : reports) {
-    for (std::size_t i = 0; i < columns.size(); ++i) out += (i == 0 ? "" : ",") + columns[i].second(r);
-    out += "\n";
+    for (std::size_t i = 0; i < columns.size(); ++i) {
+      if (i > 0) out += ',';
+      out += columns[i].second(r);
+    }
+    out += '\n';
   }
   return out;
 }
