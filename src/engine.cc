@@ -34,6 +34,7 @@ constexpr std::int64_t kPpb = 1'000'000'000;
 Engine::Engine(TraceReader& trace, Allocator& allocator, const ReplayOptions& options)
     : trace_(trace), alloc_(allocator), opt_(options), groups_(options.layout.groups.size()) {
   for (const auto& g : options.layout.groups) bytes_per_position_.push_back(g.bytes_per_position);
+  bytes_per_token_ = options.layout.bytes_per_token();
   max_tokens_ = options.layout.max_model_len > 0 ? options.layout.max_model_len : kUnlimited;
   if (opt_.max_batched_tokens > 0 && !opt_.chunked_prefill && opt_.max_batched_tokens < max_tokens_) {
     // As vLLM insists: without chunking, a prompt must fit in one iteration's budget.
@@ -47,7 +48,7 @@ Engine::Engine(TraceReader& trace, Allocator& allocator, const ReplayOptions& op
 }
 
 [[noreturn]] void Engine::broken(const Flight& f, const std::string& what) const {
-  throw InternalError(alloc_.name() + ": request #" + std::to_string(f.ordinal) + " at step " +
+  throw InternalError(alloc_.name() + ": request #" + std::to_string(tickets_[f.ticket].ordinal) + " at step " +
                       std::to_string(step_) + ": " + what);
 }
 
@@ -59,7 +60,55 @@ bool Engine::fetch() {
   return have_next_;
 }
 
-std::uint32_t Engine::take_slot() {
+std::int64_t Engine::take_ticket() {
+  ++report_.requests;
+  // prompt + output > max, without overflow for lengths near 2^63.
+  if (next_.prompt_tokens > max_tokens_ - std::min(next_.output_tokens, max_tokens_)) {
+    ++report_.rejected_too_long;  // an engine refuses these at its API
+    return -1;
+  }
+  // A request whose n samples at full length do not fit 64 bits of bytes cannot be replayed.
+  const std::int64_t full_length = next_.prompt_tokens + next_.output_tokens;
+  std::int64_t full_bytes = 0;
+  if (full_length > std::numeric_limits<std::int64_t>::max() / std::max<std::int64_t>(1, next_.n) ||
+      __builtin_mul_overflow(full_length * next_.n, bytes_per_token_, &full_bytes)) {
+    throw InputError(Location{trace_.path(), 0, "request #" + std::to_string(ordinal_) + " ('" + next_.id + "')"},
+                     "n x (prompt + output tokens) x " + std::to_string(bytes_per_token_) +
+                         " bytes per token overflows 64 bits");
+  }
+  std::uint32_t index;
+  if (!free_tickets_.empty()) {
+    index = free_tickets_.back();
+    free_tickets_.pop_back();
+  } else {
+    index = static_cast<std::uint32_t>(tickets_.size());
+    tickets_.emplace_back();
+  }
+  Ticket& t = tickets_[index];
+  const std::uint32_t generation = t.generation;
+  t = Ticket{};
+  t.generation = generation;
+  t.phase = Phase::queued;
+  t.arrival_ns = next_.arrival_ns;
+  t.ordinal = ordinal_;
+  t.prompt = next_.prompt_tokens;
+  t.output = next_.output_tokens;
+  t.n = next_.n;
+  // What a planner allows for: the request's own limit, else the run's default, never less
+  // than what the request really generates.
+  t.planned = next_.max_tokens ? *next_.max_tokens : std::max(opt_.default_max_tokens, next_.output_tokens);
+  return index;
+}
+
+void Engine::free_ticket(std::uint32_t ticket) {
+  Ticket& t = tickets_[ticket];
+  t.phase = Phase::free;
+  t.slot = -1;
+  ++t.generation;
+  free_tickets_.push_back(ticket);
+}
+
+std::uint32_t Engine::start_flight(std::uint32_t ticket) {
   std::uint32_t slot;
   if (!free_slots_.empty()) {
     slot = free_slots_.back();
@@ -70,31 +119,33 @@ std::uint32_t Engine::take_slot() {
     contributions_.resize(flights_.size() * groups_);
   }
   Flight& f = flights_[slot];
+  const Ticket& t = tickets_[ticket];
   const std::uint32_t generation = f.generation;
   const std::uint32_t epoch = f.epoch;  // the last occupant's stale events must stay stale
   f = Flight{};
   f.generation = generation;
   f.epoch = epoch;
-  f.phase = Phase::queued;
-  f.ordinal = ordinal_;
-  f.arrival_ns = next_.arrival_ns;
-  f.prompt = next_.prompt_tokens;
-  f.output = next_.output_tokens;
-  f.n = next_.n;
-  // What a planner allows for: the request's own limit, else the run's default, never less
-  // than what the request really generates.
-  f.planned = next_.max_tokens ? *next_.max_tokens : std::max(opt_.default_max_tokens, next_.output_tokens);
-  f.target = f.prompt;
+  f.live = true;
+  f.ticket = ticket;
+  f.prompt = t.prompt;
+  f.output = t.output;
+  f.n = t.n;
+  f.planned = t.planned;
+  f.base_generated = t.base_generated;
+  f.target = t.prompt + t.base_generated;
   f.step_at = step_;
   for (std::size_t g = 0; g < groups_; ++g) contributions_[slot * groups_ + g] = Contribution{};
+  tickets_[ticket].slot = static_cast<std::int32_t>(slot);
   return slot;
 }
 
-void Engine::free_slot(std::uint32_t slot) {
+void Engine::end_flight(std::uint32_t slot) {
   Flight& f = flights_[slot];
-  f.phase = Phase::free;
+  tickets_[f.ticket].slot = -1;
+  f.live = false;
   f.decoding = false;
   ++f.generation;
+  ++f.epoch;
   free_slots_.push_back(slot);
 }
 
@@ -106,18 +157,15 @@ void Engine::note_queue(std::int64_t at_ns) {
 }
 
 void Engine::enqueue_arrival() {
-  ++report_.requests;
-  if (next_.prompt_tokens + next_.output_tokens > max_tokens_) {
-    ++report_.rejected_too_long;  // an engine refuses these at its API
-    return;
-  }
-  const std::uint32_t slot = take_slot();
-  Flight& f = flights_[slot];
-  note_queue(f.arrival_ns);
-  queue_.push_back({slot, f.generation});
+  const std::int64_t index = take_ticket();
+  if (index < 0) return;
+  const auto ticket = static_cast<std::uint32_t>(index);
+  const Ticket& t = tickets_[ticket];
+  note_queue(t.arrival_ns);
+  queue_.push_back({ticket, t.generation});
   ++queued_;
   report_.queue_max = std::max(report_.queue_max, queued_);
-  if (next_.cancel_ns) cancellations_.push({*next_.cancel_ns, f.ordinal, slot, f.generation});
+  if (next_.cancel_ns) cancellations_.push({*next_.cancel_ns, t.ordinal, ticket, t.generation});
 }
 
 void Engine::process_span_events(std::int64_t until_ns, bool mid_span) {
@@ -139,29 +187,31 @@ void Engine::process_span_events(std::int64_t until_ns, bool mid_span) {
 }
 
 void Engine::cancel(const Cancellation& c, bool mid_span) {
-  Flight& f = flights_[c.slot];
-  if (f.generation != c.generation || f.phase == Phase::free) return;  // already finished
+  Ticket& t = tickets_[c.ticket];
+  if (t.generation != c.generation || t.phase == Phase::free) return;  // already gone
   const std::int64_t at = mid_span ? c.at_ns : now_;
-  const bool started = f.admitted_ns >= 0;
+  const bool started = t.admitted_ns >= 0;
   (started ? report_.cancelled_running : report_.cancelled_queued) += 1;
-  switch (f.phase) {
+  switch (t.phase) {
     case Phase::queued:
       note_queue(c.at_ns);
       --queued_;  // its queue entry goes stale
-      report_.generated_tokens += f.n * f.base_generated;
-      free_slot(c.slot);
+      report_.generated_tokens += t.n * t.base_generated;
+      free_ticket(c.ticket);
       return;
     case Phase::swapped:
-      report_.generated_tokens += f.n * (f.swapped_tokens - f.prompt);
-      free_slot(c.slot);
+      report_.generated_tokens += t.n * (t.swapped_tokens - t.prompt);
+      free_ticket(c.ticket);
       return;
-    case Phase::running:
+    case Phase::running: {
       // The tokens it holds at this step include the one it is (or would next be)
       // producing; the ones before were generated.
-      report_.generated_tokens += f.n * f.produced_before(step_);
+      const auto slot = static_cast<std::uint32_t>(t.slot);
+      report_.generated_tokens += t.n * flights_[slot].produced_before(step_);
       if (mid_span) flush_histograms(at);
-      release(c.slot, mid_span ? at - now_ : 0);
+      release(slot, mid_span ? at - now_ : 0);
       return;
+    }
     case Phase::free:
       return;
   }
@@ -288,13 +338,14 @@ void Engine::drop_holding(std::uint32_t slot, std::int64_t correction_ns) {
   after_op();
   running_order_.erase({f.admit_order, slot});
   f.decoding = false;
-  ++f.epoch;
   --running_;
 }
 
 void Engine::release(std::uint32_t slot, std::int64_t correction_ns) {
+  const std::uint32_t ticket = flights_[slot].ticket;
   drop_holding(slot, correction_ns);
-  free_slot(slot);
+  end_flight(slot);
+  free_ticket(ticket);
 }
 
 void Engine::flush_histograms(std::int64_t until_ns) {
@@ -409,24 +460,26 @@ std::uint32_t Engine::choose_victim(std::uint32_t failed) const {
   return running_order_.rbegin()->second;
 }
 
-std::int64_t Engine::prefill_cost(const Flight& f, std::int64_t from, std::int64_t to) const {
-  return overlap(from, to, 0, f.prompt) + f.n * overlap(from, to, f.prompt, to);
+std::int64_t Engine::prefill_cost(const PrefillState& p, std::int64_t from, std::int64_t to) {
+  return overlap(from, to, 0, p.prompt) + p.n * overlap(from, to, p.prompt, to);
 }
 
-std::pair<std::int64_t, std::int64_t> Engine::chunk_for(const Flight& f, std::int64_t budget) const {
-  const std::int64_t prompt_part = std::min(std::max<std::int64_t>(0, f.prompt - f.prefilled), budget);
+std::pair<std::int64_t, std::int64_t> Engine::chunk_for(const PrefillState& p, std::int64_t budget) const {
+  const std::int64_t prompt_part = std::min(std::max<std::int64_t>(0, p.prompt - p.prefilled), budget);
   const std::int64_t rest_budget = budget - prompt_part;
-  const std::int64_t own_from = std::max(f.prefilled, f.prompt);
-  const std::int64_t own_part = std::min(f.target - own_from, rest_budget / f.n);
-  const std::int64_t positions = std::min(prompt_part + std::max<std::int64_t>(0, own_part), f.target - f.prefilled);
-  return {positions, prefill_cost(f, f.prefilled, f.prefilled + positions)};
+  const std::int64_t own_from = std::max(p.prefilled, p.prompt);
+  const std::int64_t own_part = std::min(p.target - own_from, rest_budget / p.n);
+  const std::int64_t positions = std::min(prompt_part + std::max<std::int64_t>(0, own_part), p.target - p.prefilled);
+  return {positions, prefill_cost(p, p.prefilled, p.prefilled + positions)};
 }
 
 void Engine::preempt(std::uint32_t victim) {
   Flight& v = flights_[victim];
+  const std::uint32_t ticket = v.ticket;
+  Ticket& t = tickets_[ticket];
   ++report_.preemptions;
-  if (++v.preemptions == 1) ++report_.preempted_requests;
-  report_.max_preemptions_per_request = std::max(report_.max_preemptions_per_request, v.preemptions);
+  if (++t.preemptions == 1) ++report_.preempted_requests;
+  report_.max_preemptions_per_request = std::max<std::int64_t>(report_.max_preemptions_per_request, t.preemptions);
   step_memory_bound_ = true;
   step_preempted_ = true;
   const std::int64_t produced = v.produced_before(step_);
@@ -436,27 +489,26 @@ void Engine::preempt(std::uint32_t victim) {
     const std::int64_t bytes = held_bytes(victim);
     report_.swapped_out_bytes += bytes;
     step_swap_bytes_ += bytes;
-    v.swapped_tokens = v.tokens(step_) - 1;
+    t.swapped_tokens = v.tokens(step_) - 1;
     drop_holding(victim, 0);
-    v.phase = Phase::swapped;
-    swapped_.push_back({victim, v.generation});
+    end_flight(victim);
+    t.phase = Phase::swapped;
+    swapped_.push_back({ticket, t.generation});
     return;
   }
   // Recompute: everything computed so far is discarded and will be computed again.
   const std::int64_t computed = v.decoding ? v.prompt + produced : v.prefilled;
-  report_.recomputed_tokens += prefill_cost(v, 0, computed);
+  report_.recomputed_tokens += prefill_cost({v.prompt, v.n, v.target, 0}, 0, computed);
   drop_holding(victim, 0);
-  v.base_generated = produced;
-  v.target = v.prompt + produced;
-  v.prefilled = 0;
-  v.tokens_at = 0;
-  v.phase = Phase::queued;
+  end_flight(victim);
+  t.base_generated = produced;
+  t.phase = Phase::queued;
   note_queue(now_);
   ++queued_;
   report_.queue_max = std::max(report_.queue_max, queued_);
   // vLLM puts it back at the front of the waiting queue; SGLang at the back.
-  if (opt_.memory.policy == Policy::sglang) queue_.push_back({victim, v.generation});
-  else queue_.push_front({victim, v.generation});
+  if (opt_.memory.policy == Policy::sglang) queue_.push_back({ticket, t.generation});
+  else queue_.push_front({ticket, t.generation});
   if (opt_.memory.policy == Policy::sglang) {
     // SGLang recomputes its new-token ratio from the requests that keep decoding.
     Int128 generated = 0, planned = 0, count = 0;
@@ -506,10 +558,11 @@ bool Engine::prefill(std::uint32_t slot, std::int64_t positions, bool may_preemp
     }
   }
   // The prompt counts once, however often a preemption makes it be computed again.
+  Ticket& ticket = ticket_of(f);
   const std::int64_t prompt_done = std::min(prefilled, f.prompt);
-  if (prompt_done > f.prompt_counted) {
-    report_.prompt_tokens += prompt_done - f.prompt_counted;
-    f.prompt_counted = prompt_done;
+  if (prompt_done > ticket.prompt_counted) {
+    report_.prompt_tokens += prompt_done - ticket.prompt_counted;
+    ticket.prompt_counted = prompt_done;
   }
   f.prefilled = prefilled;
   f.tokens_at = t;
@@ -565,12 +618,13 @@ void Engine::handle_event(std::uint32_t slot) {
   }
 }
 
-bool Engine::policy_admits(const Flight& f, std::int64_t positions) {
+bool Engine::policy_admits(const Ticket& t, std::int64_t positions) {
   if (!bounded()) return true;
-  const AdmitInfo info = admit_info(f);
-  const std::int64_t first = positions == f.target - f.prefilled && f.output > f.base_generated ? 1 : 0;
+  const AdmitInfo info = admit_info(t);
+  const std::int64_t target = t.prompt + t.base_generated;
+  const std::int64_t first = positions == target && t.output > t.base_generated ? 1 : 0;
   const std::int64_t free_bytes = capacity_bytes_ - allocated_bytes_.at(step_);
-  const std::int64_t chunk_bytes = alloc_.peak_bytes(info, f.prefilled + positions + first);
+  const std::int64_t chunk_bytes = alloc_.peak_bytes(info, positions + first);
   switch (opt_.memory.policy) {
     case Policy::vllm:
       // vLLM v0's can_allocate: the blocks for this chunk, leaving the watermark free.
@@ -578,17 +632,15 @@ bool Engine::policy_admits(const Flight& f, std::int64_t positions) {
     case Policy::reserve:
       // TensorRT-LLM's GUARANTEED_NO_EVICT: every running request may still grow to its
       // planned end; admit only if this one's whole life fits beside all of theirs.
-      return planned_peak_sum_ + alloc_.peak_bytes(info, f.prompt + f.planned) <= capacity_bytes_;
+      return planned_peak_sum_ + alloc_.peak_bytes(info, t.prompt + t.planned) <= capacity_bytes_;
     case Policy::sglang: {
       if (running_ == 0) return chunk_bytes <= free_bytes;  // nothing to estimate against
       // SGLang's PrefillAdder, in token positions as its token pool counts them: the
       // running requests' clipped remaining tokens scaled by the new-token ratio, this
       // step's admissions unscaled, and the newcomer's prompt plus clipped limit.
-      const std::int64_t bytes_per_token = opt_.layout.bytes_per_token();
       const Int128 future = Int128{clip_base_ + clip_slope_ * step_} * sglang_ratio_ppb_ / kPpb;
-      const Int128 rem = free_bytes / bytes_per_token - future - sglang_admitted_tokens_;
-      const std::int64_t total = (f.target - f.prefilled) +
-                                 f.n * std::min(f.planned - f.base_generated, kSglangClipTokens);
+      const Int128 rem = free_bytes / bytes_per_token_ - future - sglang_admitted_tokens_;
+      const std::int64_t total = target + t.n * std::min(t.planned - t.base_generated, kSglangClipTokens);
       if (Int128{total} >= rem) return false;
       sglang_admitted_tokens_ += total;
       return chunk_bytes <= free_bytes;
@@ -597,13 +649,14 @@ bool Engine::policy_admits(const Flight& f, std::int64_t positions) {
   return false;
 }
 
-void Engine::refuse_too_large(std::uint32_t slot) {
+void Engine::refuse_too_large(std::uint32_t ticket) {
   // Nothing else holds memory, and this request still does not fit: it never will.
   ++report_.rejected_too_large;
+  report_.generated_tokens += tickets_[ticket].n * tickets_[ticket].base_generated;
   queue_.pop_front();
   note_queue(now_);
   --queued_;
-  free_slot(slot);
+  free_ticket(ticket);
 }
 
 void Engine::continue_prefills(std::int64_t& budget, std::int64_t& prefill_tokens) {
@@ -612,9 +665,9 @@ void Engine::continue_prefills(std::int64_t& budget, std::int64_t& prefill_token
   for (std::size_t i = 0; i < prefilling_.size(); ++i) {
     const SlotRef ref = prefilling_[i];
     Flight& f = flights_[ref.slot];
-    if (f.generation != ref.generation || f.phase != Phase::running) continue;  // cancelled, preempted
+    if (f.generation != ref.generation) continue;  // cancelled, preempted
     if (budget > 0) {
-      const auto [positions, cost] = chunk_for(f, budget);
+      const auto [positions, cost] = chunk_for({f.prompt, f.n, f.target, f.prefilled}, budget);
       if (positions > 0) {
         if (!prefill(ref.slot, positions, true)) continue;  // preempted itself
         budget -= cost;
@@ -628,34 +681,40 @@ void Engine::continue_prefills(std::int64_t& budget, std::int64_t& prefill_token
 
 void Engine::resume_swapped(std::int64_t& decode_seqs) {
   while (!swapped_.empty() && (opt_.max_running == 0 || running_ < opt_.max_running)) {
-    const SlotRef ref = swapped_.front();
-    Flight& f = flights_[ref.slot];
-    if (f.generation != ref.generation || f.phase != Phase::swapped) {
+    const TicketRef ref = swapped_.front();
+    Ticket& t = tickets_[ref.ticket];
+    if (t.generation != ref.generation || t.phase != Phase::swapped) {
       swapped_.pop_front();
       continue;
     }
     // It comes back holding what it held, and decodes in this step.
-    const std::int64_t t = f.swapped_tokens + 1;
-    if (alloc_.admit(ref.slot, admit_info(f)) != Outcome::ok) {
+    const std::int64_t tokens = t.swapped_tokens + 1;
+    const std::uint32_t slot = start_flight(ref.ticket);
+    if (alloc_.admit(slot, admit_info(t)) != Outcome::ok) {
+      end_flight(slot);
       step_memory_bound_ = true;
       return;
     }
-    if (alloc_.grow(ref.slot, t, 1) != Outcome::ok) {
-      alloc_.release(ref.slot);
+    if (alloc_.grow(slot, tokens, 1) != Outcome::ok) {
+      alloc_.release(slot);
+      end_flight(slot);
       step_memory_bound_ = true;
       return;
     }
     swapped_.pop_front();
-    f.phase = Phase::running;
+    t.phase = Phase::running;
+    Flight& f = flights_[slot];
+    f.prefilled = f.target = t.prompt;
+    f.base_generated = t.swapped_tokens - t.prompt;
     f.admit_order = next_admit_order_++;
-    running_order_.insert({f.admit_order, ref.slot});
+    running_order_.insert({f.admit_order, slot});
     ++running_;
-    start_decoding(ref.slot, t);
+    start_decoding(slot, tokens);
     decode_seqs += f.n;
-    const bool last = t == f.prompt + f.output;
-    if (last) finishing_.push_back(ref);
-    refresh(ref.slot, t, last ? false : schedule_next(ref.slot, t) > t + 1);
-    const std::int64_t bytes = held_bytes(ref.slot);
+    const bool last = tokens == f.prompt + f.output;
+    if (last) finishing_.push_back({slot, f.generation});
+    refresh(slot, tokens, last ? false : schedule_next(slot, tokens) > tokens + 1);
+    const std::int64_t bytes = held_bytes(slot);
     report_.swapped_in_bytes += bytes;
     step_swap_bytes_ += bytes;
   }
@@ -664,29 +723,34 @@ void Engine::resume_swapped(std::int64_t& decode_seqs) {
 void Engine::admit_waiting(std::int64_t& budget, std::int64_t& prefill_tokens) {
   sglang_admitted_tokens_ = 0;
   while (!queue_.empty() && (opt_.max_running == 0 || running_ < opt_.max_running)) {
-    const SlotRef ref = queue_.front();
-    Flight& f = flights_[ref.slot];
-    if (f.generation != ref.generation || f.phase != Phase::queued) {
+    const TicketRef ref = queue_.front();
+    Ticket& t = tickets_[ref.ticket];
+    if (t.generation != ref.generation || t.phase != Phase::queued) {
       queue_.pop_front();  // cancelled while waiting
       continue;
     }
-    if (budget <= 0 && f.target > 0) break;
-    const auto [positions, cost] = chunk_for(f, budget);
-    if (positions < f.target && (!opt_.chunked_prefill || positions == 0)) break;
+    const std::int64_t target = t.prompt + t.base_generated;
+    if (budget <= 0 && target > 0) break;
+    const auto [positions, cost] = chunk_for({t.prompt, t.n, target, 0}, budget);
+    if (positions < target && (!opt_.chunked_prefill || positions == 0)) break;
     const bool alone = running_ == 0 && swapped_.empty();
-    bool started = policy_admits(f, positions);
+    bool started = policy_admits(t, positions);
+    std::uint32_t slot = 0;
     if (started) {
-      if (alloc_.admit(ref.slot, admit_info(f)) != Outcome::ok) {
+      slot = start_flight(ref.ticket);
+      if (alloc_.admit(slot, admit_info(t)) != Outcome::ok) {
+        end_flight(slot);
         started = false;
-      } else if (!prefill(ref.slot, positions, false)) {
-        alloc_.release(ref.slot);
+      } else if (!prefill(slot, positions, false)) {
+        alloc_.release(slot);
+        end_flight(slot);
         started = false;
       }
     }
     if (!started) {
       step_memory_bound_ = true;
       if (alone) {
-        refuse_too_large(ref.slot);
+        refuse_too_large(ref.ticket);
         continue;
       }
       break;  // first come, first served: nobody overtakes the head of the queue
@@ -694,21 +758,22 @@ void Engine::admit_waiting(std::int64_t& budget, std::int64_t& prefill_tokens) {
     queue_.pop_front();
     note_queue(now_);
     --queued_;
-    f.phase = Phase::running;
+    t.phase = Phase::running;
     ++running_;
+    Flight& f = flights_[slot];
     f.admit_order = next_admit_order_++;
-    running_order_.insert({f.admit_order, ref.slot});
-    if (f.admitted_ns < 0) {
-      f.admitted_ns = now_;
-      waiting_.push_back(now_ - f.arrival_ns);
+    running_order_.insert({f.admit_order, slot});
+    if (t.admitted_ns < 0) {
+      t.admitted_ns = now_;
+      waiting_.push_back(now_ - t.arrival_ns);
     }
     if (opt_.memory.policy == Policy::reserve && bounded()) {
-      f.planned_peak_bytes = alloc_.peak_bytes(admit_info(f), f.prompt + f.planned);
+      f.planned_peak_bytes = alloc_.peak_bytes(admit_info(t), t.prompt + t.planned);
       planned_peak_sum_ += f.planned_peak_bytes;
     }
     budget -= cost;
     prefill_tokens += cost;
-    if (f.prefilled < f.target) prefilling_.push_back(ref);
+    if (f.prefilled < f.target) prefilling_.push_back({slot, f.generation});
   }
 }
 
@@ -719,7 +784,7 @@ void Engine::run_iteration() {
   // Requests whose next event falls on this step.
   wheel_.take(step_, due_);
   for (const StepEvent& e : due_) {
-    if (flights_[e.slot].epoch == e.generation && flights_[e.slot].phase == Phase::running) handle_event(e.slot);
+    if (flights_[e.slot].epoch == e.generation && flights_[e.slot].live) handle_event(e.slot);
   }
   // The decoding batch is fixed before new prefills join it (they decode from the next step).
   std::int64_t decode_seqs = decoding_seqs_;
@@ -772,17 +837,18 @@ void Engine::run_iteration() {
   ++step_;
 
   for (const SlotRef ref : first_token_) {
-    Flight& f = flights_[ref.slot];
-    if (f.generation != ref.generation || f.phase != Phase::running) continue;
-    f.first_token_ns = now_;
-    ttft_.push_back(now_ - f.arrival_ns);
+    const Flight& f = flights_[ref.slot];
+    if (f.generation != ref.generation) continue;  // cancelled or preempted in the step
+    Ticket& t = tickets_[f.ticket];
+    t.first_token_ns = now_;
+    ttft_.push_back(now_ - t.arrival_ns);
   }
   first_token_.clear();
   for (const SlotRef ref : finishing_) {
-    Flight& f = flights_[ref.slot];
-    if (f.generation != ref.generation || f.phase != Phase::running) continue;
+    const Flight& f = flights_[ref.slot];
+    if (f.generation != ref.generation) continue;
     ++report_.completed;
-    e2e_.push_back(now_ - f.arrival_ns);
+    e2e_.push_back(now_ - tickets_[f.ticket].arrival_ns);
     report_.generated_tokens += f.n * f.output;
     release(ref.slot, 0);
   }

@@ -41,44 +41,66 @@ struct GroupSums {
 
 enum class Phase : std::uint8_t { free, queued, running, swapped };
 
-// A request from arrival to release.
-struct Flight {
-  Phase phase = Phase::free;
-  std::uint32_t generation = 0;    // bumped when the slot's request leaves: stale entries skip
-  // Bumped whenever the request stops running (released, preempted, swapped out): its
-  // pending step events go stale, while its queue entry and cancellation stay valid.
-  std::uint32_t epoch = 0;
-  std::int64_t ordinal = 0;        // 1-based position in the trace, for messages
+// A request's whole stay, from arrival until it completes, is cancelled or is refused. It is
+// small on purpose: under a budget that is too small, most of a trace can be waiting at
+// once, and a waiting request holds only its ticket. What it needs while running (a
+// Flight, an allocator slot) exists only while it runs.
+struct Ticket {
   std::int64_t arrival_ns = 0;
+  std::int64_t ordinal = 0;        // 1-based position in the trace, for messages
   std::int64_t prompt = 0;
   std::int64_t output = 0;
   std::int64_t n = 1;
   std::int64_t planned = 0;        // output tokens a planner must allow for
+  std::int64_t first_token_ns = -1;
+  std::int64_t admitted_ns = -1;   // first admission
+  // What survives a preemption: tokens generated (recompute prefills them again), prompt
+  // positions already counted in the report, positions held when swapped out.
+  std::int64_t base_generated = 0;
+  std::int64_t prompt_counted = 0;
+  std::int64_t swapped_tokens = 0;
+  std::int32_t preemptions = 0;
+  std::int32_t slot = -1;          // its Flight while running, else -1
+  std::uint32_t generation = 0;    // bumped when the ticket is freed: stale entries skip
+  Phase phase = Phase::free;
+};
+
+// The service timestamps of a measured schedule, by ticket; empty in simulated runs.
+struct ServiceTimes {
+  std::int64_t start_ns = 0;
+  std::int64_t first_token_ns = 0;
+  std::int64_t finish_ns = 0;
+  std::int64_t stop_ns = 0;        // finish, or the cancellation if that comes first
+  bool cancelled = false;
+};
+
+// A running request: what the engine tracks step by step, in a slot it shares with the
+// allocator.
+struct Flight {
+  bool live = false;
+  std::uint32_t generation = 0;    // bumped when the request stops running: stale entries skip
+  // Bumped whenever the request stops running (released, preempted, swapped out): its
+  // pending step events go stale.
+  std::uint32_t epoch = 0;
+  std::uint32_t ticket = 0;
+  std::int64_t prompt = 0;         // copied from the ticket: read on every event
+  std::int64_t output = 0;
+  std::int64_t n = 1;
+  std::int64_t planned = 0;
   // The prefill under way: positions per sequence it must reach (the prompt, or for a
   // request preempted by recompute, prompt + the tokens it had generated) and reached so far.
   std::int64_t target = 0;
   std::int64_t prefilled = 0;
   std::int64_t base_generated = 0; // tokens generated before this prefill (recompute)
-  std::int64_t prompt_counted = 0; // prompt positions counted in the report so far
   bool decoding = false;           // grows one token per step on its own
   std::int64_t tokens_at = 0;      // positions per sequence as of step_at
   std::int64_t step_at = 0;
-  std::int64_t first_token_ns = -1;
-  std::int64_t admitted_ns = -1;   // first admission
   std::uint64_t admit_order = 0;   // running order: vLLM preempts the latest
-  std::int64_t preemptions = 0;
-  std::int64_t swapped_tokens = 0; // positions held when swapped out
   std::int64_t planned_peak_bytes = 0;  // reserve policy: what the request may hold at most
   // sglang policy: this request's min(remaining planned tokens, clip) x n, as a line in steps.
   std::int64_t clip_value = 0;
   std::int64_t clip_slope = 0;
   std::int64_t clip_step = 0;
-  // Measured schedule: the service timestamps, and when the request stops holding memory
-  // (its finish, or its cancellation if that comes first).
-  std::int64_t start_ns = 0;
-  std::int64_t finish_ns = 0;
-  std::int64_t stop_ns = 0;
-  bool cancelled = false;
   std::int64_t produced = 0;       // output tokens produced so far (measured schedule)
 
   std::int64_t tokens(std::int64_t step) const { return decoding ? tokens_at + (step - step_at) : tokens_at; }
@@ -91,7 +113,7 @@ struct Flight {
 struct Cancellation {
   std::int64_t at_ns;
   std::int64_t ordinal;
-  std::uint32_t slot;
+  std::uint32_t ticket;
   std::uint32_t generation;
   bool operator>(const Cancellation& o) const { return at_ns != o.at_ns ? at_ns > o.at_ns : ordinal > o.ordinal; }
 };
@@ -103,7 +125,7 @@ struct TimedEvent {
   std::int64_t at_ns;
   Kind kind;
   std::uint64_t order;
-  std::uint32_t slot;
+  std::uint32_t ticket;
   std::uint32_t generation;
   bool operator>(const TimedEvent& o) const {
     if (at_ns != o.at_ns) return at_ns > o.at_ns;
@@ -112,8 +134,13 @@ struct TimedEvent {
   }
 };
 
+// A flight (slot) or a ticket, valid while its generation is unchanged.
 struct SlotRef {
   std::uint32_t slot;
+  std::uint32_t generation;
+};
+struct TicketRef {
+  std::uint32_t ticket;
   std::uint32_t generation;
 };
 
@@ -129,8 +156,12 @@ class Engine {
 
   // --- arrivals, queue, cancellations
   bool fetch();
-  std::uint32_t take_slot();       // a slot for next_, filled from it
-  void free_slot(std::uint32_t slot);
+  // A ticket for next_, or -1 when it is refused for its length (counted).
+  std::int64_t take_ticket();
+  void free_ticket(std::uint32_t ticket);
+  // A running slot for the ticket's request; end_flight gives it back.
+  std::uint32_t start_flight(std::uint32_t ticket);
+  void end_flight(std::uint32_t slot);
   void enqueue_arrival();          // next_ joins the queue (or is refused)
   void pull_arrivals(std::int64_t now);  // measured schedule
   // Arrivals and cancellations up to `until_ns` in time order: inclusive at an iteration
@@ -148,8 +179,11 @@ class Engine {
   void admit_waiting(std::int64_t& budget, std::int64_t& prefill_tokens);
   // Positions a prefill can advance within `budget` tokens, and what they cost: prompt
   // positions 1 each, positions past the prompt (recomputed samples) n each.
-  std::pair<std::int64_t, std::int64_t> chunk_for(const Flight& f, std::int64_t budget) const;
-  std::int64_t prefill_cost(const Flight& f, std::int64_t from, std::int64_t to) const;
+  struct PrefillState {
+    std::int64_t prompt, n, target, prefilled;
+  };
+  std::pair<std::int64_t, std::int64_t> chunk_for(const PrefillState& p, std::int64_t budget) const;
+  static std::int64_t prefill_cost(const PrefillState& p, std::int64_t from, std::int64_t to);
   // Advances the request's prefill by `positions`. A running request short of memory
   // preempts (may_preempt); an admission does not. False when it did not happen.
   bool prefill(std::uint32_t slot, std::int64_t positions, bool may_preempt);
@@ -159,12 +193,12 @@ class Engine {
   std::uint32_t choose_victim(std::uint32_t failed) const;
   void preempt(std::uint32_t victim);
   // Whether the policy lets a waiting request start with this chunk.
-  bool policy_admits(const Flight& f, std::int64_t positions);
+  bool policy_admits(const Ticket& t, std::int64_t positions);
   void start_decoding(std::uint32_t slot, std::int64_t tokens);
   // Schedules the request's next event and returns the token count it falls at.
   std::int64_t schedule_next(std::uint32_t slot, std::int64_t tokens);
   void update_clip(std::uint32_t slot);
-  void refuse_too_large(std::uint32_t slot);
+  void refuse_too_large(std::uint32_t ticket);
 
   // --- accounting
   // Re-reads the request's footprints at `tokens`. `with_slopes`: the request will take
@@ -173,26 +207,30 @@ class Engine {
   void apply(std::uint32_t slot, std::size_t group, const Contribution& next, std::int64_t correction_ns);
   void after_op();
   // Frees everything the request holds on the device (correction_ns: how far into the
-  // current span that happens). The request stays in its slot.
+  // current span that happens). The request keeps its slot.
   void drop_holding(std::uint32_t slot, std::int64_t correction_ns);
+  // The request leaves for good (completed or cancelled): its holding, slot and ticket.
   void release(std::uint32_t slot, std::int64_t correction_ns);
   std::int64_t held_bytes(std::uint32_t slot) const;
   void flush_histograms(std::int64_t until_ns);
   void end_span(std::int64_t duration_ns);
   void sample_timeline();
-  AdmitInfo admit_info(const Flight& f) const { return AdmitInfo{f.prompt, f.planned, f.output, f.n}; }
+  template <typename R>
+  static AdmitInfo admit_info(const R& r) { return AdmitInfo{r.prompt, r.planned, r.output, r.n}; }
   bool bounded() const { return opt_.memory.kv_budget_bytes > 0; }
   [[noreturn]] void broken(const Flight& f, const std::string& what) const;
+  Ticket& ticket_of(const Flight& f) { return tickets_[f.ticket]; }
 
   // --- measured schedule
-  void push_timed(std::int64_t at_ns, TimedEvent::Kind kind, std::uint32_t slot);
+  void push_timed(std::int64_t at_ns, TimedEvent::Kind kind, std::uint32_t ticket);
   void handle_timed(const TimedEvent& e);
-  std::int64_t token_time(const Flight& f, std::int64_t k) const;
+  std::int64_t token_time(const Ticket& t, const ServiceTimes& s, std::int64_t k) const;
 
   TraceReader& trace_;
   Allocator& alloc_;
   const ReplayOptions& opt_;
   std::vector<std::int64_t> bytes_per_position_;
+  std::int64_t bytes_per_token_ = 0;  // all groups
   std::int64_t max_tokens_;
   std::int64_t capacity_bytes_ = 0;
   std::int64_t watermark_bytes_ = 0;
@@ -203,11 +241,14 @@ class Engine {
   std::int64_t ordinal_ = 0;
 
   // Requests.
+  std::vector<Ticket> tickets_;
+  std::vector<std::uint32_t> free_tickets_;
+  std::vector<ServiceTimes> service_;        // by ticket, measured schedule only
   std::vector<Flight> flights_;
   std::vector<Contribution> contributions_;  // [slot * groups + group]
   std::vector<std::uint32_t> free_slots_;
-  std::deque<SlotRef> queue_;
-  std::deque<SlotRef> swapped_;
+  std::deque<TicketRef> queue_;
+  std::deque<TicketRef> swapped_;
   std::int64_t queued_ = 0;
   std::int64_t running_ = 0;
   std::set<std::pair<std::uint64_t, std::uint32_t>> running_order_;  // (admit_order, slot)

@@ -10,97 +10,101 @@ namespace kvsim::detail {
 
 void Engine::pull_arrivals(std::int64_t now) {
   while (have_next_ && next_.arrival_ns <= now) {
-    ++report_.requests;
-    if (next_.prompt_tokens + next_.output_tokens > max_tokens_) {
-      ++report_.rejected_too_long;  // an engine refuses these at its API
+    const Location where{trace_.path(), 0, "request #" + std::to_string(ordinal_) + " ('" + next_.id + "')"};
+    if (!next_.has_service_times()) {
+      throw InputError(where, "has no start, first_token and finish times, but the schedule is measured (the "
+                              "trace's first request has them; use --schedule simulate to ignore them)");
+    }
+    const std::int64_t index = take_ticket();
+    if (index < 0) {
       fetch();
       continue;
     }
-    if (!next_.has_service_times()) {
-      throw InputError(Location{trace_.path(), 0, "request #" + std::to_string(ordinal_) + " ('" + next_.id + "')"},
-                       "has no start, first_token and finish times, but the schedule is measured (the trace's "
-                       "first request has them; use --schedule simulate to ignore them)");
+    const auto ticket = static_cast<std::uint32_t>(index);
+    if (service_.size() <= ticket) service_.resize(ticket + 1);
+    ServiceTimes& s = service_[ticket];
+    s.start_ns = *next_.start_ns;
+    s.first_token_ns = *next_.first_token_ns;
+    s.finish_ns = *next_.finish_ns;
+    s.cancelled = next_.cancel_ns && *next_.cancel_ns < s.finish_ns;
+    s.stop_ns = s.cancelled ? *next_.cancel_ns : s.finish_ns;
+    if (!(next_.arrival_ns <= s.start_ns && s.start_ns <= s.first_token_ns && s.first_token_ns <= s.finish_ns)) {
+      throw InputError(where, "service times out of order: expected arrival <= start <= first_token <= finish");
     }
-    const std::uint32_t slot = take_slot();
-    Flight& f = flights_[slot];
     ++queued_;
-    f.start_ns = *next_.start_ns;
-    f.first_token_ns = *next_.first_token_ns;
-    f.finish_ns = *next_.finish_ns;
-    f.cancelled = next_.cancel_ns && *next_.cancel_ns < f.finish_ns;
-    f.stop_ns = f.cancelled ? *next_.cancel_ns : f.finish_ns;
-    if (!(f.arrival_ns <= f.start_ns && f.start_ns <= f.first_token_ns && f.first_token_ns <= f.finish_ns)) {
-      throw InputError(Location{trace_.path(), 0, "request #" + std::to_string(ordinal_) + " ('" + next_.id + "')"},
-                       "service times out of order: expected arrival <= start <= first_token <= finish");
-    }
-    const bool before_start = f.cancelled && f.stop_ns <= f.start_ns;
-    push_timed(before_start ? f.stop_ns : f.start_ns, before_start ? TimedEvent::release : TimedEvent::start, slot);
+    const bool before_start = s.cancelled && s.stop_ns <= s.start_ns;
+    push_timed(before_start ? s.stop_ns : s.start_ns, before_start ? TimedEvent::release : TimedEvent::start, ticket);
     fetch();
   }
 }
 
-std::int64_t Engine::token_time(const Flight& f, std::int64_t k) const {
-  if (k <= 1 || f.output <= 1) return f.first_token_ns;
-  return f.first_token_ns +
-         static_cast<std::int64_t>(Int128{k - 1} * (f.finish_ns - f.first_token_ns) / (f.output - 1));
+std::int64_t Engine::token_time(const Ticket& t, const ServiceTimes& s, std::int64_t k) const {
+  if (k <= 1 || t.output <= 1) return s.first_token_ns;
+  return s.first_token_ns + static_cast<std::int64_t>(Int128{k - 1} * (s.finish_ns - s.first_token_ns) / (t.output - 1));
 }
 
-void Engine::push_timed(std::int64_t at_ns, TimedEvent::Kind kind, std::uint32_t slot) {
-  timed_.push({at_ns, kind, timed_order_++, slot, flights_[slot].generation});
+void Engine::push_timed(std::int64_t at_ns, TimedEvent::Kind kind, std::uint32_t ticket) {
+  timed_.push({at_ns, kind, timed_order_++, ticket, tickets_[ticket].generation});
 }
 
 void Engine::handle_timed(const TimedEvent& e) {
-  Flight& f = flights_[e.slot];
-  if (f.generation != e.generation) return;
-  const auto next_token_or_release = [&] {
+  Ticket& t = tickets_[e.ticket];
+  if (t.generation != e.generation) return;
+  const ServiceTimes& s = service_[e.ticket];
+  const auto next_token_or_release = [&](const Flight& f) {
     const std::int64_t k = f.produced + 1;
-    const std::int64_t at = token_time(f, k);
-    if (k <= f.output && at < f.stop_ns) push_timed(at, TimedEvent::token, e.slot);
-    else push_timed(f.stop_ns, TimedEvent::release, e.slot);
+    const std::int64_t at = token_time(t, s, k);
+    if (k <= t.output && at < s.stop_ns) push_timed(at, TimedEvent::token, e.ticket);
+    else push_timed(s.stop_ns, TimedEvent::release, e.ticket);
   };
   switch (e.kind) {
     case TimedEvent::start: {
       --queued_;
       ++running_;
-      f.phase = Phase::running;
-      f.admitted_ns = e.at_ns;
-      waiting_.push_back(f.start_ns - f.arrival_ns);
-      if (alloc_.admit(e.slot, admit_info(f)) != Outcome::ok) broken(f, "admission failed in a run without a memory budget");
-      if (f.prompt > 0 && alloc_.grow(e.slot, f.prompt, f.prompt) != Outcome::ok) {
+      t.phase = Phase::running;
+      t.admitted_ns = e.at_ns;
+      waiting_.push_back(s.start_ns - t.arrival_ns);
+      const std::uint32_t slot = start_flight(e.ticket);
+      Flight& f = flights_[slot];
+      if (alloc_.admit(slot, admit_info(t)) != Outcome::ok) broken(f, "admission failed in a run without a memory budget");
+      if (t.prompt > 0 && alloc_.grow(slot, t.prompt, t.prompt) != Outcome::ok) {
         broken(f, "allocation failed in a run without a memory budget");
       }
-      f.prefilled = f.prompt;
-      report_.prompt_tokens += f.prompt;
-      f.tokens_at = f.prompt;
-      refresh(e.slot, f.prompt, false);
-      next_token_or_release();
+      f.prefilled = t.prompt;
+      report_.prompt_tokens += t.prompt;
+      f.tokens_at = t.prompt;
+      refresh(slot, t.prompt, false);
+      next_token_or_release(f);
       break;
     }
     case TimedEvent::token: {
+      const auto slot = static_cast<std::uint32_t>(t.slot);
+      Flight& f = flights_[slot];
       ++f.produced;
-      f.tokens_at = f.prompt + f.produced;
-      if (alloc_.grow(e.slot, f.tokens_at, 1) != Outcome::ok) broken(f, "allocation failed in a run without a memory budget");
-      refresh(e.slot, f.tokens_at, false);
-      next_token_or_release();
+      f.tokens_at = t.prompt + f.produced;
+      if (alloc_.grow(slot, f.tokens_at, 1) != Outcome::ok) broken(f, "allocation failed in a run without a memory budget");
+      refresh(slot, f.tokens_at, false);
+      next_token_or_release(f);
       break;
     }
     case TimedEvent::release: {
-      if (f.phase == Phase::queued) {  // cancelled before it started
+      if (t.phase == Phase::queued) {  // cancelled before it started
         ++report_.cancelled_queued;
         --queued_;
-        free_slot(e.slot);
+        free_ticket(e.ticket);
         break;
       }
-      if (f.cancelled) {
+      const auto slot = static_cast<std::uint32_t>(t.slot);
+      if (s.cancelled) {
         ++report_.cancelled_running;
-        report_.generated_tokens += f.n * f.produced;
+        report_.generated_tokens += t.n * flights_[slot].produced;
       } else {
         ++report_.completed;
-        report_.generated_tokens += f.n * f.output;
-        if (f.output > 0) ttft_.push_back(f.first_token_ns - f.arrival_ns);
-        e2e_.push_back(f.finish_ns - f.arrival_ns);
+        report_.generated_tokens += t.n * t.output;
+        if (t.output > 0) ttft_.push_back(s.first_token_ns - t.arrival_ns);
+        e2e_.push_back(s.finish_ns - t.arrival_ns);
       }
-      release(e.slot, 0);
+      release(slot, 0);
       break;
     }
   }
