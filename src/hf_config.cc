@@ -85,6 +85,12 @@ class Config {
     return v;
   }
 
+  std::optional<std::int64_t> optional_non_negative(const char* key) const {
+    const auto v = integer(key);
+    if (v && *v < 0) fail(key, "expected a non-negative integer, got " + std::to_string(*v));
+    return v;
+  }
+
   std::optional<std::string> string(const char* key) const {
     const json* v = find(key);
     if (v == nullptr) return std::nullopt;
@@ -246,9 +252,9 @@ ModelSpec parse_hf_config(std::string_view json_text, const std::string& path) {
   if (const auto experts = c.optional_positive("n_routed_experts")) {  // DeepSeek
     MoeDims moe;
     moe.routed_experts = *experts;
-    moe.shared_experts = c.integer("n_shared_experts").value_or(0);
+    moe.shared_experts = c.optional_non_negative("n_shared_experts").value_or(0);
     moe.expert_intermediate_size = c.required_positive("moe_intermediate_size");
-    moe.dense_layers = c.integer("first_k_dense_replace").value_or(0);
+    moe.dense_layers = c.optional_non_negative("first_k_dense_replace").value_or(0);
     m.moe = moe;
   } else if (const auto local = c.optional_positive("num_local_experts")) {  // Mixtral
     m.moe = MoeDims{*local, 0, m.intermediate_size, 0};
