@@ -196,6 +196,9 @@ std::int64_t PagedAllocator::next_event_tokens(RequestSlot slot) const {
   auto consider = [&](std::int64_t at) {
     if (at > r.tokens) next = std::min(next, at);
   };
+  // The n samples fork at the first token past the prompt: from then on each holds its own
+  // blocks, so a request grown to exactly its prompt must be called again one token later.
+  if (!r.forked && r.n > 1) consider(r.prompt_tokens + 1);
   for (std::size_t g = 0; g < groups_.size(); ++g) {
     const std::int64_t w = groups_[g].window_tokens;
     if (w == 0) continue;
