@@ -208,8 +208,13 @@ std::int64_t PagedAllocator::next_event_tokens(RequestSlot slot) const {
     consider(t.dropped * block_tokens_ + w);
     consider(shared_blocks(r) * block_tokens_ + w);
     consider(r.prompt_tokens + w);
-    // The first held block leaves the window (decode steps start with tokens - 1 computed).
-    if (groups_[g].frees && t.dropped < r.blocks) consider((t.dropped + 1) * block_tokens_ + w);
+    // The first held block leaves the window: a decode step to length t starts with t - 1
+    // computed, so block `dropped` goes at t = (dropped + 1) * block + W, or at the very
+    // next step when the last grow was a chunk that started early enough to keep it (a
+    // prompt longer than the window, stored whole, loses most of it at the first decode).
+    if (groups_[g].frees && t.dropped < r.blocks) {
+      consider(std::max((t.dropped + 1) * block_tokens_ + w, r.tokens + 1));
+    }
   }
   return next;
 }
