@@ -98,9 +98,13 @@ Outcome PagedAllocator::grow(RequestSlot slot, std::int64_t tokens, std::int64_t
     const std::int64_t block_bytes = pool_.block_bytes(g);
     drop_to_[g] = std::max(t.dropped, droppable_blocks(g, tokens_before));
     freed_bytes += range_bytes(r, g, t.dropped, drop_to_[g]);
-    if (fork && partial_prompt_block && s < r.blocks) need_bytes += (r.n - 1) * block_bytes;
+    // The fork copies the block holding the prompt's partial tail, unless the window has
+    // passed it by the end of this step's drop.
+    if (fork && partial_prompt_block && s < r.blocks && drop_to_[g] <= s) need_bytes += (r.n - 1) * block_bytes;
     const std::int64_t first_new = std::max(r.blocks, drop_to_[g]);
     if (first_new < new_blocks) {
+      // Checked: the engine refuses requests whose bytes overflow, but not the rounding up
+      // to whole blocks of n samples near that edge.
       const std::int64_t copies_past_prompt = forked_after ? r.n : 1;
       const std::int64_t shared_new = forked_after ? overlap(first_new, new_blocks, 0, s) : new_blocks - first_new;
       const std::int64_t own_new = (new_blocks - first_new) - shared_new;
@@ -118,18 +122,20 @@ Outcome PagedAllocator::grow(RequestSlot slot, std::int64_t tokens, std::int64_t
     const auto extra_refs = static_cast<std::uint32_t>(r.n - 1);
     for (std::size_t g = 0; g < groups_.size(); ++g) {
       Tables& t = tables(slot, g);
-      // The window drops history as of the step's start, which is inside the prompt.
-      check(t.dropped <= s, "paged: prompt blocks left the window before the prompt completed");
       t.samples.resize(static_cast<std::size_t>(r.n));
       for (auto& sample : t.samples) sample.clear();
       if (s < r.blocks) {
         // Copy-on-write of the block holding the prompt's partial tail: the first sample
-        // keeps it, every further sample writes its first token into a copy.
-        t.samples[0].push_back(t.shared[static_cast<std::size_t>(s)]);
+        // keeps it, every further sample writes its first token into a copy. A step that
+        // starts inside the prompt keeps it; one that starts a whole window past the
+        // prompt (a call that skipped the decode steps between) has freed it already, and
+        // then no sample holds it.
+        const BlockId partial = t.shared[static_cast<std::size_t>(s)];
+        t.samples[0].push_back(partial);
         t.shared.resize(static_cast<std::size_t>(s));
         for (std::int64_t j = 1; j < r.n; ++j) {
-          t.samples[static_cast<std::size_t>(j)].push_back(pool_.take(g));
-          copied_bytes_ += pool_.block_bytes(g);
+          t.samples[static_cast<std::size_t>(j)].push_back(partial == kNullBlock ? kNullBlock : pool_.take(g));
+          if (partial != kNullBlock) copied_bytes_ += pool_.block_bytes(g);
         }
       }
       for (BlockId id : t.shared) {
