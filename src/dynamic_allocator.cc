@@ -116,7 +116,7 @@ Footprint DynamicAllocator::footprint(RequestSlot slot, std::size_t group, std::
                     Unfilled::reservation);
   };
   Footprint f = with_slopes(at(tokens), at(tokens + 1));
-  if (tokens == r.tokens) f.transient = r.transient[group] * r.n;
+  if (tokens == r.tokens) f.transient = r.transient[group];  // already summed over the samples
   return f;
 }
 

@@ -56,7 +56,7 @@ class DynamicAllocator final : public Allocator {
     std::int64_t n = 1;
     std::int64_t tokens = 0;
     std::vector<Buffer> buffers;            // [group * n + sample]
-    std::vector<std::int64_t> transient;    // per group: positions copied in the last grow
+    std::vector<std::int64_t> transient;    // per group: positions copied in the last grow, all samples
   };
   // The capacity a buffer grows to when it must hold `need` positions.
   std::int64_t grown_capacity(std::size_t g, std::int64_t capacity, std::int64_t need) const;
