@@ -126,6 +126,7 @@ class Engine {
   Engine(TraceReader& trace, Allocator& allocator, const ReplayOptions& options)
       : trace_(trace), alloc_(allocator), opt_(options), groups_(options.layout.groups.size()) {
     for (const auto& g : options.layout.groups) bytes_per_position_.push_back(g.bytes_per_position);
+    bytes_per_token_ = options.layout.bytes_per_token();
     max_tokens_ = options.layout.max_model_len > 0 ? options.layout.max_model_len : kUnlimited;
     if (opt_.max_batched_tokens > 0 && !opt_.chunked_prefill && opt_.max_batched_tokens < max_tokens_) {
       // As vLLM insists: without chunking, a prompt must fit in one iteration's budget.
@@ -173,6 +174,7 @@ class Engine {
   Allocator& alloc_;
   const ReplayOptions& opt_;
   std::vector<std::int64_t> bytes_per_position_;
+  std::int64_t bytes_per_token_ = 0;  // all groups
   std::int64_t max_tokens_;
 
   // The trace.
@@ -241,10 +243,22 @@ bool Engine::fetch() {
 void Engine::pull_arrivals(std::int64_t now) {
   while (have_next_ && next_.arrival_ns <= now) {
     ++report_.requests;
-    if (next_.prompt_tokens + next_.output_tokens > max_tokens_) {
+    // (Compared without adding: the two lengths may each be near 2^63.)
+    if (next_.prompt_tokens > max_tokens_ - next_.output_tokens) {
       ++report_.rejected_too_long;  // an engine refuses these at its API
       fetch();
       continue;
+    }
+    // Every figure about a request is at most its n samples at full length, in bytes: when
+    // that does not fit in 64 bits (lengths near 2^63 and no maximum model length to refuse
+    // them), the request cannot be replayed.
+    std::int64_t positions = 0;
+    std::int64_t bytes = 0;
+    if (__builtin_mul_overflow(next_.n, next_.prompt_tokens + next_.output_tokens, &positions) ||
+        __builtin_mul_overflow(positions, bytes_per_token_, &bytes)) {
+      throw InputError(Location{trace_.path(), 0, "request #" + std::to_string(ordinal_) + " ('" + next_.id + "')"},
+                       "n x (prompt + output tokens) x " + std::to_string(bytes_per_token_) +
+                           " bytes per token overflows 64 bits");
     }
     std::uint32_t slot;
     if (!free_slots_.empty()) {
