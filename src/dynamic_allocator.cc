@@ -1,6 +1,7 @@
 #include "dynamic_allocator.h"
 
 #include <algorithm>
+#include <limits>
 #include <string>
 
 #include "footprint.h"
@@ -8,6 +9,9 @@
 #include "kvsim/units.h"
 
 namespace kvsim::detail {
+namespace {
+constexpr std::int64_t kMaxTokens = std::numeric_limits<std::int64_t>::max();
+}  // namespace
 
 DynamicAllocator::DynamicAllocator(const KvLayout& layout, const DynamicOptions& options)
     : groups_(layout.groups), options_(options), arena_(options.capacity_bytes) {}
@@ -30,8 +34,13 @@ std::int64_t DynamicAllocator::grown_capacity(std::size_t g, std::int64_t capaci
   std::int64_t grown = need;
   switch (options_.growth) {
     case Growth::exact: break;
-    case Growth::doubling: grown = std::max(need, 2 * capacity); break;
-    case Growth::chunk: grown = ceil_div(need, options_.chunk_tokens) * options_.chunk_tokens; break;
+    // Near 2^63 (absurd lengths) the capacity saturates; its bytes then fail a checked product.
+    case Growth::doubling: grown = std::max(need, capacity > kMaxTokens / 2 ? kMaxTokens : 2 * capacity); break;
+    case Growth::chunk: {
+      const std::int64_t chunks = need / options_.chunk_tokens + (need % options_.chunk_tokens != 0);
+      grown = chunks > kMaxTokens / options_.chunk_tokens ? kMaxTokens : chunks * options_.chunk_tokens;
+      break;
+    }
   }
   const std::int64_t w = groups_[g].window_tokens;
   return w > 0 ? std::min(grown, w) : grown;

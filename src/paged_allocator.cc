@@ -86,7 +86,7 @@ Outcome PagedAllocator::grow(RequestSlot slot, std::int64_t tokens, std::int64_t
   const bool fork = !r.forked && r.n > 1 && tokens > r.prompt_tokens;
   const std::int64_t s = shared_blocks(r);
   const bool partial_prompt_block = r.prompt_tokens % block_tokens_ != 0;
-  const std::int64_t new_blocks = ceil_div(tokens, block_tokens_);
+  const std::int64_t new_blocks = tokens / block_tokens_ + (tokens % block_tokens_ != 0);  // ceil, without overflow
   const bool forked_after = r.forked || fork;
 
   // First what the step needs and frees, so that a step that does not fit changes nothing.
@@ -108,7 +108,11 @@ Outcome PagedAllocator::grow(RequestSlot slot, std::int64_t tokens, std::int64_t
       const std::int64_t copies_past_prompt = forked_after ? r.n : 1;
       const std::int64_t shared_new = forked_after ? overlap(first_new, new_blocks, 0, s) : new_blocks - first_new;
       const std::int64_t own_new = (new_blocks - first_new) - shared_new;
-      need_bytes += (shared_new + own_new * copies_past_prompt) * block_bytes;
+      const char* what = "paged: the bytes of a request's new blocks";
+      need_bytes = checked_add(
+          need_bytes,
+          checked_mul(checked_add(shared_new, checked_mul(own_new, copies_past_prompt, what), what), block_bytes, what),
+          what);
     }
   }
   if (!pool_.fits(need_bytes - freed_bytes)) return Outcome::no_room;
@@ -255,7 +259,7 @@ void PagedAllocator::check_invariants() const {
   for (RequestSlot slot = 0; slot < requests_.size(); ++slot) {
     const Request& r = requests_[slot];
     if (!r.live) continue;
-    check(r.blocks == ceil_div(r.tokens, block_tokens_), "paged: block count does not cover the tokens");
+    check(r.blocks == r.tokens / block_tokens_ + (r.tokens % block_tokens_ != 0), "paged: block count does not cover the tokens");
     const std::int64_t s = r.forked ? std::min(shared_blocks(r), r.blocks) : r.blocks;
     for (std::size_t g = 0; g < groups_.size(); ++g) {
       const Tables& t = tables(slot, g);
