@@ -343,6 +343,13 @@ bool RowReader::parse_hash_list(std::string_view name, std::string_view text, st
 }
 
 bool RowReader::validate(const Request& r) {
+  if (r.n > kMaxSamples) {
+    // Like a typo of 3200000000 layers in a config: an error, not an allocation of a table
+    // per sample (and byte counts that overflow).
+    fail(label("n"), std::to_string(r.n) + " parallel samples is implausible (at most " +
+                         std::to_string(kMaxSamples) + " are accepted)");
+    return false;
+  }
   if (r.max_tokens && *r.max_tokens < r.output_tokens) {
     fail(label(names_.max_tokens), std::to_string(*r.max_tokens) + " is less than " + std::string(names_.output) +
                                        " " + std::to_string(r.output_tokens) +
@@ -374,7 +381,8 @@ bool RowReader::validate(const Request& r) {
       fail(label(names_.prefix_hashes), "prefix hashes need a block size: set prefix_block_tokens to at least 1");
       return false;
     }
-    const auto blocks = ceil_div(r.prompt_tokens, r.prefix_block_tokens);
+    // ceil(prompt / block) without ceil_div's a + b - 1, which overflows near 2^63.
+    const std::int64_t blocks = r.prompt_tokens / r.prefix_block_tokens + (r.prompt_tokens % r.prefix_block_tokens != 0);
     if (static_cast<std::int64_t>(r.prefix_hashes.size()) > blocks) {
       fail(label(names_.prefix_hashes),
            std::to_string(r.prefix_hashes.size()) + " hashes, but a prompt of " + std::to_string(r.prompt_tokens) +

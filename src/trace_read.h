@@ -77,6 +77,10 @@ class ErrorList {
   std::vector<InputError> errors_;
 };
 
+// The most parallel samples (n) a request may ask for: far beyond any serving engine's
+// limit (OpenAI's API allows 128), low enough that n x anything stays far from overflow.
+inline constexpr std::int64_t kMaxSamples = 65'536;
+
 // `text` quoted for a message, shortened when long: "12x", "aaaa...aaa" (80 bytes).
 std::string quote_text(std::string_view text);
 
