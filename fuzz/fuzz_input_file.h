@@ -1,6 +1,7 @@
 // The trace readers read a path, not a buffer: each fuzz input is written to one scratch
-// file per process and read back from there. The file lives in /dev/shm when there is one
-// (memory, not disk: rewriting it costs about a microsecond), else in $TMPDIR or /tmp.
+// file per process and read back from there. The file lives in $KVSIM_FUZZ_TMPDIR (which
+// tools/fuzz makes, in memory, and removes), else in /dev/shm when there is one (memory,
+// not disk: rewriting it costs about a microsecond), else in $TMPDIR or /tmp.
 #ifndef KVSIM_FUZZ_FUZZ_INPUT_FILE_H_
 #define KVSIM_FUZZ_FUZZ_INPUT_FILE_H_
 
@@ -13,17 +14,21 @@
 
 namespace kvsim::fuzz {
 
-// The scratch file's path, removed when the process exits normally.
+// The scratch file's path, removed when the process exits normally (a crash leaves it for
+// tools/fuzz to remove with its directory).
 inline const std::string& input_path() {
-  static const std::string path = [] {
+  // Never destroyed: the exit handler that removes the file runs after static destructors
+  // of objects constructed before it was registered, and must still read the path.
+  static const std::string* const path = [] {
     std::string dir = "/tmp";
     if (const char* tmp = std::getenv("TMPDIR"); tmp != nullptr && *tmp != '\0') dir = tmp;
     if (::access("/dev/shm", W_OK) == 0) dir = "/dev/shm";
-    std::string p = dir + "/kvsim-fuzz-" + std::to_string(::getpid()) + ".input";
-    std::atexit([] { std::remove(input_path().c_str()); });
-    return p;
+    if (const char* own = std::getenv("KVSIM_FUZZ_TMPDIR"); own != nullptr && *own != '\0') dir = own;
+    return new std::string(dir + "/kvsim-fuzz-" + std::to_string(::getpid()) + ".input");
   }();
-  return path;
+  static const bool removed_at_exit = std::atexit([] { std::remove(path->c_str()); }) == 0;
+  (void)removed_at_exit;
+  return *path;
 }
 
 // Replaces the scratch file's contents with `data`. Aborts (a harness failure, not a
