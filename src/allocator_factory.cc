@@ -123,6 +123,10 @@ std::unique_ptr<Allocator> make_allocator(const AllocatorSpec& spec, const KvLay
     else if (reserve == "pow2") o.reserve = detail::Reserve::pow2;
     else if (reserve == "oracle") o.reserve = detail::Reserve::oracle;
     else p.fail("reserve must be max-model-len, max-tokens, pow2 or oracle, got \"" + reserve + "\"");
+    if (o.reserve == detail::Reserve::max_model_len && layout.max_model_len <= 0) {
+      p.fail("reserve=max-model-len needs the model's maximum length, which this model does not give "
+             "(no max_position_embeddings): pass --max-model-len");
+    }
     o.capacity_bytes = limits.capacity_bytes;
     made = std::make_unique<detail::DenseStaticAllocator>(layout, o);
   } else {  // dynamic

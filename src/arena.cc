@@ -1,10 +1,14 @@
 #include "arena.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "kvsim/error.h"
 
 namespace kvsim::detail {
+namespace {
+constexpr std::int64_t kMaxBytes = std::numeric_limits<std::int64_t>::max();
+}  // namespace
 
 FirstFitArena::FirstFitArena(std::int64_t capacity_bytes) : capacity_(capacity_bytes) {
   if (bounded()) insert(0, capacity_);
@@ -120,7 +124,9 @@ FirstFitArena::Placement FirstFitArena::allocate(std::int64_t bytes) {
       erase(e.offset);
     }
   } else if (!bounded()) {
-    // Grow at the end; the free space just below the end joins the new extent.
+    // Grow at the end; the free space just below the end joins the new extent. (An arena
+    // past 2^63 bytes takes requests of absurd lengths: the input's fault, reported so.)
+    if (bytes > kMaxBytes - tail_start_) throw InputError("dynamic: the arena's size overflows 64 bits");
     p.fragmented = free_bytes() >= bytes;
     p.offset = tail_start_;
     tail_start_ += bytes;

@@ -25,7 +25,10 @@ BlockId BlockPool::take(std::size_t group) {
   }
   g.refs[id] = 1;
   ++g.live;
-  allocated_bytes_ += g.block_bytes;
+  // Past 2^63 bytes only with requests of absurd lengths: the input's fault, reported so.
+  if (__builtin_add_overflow(allocated_bytes_, g.block_bytes, &allocated_bytes_)) {
+    throw InputError("paged: the bytes of the blocks in use overflow 64 bits");
+  }
   high_water_bytes_ = std::max(high_water_bytes_, allocated_bytes_);
   return id;
 }

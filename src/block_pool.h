@@ -26,7 +26,7 @@ class BlockPool {
 
   // Whether `extra_bytes` more bytes of blocks fit.
   bool fits(std::int64_t extra_bytes) const {
-    return capacity_bytes_ == 0 || allocated_bytes_ + extra_bytes <= capacity_bytes_;
+    return capacity_bytes_ == 0 || extra_bytes <= capacity_bytes_ - allocated_bytes_;
   }
   std::int64_t block_bytes(std::size_t group) const { return groups_[group].block_bytes; }
   std::size_t group_count() const { return groups_.size(); }

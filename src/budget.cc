@@ -138,13 +138,13 @@ std::int64_t estimate_parameter_count(const ModelSpec& m) {
   std::int64_t attention = 0;
   if (m.mla) {
     const MlaDims& d = *m.mla;
-    const std::int64_t qk = d.qk_nope_head_dim + d.qk_rope_head_dim;
+    const std::int64_t qk = add(d.qk_nope_head_dim, d.qk_rope_head_dim);
     attention = d.q_lora_rank > 0
                     ? add(add(mul(hidden, d.q_lora_rank), d.q_lora_rank), mul(d.q_lora_rank, mul(heads, qk)))
                     : mul(hidden, mul(heads, qk));
-    attention = add(attention, mul(hidden, d.kv_lora_rank + d.qk_rope_head_dim));  // kv_a_proj_with_mqa
+    attention = add(attention, mul(hidden, add(d.kv_lora_rank, d.qk_rope_head_dim)));  // kv_a_proj_with_mqa
     attention = add(attention, d.kv_lora_rank);                                     // kv_a_layernorm
-    attention = add(attention, mul(d.kv_lora_rank, mul(heads, d.qk_nope_head_dim + d.v_head_dim)));
+    attention = add(attention, mul(d.kv_lora_rank, mul(heads, add(d.qk_nope_head_dim, d.v_head_dim))));
     attention = add(attention, mul(mul(heads, d.v_head_dim), hidden));              // o_proj
   } else {
     const std::int64_t q = mul(heads, m.head_dim);
@@ -159,7 +159,7 @@ std::int64_t estimate_parameter_count(const ModelSpec& m) {
   if (m.moe) {
     const MoeDims& e = *m.moe;
     const std::int64_t expert = mul(3, mul(hidden, require_field(e.expert_intermediate_size, "moe_intermediate_size")));
-    moe_mlp = add(mul(e.routed_experts + e.shared_experts, expert), mul(e.routed_experts, hidden));
+    moe_mlp = add(mul(add(e.routed_experts, e.shared_experts), expert), mul(e.routed_experts, hidden));
     dense_layers = std::clamp<std::int64_t>(e.dense_layers, 0, m.num_hidden_layers);
     if (dense_layers > 0) dense_mlp = mul(3, mul(hidden, require_field(m.intermediate_size, "intermediate_size")));
   } else {

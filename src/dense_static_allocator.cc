@@ -31,13 +31,18 @@ std::string DenseStaticAllocator::name() const {
 }
 
 std::int64_t DenseStaticAllocator::reservation_tokens(const AdmitInfo& info) const {
-  const std::int64_t final_tokens = info.prompt_tokens + info.output_tokens;
+  // Lengths may come from a trace near 2^63 (the engine refuses what exceeds the model's
+  // maximum length, but a model may not give one): sums are checked, not wrapped.
+  const std::int64_t final_tokens = checked_add(info.prompt_tokens, info.output_tokens, "dense-static: a request's length");
   switch (options_.reserve) {
     case Reserve::max_model_len: return max_model_len_;
     case Reserve::max_tokens:
       // A request cannot plan past the model's length: an engine caps (or refuses) it there.
-      return std::min(info.prompt_tokens + info.planned_output_tokens, max_model_len_);
-    case Reserve::pow2: return static_cast<std::int64_t>(std::bit_ceil(static_cast<std::uint64_t>(std::max<std::int64_t>(final_tokens, 1))));
+      if (max_model_len_ > 0 && info.planned_output_tokens >= max_model_len_ - info.prompt_tokens) return max_model_len_;
+      return checked_add(info.prompt_tokens, info.planned_output_tokens, "dense-static: a request's planned length");
+    case Reserve::pow2:
+      if (final_tokens > (std::int64_t{1} << 62)) throw InputError("dense-static: a request's length rounded up to a power of two overflows 64 bits");
+      return static_cast<std::int64_t>(std::bit_ceil(static_cast<std::uint64_t>(std::max<std::int64_t>(final_tokens, 1))));
     case Reserve::oracle: return final_tokens;
   }
   return final_tokens;
@@ -53,11 +58,11 @@ Outcome DenseStaticAllocator::admit(RequestSlot slot, const AdmitInfo& info) {
   Request& r = requests_[slot];
   check(!r.live, "dense-static: admitting a live request slot");
   const Request next{true, info.prompt_tokens, info.n, 0, reservation_tokens(info), peak_bytes(info, 0)};
-  if (options_.capacity_bytes != 0 && allocated_bytes_ + next.bytes > options_.capacity_bytes) {
+  if (options_.capacity_bytes != 0 && next.bytes > options_.capacity_bytes - allocated_bytes_) {
     return Outcome::no_room;
   }
   r = next;
-  allocated_bytes_ += r.bytes;
+  allocated_bytes_ = checked_add(allocated_bytes_, r.bytes, "dense-static: the reserved bytes of the requests in flight");
   high_water_bytes_ = std::max(high_water_bytes_, allocated_bytes_);
   return Outcome::ok;
 }
@@ -111,7 +116,12 @@ std::int64_t DenseStaticAllocator::peak_bytes(const AdmitInfo& info, std::int64_
   r.n = info.n;
   r.row_tokens = reservation_tokens(info);
   std::int64_t bytes = 0;
-  for (std::size_t g = 0; g < groups_.size(); ++g) bytes += row_in_group(r, g) * r.n * groups_[g].bytes_per_position;
+  for (std::size_t g = 0; g < groups_.size(); ++g) {
+    const std::int64_t row_bytes =
+        checked_mul(row_in_group(r, g), groups_[g].bytes_per_position, "dense-static: a reserved row's bytes");
+    bytes = checked_add(bytes, checked_mul(row_bytes, r.n, "dense-static: a request's reserved bytes"),
+                        "dense-static: a request's reserved bytes");
+  }
   return bytes;
 }
 

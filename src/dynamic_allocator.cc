@@ -1,6 +1,7 @@
 #include "dynamic_allocator.h"
 
 #include <algorithm>
+#include <limits>
 #include <string>
 
 #include "footprint.h"
@@ -8,6 +9,9 @@
 #include "kvsim/units.h"
 
 namespace kvsim::detail {
+namespace {
+constexpr std::int64_t kMaxTokens = std::numeric_limits<std::int64_t>::max();
+}  // namespace
 
 DynamicAllocator::DynamicAllocator(const KvLayout& layout, const DynamicOptions& options)
     : groups_(layout.groups), options_(options), arena_(options.capacity_bytes) {}
@@ -30,8 +34,13 @@ std::int64_t DynamicAllocator::grown_capacity(std::size_t g, std::int64_t capaci
   std::int64_t grown = need;
   switch (options_.growth) {
     case Growth::exact: break;
-    case Growth::doubling: grown = std::max(need, 2 * capacity); break;
-    case Growth::chunk: grown = ceil_div(need, options_.chunk_tokens) * options_.chunk_tokens; break;
+    // Near 2^63 (absurd lengths) the capacity saturates; its bytes then fail a checked product.
+    case Growth::doubling: grown = std::max(need, capacity > kMaxTokens / 2 ? kMaxTokens : 2 * capacity); break;
+    case Growth::chunk: {
+      const std::int64_t chunks = need / options_.chunk_tokens + (need % options_.chunk_tokens != 0);
+      grown = chunks > kMaxTokens / options_.chunk_tokens ? kMaxTokens : chunks * options_.chunk_tokens;
+      break;
+    }
   }
   const std::int64_t w = groups_[g].window_tokens;
   return w > 0 ? std::min(grown, w) : grown;
@@ -53,10 +62,13 @@ Outcome DynamicAllocator::admit(RequestSlot slot, const AdmitInfo& info) {
 Outcome DynamicAllocator::grow(RequestSlot slot, std::int64_t tokens, std::int64_t step_tokens) {
   Request& r = requests_[slot];
   check(r.live && tokens >= r.tokens && step_tokens >= 1, "dynamic: grow outside its contract");
-  std::fill(r.transient.begin(), r.transient.end(), 0);
-  // Place every new buffer while the old ones still hold their contents; only when all
-  // fit, copy and free the old ones. A failure undoes the placements made so far.
+  // Every buffer that must grow gets its new place while the old ones still hold their
+  // contents; only when all fit are they copied and the old ones freed. When their sum
+  // exceeds the free room, the step cannot fit however the arena is laid out (no_room);
+  // when it does not, a placement can fail only for want of a contiguous extent
+  // (no_extent). Either way nothing changes: a failure undoes the placements made so far.
   moves_.clear();
+  std::int64_t need_bytes = 0;
   for (std::size_t g = 0; g < groups_.size(); ++g) {
     const std::int64_t need = needed(g, tokens);
     for (std::int64_t s = 0; s < r.n; ++s) {
@@ -64,17 +76,26 @@ Outcome DynamicAllocator::grow(RequestSlot slot, std::int64_t tokens, std::int64
       const Buffer& b = r.buffers[index];
       if (need <= b.capacity) continue;
       const std::int64_t capacity = grown_capacity(g, b.capacity, need);
-      const auto placed = arena_.allocate(capacity * groups_[g].bytes_per_position);
-      if (placed.fragmented) ++failed_placements_;
-      if (placed.offset < 0) {
-        for (const Move& m : moves_) {
-          arena_.free(m.offset, m.capacity * groups_[m.index / static_cast<std::size_t>(r.n)].bytes_per_position);
-        }
-        return placed.fragmented ? Outcome::no_extent : Outcome::no_room;
-      }
-      moves_.push_back({index, placed.offset, capacity});
+      moves_.push_back({index, -1, capacity});
+      need_bytes = checked_add(need_bytes, checked_mul(capacity, groups_[g].bytes_per_position, "dynamic: a buffer's bytes"),
+                               "dynamic: the bytes a step places");
     }
   }
+  if (options_.capacity_bytes != 0 && need_bytes > arena_.free_bytes()) return Outcome::no_room;
+  for (std::size_t i = 0; i < moves_.size(); ++i) {
+    Move& m = moves_[i];
+    const auto placed = arena_.allocate(m.capacity * groups_[m.index / static_cast<std::size_t>(r.n)].bytes_per_position);
+    if (placed.fragmented) ++failed_placements_;
+    if (placed.offset < 0) {
+      for (std::size_t j = 0; j < i; ++j) {
+        const Move& undo = moves_[j];
+        arena_.free(undo.offset, undo.capacity * groups_[undo.index / static_cast<std::size_t>(r.n)].bytes_per_position);
+      }
+      return placed.fragmented ? Outcome::no_extent : Outcome::no_room;
+    }
+    m.offset = placed.offset;
+  }
+  std::fill(r.transient.begin(), r.transient.end(), 0);
   for (const Move& m : moves_) {
     const std::size_t g = m.index / static_cast<std::size_t>(r.n);
     Buffer& b = r.buffers[m.index];

@@ -60,7 +60,8 @@ class DynamicAllocator final : public Allocator {
     // Inline for the common one or two groups and one sample: a request's buffers sit next
     // to its other state instead of behind two more pointers.
     boost::container::small_vector<Buffer, 2> buffers;           // [group * n + sample]
-    boost::container::small_vector<std::int64_t, 2> transient;   // per group: positions copied in the last grow
+    // Per group: positions copied in the last grow, all samples together.
+    boost::container::small_vector<std::int64_t, 2> transient;
   };
   // The capacity a buffer grows to when it must hold `need` positions.
   std::int64_t grown_capacity(std::size_t g, std::int64_t capacity, std::int64_t need) const;

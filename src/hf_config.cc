@@ -85,6 +85,12 @@ class Config {
     return v;
   }
 
+  std::optional<std::int64_t> optional_non_negative(const char* key) const {
+    const auto v = integer(key);
+    if (v && *v < 0) fail(key, "expected a non-negative integer, got " + std::to_string(*v));
+    return v;
+  }
+
   std::optional<std::string> string(const char* key) const {
     const json* v = find(key);
     if (v == nullptr) return std::nullopt;
@@ -105,9 +111,10 @@ class Config {
   std::string path_;
 };
 
-std::string parse_error_text(const json::parse_error& e) {
-  // what() reads "[json.exception.parse_error.101] parse error at line 3, column 5: ..."; the
-  // bracketed id means nothing to a user.
+std::string parse_error_text(const json::exception& e) {
+  // what() reads "[json.exception.parse_error.101] parse error at line 3, column 5: ..."
+  // (or "[json.exception.out_of_range.406] number overflow parsing '1e999'"); the bracketed
+  // id means nothing to a user.
   std::string text = e.what();
   const auto close = text.find("] ");
   if (text.rfind("[json.exception.", 0) == 0 && close != std::string::npos) text.erase(0, close + 2);
@@ -160,19 +167,29 @@ std::vector<std::int64_t> layer_windows(const Config& c, const std::string& mode
 }
 
 // Bits per stored weight from quantization_config, or 0 when the weights are stored as
-// torch_dtype (or in a scheme this does not recognise).
+// torch_dtype (or in a scheme this does not recognise). A field of the wrong type is an
+// error naming it, like any other field.
 std::int64_t quantized_weight_bits(const Config& c) {
   const json* q = c.find("quantization_config");
   if (q == nullptr || !q->is_object()) return 0;
-  const std::string method = q->value("quant_method", std::string{});
-  if (method == "fp8") return 8;
+  auto field = [&](const char* key, bool (json::*is_type)() const noexcept, const char* type) -> const json* {
+    const auto it = q->find(key);
+    if (it == q->end() || it->is_null()) return nullptr;
+    if (!((*it).*is_type)()) c.fail(std::string("quantization_config.") + key, std::string("expected ") + type + ", got " + it->dump());
+    return &*it;
+  };
+  const json* method = field("quant_method", &json::is_string, "a string");
+  const std::string method_name = method != nullptr ? method->get<std::string>() : std::string{};
+  if (method_name == "fp8") return 8;
   const auto bits = q->find("bits");
   if (bits != q->end() && bits->is_number_integer() && bits->get<std::int64_t>() > 0) {
     return bits->get<std::int64_t>();  // AWQ, GPTQ
   }
-  if (method == "bitsandbytes") {
-    if (q->value("load_in_4bit", false)) return 4;
-    if (q->value("load_in_8bit", false)) return 8;
+  if (method_name == "bitsandbytes") {
+    const json* four = field("load_in_4bit", &json::is_boolean, "true or false");
+    if (four != nullptr && four->get<bool>()) return 4;
+    const json* eight = field("load_in_8bit", &json::is_boolean, "true or false");
+    if (eight != nullptr && eight->get<bool>()) return 8;
   }
   return 0;
 }
@@ -183,7 +200,8 @@ ModelSpec parse_hf_config(std::string_view json_text, const std::string& path) {
   json root;
   try {
     root = json::parse(json_text.begin(), json_text.end());
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
+    // parse_error, and out_of_range for a number too large for a double (1e999).
     throw InputError(Location{path, 0, ""}, "not valid JSON: " + parse_error_text(e));
   }
   if (!root.is_object()) throw InputError(Location{path, 0, ""}, "expected a JSON object at the top level");
@@ -234,9 +252,9 @@ ModelSpec parse_hf_config(std::string_view json_text, const std::string& path) {
   if (const auto experts = c.optional_positive("n_routed_experts")) {  // DeepSeek
     MoeDims moe;
     moe.routed_experts = *experts;
-    moe.shared_experts = c.integer("n_shared_experts").value_or(0);
+    moe.shared_experts = c.optional_non_negative("n_shared_experts").value_or(0);
     moe.expert_intermediate_size = c.required_positive("moe_intermediate_size");
-    moe.dense_layers = c.integer("first_k_dense_replace").value_or(0);
+    moe.dense_layers = c.optional_non_negative("first_k_dense_replace").value_or(0);
     m.moe = moe;
   } else if (const auto local = c.optional_positive("num_local_experts")) {  // Mixtral
     m.moe = MoeDims{*local, 0, m.intermediate_size, 0};

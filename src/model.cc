@@ -230,14 +230,14 @@ std::vector<KvLayout> kv_stage_layouts(const ModelSpec& model, const KvOptions& 
     // heads are still split, so tp must divide them.
     kv_heads_per_device(1, model.num_attention_heads, options.tensor_parallel);
     heads = 1;
-    k_dim = model.mla->kv_lora_rank + model.mla->qk_rope_head_dim;
+    k_dim = checked_add(model.mla->kv_lora_rank, model.mla->qk_rope_head_dim, "MLA latent width");
     v_dim = 0;
   } else if (model.mla) {
     // Hugging Face's DeepseekV3Attention caches K = [nope | rope] and V per head, before any
     // padding of V for flash attention.
     heads = kv_heads_per_device(model.num_key_value_heads, model.num_attention_heads,
                                 options.tensor_parallel);
-    k_dim = model.mla->qk_nope_head_dim + model.mla->qk_rope_head_dim;
+    k_dim = checked_add(model.mla->qk_nope_head_dim, model.mla->qk_rope_head_dim, "MLA key width");
     v_dim = model.mla->v_head_dim;
   } else {
     heads = kv_heads_per_device(model.num_key_value_heads, model.num_attention_heads,

@@ -90,7 +90,7 @@ Outcome PagedAllocator::grow(RequestSlot slot, std::int64_t tokens, std::int64_t
   // The common case, a decode step with nothing to drop or fork, takes at most one block
   // per sequence and group without the general bookkeeping below.
   if (step_tokens == 1 && !free_outside_window_ && (r.forked || r.n == 1 || tokens <= r.prompt_tokens)) {
-    const std::int64_t new_blocks = ceil_div(tokens, block_tokens_);
+    const std::int64_t new_blocks = tokens / block_tokens_ + (tokens % block_tokens_ != 0);  // ceil, without overflow
     if (new_blocks > r.blocks) {
       const std::int64_t copies = r.forked ? r.n : 1;
       if (!pool_.fits((new_blocks - r.blocks) * copies * bytes_per_block_all_groups_)) return Outcome::no_room;
@@ -114,7 +114,7 @@ Outcome PagedAllocator::grow(RequestSlot slot, std::int64_t tokens, std::int64_t
   const bool fork = !r.forked && r.n > 1 && tokens > r.prompt_tokens;
   const std::int64_t s = shared_blocks(r);
   const bool partial_prompt_block = r.prompt_tokens % block_tokens_ != 0;
-  const std::int64_t new_blocks = ceil_div(tokens, block_tokens_);
+  const std::int64_t new_blocks = tokens / block_tokens_ + (tokens % block_tokens_ != 0);  // ceil, without overflow
   const bool forked_after = r.forked || fork;
 
   // First what the step needs and frees, so that a step that does not fit changes nothing.
@@ -126,13 +126,21 @@ Outcome PagedAllocator::grow(RequestSlot slot, std::int64_t tokens, std::int64_t
     const std::int64_t block_bytes = pool_.block_bytes(g);
     drop_to_[g] = std::max(t.dropped, droppable_blocks(g, tokens_before));
     freed_bytes += range_bytes(r, g, t.dropped, drop_to_[g]);
-    if (fork && partial_prompt_block && s < r.blocks) need_bytes += (r.n - 1) * block_bytes;
+    // The fork copies the block holding the prompt's partial tail, unless the window has
+    // passed it by the end of this step's drop.
+    if (fork && partial_prompt_block && s < r.blocks && drop_to_[g] <= s) need_bytes += (r.n - 1) * block_bytes;
     const std::int64_t first_new = std::max(r.blocks, drop_to_[g]);
     if (first_new < new_blocks) {
+      // Checked: the engine refuses requests whose bytes overflow, but not the rounding up
+      // to whole blocks of n samples near that edge.
       const std::int64_t copies_past_prompt = forked_after ? r.n : 1;
       const std::int64_t shared_new = forked_after ? overlap(first_new, new_blocks, 0, s) : new_blocks - first_new;
       const std::int64_t own_new = (new_blocks - first_new) - shared_new;
-      need_bytes += (shared_new + own_new * copies_past_prompt) * block_bytes;
+      const char* what = "paged: the bytes of a request's new blocks";
+      need_bytes = checked_add(
+          need_bytes,
+          checked_mul(checked_add(shared_new, checked_mul(own_new, copies_past_prompt, what), what), block_bytes, what),
+          what);
     }
   }
   if (!pool_.fits(need_bytes - freed_bytes)) return Outcome::no_room;
@@ -146,18 +154,20 @@ Outcome PagedAllocator::grow(RequestSlot slot, std::int64_t tokens, std::int64_t
     const auto extra_refs = static_cast<std::uint32_t>(r.n - 1);
     for (std::size_t g = 0; g < groups_.size(); ++g) {
       Tables& t = tables(slot, g);
-      // The window drops history as of the step's start, which is inside the prompt.
-      check(t.dropped <= s, "paged: prompt blocks left the window before the prompt completed");
       t.samples.resize(static_cast<std::size_t>(r.n));
       for (auto& sample : t.samples) sample.clear();
       if (s < r.blocks) {
         // Copy-on-write of the block holding the prompt's partial tail: the first sample
-        // keeps it, every further sample writes its first token into a copy.
-        t.samples[0].push_back(t.shared[static_cast<std::size_t>(s)]);
+        // keeps it, every further sample writes its first token into a copy. A step that
+        // starts inside the prompt keeps it; one that starts a whole window past the
+        // prompt (a call that skipped the decode steps between) has freed it already, and
+        // then no sample holds it.
+        const BlockId partial = t.shared[static_cast<std::size_t>(s)];
+        t.samples[0].push_back(partial);
         t.shared.resize(static_cast<std::size_t>(s));
         for (std::int64_t j = 1; j < r.n; ++j) {
-          t.samples[static_cast<std::size_t>(j)].push_back(pool_.take(g));
-          copied_bytes_ += pool_.block_bytes(g);
+          t.samples[static_cast<std::size_t>(j)].push_back(partial == kNullBlock ? kNullBlock : pool_.take(g));
+          if (partial != kNullBlock) copied_bytes_ += pool_.block_bytes(g);
         }
       }
       for (BlockId id : t.shared) {
@@ -247,6 +257,9 @@ std::int64_t PagedAllocator::next_event_tokens(RequestSlot slot) const {
   auto consider = [&](std::int64_t at) {
     if (at > r.tokens) next = std::min(next, at);
   };
+  // The n samples fork at the first token past the prompt: from then on each holds its own
+  // blocks, so a request grown to exactly its prompt must be called again one token later.
+  if (!r.forked && r.n > 1) consider(r.prompt_tokens + 1);
   for (std::size_t g = 0; g < groups_.size(); ++g) {
     const std::int64_t w = groups_[g].window_tokens;
     if (w == 0) continue;
@@ -256,8 +269,13 @@ std::int64_t PagedAllocator::next_event_tokens(RequestSlot slot) const {
     consider(t.dropped * block_tokens_ + w);
     consider(shared_blocks(r) * block_tokens_ + w);
     consider(r.prompt_tokens + w);
-    // The first held block leaves the window (decode steps start with tokens - 1 computed).
-    if (groups_[g].frees && t.dropped < r.blocks) consider((t.dropped + 1) * block_tokens_ + w);
+    // The first held block leaves the window: a decode step to length t starts with t - 1
+    // computed, so block `dropped` goes at t = (dropped + 1) * block + W, or at the very
+    // next step when the last grow was a chunk that started early enough to keep it (a
+    // prompt longer than the window, stored whole, loses most of it at the first decode).
+    if (groups_[g].frees && t.dropped < r.blocks) {
+      consider(std::max((t.dropped + 1) * block_tokens_ + w, r.tokens + 1));
+    }
   }
   return next;
 }
@@ -316,7 +334,7 @@ void PagedAllocator::check_invariants() const {
   for (RequestSlot slot = 0; slot < requests_.size(); ++slot) {
     const Request& r = requests_[slot];
     if (!r.live) continue;
-    check(r.blocks == ceil_div(r.tokens, block_tokens_), "paged: block count does not cover the tokens");
+    check(r.blocks == r.tokens / block_tokens_ + (r.tokens % block_tokens_ != 0), "paged: block count does not cover the tokens");
     const std::int64_t s = r.forked ? std::min(shared_blocks(r), r.blocks) : r.blocks;
     for (std::size_t g = 0; g < groups_.size(); ++g) {
       const Tables& t = tables(slot, g);

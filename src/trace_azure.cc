@@ -1,7 +1,7 @@
 // Azure LLM inference traces, 2023 (Splitwise) and 2024 (DynamoLLM):
 //   TIMESTAMP,ContextTokens,GeneratedTokens
 //   2023-11-16 18:15:46.6805900,374,44
-// Arrival is the time since the first row, exact to the 100 ns the timestamps carry.
+// Arrival is the time since the first (good) row, exact to the 100 ns the timestamps carry.
 // The files have no request ids: a request's id is its row number among the data rows,
 // from 1 (the header is not counted).
 #include <charconv>
@@ -137,6 +137,11 @@ class AzureReader final : public CsvReader {
       return fail(label("TIMESTAMP"),
                   "expected a date and time such as \"2023-11-16 18:15:46.6805900\", got " + quote_text(stamp));
     }
+    if (!parse_count("ContextTokens", field(prompt_col_), out.prompt_tokens)) return Row::bad;
+    if (!parse_count("GeneratedTokens", field(output_col_), out.output_tokens)) return Row::bad;
+    // Time starts at the first good row. (Were it a bad row's, the first request returned
+    // could arrive before it, at a negative time that the arrival-order check, which
+    // compares with the previous request, never sees.)
     if (!have_origin_) {
       origin_ns_ = absolute_ns;
       have_origin_ = true;
@@ -146,8 +151,6 @@ class AzureReader final : public CsvReader {
     if (__builtin_sub_overflow(absolute_ns, origin_ns_, &out.arrival_ns)) {
       return fail(label("TIMESTAMP"), quote_text(stamp) + " is too far from the first row's time");
     }
-    if (!parse_count("ContextTokens", field(prompt_col_), out.prompt_tokens)) return Row::bad;
-    if (!parse_count("GeneratedTokens", field(output_col_), out.output_tokens)) return Row::bad;
     return Row::ok;
   }
 

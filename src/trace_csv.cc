@@ -20,7 +20,7 @@ class NativeCsvReader final : public CsvReader {
       const int known = native_field_index(header_[i]);
       if (known < 0) {
         // A typo such as "promt_tokens" would otherwise silently drop a value.
-        fail_file(header_line_, "unknown column '" + header_[i] + "' (a native CSV trace has columns " +
+        fail_file(header_line_, "unknown column '" + printable(header_[i]) + "' (a native CSV trace has columns " +
                                     native_field_list() + ")");
       }
       col_[static_cast<std::size_t>(known)] = static_cast<int>(i);
@@ -61,10 +61,20 @@ class NativeCsvReader final : public CsvReader {
     return true;
   }
 
+  // Names are text: bytes that are not UTF-8 (a file cut inside a character, or not text
+  // at all) would make a converted JSONL trace that no JSON reader accepts.
+  bool text_is_utf8(std::string_view name, std::string_view text) {
+    const std::size_t bad = invalid_utf8_at(text);
+    if (bad == std::string_view::npos) return true;
+    fail(label(name), "not valid UTF-8 at byte " + std::to_string(bad + 1) + " of " + quote_text(text));
+    return false;
+  }
+
   Row parse_line(std::string_view line, Request& out) override {
     if (!split_row(line)) return Row::bad;
     const std::string_view id = field(col(F::id));
     if (id.empty()) return fail(label("id"), "expected a request id, got nothing");
+    if (!text_is_utf8("id", id)) return Row::bad;
     out.id.assign(id.data(), id.size());
     if (!parse_time("arrival", field(col(F::arrival)), out.arrival_ns, false)) return Row::bad;
     if (!parse_count("prompt_tokens", field(col(F::prompt_tokens)), out.prompt_tokens)) return Row::bad;
@@ -87,6 +97,7 @@ class NativeCsvReader final : public CsvReader {
       if (!parse_count("n", cell(F::n), out.n)) return Row::bad;
       if (out.n < 1) return fail(label("n"), "expected at least 1 parallel sample, got " + quote_text(cell(F::n)));
     }
+    if (!text_is_utf8("session", cell(F::session))) return Row::bad;
     out.session.assign(cell(F::session));
     if (!optional_time(F::start, out.start_ns)) return Row::bad;
     if (!optional_time(F::first_token, out.first_token_ns)) return Row::bad;

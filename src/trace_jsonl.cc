@@ -114,9 +114,16 @@ class JsonlReader : public RowReader {
     std::string what = e.what();
     const auto colon = what.find(": ");
     if (colon != std::string::npos) what = what.substr(colon + 2);
+    // nlohmann ends with the token it last read, which may be a whole 10 MB line: keep its
+    // ends, as quote_text() does for our own messages.
+    const auto last_read = what.find("; last read: ");
+    if (last_read != std::string::npos && what.size() - last_read > 120) {
+      const std::size_t token = last_read + 13;
+      what = what.substr(0, token) + quote_text(std::string_view(what).substr(token));
+    }
     const std::string hint =
         lines_.line_terminated() ? "" : " (the file ends in the middle of this line: was it cut short?)";
-    return stop("", "malformed JSON at column " + std::to_string(position) + ": " + what + hint);
+    return stop("", "malformed JSON at column " + std::to_string(position) + ": " + printable(what) + hint);
   }
 
  protected:

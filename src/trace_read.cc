@@ -1,5 +1,6 @@
 #include "trace_read.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <limits>
@@ -40,8 +41,11 @@ LineReader::LineReader(const std::string& path) : path_(path) {
     total_ = size > 0 ? size : 0;
     std::rewind(file_);
   }
-  capacity_ = kInitialBuffer;
-  buffer_ = std::make_unique<char[]>(capacity_);
+  // A file smaller than the buffer fits whole in one just large enough (one more byte, so
+  // that the read which finds the end does not have to grow it): detecting a format and
+  // reading a small file then costs kilobytes, not 2 MiB (which dominated fuzzing).
+  capacity_ = total_ > 0 ? std::min(kInitialBuffer, static_cast<std::size_t>(total_) + 1) : kInitialBuffer;
+  buffer_ = std::make_unique_for_overwrite<char[]>(capacity_);
 }
 
 LineReader::~LineReader() {
@@ -57,7 +61,7 @@ bool LineReader::refill() {
     end_ = unread;
   }
   if (end_ == capacity_) {
-    auto bigger = std::make_unique<char[]>(capacity_ * 2);
+    auto bigger = std::make_unique_for_overwrite<char[]>(capacity_ * 2);
     std::memcpy(bigger.get(), buffer_.get(), end_);
     buffer_ = std::move(bigger);
     capacity_ *= 2;
@@ -130,19 +134,85 @@ void ErrorList::throw_all() const {
 // ---------------------------------------------------------------------------------------
 // Small helpers
 
+std::size_t utf8_sequence_length(std::string_view text, std::size_t at) {
+  const auto byte = [&](std::size_t i) { return static_cast<unsigned char>(text[i]); };
+  const unsigned char lead = byte(at);
+  if (lead < 0x80) return 1;
+  std::size_t length = 0;
+  unsigned char low = 0x80;  // the second byte's range excludes overlong forms and surrogates
+  unsigned char high = 0xBF;
+  if (lead >= 0xC2 && lead <= 0xDF) {
+    length = 2;
+  } else if (lead >= 0xE0 && lead <= 0xEF) {
+    length = 3;
+    if (lead == 0xE0) low = 0xA0;
+    if (lead == 0xED) high = 0x9F;
+  } else if (lead >= 0xF0 && lead <= 0xF4) {
+    length = 4;
+    if (lead == 0xF0) low = 0x90;
+    if (lead == 0xF4) high = 0x8F;
+  } else {
+    return 0;
+  }
+  if (at + length > text.size()) return 0;
+  if (byte(at + 1) < low || byte(at + 1) > high) return 0;
+  for (std::size_t i = at + 2; i < at + length; ++i) {
+    if (byte(i) < 0x80 || byte(i) > 0xBF) return 0;
+  }
+  return length;
+}
+
+std::size_t invalid_utf8_at(std::string_view text) {
+  for (std::size_t i = 0; i < text.size();) {
+    const std::size_t length = utf8_sequence_length(text, i);
+    if (length == 0) return i;
+    i += length;
+  }
+  return std::string_view::npos;
+}
+
+namespace {
+
+// Appends `text` with control characters and bytes that are not UTF-8 written as \xNN, so
+// that a message about a binary file prints as text and cannot drive the terminal.
+void append_printable(std::string& out, std::string_view text) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  for (std::size_t i = 0; i < text.size();) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    const std::size_t length = utf8_sequence_length(text, i);
+    if (length == 0 || c < 0x20 || c == 0x7F) {
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 0xF];
+      ++i;
+    } else {
+      out.append(text.substr(i, length));
+      i += length;
+    }
+  }
+}
+
+}  // namespace
+
+std::string printable(std::string_view text) {
+  std::string out;
+  append_printable(out, text);
+  return out;
+}
+
 std::string quote_text(std::string_view text) {
   constexpr std::size_t kMax = 80;
   // Built by appending: GCC 12 at -O3 warns (-Wrestrict, a false positive) on
   // "literal" + std::string temporaries here.
   std::string out = "\"";
   if (text.size() <= kMax) {
-    out.append(text);
+    append_printable(out, text);
     out += '"';
     return out;
   }
-  out.append(text.substr(0, 40));
+  append_printable(out, text.substr(0, 40));
   out += "...";
-  out.append(text.substr(text.size() - 37));
+  append_printable(out, text.substr(text.size() - 37));
   out += "\" (";
   out += std::to_string(text.size());
   out += " bytes)";
@@ -339,6 +409,13 @@ bool RowReader::parse_hash_list(std::string_view name, std::string_view text, st
 }
 
 bool RowReader::validate(const Request& r) {
+  if (r.n > kMaxSamples) {
+    // Like a typo of 3200000000 layers in a config: an error, not an allocation of a table
+    // per sample (and byte counts that overflow).
+    fail(label("n"), std::to_string(r.n) + " parallel samples is implausible (at most " +
+                         std::to_string(kMaxSamples) + " are accepted)");
+    return false;
+  }
   if (r.max_tokens && *r.max_tokens < r.output_tokens) {
     fail(label(names_.max_tokens), std::to_string(*r.max_tokens) + " is less than " + std::string(names_.output) +
                                        " " + std::to_string(r.output_tokens) +
@@ -370,7 +447,8 @@ bool RowReader::validate(const Request& r) {
       fail(label(names_.prefix_hashes), "prefix hashes need a block size: set prefix_block_tokens to at least 1");
       return false;
     }
-    const auto blocks = ceil_div(r.prompt_tokens, r.prefix_block_tokens);
+    // ceil(prompt / block) without ceil_div's a + b - 1, which overflows near 2^63.
+    const std::int64_t blocks = r.prompt_tokens / r.prefix_block_tokens + (r.prompt_tokens % r.prefix_block_tokens != 0);
     if (static_cast<std::int64_t>(r.prefix_hashes.size()) > blocks) {
       fail(label(names_.prefix_hashes),
            std::to_string(r.prefix_hashes.size()) + " hashes, but a prompt of " + std::to_string(r.prompt_tokens) +

@@ -77,7 +77,22 @@ class ErrorList {
   std::vector<InputError> errors_;
 };
 
+// The most parallel samples (n) a request may ask for: far beyond any serving engine's
+// limit (OpenAI's API allows 128), low enough that n x anything stays far from overflow.
+inline constexpr std::int64_t kMaxSamples = 65'536;
+
+// The length of the well-formed UTF-8 sequence starting at text[at] (1 to 4), or 0 when
+// the bytes there are not one (a stray continuation byte, an overlong form, a surrogate, a
+// sequence cut short).
+std::size_t utf8_sequence_length(std::string_view text, std::size_t at);
+// The offset of the first byte of `text` that is not well-formed UTF-8, or npos.
+std::size_t invalid_utf8_at(std::string_view text);
+
+// `text` for a message, with control characters and bytes that are not UTF-8 shown as \xNN.
+std::string printable(std::string_view text);
+
 // `text` quoted for a message, shortened when long: "12x", "aaaa...aaa" (80 bytes).
+// Control characters and bytes that are not UTF-8 are shown as \xNN.
 std::string quote_text(std::string_view text);
 
 // " (write it without an exponent)" when `text` looks like 1e3 or 2.5E-4, else "": times

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
+#include <string_view>
 #include <unordered_set>
 
 #include "kvsim/error.h"
@@ -28,11 +29,11 @@ struct TraceStatsBuilder::State {
 
 namespace {
 
-LengthSummary summarize(std::vector<std::int64_t> values) {
+LengthSummary summarize(std::vector<std::int64_t> values, std::string_view name) {
   LengthSummary s;
   if (values.empty()) return s;
   std::sort(values.begin(), values.end());
-  for (auto v : values) s.total += v;
+  for (auto v : values) s.total = checked_add(s.total, v, name);
   // Means are computed from the exact total; the division is the only rounding.
   s.mean = static_cast<double>(s.total) / static_cast<double>(values.size());
   s.min = values.front();
@@ -103,7 +104,7 @@ void TraceStatsBuilder::add(const Request& r) {
   if (r.cancel_ns) ++c.cancelled;
   if (r.max_tokens) ++c.with_max_tokens;
   if (r.n > 1) ++c.parallel_requests;
-  c.samples += r.n;
+  c.samples = checked_add(c.samples, r.n, "the sum of n over the trace");
   if (!r.session.empty()) {
     ++c.session_requests;
     s.sessions.insert(r.session);
@@ -116,13 +117,13 @@ void TraceStatsBuilder::add(const Request& r) {
       c.prefix_block_tokens = -1;
     }
     ++c.prefix_requests;
-    c.prefix_tokens += r.prompt_tokens;
+    c.prefix_tokens = checked_add(c.prefix_tokens, r.prompt_tokens, "the sum of prompt_tokens over the trace");
     for (std::size_t i = 0; i < r.prefix_hashes.size(); ++i) {
       ++c.prefix_blocks;
       if (!s.hashes.insert(r.prefix_hashes[i]).second) {
         ++c.prefix_blocks_seen;
         const std::int64_t block_start = static_cast<std::int64_t>(i) * r.prefix_block_tokens;
-        c.prefix_tokens_seen += std::min(r.prefix_block_tokens, r.prompt_tokens - block_start);
+        c.prefix_tokens_seen += std::min(r.prefix_block_tokens, r.prompt_tokens - block_start);  // <= prefix_tokens
       }
     }
   }
@@ -138,8 +139,8 @@ TraceStats TraceStatsBuilder::finish() const {
     out.rate_per_s = static_cast<double>(s.gaps) * 1e9 / static_cast<double>(out.duration_ns);
     out.interarrival_cv = std::sqrt(s.gap_m2 / static_cast<double>(s.gaps)) / s.gap_mean;
   }
-  out.prompt_tokens = summarize(s.prompts);
-  out.output_tokens = summarize(s.outputs);
+  out.prompt_tokens = summarize(s.prompts, "the sum of prompt_tokens over the trace");
+  out.output_tokens = summarize(s.outputs, "the sum of output_tokens over the trace");
   out.sessions = static_cast<std::int64_t>(s.sessions.size());
   return out;
 }
@@ -147,8 +148,14 @@ TraceStats TraceStatsBuilder::finish() const {
 TraceStats compute_trace_stats(TraceReader& reader) {
   TraceStatsBuilder builder;
   Request r;
-  while (reader.next(r)) builder.add(r);
-  return builder.finish();
+  try {
+    while (reader.next(r)) builder.add(r);
+    return builder.finish();
+  } catch (const InputError& e) {
+    // A total that does not fit (lengths near 2^63) is the file's fault: say which file.
+    if (!e.where().file.empty()) throw;
+    throw InputError(Location{reader.path(), 0, ""}, e.problem());
+  }
 }
 
 std::string format_trace_stats(const TraceStats& s) {

@@ -44,12 +44,14 @@ inline std::filesystem::path scratch_dir(const std::string& tag) {
   return dir;
 }
 
-// Runs `kvsim args...` with stdin from /dev/null.
-inline CliResult run_cli(const std::vector<std::string>& args) {
+// Runs `kvsim args...` with stdin from /dev/null. With `timeout_s` > 0 the program is
+// killed after that many seconds, and the exit code is then timeout(1)'s 124.
+inline CliResult run_cli(const std::vector<std::string>& args, int timeout_s = 0) {
   const auto dir = scratch_dir("cli");
   const auto out_path = dir / "stdout";
   const auto err_path = dir / "stderr";
-  std::string command = shell_quote(KVSIM_BINARY);
+  std::string command = timeout_s > 0 ? "timeout " + std::to_string(timeout_s) + " " : std::string{};
+  command.append(shell_quote(KVSIM_BINARY));
   for (const auto& a : args) command += " " + shell_quote(a);
   // Appended piece by piece: GCC 12 at -O3 warns (-Wrestrict, falsely) on one long chain of +.
   command.append(" </dev/null >");

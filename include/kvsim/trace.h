@@ -3,7 +3,7 @@
 // A TraceReader streams requests one at a time, in arrival order, from a file in the native
 // format (traces/README.md) or one of the imported formats; memory does not grow with the
 // trace's length (except with TraceOptions::sort, which must see everything to sort it).
-// Every row is validated as it is read: non-negative integers, n >= 1, max_tokens >=
+// Every row is validated as it is read: non-negative integers, 1 <= n <= 65,536, max_tokens >=
 // output_tokens, cancellation not before arrival, arrival <= start <= first_token <=
 // finish, prefix hashes no more than the prompt's blocks, and arrivals that never go
 // backwards. Unique ids are *not* checked: that would need memory that grows with the trace.

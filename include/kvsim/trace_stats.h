@@ -77,8 +77,10 @@ class TraceStatsBuilder {
   TraceStatsBuilder(const TraceStatsBuilder&) = delete;
   TraceStatsBuilder& operator=(const TraceStatsBuilder&) = delete;
 
+  // Throws InputError when a total (of n, of prompt tokens) no longer fits in 64 bits.
   void add(const Request& r);
-  // The statistics of everything added so far.
+  // The statistics of everything added so far. Throws InputError when a length's total
+  // does not fit in 64 bits.
   TraceStats finish() const;
 
  private:
@@ -86,7 +88,8 @@ class TraceStatsBuilder {
   std::unique_ptr<State> state_;
 };
 
-// Reads the whole trace and summarises it. Throws what the reader throws.
+// Reads the whole trace and summarises it. Throws what the reader throws, and InputError
+// naming the reader's file when a total does not fit in 64 bits.
 TraceStats compute_trace_stats(TraceReader& reader);
 
 // The statistics as text for people (aligned lines, thousands separated) and as JSON

@@ -8,14 +8,17 @@
 namespace kvsim::cli {
 namespace {
 std::string g_synopsis;
+std::string g_command = "kvsim";
 }  // namespace
 
 const std::string& current_synopsis() { return g_synopsis; }
+const std::string& current_command() { return g_command; }
 
 bool parse_options(const Invocation& inv, const CommandSpec& spec, po::options_description& options,
                    const po::positional_options_description& positional, po::variables_map& vm,
                    const po::options_description* hidden) {
   g_synopsis = spec.synopsis;
+  g_command = inv.command;
   options.add_options()("help,h", "show this help and exit");
   po::options_description all;
   all.add(options);
@@ -48,6 +51,7 @@ bool parse_options(const Invocation& inv, const CommandSpec& spec, po::options_d
 
 int dispatch(const Invocation& inv, const std::string& description,
              const std::vector<Subcommand>& subcommands) {
+  g_command = inv.command;
   auto print_list = [&](std::FILE* to) {
     fmt::print(to, "Usage: {} <command> [options]\n\n{}\n\nCommands:\n", inv.command, description);
     for (const auto& sub : subcommands) fmt::print(to, "  {:<10} {}\n", sub.name, sub.summary);
@@ -68,7 +72,10 @@ int dispatch(const Invocation& inv, const std::string& description,
       return sub.run(inner);
     }
   }
-  throw UsageError("unknown command '" + name + "'");
+  std::string names;
+  for (const auto& sub : subcommands) names += (names.empty() ? "" : ", ") + sub.name;
+  throw UsageError("unknown command '" + name + "' (commands: " + names + ")\nUsage: " + inv.command +
+                   " <command> [options]");
 }
 
 }  // namespace kvsim::cli

@@ -53,6 +53,9 @@ bool parse_options(const Invocation& inv, const CommandSpec& spec, po::options_d
 
 // The synopsis of the command whose options were parsed last, for usage messages.
 const std::string& current_synopsis();
+// The command being run as far as it is known ("kvsim trace stats", or "kvsim trace" when
+// its subcommand is not one): whose --help a usage message points to.
+const std::string& current_command();
 
 // Dispatches to one of `subcommands` by inv.args[0] (with --help listing them).
 struct Subcommand {

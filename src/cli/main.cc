@@ -15,15 +15,10 @@ constexpr const char* kDescription =
     "kvsim replays LLM request traces through KV-cache allocators and reports, byte-exact,\n"
     "allocated slots versus effective tokens, fragmentation and peak occupancy.";
 
-// Prints a usage error naming the subcommand the user typed, so they know whose --help to
-// read, and returns exit code 2.
-int usage_error(const kvsim::cli::Invocation& inv, const std::string& message) {
-  std::string where = "kvsim";
-  for (const auto& arg : inv.args) {
-    if (arg.empty() || arg.front() == '-') break;
-    where += " " + arg;
-    if (arg != "trace") break;
-  }
+// Prints a usage error naming the command being run, so the user knows whose --help to
+// read (not a mistyped one's), and returns exit code 2.
+int usage_error(const std::string& message) {
+  const std::string& where = kvsim::cli::current_command();
   fmt::print(stderr, "{}: {}\nTry '{} --help'.\n", where, message, where);
   return kvsim::cli::kExitUsage;
 }
@@ -42,11 +37,11 @@ int main(int argc, char** argv) {
   try {
     return dispatch(inv, kDescription, commands);
   } catch (const UsageError& e) {
-    return usage_error(inv, e.what());
+    return usage_error(e.what());
   } catch (const kvsim::InputError& e) {
     // A value typed on the command line is usage; a file's contents are input.
     if (e.where().file.empty() && e.where().field.rfind("--", 0) == 0) {
-      return usage_error(inv, std::string(e.what()) + "\nUsage: " + current_synopsis());
+      return usage_error(std::string(e.what()) + "\nUsage: " + current_synopsis());
     }
     fmt::print(stderr, "kvsim: error: {}\n", e.what());
     return kExitInput;

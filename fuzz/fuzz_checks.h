@@ -1,0 +1,117 @@
+// What the fuzz targets check, shared with the regression tests that replay their findings
+// (tests/fuzz_regression_test.cc), so that a fixed finding stays fixed in every build.
+//
+// Each check runs one input through a reader (and the statistics) or the config loader. Bad input must end in
+// kvsim::InputError; a broken promise about what was accepted throws Finding; anything else
+// (another exception, a crash, a sanitizer report, a leak, a hang) escapes to the caller.
+// In a fuzz target, Finding and any other exception are uncaught, so libFuzzer reports them.
+#ifndef KVSIM_FUZZ_FUZZ_CHECKS_H_
+#define KVSIM_FUZZ_FUZZ_CHECKS_H_
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+#include "kvsim/budget.h"
+#include "kvsim/error.h"
+#include "kvsim/model.h"
+#include "kvsim/trace.h"
+#include "kvsim/trace_stats.h"
+
+namespace kvsim::fuzz {
+
+// A promise broken without a crash: e.g. a reader returned a request it should have rejected.
+class Finding : public std::logic_error {
+ public:
+  using std::logic_error::logic_error;
+};
+
+// Reads the trace at `path` to the end, summarising it as `kvsim trace stats` does; true
+// when it was accepted.
+inline bool read_trace_checked(const std::string& path, const TraceOptions& options) {
+  try {
+    auto reader = open_trace(path, options);
+    TraceStatsBuilder stats;
+    Request r;
+    std::int64_t previous_arrival = 0;
+    for (std::int64_t count = 0; reader->next(r); ++count) {
+      // What every reader promises of a request it returns (kvsim/trace.h).
+      const bool valid = r.prompt_tokens >= 0 && r.output_tokens >= 0 && r.n >= 1 && r.arrival_ns >= 0 &&
+                         r.arrival_ns >= previous_arrival && (!r.max_tokens || *r.max_tokens >= r.output_tokens) &&
+                         (!r.cancel_ns || *r.cancel_ns >= r.arrival_ns);
+      if (!valid) {
+        throw Finding("request #" + std::to_string(count + 1) + " ('" + r.id + "', arrival " +
+                      std::to_string(r.arrival_ns) + " ns) breaks the readers' validation promises");
+      }
+      previous_arrival = r.arrival_ns;
+      stats.add(r);
+    }
+    format_trace_stats(stats.finish());
+    return true;
+  } catch (const InputError&) {
+    return false;  // bad input, reported as such: the expected outcome
+  }
+}
+
+// One trace file, read as `format` (as a user's --format would), then with --sort (which
+// buffers, sorts and shifts the requests), then through format detection.
+inline void check_trace(TraceFormat format, const std::string& path) {
+  TraceOptions options;
+  options.format = format;
+  options.synthetic_rate_per_s = 3;  // length-only traces need an arrival process
+  options.max_errors = 4;            // enough to exercise error collection, cheaper than 20
+  read_trace_checked(path, options);
+  options.sort = true;
+  read_trace_checked(path, options);
+  try {
+    detect_trace_format(path);
+  } catch (const InputError&) {
+  }
+}
+
+// Sizes an accepted model as `kvsim size --config FILE --device H100-80GB` does: the budget,
+// every pipeline stage's layout, bytes for the longest sequence, vLLM's block pool.
+inline void size_model(const ModelSpec& model, const KvOptions& kv) {
+  try {
+    const std::int64_t tokens = model.max_position_embeddings > 0 ? model.max_position_embeddings : 4096;
+    BudgetOptions budget_options;
+    budget_options.device = "H100-80GB";
+    const Budget budget = derive_budget(model, kv, budget_options);
+    for (const KvLayout& stage : kv_stage_layouts(model, kv)) {
+      kv_bytes_for_tokens(stage, tokens);
+      const PagedOptions paging;
+      const PagedPool pool = paged_pool(stage, budget.kv_budget_bytes, paging);
+      request_blocks(stage, pool, tokens, paging);
+    }
+  } catch (const InputError&) {
+  }
+  try {
+    kv_bytes_for_tokens(kv_layout(model, kv), 1 << 20);
+  } catch (const InputError&) {
+  }
+}
+
+// One config.json text: loaded, then sized with the defaults and with a quantised,
+// decompressed, parallel placement. Arithmetic on a config's numbers must end in a result
+// or an InputError, never in undefined behaviour.
+inline void check_hf_config(std::string_view text) {
+  ModelSpec model;
+  try {
+    model = parse_hf_config(text, "config.json");
+  } catch (const InputError&) {
+    return;
+  }
+  KvOptions kv;
+  kv.dtype = default_kv_dtype(model);
+  size_model(model, kv);
+  kv.dtype = KvDtype::int4;
+  kv.mla_form = MlaForm::decompressed;
+  kv.tensor_parallel = 2;
+  kv.pipeline_parallel = 2;
+  size_model(model, kv);
+}
+
+}  // namespace kvsim::fuzz
+
+#endif  // KVSIM_FUZZ_FUZZ_CHECKS_H_

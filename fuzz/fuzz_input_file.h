@@ -1,0 +1,48 @@
+// The trace readers read a path, not a buffer: each fuzz input is written to one scratch
+// file per process and read back from there. The file lives in $KVSIM_FUZZ_TMPDIR (which
+// tools/fuzz makes, in memory, and removes), else in /dev/shm when there is one (memory,
+// not disk: rewriting it costs about a microsecond), else in $TMPDIR or /tmp.
+#ifndef KVSIM_FUZZ_FUZZ_INPUT_FILE_H_
+#define KVSIM_FUZZ_FUZZ_INPUT_FILE_H_
+
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+namespace kvsim::fuzz {
+
+// The scratch file's path, removed when the process exits normally (a crash leaves it for
+// tools/fuzz to remove with its directory).
+inline const std::string& input_path() {
+  // Never destroyed: the exit handler that removes the file runs after static destructors
+  // of objects constructed before it was registered, and must still read the path.
+  static const std::string* const path = [] {
+    std::string dir = "/tmp";
+    if (const char* tmp = std::getenv("TMPDIR"); tmp != nullptr && *tmp != '\0') dir = tmp;
+    if (::access("/dev/shm", W_OK) == 0) dir = "/dev/shm";
+    if (const char* own = std::getenv("KVSIM_FUZZ_TMPDIR"); own != nullptr && *own != '\0') dir = own;
+    return new std::string(dir + "/kvsim-fuzz-" + std::to_string(::getpid()) + ".input");
+  }();
+  static const bool removed_at_exit = std::atexit([] { std::remove(path->c_str()); }) == 0;
+  (void)removed_at_exit;
+  return *path;
+}
+
+// Replaces the scratch file's contents with `data`. Aborts (a harness failure, not a
+// finding in kvsim) when it cannot.
+inline const std::string& write_input(const std::uint8_t* data, std::size_t size) {
+  const std::string& path = input_path();
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (f == nullptr || (size > 0 && std::fwrite(data, 1, size, f) != size) || std::fclose(f) != 0) {
+    std::perror(path.c_str());
+    std::abort();
+  }
+  return path;
+}
+
+}  // namespace kvsim::fuzz
+
+#endif  // KVSIM_FUZZ_FUZZ_INPUT_FILE_H_

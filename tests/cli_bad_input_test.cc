@@ -1,0 +1,323 @@
+// The bad-input corpus for the command line (tests/data/cli/, plus 10 MB lines generated
+// here): for every trace reader, malformed files (binary garbage, truncated UTF-8, numbers
+// that overflow 64 bits, negative and NaN values, empty and header-only files, inconsistent
+// column counts), each run through both `kvsim trace stats` and `kvsim replay` under a
+// 20-second timeout, so that a hang fails the test. Each must exit 1 with its message, print
+// nothing on stdout, and never crash, hang, report an internal error or a sanitizer finding.
+// tests/trace_bad_test.cc's corpus (tests/data/traces/bad/) is replayed here too; its
+// messages are checked there. Option errors exit 2 with the usage.
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "cli_util.h"
+
+namespace {
+
+using kvsim::test::CliResult;
+using kvsim::test::run_cli;
+
+constexpr int kTimeoutS = 20;
+
+struct BadInput {
+  const char* file;                // in tests/data/cli/
+  std::vector<std::string> args;   // after the file, for both commands
+  int line;                        // 0: the message is about the file as a whole
+  const char* message;             // what follows "kvsim: error: FILE[:LINE]: "
+};
+
+std::string cli_data(const std::string& name) { return std::string(KVSIM_SOURCE_DIR) + "/tests/data/cli/" + name; }
+
+const std::vector<std::string> kRate = {"--rate", "2"};
+
+const BadInput kCases[] = {
+    // Binary garbage: detection gives up on it; each reader named with --format refuses it.
+    {"garbage.bin", {}, 1, "unrecognised trace format: the first line \"\\xA5M\\xCA\\x18%0"},
+    {"garbage.bin", {"--format", "native-csv"}, 1, "unknown column '\\xA5M\\xCA\\x18%0"},
+    {"garbage.bin", {"--format", "native-jsonl"}, 0, "2 bad rows:\n"},
+    {"garbage.bin", {"--format", "azure"}, 1, "missing column 'TIMESTAMP'"},
+    {"garbage.bin", {"--format", "burstgpt"}, 1, "missing column 'Timestamp'"},
+    {"garbage.bin", {"--format", "mooncake"}, 0, "2 bad rows:\n"},
+    {"garbage.bin", {"--format", "vidur"}, 1, "missing column 'arrived_at'"},
+    {"garbage.bin", {"--format", "lengths", "--rate", "2"}, 1, "a trace of lengths needs a prompt column"},
+    {"garbage.bin", {"--format", "token-ids"}, 0, "2 bad rows:\n"},
+
+    // Truncated UTF-8: in a name (CSV cells must be text, as JSONL's are), in JSON, at the
+    // end of a file cut short, in a byte-order mark.
+    {"native-csv-truncated-utf8-id.csv", {}, 2, "column 'id': not valid UTF-8 at byte 4 of \"caf\\xC3\""},
+    {"native-csv-truncated-utf8-at-end.csv", {}, 4,
+     "expected 4 columns, as in the header, got 1 (the file ends in the middle of this line: was it cut short?)"},
+    {"native-csv-truncated-bom.csv", {}, 1, "unknown column '\\xEF\\xBBid'"},
+    {"native-jsonl-truncated-utf8.jsonl", {}, 1, "malformed JSON in the first record: cannot tell the trace's format"},
+    {"native-jsonl-truncated-utf8.jsonl", {"--format", "native-jsonl"}, 1,
+     "malformed JSON at column 12: syntax error while parsing value - invalid string: ill-formed UTF-8 byte; "
+     "last read: '\"caf\\xC3\"'"},
+
+    // Numbers that overflow 64 bits (as text, or as nanoseconds once scaled), and one that
+    // fits but whose product with anything would not (n).
+    {"native-csv-arrival-overflow.csv", {}, 2,
+     "column 'arrival': \"9223372037\" seconds is too large (does not fit in 64-bit nanoseconds, about 292 years)"},
+    {"native-csv-huge-n.csv", {}, 2, "column 'n': 9223372036854775807 parallel samples is implausible (at most 65536"},
+    {"native-jsonl-overflow.jsonl", {}, 1, "field 'prompt_tokens': 18446744073709551616 is too large (does not fit in 64 bits)"},
+    {"native-jsonl-int64-overflow.jsonl", {}, 1, "field 'prompt_tokens': 9223372036854775808 is too large (does not fit in 64 bits)"},
+    {"azure-overflow.csv", {}, 2, "column 'ContextTokens': \"99999999999999999999\" is too large (does not fit in 64 bits)"},
+    {"burstgpt-overflow.csv", {}, 2, "column 'Timestamp': \"99999999999.5\" seconds is too large"},
+    {"mooncake-overflow.jsonl", {}, 1,
+     "field 'timestamp': 9223372036854775807 milliseconds is too large (does not fit in 64-bit nanoseconds)"},
+    {"mooncake-hash-overflow.jsonl", {}, 1, "field 'hash_ids': expected an array of non-negative integers, found 18446744073709551616"},
+    {"vidur-overflow.csv", {}, 2, "column 'num_decode_tokens': \"18446744073709551616\" is too large (does not fit in 64 bits)"},
+    {"lengths-overflow.csv", kRate, 2, "column 'num_prefill_tokens': \"100000000000000000000\" is too large"},
+    {"token-ids-overflow.jsonl", {}, 1, "field 'arrival_time_ns': 18446744073709551616 nanoseconds is too large"},
+
+    // Negative values, -0 included.
+    {"native-csv-negative-zero.csv", {}, 2, "column 'arrival': expected seconds (a non-negative decimal number), got a negative one: \"-0\""},
+    {"native-jsonl-negative.jsonl", {}, 1, "field 'output_tokens': expected a non-negative integer, got -5"},
+    {"azure-negative.csv", {}, 2, "column 'GeneratedTokens': expected a non-negative integer, got a negative one: \"-44\""},
+    {"burstgpt-negative.csv", {}, 2, "column 'Request tokens': expected a non-negative integer, got a negative one: \"-100\""},
+    {"mooncake-negative.jsonl", {}, 1, "field 'timestamp': expected milliseconds (a non-negative number), got -1"},
+    {"vidur-negative.csv", {}, 2, "column 'arrived_at': expected seconds (a non-negative decimal number), got a negative one: \"-0.5\""},
+    {"lengths-negative.csv", kRate, 2, "column 'num_decode_tokens': expected a non-negative integer, got a negative one: \"-5\""},
+    {"token-ids-negative.jsonl", {}, 1, "field 'input_tok_ids': expected an array of non-negative integers, found -2"},
+
+    // NaN and infinity: not numbers in CSV; not even JSON in JSONL (unless quoted).
+    {"native-csv-infinity.csv", {}, 2, "column 'arrival': expected seconds (a non-negative decimal number), got \"inf\""},
+    {"native-jsonl-nan.jsonl", {"--format", "native-jsonl"}, 1,
+     "malformed JSON at column 21: syntax error while parsing value - invalid literal; last read: '\"arrival\":N'"},
+    {"native-jsonl-nan-string.jsonl", {}, 1, "field 'arrival': expected seconds (a non-negative number), got the string \"NaN\""},
+    {"azure-nan.csv", {}, 2, "column 'TIMESTAMP': expected a date and time such as \"2023-11-16 18:15:46.6805900\", got \"NaN\""},
+    {"burstgpt-nan.csv", {}, 2, "column 'Timestamp': expected seconds (a non-negative decimal number), got \"nan\""},
+    {"mooncake-nan.jsonl", {}, 1, "malformed JSON in the first record: cannot tell the trace's format"},
+    {"mooncake-nan.jsonl", {"--format", "mooncake"}, 1, "malformed JSON at column 15: syntax error while parsing value"},
+    {"vidur-nan.csv", {}, 2, "column 'arrived_at': expected seconds (a non-negative decimal number), got \"NaN\""},
+    {"lengths-nan.csv", kRate, 2, "column 'num_prefill_tokens': expected a non-negative integer, got \"nan\""},
+    {"token-ids-nan.jsonl", {"--format", "token-ids"}, 1, "malformed JSON at column"},
+
+    // Empty (or blank) and header-only files.
+    {"native-jsonl-blank-lines-only.jsonl", {}, 0, "empty file: no header and no requests"},
+    {"native-jsonl-blank-lines-only.jsonl", {"--format", "native-jsonl"}, 0, "no requests in the file"},
+    {"azure-header-only.csv", {}, 0, "no requests in the file"},
+    {"burstgpt-header-only.csv", {}, 0, "no requests in the file"},
+    {"vidur-header-only.csv", {}, 0, "no requests in the file"},
+    {"lengths-header-only.csv", kRate, 0, "no requests in the file"},
+
+    // Rows whose column count differs from the header's.
+    {"native-csv-extra-column.csv", {}, 3, "expected 4 columns, as in the header, got 5"},
+    {"azure-column-count.csv", {}, 3, "expected 3 columns, as in the header, got 4"},
+    {"burstgpt-column-count.csv", {}, 2, "expected 6 columns, as in the header, got 5"},
+    {"vidur-column-count.csv", {}, 2, "expected 3 columns, as in the header, got 2"},
+    {"lengths-column-count.csv", kRate, 2, "expected 2 columns, as in the header, got 3"},
+
+    // Other mistakes readers must catch.
+    {"native-jsonl-not-an-object.jsonl", {"--format", "native-jsonl"}, 1, "expected a JSON object on each line"},
+    {"azure-before-first-row.csv", {}, 3, "column 'TIMESTAMP': arrival -1.68059 s is before the arrival 0 s on line 2"},
+    {"token-ids-count-mismatch.jsonl", {}, 1, "field 'input_toks': 3 tokens, but input_tok_ids has 2"},
+};
+
+// What every failing run must look like, whatever the input: exit 1 and one message, no
+// output, no crash, no sanitizer report, no internal error.
+void check_input_error(const CliResult& r, const std::string& starts_with) {
+  CHECK(r.exit_code == 1);
+  CHECK(r.out.empty());
+  CHECK_THAT(r.err, Catch::StartsWith(starts_with));
+  CHECK_THAT(r.err, !Catch::Contains("internal error") && !Catch::Contains("Sanitizer") &&
+                        !Catch::Contains("runtime error"));
+}
+
+std::vector<std::string> command(std::initializer_list<std::string> head, const std::string& path,
+                                 const std::vector<std::string>& args) {
+  std::vector<std::string> out(head);
+  out.push_back(path);
+  out.insert(out.end(), args.begin(), args.end());
+  return out;
+}
+
+// Runs `trace stats` and `replay` (the program's two readers of traces) on `path`.
+void check_both(const std::string& path, const std::vector<std::string>& args, const std::string& starts_with) {
+  {
+    INFO("kvsim trace stats");
+    check_input_error(run_cli(command({"trace", "stats"}, path, args), kTimeoutS), starts_with);
+  }
+  {
+    INFO("kvsim replay");
+    std::vector<std::string> replay_args = args;
+    replay_args.insert(replay_args.end(), {"--quiet", "--allocator", "dense-static,dynamic,paged,sliding-window"});
+    check_input_error(run_cli(command({"replay"}, path, replay_args), kTimeoutS), starts_with);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("cli bad input: every malformed file exits 1 with its message, through trace stats and replay") {
+  for (const BadInput& c : kCases) {
+    const std::string path = cli_data(c.file);
+    std::string args_text;
+    for (const auto& a : c.args) args_text += " " + a;
+    INFO(c.file << args_text);
+    const std::string where = c.line > 0 ? path + ":" + std::to_string(c.line) + ": " : path + ": ";
+    check_both(path, c.args, "kvsim: error: " + where + c.message);
+  }
+}
+
+TEST_CASE("cli bad input: the corpus has a case for every file in it") {
+  std::size_t files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(cli_data(""))) {
+    const std::string name = entry.path().filename().string();
+    bool listed = name == "native-csv-sum-overflows.csv";  // has its own test case below
+    for (const auto& c : kCases) listed = listed || name == c.file;
+    INFO(name);
+    CHECK(listed);
+    ++files;
+  }
+  CHECK(files >= 40);
+}
+
+TEST_CASE("cli bad input: 10 MB single lines are read, rejected and quoted short, without hanging") {
+  const auto dir = kvsim::test::scratch_dir("cli-bad-input");
+  const std::size_t ten_mb = std::size_t{10} << 20;
+  const auto write = [&](const std::string& name, const std::string& head, char fill, const std::string& tail) {
+    const auto path = (dir / name).string();
+    std::ofstream out(path, std::ios::binary);
+    out << head << std::string(ten_mb, fill) << tail;
+    return path;
+  };
+  const std::string size = std::to_string(ten_mb);
+  {
+    INFO("one 10 MB line, no line break: no format matches");
+    const auto path = write("ten-mb-line.txt", "", 'x', "");
+    check_both(path, {}, "kvsim: error: " + path + ":1: unrecognised trace format: the first line \"xxxx");
+    check_both(path, {}, "kvsim: error: " + path + ":1: unrecognised trace format: the first line \"" +
+                             std::string(40, 'x') + "..." + std::string(37, 'x') + "\" (" + size + " bytes)");
+  }
+  {
+    INFO("a native CSV row whose prompt_tokens is 10 MB of digits");
+    const auto path = write("ten-mb-number.csv", "id,arrival,prompt_tokens,output_tokens\na,0,", '7', ",5\n");
+    check_both(path, {}, "kvsim: error: " + path + ":2: column 'prompt_tokens': \"" + std::string(40, '7') + "..." +
+                             std::string(37, '7') + "\" (" + size + " bytes) is too large (does not fit in 64 bits)");
+  }
+  {
+    INFO("a JSONL record with a 10 MB id that never ends");
+    const auto path = write("ten-mb-string.jsonl", "{\"arrival\": 0, \"prompt_tokens\": 1, \"output_tokens\": 1, \"id\": \"", 'a', "");
+    // nlohmann's message ends with the whole token it read: kept short, like kvsim's own.
+    check_both(path, {"--format", "native-jsonl"},
+               "kvsim: error: " + path + ":1: malformed JSON at column " + std::to_string(ten_mb + 63) +
+                   ": syntax error while parsing value - invalid string: missing closing quote; last read: \"'\"" +
+                   std::string(38, 'a') + "..." + std::string(36, 'a') + "'\" (" + std::to_string(ten_mb + 3) +
+                   " bytes) (the file ends in the middle of this line: was it cut short?)\n");
+  }
+  {
+    INFO("a 10 MB Azure row of commas");
+    const auto path = write("ten-mb-commas.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n", ',', "\n");
+    check_both(path, {}, "kvsim: error: " + path + ":2: expected 3 columns, as in the header, got " +
+                             std::to_string(ten_mb + 1));
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("cli bad input: the bad-trace corpus fails replay exactly as it fails trace stats") {
+  // tests/trace_bad_test.cc checks each file's message through `trace stats`; replay reads
+  // traces the same way and must stop at the same place with the same words.
+  for (const auto& entry : std::filesystem::directory_iterator(std::string(KVSIM_SOURCE_DIR) + "/tests/data/traces/bad")) {
+    const std::string path = entry.path().string();
+    INFO(entry.path().filename());
+    const auto stats = run_cli({"trace", "stats", path}, kTimeoutS);
+    const auto replay = run_cli({"replay", path, "--quiet"}, kTimeoutS);
+    check_input_error(stats, "kvsim: error: " + path);
+    check_input_error(replay, "kvsim: error: " + path);
+    CHECK(replay.err == stats.err);
+  }
+}
+
+TEST_CASE("cli bad input: each bad config.json fails replay exactly as it fails size") {
+  for (const auto& entry : std::filesystem::directory_iterator(std::string(KVSIM_SOURCE_DIR) + "/tests/data/configs/bad")) {
+    const std::string path = entry.path().string();
+    INFO(entry.path().filename());
+    const auto size = run_cli({"size", "--config", path}, kTimeoutS);
+    const auto replay = run_cli({"replay", std::string(KVSIM_SOURCE_DIR) + "/traces/chat-mix.csv", "--config", path, "--quiet"},
+                                kTimeoutS);
+    check_input_error(size, "kvsim: error: " + path);
+    check_input_error(replay, "kvsim: error: " + path);
+    CHECK(replay.err == size.err);
+  }
+}
+
+TEST_CASE("cli bad input: lengths near 2^63 are an error for the statistics and refused by replay") {
+  // Each request fits in 64 bits, their sum does not: trace stats says so. Replay refuses
+  // each request as longer than the model (comparing without adding, so no overflow), the
+  // one outcome in this corpus that is not an error: it is what an engine does with them.
+  const std::string path = cli_data("native-csv-sum-overflows.csv");
+  check_input_error(run_cli({"trace", "stats", path}, kTimeoutS),
+                    "kvsim: error: " + path + ": the sum of prompt_tokens over the trace overflows 64 bits");
+  const auto r = run_cli({"replay", path, "--quiet", "--json"}, kTimeoutS);
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("\"refused_too_long\": 2"));
+  CHECK_THAT(r.err, !Catch::Contains("Sanitizer") && !Catch::Contains("runtime error"));
+  // Without a maximum model length to refuse them, a request near 2^63 tokens cannot be
+  // replayed at all: its bytes do not fit in 64 bits.
+  const auto dir = kvsim::test::scratch_dir("cli-bad-input");
+  const std::string huge = (dir / "huge-request.csv").string();
+  std::ofstream(huge) << "id,arrival,prompt_tokens,output_tokens\na,0,4611686018427387904,5\n";
+  for (const char* allocator : {"dense-static:reserve=oracle", "dynamic", "paged", "sliding-window"}) {
+    INFO(allocator);
+    check_input_error(run_cli({"replay", huge, "--quiet", "--allocator", allocator, "--max-model-len", "9223372036854775807"},
+                              kTimeoutS),
+                      "kvsim: error: " + huge + ": request #1 ('a'): n x (prompt + output tokens) x 131072 bytes per "
+                                                "token overflows 64 bits");
+  }
+  // A short request, but a row of the model's maximum length does not fit in 64-bit bytes:
+  // refused when the allocator would reserve it, before anything is allocated.
+  check_input_error(run_cli({"replay", std::string(KVSIM_SOURCE_DIR) + "/traces/chat-mix.csv", "--quiet", "--allocator",
+                             "dense-static", "--max-model-len", "9223372036854775807"},
+                            kTimeoutS),
+                    "kvsim: error: dense-static: a reserved row's bytes overflows 64 bits");
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("cli bad input: option errors print the usage and exit 2") {
+  const std::string trace = std::string(KVSIM_SOURCE_DIR) + "/traces/chat-mix.csv";
+  struct UsageCase {
+    std::vector<std::string> args;
+    const char* message;   // after "kvsim <command>: "
+    const char* synopsis;  // the usage line that must follow
+  };
+  const UsageCase cases[] = {
+      {{"replay", trace, "--frobnicate"}, "unrecognised option '--frobnicate'", "Usage: kvsim replay TRACE"},
+      {{"replay", trace, "--jobs", "many"}, "--jobs: expected a positive integer, got \"many\"", "Usage: kvsim replay TRACE"},
+      {{"replay", trace, "--max-model-len", "-5"}, "--max-model-len: expected a positive integer, got \"-5\"",
+       "Usage: kvsim replay TRACE"},
+      {{"replay", trace, "--max-batched-tokens", "99999999999999999999"},
+       "--max-batched-tokens: expected a positive integer, got \"99999999999999999999\"", "Usage: kvsim replay TRACE"},
+      {{"replay", trace, "--sample-every", "1e3"}, "--sample-every: expected a duration such as 250ms",
+       "Usage: kvsim replay TRACE"},
+      {{"replay", trace, "--rate", "NaN"}, "--rate: expected a positive number of requests per second, got \"NaN\"",
+       "Usage: kvsim replay TRACE"},
+      {{"replay", trace, "--schedule", "sometimes"}, "--schedule: expected auto, simulate or measured, got \"sometimes\"",
+       "Usage: kvsim replay TRACE"},
+      {{"replay", trace, "--format", "excel"}, "--format: unknown trace format \"excel\"", "Usage: kvsim replay TRACE"},
+      {{"trace", "convert", trace, "out.csv", "--to", "xml"}, "--to: expected csv or jsonl, got \"xml\"",
+       "Usage: kvsim trace convert IN OUT"},
+      {{"trace", "gen", "--requests", "-1"}, "--requests: expected an integer of at least 1, got \"-1\"", "Usage: kvsim trace gen"},
+      {{"trace", "stats", trace, "--seed", "18446744073709551616"},
+       "--seed: expected an unsigned 64-bit integer, got \"18446744073709551616\"", "Usage: kvsim trace stats FILE"},
+      {{"trace", "stats", trace, "--hash-block-tokens", "0"}, "--hash-block-tokens: expected an integer of at least 1",
+       "Usage: kvsim trace stats FILE"},
+      {{"size", "--model", "llama-3.1-8b", "--dtype", "fp12"}, "--dtype: expected one of fp32, fp16", "Usage: kvsim size"},
+      {{"models", "--frob"}, "unrecognised option '--frob'", "Usage: kvsim models"},
+      // Commands that do not exist point to the --help of the command that does.
+      {{"frobnicate"}, "unknown command 'frobnicate' (commands: replay, size, models, trace)", "Usage: kvsim <command>"},
+      {{"trace", "frob"}, "unknown command 'frob' (commands: stats, convert, gen)", "Usage: kvsim trace <command>"},
+  };
+  for (const auto& c : cases) {
+    std::string line = "kvsim";
+    for (const auto& a : c.args) line += " " + a;
+    INFO(line);
+    const auto r = run_cli(c.args, kTimeoutS);
+    CHECK(r.exit_code == 2);
+    CHECK(r.out.empty());
+    CHECK_THAT(r.err, Catch::Contains(std::string(": ") + c.message));
+    CHECK_THAT(r.err, Catch::Contains(std::string("\n") + c.synopsis));
+    CHECK_THAT(r.err, Catch::Contains("--help'."));
+    CHECK_THAT(r.err, !Catch::Contains("kvsim frobnicate --help") && !Catch::Contains("kvsim trace frob --help"));
+  }
+}
