@@ -50,10 +50,18 @@ inline CliResult run_cli(const std::vector<std::string>& args, int timeout_s = 0
   const auto dir = scratch_dir("cli");
   const auto out_path = dir / "stdout";
   const auto err_path = dir / "stderr";
-  std::string command = timeout_s > 0 ? "timeout " + std::to_string(timeout_s) + " " : std::string{};
+  // Appended piece by piece: GCC 12 at -O3 warns (-Wrestrict, falsely) on "literal" + string.
+  std::string command;
+  if (timeout_s > 0) {
+    command.append("timeout ");
+    command.append(std::to_string(timeout_s));
+    command.append(" ");
+  }
   command.append(shell_quote(KVSIM_BINARY));
-  for (const auto& a : args) command += " " + shell_quote(a);
-  // Appended piece by piece: GCC 12 at -O3 warns (-Wrestrict, falsely) on one long chain of +.
+  for (const auto& a : args) {
+    command.append(" ");
+    command.append(shell_quote(a));
+  }
   command.append(" </dev/null >");
   command.append(shell_quote(out_path.string()));
   command.append(" 2>");
