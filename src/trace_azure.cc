@@ -113,32 +113,21 @@ bool parse_datetime_ns(std::string_view text, std::int64_t& ns_since_epoch) {
 
 namespace {
 
-class AzureReader final : public CsvReader {
+class AzureReader final : public LengthColumnsReader {
  public:
-  AzureReader(const std::string& path, const TraceOptions& options) : CsvReader(path, options, TraceFormat::azure) {
-    require_columns({"TIMESTAMP", "ContextTokens", "GeneratedTokens"}, "Azure");
-    time_col_ = column("TIMESTAMP");
-    prompt_col_ = column("ContextTokens");
-    output_col_ = column("GeneratedTokens");
-    names_.arrival = "TIMESTAMP";
-    names_.output = "GeneratedTokens";
-  }
+  AzureReader(const std::string& path, const TraceOptions& options)
+      : LengthColumnsReader(path, options, TraceFormat::azure, "Azure", {"TIMESTAMP", "ContextTokens", "GeneratedTokens"}) {}
 
  private:
   Row parse_line(std::string_view line, Request& out) override {
-    ++row_;
-    if (!split_row(line)) return Row::bad;
-    char id[24];
-    const auto written = std::to_chars(id, id + sizeof id, row_);
-    out.id.assign(id, written.ptr);
-    const std::string_view stamp = field(time_col_);
+    if (!begin_row(line, out)) return Row::bad;
+    const std::string_view stamp = time_text();
     std::int64_t absolute_ns = 0;
     if (!parse_datetime_ns(stamp, absolute_ns, dates_)) {
       return fail(label("TIMESTAMP"),
                   "expected a date and time such as \"2023-11-16 18:15:46.6805900\", got " + quote_text(stamp));
     }
-    if (!parse_count("ContextTokens", field(prompt_col_), out.prompt_tokens)) return Row::bad;
-    if (!parse_count("GeneratedTokens", field(output_col_), out.output_tokens)) return Row::bad;
+    if (!parse_lengths(out)) return Row::bad;
     // Time starts at the first good row. (Were it a bad row's, the first request returned
     // could arrive before it, at a negative time that the arrival-order check, which
     // compares with the previous request, never sees.)
@@ -154,10 +143,6 @@ class AzureReader final : public CsvReader {
     return Row::ok;
   }
 
-  int time_col_ = -1;
-  int prompt_col_ = -1;
-  int output_col_ = -1;
-  std::int64_t row_ = 0;
   DateCache dates_;
   bool have_origin_ = false;
   std::int64_t origin_ns_ = 0;

@@ -2,43 +2,26 @@
 // Poisson arrival process. None of these formats names its requests: a request's id is
 // its row number among the data rows, from 1. Their columns are found by name, and
 // columns they do not use are ignored (BurstGPT's later releases insert columns).
-#include <charconv>
-
 #include "random.h"
 #include "trace_read.h"
 
 namespace kvsim::detail {
 namespace {
 
-void set_row_id(Request& out, std::int64_t row) {
-  char id[24];
-  const auto written = std::to_chars(id, id + sizeof id, row);
-  out.id.assign(id, written.ptr);
-}
-
 // BurstGPT (Wang et al., 2024): Timestamp is seconds since the trace's start, as printed
 // by Python (digits past the ninth decimal place are rounded to the nearest nanosecond).
 // A row with 0 response tokens is a request that failed.
-class BurstGptReader final : public CsvReader {
+class BurstGptReader final : public LengthColumnsReader {
  public:
   BurstGptReader(const std::string& path, const TraceOptions& options)
-      : CsvReader(path, options, TraceFormat::burstgpt) {
-    require_columns({"Timestamp", "Request tokens", "Response tokens"}, "BurstGPT");
-    time_col_ = column("Timestamp");
-    prompt_col_ = column("Request tokens");
-    output_col_ = column("Response tokens");
-    names_.arrival = "Timestamp";
-    names_.output = "Response tokens";
-  }
+      : LengthColumnsReader(path, options, TraceFormat::burstgpt, "BurstGPT",
+                            {"Timestamp", "Request tokens", "Response tokens"}) {}
 
  private:
   Row parse_line(std::string_view line, Request& out) override {
-    ++row_;
-    if (!split_row(line)) return Row::bad;
-    set_row_id(out, row_);
-    if (!parse_time("Timestamp", field(time_col_), out.arrival_ns, true)) return Row::bad;
-    if (!parse_count("Request tokens", field(prompt_col_), out.prompt_tokens)) return Row::bad;
-    if (!parse_count("Response tokens", field(output_col_), out.output_tokens)) return Row::bad;
+    if (!begin_row(line, out)) return Row::bad;
+    if (!parse_time(names.time, time_text(), out.arrival_ns, true)) return Row::bad;
+    if (!parse_lengths(out)) return Row::bad;
     if (out.output_tokens == 0) {
       if (!options_.keep_failed) {
         ++dropped_;
@@ -58,41 +41,23 @@ class BurstGptReader final : public CsvReader {
            "keep them as cancelled at arrival with --keep-failed";
   }
 
-  int time_col_ = -1;
-  int prompt_col_ = -1;
-  int output_col_ = -1;
-  std::int64_t row_ = 0;
   std::int64_t dropped_ = 0;
 };
 
 // Vidur's trace-replay CSVs: arrived_at in seconds (printed from doubles: rounded to the
 // nanosecond like BurstGPT), num_prefill_tokens, num_decode_tokens.
-class VidurReader final : public CsvReader {
+class VidurReader final : public LengthColumnsReader {
  public:
-  VidurReader(const std::string& path, const TraceOptions& options) : CsvReader(path, options, TraceFormat::vidur) {
-    require_columns({"arrived_at", "num_prefill_tokens", "num_decode_tokens"}, "Vidur");
-    time_col_ = column("arrived_at");
-    prompt_col_ = column("num_prefill_tokens");
-    output_col_ = column("num_decode_tokens");
-    names_.arrival = "arrived_at";
-    names_.output = "num_decode_tokens";
-  }
+  VidurReader(const std::string& path, const TraceOptions& options)
+      : LengthColumnsReader(path, options, TraceFormat::vidur, "Vidur",
+                            {"arrived_at", "num_prefill_tokens", "num_decode_tokens"}) {}
 
  private:
   Row parse_line(std::string_view line, Request& out) override {
-    ++row_;
-    if (!split_row(line)) return Row::bad;
-    set_row_id(out, row_);
-    if (!parse_time("arrived_at", field(time_col_), out.arrival_ns, true)) return Row::bad;
-    if (!parse_count("num_prefill_tokens", field(prompt_col_), out.prompt_tokens)) return Row::bad;
-    if (!parse_count("num_decode_tokens", field(output_col_), out.output_tokens)) return Row::bad;
-    return Row::ok;
+    if (!begin_row(line, out)) return Row::bad;
+    if (!parse_time(names.time, time_text(), out.arrival_ns, true)) return Row::bad;
+    return parse_lengths(out) ? Row::ok : Row::bad;
   }
-
-  int time_col_ = -1;
-  int prompt_col_ = -1;
-  int output_col_ = -1;
-  std::int64_t row_ = 0;
 };
 
 // A CSV of lengths only (Vidur's processed traces: num_prefill_tokens,num_decode_tokens,...;
@@ -134,7 +99,7 @@ class LengthsReader final : public CsvReader {
     // move the arrivals of the rows after it.
     now_ns_ += poisson_gap_ns(rng_, options_.synthetic_rate_per_s);
     if (!split_row(line)) return Row::bad;
-    set_row_id(out, row_);
+    name_by_row(out, row_);
     out.arrival_ns = now_ns_;
     if (!parse_count(prompt_name_, field(prompt_col_), out.prompt_tokens)) return Row::bad;
     if (!parse_count(output_name_, field(output_col_), out.output_tokens)) return Row::bad;

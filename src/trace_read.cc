@@ -1,6 +1,7 @@
 #include "trace_read.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cerrno>
 #include <cstring>
 #include <limits>
@@ -543,6 +544,39 @@ CsvReader::CsvReader(const std::string& path, const TraceOptions& options, Trace
   }
   // One more slot than the header has, so that split() can tell "too many fields".
   fields_.resize(header_.size() + 1);
+}
+
+LengthColumnsReader::LengthColumnsReader(const std::string& path, const TraceOptions& options, TraceFormat format,
+                                         std::string_view format_name, Columns columns)
+    : CsvReader(path, options, format), names(columns) {
+  if (!names.time.empty()) {
+    require_columns({names.time, names.prompt, names.output}, format_name);
+    time_col_ = column(names.time);
+    names_.arrival = names.time;
+  } else {
+    require_columns({names.prompt, names.output}, format_name);
+  }
+  prompt_col_ = column(names.prompt);
+  output_col_ = column(names.output);
+  names_.output = names.output;
+}
+
+void name_by_row(Request& out, std::int64_t row) {
+  char id[24];
+  const auto written = std::to_chars(id, id + sizeof id, row);
+  out.id.assign(id, written.ptr);
+}
+
+bool LengthColumnsReader::begin_row(std::string_view line, Request& out) {
+  ++row_;
+  if (!split_row(line)) return false;
+  name_by_row(out, row_);
+  return true;
+}
+
+bool LengthColumnsReader::parse_lengths(Request& out) {
+  return parse_count(names.prompt, field(prompt_col_), out.prompt_tokens) &&
+         parse_count(names.output, field(output_col_), out.output_tokens);
 }
 
 int CsvReader::column(std::string_view name) const {

@@ -204,6 +204,36 @@ class CsvReader : public RowReader {
   std::string split_error_;
 };
 
+// Names a request by its row number among the data rows, from 1, for formats without ids.
+void name_by_row(Request& out, std::int64_t row);
+
+// Base of the importers whose rows carry an arrival time, a prompt length and an output
+// length in columns found by name, and whose requests are named by their row number among
+// the data rows, from 1 (Azure, BurstGPT, Vidur; a length-only file has no time column).
+class LengthColumnsReader : public CsvReader {
+ protected:
+  struct Columns {
+    std::string_view time;    // "" when the format has no arrival column
+    std::string_view prompt;
+    std::string_view output;
+  };
+  // Requires the named columns, naming `format_name` when one is missing.
+  LengthColumnsReader(const std::string& path, const TraceOptions& options, TraceFormat format,
+                      std::string_view format_name, Columns columns);
+
+  // Splits the next data row and names its request; false (after fail()) on a bad split.
+  bool begin_row(std::string_view line, Request& out);
+  // Reads the prompt and output columns into `out`; false after fail().
+  bool parse_lengths(Request& out);
+  std::string_view time_text() const { return field(time_col_); }
+
+  Columns names;
+  int time_col_ = -1;
+  int prompt_col_ = -1;
+  int output_col_ = -1;
+  std::int64_t row_ = 0;   // data rows begun so far
+};
+
 // The first non-blank line of `path` (its header or first record) and its line number;
 // text "" and line 0 when the file has none. Throws InputError when it cannot be opened.
 struct FirstLine {
