@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cli.h"
+#include "layout_json.h"
 #include "model_options.h"
 #include "decimal.h"
 #include "kvsim/budget.h"
@@ -70,10 +71,6 @@ std::string gb(std::int64_t bytes) { return human(bytes, kBytesPerGB, "GB"); }
 
 std::string dims(std::int64_t d) { return d == 0 ? "-" : std::to_string(d); }
 
-std::string kind_of(const LayerGroup& g) {
-  if (g.name.rfind("mla", 0) == 0) return "MLA";
-  return g.window_tokens == 0 ? "full" : "sliding " + std::to_string(g.window_tokens);
-}
 
 // One stage's vLLM pool and its concurrency at each token count.
 struct StagePaging {
@@ -81,21 +78,6 @@ struct StagePaging {
   std::vector<std::int64_t> request_blocks;  // per token count
 };
 
-json groups_json(const KvLayout& layout) {
-  json out = json::array();
-  for (const auto& g : layout.groups) {
-    out.push_back({{"name", g.name},
-                   {"kind", kind_of(g)},
-                   {"window_tokens", g.window_tokens},
-                   {"layers", g.layers},
-                   {"kv_heads", g.kv_heads},
-                   {"k_head_dim", g.k_head_dim},
-                   {"v_head_dim", g.v_head_dim},
-                   {"bytes_per_layer_position", g.bytes_per_layer_position},
-                   {"bytes_per_position", g.bytes_per_position}});
-  }
-  return out;
-}
 
 }  // namespace
 
@@ -225,10 +207,10 @@ int run_size(const Invocation& inv) {
                     {"end_layer", stages[i].end_layer},
                     {"bytes_per_token", stages[i].bytes_per_token()},
                     {"binding", i == binding},
-                    {"groups", groups_json(stages[i])}});
+                    {"groups", layer_groups_json(stages[i])}});
     }
     out["stages"] = st;
-    out["layer_groups"] = groups_json(layout);
+    out["layer_groups"] = layer_groups_json(layout);
     out["bytes_per_token"] = layout.bytes_per_token();
     if (!tokens.empty()) {
       json rows = json::array();
@@ -329,7 +311,7 @@ int run_size(const Invocation& inv) {
     std::int64_t layers = 0;
     for (const auto& g : layout.groups) {
       layers += g.layers;
-      t.add({g.name, kind_of(g), std::to_string(g.layers), std::to_string(g.kv_heads), dims(g.k_head_dim),
+      t.add({g.name, layer_group_kind(g), std::to_string(g.layers), std::to_string(g.kv_heads), dims(g.k_head_dim),
              dims(g.v_head_dim), with_commas(g.bytes_per_layer_position), with_commas(g.bytes_per_position)});
     }
     t.add({"total", "", std::to_string(layers), "", "", "", "", with_commas(layout.bytes_per_token())});

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kvsim/units.h"
+#include "layout_json.h"
 #include "sheet_table.h"
 
 namespace kvsim::cli {
@@ -76,15 +77,6 @@ Json latency_json(const Latency& l) {
               {"max_s", static_cast<double>(l.max_ns) / 1e9}};
 }
 
-Json group_json(const LayerGroup& g) {
-  return Json{{"name", g.name},
-              {"window_tokens", g.window_tokens},
-              {"layers", g.layers},
-              {"kv_heads", g.kv_heads},
-              {"k_head_dim", g.k_head_dim},
-              {"v_head_dim", g.v_head_dim},
-              {"bytes_per_position", g.bytes_per_position}};
-}
 
 }  // namespace
 
@@ -211,9 +203,7 @@ std::string replay_json(const ReplayContext& c, const std::vector<ReplayReport>&
   j["model"] = Json{{"name", c.model_name}, {"source", c.model_source}, {"kv_dtype", c.kv_dtype},
                     {"placement", c.placement}, {"bytes_per_token", c.layout.bytes_per_token()},
                     {"max_model_len", c.layout.max_model_len}};
-  Json groups = Json::array();
-  for (const auto& g : c.layout.groups) groups.push_back(group_json(g));
-  j["model"]["layer_groups"] = groups;
+  j["model"]["layer_groups"] = layer_groups_json(c.layout);
   j["budget"] = c.budget;
   j["scheduler"] = c.scheduler;
   j["cost_model"] = Json{{"name", c.cost.name},
