@@ -119,6 +119,45 @@ TEST_CASE("budget: vLLM preempts the newest, reserve admits fewer, SGLang retrac
   }
 }
 
+TEST_CASE("budget: the victim is chosen by the policy's rule, not the request that ran short") {
+  SECTION("vllm: A (older) runs short, and B, the newest, is preempted") {
+    // 5 blocks. A (prompt 40, output 20) holds 41 + k positions at step k, B (prompt 10,
+    // output 10) 11 + k: 3 + 1 blocks at step 0, B's 2nd at step 6 (17 positions), and A
+    // needs its 4th at step 8 (49) with none free. B, having generated 8 tokens (steps
+    // 0-7), goes: 10 + 8 = 18 positions to recompute. A ends at 20 ms holding 4 blocks, so
+    // B (19 positions, 2 blocks, after its recompute) waits for the 5th until then; it
+    // writes tokens 9 and 10 at steps 20 and 21 and ends at 22 ms.
+    ReplayOptions o = budget_of(5 * 16, Policy::vllm);
+    o.memory.watermark_ppb = 0;
+    const auto r = run("paged:block=16", {test::request("a", 0, 40, 20), test::request("b", 0, 10, 10)}, o);
+    CHECK(r.report.preemptions == 1);
+    CHECK(r.report.recomputed_tokens == 18);  // A would have been 40 + 8 = 48
+    CHECK(r.report.completed == 2);
+    CHECK(r.report.e2e.p50_ns == 20 * kMs);
+    CHECK(r.report.e2e.max_ns == 22 * kMs);
+  }
+  SECTION("sglang: A (older, longer prompt, more generated) runs short; B, with fewer generated, is retracted") {
+    // 6 blocks, estimate ratio 0. A (prompt 44, output 30) holds 45 + k positions at step
+    // k: 3 blocks, its 4th at step 4 (49), its 5th at step 20 (65). B (prompt 10, output
+    // 20) arrives at 2.5 ms; at step 3 its prompt + max_tokens = 30 fits the 48 free, so it
+    // starts with 11 positions (1 block) and holds 11 + (k - 3): its 2nd block at step 9
+    // (17). At step 20 all 6 blocks are held and A needs one. Generated so far: A 20
+    // (steps 0-19), B 17 (steps 3-19). The fewest generated goes, although A has the longer
+    // prompt and is the one short: B, with 10 + 17 = 27 positions to recompute. A ends at
+    // 30 ms; B comes back at step 30 and writes tokens 18-20 at steps 30-32: ends at 33 ms.
+    ReplayOptions o = budget_of(6 * 16, Policy::sglang);
+    o.memory.sglang_init_ratio_ppb = 0;
+    o.memory.sglang_min_ratio_ppb = 0;
+    const auto r = run("paged:block=16", {test::request("a", 0, 44, 30), test::request("b", kMs * 5 / 2, 10, 20)}, o);
+    CHECK(r.report.preemptions == 1);
+    CHECK(r.report.recomputed_tokens == 27);  // A would have been 44 + 20 = 64
+    CHECK(r.report.completed == 2);
+    CHECK(r.report.e2e.p50_ns == 30 * kMs);
+    CHECK(r.report.e2e.max_ns == 33 * kMs - kMs * 5 / 2);
+    CHECK(r.report.ttft.max_ns == 4 * kMs - kMs * 5 / 2);  // B's first token at the end of step 3
+  }
+}
+
 TEST_CASE("budget: dense static never holds more than floor(budget / reservation) requests") {
   // Each request reserves prompt + max_tokens = 100 + 156 = 256 positions; a budget of
   // 3.5 reservations holds 3 at once.
