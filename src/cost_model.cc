@@ -78,11 +78,12 @@ CostModel parse_cost_model(std::string_view text, const CostModel& roofline, std
   if (kind != "constant" && kind != "linear") {
     throw InputError(where, "expected roofline, constant:... or linear:..., got \"" + std::string(text) + "\"");
   }
-  // constant: one step costs `step`, plus `prefill-token` per prompt token processed.
-  c.base_ps = kind == "constant" ? 20'000'000'000 : 0;
-  c.prefill_token_ps = kind == "constant" ? 100'000'000 : 0;
-  c.decode_seq_ps = 0;
-  c.context_token_ps = 0;
+  // Both start from the roofline's coefficients, so an unnamed one has a stated source:
+  // constant keeps its step and per-prompt-token cost and drops the rest; linear keeps all four.
+  c.base_ps = roofline.base_ps;
+  c.prefill_token_ps = roofline.prefill_token_ps;
+  c.decode_seq_ps = kind == "linear" ? roofline.decode_seq_ps : 0;
+  c.context_token_ps = kind == "linear" ? roofline.context_token_ps : 0;
   std::string_view rest = colon == std::string_view::npos ? std::string_view{} : text.substr(colon + 1);
   while (!rest.empty()) {
     const auto comma = rest.find(',');
@@ -100,6 +101,11 @@ CostModel parse_cost_model(std::string_view text, const CostModel& roofline, std
                                      (kind == "constant" ? "step, prefill-token" : "base, prefill-token, decode-seq, context-token") + ")");
     if (comma == std::string_view::npos) break;
     rest = rest.substr(comma + 1);
+  }
+  // A step that takes no time would make every latency 0 and every rate infinite.
+  if (c.base_ps <= 0) {
+    throw InputError(where, "every engine step takes time: " + std::string(kind == "constant" ? "step" : "base") +
+                                " must be positive, got \"" + std::string(text) + "\"");
   }
   c.name = std::string(text);
   return c;

@@ -26,8 +26,9 @@ CostModel roofline_cost_model(const KvLayout& layout, const DevicePreset& device
 
 // Parses --cost: "roofline" (returns `roofline`), "constant:step=20ms,prefill-token=100us",
 // or "linear:base=5ms,prefill-token=30us,decode-seq=30us,context-token=40ps". Durations take
-// the units ps, ns, us, ms and s. Unnamed coefficients are zero, except constant's defaults
-// (step 20 ms, prefill-token 100 us). Throws InputError naming `field`.
+// the units ps, ns, us, ms and s. Unnamed coefficients are the roofline's (constant has only
+// step and prefill-token; its other two are zero). The step's base must be positive. Throws
+// InputError naming `field`.
 CostModel parse_cost_model(std::string_view text, const CostModel& roofline, std::string_view field);
 
 // "40ps", "1.5us", "20ms" -> picoseconds, exactly. Throws InputError naming `field`.

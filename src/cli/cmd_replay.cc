@@ -130,8 +130,9 @@ int run_replay(const Invocation& inv) {
       ("schedule", po::value<std::string>()->default_value("auto"),
        "auto (measured when the trace has start/first_token/finish), simulate, or measured")
       ("cost", po::value<std::string>()->default_value("roofline"),
-       "iteration cost: roofline (from the model on --device), constant:step=20ms,prefill-token=100us, or "
-       "linear:base=..,prefill-token=..,decode-seq=..,context-token=.. (units ps, ns, us, ms, s)")
+       "iteration cost: roofline (from the model on --device), constant:step=..,prefill-token=.., or "
+       "linear:base=..,prefill-token=..,decode-seq=..,context-token=.. (units ps, ns, us, ms, s; a "
+       "coefficient not given is the roofline's)")
       ("max-batched-tokens", po::value<std::string>(),
        "tokens per iteration, decodes included (default: unlimited in demand mode, 8192 under a budget, as vLLM)")
       ("no-chunked-prefill", "with --max-batched-tokens, admit a prompt only when it fits whole")
