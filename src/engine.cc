@@ -734,6 +734,7 @@ void Engine::admit_waiting(std::int64_t& budget, std::int64_t& prefill_tokens) {
     const auto [positions, cost] = chunk_for({t.prompt, t.n, target, 0}, budget);
     if (positions < target && (!opt_.chunked_prefill || positions == 0)) break;
     const bool alone = running_ == 0 && swapped_.empty();
+    const bool was_memory_bound = step_memory_bound_;
     bool started = policy_admits(t, positions);
     std::uint32_t slot = 0;
     if (started) {
@@ -748,11 +749,13 @@ void Engine::admit_waiting(std::int64_t& budget, std::int64_t& prefill_tokens) {
       }
     }
     if (!started) {
-      step_memory_bound_ = true;
       if (alone) {
+        // The budget is empty, not full: refusing what can never fit is not time at capacity.
+        step_memory_bound_ = was_memory_bound;
         refuse_too_large(ref.ticket);
         continue;
       }
+      step_memory_bound_ = true;
       break;  // first come, first served: nobody overtakes the head of the queue
     }
     queue_.pop_front();

@@ -3,6 +3,8 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+
 #include "cli_util.h"
 #include "trace_test_util.h"
 
@@ -45,6 +47,91 @@ TEST_CASE("replay: one request through the CLI, byte-exact for Llama-3.1-8B") {
   const Json* full = run_named(doc, "dense-static:reserve=max-model-len");
   REQUIRE(full != nullptr);
   CHECK((*full)["memory_bytes"]["allocated_slots"]["peak"] == std::int64_t{131'072} * kLlamaBytesPerToken);
+}
+
+TEST_CASE("replay: a cost coefficient not named is the roofline's, and a step must take time") {
+  const std::string trace = test::write_file("one-cost.csv", "id,arrival,prompt_tokens,output_tokens\nr1,0,100,50\n");
+  // Llama-3.1-8B bf16 on an H100-80GB (3.35e12 B/s, 989.5e12 dense BF16 FLOP/s at 50%):
+  //   base          = ceil(8,030,261,248 params x 2 B x 1e12 ps / 3.35e12 B/s) = 4,794,185,820 ps
+  //   prefill token = ceil(2 x 8,030,261,248 x 1e12 / 494.75e12)            =    32,461,895 ps
+  //   position read = ceil(131,072 B x 1e12 / 3.35e12)                       =        39,126 ps
+  auto r = test::run_cli({"replay", trace, "--model", "llama-3.1-8b", "--cost", "linear:decode-seq=0ps", "--json"});
+  REQUIRE(r.exit_code == 0);
+  Json cost = Json::parse(r.out)["cost_model"];
+  CHECK(cost["step_base_ps"] == 4'794'185'820);
+  CHECK(cost["per_prompt_token_ps"] == 32'461'895);
+  CHECK(cost["per_decoding_sequence_ps"] == 0);
+  CHECK(cost["per_position_read_ps"] == 39'126);
+  r = test::run_cli({"replay", trace, "--model", "llama-3.1-8b", "--cost", "constant:step=7ms", "--json"});
+  REQUIRE(r.exit_code == 0);
+  cost = Json::parse(r.out)["cost_model"];
+  CHECK(cost["step_base_ps"] == 7'000'000'000);
+  CHECK(cost["per_prompt_token_ps"] == 32'461'895);
+  CHECK(cost["per_decoding_sequence_ps"] == 0);
+  CHECK(cost["per_position_read_ps"] == 0);
+  for (const char* zero : {"constant:step=0ms", "linear:base=0s,decode-seq=1ms"}) {
+    r = test::run_cli({"replay", trace, "--cost", zero});
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.err, Catch::Contains("--cost") && Catch::Contains("every engine step takes time"));
+    CHECK(r.out.empty());
+  }
+}
+
+TEST_CASE("replay: the peak's time is trace time in every output; nothing measured is n/a, never 0") {
+  // Arrival at 10 s, 1 ms steps: step k starts at 10 s + (k - 1) ms and writes position 100 + k.
+  // Position 145 is the first of the 10th block of 16, so the peak starts at step 45: 10.044 s.
+  const std::string trace = test::write_file("late.csv", "id,arrival,prompt_tokens,output_tokens\nr1,10,100,50\n");
+  const std::string csv = test::scratch_path("late-out.csv");
+  const std::vector<std::string> args{"replay", trace, "--model", "llama-3.1-8b", "--allocator", "paged",
+                                      "--cost", "constant:step=1ms,prefill-token=0ps"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> all = args;
+    all.insert(all.end(), extra.begin(), extra.end());
+    return test::run_cli(all);
+  };
+  auto r = with({"--json", "--csv", csv});
+  REQUIRE(r.exit_code == 0);
+  const Json slots = Json::parse(r.out)["runs"][0]["memory_bytes"]["allocated_slots"];
+  CHECK(slots["peak"] == 160 * kLlamaBytesPerToken);
+  CHECK(slots["peak_at_s"] == 10.044);
+  CHECK_THAT(test::slurp(csv), Catch::Contains(",10.044000000,"));
+  r = with({});
+  CHECK_THAT(r.out, Catch::Contains("peak at, s (trace time)") && Catch::Contains("10.044"));
+
+  // A budget of 50 positions cannot hold the 100-token prompt: refused, nothing allocated,
+  // nothing completed, and the step that refused it is not time at full capacity.
+  r = with({"--kv-budget", std::to_string(50 * kLlamaBytesPerToken), "--json", "--csv", csv});
+  REQUIRE(r.exit_code == 0);
+  const Json run = Json::parse(r.out)["runs"][0];
+  CHECK(run["serving"]["refused_too_large"] == 1);
+  CHECK(run["serving"]["time_at_full_capacity_ns"] == 0);
+  CHECK(run["memory_bytes"]["allocated_slots"]["peak_at_s"].is_null());
+  CHECK(run["latency"]["ttft"]["count"] == 0);
+  CHECK(run["latency"]["ttft"]["p50_s"].is_null());
+  CHECK(run["latency"]["end_to_end"]["p99_s"].is_null());
+  CHECK(run["serving"]["waiting"]["p50_s"].is_null());
+  // Empty cells, not zero seconds: the header and the row split on commas (no quoted cells here).
+  const std::string table = test::slurp(csv);
+  const auto cells = [](const std::string& line) {
+    std::vector<std::string> out(1);
+    for (char ch : line) {
+      if (ch == ',') out.emplace_back();
+      else out.back().push_back(ch);
+    }
+    return out;
+  };
+  const auto newline = table.find('\n');
+  const auto header = cells(table.substr(0, newline));
+  const auto row = cells(table.substr(newline + 1, table.find('\n', newline + 1) - newline - 1));
+  REQUIRE(header.size() == row.size());
+  for (const char* column : {"allocated_bytes_peak_at_s", "ttft_p50_s", "ttft_p99_s", "e2e_p50_s", "e2e_p99_s",
+                             "waiting_p50_s", "waiting_p99_s"}) {
+    const auto at = std::find(header.begin(), header.end(), column);
+    REQUIRE(at != header.end());
+    CHECK(row[static_cast<std::size_t>(at - header.begin())].empty());
+  }
+  r = with({"--kv-budget", std::to_string(50 * kLlamaBytesPerToken)});
+  CHECK_THAT(r.out, Catch::Contains("TTFT p50 / p99, s") && Catch::Contains("n/a"));
 }
 
 TEST_CASE("replay: the same run twice, and in parallel or not, gives the same bytes") {

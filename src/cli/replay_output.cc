@@ -52,7 +52,8 @@ Json occupancy_json(const Occupancy& o, const char* unit) {
   Json j;
   j["mean"] = rounded(o.mean);
   j["peak"] = o.peak;
-  j["peak_at_s"] = rounded(static_cast<double>(o.peak_at_ns) / 1e9);
+  // Trace time, as the arrivals and the timeline; null when the quantity never rose above 0.
+  j["peak_at_s"] = o.peak > 0 ? Json(static_cast<double>(o.peak_at_ns) / 1e9) : Json(nullptr);
   j["p50"] = o.p50;
   j["p99"] = o.p99;
   j["quantile_resolution"] = o.quantile_resolution;
@@ -69,14 +70,19 @@ Json fragmentation_json(const Fragmentation& f) {
               {"total", rounded(f.total())}};
 }
 
+// Null figures when nothing was measured: 0 s would read as instant service.
 Json latency_json(const Latency& l) {
+  const auto s = [&](double ns) { return l.count > 0 ? Json(ns / 1e9) : Json(nullptr); };
   return Json{{"count", l.count},
-              {"mean_s", l.mean_ns / 1e9},
-              {"p50_s", static_cast<double>(l.p50_ns) / 1e9},
-              {"p99_s", static_cast<double>(l.p99_ns) / 1e9},
-              {"max_s", static_cast<double>(l.max_ns) / 1e9}};
+              {"mean_s", s(l.mean_ns)},
+              {"p50_s", s(static_cast<double>(l.p50_ns))},
+              {"p99_s", s(static_cast<double>(l.p99_ns))},
+              {"max_s", s(static_cast<double>(l.max_ns))}};
 }
 
+std::string p50_p99(const Latency& l) {
+  return l.count > 0 ? seconds(l.p50_ns) + " / " + seconds(l.p99_ns) : std::string("n/a");
+}
 
 }  // namespace
 
@@ -129,7 +135,9 @@ std::string replay_table(const ReplayContext& c, const std::vector<ReplayReport>
   row("  allocated slots, p50 over time", [](const ReplayReport& r) { return gib(r.allocated_bytes.p50); });
   row("  allocated slots, p99 over time", [](const ReplayReport& r) { return gib(r.allocated_bytes.p99); });
   row("  allocated slots, peak", [](const ReplayReport& r) { return gib(r.allocated_bytes.peak); });
-  row("    peak at, s", [](const ReplayReport& r) { return seconds(r.allocated_bytes.peak_at_ns - r.start_ns); });
+  row("    peak at, s (trace time)", [](const ReplayReport& r) {
+    return r.allocated_bytes.peak > 0 ? seconds(r.allocated_bytes.peak_at_ns) : std::string("n/a");
+  });
   row("  reserved slots, peak", [](const ReplayReport& r) { return gib(r.reserved_bytes.peak); });
   blank("internal fragmentation, mean GiB");
   row("  partial-block tail", [](const ReplayReport& r) { return gib(r.mean_bytes.tail); });
@@ -180,7 +188,7 @@ std::string replay_table(const ReplayContext& c, const std::vector<ReplayReport>
       return fmt::format("{:.1f}", r.queue_mean) + " / " + with_commas(r.queue_max);
     });
     row("  waiting p50 / p99, s", [](const ReplayReport& r) {
-      return seconds(r.waiting.p50_ns) + " / " + seconds(r.waiting.p99_ns);
+      return p50_p99(r.waiting);
     });
   }
   blank("requests");
@@ -188,8 +196,8 @@ std::string replay_table(const ReplayContext& c, const std::vector<ReplayReport>
   row("  cancelled", [](const ReplayReport& r) { return with_commas(r.cancelled_queued + r.cancelled_running); });
   row("  refused (longer than max length)", [](const ReplayReport& r) { return with_commas(r.rejected_too_long); });
   row("  throughput, generated tokens/s", [](const ReplayReport& r) { return fmt::format("{:.1f}", r.generated_tokens_per_s); });
-  row("  TTFT p50 / p99, s", [](const ReplayReport& r) { return seconds(r.ttft.p50_ns) + " / " + seconds(r.ttft.p99_ns); });
-  row("  end-to-end p50 / p99, s", [](const ReplayReport& r) { return seconds(r.e2e.p50_ns) + " / " + seconds(r.e2e.p99_ns); });
+  row("  TTFT p50 / p99, s", [](const ReplayReport& r) { return p50_p99(r.ttft); });
+  row("  end-to-end p50 / p99, s", [](const ReplayReport& r) { return p50_p99(r.e2e); });
   row("leak check: allocated at end", [](const ReplayReport& r) {
     return r.leak_free ? std::string("0 (ok)") : with_commas(r.allocated_bytes_at_end);
   });
@@ -279,6 +287,12 @@ std::string replay_csv(const std::vector<ReplayReport>& reports) {
     return Cell([get, places](const ReplayReport& r) { return fmt::format("{:.{}f}", get(r), places); });
   };
   const auto secs = [](auto get) { return Cell([get](const ReplayReport& r) { return format_seconds(get(r), 9); }); };
+  // An empty cell (NaN to pandas) when nothing was measured.
+  const auto latency = [](Latency ReplayReport::*field, std::int64_t Latency::*figure) {
+    return Cell([field, figure](const ReplayReport& r) {
+      return (r.*field).count > 0 ? format_seconds((r.*field).*figure, 9) : std::string();
+    });
+  };
   const std::vector<std::pair<const char*, Cell>> columns = {
       {"allocator", [](const ReplayReport& r) { return csv_field(r.allocator); }},
       {"requests", integer(&ReplayReport::requests)},
@@ -293,7 +307,9 @@ std::string replay_csv(const std::vector<ReplayReport>& reports) {
       {"allocated_bytes_p50", [](const ReplayReport& r) { return std::to_string(r.allocated_bytes.p50); }},
       {"allocated_bytes_p99", [](const ReplayReport& r) { return std::to_string(r.allocated_bytes.p99); }},
       {"allocated_bytes_peak", [](const ReplayReport& r) { return std::to_string(r.allocated_bytes.peak); }},
-      {"allocated_bytes_peak_at_s", secs([](const ReplayReport& r) { return r.allocated_bytes.peak_at_ns - r.start_ns; })},
+      {"allocated_bytes_peak_at_s", [](const ReplayReport& r) {
+         return r.allocated_bytes.peak > 0 ? format_seconds(r.allocated_bytes.peak_at_ns, 9) : std::string();
+       }},
       {"reserved_bytes_peak", [](const ReplayReport& r) { return std::to_string(r.reserved_bytes.peak); }},
       {"internal_frag_tail_bytes_mean", decimal([](const ReplayReport& r) { return r.mean_bytes.tail; }, 3)},
       {"internal_frag_reservation_bytes_mean", decimal([](const ReplayReport& r) { return r.mean_bytes.reservation; }, 3)},
@@ -306,10 +322,10 @@ std::string replay_csv(const std::vector<ReplayReport>& reports) {
       {"external_frag_max", decimal([](const ReplayReport& r) { return r.external_fragmentation_max; }, 6)},
       {"failed_placements", integer(&ReplayReport::failed_placements)},
       {"copied_bytes", integer(&ReplayReport::copied_bytes)},
-      {"ttft_p50_s", secs([](const ReplayReport& r) { return r.ttft.p50_ns; })},
-      {"ttft_p99_s", secs([](const ReplayReport& r) { return r.ttft.p99_ns; })},
-      {"e2e_p50_s", secs([](const ReplayReport& r) { return r.e2e.p50_ns; })},
-      {"e2e_p99_s", secs([](const ReplayReport& r) { return r.e2e.p99_ns; })},
+      {"ttft_p50_s", latency(&ReplayReport::ttft, &Latency::p50_ns)},
+      {"ttft_p99_s", latency(&ReplayReport::ttft, &Latency::p99_ns)},
+      {"e2e_p50_s", latency(&ReplayReport::e2e, &Latency::p50_ns)},
+      {"e2e_p99_s", latency(&ReplayReport::e2e, &Latency::p99_ns)},
       {"capacity_bytes", integer(&ReplayReport::capacity_bytes)},
       {"preemptions", integer(&ReplayReport::preemptions)},
       {"recomputed_tokens", integer(&ReplayReport::recomputed_tokens)},
@@ -317,8 +333,8 @@ std::string replay_csv(const std::vector<ReplayReport>& reports) {
       {"refused_too_large", integer(&ReplayReport::rejected_too_large)},
       {"time_at_full_capacity_s", secs([](const ReplayReport& r) { return r.memory_bound_ns; })},
       {"queue_length_mean", decimal([](const ReplayReport& r) { return r.queue_mean; }, 3)},
-      {"waiting_p50_s", secs([](const ReplayReport& r) { return r.waiting.p50_ns; })},
-      {"waiting_p99_s", secs([](const ReplayReport& r) { return r.waiting.p99_ns; })},
+      {"waiting_p50_s", latency(&ReplayReport::waiting, &Latency::p50_ns)},
+      {"waiting_p99_s", latency(&ReplayReport::waiting, &Latency::p99_ns)},
       {"generated_tokens_per_s", decimal([](const ReplayReport& r) { return r.generated_tokens_per_s; }, 3)},
       {"allocated_bytes_at_end", integer(&ReplayReport::allocated_bytes_at_end)},
   };
