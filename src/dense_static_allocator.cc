@@ -57,7 +57,8 @@ Outcome DenseStaticAllocator::admit(RequestSlot slot, const AdmitInfo& info) {
   if (slot >= requests_.size()) requests_.resize(slot + 1);
   Request& r = requests_[slot];
   check(!r.live, "dense-static: admitting a live request slot");
-  const Request next{true, info.prompt_tokens, info.n, 0, reservation_tokens(info), peak_bytes(info, 0)};
+  const Request next{true, info.prompt_tokens, info.n, 0, reservation_tokens(info), peak_bytes(info, 0),
+                     limit_tokens(info)};
   if (options_.capacity_bytes != 0 && next.bytes > options_.capacity_bytes - allocated_bytes_) {
     return Outcome::no_room;
   }
@@ -90,7 +91,7 @@ Footprint DenseStaticAllocator::footprint(RequestSlot slot, std::size_t group, s
   auto at = [&](std::int64_t len) {
     // A full ring holds the latest `row` positions; until then, positions [0, row).
     const std::int64_t lo = std::max<std::int64_t>(0, len - row);
-    return classify({{lo, lo + row, r.n}}, {len, r.prompt_tokens, groups_[group].window_tokens},
+    return classify({{lo, lo + row, r.n}}, {len, r.prompt_tokens, groups_[group].window_tokens, r.limit_tokens},
                     Unfilled::reservation);
   };
   return with_slopes(at(tokens), at(tokens + 1));

@@ -51,6 +51,7 @@ class DenseStaticAllocator final : public Allocator {
     std::int64_t tokens = 0;
     std::int64_t row_tokens = 0;   // reserved positions per sample (before the window cap)
     std::int64_t bytes = 0;        // all samples, all groups
+    std::int64_t limit_tokens = 0; // prompt + planned output: room past it is padding
   };
   std::int64_t row_in_group(const Request& r, std::size_t g) const;
 

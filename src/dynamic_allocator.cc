@@ -52,6 +52,7 @@ Outcome DynamicAllocator::admit(RequestSlot slot, const AdmitInfo& info) {
   check(!r.live, "dynamic: admitting a live request slot");
   r.live = true;
   r.prompt_tokens = info.prompt_tokens;
+  r.limit_tokens = limit_tokens(info);
   r.n = info.n;
   r.tokens = 0;
   r.buffers.assign(groups_.size() * static_cast<std::size_t>(info.n), Buffer{});
@@ -133,7 +134,7 @@ Footprint DynamicAllocator::footprint(RequestSlot slot, std::size_t group, std::
   const std::int64_t capacity = r.buffers[group * static_cast<std::size_t>(r.n)].capacity;
   auto at = [&](std::int64_t len) {
     const std::int64_t lo = std::max<std::int64_t>(0, len - capacity);  // a full ring moves
-    return classify({{lo, lo + capacity, r.n}}, {len, r.prompt_tokens, groups_[group].window_tokens},
+    return classify({{lo, lo + capacity, r.n}}, {len, r.prompt_tokens, groups_[group].window_tokens, r.limit_tokens},
                     Unfilled::reservation);
   };
   Footprint f = with_slopes(at(tokens), at(tokens + 1));

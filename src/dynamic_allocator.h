@@ -57,6 +57,7 @@ class DynamicAllocator final : public Allocator {
     std::int64_t prompt_tokens = 0;
     std::int64_t n = 1;
     std::int64_t tokens = 0;
+    std::int64_t limit_tokens = 0;  // prompt + planned output: room past it is padding
     // Inline for the common one or two groups and one sample: a request's buffers sit next
     // to its other state instead of behind two more pointers.
     boost::container::small_vector<Buffer, 2> buffers;           // [group * n + sample]

@@ -231,12 +231,14 @@ void Engine::refresh(std::uint32_t slot, std::int64_t tokens, bool with_slopes) 
     c.value[kAllocated] = fp.allocated;
     c.value[kTail] = fp.tail;
     c.value[kReservation] = fp.reservation;
+    c.value[kPadding] = fp.padding;
     c.value[kDuplicate] = fp.duplicate;
     c.value[kOutside] = fp.outside_window;
     if (with_slopes) {
       c.slope[kEffective] = e.slope;
       c.slope[kTail] = fp.tail_slope;
       c.slope[kReservation] = fp.reservation_slope;
+      c.slope[kPadding] = fp.padding_slope;
       c.slope[kDuplicate] = fp.duplicate_slope;
       c.slope[kOutside] = fp.outside_window_slope;
     }
@@ -249,10 +251,11 @@ void Engine::refresh(std::uint32_t slot, std::int64_t tokens, bool with_slopes) 
       part_slopes += c.slope[q];
     }
     if (parts != fp.allocated || part_slopes != 0 ||
-        std::min({fp.tail, fp.reservation, fp.duplicate, fp.outside_window}) < 0) {
+        std::min({fp.tail, fp.reservation, fp.padding, fp.duplicate, fp.outside_window}) < 0) {
       broken(f, "layer group " + std::to_string(g) + " at " + std::to_string(tokens) + " tokens: allocated " +
                     std::to_string(fp.allocated) + " != effective " + std::to_string(e.value) + " + tail " +
-                    std::to_string(fp.tail) + " + reservation " + std::to_string(fp.reservation) + " + duplicate " +
+                    std::to_string(fp.tail) + " + reservation " + std::to_string(fp.reservation) + " + padding " +
+                    std::to_string(fp.padding) + " + duplicate " +
                     std::to_string(fp.duplicate) + " + outside window " + std::to_string(fp.outside_window) +
                     " (slopes sum to " + std::to_string(part_slopes) + ")");
     }
@@ -298,6 +301,7 @@ void Engine::after_op() {
       Fragmentation& p = at_peak_slots_[g];
       p.tail = static_cast<double>(sums_[g].q[kTail].at(step_));
       p.reservation = static_cast<double>(sums_[g].q[kReservation].at(step_));
+      p.padding = static_cast<double>(sums_[g].q[kPadding].at(step_));
       p.duplicate = static_cast<double>(sums_[g].q[kDuplicate].at(step_));
       p.outside_window = static_cast<double>(sums_[g].q[kOutside].at(step_));
     }
@@ -594,7 +598,7 @@ void Engine::handle_event(std::uint32_t slot) {
       const Footprint fp = alloc_.footprint(slot, g, t - 1);
       const std::int64_t expect[kQuantities] = {
           effective_tokens(t - 1, f.prompt, f.n, opt_.layout.groups[g].window_tokens),
-          fp.allocated, fp.tail, fp.reservation, fp.duplicate, fp.outside_window};
+          fp.allocated, fp.tail, fp.reservation, fp.padding, fp.duplicate, fp.outside_window};
       for (int q = 0; q < kQuantities; ++q) {
         if (c.value[q] + c.slope[q] * steps != expect[q]) {
           broken(f, "layer group " + std::to_string(g) + ": quantity " + std::to_string(q) + " carried to " +

@@ -22,7 +22,7 @@ namespace kvsim::detail {
 
 inline constexpr std::int64_t kUnlimited = std::numeric_limits<std::int64_t>::max();
 
-enum Quantity { kEffective, kAllocated, kTail, kReservation, kDuplicate, kOutside, kQuantities };
+enum Quantity { kEffective, kAllocated, kTail, kReservation, kPadding, kDuplicate, kOutside, kQuantities };
 
 // One request's share of one layer group, as of `step`, with slopes per step after it.
 struct Contribution {

@@ -78,15 +78,18 @@ ReplayReport Engine::finish_report() {
         occ->quantile_resolution = std::max<std::int64_t>(1, ceil_div(total->quantile_resolution, bpp));
       }
     }
-    gr.mean_slots = {mean(s.q[kTail]), mean(s.q[kReservation]), mean(s.q[kDuplicate]), mean(s.q[kOutside])};
+    gr.mean_slots = {mean(s.q[kTail]), mean(s.q[kReservation]), mean(s.q[kPadding]), mean(s.q[kDuplicate]),
+                     mean(s.q[kOutside])};
     gr.at_peak_slots = at_peak_slots_[g];
     const double bpp = static_cast<double>(bytes_per_position_[g]);
     r.mean_bytes.tail += gr.mean_slots.tail * bpp;
     r.mean_bytes.reservation += gr.mean_slots.reservation * bpp;
+    r.mean_bytes.padding += gr.mean_slots.padding * bpp;
     r.mean_bytes.duplicate += gr.mean_slots.duplicate * bpp;
     r.mean_bytes.outside_window += gr.mean_slots.outside_window * bpp;
     r.at_peak_bytes.tail += gr.at_peak_slots.tail * bpp;
     r.at_peak_bytes.reservation += gr.at_peak_slots.reservation * bpp;
+    r.at_peak_bytes.padding += gr.at_peak_slots.padding * bpp;
     r.at_peak_bytes.duplicate += gr.at_peak_slots.duplicate * bpp;
     r.at_peak_bytes.outside_window += gr.at_peak_slots.outside_window * bpp;
     r.groups.push_back(gr);

@@ -188,6 +188,19 @@ class Reference {
     return -1;
   }
 
+  // Of those, the positions past prompt + planned output, which the request can never
+  // reach: padding (dense rows and dynamic buffers; 0 for paged, whose unfilled room is tail).
+  std::int64_t padding(const RefRequest& r, std::size_t g) const {
+    const std::int64_t reach = std::max(r.tokens, r.prompt + r.planned);
+    switch (c_.kind) {
+      case Kind::paged:
+      case Kind::sliding: return 0;
+      case Kind::dense: return r.n * std::max<std::int64_t>(0, row_in_group(r, g) - reach);
+      case Kind::dynamic: return r.n * std::max<std::int64_t>(0, r.capacity[g] - reach);
+    }
+    return -1;
+  }
+
   // Positions held only while the last grow copied buffers.
   std::int64_t transient(const RefRequest& r, std::size_t g) const {
     return c_.kind == Kind::dynamic ? r.n * r.copied[g] : 0;
@@ -462,8 +475,9 @@ class Driver {
   }
   static bool same(const Footprint& a, const Footprint& b) {
     return a.allocated == b.allocated && a.tail == b.tail && a.reservation == b.reservation &&
-           a.duplicate == b.duplicate && a.outside_window == b.outside_window && a.tail_slope == b.tail_slope &&
-           a.reservation_slope == b.reservation_slope && a.duplicate_slope == b.duplicate_slope &&
+           a.padding == b.padding && a.duplicate == b.duplicate && a.outside_window == b.outside_window &&
+           a.tail_slope == b.tail_slope && a.reservation_slope == b.reservation_slope &&
+           a.padding_slope == b.padding_slope && a.duplicate_slope == b.duplicate_slope &&
            a.outside_window_slope == b.outside_window_slope && a.transient == b.transient;
   }
   void check_unchanged(const Snapshot& before, Outcome o, const char* what) {
@@ -519,17 +533,22 @@ class Driver {
     const std::int64_t effective = detail::effective_tokens(tokens, r.prompt, r.n, w);
     const std::int64_t want_allocated = ref_.allocated(r, g);
     const std::int64_t want_unfilled = ref_.unfilled(r, g);
+    const std::int64_t want_padding = ref_.padding(r, g);
     const bool paged = c_.kind == Kind::paged || c_.kind == Kind::sliding;
-    const std::int64_t unfilled = paged ? f.tail : f.reservation;
-    const std::int64_t other_unfilled = paged ? f.reservation : f.tail;
-    const bool adds_up = f.allocated == effective + f.tail + f.reservation + f.duplicate + f.outside_window;
-    const bool parts_ok = f.tail >= 0 && f.reservation >= 0 && f.duplicate >= 0 && f.outside_window >= 0;
-    expect(f.allocated == want_allocated && unfilled == want_unfilled && other_unfilled == 0 && adds_up && parts_ok,
+    const std::int64_t unfilled = paged ? f.tail : f.reservation + f.padding;
+    const std::int64_t other_unfilled = paged ? f.reservation + f.padding : f.tail;
+    const bool adds_up =
+        f.allocated == effective + f.tail + f.reservation + f.padding + f.duplicate + f.outside_window;
+    const bool parts_ok =
+        f.tail >= 0 && f.reservation >= 0 && f.padding >= 0 && f.duplicate >= 0 && f.outside_window >= 0;
+    expect(f.allocated == want_allocated && unfilled == want_unfilled && f.padding == want_padding &&
+               other_unfilled == 0 && adds_up && parts_ok,
            [&](std::ostream& s) {
              s << "slot " << slot << " (prompt " << r.prompt << ", output " << r.output << ", n " << r.n << ") group "
                << g << " (window " << w << ") at " << tokens << " tokens: allocated " << f.allocated << " (reference "
                << want_allocated << "), effective " << effective << ", tail " << f.tail << ", reservation "
-               << f.reservation << " (reference unfilled " << want_unfilled << "), duplicate " << f.duplicate
+               << f.reservation << ", padding " << f.padding << " (reference unfilled " << want_unfilled
+               << ", padding " << want_padding << "), duplicate " << f.duplicate
                << ", outside window " << f.outside_window;
            });
     return f;
@@ -554,6 +573,7 @@ class Driver {
         if (t + 1 >= end) continue;
         const Footprint next = alloc_->footprint(slot, g, t + 1);
         expect(next.tail - f.tail == f.tail_slope && next.reservation - f.reservation == f.reservation_slope &&
+                   next.padding - f.padding == f.padding_slope &&
                    next.duplicate - f.duplicate == f.duplicate_slope &&
                    next.outside_window - f.outside_window == f.outside_window_slope,
                [&](std::ostream& s) { s << "slot " << slot << " group " << g << ": slopes at " << t << " do not carry to " << t + 1; });

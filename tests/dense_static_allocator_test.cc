@@ -37,13 +37,25 @@ TEST_CASE("dense-static reserves the whole row at admission") {
     auto a = dense(layout, Reserve::max_model_len);
     REQUIRE(a.admit(0, info) == Outcome::ok);
     CHECK(a.footprint(0, 0, 0).allocated == 4096);
-    REQUIRE(a.grow(0, 150, 150) == Outcome::ok);
-    CHECK(a.footprint(0, 0, 150).reservation == 4096 - 150);
+    // Room up to prompt + max_tokens = 150 is reservation; past it, padding.
+    CHECK(a.footprint(0, 0, 0).reservation == 150);
+    CHECK(a.footprint(0, 0, 0).padding == 4096 - 150);
+    REQUIRE(a.grow(0, 120, 120) == Outcome::ok);
+    const Footprint f = a.footprint(0, 0, 120);
+    CHECK(f.reservation == 30);
+    CHECK(f.reservation_slope == -1);
+    CHECK(f.padding == 4096 - 150);
+    CHECK(f.padding_slope == 0);
+    REQUIRE(a.grow(0, 150, 30) == Outcome::ok);
+    CHECK(a.footprint(0, 0, 150).reservation == 0);
+    CHECK(a.footprint(0, 0, 150).padding == 4096 - 150);
   }
-  SECTION("reserve=pow2 rounds the final length 150 up to 256") {
+  SECTION("reserve=pow2 rounds the final length 150 up to 256: 106 slots of padding") {
     auto a = dense(layout, Reserve::pow2);
     REQUIRE(a.admit(0, info) == Outcome::ok);
     CHECK(a.footprint(0, 0, 0).allocated == 256);
+    CHECK(a.footprint(0, 0, 0).reservation == 150);
+    CHECK(a.footprint(0, 0, 0).padding == 106);
   }
   SECTION("reserve=oracle holds exactly the final length") {
     auto a = dense(layout, Reserve::oracle);

@@ -47,6 +47,9 @@ TEST_CASE("replay: one request through the CLI, byte-exact for Llama-3.1-8B") {
   const Json* full = run_named(doc, "dense-static:reserve=max-model-len");
   REQUIRE(full != nullptr);
   CHECK((*full)["memory_bytes"]["allocated_slots"]["peak"] == std::int64_t{131'072} * kLlamaBytesPerToken);
+  // Past prompt + max_tokens = 150 the row is padding, all 50 ms long; up to 150, reservation.
+  CHECK((*full)["internal_fragmentation_bytes"]["mean"]["padding"] == (131'072 - 150) * kLlamaBytesPerToken);
+  CHECK((*dense)["internal_fragmentation_bytes"]["mean"]["padding"] == 0);
 }
 
 TEST_CASE("replay: a cost coefficient not named is the roofline's, and a step must take time") {

@@ -4,7 +4,7 @@
 // schedule: admit a request, grow it to a token count, release it. An allocator answers in
 // positions per layer group (KvLayout's groups), and says honestly where its room goes:
 // for each live request and group it reports a Footprint that splits the positions it
-// allocated into the effective tokens the engine computes independently and four kinds of
+// allocated into the effective tokens the engine computes independently and five kinds of
 // internal fragmentation. The engine checks, at every operation, that the split adds up.
 //
 // Allocators act only at their own boundaries (a new block, a buffer's capacity, a block
@@ -48,17 +48,21 @@ enum class Outcome {
 // One layer group's share of one request, in positions, at the request's current length,
 // with how each figure changes per engine step while the request decodes (all its samples
 // gaining one token) until its next event. Invariant, checked by the engine:
-//   allocated == effective + tail + reservation + duplicate + outside_window
+//   allocated == effective + tail + reservation + padding + duplicate + outside_window
 // for the figures and for the slopes, where effective is computed by the engine alone.
 struct Footprint {
   std::int64_t allocated = 0;       // positions assigned to the request (constant between events)
-  // Internal fragmentation, in four parts that name where the room goes:
+  // Internal fragmentation, in five parts that name where the room goes:
   std::int64_t tail = 0;            // unfilled end of partially filled blocks
-  std::int64_t reservation = 0;     // room reserved ahead for tokens not yet (or never) generated
+  std::int64_t reservation = 0;     // room reserved ahead for tokens not yet (or never) generated,
+                                    // up to the request's limit (prompt + planned output)
+  std::int64_t padding = 0;         // room past that limit, which no token of the request can
+                                    // ever fill: a fixed shape's or a round-up's excess
   std::int64_t duplicate = 0;       // extra copies of a shared prompt (one per further sample)
   std::int64_t outside_window = 0;  // tokens still held that fell out of a sliding window
   std::int64_t tail_slope = 0;
   std::int64_t reservation_slope = 0;
+  std::int64_t padding_slope = 0;
   std::int64_t duplicate_slope = 0;
   std::int64_t outside_window_slope = 0;
   // Positions held only during the last operation (a buffer copied on growth holds old and

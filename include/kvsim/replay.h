@@ -128,13 +128,14 @@ struct Occupancy {
   std::int64_t at_end = 0;
 };
 
-// The four parts of internal fragmentation (allocated - effective).
+// The five parts of internal fragmentation (allocated - effective).
 struct Fragmentation {
   double tail = 0;             // unfilled ends of partially filled blocks
   double reservation = 0;      // room reserved ahead for tokens not yet (or never) generated
+  double padding = 0;          // room past the request's limit (prompt + planned output)
   double duplicate = 0;        // extra copies of a shared prompt
   double outside_window = 0;   // tokens still held behind a sliding window
-  double total() const { return tail + reservation + duplicate + outside_window; }
+  double total() const { return tail + reservation + padding + duplicate + outside_window; }
 };
 
 struct GroupReport {

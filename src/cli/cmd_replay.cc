@@ -34,10 +34,10 @@ const CommandSpec kSpec{
     "kvsim replay TRACE [options]",
     "Replays TRACE through each allocator of --allocator on the same schedule and prints, per\n"
     "allocator and byte-exact, effective tokens against allocated and reserved slots, where\n"
-    "internal fragmentation goes (partial-block tail, reservation ahead, duplicate prompt\n"
-    "copies, tokens outside a sliding window), external fragmentation, peak occupancy and\n"
-    "latencies. Without a memory budget the run measures demand: every allocator sees the\n"
-    "same schedule. The schedule is simulated continuous batching with a cost model, or the\n"
+    "internal fragmentation goes (partial-block tail, reservation ahead, padding past the\n"
+    "request's limit, duplicate prompt copies, tokens outside a sliding window), external\n"
+    "fragmentation, peak occupancy and latencies. Without a memory budget the run measures\n"
+    "demand: every allocator sees the same schedule. The schedule is simulated continuous batching with a cost model, or the\n"
     "trace's own start/first_token/finish times when it has them.\n\n" +
         allocator_help(),
     "  kvsim replay traces/chat-mix.csv --model llama-3.1-8b\n"

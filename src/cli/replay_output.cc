@@ -65,6 +65,7 @@ Json occupancy_json(const Occupancy& o, const char* unit) {
 Json fragmentation_json(const Fragmentation& f) {
   return Json{{"tail", rounded(f.tail)},
               {"reservation", rounded(f.reservation)},
+              {"padding", rounded(f.padding)},
               {"duplicate", rounded(f.duplicate)},
               {"outside_window", rounded(f.outside_window)},
               {"total", rounded(f.total())}};
@@ -142,6 +143,7 @@ std::string replay_table(const ReplayContext& c, const std::vector<ReplayReport>
   blank("internal fragmentation, mean GiB");
   row("  partial-block tail", [](const ReplayReport& r) { return gib(r.mean_bytes.tail); });
   row("  reservation ahead", [](const ReplayReport& r) { return gib(r.mean_bytes.reservation); });
+  row("  padding past the request's limit", [](const ReplayReport& r) { return gib(r.mean_bytes.padding); });
   row("  duplicate prompt copies", [](const ReplayReport& r) { return gib(r.mean_bytes.duplicate); });
   row("  outside the window", [](const ReplayReport& r) { return gib(r.mean_bytes.outside_window); });
   row("  total", [](const ReplayReport& r) { return gib(r.mean_bytes.total()); });
@@ -313,6 +315,7 @@ std::string replay_csv(const std::vector<ReplayReport>& reports) {
       {"reserved_bytes_peak", [](const ReplayReport& r) { return std::to_string(r.reserved_bytes.peak); }},
       {"internal_frag_tail_bytes_mean", decimal([](const ReplayReport& r) { return r.mean_bytes.tail; }, 3)},
       {"internal_frag_reservation_bytes_mean", decimal([](const ReplayReport& r) { return r.mean_bytes.reservation; }, 3)},
+      {"internal_frag_padding_bytes_mean", decimal([](const ReplayReport& r) { return r.mean_bytes.padding; }, 3)},
       {"internal_frag_duplicate_bytes_mean", decimal([](const ReplayReport& r) { return r.mean_bytes.duplicate; }, 3)},
       {"internal_frag_outside_window_bytes_mean",
        decimal([](const ReplayReport& r) { return r.mean_bytes.outside_window; }, 3)},
