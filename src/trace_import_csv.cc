@@ -89,6 +89,7 @@ class LengthsReader final : public CsvReader {
                 "this trace has lengths only, no arrival times: give a synthetic Poisson arrival rate "
                 "(--rate R requests per second; --seed S picks the process)");
     }
+    names_.prompt = prompt_name_;
     names_.output = output_name_;
   }
 

@@ -385,6 +385,7 @@ class MooncakeReader final : public JsonlReader {
       : JsonlReader(path, options, TraceFormat::mooncake,
                     {{"timestamp"}, {"input_length"}, {"output_length"}, {"hash_ids", true}}, false) {
     names_.arrival = "timestamp";
+    names_.prompt = "input_length";
     names_.output = "output_length";
     names_.prefix_hashes = "hash_ids";
   }
@@ -435,6 +436,7 @@ class TokenIdsReader final : public JsonlReader {
                     false) {
     if (options.hash_block_tokens < 1) fail_file(0, "the block size for hashing token ids must be at least 1");
     names_.arrival = "arrival_time_ns";
+    names_.prompt = "input_toks";
     names_.output = "output_toks";
     names_.prefix_hashes = "input_tok_ids";
   }

@@ -417,6 +417,15 @@ bool RowReader::validate(const Request& r) {
                          std::to_string(kMaxSamples) + " are accepted)");
     return false;
   }
+  const std::pair<std::string_view, std::int64_t> lengths[] = {
+      {names_.prompt, r.prompt_tokens}, {names_.output, r.output_tokens}, {names_.max_tokens, r.max_tokens.value_or(0)}};
+  for (const auto& [name, value] : lengths) {
+    if (value > kMaxTokens) {
+      fail(label(name), std::to_string(value) + " tokens is implausible (at most " + std::to_string(kMaxTokens) +
+                            " are accepted)");
+      return false;
+    }
+  }
   if (r.max_tokens && *r.max_tokens < r.output_tokens) {
     fail(label(names_.max_tokens), std::to_string(*r.max_tokens) + " is less than " + std::string(names_.output) +
                                        " " + std::to_string(r.output_tokens) +
@@ -558,6 +567,7 @@ LengthColumnsReader::LengthColumnsReader(const std::string& path, const TraceOpt
   }
   prompt_col_ = column(names.prompt);
   output_col_ = column(names.output);
+  names_.prompt = names.prompt;
   names_.output = names.output;
 }
 
