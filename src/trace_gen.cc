@@ -374,6 +374,17 @@ struct TraceGenerator::State {
         case MaxTokensPolicy::Kind::none: break;
       }
     }
+    // What the readers would refuse, refused here: a trace kvsim cannot read back is no use.
+    const std::pair<std::string_view, std::int64_t> lengths[] = {
+        {o.sessions ? "--sessions" : "--prompt", out.prompt_tokens},
+        {"--output", out.output_tokens},
+        {"--max-tokens", out.max_tokens.value_or(0)}};
+    for (const auto& [field, value] : lengths) {
+      if (value > detail::kMaxTokens) {
+        bad(field, "a request of " + std::to_string(value) + " tokens; a trace holds at most " +
+                       std::to_string(detail::kMaxTokens) + " per prompt, output or max_tokens");
+      }
+    }
     if (!o.cancel.empty()) {
       std::int64_t u = cancel_rng.uniform_int(0, kBillion - 1);
       for (std::size_t i = 0; i < o.cancel.size(); ++i) {

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
@@ -322,6 +323,14 @@ TEST_CASE("gen: bad options exit 2 with the usage, unreadable empirical files ex
   const auto missing = run_cli({"trace", "gen", "--prompt", "empirical:/nonexistent.csv", "--requests", "3"});
   CHECK(missing.exit_code == 1);
   CHECK_THAT(missing.err, Catch::Contains("/nonexistent.csv: cannot open"));
+  // 2^40 + 1 tokens: more than a reader accepts, so gen does not write it, not even in part.
+  const std::string huge_path = test::scratch_path("huge.csv");
+  std::filesystem::remove(huge_path);
+  const auto huge = run_cli({"trace", "gen", "--requests", "3", "--prompt", "1099511627777", "-o", huge_path});
+  CHECK(huge.exit_code == 2);
+  CHECK_THAT(huge.err, Catch::Contains("--prompt: a request of 1099511627777 tokens"));
+  CHECK_FALSE(std::filesystem::exists(huge_path));
+  CHECK_FALSE(std::filesystem::exists(huge_path + ".kvsim-tmp"));
   const auto jsonl = run_cli({"trace", "gen", "--requests", "3", "--to", "jsonl"});
   CHECK(jsonl.exit_code == 0);
   CHECK_THAT(jsonl.out, Catch::StartsWith("{\"id\":\"1\",\"arrival\":"));

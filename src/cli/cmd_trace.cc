@@ -19,6 +19,27 @@
 namespace kvsim::cli {
 namespace {
 
+// Writes a whole trace through `fill` into a temporary file beside OUT and renames it over
+// OUT once complete, so that a failure part-way leaves OUT as it was and no partial trace
+// behind. Standard output ("-") is written as it goes.
+template <class Fill>
+void write_whole(const std::string& out, NativeFormat format, const TraceColumns& columns, Fill fill) {
+  const std::string temp = out == "-" ? out : out + ".kvsim-tmp";
+  try {
+    TraceWriter writer(temp, format, columns);
+    fill(writer);
+    writer.close();
+  } catch (...) {
+    std::error_code ignored;
+    if (out != "-") std::filesystem::remove(temp, ignored);
+    throw;
+  }
+  if (out == "-") return;
+  std::error_code ec;
+  std::filesystem::rename(temp, out, ec);
+  if (ec) throw InputError(Location{out, 0, ""}, "cannot rename " + temp + " to it: " + ec.message());
+}
+
 // Option values are the user's command line: a bad one is a usage error (exit 2, with the
 // usage), unlike bad file contents (exit 1).
 template <typename F>
@@ -156,18 +177,13 @@ int run_convert(const Invocation& inv) {
       ++count;
     }
   }
-  // Pass 2: write, to a temporary file renamed over OUT at the end.
-  const std::string temp = out == "-" ? out : out + ".kvsim-tmp";
-  {
+  // Pass 2: write.
+  write_whole(out, format, columns, [&](TraceWriter& writer) {
     auto reader = open_trace(in, trace);
-    TraceWriter writer(temp, format, columns);
     Request r;
     while (reader->next(r)) writer.write(r);
-    writer.close();
-  }
+  });
   if (out != "-") {
-    std::filesystem::rename(temp, out, ec);
-    if (ec) throw InputError(Location{out, 0, ""}, "cannot rename " + temp + " to it: " + ec.message());
     fmt::print(stderr, "kvsim: converted {} requests: {} ({}) -> {} ({})\n", with_commas(count), in,
                trace_format_name(in_format), out,
                trace_format_name(format == NativeFormat::csv ? TraceFormat::native_csv : TraceFormat::native_jsonl));
@@ -276,15 +292,13 @@ int run_gen(const Invocation& inv) {
 
   TraceGenerator generator(gen);
   std::int64_t count = 0;
-  {
-    TraceWriter writer(out, format, generator.columns());
+  write_whole(out, format, generator.columns(), [&](TraceWriter& writer) {
     Request r;
     while (generator.next(r)) {
       writer.write(r);
       ++count;
     }
-    writer.close();
-  }
+  });
   if (out != "-") fmt::print(stderr, "kvsim: wrote {} requests to {}\n", with_commas(count), out);
   return kExitOk;
 }
