@@ -131,12 +131,24 @@ std::unique_ptr<Allocator> make_allocator(const AllocatorSpec& spec, const KvLay
     made = std::make_unique<detail::DenseStaticAllocator>(layout, o);
   } else {  // dynamic
     detail::DynamicOptions o;
-    const std::string growth = p.text("growth", p.has("chunk") ? "chunk" : "double");
+    std::string growth = p.text("growth", p.has("chunk") ? "chunk" : "double");
+    // "growth=chunk=256" says growth=chunk,chunk=256 in one parameter.
+    std::string chunk_text;
+    if (growth.starts_with("chunk=")) {
+      if (p.has("chunk")) p.fail("give the chunk once: growth=chunk=N or growth=chunk,chunk=N");
+      chunk_text = growth.substr(6);
+      growth = "chunk";
+    }
     if (growth == "exact") o.growth = detail::Growth::exact;
     else if (growth == "double") o.growth = detail::Growth::doubling;
     else if (growth == "chunk") o.growth = detail::Growth::chunk;
-    else p.fail("growth must be exact, double or chunk, got \"" + growth + "\"");
-    o.chunk_tokens = p.positive("chunk", o.chunk_tokens);
+    else p.fail("growth must be exact, double, chunk or chunk=N, got \"" + growth + "\"");
+    if (chunk_text.empty()) {
+      o.chunk_tokens = p.positive("chunk", o.chunk_tokens);
+    } else if (detail::parse_non_negative(chunk_text, o.chunk_tokens) != detail::DecimalStatus::ok ||
+               o.chunk_tokens <= 0) {
+      p.fail("growth=chunk=N expects a positive integer, got \"" + chunk_text + "\"");
+    }
     if (o.growth != detail::Growth::chunk && p.has("chunk")) p.fail("'chunk' only applies to growth=chunk");
     o.capacity_bytes = p.has("arena") ? 0 : limits.capacity_bytes;
     if (p.has("arena")) {
@@ -164,8 +176,9 @@ std::string allocator_help() {
       length. Sliding-window groups hold min(W, row) as a ring (Hugging Face StaticCache).
   dynamic[:growth=double|exact|chunk][,chunk=256][,arena=BYTES]
       a contiguous buffer per sample and layer group that grows (by doubling, exactly, or
-      by chunks of `chunk` positions) and is copied on growth, placed first-fit in one
-      arena (Hugging Face DynamicCache). arena bounds the arena; default unbounded.
+      by chunks of `chunk` positions; growth=chunk=N for short) and is copied on growth,
+      placed first-fit in one arena (Hugging Face DynamicCache). arena bounds the arena;
+      default unbounded.
 )";
 }
 

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include "arena.h"
+#include "kvsim/error.h"
 #include "test_support.h"
 
 using namespace kvsim;
@@ -114,4 +115,20 @@ TEST_CASE("dynamic: with n samples the copy transient is every sample's old buff
   CHECK(f.allocated == 2 * 8);
   CHECK(f.transient == 2 * 4);                 // the two old buffers of 4, during the copy
   CHECK(a.pool().copied_bytes == 2 * 4);
+}
+
+TEST_CASE("dynamic: growth=chunk=N is growth=chunk,chunk=N, and the chunk is given once") {
+  const KvLayout layout = test::unit_layout(4096);
+  for (const char* spec : {"dynamic:growth=chunk=48", "dynamic:growth=chunk,chunk=48"}) {
+    INFO(spec);
+    auto a = make_allocator(parse_allocator_spec(spec, "test"), layout);
+    CHECK(a->name() == "dynamic:growth=chunk,chunk=48");
+    REQUIRE(a->admit(0, AdmitInfo{100, 50, 50, 1}) == Outcome::ok);
+    REQUIRE(a->grow(0, 101, 101) == Outcome::ok);
+    CHECK(a->footprint(0, 0, 101).allocated == 144);  // ceil(101 / 48) = 3 chunks
+  }
+  for (const char* bad : {"dynamic:growth=chunk=0", "dynamic:growth=chunk=x", "dynamic:growth=chunk=48,chunk=48"}) {
+    INFO(bad);
+    CHECK_THROWS_AS(make_allocator(parse_allocator_spec(bad, "test"), layout), InputError);
+  }
 }
