@@ -12,8 +12,12 @@ void Engine::pull_arrivals(std::int64_t now) {
   while (have_next_ && next_.arrival_ns <= now) {
     const Location where{trace_.path(), 0, "request #" + std::to_string(ordinal_) + " ('" + next_.id + "')"};
     if (!next_.has_service_times()) {
-      throw InputError(where, "has no start, first_token and finish times, but the schedule is measured (the "
-                              "trace's first request has them; use --schedule simulate to ignore them)");
+      throw InputError(where, opt_.schedule == Schedule::measured
+                                  ? "has no start, first_token and finish times, which --schedule measured needs "
+                                    "for every request"
+                                  : "has no start, first_token and finish times, but the trace's first request "
+                                    "has them, so the schedule is measured and every request needs them (use "
+                                    "--schedule simulate to ignore them)");
     }
     const std::int64_t index = take_ticket();
     if (index < 0) {

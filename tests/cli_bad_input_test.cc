@@ -299,6 +299,21 @@ TEST_CASE("cli bad input: option errors print the usage and exit 2") {
        "Usage: kvsim trace stats FILE"},
       {{"size", "--model", "llama-3.1-8b", "--dtype", "fp12"}, "--dtype: expected one of fp32, fp16", "Usage: kvsim size"},
       {{"models", "--frob"}, "unrecognised option '--frob'", "Usage: kvsim models"},
+      // A missing positional argument goes by its synopsis name.
+      {{"trace", "stats"}, "FILE is required", "Usage: kvsim trace stats FILE"},
+      {{"trace", "convert", trace}, "OUT is required", "Usage: kvsim trace convert IN OUT"},
+      // Options that would be silently ignored, or that contradict each other.
+      {{"size", "--model", "llama-3.1-8b", "--kv-budget", "10GiB", "--device", "H100-80GB"},
+       "--kv-budget: gives the KV budget directly, so --device (a term of the budget derived from a device) has no "
+       "effect",
+       "Usage: kvsim size"},
+      {{"replay", trace, "--kv-budget", "10GiB", "--reserve", "2GiB"},
+       "--kv-budget: gives the KV budget directly, so --reserve", "Usage: kvsim replay TRACE"},
+      {{"replay", trace, "--kv-budget", "10GiB", "--schedule", "measured"},
+       "--schedule measured replays the trace's own timestamps, which a memory budget would have to change",
+       "Usage: kvsim replay TRACE"},
+      {{"replay", trace, "--cost", "constant:step=0ms"}, "--cost: every engine step takes time",
+       "Usage: kvsim replay TRACE"},
       // Commands that do not exist point to the --help of the command that does.
       {{"frobnicate"}, "unknown command 'frobnicate' (commands: replay, size, models, trace)", "Usage: kvsim <command>"},
       {{"trace", "frob"}, "unknown command 'frob' (commands: stats, convert, gen)", "Usage: kvsim trace <command>"},

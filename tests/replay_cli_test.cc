@@ -188,6 +188,17 @@ TEST_CASE("replay: help, usage errors and input errors") {
   r = test::run_cli({"replay", trace, "--cost", "linear:base=5"});
   CHECK(r.exit_code == 2);
   CHECK_THAT(r.err, Catch::Contains("--cost"));
+  // The schedule named on the command line, or implied by the trace's first request.
+  r = test::run_cli({"replay", trace, "--schedule", "measured"});
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("request #1 ('1'): has no start, first_token and finish times, which --schedule "
+                                    "measured needs for every request"));
+  const std::string half = test::write_file(
+      "half-measured.csv", "id,arrival,prompt_tokens,output_tokens,start,first_token,finish\na,0,10,5,0.1,0.2,0.5\nb,1,10,5,,,\n");
+  r = test::run_cli({"replay", half});
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("request #2 ('b'): has no start, first_token and finish times, but the trace's first "
+                                    "request has them"));
   r = test::run_cli({"replay", "does-not-exist.csv"});
   CHECK(r.exit_code == 1);
   CHECK_THAT(r.err, Catch::Contains("does-not-exist.csv"));
@@ -249,4 +260,21 @@ TEST_CASE("replay: policy options without a budget are a usage error") {
   r = test::run_cli({"replay", trace, "--kv-budget", "2GiB", "--allocator", "paged", "--json"});
   REQUIRE(r.exit_code == 0);
   CHECK(Json::parse(r.out)["runs"][0]["serving"]["capacity_bytes"] == std::int64_t{2} << 30);
+}
+
+TEST_CASE("replay: under a budget the scheduler's limits default to vLLM's, chunked prefill or not") {
+  // vLLM's SchedulerConfig: 8192 batched tokens with chunked prefill; without it,
+  // max(max_model_len, 2048): 131,072 for Llama-3.1-8B, 2,048 for a 1,024-token limit.
+  const std::string trace = std::string(KVSIM_SOURCE_DIR) + "/traces/chat-mix.csv";
+  const auto scheduler = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args{"replay", trace, "--kv-budget", "10GiB", "--allocator", "paged", "--json"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const auto r = test::run_cli(args);
+    REQUIRE(r.exit_code == 0);
+    return Json::parse(r.out)["scheduler"].get<std::string>();
+  };
+  CHECK(scheduler({}) == "max batched tokens 8,192, chunked prefill on, max running 256");
+  CHECK(scheduler({"--no-chunked-prefill"}) == "max batched tokens 131,072, chunked prefill off, max running 256");
+  CHECK(scheduler({"--no-chunked-prefill", "--max-model-len", "1024"}) ==
+        "max batched tokens 2,048, chunked prefill off, max running 256");
 }

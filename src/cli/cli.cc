@@ -2,6 +2,7 @@
 
 #include <fmt/core.h>
 
+#include <cctype>
 #include <iostream>
 #include <sstream>
 
@@ -43,6 +44,19 @@ bool parse_options(const Invocation& inv, const CommandSpec& spec, po::options_d
   }
   try {
     po::notify(vm);
+  } catch (const po::required_option& e) {
+    // A missing positional argument goes by the name the synopsis gives it ("FILE", "OUT"),
+    // not by the option Boost keeps it under ("--file").
+    std::string name = e.get_option_name();
+    name.erase(0, name.find_first_not_of('-'));
+    const unsigned positions = positional.max_total_count();
+    for (unsigned i = 0; i < positions && i < 16; ++i) {
+      if (positional.name_for_position(i) == name) {
+        for (char& ch : name) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+        throw UsageError(name + " is required\nUsage: " + spec.synopsis);
+      }
+    }
+    throw UsageError(std::string(e.what()) + "\nUsage: " + spec.synopsis);
   } catch (const po::error& e) {
     throw UsageError(std::string(e.what()) + "\nUsage: " + spec.synopsis);
   }

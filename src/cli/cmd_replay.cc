@@ -134,8 +134,9 @@ int run_replay(const Invocation& inv) {
        "linear:base=..,prefill-token=..,decode-seq=..,context-token=.. (units ps, ns, us, ms, s; a "
        "coefficient not given is the roofline's)")
       ("max-batched-tokens", po::value<std::string>(),
-       "tokens per iteration, decodes included (default: unlimited in demand mode, 8192 under a budget, as vLLM)")
-      ("no-chunked-prefill", "with --max-batched-tokens, admit a prompt only when it fits whole")
+       "tokens per iteration, decodes included (default: unlimited in demand mode; under a budget, as vLLM: "
+       "8192, or max(max model length, 2048) with --no-chunked-prefill)")
+      ("no-chunked-prefill", "admit a prompt only when it fits a step's token budget whole")
       ("max-running", po::value<std::string>(),
        "requests running at once (default: unlimited in demand mode, 256 under a budget, as vLLM)")
       ("default-max-tokens", po::value<std::string>(),
@@ -208,16 +209,21 @@ int run_replay(const Invocation& inv) {
   ro.cost = parse_cost_model(vm["cost"].as<std::string>(), roofline, "--cost");
   if (const auto t = option_text(vm, "max-batched-tokens")) ro.max_batched_tokens = positive_integer(*t, "--max-batched-tokens");
   ro.chunked_prefill = vm.count("no-chunked-prefill") == 0;
-  if (!ro.chunked_prefill && ro.max_batched_tokens == 0) {
-    throw UsageError("--no-chunked-prefill needs --max-batched-tokens\nUsage: " + kSpec.synopsis);
-  }
   if (const auto r = option_text(vm, "max-running")) ro.max_running = positive_integer(*r, "--max-running");
   if (const auto d = option_text(vm, "default-max-tokens")) ro.default_max_tokens = positive_integer(*d, "--default-max-tokens");
   if (budget) {
     ro.memory.kv_budget_bytes = budget->kv_budget_bytes;
     // vLLM's defaults for a served model (max_num_seqs, max_num_batched_tokens).
     if (!vm.count("max-running")) ro.max_running = 256;
-    if (!vm.count("max-batched-tokens")) ro.max_batched_tokens = 8192;
+    // vLLM's SchedulerConfig: 8192 with chunked prefill (v1's default for serving); without
+    // it, max(max_model_len, 2048), so that any prompt the model accepts fits one step.
+    if (!vm.count("max-batched-tokens")) {
+      ro.max_batched_tokens = ro.chunked_prefill ? 8192 : std::max<std::int64_t>(layout.max_model_len, 2048);
+    }
+  }
+  if (budget && ro.schedule == Schedule::measured) {
+    throw UsageError("--schedule measured replays the trace's own timestamps, which a memory budget would have to "
+                     "change: give one or the other\nUsage: " + kSpec.synopsis);
   }
   ro.memory.policy = parse_policy(vm["policy"].as<std::string>());
   ro.memory.preemption = parse_preemption(vm["preemption"].as<std::string>());

@@ -146,6 +146,18 @@ std::optional<BudgetOptions> resolve_budget(const po::variables_map& vm) {
     }
     return std::nullopt;
   }
+  if (kv_budget) {
+    // The terms of the subtraction --kv-budget replaces would be silently ignored.
+    for (const auto& [given, name] : {std::pair{device_memory, "--device-memory"},
+                                      std::pair{utilization, "--gpu-memory-utilization"},
+                                      std::pair{reserve, "--reserve"}}) {
+      if (given) {
+        throw InputError(Location{"", 0, "--kv-budget"}, std::string("gives the KV budget directly, so ") + name +
+                                                             " (a term of the budget derived from a device) has no "
+                                                             "effect: give one or the other");
+      }
+    }
+  }
   BudgetOptions bo;
   if (device) bo.device = *device;
   if (device_memory) {

@@ -37,7 +37,9 @@ struct ModelChoice {
 ModelChoice resolve_model(const po::variables_map& vm, const std::string& synopsis, const std::string& default_model);
 
 // The budget options given, or nothing when none of --device, --device-memory and
-// --kv-budget is. Budget details without any of those three are an InputError.
+// --kv-budget is. Budget details without any of those three, and --kv-budget with the
+// terms it replaces (--device-memory, --gpu-memory-utilization, --reserve), are an
+// InputError.
 std::optional<BudgetOptions> resolve_budget(const po::variables_map& vm);
 
 // A positive integer option value. Throws InputError naming `option`.
