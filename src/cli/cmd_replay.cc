@@ -37,8 +37,9 @@ const CommandSpec kSpec{
     "internal fragmentation goes (partial-block tail, reservation ahead, padding past the\n"
     "request's limit, duplicate prompt copies, tokens outside a sliding window), external\n"
     "fragmentation, peak occupancy and latencies. Without a memory budget the run measures\n"
-    "demand: every allocator sees the same schedule. The schedule is simulated continuous batching with a cost model, or the\n"
-    "trace's own start/first_token/finish times when it has them.\n\n" +
+    "demand: every allocator sees the same schedule. The schedule is simulated continuous\n"
+    "batching with a cost model, or the trace's own start/first_token/finish times when it\n"
+    "has them.\n\n" +
         allocator_help(),
     "  kvsim replay traces/chat-mix.csv --model llama-3.1-8b\n"
     "  kvsim replay traces/long-context.csv --model gemma-3-27b --allocator paged,sliding-window --json\n"
