@@ -6,10 +6,19 @@
 
 namespace kvsim::detail {
 
+int TimeHistogram::settled_shift() const {
+  int shift = shift_;
+  if (pending_ns_ > 0) {
+    while (static_cast<std::uint64_t>(pending_value_ >> shift) >= kBuckets) ++shift;
+  }
+  return shift;
+}
+
 void TimeHistogram::commit() {
   if (pending_ns_ <= 0) return;
   check(pending_value_ >= 0, "histogram: negative quantity");
-  while (static_cast<std::uint64_t>(pending_value_ >> shift_) >= kBuckets) {
+  const int target = settled_shift();
+  while (shift_ < target) {
     for (std::size_t i = 0; i < kBuckets / 2; ++i) weight_ns_[i] = weight_ns_[2 * i] + weight_ns_[2 * i + 1];
     std::fill(weight_ns_.begin() + kBuckets / 2, weight_ns_.end(), 0);
     ++shift_;

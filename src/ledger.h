@@ -72,10 +72,13 @@ class TimeHistogram {
   // The smallest bucket edge v such that the quantity was below v + resolution() for at
   // least percent% of the time. 0 when nothing was recorded.
   std::int64_t quantile(int percent) const;
-  std::int64_t resolution() const { return std::int64_t{1} << shift_; }
+  // The bucket width quantile() works at, the pending span included: a large last value
+  // widens the buckets when it is committed.
+  std::int64_t resolution() const { return std::int64_t{1} << settled_shift(); }
 
  private:
   void commit();
+  int settled_shift() const;
 
   std::vector<std::int64_t> weight_ns_ = std::vector<std::int64_t>(kBuckets, 0);
   int shift_ = 0;

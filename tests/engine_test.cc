@@ -227,3 +227,18 @@ TEST_CASE("engine: measured service timestamps drive the schedule exactly") {
     CHECK(s.report.iterations == 5);
   }
 }
+
+TEST_CASE("engine: quantiles come with the bucket width they were read at, the last span included") {
+  // The helper's minimal case: one request, prompt 15, output 1, on Llama-3.1-8B. It holds
+  // 16 positions = 2,097,152 bytes for its one step, and nothing before: that last value
+  // needs buckets 2^6 wide (2,097,152 >> 5 = 65,536 is one past the 65,536 buckets), and
+  // the p50 is the bucket's lower edge, 2,097,152 itself (a multiple of 64).
+  ReplayOptions o;
+  o.layout.groups = {test::group("full", 131'072)};  // Llama-3.1-8B's bytes per position
+  o.layout.max_model_len = 131'072;
+  o.cost = fixed_step(kMs);
+  const auto r = run("paged:block=16", {test::request("x", 0, 15, 1)}, o);
+  CHECK(r.report.allocated_bytes.p50 == 16 * 131'072);
+  CHECK(r.report.allocated_bytes.quantile_resolution == 64);
+  CHECK(r.report.effective_bytes.quantile_resolution == 64);
+}
