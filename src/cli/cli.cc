@@ -2,6 +2,7 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <cctype>
 #include <iostream>
 #include <sstream>
@@ -49,8 +50,9 @@ bool parse_options(const Invocation& inv, const CommandSpec& spec, po::options_d
     // not by the option Boost keeps it under ("--file").
     std::string name = e.get_option_name();
     name.erase(0, name.find_first_not_of('-'));
-    const unsigned positions = positional.max_total_count();
-    for (unsigned i = 0; i < positions && i < 16; ++i) {
+    // max_total_count() is UINT_MAX when the last positional repeats; its name does too.
+    const unsigned positions = std::min(positional.max_total_count(), 16u);
+    for (unsigned i = 0; i < positions; ++i) {
       if (positional.name_for_position(i) == name) {
         for (char& ch : name) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
         throw UsageError(name + " is required\nUsage: " + spec.synopsis);

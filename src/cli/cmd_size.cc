@@ -124,16 +124,8 @@ int run_size(const Invocation& inv) {
 
   // ---- budget ----------------------------------------------------------------------------
   std::optional<Budget> budget;
-  if (option_text(vm, "kv-budget")) {
-    // Here nothing else uses the device or the weights (replay's cost model does).
-    for (const char* name : {"device", "params", "weight-dtype", "weights-bytes"}) {
-      if (option_text(vm, name)) {
-        throw InputError(Location{"", 0, "--kv-budget"}, std::string("gives the KV budget directly, so --") + name +
-                                                             " (a term of the budget derived from a device) has no "
-                                                             "effect: give one or the other");
-      }
-    }
-  }
+  // Here nothing else uses the device or the weights (replay's cost model does).
+  reject_beside_kv_budget(vm, {"device", "params", "weight-dtype", "weights-bytes"});
   if (const auto bo = resolve_budget(vm)) budget = derive_budget(model, kv, *bo);
 
   // Concurrency is asked at each --tokens, or at the model's maximum as vLLM logs it.

@@ -130,6 +130,17 @@ ModelChoice resolve_model(const po::variables_map& vm, const std::string& synops
   return c;
 }
 
+void reject_beside_kv_budget(const po::variables_map& vm, std::initializer_list<const char*> options) {
+  if (!option_text(vm, "kv-budget")) return;
+  for (const char* name : options) {
+    if (option_text(vm, name)) {
+      throw InputError(Location{"", 0, "--kv-budget"}, std::string("gives the KV budget directly, so --") + name +
+                                                           " (a term of the budget derived from a device) has no "
+                                                           "effect: give one or the other");
+    }
+  }
+}
+
 std::optional<BudgetOptions> resolve_budget(const po::variables_map& vm) {
   const auto device = option_text(vm, "device");
   const auto device_memory = option_text(vm, "device-memory");
@@ -146,18 +157,8 @@ std::optional<BudgetOptions> resolve_budget(const po::variables_map& vm) {
     }
     return std::nullopt;
   }
-  if (kv_budget) {
-    // The terms of the subtraction --kv-budget replaces would be silently ignored.
-    for (const auto& [given, name] : {std::pair{device_memory, "--device-memory"},
-                                      std::pair{utilization, "--gpu-memory-utilization"},
-                                      std::pair{reserve, "--reserve"}}) {
-      if (given) {
-        throw InputError(Location{"", 0, "--kv-budget"}, std::string("gives the KV budget directly, so ") + name +
-                                                             " (a term of the budget derived from a device) has no "
-                                                             "effect: give one or the other");
-      }
-    }
-  }
+  // The terms of the subtraction --kv-budget replaces would be silently ignored.
+  reject_beside_kv_budget(vm, {"device-memory", "gpu-memory-utilization", "reserve"});
   BudgetOptions bo;
   if (device) bo.device = *device;
   if (device_memory) {

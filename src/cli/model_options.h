@@ -4,6 +4,7 @@
 #ifndef KVSIM_SRC_CLI_MODEL_OPTIONS_H_
 #define KVSIM_SRC_CLI_MODEL_OPTIONS_H_
 
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <vector>
@@ -41,6 +42,10 @@ ModelChoice resolve_model(const po::variables_map& vm, const std::string& synops
 // terms it replaces (--device-memory, --gpu-memory-utilization, --reserve), are an
 // InputError.
 std::optional<BudgetOptions> resolve_budget(const po::variables_map& vm);
+
+// With --kv-budget given, any of `options` (names without "--") is an InputError naming
+// --kv-budget: a term of the derived budget that would be silently ignored.
+void reject_beside_kv_budget(const po::variables_map& vm, std::initializer_list<const char*> options);
 
 // A positive integer option value. Throws InputError naming `option`.
 std::int64_t positive_integer(const std::string& text, const char* option);
