@@ -380,9 +380,9 @@ struct TraceGenerator::State {
         {"--output", out.output_tokens},
         {"--max-tokens", out.max_tokens.value_or(0)}};
     for (const auto& [field, value] : lengths) {
-      if (value > detail::kMaxTokens) {
+      if (value > detail::kMaxRequestTokens) {
         bad(field, "a request of " + std::to_string(value) + " tokens; a trace holds at most " +
-                       std::to_string(detail::kMaxTokens) + " per prompt, output or max_tokens");
+                       std::to_string(detail::kMaxRequestTokens) + " per prompt, output or max_tokens");
       }
     }
     if (!o.cancel.empty()) {

@@ -420,8 +420,8 @@ bool RowReader::validate(const Request& r) {
   const std::pair<std::string_view, std::int64_t> lengths[] = {
       {names_.prompt, r.prompt_tokens}, {names_.output, r.output_tokens}, {names_.max_tokens, r.max_tokens.value_or(0)}};
   for (const auto& [name, value] : lengths) {
-    if (value > kMaxTokens) {
-      fail(label(name), std::to_string(value) + " tokens is implausible (at most " + std::to_string(kMaxTokens) +
+    if (value > kMaxRequestTokens) {
+      fail(label(name), std::to_string(value) + " tokens is implausible (at most " + std::to_string(kMaxRequestTokens) +
                             " are accepted)");
       return false;
     }
