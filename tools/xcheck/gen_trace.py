@@ -1,12 +1,20 @@
 #!/usr/bin/env python3
-"""A seeded random trace for replay_model.py: gen_trace.py SEED N OUT [mean_gap_ms]
+"""A seeded random trace for replay_model.py:
+gen_trace.py SEED N OUT [mean_gap_ms] [--prompt-max P] [--output-max M]
 
-Arrivals at identical instants, on the millisecond grid and after long idle gaps; some
-max_tokens, some at or past the model's length; about 5% cancellations at arrival, on the
-grid and mid-step."""
+Arrivals at identical instants, on the millisecond grid and after long idle gaps; prompts of
+1..P tokens (default 3000), outputs of 1..M (default 500); some max_tokens, some at or past
+the model's length; about 5% cancellations at arrival, on the grid and mid-step."""
 import random, sys
-seed, n, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
-gap = float(sys.argv[4]) if len(sys.argv) > 4 else 40.0
+args = sys.argv[1:]
+opts = {"--prompt-max": 3000, "--output-max": 500}
+for k in opts:
+    if k in args:
+        i = args.index(k)
+        opts[k] = int(args[i + 1])
+        del args[i:i + 2]
+seed, n, out = int(args[0]), int(args[1]), args[2]
+gap = float(args[3]) if len(args) > 3 else 40.0
 rng = random.Random(seed)
 t = rng.randrange(0, 10**9)  # ns
 rows = []
@@ -20,8 +28,8 @@ for i in range(n):
         t += rng.randrange(2_000, 5_000) * 1_000_000  # long idle gap
     else:
         t += int(rng.expovariate(1.0 / (gap * 1e6)))
-    P = rng.randint(1, 3000)
-    m = rng.randint(1, 500)
+    P = rng.randint(1, opts["--prompt-max"])
+    m = rng.randint(1, opts["--output-max"])
     mt = ""
     r = rng.random()
     if r < 0.4:
