@@ -15,9 +15,6 @@ namespace {
 
 __extension__ typedef __int128 Wide;  // exact products of a byte count and a ppb fraction
 
-// ceil(a / b) for a >= 0, b > 0, without the a + b - 1 that overflows near INT64_MAX.
-constexpr std::int64_t ceil_div_exact(std::int64_t a, std::int64_t b) { return a / b + (a % b != 0 ? 1 : 0); }
-
 constexpr std::int64_t kMiB = std::int64_t{1} << 20;
 constexpr std::int64_t kGBps = 1'000'000'000;         // spec sheets quote decimal GB/s
 constexpr std::int64_t kTflops = 1'000'000'000'000;   // and decimal TFLOPS
@@ -87,10 +84,10 @@ std::int64_t bits_of(std::string_view dtype) {
 // chunked prefill step adds up to max_num_batched_tokens new tokens to the W - 1 kept ones).
 std::int64_t spec_blocks(const LayerGroup& g, std::int64_t tokens, const PagedOptions& o) {
   if (tokens <= 0) return 0;
-  if (g.window_tokens == 0) return ceil_div_exact(tokens, o.block_tokens);
+  if (g.window_tokens == 0) return ceil_div(tokens, o.block_tokens);
   const std::int64_t kept = std::min(
       checked_add(g.window_tokens - 1, o.max_num_batched_tokens, "sliding-window tokens"), tokens);
-  return checked_add(ceil_div_exact(kept, o.block_tokens), 1, "blocks per request");
+  return checked_add(ceil_div(kept, o.block_tokens), 1, "blocks per request");
 }
 
 }  // namespace
@@ -205,9 +202,9 @@ ModelWeights model_weights(const ModelSpec& model, const KvOptions& kv, const Bu
       w.weight_bits = 16;
       w.weight_bits_source = "assumed 16-bit (no torch_dtype)";
     }
-    w.weights_bytes = ceil_div_exact(checked_mul(w.parameter_count, w.weight_bits, "weight bits"), 8);
+    w.weights_bytes = ceil_div(checked_mul(w.parameter_count, w.weight_bits, "weight bits"), 8);
   }
-  w.weights_bytes_per_device = ceil_div_exact(w.weights_bytes, w.devices);
+  w.weights_bytes_per_device = ceil_div(w.weights_bytes, w.devices);
   return w;
 }
 
@@ -300,7 +297,7 @@ PagedPool paged_pool(const KvLayout& layout, std::int64_t kv_budget_bytes, const
     }
     p.group_size = 2 * max_layers < 3 * min_layers ? max_layers : min_layers;
     for (const auto& g : layout.groups) {
-      const std::int64_t n = ceil_div_exact(g.layers, p.group_size);
+      const std::int64_t n = ceil_div(g.layers, p.group_size);
       p.cache_groups += n;
       p.padding_layers += n * p.group_size - g.layers;
     }
@@ -319,7 +316,7 @@ std::int64_t request_blocks(const KvLayout& layout, const PagedPool& pool, std::
   std::int64_t blocks = 0;
   if (pool.uniform_page) {
     for (const auto& g : layout.groups) {
-      blocks = checked_add(blocks, checked_mul(ceil_div_exact(g.layers, pool.group_size), spec_blocks(g, tokens, o),
+      blocks = checked_add(blocks, checked_mul(ceil_div(g.layers, pool.group_size), spec_blocks(g, tokens, o),
                                                "blocks per request"),
                            "blocks per request");
     }
@@ -331,7 +328,7 @@ std::int64_t request_blocks(const KvLayout& layout, const PagedPool& pool, std::
     bytes = checked_add(bytes, checked_mul(g.bytes_per_position, positions, "bytes per request"),
                         "bytes per request");
   }
-  return ceil_div_exact(bytes, pool.block_bytes);
+  return ceil_div(bytes, pool.block_bytes);
 }
 
 }  // namespace kvsim

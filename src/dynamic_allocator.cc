@@ -37,7 +37,7 @@ std::int64_t DynamicAllocator::grown_capacity(std::size_t g, std::int64_t capaci
     // Near 2^63 (absurd lengths) the capacity saturates; its bytes then fail a checked product.
     case Growth::doubling: grown = std::max(need, capacity > kMaxTokens / 2 ? kMaxTokens : 2 * capacity); break;
     case Growth::chunk: {
-      const std::int64_t chunks = need / options_.chunk_tokens + (need % options_.chunk_tokens != 0);
+      const std::int64_t chunks = ceil_div(need, options_.chunk_tokens);
       grown = chunks > kMaxTokens / options_.chunk_tokens ? kMaxTokens : chunks * options_.chunk_tokens;
       break;
     }

@@ -784,6 +784,26 @@ void Engine::admit_waiting(std::int64_t& budget, std::int64_t& prefill_tokens) {
   }
 }
 
+std::int64_t Engine::step_duration(std::int64_t prefill_tokens, std::int64_t decode_seqs, std::int64_t context) const {
+  const CostModel& c = opt_.cost;
+  const Int128 ps = Int128{c.base_ps} + Int128{c.prefill_token_ps} * prefill_tokens +
+                    Int128{c.decode_seq_ps} * decode_seqs + Int128{c.context_token_ps} * context;
+  // Whole nanoseconds, rounded up; in 64 bits when it fits (a 128-bit division is a call).
+  Int128 ns = ps < Int128{std::numeric_limits<std::int64_t>::max() - 999}
+                  ? Int128{(static_cast<std::int64_t>(ps) + 999) / 1000}
+                  : ceil_div(ps, 1000);
+  if (ns < 1) ns = 1;
+  if (step_swap_bytes_ > 0) {
+    ns += ceil_div(Int128{step_swap_bytes_} * kNsPerSecond, Int128{opt_.memory.swap_bytes_per_second});
+  }
+  // Time only moves forward, and stays within the 64-bit nanoseconds every figure uses.
+  if (ns <= 0 || ns > std::numeric_limits<std::int64_t>::max() - now_) {
+    throw InternalError(alloc_.name() + ": step " + std::to_string(step_) + " at " + std::to_string(now_) +
+                        " ns would last " + (ns <= 0 ? "no time" : "past the largest representable time"));
+  }
+  return static_cast<std::int64_t>(ns);
+}
+
 void Engine::run_iteration() {
   step_memory_bound_ = false;
   step_preempted_ = false;
@@ -805,18 +825,7 @@ void Engine::run_iteration() {
     if (swapped_.empty()) admit_waiting(budget, prefill_tokens);
   }
 
-  const CostModel& c = opt_.cost;
-  const Int128 ps = Int128{c.base_ps} + Int128{c.prefill_token_ps} * prefill_tokens +
-                    Int128{c.decode_seq_ps} * decode_seqs + Int128{c.context_token_ps} * context;
-  // Whole nanoseconds, rounded up; in 64 bits when it fits (a 128-bit division is a call).
-  const std::int64_t ns = ps < Int128{std::numeric_limits<std::int64_t>::max() - 999}
-                              ? (static_cast<std::int64_t>(ps) + 999) / 1000
-                              : static_cast<std::int64_t>((ps + 999) / 1000);
-  std::int64_t duration = std::max<std::int64_t>(1, ns);
-  if (step_swap_bytes_ > 0) {
-    duration += static_cast<std::int64_t>(ceil_div(Int128{step_swap_bytes_} * kNsPerSecond,
-                                                   opt_.memory.swap_bytes_per_second));
-  }
+  const std::int64_t duration = step_duration(prefill_tokens, decode_seqs, context);
   ++report_.iterations;
   if (step_memory_bound_) report_.memory_bound_ns += duration;
   if (opt_.memory.policy == Policy::sglang && bounded()) {

@@ -173,6 +173,9 @@ class Engine {
 
   // --- one iteration
   void run_iteration();
+  // How long this step lasts: the cost model's time for its work plus the swap transfers,
+  // in whole nanoseconds, always > 0.
+  std::int64_t step_duration(std::int64_t prefill_tokens, std::int64_t decode_seqs, std::int64_t context) const;
   void handle_event(std::uint32_t slot);
   void continue_prefills(std::int64_t& budget, std::int64_t& prefill_tokens);
   void resume_swapped(std::int64_t& decode_seqs);

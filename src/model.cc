@@ -13,9 +13,6 @@
 namespace kvsim {
 namespace {
 
-// ceil(a / b) for a >= 0, b > 0, without the a + b - 1 that overflows near INT64_MAX.
-constexpr std::int64_t ceil_div_exact(std::int64_t a, std::int64_t b) { return a / b + (a % b != 0 ? 1 : 0); }
-
 std::string lower(std::string_view text) {
   std::string out(text);
   for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -102,7 +99,7 @@ std::int64_t KvLayout::bytes_per_token() const {
 std::int64_t kv_vector_bytes(std::int64_t values, const KvOptions& options) {
   const KvDtypeInfo& info = kv_dtype_info(options.dtype);
   // int4/int2 values are packed; a vector that does not fill its last byte still owns it.
-  std::int64_t bytes = ceil_div_exact(checked_mul(values, info.bits, "KV vector bits"), 8);
+  std::int64_t bytes = ceil_div(checked_mul(values, info.bits, "KV vector bits"), 8);
   if (info.group_scales && values > 0) {
     if (options.quant_group_values <= 0) {
       throw InputError(Location{"", 0, "--kv-group-size"}, "expected a positive number of values");
@@ -110,7 +107,7 @@ std::int64_t kv_vector_bytes(std::int64_t values, const KvOptions& options) {
     if (options.scale_bytes < 0) {
       throw InputError(Location{"", 0, "scale bytes"}, "expected a non-negative number");
     }
-    const std::int64_t groups = ceil_div_exact(values, options.quant_group_values);
+    const std::int64_t groups = ceil_div(values, options.quant_group_values);
     bytes = checked_add(bytes, checked_mul(groups, 2 * options.scale_bytes, "KV scale bytes"),
                         "KV vector bytes");
   }

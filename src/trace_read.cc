@@ -457,8 +457,7 @@ bool RowReader::validate(const Request& r) {
       fail(label(names_.prefix_hashes), "prefix hashes need a block size: set prefix_block_tokens to at least 1");
       return false;
     }
-    // ceil(prompt / block) without ceil_div's a + b - 1, which overflows near 2^63.
-    const std::int64_t blocks = r.prompt_tokens / r.prefix_block_tokens + (r.prompt_tokens % r.prefix_block_tokens != 0);
+    const std::int64_t blocks = ceil_div(r.prompt_tokens, r.prefix_block_tokens);
     if (static_cast<std::int64_t>(r.prefix_hashes.size()) > blocks) {
       fail(label(names_.prefix_hashes),
            std::to_string(r.prefix_hashes.size()) + " hashes, but a prompt of " + std::to_string(r.prompt_tokens) +

@@ -119,6 +119,41 @@ TEST_CASE("budget: vLLM preempts the newest, reserve admits fewer, SGLang retrac
   }
 }
 
+TEST_CASE("budget: a swap of more than 2^63 / 10^9 bytes lasts its transfer time, and time never runs back") {
+  // Llama-3.1-8B's 131,072 bytes per position; a 20 GiB budget is 10,240 blocks of 16. A and
+  // B (prompt 72,000, output 12,000) arrive at 0 and both start in step 0 holding 72,001
+  // positions (4,501 blocks each). In step 9,920 each reaches 81,921 positions and needs
+  // block 5,121 with all 10,240 in use: B, the newest, is swapped out holding 81,920
+  // positions, 5,120 blocks = 10,737,418,240 bytes, more than 2^63 / 10^9 (the old ceil_div
+  // took the 128-bit product and truncated it: the step's duration came out negative).
+  // A ends after step 11,999; B comes back in step 12,000 at 81,921 positions (5,121
+  // blocks = 10,739,515,392 bytes) and produces its last token in step 14,079.
+  ReplayOptions o;
+  o.layout.groups = {test::group("full", 131'072)};
+  o.layout.max_model_len = 131'072;
+  o.cost.base_ps = kMs * 1000;
+  o.cost.prefill_token_ps = 0;
+  o.memory.kv_budget_bytes = std::int64_t{20} << 30;
+  o.memory.watermark_ppb = 0;
+  o.memory.preemption = Preemption::swap;
+  o.memory.swap_bytes_per_second = 25'000'000'000;
+  const auto r = run("paged:block=16", {test::request("a", 0, 72'000, 12'000), test::request("b", 0, 72'000, 12'000)}, o);
+  constexpr std::int64_t kBlock = 16 * 131'072;
+  CHECK(r.report.preemptions == 1);
+  CHECK(r.report.swapped_out_bytes == 5'120 * kBlock);
+  CHECK(r.report.swapped_in_bytes == 5'121 * kBlock);
+  // Transfers at 25 GB/s: ceil(bytes / 25) ns.
+  constexpr std::int64_t kOut = 429'496'730;  // 10,737,418,240 / 25 = 429,496,729.6
+  constexpr std::int64_t kIn = 429'580'616;   // 10,739,515,392 / 25 = 429,580,615.68
+  CHECK(r.report.iterations == 14'080);
+  CHECK(r.report.e2e.p50_ns == 12'000 * kMs + kOut);
+  CHECK(r.report.end_ns == 14'080 * kMs + kOut + kIn);
+  REQUIRE(r.rows.size() == 14'080);
+  for (std::size_t i = 1; i < r.rows.size(); ++i) {
+    if (r.rows[i].time_ns <= r.rows[i - 1].time_ns) FAIL("timeline row " << i << " goes back in time");
+  }
+}
+
 TEST_CASE("budget: the victim is chosen by the policy's rule, not the request that ran short") {
   SECTION("vllm: A (older) runs short, and B, the newest, is preempted") {
     // 5 blocks. A (prompt 40, output 20) holds 41 + k positions at step k, B (prompt 10,

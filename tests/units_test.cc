@@ -51,6 +51,19 @@ TEST_CASE("durations parse into integer nanoseconds") {
   CHECK_THROWS_AS(parse_duration_ns("10", "--sample-every"), InputError);
 }
 
+TEST_CASE("ceil_div is exact up to the largest value of its type") {
+  constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();  // 2^63 - 1
+  CHECK(ceil_div(std::int64_t{0}, std::int64_t{16}) == 0);
+  CHECK(ceil_div(std::int64_t{17}, std::int64_t{16}) == 2);
+  CHECK(ceil_div(kMax, std::int64_t{2}) == std::int64_t{1} << 62);  // (2^63 - 1) / 2 rounds up to 2^62
+  CHECK(ceil_div(kMax - 1, kMax) == 1);
+  CHECK(ceil_div(kMax, kMax) == 1);
+  // 128 bits: (2^70 + 1) / 2^10 = 2^60 + 1/1024, up to 2^60 + 1; no truncation to 64 bits.
+  __extension__ typedef __int128 Wide;
+  const Wide big = (Wide{1} << 70) + 1;
+  CHECK(ceil_div(big, std::int64_t{1} << 10) == (Wide{1} << 60) + 1);
+}
+
 TEST_CASE("checked arithmetic refuses to wrap") {
   CHECK(checked_mul(163'840, 4096, "bytes") == 671'088'640);
   CHECK_THROWS_WITH(checked_mul(std::int64_t{1} << 40, std::int64_t{1} << 40, "bytes per sequence"),

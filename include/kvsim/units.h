@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 namespace kvsim {
 
@@ -47,8 +48,13 @@ std::int64_t parse_duration_ns(std::string_view text, std::string_view field);
 std::int64_t checked_mul(std::int64_t a, std::int64_t b, std::string_view what);
 std::int64_t checked_add(std::int64_t a, std::int64_t b, std::string_view what);
 
-// ceil(a / b) for a >= 0, b > 0.
-constexpr std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+// ceil(a / b) for a >= 0, b > 0, in the wider of the two integer types (128-bit included),
+// exact over the whole range: no a + b - 1, which overflows near the type's maximum.
+template <typename A, typename B>
+constexpr std::common_type_t<A, B> ceil_div(A a, B b) {
+  using T = std::common_type_t<A, B>;
+  return static_cast<T>(a) / static_cast<T>(b) + (static_cast<T>(a) % static_cast<T>(b) != 0 ? 1 : 0);
+}
 
 }  // namespace kvsim
 
