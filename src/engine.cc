@@ -20,19 +20,13 @@
 
 namespace kvsim {
 namespace detail {
-namespace {
-
-// SGLang clips its estimate of a request's future tokens (CLIP_MAX_NEW_TOKENS_ESTIMATION).
-constexpr std::int64_t kSglangClipTokens = 4096;
-// SGLang's retraction assumes each surviving request decodes this many more steps
-// (SGLANG_RETRACT_DECODE_STEPS) when it recomputes the new-token ratio.
-constexpr std::int64_t kSglangRetractDecodeSteps = 20;
-constexpr std::int64_t kPpb = 1'000'000'000;
-
-}  // namespace
-
 Engine::Engine(TraceReader& trace, Allocator& allocator, const ReplayOptions& options)
-    : trace_(trace), alloc_(allocator), opt_(options), groups_(options.layout.groups.size()) {
+    : trace_(trace),
+      alloc_(allocator),
+      opt_(options),
+      groups_(options.layout.groups.size()),
+      view_{options, allocator, tickets_, flights_, running_order_, step_, running_, allocated_bytes_,
+            options.memory.kv_budget_bytes, options.layout.bytes_per_token()} {
   for (const auto& g : options.layout.groups) bytes_per_position_.push_back(g.bytes_per_position);
   bytes_per_token_ = options.layout.bytes_per_token();
   max_tokens_ = options.layout.max_model_len > 0 ? options.layout.max_model_len : kUnlimited;
@@ -43,8 +37,7 @@ Engine::Engine(TraceReader& trace, Allocator& allocator, const ReplayOptions& op
                          std::to_string(max_tokens_) + ")");
   }
   capacity_bytes_ = opt_.memory.kv_budget_bytes;
-  watermark_bytes_ = static_cast<std::int64_t>(Int128{capacity_bytes_} * opt_.memory.watermark_ppb / kPpb);
-  sglang_ratio_ppb_ = opt_.memory.sglang_init_ratio_ppb;
+  scheduler_ = make_scheduler(view_);
 }
 
 [[noreturn]] void Engine::broken(const Flight& f, const std::string& what) const {
@@ -330,12 +323,8 @@ void Engine::drop_holding(std::uint32_t slot, std::int64_t correction_ns) {
     decoding_seqs_ -= f.n;
     context_base_ -= f.n * f.tokens_at - f.n * f.step_at;
     context_slope_ -= f.n;
-    clip_base_ -= f.clip_value - f.clip_slope * f.clip_step;
-    clip_slope_ -= f.clip_slope;
-    f.clip_value = f.clip_slope = 0;
   }
-  planned_peak_sum_ -= f.planned_peak_bytes;
-  f.planned_peak_bytes = 0;
+  scheduler_->on_stopped(slot);
   for (std::size_t g = 0; g < groups_; ++g) apply(slot, g, Contribution{step_, {}, {}}, correction_ns);
   alloc_.release(slot);
   op_transient_bytes_ = 0;
@@ -403,27 +392,10 @@ std::int64_t Engine::schedule_next(std::uint32_t slot, std::int64_t tokens) {
   for (const auto& g : opt_.layout.groups) {
     next = std::min(next, effective_share(tokens, f.prompt, f.n, g.window_tokens).next_change);
   }
-  if (opt_.memory.policy == Policy::sglang && bounded()) {
-    // SGLang's estimate of the future stops being clipped when fewer tokens remain.
-    const std::int64_t unclipped_at = f.prompt + f.planned - kSglangClipTokens + 1;
-    if (unclipped_at > tokens) next = std::min(next, unclipped_at);
-  }
+  next = std::min(next, scheduler_->next_event_tokens(f, tokens));
   if (next <= tokens) broken(f, "next event at " + std::to_string(next) + " tokens is not ahead of " + std::to_string(tokens));
   wheel_.push(step_ + (next - tokens), slot, f.epoch);
   return next;
-}
-
-void Engine::update_clip(std::uint32_t slot) {
-  Flight& f = flights_[slot];
-  if (opt_.memory.policy != Policy::sglang || !bounded() || !f.decoding) return;
-  clip_base_ -= f.clip_value - f.clip_slope * f.clip_step;
-  clip_slope_ -= f.clip_slope;
-  const std::int64_t remaining = std::max<std::int64_t>(0, f.planned - f.produced_before(step_));
-  f.clip_value = f.n * std::min(remaining, kSglangClipTokens);
-  f.clip_slope = remaining <= kSglangClipTokens && remaining > 0 ? -f.n : 0;
-  f.clip_step = step_;
-  clip_base_ += f.clip_value - f.clip_slope * f.clip_step;
-  clip_slope_ += f.clip_slope;
 }
 
 void Engine::start_decoding(std::uint32_t slot, std::int64_t tokens) {
@@ -434,34 +406,7 @@ void Engine::start_decoding(std::uint32_t slot, std::int64_t tokens) {
   decoding_seqs_ += f.n;
   context_base_ += f.n * tokens - f.n * step_;
   context_slope_ += f.n;
-  update_clip(slot);
-}
-
-std::uint32_t Engine::choose_victim(std::uint32_t failed) const {
-  if (opt_.memory.policy == Policy::sglang) {
-    // SGLang's retract_decode sorts by (output tokens, -prompt tokens), descending, and pops
-    // the last: the decoding request with the fewest generated tokens, the longest prompt
-    // among those, the latest in running order among those.
-    std::uint32_t best = failed;
-    bool found = false;
-    std::int64_t best_produced = 0, best_prompt = 0;
-    for (const auto& [order, slot] : running_order_) {
-      const Flight& f = flights_[slot];
-      if (!f.decoding) continue;
-      const std::int64_t produced = f.produced_before(step_);
-      if (!found || produced < best_produced || (produced == best_produced && f.prompt >= best_prompt)) {
-        best = slot;
-        best_produced = produced;
-        best_prompt = f.prompt;
-        found = true;
-      }
-    }
-    if (found) return best;
-  }
-  // vLLM (FCFS): the last request of the running queue. The reserve policy never runs
-  // short by its own accounting; if placement fails anyway (a fragmented arena), it falls
-  // back to the same rule.
-  return running_order_.rbegin()->second;
+  scheduler_->on_decoding(view_, slot);
 }
 
 std::int64_t Engine::prefill_cost(const PrefillState& p, std::int64_t from, std::int64_t to) {
@@ -487,9 +432,9 @@ void Engine::preempt(std::uint32_t victim) {
   step_memory_bound_ = true;
   step_preempted_ = true;
   const std::int64_t produced = v.produced_before(step_);
-  if (opt_.memory.preemption == Preemption::swap && opt_.memory.policy == Policy::vllm && v.decoding) {
-    // vLLM v0's swap: the request's blocks go to host memory and come back before anything
-    // new is admitted. What it holds is what the previous step left.
+  if (scheduler_->swaps(v)) {
+    // The request's blocks go to host memory and come back before anything new is
+    // admitted. What it holds is what the previous step left.
     const std::int64_t bytes = held_bytes(victim);
     report_.swapped_out_bytes += bytes;
     step_swap_bytes_ += bytes;
@@ -510,22 +455,9 @@ void Engine::preempt(std::uint32_t victim) {
   note_queue(now_);
   ++queued_;
   report_.queue_max = std::max(report_.queue_max, queued_);
-  // vLLM puts it back at the front of the waiting queue; SGLang at the back.
-  if (opt_.memory.policy == Policy::sglang) queue_.push_back({ticket, t.generation});
+  if (scheduler_->requeue_at_back()) queue_.push_back({ticket, t.generation});
   else queue_.push_front({ticket, t.generation});
-  if (opt_.memory.policy == Policy::sglang) {
-    // SGLang recomputes its new-token ratio from the requests that keep decoding.
-    Int128 generated = 0, planned = 0, count = 0;
-    for (const auto& [order, slot] : running_order_) {
-      const Flight& f = flights_[slot];
-      if (!f.decoding) continue;
-      generated += f.produced_before(step_) * f.n;
-      planned += f.planned * f.n;
-      count += f.n;
-    }
-    const Int128 ratio = planned > 0 ? (generated + kSglangRetractDecodeSteps * count) * kPpb / planned : kPpb;
-    sglang_ratio_ppb_ = static_cast<std::int64_t>(std::min<Int128>(ratio, kPpb));
-  }
+  scheduler_->after_preemption(view_);
 }
 
 bool Engine::grow_or_preempt(std::uint32_t slot, std::int64_t tokens, std::int64_t step_tokens) {
@@ -533,7 +465,7 @@ bool Engine::grow_or_preempt(std::uint32_t slot, std::int64_t tokens, std::int64
     const Outcome o = alloc_.grow(slot, tokens, step_tokens);
     if (o == Outcome::ok) return true;
     if (!bounded()) broken(flights_[slot], "allocation failed in a run without a memory budget");
-    const std::uint32_t victim = choose_victim(slot);
+    const std::uint32_t victim = scheduler_->choose_victim(view_, slot);
     if (victim == slot && running_ == 1 && swapped_.empty()) {
       // Alone, with the whole budget, and still short: it never fits. Preempting it would
       // only start it over, forever.
@@ -613,44 +545,13 @@ void Engine::handle_event(std::uint32_t slot) {
   // tokens_at and step_at move along the request's own line: the context sum is unchanged.
   f.tokens_at = t;
   f.step_at = step_;
-  update_clip(slot);
+  scheduler_->on_decoding(view_, slot);
   if (t == f.prompt + f.output) {
     finishing_.push_back({slot, f.generation});
     refresh(slot, t, false);
   } else {
     refresh(slot, t, schedule_next(slot, t) > t + 1);
   }
-}
-
-bool Engine::policy_admits(const Ticket& t, std::int64_t positions) {
-  if (!bounded()) return true;
-  const AdmitInfo info = admit_info(t);
-  const std::int64_t target = t.prompt + t.base_generated;
-  const std::int64_t first = positions == target && t.output > t.base_generated ? 1 : 0;
-  const std::int64_t free_bytes = capacity_bytes_ - allocated_bytes_.at(step_);
-  const std::int64_t chunk_bytes = alloc_.peak_bytes(info, positions + first);
-  switch (opt_.memory.policy) {
-    case Policy::vllm:
-      // vLLM v0's can_allocate: the blocks for this chunk, leaving the watermark free.
-      return chunk_bytes + (running_ > 0 ? watermark_bytes_ : 0) <= free_bytes;
-    case Policy::reserve:
-      // TensorRT-LLM's GUARANTEED_NO_EVICT: every running request may still grow to its
-      // planned end; admit only if this one's whole life fits beside all of theirs.
-      return planned_peak_sum_ + alloc_.peak_bytes(info, t.prompt + t.planned) <= capacity_bytes_;
-    case Policy::sglang: {
-      if (running_ == 0) return chunk_bytes <= free_bytes;  // nothing to estimate against
-      // SGLang's PrefillAdder, in token positions as its token pool counts them: the
-      // running requests' clipped remaining tokens scaled by the new-token ratio, this
-      // step's admissions unscaled, and the newcomer's prompt plus clipped limit.
-      const Int128 future = Int128{clip_base_ + clip_slope_ * step_} * sglang_ratio_ppb_ / kPpb;
-      const Int128 rem = free_bytes / bytes_per_token_ - future - sglang_admitted_tokens_;
-      const std::int64_t total = target + t.n * std::min(t.planned - t.base_generated, kSglangClipTokens);
-      if (Int128{total} >= rem) return false;
-      sglang_admitted_tokens_ += total;
-      return chunk_bytes <= free_bytes;
-    }
-  }
-  return false;
 }
 
 void Engine::refuse_too_large(std::uint32_t ticket) {
@@ -725,7 +626,7 @@ void Engine::resume_swapped(std::int64_t& decode_seqs) {
 }
 
 void Engine::admit_waiting(std::int64_t& budget, std::int64_t& prefill_tokens) {
-  sglang_admitted_tokens_ = 0;
+  scheduler_->begin_admission();
   while (!queue_.empty() && (opt_.max_running == 0 || running_ < opt_.max_running)) {
     const TicketRef ref = queue_.front();
     Ticket& t = tickets_[ref.ticket];
@@ -739,7 +640,7 @@ void Engine::admit_waiting(std::int64_t& budget, std::int64_t& prefill_tokens) {
     if (positions < target && (!opt_.chunked_prefill || positions == 0)) break;
     const bool alone = running_ == 0 && swapped_.empty();
     const bool was_memory_bound = step_memory_bound_;
-    bool started = policy_admits(t, positions);
+    bool started = scheduler_->admits(view_, t, positions);
     std::uint32_t slot = 0;
     if (started) {
       slot = start_flight(ref.ticket);
@@ -774,10 +675,7 @@ void Engine::admit_waiting(std::int64_t& budget, std::int64_t& prefill_tokens) {
       t.admitted_ns = now_;
       waiting_.push_back(now_ - t.arrival_ns);
     }
-    if (opt_.memory.policy == Policy::reserve && bounded()) {
-      f.planned_peak_bytes = alloc_.peak_bytes(admit_info(t), t.prompt + t.planned);
-      planned_peak_sum_ += f.planned_peak_bytes;
-    }
+    scheduler_->on_admitted(view_, slot, t);
     budget -= cost;
     prefill_tokens += cost;
     if (f.prefilled < f.target) prefilling_.push_back({slot, f.generation});
@@ -828,17 +726,7 @@ void Engine::run_iteration() {
   const std::int64_t duration = step_duration(prefill_tokens, decode_seqs, context);
   ++report_.iterations;
   if (step_memory_bound_) report_.memory_bound_ns += duration;
-  if (opt_.memory.policy == Policy::sglang && bounded()) {
-    // SGLang lowers its estimate a little every decode step that needed no retraction, and
-    // starts afresh when idle.
-    if (running_ == 0) {
-      sglang_ratio_ppb_ = opt_.memory.sglang_init_ratio_ppb;
-    } else if (!step_preempted_ && decode_seqs > 0) {
-      const std::int64_t decay =
-          (opt_.memory.sglang_init_ratio_ppb - opt_.memory.sglang_min_ratio_ppb) / opt_.memory.sglang_decay_steps;
-      sglang_ratio_ppb_ = std::max(opt_.memory.sglang_min_ratio_ppb, sglang_ratio_ppb_ - decay);
-    }
-  }
+  scheduler_->end_step(view_, step_preempted_, decode_seqs);
 
   effective_peak_.offer(effective_bytes_.at(step_), now_);
   for (auto& g : sums_) {

@@ -16,6 +16,7 @@
 
 #include "kvsim/replay.h"
 #include "ledger.h"
+#include "scheduler.h"
 #include "step_wheel.h"
 
 namespace kvsim::detail {
@@ -96,11 +97,6 @@ struct Flight {
   std::int64_t tokens_at = 0;      // positions per sequence as of step_at
   std::int64_t step_at = 0;
   std::uint64_t admit_order = 0;   // running order: vLLM preempts the latest
-  std::int64_t planned_peak_bytes = 0;  // reserve policy: what the request may hold at most
-  // sglang policy: this request's min(remaining planned tokens, clip) x n, as a line in steps.
-  std::int64_t clip_value = 0;
-  std::int64_t clip_slope = 0;
-  std::int64_t clip_step = 0;
   std::int64_t produced = 0;       // output tokens produced so far (measured schedule)
 
   std::int64_t tokens(std::int64_t step) const { return decoding ? tokens_at + (step - step_at) : tokens_at; }
@@ -143,6 +139,12 @@ struct TicketRef {
   std::uint32_t ticket;
   std::uint32_t generation;
 };
+
+// What the allocator learns of a request at admission.
+template <typename R>
+AdmitInfo admit_info(const R& r) {
+  return AdmitInfo{r.prompt, r.planned, r.output, r.n};
+}
 
 class Engine {
  public:
@@ -195,12 +197,9 @@ class Engine {
   bool grow_or_preempt(std::uint32_t slot, std::int64_t tokens, std::int64_t step_tokens);
   std::uint32_t choose_victim(std::uint32_t failed) const;
   void preempt(std::uint32_t victim);
-  // Whether the policy lets a waiting request start with this chunk.
-  bool policy_admits(const Ticket& t, std::int64_t positions);
   void start_decoding(std::uint32_t slot, std::int64_t tokens);
   // Schedules the request's next event and returns the token count it falls at.
   std::int64_t schedule_next(std::uint32_t slot, std::int64_t tokens);
-  void update_clip(std::uint32_t slot);
   void refuse_too_large(std::uint32_t ticket);
 
   // --- accounting
@@ -218,8 +217,6 @@ class Engine {
   void flush_histograms(std::int64_t until_ns);
   void end_span(std::int64_t duration_ns);
   void sample_timeline();
-  template <typename R>
-  static AdmitInfo admit_info(const R& r) { return AdmitInfo{r.prompt, r.planned, r.output, r.n}; }
   bool bounded() const { return opt_.memory.kv_budget_bytes > 0; }
   [[noreturn]] void broken(const Flight& f, const std::string& what) const;
   Ticket& ticket_of(const Flight& f) { return tickets_[f.ticket]; }
@@ -236,7 +233,6 @@ class Engine {
   std::int64_t bytes_per_token_ = 0;  // all groups
   std::int64_t max_tokens_;
   std::int64_t capacity_bytes_ = 0;
-  std::int64_t watermark_bytes_ = 0;
 
   // The trace.
   Request next_;
@@ -270,7 +266,6 @@ class Engine {
   bool step_memory_bound_ = false;    // an allocation was refused for memory
   bool step_preempted_ = false;
   std::int64_t step_swap_bytes_ = 0;
-  std::int64_t sglang_admitted_tokens_ = 0;  // sglang: this step's admissions, unscaled
 
   // Time.
   std::int64_t now_ = 0;           // start of the current span
@@ -288,10 +283,6 @@ class Engine {
   std::int64_t decoding_seqs_ = 0;
   std::int64_t context_base_ = 0;  // sum of n * tokens over decoding requests: base + slope * s
   std::int64_t context_slope_ = 0;
-  std::int64_t clip_base_ = 0;     // sglang: sum of the requests' clip lines
-  std::int64_t clip_slope_ = 0;
-  std::int64_t planned_peak_sum_ = 0;  // reserve: sum of running requests' planned_peak_bytes
-  std::int64_t sglang_ratio_ppb_ = 0;
   TimeHistogram effective_hist_, allocated_hist_, reserved_hist_;
   Peak effective_peak_, allocated_peak_, reserved_peak_;
   std::int64_t op_transient_bytes_ = 0;
@@ -304,6 +295,10 @@ class Engine {
 
   ReplayReport report_;
   std::vector<std::int64_t> ttft_, e2e_, waiting_;
+
+  // The serving policy: reads the engine through view_.
+  EngineView view_;
+  std::unique_ptr<Scheduler> scheduler_;
 };
 
 }  // namespace kvsim::detail

@@ -42,21 +42,11 @@ Occupancy occupancy(const LinearSum& sum, const Clock& clock, const TimeHistogra
   return o;
 }
 
-std::string policy_name(const ReplayOptions& o) {
-  if (o.memory.kv_budget_bytes == 0) return "none (demand)";
-  switch (o.memory.policy) {
-    case Policy::vllm: return o.memory.preemption == Preemption::swap ? "vllm (swap)" : "vllm (recompute)";
-    case Policy::reserve: return "reserve (never preempts)";
-    case Policy::sglang: return "sglang (retract)";
-  }
-  return "?";
-}
-
 }  // namespace
 
 ReplayReport Engine::finish_report() {
   ReplayReport& r = report_;
-  r.policy = policy_name(opt_);
+  r.policy = scheduler_->name();
   const double duration = static_cast<double>(clock_.duration_ns);
   auto mean = [&](const LinearSum& s) { return duration > 0 ? static_cast<double>(s.integral(clock_)) / duration : 0.0; };
   r.effective_bytes = occupancy(effective_bytes_, clock_, effective_hist_, effective_peak_, step_);

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kvsim/allocator.h"
@@ -63,28 +64,50 @@ enum class Schedule {
                // evenly from first_token to finish)
 };
 
-// Admission and preemption under a memory budget, after the engines whose rules they follow
-// (docs/replay.md cites the code).
-enum class Policy {
+// Admission and preemption under a memory budget: a serving policy, by the name it is
+// registered under (src/scheduler.cc; docs/replay.md cites the engines' code). The built-in
+// ones have constants; any registered name works (Policy{"name"}), and an unknown one is an
+// InputError listing the known names when the run starts.
+struct Policy {
+  std::string name;
+  friend bool operator==(const Policy&, const Policy&) = default;
+
   // vLLM: admit in arrival order while the prompt's next chunk fits above the watermark;
   // grow on demand; when a running request cannot grow, preempt the newest running request
   // (recompute: freed and requeued at the front; or swap to host memory).
-  vllm,
+  static const Policy vllm;
   // TensorRT-LLM's GUARANTEED_NO_EVICT: admit only when the request's whole life (prompt +
   // max_tokens) fits beside what the running requests may still need; never preempt.
-  reserve,
+  static const Policy reserve;
   // SGLang: admit against an estimate of the running requests' future tokens scaled by an
   // adaptive new-token ratio; when decoding runs short, retract the decoding request with
   // the fewest generated tokens (requeued at the back).
-  sglang,
+  static const Policy sglang;
 };
+inline const Policy Policy::vllm{"vllm"};
+inline const Policy Policy::reserve{"reserve"};
+inline const Policy Policy::sglang{"sglang"};
+
+// A registered policy, as `kvsim replay --help` lists it.
+struct PolicyInfo {
+  std::string_view name;
+  std::string_view help;       // one line
+  bool supports_swap = false;  // Preemption::swap is meaningful
+};
+
+// Every registered policy, in the order --help lists them.
+std::vector<PolicyInfo> policies();
+
+// The registered policy named `name`. Throws InputError naming `field` and listing the
+// known names.
+PolicyInfo find_policy(std::string_view name, std::string_view field);
 
 enum class Preemption { recompute, swap };
 
 // How the engine behaves when memory is bounded. Ignored without a budget.
 struct MemoryOptions {
   std::int64_t kv_budget_bytes = 0;     // 0: demand mode, every allocator unbounded
-  Policy policy = Policy::vllm;
+  Policy policy{"vllm"};
   Preemption preemption = Preemption::recompute;
   // vLLM v0's watermark: admission leaves at least this share of the capacity free, in parts
   // per billion (v0's default 0.01).

@@ -50,13 +50,6 @@ const char* kDefaultAllocators = "dense-static,dynamic,paged,sliding-window";
 const char* kDefaultModel = "llama-3.1-8b";
 const char* kDefaultDevice = "H100-80GB";
 
-Policy parse_policy(const std::string& text) {
-  if (text == "vllm") return Policy::vllm;
-  if (text == "reserve") return Policy::reserve;
-  if (text == "sglang") return Policy::sglang;
-  throw InputError(Location{"", 0, "--policy"}, "expected vllm, reserve or sglang, got \"" + text + "\"");
-}
-
 Preemption parse_preemption(const std::string& text) {
   if (text == "recompute") return Preemption::recompute;
   if (text == "swap") return Preemption::swap;
@@ -143,13 +136,13 @@ int run_replay(const Invocation& inv) {
       ("default-max-tokens", po::value<std::string>(),
        "the generation limit planned for requests whose trace gives no max_tokens (default: their real "
        "output length)");
+  std::string policy_help = "admission and preemption:";
+  for (const PolicyInfo& p : policies()) {
+    policy_help += (policy_help.back() == ':' ? " " : ", ") + std::string(p.name) + " (" + std::string(p.help) + ")";
+  }
   po::options_description memory_opts("Serving under a memory budget (give --device, --device-memory or --kv-budget)");
   memory_opts.add_options()
-      ("policy", po::value<std::string>()->default_value("vllm"),
-       "admission and preemption: vllm (admit while the next chunk fits above the watermark, preempt the "
-       "newest when a running request cannot grow), reserve (TensorRT-LLM's guaranteed-no-evict: admit only "
-       "when prompt + max_tokens fits, never preempt), sglang (admit against an adaptive estimate of future "
-       "tokens, retract the request with the fewest generated tokens)")
+      ("policy", po::value<std::string>()->default_value("vllm"), policy_help.c_str())
       ("preemption", po::value<std::string>()->default_value("recompute"),
        "vllm policy: recompute (free and requeue at the front) or swap (move the blocks to host memory)")
       ("watermark", po::value<std::string>()->default_value("0.01"),
@@ -226,10 +219,15 @@ int run_replay(const Invocation& inv) {
     throw UsageError("--schedule measured replays the trace's own timestamps, which a memory budget would have to "
                      "change: give one or the other\nUsage: " + kSpec.synopsis);
   }
-  ro.memory.policy = parse_policy(vm["policy"].as<std::string>());
+  const PolicyInfo policy = find_policy(vm["policy"].as<std::string>(), "--policy");
+  ro.memory.policy = Policy{std::string(policy.name)};
   ro.memory.preemption = parse_preemption(vm["preemption"].as<std::string>());
-  if (ro.memory.preemption == Preemption::swap && ro.memory.policy != Policy::vllm) {
-    throw InputError(Location{"", 0, "--preemption"}, "swap applies to the vllm policy only");
+  if (ro.memory.preemption == Preemption::swap && !policy.supports_swap) {
+    std::string swapping;
+    for (const PolicyInfo& p : policies()) {
+      if (p.supports_swap) swapping += (swapping.empty() ? "" : ", ") + std::string(p.name);
+    }
+    throw InputError(Location{"", 0, "--preemption"}, "swap applies to the " + swapping + " policy only");
   }
   ro.memory.watermark_ppb = parse_fraction_ppb(vm["watermark"].as<std::string>(), "--watermark");
   ro.memory.swap_bytes_per_second = parse_byte_size(vm["swap-bandwidth"].as<std::string>(), "--swap-bandwidth");

@@ -1,0 +1,125 @@
+// Serving policies behind one interface: what an engine does when KV memory is bounded.
+//
+// The engine loop (engine.cc) owns time, events, the waiting queue and the running set, and
+// runs every step in the same order: due decode events, prefills under way, swapped-out
+// requests, then waiting ones. A Scheduler makes the decisions in which serving engines
+// differ, and keeps the state those decisions need:
+//
+//   admits()            may the head of the waiting queue start with this chunk?
+//   choose_victim()     a running request cannot grow: which request makes room?
+//   swaps(), requeue_at_back()   what happens to the victim
+//   next_event_tokens() extra points at which the engine must call back for a decoding request
+//   on_*(), end_step()  notifications that keep the policy's own books
+//
+// Without a memory budget nothing is ever refused, and the engine uses the demand scheduler
+// (admit everything, never preempt). Each policy is one file (scheduler_*.cc) and one line
+// in the registry (scheduler.cc); docs/architecture.md has the checklist.
+#ifndef KVSIM_SRC_SCHEDULER_H_
+#define KVSIM_SRC_SCHEDULER_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <set>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "kvsim/allocator.h"
+#include "kvsim/replay.h"
+#include "ledger.h"
+
+namespace kvsim::detail {
+
+struct Ticket;
+struct Flight;
+
+// What a scheduler may read of the engine: live references, valid for the whole run.
+struct EngineView {
+  const ReplayOptions& options;
+  const Allocator& allocator;
+  const std::vector<Ticket>& tickets;
+  const std::vector<Flight>& flights;
+  // The running requests in admission order: (admit order, slot).
+  const std::set<std::pair<std::uint64_t, std::uint32_t>>& running_order;
+  const std::int64_t& step;
+  const std::int64_t& running;        // requests running now
+  const LinearSum& allocated_bytes;   // all requests' allocated bytes, as a line in steps
+  std::int64_t capacity_bytes;        // the budget
+  std::int64_t bytes_per_token;       // all layer groups
+
+  std::int64_t free_bytes() const { return capacity_bytes - allocated_bytes.at(step); }
+};
+
+class Scheduler {
+ public:
+  virtual ~Scheduler() = default;
+
+  // The report's name for the policy, with its mode: "vllm (recompute)".
+  virtual std::string name() const = 0;
+
+  // A new admission phase begins (once per step, before the first admits()).
+  virtual void begin_admission() {}
+
+  // Whether waiting request `t` may start now, with a first chunk of `positions` prompt
+  // positions (its whole remaining prefill, or what the step's token budget leaves).
+  // The allocation itself may still fail after a yes.
+  virtual bool admits(const EngineView& engine, const Ticket& t, std::int64_t positions) = 0;
+
+  // A waiting request started running in `slot` (admits() said yes and it got its memory).
+  virtual void on_admitted(const EngineView& /*engine*/, std::uint32_t /*slot*/, const Ticket& /*t*/) {}
+
+  // The request in `slot` is decoding and at an event (or just started decoding): its
+  // produced count is up to date.
+  virtual void on_decoding(const EngineView& /*engine*/, std::uint32_t /*slot*/) {}
+
+  // The request in `slot` stops holding memory (completed, cancelled, preempted, swapped).
+  virtual void on_stopped(std::uint32_t /*slot*/) {}
+
+  // The request in `failed` cannot grow: the running request to preempt (`failed` itself
+  // is allowed). REQUIRES: at least one request is running.
+  virtual std::uint32_t choose_victim(const EngineView& engine, std::uint32_t failed) const = 0;
+
+  // Whether `victim` goes to host memory (swap) rather than being recomputed.
+  virtual bool swaps(const Flight& /*victim*/) const { return false; }
+  // Whether a recomputed victim waits at the back of the queue (else at the front).
+  virtual bool requeue_at_back() const { return false; }
+  // A victim has been preempted and the running set no longer holds it.
+  virtual void after_preemption(const EngineView& /*engine*/) {}
+
+  // The step is over: it preempted or not, and decoded `decode_seqs` sequences.
+  virtual void end_step(const EngineView& /*engine*/, bool /*preempted*/, std::int64_t /*decode_seqs*/) {}
+
+  // A further token count (> `tokens`) at which the engine must call on_decoding() for this
+  // decoding request, or Allocator::kNoEvent.
+  virtual std::int64_t next_event_tokens(const Flight& /*f*/, std::int64_t /*tokens*/) const { return Allocator::kNoEvent; }
+};
+
+// A registered policy: `--policy NAME`.
+struct SchedulerEntry {
+  std::string_view name;            // "vllm"
+  std::string_view help;            // one line for --help
+  bool supports_swap;               // --preemption swap is meaningful
+  std::unique_ptr<Scheduler> (*make)(const EngineView& engine);
+};
+
+// Every registered policy, in the order --help lists them.
+std::span<const SchedulerEntry> scheduler_registry();
+
+// The entry named `name`. Throws InputError naming `field` and listing the known names.
+const SchedulerEntry& find_scheduler(std::string_view name, std::string_view field);
+
+// The scheduler a run uses: the demand scheduler without a budget, else the policy's.
+std::unique_ptr<Scheduler> make_scheduler(const EngineView& engine);
+
+// What the allocator would hold for waiting request `t` after a first chunk of `positions`
+// (with the first token, when the chunk completes its prefill).
+std::int64_t chunk_bytes(const EngineView& engine, const Ticket& t, std::int64_t positions);
+
+inline constexpr std::int64_t kPpb = 1'000'000'000;
+
+}  // namespace kvsim::detail
+
+#endif  // KVSIM_SRC_SCHEDULER_H_

@@ -1,0 +1,145 @@
+// SGLang's scheduling under memory pressure (docs/replay.md cites the code):
+//
+// - admission (PrefillAdder): the running requests' remaining tokens, each clipped at
+//   CLIP_MAX_NEW_TOKENS_ESTIMATION and scaled by the adaptive new-token ratio, plus this step's
+//   admissions unscaled, plus the newcomer's prompt and clipped limit must stay below the free
+//   token positions;
+// - the ratio starts at its initial value, falls linearly every decode step that needed no
+//   retraction, starts afresh when idle, and is recomputed after a retraction from the requests
+//   that keep decoding;
+// - retraction (retract_decode): the decoding request with the fewest generated tokens, the
+//   longest prompt among those, the latest in running order among those; requeued at the back.
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "engine.h"
+#include "scheduler.h"
+
+namespace kvsim::detail {
+namespace {
+
+// SGLang clips its estimate of a request's future tokens (CLIP_MAX_NEW_TOKENS_ESTIMATION).
+constexpr std::int64_t kClipTokens = 4096;
+// Its retraction assumes each surviving request decodes this many more steps
+// (SGLANG_RETRACT_DECODE_STEPS) when it recomputes the new-token ratio.
+constexpr std::int64_t kRetractDecodeSteps = 20;
+
+class SglangScheduler final : public Scheduler {
+ public:
+  explicit SglangScheduler(const EngineView& engine) : memory_(engine.options.memory),
+                                                       ratio_ppb_(memory_.sglang_init_ratio_ppb) {}
+
+  std::string name() const override { return "sglang (retract)"; }
+
+  void begin_admission() override { admitted_tokens_ = 0; }
+
+  bool admits(const EngineView& engine, const Ticket& t, std::int64_t positions) override {
+    const std::int64_t free_bytes = engine.free_bytes();
+    if (engine.running == 0) return chunk_bytes(engine, t, positions) <= free_bytes;  // nothing to estimate against
+    // In token positions, as its token pool counts them.
+    const Int128 future = Int128{clip_base_ + clip_slope_ * engine.step} * ratio_ppb_ / kPpb;
+    const Int128 rem = free_bytes / engine.bytes_per_token - future - admitted_tokens_;
+    const std::int64_t total = t.prompt + t.base_generated + t.n * std::min(t.planned - t.base_generated, kClipTokens);
+    if (Int128{total} >= rem) return false;
+    admitted_tokens_ += total;
+    return chunk_bytes(engine, t, positions) <= free_bytes;
+  }
+
+  // Each decoding request's min(remaining planned tokens, clip) x n, kept as a line in steps.
+  void on_decoding(const EngineView& engine, std::uint32_t slot) override {
+    const Flight& f = engine.flights[slot];
+    if (!f.decoding) return;
+    Clip& c = clip(slot);
+    remove(c);
+    const std::int64_t remaining = std::max<std::int64_t>(0, f.planned - f.produced_before(engine.step));
+    c.value = f.n * std::min(remaining, kClipTokens);
+    c.slope = remaining <= kClipTokens && remaining > 0 ? -f.n : 0;
+    c.step = engine.step;
+    clip_base_ += c.value - c.slope * c.step;
+    clip_slope_ += c.slope;
+  }
+
+  void on_stopped(std::uint32_t slot) override {
+    Clip& c = clip(slot);
+    remove(c);
+    c = Clip{};
+  }
+
+  std::uint32_t choose_victim(const EngineView& engine, std::uint32_t failed) const override {
+    std::uint32_t best = failed;
+    bool found = false;
+    std::int64_t best_produced = 0, best_prompt = 0;
+    for (const auto& [order, slot] : engine.running_order) {
+      const Flight& f = engine.flights[slot];
+      if (!f.decoding) continue;
+      const std::int64_t produced = f.produced_before(engine.step);
+      if (!found || produced < best_produced || (produced == best_produced && f.prompt >= best_prompt)) {
+        best = slot;
+        best_produced = produced;
+        best_prompt = f.prompt;
+        found = true;
+      }
+    }
+    // No decoding request: the last of the running queue, as vLLM.
+    return found ? best : engine.running_order.rbegin()->second;
+  }
+
+  bool requeue_at_back() const override { return true; }
+
+  void after_preemption(const EngineView& engine) override {
+    Int128 generated = 0, planned = 0, count = 0;
+    for (const auto& [order, slot] : engine.running_order) {
+      const Flight& f = engine.flights[slot];
+      if (!f.decoding) continue;
+      generated += f.produced_before(engine.step) * f.n;
+      planned += f.planned * f.n;
+      count += f.n;
+    }
+    const Int128 ratio = planned > 0 ? (generated + kRetractDecodeSteps * count) * kPpb / planned : kPpb;
+    ratio_ppb_ = static_cast<std::int64_t>(std::min<Int128>(ratio, kPpb));
+  }
+
+  void end_step(const EngineView& engine, bool preempted, std::int64_t decode_seqs) override {
+    if (engine.running == 0) {
+      ratio_ppb_ = memory_.sglang_init_ratio_ppb;
+    } else if (!preempted && decode_seqs > 0) {
+      const std::int64_t decay = (memory_.sglang_init_ratio_ppb - memory_.sglang_min_ratio_ppb) / memory_.sglang_decay_steps;
+      ratio_ppb_ = std::max(memory_.sglang_min_ratio_ppb, ratio_ppb_ - decay);
+    }
+  }
+
+  // The estimate stops being clipped when fewer than the clip's tokens remain.
+  std::int64_t next_event_tokens(const Flight& f, std::int64_t tokens) const override {
+    const std::int64_t unclipped_at = f.prompt + f.planned - kClipTokens + 1;
+    return unclipped_at > tokens ? unclipped_at : Allocator::kNoEvent;
+  }
+
+ private:
+  struct Clip {
+    std::int64_t value = 0, slope = 0, step = 0;
+  };
+  Clip& clip(std::uint32_t slot) {
+    if (slot >= clips_.size()) clips_.resize(slot + 1);
+    return clips_[slot];
+  }
+  void remove(const Clip& c) {
+    clip_base_ -= c.value - c.slope * c.step;
+    clip_slope_ -= c.slope;
+  }
+
+  const MemoryOptions& memory_;
+  std::int64_t ratio_ppb_;
+  std::int64_t admitted_tokens_ = 0;  // this step's admissions, unscaled
+  std::vector<Clip> clips_;           // by slot
+  std::int64_t clip_base_ = 0;        // sum of the clip lines: base + slope x step
+  std::int64_t clip_slope_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Scheduler> make_sglang_scheduler(const EngineView& engine) {
+  return std::make_unique<SglangScheduler>(engine);
+}
+
+}  // namespace kvsim::detail
