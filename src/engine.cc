@@ -25,7 +25,8 @@ Engine::Engine(TraceReader& trace, Allocator& allocator, const ReplayOptions& op
       alloc_(allocator),
       opt_(options),
       groups_(options.layout.groups.size()),
-      view_{options, allocator, tickets_, flights_, running_order_, step_, running_, allocated_bytes_,
+      recorder_(options, now_, step_, clock_),
+      view_{options, allocator, tickets_, flights_, running_order_, step_, running_, recorder_.allocated_bytes(),
             options.memory.kv_budget_bytes, options.layout.bytes_per_token()} {
   for (const auto& g : options.layout.groups) bytes_per_position_.push_back(g.bytes_per_position);
   bytes_per_token_ = options.layout.bytes_per_token();
@@ -109,15 +110,13 @@ std::uint32_t Engine::start_flight(std::uint32_t ticket) {
   } else {
     slot = static_cast<std::uint32_t>(flights_.size());
     flights_.emplace_back();
-    contributions_.resize(flights_.size() * groups_);
+    recorder_.ensure_slots(flights_.size());
   }
   Flight& f = flights_[slot];
   const Ticket& t = tickets_[ticket];
-  const std::uint32_t generation = f.generation;
-  const std::uint32_t epoch = f.epoch;  // the last occupant's stale events must stay stale
+  const std::uint32_t generation = f.generation;  // the last occupant's entries must stay stale
   f = Flight{};
   f.generation = generation;
-  f.epoch = epoch;
   f.live = true;
   f.ticket = ticket;
   f.prompt = t.prompt;
@@ -127,7 +126,7 @@ std::uint32_t Engine::start_flight(std::uint32_t ticket) {
   f.base_generated = t.base_generated;
   f.target = t.prompt + t.base_generated;
   f.step_at = step_;
-  for (std::size_t g = 0; g < groups_; ++g) contributions_[slot * groups_ + g] = Contribution{};
+  recorder_.clear(slot);
   tickets_[ticket].slot = static_cast<std::int32_t>(slot);
   return slot;
 }
@@ -138,15 +137,7 @@ void Engine::end_flight(std::uint32_t slot) {
   f.live = false;
   f.decoding = false;
   ++f.generation;
-  ++f.epoch;
   free_slots_.push_back(slot);
-}
-
-void Engine::note_queue(std::int64_t at_ns) {
-  if (at_ns > queue_mark_ns_) {
-    queue_integral_ += Int128{queued_} * (at_ns - queue_mark_ns_);
-    queue_mark_ns_ = at_ns;
-  }
 }
 
 void Engine::enqueue_arrival() {
@@ -201,7 +192,7 @@ void Engine::cancel(const Cancellation& c, bool mid_span) {
       // producing; the ones before were generated.
       const auto slot = static_cast<std::uint32_t>(t.slot);
       report_.generated_tokens += t.n * flights_[slot].produced_before(step_);
-      if (mid_span) flush_histograms(at);
+      if (mid_span) recorder_.flush(at);
       release(slot, mid_span ? at - now_ : 0);
       return;
     }
@@ -252,69 +243,17 @@ void Engine::refresh(std::uint32_t slot, std::int64_t tokens, bool with_slopes) 
                     std::to_string(fp.duplicate) + " + outside window " + std::to_string(fp.outside_window) +
                     " (slopes sum to " + std::to_string(part_slopes) + ")");
     }
-    apply(slot, g, c, 0);
+    recorder_.apply(slot, g, c, 0);
     op_transient_bytes_ += fp.transient * bytes_per_position_[g];
   }
   after_op();
 }
 
-void Engine::apply(std::uint32_t slot, std::size_t group, const Contribution& next, std::int64_t correction_ns) {
-  Contribution& old = contributions_[slot * groups_ + group];
-  GroupSums& sums = sums_[group];
-  const std::int64_t bpp = bytes_per_position_[group];
-  for (int q = 0; q < kQuantities; ++q) {
-    const std::int64_t old_now = old.value[q] + old.slope[q] * (step_ - old.step);
-    const std::int64_t dv = next.value[q] - old_now;
-    const std::int64_t ds = next.slope[q] - old.slope[q];
-    if (dv == 0 && ds == 0) continue;
-    sums.q[q].add(dv, ds, step_, clock_);
-    // A change part-way through the current span took effect for the rest of it only.
-    if (correction_ns != 0) sums.q[q].adjust_integral(-Int128{dv} * correction_ns);
-    if (q == kEffective || q == kAllocated) {
-      LinearSum& total = q == kEffective ? effective_bytes_ : allocated_bytes_;
-      total.add(dv * bpp, ds * bpp, step_, clock_);
-      if (correction_ns != 0) total.adjust_integral(-Int128{dv} * bpp * correction_ns);
-    }
-  }
-  old = next;
-}
-
 void Engine::after_op() {
-  const PoolState pool = alloc_.pool();
-  const std::int64_t allocated = allocated_bytes_.at(step_);
-  // The allocator's pool and the requests' footprints are two separate accounts.
-  if (allocated != pool.reserved_bytes - pool.free_bytes) {
-    throw InternalError(alloc_.name() + ": footprints add up to " + std::to_string(allocated) +
-                        " bytes but the pool holds " + std::to_string(pool.reserved_bytes - pool.free_bytes));
-  }
-  const std::int64_t reserved_delta = pool.reserved_bytes - reserved_bytes_.at(step_);
-  if (reserved_delta != 0) reserved_bytes_.add(reserved_delta, 0, step_, clock_);
-  if (allocated_peak_.offer(allocated + op_transient_bytes_, now_)) {
-    for (std::size_t g = 0; g < groups_; ++g) {
-      Fragmentation& p = at_peak_slots_[g];
-      p.tail = static_cast<double>(sums_[g].q[kTail].at(step_));
-      p.reservation = static_cast<double>(sums_[g].q[kReservation].at(step_));
-      p.padding = static_cast<double>(sums_[g].q[kPadding].at(step_));
-      p.duplicate = static_cast<double>(sums_[g].q[kDuplicate].at(step_));
-      p.outside_window = static_cast<double>(sums_[g].q[kOutside].at(step_));
-    }
-  }
-  reserved_peak_.offer(pool.reserved_bytes, now_);
-  ext_ratio_ = pool.largest_free_extent_bytes < pool.free_bytes
-                   ? 1.0 - static_cast<double>(pool.largest_free_extent_bytes) / static_cast<double>(pool.free_bytes)
-                   : 0.0;  // no holes (always, for block pools)
-  ext_max_ = std::max(ext_max_, ext_ratio_);
+  recorder_.after_op(alloc_, op_transient_bytes_);
 #if KVSIM_EXPENSIVE_CHECKS
   alloc_.check_invariants();
 #endif
-}
-
-std::int64_t Engine::held_bytes(std::uint32_t slot) const {
-  std::int64_t bytes = 0;
-  for (std::size_t g = 0; g < groups_; ++g) {
-    bytes += contributions_[slot * groups_ + g].value[kAllocated] * bytes_per_position_[g];
-  }
-  return bytes;
 }
 
 void Engine::drop_holding(std::uint32_t slot, std::int64_t correction_ns) {
@@ -325,7 +264,7 @@ void Engine::drop_holding(std::uint32_t slot, std::int64_t correction_ns) {
     context_slope_ -= f.n;
   }
   scheduler_->on_stopped(slot);
-  for (std::size_t g = 0; g < groups_; ++g) apply(slot, g, Contribution{step_, {}, {}}, correction_ns);
+  for (std::size_t g = 0; g < groups_; ++g) recorder_.apply(slot, g, Contribution{step_, {}, {}}, correction_ns);
   alloc_.release(slot);
   op_transient_bytes_ = 0;
   after_op();
@@ -341,47 +280,11 @@ void Engine::release(std::uint32_t slot, std::int64_t correction_ns) {
   free_ticket(ticket);
 }
 
-void Engine::flush_histograms(std::int64_t until_ns) {
-  const std::int64_t d = until_ns - hist_mark_ns_;
-  if (d <= 0) return;
-  effective_hist_.add(effective_bytes_.at(step_), d);
-  allocated_hist_.add(allocated_bytes_.at(step_), d);
-  reserved_hist_.add(reserved_bytes_.at(step_), d);
-  // With one layer group its positions are the totals over its bytes per position, so
-  // its quantiles come from the totals' (engine_report.cc).
-  if (groups_ > 1) {
-    for (auto& g : sums_) {
-      g.effective_hist.add(g.q[kEffective].at(step_), d);
-      g.allocated_hist.add(g.q[kAllocated].at(step_), d);
-    }
-  }
-  ext_integral_ += ext_ratio_ * static_cast<double>(d);
-  hist_mark_ns_ = until_ns;
-}
-
 void Engine::end_span(std::int64_t duration_ns) {
-  flush_histograms(now_ + duration_ns);
+  recorder_.flush(now_ + duration_ns);
   clock_.duration_ns += duration_ns;
   clock_.step_weighted += Int128{step_} * duration_ns;
   now_ += duration_ns;
-}
-
-void Engine::sample_timeline() {
-  if (!opt_.timeline || now_ < next_sample_ns_) return;
-  next_sample_ns_ = opt_.sample_every_ns > 0 ? now_ + opt_.sample_every_ns : now_;
-  TimelineRow row;
-  row.time_ns = now_;
-  row.step = step_;
-  row.running = running_;
-  row.queued = queued_;
-  row.effective_bytes = effective_bytes_.at(step_);
-  row.allocated_bytes = allocated_bytes_.at(step_);
-  row.reserved_bytes = reserved_bytes_.at(step_);
-  for (auto& g : sums_) {
-    row.effective_tokens.push_back(g.q[kEffective].at(step_));
-    row.allocated_slots.push_back(g.q[kAllocated].at(step_));
-  }
-  opt_.timeline(row);
 }
 
 // --- growth, preemption and the policies ---------------------------------------------------
@@ -394,7 +297,7 @@ std::int64_t Engine::schedule_next(std::uint32_t slot, std::int64_t tokens) {
   }
   next = std::min(next, scheduler_->next_event_tokens(f, tokens));
   if (next <= tokens) broken(f, "next event at " + std::to_string(next) + " tokens is not ahead of " + std::to_string(tokens));
-  wheel_.push(step_ + (next - tokens), slot, f.epoch);
+  wheel_.push(step_ + (next - tokens), slot, f.generation);
   return next;
 }
 
@@ -435,7 +338,7 @@ void Engine::preempt(std::uint32_t victim) {
   if (scheduler_->swaps(v)) {
     // The request's blocks go to host memory and come back before anything new is
     // admitted. What it holds is what the previous step left.
-    const std::int64_t bytes = held_bytes(victim);
+    const std::int64_t bytes = recorder_.held_bytes(victim);
     report_.swapped_out_bytes += bytes;
     step_swap_bytes_ += bytes;
     t.swapped_tokens = v.tokens(step_) - 1;
@@ -525,7 +428,7 @@ void Engine::handle_event(std::uint32_t slot) {
   // the last step before this event, when its holding was still the old one.
   if (f.step_at < step_) {
     for (std::size_t g = 0; g < groups_; ++g) {
-      const Contribution& c = contributions_[slot * groups_ + g];
+      const Contribution& c = recorder_.share(slot, g);
       const std::int64_t steps = step_ - 1 - c.step;
       const Footprint fp = alloc_.footprint(slot, g, t - 1);
       const std::int64_t expect[kQuantities] = {
@@ -619,7 +522,7 @@ void Engine::resume_swapped(std::int64_t& decode_seqs) {
     const bool last = tokens == f.prompt + f.output;
     if (last) finishing_.push_back({slot, f.generation});
     refresh(slot, tokens, last ? false : schedule_next(slot, tokens) > tokens + 1);
-    const std::int64_t bytes = held_bytes(slot);
+    const std::int64_t bytes = recorder_.held_bytes(slot);
     report_.swapped_in_bytes += bytes;
     step_swap_bytes_ += bytes;
   }
@@ -673,7 +576,7 @@ void Engine::admit_waiting(std::int64_t& budget, std::int64_t& prefill_tokens) {
     running_order_.insert({f.admit_order, slot});
     if (t.admitted_ns < 0) {
       t.admitted_ns = now_;
-      waiting_.push_back(now_ - t.arrival_ns);
+      recorder_.waited(now_ - t.arrival_ns);
     }
     scheduler_->on_admitted(view_, slot, t);
     budget -= cost;
@@ -709,7 +612,7 @@ void Engine::run_iteration() {
   // Requests whose next event falls on this step.
   wheel_.take(step_, due_);
   for (const StepEvent& e : due_) {
-    if (flights_[e.slot].epoch == e.generation && flights_[e.slot].live) handle_event(e.slot);
+    if (flights_[e.slot].generation == e.generation && flights_[e.slot].live) handle_event(e.slot);
   }
   // The decoding batch is fixed before new prefills join it (they decode from the next step).
   std::int64_t decode_seqs = decoding_seqs_;
@@ -728,12 +631,7 @@ void Engine::run_iteration() {
   if (step_memory_bound_) report_.memory_bound_ns += duration;
   scheduler_->end_step(view_, step_preempted_, decode_seqs);
 
-  effective_peak_.offer(effective_bytes_.at(step_), now_);
-  for (auto& g : sums_) {
-    g.effective_peak.offer(g.q[kEffective].at(step_), now_);
-    g.allocated_peak.offer(g.q[kAllocated].at(step_), now_);
-  }
-  sample_timeline();
+  recorder_.end_of_step_state(running_, queued_);
 
   // Arrivals and cancellations inside the iteration happen at their own instants.
   process_span_events(now_ + duration, true);
@@ -745,14 +643,14 @@ void Engine::run_iteration() {
     if (f.generation != ref.generation) continue;  // cancelled or preempted in the step
     Ticket& t = tickets_[f.ticket];
     t.first_token_ns = now_;
-    ttft_.push_back(now_ - t.arrival_ns);
+    recorder_.first_token(now_ - t.arrival_ns);
   }
   first_token_.clear();
   for (const SlotRef ref : finishing_) {
     const Flight& f = flights_[ref.slot];
     if (f.generation != ref.generation) continue;
     ++report_.completed;
-    e2e_.push_back(now_ - tickets_[f.ticket].arrival_ns);
+    recorder_.completed(now_ - tickets_[f.ticket].arrival_ns);
     report_.generated_tokens += f.n * f.output;
     release(ref.slot, 0);
   }
@@ -778,7 +676,7 @@ ReplayReport Engine::run() {
   report_.cost_model = measured_ ? "none (measured schedule)" : opt_.cost.name;
   now_ = next_.arrival_ns;
   report_.start_ns = now_;
-  hist_mark_ns_ = queue_mark_ns_ = next_sample_ns_ = now_;
+  recorder_.start_at(now_);
   return measured_ ? run_measured() : run_simulated();
 }
 

@@ -16,29 +16,13 @@
 
 #include "kvsim/replay.h"
 #include "ledger.h"
+#include "recorder.h"
 #include "scheduler.h"
 #include "step_wheel.h"
 
 namespace kvsim::detail {
 
 inline constexpr std::int64_t kUnlimited = std::numeric_limits<std::int64_t>::max();
-
-enum Quantity { kEffective, kAllocated, kTail, kReservation, kPadding, kDuplicate, kOutside, kQuantities };
-
-// One request's share of one layer group, as of `step`, with slopes per step after it.
-struct Contribution {
-  std::int64_t step = 0;
-  std::int64_t value[kQuantities] = {};
-  std::int64_t slope[kQuantities] = {};
-};
-
-struct GroupSums {
-  LinearSum q[kQuantities];
-  TimeHistogram effective_hist;
-  TimeHistogram allocated_hist;
-  Peak effective_peak;
-  Peak allocated_peak;
-};
 
 enum class Phase : std::uint8_t { free, queued, running, swapped };
 
@@ -79,10 +63,9 @@ struct ServiceTimes {
 // allocator.
 struct Flight {
   bool live = false;
-  std::uint32_t generation = 0;    // bumped when the request stops running: stale entries skip
   // Bumped whenever the request stops running (released, preempted, swapped out): its
-  // pending step events go stale.
-  std::uint32_t epoch = 0;
+  // pending step events and list entries (SlotRef) go stale and are skipped.
+  std::uint32_t generation = 0;
   std::uint32_t ticket = 0;
   std::int64_t prompt = 0;         // copied from the ticket: read on every event
   std::int64_t output = 0;
@@ -171,7 +154,7 @@ class Engine {
   // only for the rest of it.
   void process_span_events(std::int64_t until_ns, bool mid_span);
   void cancel(const Cancellation& c, bool mid_span);
-  void note_queue(std::int64_t at_ns);   // integrates the queue length up to at_ns
+  void note_queue(std::int64_t at_ns) { recorder_.queue_until(at_ns, queued_); }
 
   // --- one iteration
   void run_iteration();
@@ -206,17 +189,13 @@ class Engine {
   // Re-reads the request's footprints at `tokens`. `with_slopes`: the request will take
   // steps before its next event, so its figures must carry their per-step change.
   void refresh(std::uint32_t slot, std::int64_t tokens, bool with_slopes);
-  void apply(std::uint32_t slot, std::size_t group, const Contribution& next, std::int64_t correction_ns);
   void after_op();
   // Frees everything the request holds on the device (correction_ns: how far into the
   // current span that happens). The request keeps its slot.
   void drop_holding(std::uint32_t slot, std::int64_t correction_ns);
   // The request leaves for good (completed or cancelled): its holding, slot and ticket.
   void release(std::uint32_t slot, std::int64_t correction_ns);
-  std::int64_t held_bytes(std::uint32_t slot) const;
-  void flush_histograms(std::int64_t until_ns);
   void end_span(std::int64_t duration_ns);
-  void sample_timeline();
   bool bounded() const { return opt_.memory.kv_budget_bytes > 0; }
   [[noreturn]] void broken(const Flight& f, const std::string& what) const;
   Ticket& ticket_of(const Flight& f) { return tickets_[f.ticket]; }
@@ -244,7 +223,6 @@ class Engine {
   std::vector<std::uint32_t> free_tickets_;
   std::vector<ServiceTimes> service_;        // by ticket, measured schedule only
   std::vector<Flight> flights_;
-  std::vector<Contribution> contributions_;  // [slot * groups + group]
   std::vector<std::uint32_t> free_slots_;
   std::deque<TicketRef> queue_;
   std::deque<TicketRef> swapped_;
@@ -271,30 +249,15 @@ class Engine {
   std::int64_t now_ = 0;           // start of the current span
   std::int64_t step_ = 0;
   Clock clock_;                    // spans before the current one
-  std::int64_t hist_mark_ns_ = 0;
-  std::int64_t queue_mark_ns_ = 0;
 
-  // Sums.
   std::size_t groups_;
-  std::vector<GroupSums> sums_ = std::vector<GroupSums>(groups_);
-  LinearSum effective_bytes_;
-  LinearSum allocated_bytes_;
-  LinearSum reserved_bytes_;
   std::int64_t decoding_seqs_ = 0;
   std::int64_t context_base_ = 0;  // sum of n * tokens over decoding requests: base + slope * s
   std::int64_t context_slope_ = 0;
-  TimeHistogram effective_hist_, allocated_hist_, reserved_hist_;
-  Peak effective_peak_, allocated_peak_, reserved_peak_;
   std::int64_t op_transient_bytes_ = 0;
-  std::vector<Fragmentation> at_peak_slots_ = std::vector<Fragmentation>(groups_);
-  double ext_ratio_ = 0;           // external fragmentation, integrated over time
-  double ext_integral_ = 0;
-  double ext_max_ = 0;
-  Int128 queue_integral_ = 0;
-  std::int64_t next_sample_ns_ = 0;
 
+  Recorder recorder_;
   ReplayReport report_;
-  std::vector<std::int64_t> ttft_, e2e_, waiting_;
 
   // The serving policy: reads the engine through view_.
   EngineView view_;

@@ -67,7 +67,7 @@ void Engine::handle_timed(const TimedEvent& e) {
       ++running_;
       t.phase = Phase::running;
       t.admitted_ns = e.at_ns;
-      waiting_.push_back(s.start_ns - t.arrival_ns);
+      recorder_.waited(s.start_ns - t.arrival_ns);
       const std::uint32_t slot = start_flight(e.ticket);
       Flight& f = flights_[slot];
       if (alloc_.admit(slot, admit_info(t)) != Outcome::ok) broken(f, "admission failed in a run without a memory budget");
@@ -105,8 +105,8 @@ void Engine::handle_timed(const TimedEvent& e) {
       } else {
         ++report_.completed;
         report_.generated_tokens += t.n * t.output;
-        if (t.output > 0) ttft_.push_back(s.first_token_ns - t.arrival_ns);
-        e2e_.push_back(s.finish_ns - t.arrival_ns);
+        if (t.output > 0) recorder_.first_token(s.first_token_ns - t.arrival_ns);
+        recorder_.completed(s.finish_ns - t.arrival_ns);
       }
       release(slot, 0);
       break;
@@ -129,12 +129,7 @@ ReplayReport Engine::run_measured() {
       handle_timed(e);
     }
     report_.queue_max = std::max(report_.queue_max, queued_);
-    effective_peak_.offer(effective_bytes_.at(step_), now_);
-    for (auto& g : sums_) {
-      g.effective_peak.offer(g.q[kEffective].at(step_), now_);
-      g.allocated_peak.offer(g.q[kAllocated].at(step_), now_);
-    }
-    sample_timeline();
+    recorder_.end_of_step_state(running_, queued_);
   }
   report_.end_ns = now_;
   return finish_report();

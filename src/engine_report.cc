@@ -1,114 +1,12 @@
-// The figures a run ends with, from the engine's sums and the allocator's pool.
-#include <algorithm>
-#include <string>
-
+// The figures a run ends with: the recorder's, under the policy's name.
 #include "engine.h"
-#include "kvsim/error.h"
-#include "kvsim/units.h"
 
 namespace kvsim::detail {
-namespace {
-
-Latency summarize(std::vector<std::int64_t>& values) {
-  Latency l;
-  l.count = static_cast<std::int64_t>(values.size());
-  if (values.empty()) return l;
-  // Nearest rank: the p-th percentile is the value at rank ceil(p/100 * N). Two selections
-  // instead of a sort: linear, which matters for a million requests.
-  auto rank = [&](int p) {
-    const auto at = values.begin() + ((p * l.count + 99) / 100 - 1);
-    std::nth_element(values.begin(), at, values.end());
-    return *at;
-  };
-  l.p99_ns = rank(99);
-  l.p50_ns = rank(50);
-  l.max_ns = *std::max_element(values.begin(), values.end());
-  Int128 sum = 0;
-  for (auto v : values) sum += v;
-  l.mean_ns = static_cast<double>(sum) / static_cast<double>(l.count);
-  return l;
-}
-
-Occupancy occupancy(const LinearSum& sum, const Clock& clock, const TimeHistogram& hist, const Peak& peak,
-                    std::int64_t step) {
-  Occupancy o;
-  o.mean = clock.duration_ns > 0 ? static_cast<double>(sum.integral(clock)) / static_cast<double>(clock.duration_ns) : 0;
-  o.peak = peak.value;
-  o.peak_at_ns = peak.at_ns;
-  o.p50 = hist.quantile(50);
-  o.p99 = hist.quantile(99);
-  o.quantile_resolution = hist.resolution();
-  o.at_end = sum.at(step);
-  return o;
-}
-
-}  // namespace
 
 ReplayReport Engine::finish_report() {
-  ReplayReport& r = report_;
-  r.policy = scheduler_->name();
-  const double duration = static_cast<double>(clock_.duration_ns);
-  auto mean = [&](const LinearSum& s) { return duration > 0 ? static_cast<double>(s.integral(clock_)) / duration : 0.0; };
-  r.effective_bytes = occupancy(effective_bytes_, clock_, effective_hist_, effective_peak_, step_);
-  r.allocated_bytes = occupancy(allocated_bytes_, clock_, allocated_hist_, allocated_peak_, step_);
-  r.reserved_bytes = occupancy(reserved_bytes_, clock_, reserved_hist_, reserved_peak_, step_);
-  for (std::size_t g = 0; g < groups_; ++g) {
-    GroupReport gr;
-    gr.group = opt_.layout.groups[g];
-    GroupSums& s = sums_[g];
-    gr.effective_tokens = occupancy(s.q[kEffective], clock_, s.effective_hist, s.effective_peak, step_);
-    gr.allocated_slots = occupancy(s.q[kAllocated], clock_, s.allocated_hist, s.allocated_peak, step_);
-    if (groups_ == 1) {
-      // One group: positions are the total bytes over bytes per position (flush_histograms
-      // keeps only the totals' histograms); the bucket edges convert downwards.
-      const std::int64_t bpp = bytes_per_position_[0];
-      for (auto [occ, total] : {std::pair{&gr.effective_tokens, &r.effective_bytes}, std::pair{&gr.allocated_slots, &r.allocated_bytes}}) {
-        occ->p50 = total->p50 / bpp;
-        occ->p99 = total->p99 / bpp;
-        occ->quantile_resolution = std::max<std::int64_t>(1, ceil_div(total->quantile_resolution, bpp));
-      }
-    }
-    gr.mean_slots = {mean(s.q[kTail]), mean(s.q[kReservation]), mean(s.q[kPadding]), mean(s.q[kDuplicate]),
-                     mean(s.q[kOutside])};
-    gr.at_peak_slots = at_peak_slots_[g];
-    const double bpp = static_cast<double>(bytes_per_position_[g]);
-    r.mean_bytes.tail += gr.mean_slots.tail * bpp;
-    r.mean_bytes.reservation += gr.mean_slots.reservation * bpp;
-    r.mean_bytes.padding += gr.mean_slots.padding * bpp;
-    r.mean_bytes.duplicate += gr.mean_slots.duplicate * bpp;
-    r.mean_bytes.outside_window += gr.mean_slots.outside_window * bpp;
-    r.at_peak_bytes.tail += gr.at_peak_slots.tail * bpp;
-    r.at_peak_bytes.reservation += gr.at_peak_slots.reservation * bpp;
-    r.at_peak_bytes.padding += gr.at_peak_slots.padding * bpp;
-    r.at_peak_bytes.duplicate += gr.at_peak_slots.duplicate * bpp;
-    r.at_peak_bytes.outside_window += gr.at_peak_slots.outside_window * bpp;
-    r.groups.push_back(gr);
-  }
-  const PoolState pool = alloc_.pool();
-  const Int128 allocated_integral = allocated_bytes_.integral(clock_);
-  r.token_usage = allocated_integral > 0
-                      ? static_cast<double>(effective_bytes_.integral(clock_)) / static_cast<double>(allocated_integral)
-                      : 0;
-  const double capacity_integral = pool.capacity_bytes > 0 ? static_cast<double>(pool.capacity_bytes) * duration
-                                                           : static_cast<double>(reserved_bytes_.integral(clock_));
-  r.block_usage = capacity_integral > 0 ? static_cast<double>(allocated_integral) / capacity_integral : 0;
-  r.external_fragmentation_mean = duration > 0 ? ext_integral_ / duration : 0;
-  r.external_fragmentation_max = ext_max_;
-  r.failed_placements = pool.failed_placements;
-  r.copied_bytes = pool.copied_bytes;
-  r.ttft = summarize(ttft_);
-  r.e2e = summarize(e2e_);
-  r.waiting = summarize(waiting_);
-  note_queue(now_);
-  r.queue_mean = duration > 0 ? static_cast<double>(queue_integral_) / duration : 0;
-  r.generated_tokens_per_s = duration > 0 ? static_cast<double>(r.generated_tokens) * 1e9 / duration : 0;
-  r.allocated_bytes_at_end = pool.reserved_bytes - pool.free_bytes;
-  r.leak_free = r.allocated_bytes_at_end == 0 && running_ == 0 && r.allocated_bytes.at_end == 0;
-  if (!r.leak_free) {
-    throw InternalError(alloc_.name() + ": the run ended holding " + std::to_string(r.allocated_bytes_at_end) +
-                        " bytes (" + std::to_string(running_) + " requests still running)");
-  }
-  return r;
+  report_.policy = scheduler_->name();
+  recorder_.finish(report_, alloc_, running_, queued_);
+  return report_;
 }
 
 }  // namespace kvsim::detail

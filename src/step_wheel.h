@@ -18,7 +18,7 @@ struct StepEvent {
   std::int64_t step = 0;
   std::uint64_t order = 0;       // insertion order: ties resolve the same way every run
   std::uint32_t slot = 0;
-  std::uint32_t generation = 0;  // the owner's epoch when pushed: stale once it has moved on
+  std::uint32_t generation = 0;  // the owner's generation when pushed: stale once it has moved on
   bool operator>(const StepEvent& o) const { return step != o.step ? step > o.step : order > o.order; }
 };
 

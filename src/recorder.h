@@ -1,0 +1,134 @@
+// The recorder: everything a run measures, kept apart from how the run is driven.
+//
+// The engine tells the recorder what changed (a request's share of a layer group, the pool
+// after an allocator operation, the queue length, a first token, a completion) and when the
+// clock moves; the recorder keeps each request's current share, the sums over them as
+// lines in steps (ledger.h), their time integrals, histograms and peaks, external
+// fragmentation, the timeline and the latency samples, and turns them into the report's
+// figures at the end. Adding an output touches the recorder and the renderers only.
+//
+// Time is the engine's: the recorder reads `now` (start of the current span, ns), `step` and
+// the clock of the spans before, through references it is given once.
+#ifndef KVSIM_SRC_RECORDER_H_
+#define KVSIM_SRC_RECORDER_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "kvsim/allocator.h"
+#include "kvsim/replay.h"
+#include "ledger.h"
+
+namespace kvsim::detail {
+
+enum Quantity { kEffective, kAllocated, kTail, kReservation, kPadding, kDuplicate, kOutside, kQuantities };
+
+// One request's share of one layer group, as of `step`, with slopes per step after it.
+struct Contribution {
+  std::int64_t step = 0;
+  std::int64_t value[kQuantities] = {};
+  std::int64_t slope[kQuantities] = {};
+};
+
+struct GroupSums {
+  LinearSum q[kQuantities];
+  TimeHistogram effective_hist;
+  TimeHistogram allocated_hist;
+  Peak effective_peak;
+  Peak allocated_peak;
+};
+
+class Recorder {
+ public:
+  Recorder(const ReplayOptions& options, const std::int64_t& now_ns, const std::int64_t& step, const Clock& clock);
+  // The run starts at `now_ns`: integrals, histograms and the timeline count from there.
+  void start_at(std::int64_t now_ns) { hist_mark_ns_ = queue_mark_ns_ = next_sample_ns_ = now_ns; }
+
+  // --- requests' shares, by slot (slots are the engine's, reused after release)
+  void ensure_slots(std::size_t slots) { contributions_.resize(slots * groups_); }
+  // The slot holds nothing yet (a new occupant).
+  void clear(std::uint32_t slot) {
+    for (std::size_t g = 0; g < groups_; ++g) contributions_[slot * groups_ + g] = Contribution{};
+  }
+  const Contribution& share(std::uint32_t slot, std::size_t group) const { return contributions_[slot * groups_ + group]; }
+  // The request's share of `group` becomes `next`. `correction_ns`: the change happened that
+  // far into the current span, so it counts for the rest of the span only.
+  inline void apply(std::uint32_t slot, std::size_t group, const Contribution& next, std::int64_t correction_ns);
+  // Bytes the request holds now, all groups.
+  std::int64_t held_bytes(std::uint32_t slot) const;
+
+  // --- the pool, after every allocator operation
+  // Checks the two accounts agree (footprints against the pool) and offers the peaks;
+  // `transient_bytes` were held during the operation only.
+  void after_op(const Allocator& allocator, std::int64_t transient_bytes);
+
+  // --- time
+  // The state stays as it is until `until_ns`: histograms and time integrals catch up.
+  void flush(std::int64_t until_ns);
+  // An iteration's state is final: offers the step's peaks and samples the timeline.
+  void end_of_step_state(std::int64_t running, std::int64_t queued);
+  // The waiting queue held `queued` requests until `at_ns`.
+  void queue_until(std::int64_t at_ns, std::int64_t queued);
+
+  // --- requests' latencies
+  void waited(std::int64_t ns) { waiting_.push_back(ns); }
+  void first_token(std::int64_t ttft_ns) { ttft_.push_back(ttft_ns); }
+  void completed(std::int64_t e2e_ns) { e2e_.push_back(e2e_ns); }
+
+  const LinearSum& allocated_bytes() const { return allocated_bytes_; }
+
+  // Fills the report's figures (occupancy, fragmentation, usage, latencies, queue mean) at
+  // the end of the run. `running`: requests still running (0 unless something leaked);
+  // `queued`: requests still waiting.
+  void finish(ReplayReport& report, const Allocator& allocator, std::int64_t running, std::int64_t queued);
+
+ private:
+  const ReplayOptions& opt_;
+  const std::int64_t& now_;
+  const std::int64_t& step_;
+  const Clock& clock_;
+  std::size_t groups_;
+  std::vector<std::int64_t> bytes_per_position_;
+
+  std::vector<Contribution> contributions_;  // [slot * groups + group]
+  std::vector<GroupSums> sums_;
+  LinearSum effective_bytes_;
+  LinearSum allocated_bytes_;
+  LinearSum reserved_bytes_;
+  TimeHistogram effective_hist_, allocated_hist_, reserved_hist_;
+  Peak effective_peak_, allocated_peak_, reserved_peak_;
+  std::vector<Fragmentation> at_peak_slots_;
+  double ext_ratio_ = 0;           // external fragmentation now, and integrated over time
+  double ext_integral_ = 0;
+  double ext_max_ = 0;
+  std::int64_t hist_mark_ns_ = 0;
+  Int128 queue_integral_ = 0;
+  std::int64_t queue_mark_ns_ = 0;
+  std::int64_t next_sample_ns_ = 0;
+  std::vector<std::int64_t> ttft_, e2e_, waiting_;
+};
+
+void Recorder::apply(std::uint32_t slot, std::size_t group, const Contribution& next, std::int64_t correction_ns) {
+  Contribution& old = contributions_[slot * groups_ + group];
+  GroupSums& sums = sums_[group];
+  const std::int64_t bpp = bytes_per_position_[group];
+  for (int q = 0; q < kQuantities; ++q) {
+    const std::int64_t old_now = old.value[q] + old.slope[q] * (step_ - old.step);
+    const std::int64_t dv = next.value[q] - old_now;
+    const std::int64_t ds = next.slope[q] - old.slope[q];
+    if (dv == 0 && ds == 0) continue;
+    sums.q[q].add(dv, ds, step_, clock_);
+    // A change part-way through the current span took effect for the rest of it only.
+    if (correction_ns != 0) sums.q[q].adjust_integral(-Int128{dv} * correction_ns);
+    if (q == kEffective || q == kAllocated) {
+      LinearSum& total = q == kEffective ? effective_bytes_ : allocated_bytes_;
+      total.add(dv * bpp, ds * bpp, step_, clock_);
+      if (correction_ns != 0) total.adjust_integral(-Int128{dv} * bpp * correction_ns);
+    }
+  }
+  old = next;
+}
+
+}  // namespace kvsim::detail
+
+#endif  // KVSIM_SRC_RECORDER_H_
