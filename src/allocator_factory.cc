@@ -1,7 +1,9 @@
-// The one place that knows every allocator kind, its parameters and their defaults.
+// The allocator registry (allocator_registry.h): every allocator kind, its parameters and
+// their defaults, and the parsing of --allocator that reads it.
 #include <algorithm>
 #include <string>
 
+#include "allocator_registry.h"
 #include "decimal.h"
 #include "dense_static_allocator.h"
 #include "dynamic_allocator.h"
@@ -11,66 +13,153 @@
 #include "paged_allocator.h"
 
 namespace kvsim {
-namespace {
+namespace detail {
 
-constexpr std::string_view kKinds[] = {"paged", "sliding-window", "dense-static", "dynamic"};
-
-bool is_kind(std::string_view text) {
-  const std::string_view head = text.substr(0, text.find(':'));
-  return std::find(std::begin(kKinds), std::end(kKinds), head) != std::end(kKinds);
+std::string AllocatorParams::text(std::string_view key, std::string_view fallback) {
+  used_.emplace_back(key);
+  for (const auto& [k, v] : spec_.params) {
+    if (k == key) return v;
+  }
+  return std::string(fallback);
 }
 
-// Reads a spec's parameters, complaining about any the kind does not know.
-class Params {
- public:
-  Params(const AllocatorSpec& spec, std::string_view field) : spec_(spec), field_(field) {}
+bool AllocatorParams::has(std::string_view key) const {
+  return std::any_of(spec_.params.begin(), spec_.params.end(), [&](const auto& p) { return p.first == key; });
+}
 
-  std::string text(std::string_view key, std::string_view fallback) {
-    used_.emplace_back(key);
-    for (const auto& [k, v] : spec_.params) {
-      if (k == key) return v;
-    }
-    return std::string(fallback);
+std::int64_t AllocatorParams::positive(std::string_view key, std::int64_t fallback) {
+  const std::string value = text(key, std::to_string(fallback));
+  std::int64_t out = 0;
+  if (parse_non_negative(value, out) != DecimalStatus::ok || out <= 0) {
+    fail("parameter '" + std::string(key) + "' expects a positive integer, got \"" + value + "\"");
   }
-  bool has(std::string_view key) const {
-    return std::any_of(spec_.params.begin(), spec_.params.end(), [&](const auto& p) { return p.first == key; });
-  }
-  std::int64_t positive(std::string_view key, std::int64_t fallback) {
-    const std::string value = text(key, std::to_string(fallback));
-    std::int64_t out = 0;
-    if (detail::parse_non_negative(value, out) != detail::DecimalStatus::ok || out <= 0) {
-      fail("parameter '" + std::string(key) + "' expects a positive integer, got \"" + value + "\"");
-    }
-    return out;
-  }
-  [[noreturn]] void fail(const std::string& problem) const {
-    throw InputError(Location{"", 0, std::string(field_)}, "'" + spec_.text + "': " + problem);
-  }
-  // Rejects parameters nobody asked for: a typo must not silently fall back to a default.
-  void finish() const {
-    for (const auto& [k, v] : spec_.params) {
-      if (std::find(used_.begin(), used_.end(), k) == used_.end()) {
-        fail("unknown parameter '" + k + "' for allocator '" + spec_.kind + "' (see kvsim replay --help)");
-      }
-    }
-  }
+  return out;
+}
 
- private:
-  const AllocatorSpec& spec_;
-  std::string_view field_;
-  std::vector<std::string> used_;
+void AllocatorParams::fail(const std::string& problem) const {
+  throw InputError(Location{"", 0, std::string(field_)}, "'" + spec_.text + "': " + problem);
+}
+
+void AllocatorParams::finish() const {
+  for (const auto& [k, v] : spec_.params) {
+    if (std::find(used_.begin(), used_.end(), k) == used_.end()) {
+      fail("unknown parameter '" + k + "' for allocator '" + spec_.kind + "' (see kvsim replay --help)");
+    }
+  }
+}
+
+namespace {
+
+std::unique_ptr<Allocator> make_paged_kind(AllocatorParams& p, const KvLayout& layout, const AllocatorLimits& limits,
+                                           bool free_outside_window) {
+  PagedOptions o;
+  o.block_tokens = p.positive("block", o.block_tokens);
+  o.free_outside_window = free_outside_window;
+  o.capacity_bytes = limits.capacity_bytes;
+  return std::make_unique<PagedAllocator>(layout, o);
+}
+
+std::unique_ptr<Allocator> make_paged(AllocatorParams& p, const KvLayout& layout, const AllocatorLimits& limits) {
+  return make_paged_kind(p, layout, limits, false);
+}
+
+std::unique_ptr<Allocator> make_sliding_window(AllocatorParams& p, const KvLayout& layout,
+                                               const AllocatorLimits& limits) {
+  return make_paged_kind(p, layout, limits, true);
+}
+
+std::unique_ptr<Allocator> make_dense_static(AllocatorParams& p, const KvLayout& layout,
+                                             const AllocatorLimits& limits) {
+  DenseStaticOptions o;
+  const std::string reserve = p.text("reserve", "max-model-len");
+  if (reserve == "max-model-len") o.reserve = Reserve::max_model_len;
+  else if (reserve == "max-tokens") o.reserve = Reserve::max_tokens;
+  else if (reserve == "pow2") o.reserve = Reserve::pow2;
+  else if (reserve == "oracle") o.reserve = Reserve::oracle;
+  else p.fail("reserve must be max-model-len, max-tokens, pow2 or oracle, got \"" + reserve + "\"");
+  if (o.reserve == Reserve::max_model_len && layout.max_model_len <= 0) {
+    p.fail("reserve=max-model-len needs the model's maximum length, which this model does not give "
+           "(no max_position_embeddings): pass --max-model-len");
+  }
+  o.capacity_bytes = limits.capacity_bytes;
+  return std::make_unique<DenseStaticAllocator>(layout, o);
+}
+
+std::unique_ptr<Allocator> make_dynamic(AllocatorParams& p, const KvLayout& layout, const AllocatorLimits& limits) {
+  DynamicOptions o;
+  std::string growth = p.text("growth", p.has("chunk") ? "chunk" : "double");
+  // "growth=chunk=256" says growth=chunk,chunk=256 in one parameter.
+  std::string chunk_text;
+  if (growth.starts_with("chunk=")) {
+    if (p.has("chunk")) p.fail("give the chunk once: growth=chunk=N or growth=chunk,chunk=N");
+    chunk_text = growth.substr(6);
+    growth = "chunk";
+  }
+  if (growth == "exact") o.growth = Growth::exact;
+  else if (growth == "double") o.growth = Growth::doubling;
+  else if (growth == "chunk") o.growth = Growth::chunk;
+  else p.fail("growth must be exact, double, chunk or chunk=N, got \"" + growth + "\"");
+  if (chunk_text.empty()) {
+    o.chunk_tokens = p.positive("chunk", o.chunk_tokens);
+  } else if (parse_non_negative(chunk_text, o.chunk_tokens) != DecimalStatus::ok || o.chunk_tokens <= 0) {
+    p.fail("growth=chunk=N expects a positive integer, got \"" + chunk_text + "\"");
+  }
+  if (o.growth != Growth::chunk && p.has("chunk")) p.fail("'chunk' only applies to growth=chunk");
+  o.capacity_bytes = p.has("arena") ? 0 : limits.capacity_bytes;
+  if (p.has("arena")) {
+    o.capacity_bytes = parse_byte_size(p.text("arena", ""), "--allocator dynamic:arena");
+    if (o.capacity_bytes <= 0) p.fail("arena must be a positive byte size");
+  }
+  return std::make_unique<DynamicAllocator>(layout, o);
+}
+
+// One row per kind, in the order --help lists them.
+constexpr AllocatorKind kKinds[] = {
+    {"paged", "paged[:block=16]",
+     "      vLLM PagedAttention: fixed blocks of `block` positions from one pool, a block table\n"
+     "      per sequence, the n samples of a request sharing the prompt's full blocks\n"
+     "      copy-on-write. Sliding-window layers are stored like full attention.\n",
+     "block=16", make_paged},
+    {"sliding-window", "sliding-window[:block=16]",
+     "      paged, and blocks that fall wholly behind a sliding-window group's window are freed\n"
+     "      as the sequence advances (vLLM's hybrid allocator); full-attention groups keep all.\n",
+     "block=16", make_sliding_window},
+    {"dense-static", "dense-static[:reserve=max-model-len|max-tokens|pow2|oracle]",
+     "      each sample reserves a fixed row at admission: the model's maximum length (default),\n"
+     "      prompt + max_tokens, the next power of two of its final length, or its true final\n"
+     "      length. Sliding-window groups hold min(W, row) as a ring (Hugging Face StaticCache).\n",
+     "reserve=max-model-len", make_dense_static},
+    {"dynamic", "dynamic[:growth=double|exact|chunk][,chunk=256][,arena=BYTES]",
+     "      a contiguous buffer per sample and layer group that grows (by doubling, exactly, or\n"
+     "      by chunks of `chunk` positions; growth=chunk=N for short) and is copied on growth,\n"
+     "      placed first-fit in one arena (Hugging Face DynamicCache). arena bounds the arena;\n"
+     "      default unbounded.\n",
+     "growth=double", make_dynamic},
 };
 
+bool is_kind(std::string_view text) { return find_allocator_kind(text.substr(0, text.find(':'))) != nullptr; }
+
 }  // namespace
+
+std::span<const AllocatorKind> allocator_kinds() { return kKinds; }
+
+const AllocatorKind* find_allocator_kind(std::string_view name) {
+  for (const AllocatorKind& kind : kKinds) {
+    if (kind.name == name) return &kind;
+  }
+  return nullptr;
+}
+
+}  // namespace detail
 
 AllocatorSpec parse_allocator_spec(std::string_view text, std::string_view field) {
   AllocatorSpec spec;
   spec.text = std::string(text);
   const auto colon = text.find(':');
   spec.kind = std::string(text.substr(0, colon));
-  if (!is_kind(spec.kind)) {
+  if (detail::find_allocator_kind(spec.kind) == nullptr) {
     std::string known;
-    for (auto k : kKinds) known += (known.empty() ? "" : ", ") + std::string(k);
+    for (const auto& k : detail::allocator_kinds()) known += (known.empty() ? "" : ", ") + std::string(k.name);
     throw InputError(Location{"", 0, std::string(field)},
                      "unknown allocator '" + spec.kind + "' (known: " + known + ")");
   }
@@ -97,7 +186,8 @@ std::vector<AllocatorSpec> parse_allocator_list(std::string_view text, std::stri
   std::vector<AllocatorSpec> out;
   std::size_t start = 0;
   for (std::size_t i = 0; i <= text.size(); ++i) {
-    if (i == text.size() || (text[i] == ',' && is_kind(text.substr(i + 1, text.find(',', i + 1) - (i + 1))))) {
+    if (i == text.size() ||
+        (text[i] == ',' && detail::is_kind(text.substr(i + 1, text.find(',', i + 1) - (i + 1))))) {
       out.push_back(parse_allocator_spec(text.substr(start, i - start), field));
       start = i + 1;
     }
@@ -107,79 +197,24 @@ std::vector<AllocatorSpec> parse_allocator_list(std::string_view text, std::stri
 
 std::unique_ptr<Allocator> make_allocator(const AllocatorSpec& spec, const KvLayout& layout,
                                           const AllocatorLimits& limits) {
-  Params p(spec, "--allocator");
-  std::unique_ptr<Allocator> made;
-  if (spec.kind == "paged" || spec.kind == "sliding-window") {
-    detail::PagedOptions o;
-    o.block_tokens = p.positive("block", o.block_tokens);
-    o.free_outside_window = spec.kind == "sliding-window";
-    o.capacity_bytes = limits.capacity_bytes;
-    made = std::make_unique<detail::PagedAllocator>(layout, o);
-  } else if (spec.kind == "dense-static") {
-    detail::DenseStaticOptions o;
-    const std::string reserve = p.text("reserve", "max-model-len");
-    if (reserve == "max-model-len") o.reserve = detail::Reserve::max_model_len;
-    else if (reserve == "max-tokens") o.reserve = detail::Reserve::max_tokens;
-    else if (reserve == "pow2") o.reserve = detail::Reserve::pow2;
-    else if (reserve == "oracle") o.reserve = detail::Reserve::oracle;
-    else p.fail("reserve must be max-model-len, max-tokens, pow2 or oracle, got \"" + reserve + "\"");
-    if (o.reserve == detail::Reserve::max_model_len && layout.max_model_len <= 0) {
-      p.fail("reserve=max-model-len needs the model's maximum length, which this model does not give "
-             "(no max_position_embeddings): pass --max-model-len");
-    }
-    o.capacity_bytes = limits.capacity_bytes;
-    made = std::make_unique<detail::DenseStaticAllocator>(layout, o);
-  } else {  // dynamic
-    detail::DynamicOptions o;
-    std::string growth = p.text("growth", p.has("chunk") ? "chunk" : "double");
-    // "growth=chunk=256" says growth=chunk,chunk=256 in one parameter.
-    std::string chunk_text;
-    if (growth.starts_with("chunk=")) {
-      if (p.has("chunk")) p.fail("give the chunk once: growth=chunk=N or growth=chunk,chunk=N");
-      chunk_text = growth.substr(6);
-      growth = "chunk";
-    }
-    if (growth == "exact") o.growth = detail::Growth::exact;
-    else if (growth == "double") o.growth = detail::Growth::doubling;
-    else if (growth == "chunk") o.growth = detail::Growth::chunk;
-    else p.fail("growth must be exact, double, chunk or chunk=N, got \"" + growth + "\"");
-    if (chunk_text.empty()) {
-      o.chunk_tokens = p.positive("chunk", o.chunk_tokens);
-    } else if (detail::parse_non_negative(chunk_text, o.chunk_tokens) != detail::DecimalStatus::ok ||
-               o.chunk_tokens <= 0) {
-      p.fail("growth=chunk=N expects a positive integer, got \"" + chunk_text + "\"");
-    }
-    if (o.growth != detail::Growth::chunk && p.has("chunk")) p.fail("'chunk' only applies to growth=chunk");
-    o.capacity_bytes = p.has("arena") ? 0 : limits.capacity_bytes;
-    if (p.has("arena")) {
-      o.capacity_bytes = parse_byte_size(p.text("arena", ""), "--allocator dynamic:arena");
-      if (o.capacity_bytes <= 0) p.fail("arena must be a positive byte size");
-    }
-    made = std::make_unique<detail::DynamicAllocator>(layout, o);
-  }
+  const detail::AllocatorKind* kind = detail::find_allocator_kind(spec.kind);
+  detail::AllocatorParams p(spec, "--allocator");
+  // A spec not made by parse_allocator_spec may name anything: unknown is an error here too.
+  if (kind == nullptr) p.fail("unknown allocator '" + spec.kind + "' (see kvsim replay --help)");
+  std::unique_ptr<Allocator> made = kind->make(p, layout, limits);
   p.finish();
   return made;
 }
 
 std::string allocator_help() {
-  return R"(Allocators (--allocator KIND[:key=value,...], several separated by commas):
-  paged[:block=16]
-      vLLM PagedAttention: fixed blocks of `block` positions from one pool, a block table
-      per sequence, the n samples of a request sharing the prompt's full blocks
-      copy-on-write. Sliding-window layers are stored like full attention.
-  sliding-window[:block=16]
-      paged, and blocks that fall wholly behind a sliding-window group's window are freed
-      as the sequence advances (vLLM's hybrid allocator); full-attention groups keep all.
-  dense-static[:reserve=max-model-len|max-tokens|pow2|oracle]
-      each sample reserves a fixed row at admission: the model's maximum length (default),
-      prompt + max_tokens, the next power of two of its final length, or its true final
-      length. Sliding-window groups hold min(W, row) as a ring (Hugging Face StaticCache).
-  dynamic[:growth=double|exact|chunk][,chunk=256][,arena=BYTES]
-      a contiguous buffer per sample and layer group that grows (by doubling, exactly, or
-      by chunks of `chunk` positions; growth=chunk=N for short) and is copied on growth,
-      placed first-fit in one arena (Hugging Face DynamicCache). arena bounds the arena;
-      default unbounded.
-)";
+  std::string out = "Allocators (--allocator KIND[:key=value,...], several separated by commas):\n";
+  for (const auto& kind : detail::allocator_kinds()) {
+    out += "  ";
+    out += kind.usage;
+    out += "\n";
+    out += kind.help;
+  }
+  return out;
 }
 
 }  // namespace kvsim

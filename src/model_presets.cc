@@ -1,9 +1,14 @@
 // The built-in model presets. Every number is the value of the published Hugging Face
 // config.json of the model named in `source`; parameter counts are the "safetensors total" the
 // Hub reports for that checkpoint (exact), unless the comment says otherwise.
+//
+// The presets are one table, kPresets, one row each: adding one is adding a row (its name
+// lower-case and new; tests/model_presets_test.cc checks every row).
 #include <algorithm>
 #include <cctype>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "kvsim/error.h"
 #include "kvsim/model.h"
@@ -11,195 +16,211 @@
 namespace kvsim {
 namespace {
 
-std::vector<std::int64_t> all_layers(std::int64_t layers, std::int64_t window) {
-  return std::vector<std::int64_t>(static_cast<std::size_t>(layers), window);
-}
+// One preset: a ModelSpec's fields as config.json gives them, with the per-layer windows
+// given by a rule (`sliding_window`, `global_every`) instead of one entry per layer. Fields
+// left out are 0, false or empty, as in ModelSpec.
+struct PresetRow {
+  std::string_view name = {};
+  std::string_view source = {};
+  std::int64_t num_hidden_layers = 0;
+  std::int64_t num_attention_heads = 0;
+  std::int64_t num_key_value_heads = 0;
+  std::int64_t head_dim = 0;
+  std::int64_t hidden_size = 0;
+  std::int64_t intermediate_size = 0;
+  std::int64_t vocab_size = 0;
+  std::int64_t max_position_embeddings = 0;
+  std::int64_t sliding_window = 0;  // 0: every layer is full attention
+  // 0: with a window, every layer slides. P: layer i is global (full attention) when
+  // (i + 1) % P == 0 and slides otherwise: Gemma 3's rule (transformers
+  // Gemma3TextConfig.layer_types: "sliding_attention" if bool((i + 1) % sliding_window_pattern)
+  // else "full_attention"). Gemma 2 is the same rule with P = 2 (Gemma2DecoderLayer: is_sliding
+  // = not bool(layer_idx % 2)), so its even-indexed layers 0, 2, 4, ... slide and the odd ones
+  // are global.
+  std::int64_t global_every = 0;
+  std::optional<MlaDims> mla = std::nullopt;
+  std::optional<MoeDims> moe = std::nullopt;
+  bool tie_word_embeddings = false;
+  std::string_view weight_dtype = {};
+  std::int64_t weight_bits = 0;
+  std::int64_t parameter_count = 0;
+};
 
-// Layer i is global (full attention) when (i + 1) % pattern == 0, else it slides over
-// `window` positions: Gemma 3's rule (transformers Gemma3TextConfig.layer_types:
-// "sliding_attention" if bool((i + 1) % sliding_window_pattern) else "full_attention").
-// Gemma 2 is the same rule with pattern 2 (Gemma2DecoderLayer: is_sliding = not bool(layer_idx
-// % 2)), so its even-indexed layers 0, 2, 4, ... slide and the odd ones are global.
-std::vector<std::int64_t> local_global(std::int64_t layers, std::int64_t window, std::int64_t pattern) {
-  std::vector<std::int64_t> out;
-  for (std::int64_t i = 0; i < layers; ++i) out.push_back((i + 1) % pattern != 0 ? window : 0);
-  return out;
+// In the order `kvsim models` lists them.
+const PresetRow kPresets[] = {
+    // meta-llama/Llama-3.1-8B: hidden 4096 / 32 heads -> head_dim 128 (no head_dim field).
+    {.name = "llama-3.1-8b",
+     .source = "meta-llama/Llama-3.1-8B config.json",
+     .num_hidden_layers = 32,
+     .num_attention_heads = 32,
+     .num_key_value_heads = 8,
+     .head_dim = 128,
+     .hidden_size = 4096,
+     .intermediate_size = 14336,
+     .vocab_size = 128256,
+     .max_position_embeddings = 131072,
+     .weight_dtype = "bfloat16",
+     .parameter_count = 8'030'261'248},
+    // meta-llama/Llama-3.1-70B: hidden 8192 / 64 heads -> head_dim 128.
+    {.name = "llama-3.1-70b",
+     .source = "meta-llama/Llama-3.1-70B config.json",
+     .num_hidden_layers = 80,
+     .num_attention_heads = 64,
+     .num_key_value_heads = 8,
+     .head_dim = 128,
+     .hidden_size = 8192,
+     .intermediate_size = 28672,
+     .vocab_size = 128256,
+     .max_position_embeddings = 131072,
+     .weight_dtype = "bfloat16",
+     .parameter_count = 70'553'706'496},
+    // mistralai/Mistral-7B-v0.1: "sliding_window": 4096 with no per-layer pattern, so every
+    // layer slides (transformers and vLLM both apply it to all 32 layers).
+    {.name = "mistral-7b-v0.1",
+     .source = "mistralai/Mistral-7B-v0.1 config.json",
+     .num_hidden_layers = 32,
+     .num_attention_heads = 32,
+     .num_key_value_heads = 8,
+     .head_dim = 128,
+     .hidden_size = 4096,
+     .intermediate_size = 14336,
+     .vocab_size = 32000,
+     .max_position_embeddings = 32768,
+     .sliding_window = 4096,
+     .weight_dtype = "bfloat16",
+     .parameter_count = 7'241'732'096},
+    // Qwen/Qwen2.5-7B: the config carries "sliding_window": 131072 but "use_sliding_window":
+    // false, and transformers' Qwen2Config sets sliding_window = None unless use_sliding_window
+    // (vLLM's Qwen2 model does the same), so every layer is full attention.
+    {.name = "qwen2.5-7b",
+     .source = "Qwen/Qwen2.5-7B config.json",
+     .num_hidden_layers = 28,
+     .num_attention_heads = 28,
+     .num_key_value_heads = 4,
+     .head_dim = 128,  // 3584 / 28
+     .hidden_size = 3584,
+     .intermediate_size = 18944,
+     .vocab_size = 152064,
+     .max_position_embeddings = 131072,
+     .weight_dtype = "bfloat16",
+     .parameter_count = 7'615'616'512},
+    // google/gemma-2-9b-it: the instruction-tuned checkpoint, stored in bfloat16. The base
+    // google/gemma-2-9b has the same geometry but ships float32 weights (torch_dtype float32),
+    // which would make fp32 the default KV dtype; engines serve both in bf16.
+    {.name = "gemma-2-9b",
+     .source = "google/gemma-2-9b-it config.json",
+     .num_hidden_layers = 42,
+     .num_attention_heads = 16,
+     .num_key_value_heads = 8,
+     .head_dim = 256,
+     .hidden_size = 3584,
+     .intermediate_size = 14336,
+     .vocab_size = 256000,
+     .max_position_embeddings = 8192,
+     .sliding_window = 4096,
+     .global_every = 2,  // 21 sliding (even i) + 21 global
+     .tie_word_embeddings = true,
+     .weight_dtype = "bfloat16",
+     .parameter_count = 9'241'705'984},
+    // google/gemma-3-27b-it, its text_config: sliding_window 1024, sliding_window_pattern 6
+    // (five local layers per global one: i = 5, 11, ..., 59 are global -> 10 global, 52 local).
+    // The parameter count includes the SigLIP vision tower the -it checkpoint ships.
+    {.name = "gemma-3-27b",
+     .source = "google/gemma-3-27b-it config.json (text_config)",
+     .num_hidden_layers = 62,
+     .num_attention_heads = 32,
+     .num_key_value_heads = 16,
+     .head_dim = 128,
+     .hidden_size = 5376,
+     .intermediate_size = 21504,
+     .vocab_size = 262208,
+     .max_position_embeddings = 131072,
+     .sliding_window = 1024,
+     .global_every = 6,
+     .tie_word_embeddings = true,
+     .weight_dtype = "bfloat16",
+     .parameter_count = 27'432'406'640},
+    // deepseek-ai/DeepSeek-V3: MLA with kv_lora_rank 512 and a 64-wide decoupled RoPE key;
+    // 256 routed + 1 shared experts of 2048, the first 3 layers dense. torch_dtype is
+    // bfloat16 but quantization_config stores the weights as fp8 e4m3 (128x128 blocks), hence
+    // weight_bits 8. The Hub's safetensors total, 684,531,386,000, includes the 14B
+    // multi-token-prediction module that engines load only for speculative decoding.
+    {.name = "deepseek-v3",
+     .source = "deepseek-ai/DeepSeek-V3 config.json",
+     .num_hidden_layers = 61,
+     .num_attention_heads = 128,
+     .num_key_value_heads = 128,
+     .head_dim = 0,  // MLA: widths come from mla
+     .hidden_size = 7168,
+     .intermediate_size = 18432,
+     .vocab_size = 129280,
+     .max_position_embeddings = 163840,
+     .mla = MlaDims{512, 64, 128, 128, 1536},
+     .moe = MoeDims{256, 1, 2048, 3},
+     .weight_dtype = "bfloat16",
+     .weight_bits = 8,
+     .parameter_count = 684'531'386'000},
+    // microsoft/Phi-3-mini-4k-instruct: multi-head attention (32 KV heads = 32 heads),
+    // head_dim 3072 / 32 = 96. Its config sets "sliding_window": 2047 for every layer, which
+    // transformers' flash-attention path applies and vLLM serves (vLLM PR #4380 made that
+    // odd-sized window work in its block manager).
+    {.name = "phi-3-mini-4k",
+     .source = "microsoft/Phi-3-mini-4k-instruct config.json",
+     .num_hidden_layers = 32,
+     .num_attention_heads = 32,
+     .num_key_value_heads = 32,
+     .head_dim = 96,
+     .hidden_size = 3072,
+     .intermediate_size = 8192,
+     .vocab_size = 32064,
+     .max_position_embeddings = 4096,
+     .sliding_window = 2047,
+     .weight_dtype = "bfloat16",
+     .parameter_count = 3'821'079'552},
+    // The seed guide's worked example: a hypothetical architecture, not a real model. It gives
+    // no MLP or vocabulary, so a budget needs --params or --weights-bytes; its 4,096 positions
+    // are the guide's per-sequence cap (3,072 prompt + 1,024 generated).
+    {.name = "seed-example",
+     .source = "seed guide worked example (hypothetical: 40 layers, 8 KV heads, head_dim 128)",
+     .num_hidden_layers = 40,
+     .num_attention_heads = 40,
+     .num_key_value_heads = 8,
+     .head_dim = 128,
+     .hidden_size = 5120,  // 40 heads x 128
+     .max_position_embeddings = 4096},
+};
+
+ModelSpec to_model(const PresetRow& row) {
+  ModelSpec m;
+  m.name = std::string(row.name);
+  m.source = std::string(row.source);
+  m.num_hidden_layers = row.num_hidden_layers;
+  m.num_attention_heads = row.num_attention_heads;
+  m.num_key_value_heads = row.num_key_value_heads;
+  m.head_dim = row.head_dim;
+  m.hidden_size = row.hidden_size;
+  m.intermediate_size = row.intermediate_size;
+  m.vocab_size = row.vocab_size;
+  m.max_position_embeddings = row.max_position_embeddings;
+  for (std::int64_t i = 0; i < row.num_hidden_layers; ++i) {
+    const bool global = row.global_every > 0 && (i + 1) % row.global_every == 0;
+    m.layer_window_tokens.push_back(global ? 0 : row.sliding_window);
+  }
+  m.mla = row.mla;
+  m.moe = row.moe;
+  m.tie_word_embeddings = row.tie_word_embeddings;
+  m.weight_dtype = std::string(row.weight_dtype);
+  m.weight_bits = row.weight_bits;
+  m.parameter_count = row.parameter_count;
+  return m;
 }
 
 std::vector<ModelSpec> build_presets() {
   std::vector<ModelSpec> presets;
-
-  {  // meta-llama/Llama-3.1-8B: hidden 4096 / 32 heads -> head_dim 128 (no head_dim field).
-    ModelSpec m;
-    m.name = "llama-3.1-8b";
-    m.source = "meta-llama/Llama-3.1-8B config.json";
-    m.num_hidden_layers = 32;
-    m.num_attention_heads = 32;
-    m.num_key_value_heads = 8;
-    m.head_dim = 128;
-    m.hidden_size = 4096;
-    m.intermediate_size = 14336;
-    m.vocab_size = 128256;
-    m.max_position_embeddings = 131072;
-    m.layer_window_tokens = all_layers(32, 0);
-    m.weight_dtype = "bfloat16";
-    m.parameter_count = 8'030'261'248;
-    presets.push_back(m);
+  for (const PresetRow& row : kPresets) {
+    presets.push_back(to_model(row));
+    validate_model(presets.back(), "");
   }
-  {  // meta-llama/Llama-3.1-70B: hidden 8192 / 64 heads -> head_dim 128.
-    ModelSpec m;
-    m.name = "llama-3.1-70b";
-    m.source = "meta-llama/Llama-3.1-70B config.json";
-    m.num_hidden_layers = 80;
-    m.num_attention_heads = 64;
-    m.num_key_value_heads = 8;
-    m.head_dim = 128;
-    m.hidden_size = 8192;
-    m.intermediate_size = 28672;
-    m.vocab_size = 128256;
-    m.max_position_embeddings = 131072;
-    m.layer_window_tokens = all_layers(80, 0);
-    m.weight_dtype = "bfloat16";
-    m.parameter_count = 70'553'706'496;
-    presets.push_back(m);
-  }
-  {  // mistralai/Mistral-7B-v0.1: "sliding_window": 4096 with no per-layer pattern, so every
-     // layer slides (transformers and vLLM both apply it to all 32 layers).
-    ModelSpec m;
-    m.name = "mistral-7b-v0.1";
-    m.source = "mistralai/Mistral-7B-v0.1 config.json";
-    m.num_hidden_layers = 32;
-    m.num_attention_heads = 32;
-    m.num_key_value_heads = 8;
-    m.head_dim = 128;
-    m.hidden_size = 4096;
-    m.intermediate_size = 14336;
-    m.vocab_size = 32000;
-    m.max_position_embeddings = 32768;
-    m.layer_window_tokens = all_layers(32, 4096);
-    m.weight_dtype = "bfloat16";
-    m.parameter_count = 7'241'732'096;
-    presets.push_back(m);
-  }
-  {  // Qwen/Qwen2.5-7B: the config carries "sliding_window": 131072 but "use_sliding_window":
-     // false, and transformers' Qwen2Config sets sliding_window = None unless use_sliding_window
-     // (vLLM's Qwen2 model does the same), so every layer is full attention.
-    ModelSpec m;
-    m.name = "qwen2.5-7b";
-    m.source = "Qwen/Qwen2.5-7B config.json";
-    m.num_hidden_layers = 28;
-    m.num_attention_heads = 28;
-    m.num_key_value_heads = 4;
-    m.head_dim = 128;  // 3584 / 28
-    m.hidden_size = 3584;
-    m.intermediate_size = 18944;
-    m.vocab_size = 152064;
-    m.max_position_embeddings = 131072;
-    m.layer_window_tokens = all_layers(28, 0);
-    m.weight_dtype = "bfloat16";
-    m.parameter_count = 7'615'616'512;
-    presets.push_back(m);
-  }
-  {  // google/gemma-2-9b-it: the instruction-tuned checkpoint, stored in bfloat16. The base
-     // google/gemma-2-9b has the same geometry but ships float32 weights (torch_dtype float32),
-     // which would make fp32 the default KV dtype; engines serve both in bf16.
-    ModelSpec m;
-    m.name = "gemma-2-9b";
-    m.source = "google/gemma-2-9b-it config.json";
-    m.num_hidden_layers = 42;
-    m.num_attention_heads = 16;
-    m.num_key_value_heads = 8;
-    m.head_dim = 256;
-    m.hidden_size = 3584;
-    m.intermediate_size = 14336;
-    m.vocab_size = 256000;
-    m.max_position_embeddings = 8192;
-    m.layer_window_tokens = local_global(42, 4096, 2);  // 21 sliding (even i) + 21 global
-    m.tie_word_embeddings = true;
-    m.weight_dtype = "bfloat16";
-    m.parameter_count = 9'241'705'984;
-    presets.push_back(m);
-  }
-  {  // google/gemma-3-27b-it, its text_config: sliding_window 1024, sliding_window_pattern 6
-     // (five local layers per global one: i = 5, 11, ..., 59 are global -> 10 global, 52 local).
-     // The parameter count includes the SigLIP vision tower the -it checkpoint ships.
-    ModelSpec m;
-    m.name = "gemma-3-27b";
-    m.source = "google/gemma-3-27b-it config.json (text_config)";
-    m.num_hidden_layers = 62;
-    m.num_attention_heads = 32;
-    m.num_key_value_heads = 16;
-    m.head_dim = 128;
-    m.hidden_size = 5376;
-    m.intermediate_size = 21504;
-    m.vocab_size = 262208;
-    m.max_position_embeddings = 131072;
-    m.layer_window_tokens = local_global(62, 1024, 6);
-    m.tie_word_embeddings = true;
-    m.weight_dtype = "bfloat16";
-    m.parameter_count = 27'432'406'640;
-    presets.push_back(m);
-  }
-  {  // deepseek-ai/DeepSeek-V3: MLA with kv_lora_rank 512 and a 64-wide decoupled RoPE key;
-     // 256 routed + 1 shared experts of 2048, the first 3 layers dense. torch_dtype is
-     // bfloat16 but quantization_config stores the weights as fp8 e4m3 (128x128 blocks), hence
-     // weight_bits 8. The Hub's safetensors total, 684,531,386,000, includes the 14B
-     // multi-token-prediction module that engines load only for speculative decoding.
-    ModelSpec m;
-    m.name = "deepseek-v3";
-    m.source = "deepseek-ai/DeepSeek-V3 config.json";
-    m.num_hidden_layers = 61;
-    m.num_attention_heads = 128;
-    m.num_key_value_heads = 128;
-    m.head_dim = 0;  // MLA: widths come from mla
-    m.hidden_size = 7168;
-    m.intermediate_size = 18432;
-    m.vocab_size = 129280;
-    m.max_position_embeddings = 163840;
-    m.layer_window_tokens = all_layers(61, 0);
-    m.mla = MlaDims{512, 64, 128, 128, 1536};
-    m.moe = MoeDims{256, 1, 2048, 3};
-    m.weight_dtype = "bfloat16";
-    m.weight_bits = 8;
-    m.parameter_count = 684'531'386'000;
-    presets.push_back(m);
-  }
-  {  // microsoft/Phi-3-mini-4k-instruct: multi-head attention (32 KV heads = 32 heads),
-     // head_dim 3072 / 32 = 96. Its config sets "sliding_window": 2047 for every layer, which
-     // transformers' flash-attention path applies and vLLM serves (vLLM PR #4380 made that
-     // odd-sized window work in its block manager).
-    ModelSpec m;
-    m.name = "phi-3-mini-4k";
-    m.source = "microsoft/Phi-3-mini-4k-instruct config.json";
-    m.num_hidden_layers = 32;
-    m.num_attention_heads = 32;
-    m.num_key_value_heads = 32;
-    m.head_dim = 96;
-    m.hidden_size = 3072;
-    m.intermediate_size = 8192;
-    m.vocab_size = 32064;
-    m.max_position_embeddings = 4096;
-    m.layer_window_tokens = all_layers(32, 2047);
-    m.weight_dtype = "bfloat16";
-    m.parameter_count = 3'821'079'552;
-    presets.push_back(m);
-  }
-  {  // The seed guide's worked example: a hypothetical architecture, not a real model. It gives
-     // no MLP or vocabulary, so a budget needs --params or --weights-bytes; its 4,096 positions
-     // are the guide's per-sequence cap (3,072 prompt + 1,024 generated).
-    ModelSpec m;
-    m.name = "seed-example";
-    m.source = "seed guide worked example (hypothetical: 40 layers, 8 KV heads, head_dim 128)";
-    m.num_hidden_layers = 40;
-    m.num_attention_heads = 40;
-    m.num_key_value_heads = 8;
-    m.head_dim = 128;
-    m.hidden_size = 5120;  // 40 heads x 128
-    m.max_position_embeddings = 4096;
-    m.layer_window_tokens = all_layers(40, 0);
-    presets.push_back(m);
-  }
-  for (const auto& m : presets) validate_model(m, "");
   return presets;
 }
 

@@ -1,39 +1,16 @@
-// Format names, detection, open_trace() and the sorting wrapper.
+// The trace format registry (trace_formats.h), detection, open_trace() and the sorting
+// wrapper.
 #include <algorithm>
-#include <array>
 #include <nlohmann/json.hpp>
 
 #include "kvsim/error.h"
 #include "kvsim/trace.h"
+#include "trace_formats.h"
 #include "trace_native.h"
 #include "trace_read.h"
 
 namespace kvsim {
 namespace {
-
-struct FormatName {
-  TraceFormat format;
-  std::string_view name;
-};
-
-constexpr std::array<FormatName, 9> kFormatNames = {{
-    {TraceFormat::automatic, "auto"},
-    {TraceFormat::native_csv, "native-csv"},
-    {TraceFormat::native_jsonl, "native-jsonl"},
-    {TraceFormat::azure, "azure"},
-    {TraceFormat::burstgpt, "burstgpt"},
-    {TraceFormat::mooncake, "mooncake"},
-    {TraceFormat::vidur, "vidur"},
-    {TraceFormat::lengths, "lengths"},
-    {TraceFormat::token_ids, "token-ids"},
-}};
-
-constexpr std::string_view kKnownFormats =
-    "native CSV (id,arrival,prompt_tokens,output_tokens,...), native JSONL (the same fields), "
-    "Azure (TIMESTAMP,ContextTokens,GeneratedTokens), BurstGPT (Timestamp,...,Request tokens,Response tokens,...), "
-    "Vidur (arrived_at,num_prefill_tokens,num_decode_tokens), lengths only (num_prefill_tokens,num_decode_tokens), "
-    "Mooncake JSONL (timestamp,input_length,output_length,hash_ids), "
-    "token-id JSONL (input_toks,output_toks,arrival_time_ns,input_tok_ids)";
 
 // Header names, split on commas, unquoted and trimmed: enough to recognise a format.
 std::vector<std::string> header_names(const std::string& line) {
@@ -95,26 +72,127 @@ bool has(const std::vector<std::string>& names, std::string_view name) {
 
 bool has_key(const nlohmann::json& record, const char* key) { return record.contains(key); }
 
+bool token_id_fields(const nlohmann::json& record) {
+  return has_key(record, "input_tok_ids") || has_key(record, "input_toks") || has_key(record, "arrival_time_ns");
+}
+
+// One row per format, in TraceFormat's order. Detection tries the rows of the first line's
+// syntax in this order, native last (trace_formats.h).
+constexpr detail::TraceFormatInfo kFormats[] = {
+    {TraceFormat::native_csv, "native-csv", detail::TraceSyntax::csv, true,
+     "native CSV (id,arrival,prompt_tokens,output_tokens,...)",
+     [](const detail::FirstRecord& first) {
+       return std::any_of(first.header->begin(), first.header->end(),
+                          [](const std::string& name) { return detail::native_field_index(name) >= 0; });
+     },
+     detail::make_native_csv_reader},
+    {TraceFormat::native_jsonl, "native-jsonl", detail::TraceSyntax::jsonl, true, "native JSONL (the same fields)",
+     [](const detail::FirstRecord& first) {
+       return has_key(*first.record, "arrival") || has_key(*first.record, "prompt_tokens");
+     },
+     detail::make_native_jsonl_reader},
+    {TraceFormat::azure, "azure", detail::TraceSyntax::csv, false, "Azure (TIMESTAMP,ContextTokens,GeneratedTokens)",
+     [](const detail::FirstRecord& first) {
+       return has(*first.header, "TIMESTAMP") && has(*first.header, "ContextTokens");
+     },
+     detail::make_azure_reader},
+    {TraceFormat::burstgpt, "burstgpt", detail::TraceSyntax::csv, false,
+     "BurstGPT (Timestamp,...,Request tokens,Response tokens,...)",
+     [](const detail::FirstRecord& first) {
+       return has(*first.header, "Timestamp") && has(*first.header, "Request tokens");
+     },
+     detail::make_burstgpt_reader},
+    // A record with token-id fields is a token-id record even when it has Mooncake's too.
+    {TraceFormat::mooncake, "mooncake", detail::TraceSyntax::jsonl, false,
+     "Mooncake JSONL (timestamp,input_length,output_length,hash_ids)",
+     [](const detail::FirstRecord& first) {
+       return (has_key(*first.record, "hash_ids") || has_key(*first.record, "input_length")) &&
+              !token_id_fields(*first.record);
+     },
+     detail::make_mooncake_reader},
+    // Before lengths: a Vidur header has num_prefill_tokens too.
+    {TraceFormat::vidur, "vidur", detail::TraceSyntax::csv, false,
+     "Vidur (arrived_at,num_prefill_tokens,num_decode_tokens)",
+     [](const detail::FirstRecord& first) { return has(*first.header, "arrived_at"); }, detail::make_vidur_reader},
+    {TraceFormat::lengths, "lengths", detail::TraceSyntax::csv, false,
+     "lengths only (num_prefill_tokens,num_decode_tokens)",
+     [](const detail::FirstRecord& first) { return has(*first.header, "num_prefill_tokens"); },
+     detail::make_lengths_reader},
+    {TraceFormat::token_ids, "token-ids", detail::TraceSyntax::jsonl, false,
+     "token-id JSONL (input_toks,output_toks,arrival_time_ns,input_tok_ids)",
+     [](const detail::FirstRecord& first) { return token_id_fields(*first.record); }, detail::make_token_ids_reader},
+};
+
+constexpr std::string_view kAutomatic = "auto";
+
+// Every format and what identifies it, for messages: the native ones, then the CSV
+// importers, then the JSONL ones.
+std::string known_formats() {
+  std::string out;
+  const auto add = [&out](const detail::TraceFormatInfo& f) {
+    if (!out.empty()) out += ", ";
+    out.append(f.summary);
+  };
+  for (const auto& f : kFormats) {
+    if (f.native) add(f);
+  }
+  for (const auto syntax : {detail::TraceSyntax::csv, detail::TraceSyntax::jsonl}) {
+    for (const auto& f : kFormats) {
+      if (!f.native && f.syntax == syntax) add(f);
+    }
+  }
+  return out;
+}
+
+// The format of a first line of `syntax`: the importers in table order, then the native one.
+const detail::TraceFormatInfo* detect(detail::TraceSyntax syntax, const detail::FirstRecord& first) {
+  for (const bool native : {false, true}) {
+    for (const auto& f : kFormats) {
+      if (f.syntax == syntax && f.native == native && f.detect(first)) return &f;
+    }
+  }
+  return nullptr;
+}
+
 }  // namespace
 
-std::string_view trace_format_name(TraceFormat format) {
-  for (const auto& f : kFormatNames) {
-    if (f.format == format) return f.name;
+namespace detail {
+
+std::span<const TraceFormatInfo> trace_formats() { return kFormats; }
+
+const TraceFormatInfo* find_trace_format(TraceFormat format) {
+  for (const auto& f : kFormats) {
+    if (f.format == format) return &f;
   }
-  return "?";
+  return nullptr;
+}
+
+}  // namespace detail
+
+std::string_view trace_format_name(TraceFormat format) {
+  if (format == TraceFormat::automatic) return kAutomatic;
+  const auto* f = detail::find_trace_format(format);
+  return f != nullptr ? f->name : "?";
 }
 
 TraceFormat parse_trace_format(std::string_view text, std::string_view field) {
-  for (const auto& f : kFormatNames) {
+  if (text == kAutomatic) return TraceFormat::automatic;
+  for (const auto& f : kFormats) {
     if (f.name == text) return f.format;
   }
   std::string known;
-  for (const auto& f : kFormatNames) {
+  for (const auto name : trace_format_names()) {
     if (!known.empty()) known += ", ";
-    known.append(f.name);
+    known.append(name);
   }
   throw InputError(Location{"", 0, std::string(field)},
                    "unknown trace format \"" + std::string(text) + "\" (known: " + known + ")");
+}
+
+std::vector<std::string_view> trace_format_names() {
+  std::vector<std::string_view> out{kAutomatic};
+  for (const auto& f : kFormats) out.push_back(f.name);
+  return out;
 }
 
 TraceFormat detect_trace_format(const std::string& path) {
@@ -127,42 +205,23 @@ TraceFormat detect_trace_format(const std::string& path) {
     const auto record = nlohmann::json::parse(line, nullptr, false);
     if (record.is_discarded()) {
       throw InputError(where, "malformed JSON in the first record: cannot tell the trace's format (" +
-                                  std::string(kKnownFormats) + ")");
+                                  known_formats() + ")");
     }
-    if (has_key(record, "input_tok_ids") || has_key(record, "input_toks") || has_key(record, "arrival_time_ns")) {
-      return TraceFormat::token_ids;
-    }
-    if (has_key(record, "hash_ids") || has_key(record, "input_length")) return TraceFormat::mooncake;
-    if (has_key(record, "arrival") || has_key(record, "prompt_tokens")) return TraceFormat::native_jsonl;
+    if (const auto* f = detect(detail::TraceSyntax::jsonl, detail::FirstRecord{nullptr, &record})) return f->format;
     throw InputError(where, "unrecognised JSONL trace: the first record's fields match no known format (" +
-                                std::string(kKnownFormats) + "); name one with --format");
+                                known_formats() + "); name one with --format");
   }
   const auto names = header_names(line);
-  if (has(names, "TIMESTAMP") && has(names, "ContextTokens")) return TraceFormat::azure;
-  if (has(names, "Timestamp") && has(names, "Request tokens")) return TraceFormat::burstgpt;
-  if (has(names, "arrived_at")) return TraceFormat::vidur;
-  if (has(names, "num_prefill_tokens")) return TraceFormat::lengths;
-  for (const auto& name : names) {
-    if (detail::native_field_index(name) >= 0) return TraceFormat::native_csv;
-  }
+  if (const auto* f = detect(detail::TraceSyntax::csv, detail::FirstRecord{&names, nullptr})) return f->format;
   throw InputError(where, "unrecognised trace format: the first line " + detail::quote_text(line) +
-                              " matches none of " + std::string(kKnownFormats) + "; name one with --format");
+                              " matches none of " + known_formats() + "; name one with --format");
 }
 
 std::unique_ptr<TraceReader> open_trace(const std::string& path, const TraceOptions& options) {
   const TraceFormat format = options.format == TraceFormat::automatic ? detect_trace_format(path) : options.format;
-  std::unique_ptr<TraceReader> reader;
-  switch (format) {
-    case TraceFormat::native_csv: reader = detail::make_native_csv_reader(path, options); break;
-    case TraceFormat::native_jsonl: reader = detail::make_native_jsonl_reader(path, options); break;
-    case TraceFormat::azure: reader = detail::make_azure_reader(path, options); break;
-    case TraceFormat::burstgpt: reader = detail::make_burstgpt_reader(path, options); break;
-    case TraceFormat::mooncake: reader = detail::make_mooncake_reader(path, options); break;
-    case TraceFormat::vidur: reader = detail::make_vidur_reader(path, options); break;
-    case TraceFormat::lengths: reader = detail::make_lengths_reader(path, options); break;
-    case TraceFormat::token_ids: reader = detail::make_token_ids_reader(path, options); break;
-    case TraceFormat::automatic: check(false, "open_trace: format left automatic after detection"); break;
-  }
+  const auto* f = detail::find_trace_format(format);
+  check(f != nullptr, "open_trace: no reader for the format (automatic after detection, or unregistered)");
+  std::unique_ptr<TraceReader> reader = f->make(path, options);
   if (options.sort) return std::make_unique<SortedReader>(std::move(reader));
   return reader;
 }

@@ -44,6 +44,8 @@ std::string_view trace_format_name(TraceFormat format);
 // The inverse of trace_format_name. Throws InputError naming `field` for unknown names,
 // listing the known ones.
 TraceFormat parse_trace_format(std::string_view text, std::string_view field);
+// Every name parse_trace_format accepts: "auto", then each format's in TraceFormat's order.
+std::vector<std::string_view> trace_format_names();
 
 struct TraceOptions {
   TraceFormat format = TraceFormat::automatic;

@@ -62,9 +62,14 @@ struct ReadArgs {
 };
 
 void add_read_options(po::options_description& options, ReadArgs& args) {
+  std::string format_help = "input format: ";
+  std::string_view separator;
+  for (const auto name : trace_format_names()) {
+    format_help.append(separator).append(name);
+    separator = ", ";
+  }
   options.add_options()
-      ("format", po::value(&args.format)->default_value(args.format),
-       "input format: auto, native-csv, native-jsonl, azure, burstgpt, mooncake, vidur, lengths, token-ids")
+      ("format", po::value(&args.format)->default_value(args.format), format_help.c_str())
       ("sort", po::bool_switch(&args.sort),
        "accept arrivals out of order and sort them (reads the whole trace into memory)")
       ("keep-failed", po::bool_switch(&args.keep_failed),

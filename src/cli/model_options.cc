@@ -76,9 +76,16 @@ po::options_description placement_options() {
 }
 
 po::options_description budget_options() {
+  // "A100-40GB, A100-80GB, ... or RTX-4090": every device preset.
+  std::string devices;
+  const auto& presets = device_presets();
+  for (std::size_t i = 0; i < presets.size(); ++i) {
+    if (i > 0) devices += i + 1 == presets.size() ? " or " : ", ";
+    devices += presets[i].name;
+  }
   po::options_description o("Budget (per device)");
   o.add_options()
-      ("device", po::value<std::string>(), "A100-40GB, A100-80GB, H100-80GB, H200-141GB, L4 or RTX-4090")
+      ("device", po::value<std::string>(), devices.c_str())
       ("device-memory", po::value<std::string>(),
        "device total instead of the preset's, e.g. torch.cuda.mem_get_info()[1] (80GB, 79.2GiB, bytes)")
       ("gpu-memory-utilization", po::value<std::string>(), "fraction of the device the engine may use (default 0.9)")
