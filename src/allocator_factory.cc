@@ -110,7 +110,7 @@ std::unique_ptr<Allocator> make_allocator(const AllocatorSpec& spec, const KvLay
   Params p(spec, "--allocator");
   std::unique_ptr<Allocator> made;
   if (spec.kind == "paged" || spec.kind == "sliding-window") {
-    detail::PagedOptions o;
+    detail::PagedAllocatorOptions o;
     o.block_tokens = p.positive("block", o.block_tokens);
     o.free_outside_window = spec.kind == "sliding-window";
     o.capacity_bytes = limits.capacity_bytes;

@@ -9,7 +9,7 @@
 
 namespace kvsim::detail {
 
-PagedAllocator::PagedAllocator(const KvLayout& layout, const PagedOptions& options)
+PagedAllocator::PagedAllocator(const KvLayout& layout, const PagedAllocatorOptions& options)
     : block_tokens_(options.block_tokens),
       free_outside_window_(options.free_outside_window),
       pool_(options.capacity_bytes) {

@@ -23,7 +23,9 @@
 
 namespace kvsim::detail {
 
-struct PagedOptions {
+// The allocator's settings (kvsim::PagedOptions, in kvsim/budget.h, is something else: the
+// paged pool `kvsim size` sizes).
+struct PagedAllocatorOptions {
   std::int64_t block_tokens = 16;      // vLLM's default block size
   bool free_outside_window = false;    // true: the sliding-window allocator
   std::int64_t capacity_bytes = 0;     // 0 = unbounded
@@ -31,7 +33,7 @@ struct PagedOptions {
 
 class PagedAllocator final : public Allocator {
  public:
-  PagedAllocator(const KvLayout& layout, const PagedOptions& options);
+  PagedAllocator(const KvLayout& layout, const PagedAllocatorOptions& options);
 
   std::string name() const override;
   Outcome admit(RequestSlot slot, const AdmitInfo& info) override;
