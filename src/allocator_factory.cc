@@ -52,7 +52,7 @@ namespace {
 
 std::unique_ptr<Allocator> make_paged_kind(AllocatorParams& p, const KvLayout& layout, const AllocatorLimits& limits,
                                            bool free_outside_window) {
-  PagedOptions o;
+  PagedAllocatorOptions o;
   o.block_tokens = p.positive("block", o.block_tokens);
   o.free_outside_window = free_outside_window;
   o.capacity_bytes = limits.capacity_bytes;

@@ -9,7 +9,7 @@
 
 namespace kvsim::detail {
 
-PagedAllocator::PagedAllocator(const KvLayout& layout, const PagedOptions& options)
+PagedAllocator::PagedAllocator(const KvLayout& layout, const PagedAllocatorOptions& options)
     : block_tokens_(options.block_tokens),
       free_outside_window_(options.free_outside_window),
       pool_(options.capacity_bytes) {
@@ -88,36 +88,53 @@ Outcome PagedAllocator::grow(RequestSlot slot, std::int64_t tokens, std::int64_t
   Request& r = requests_[slot];
   check(r.live && tokens >= r.tokens && step_tokens >= 1, "paged: grow outside its contract");
   // The common case, a decode step with nothing to drop or fork, takes at most one block
-  // per sequence and group without the general bookkeeping below.
-  if (step_tokens == 1 && !free_outside_window_ && (r.forked || r.n == 1 || tokens <= r.prompt_tokens)) {
-    const std::int64_t new_blocks = tokens / block_tokens_ + (tokens % block_tokens_ != 0);  // ceil, without overflow
-    if (new_blocks > r.blocks) {
-      const std::int64_t copies = r.forked ? r.n : 1;
-      if (!pool_.fits((new_blocks - r.blocks) * copies * bytes_per_block_all_groups_)) return Outcome::no_room;
-      for (std::size_t g = 0; g < groups_.size(); ++g) {
-        Tables& t = tables(slot, g);
-        if (r.forked) {
-          for (auto& sample : t.samples) pool_.take_many(g, new_blocks - r.blocks, sample);
-        } else {
-          pool_.take_many(g, new_blocks - r.blocks, t.shared);
-        }
-      }
-      r.blocks = new_blocks;
-    }
-    r.tokens = tokens;
+  // per sequence and group without the general bookkeeping.
+  const bool plain_decode =
+      step_tokens == 1 && !free_outside_window_ && (r.forked || r.n == 1 || tokens <= r.prompt_tokens);
+  const Outcome outcome = plain_decode ? grow_decode(slot, r, tokens) : grow_step(slot, r, tokens, step_tokens);
 #if KVSIM_EXPENSIVE_CHECKS
-    check_invariants();
+  if (outcome == Outcome::ok) check_invariants();
 #endif
-    return Outcome::ok;
+  return outcome;
+}
+
+Outcome PagedAllocator::grow_decode(RequestSlot slot, Request& r, std::int64_t tokens) {
+  const std::int64_t new_blocks = blocks_for_tokens(tokens);
+  if (new_blocks > r.blocks) {
+    const std::int64_t copies = r.forked ? r.n : 1;
+    if (!pool_.fits((new_blocks - r.blocks) * copies * bytes_per_block_all_groups_)) return Outcome::no_room;
+    for (std::size_t g = 0; g < groups_.size(); ++g) {
+      Tables& t = tables(slot, g);
+      if (r.forked) {
+        for (auto& sample : t.samples) pool_.take_many(g, new_blocks - r.blocks, sample);
+      } else {
+        pool_.take_many(g, new_blocks - r.blocks, t.shared);
+      }
+    }
+    r.blocks = new_blocks;
   }
-  const std::int64_t tokens_before = tokens - step_tokens;
+  r.tokens = tokens;
+  return Outcome::ok;
+}
+
+Outcome PagedAllocator::grow_step(RequestSlot slot, Request& r, std::int64_t tokens, std::int64_t step_tokens) {
   const bool fork = !r.forked && r.n > 1 && tokens > r.prompt_tokens;
+  const std::int64_t new_blocks = blocks_for_tokens(tokens);
+  // First what the step needs and frees, so that a step that does not fit changes nothing.
+  if (!pool_.fits(plan_step(slot, r, tokens - step_tokens, new_blocks, fork))) return Outcome::no_room;
+  drop_behind_window(slot);
+  if (fork) fork_samples(slot, r);
+  append_blocks(slot, r, new_blocks);
+  r.tokens = tokens;
+  r.blocks = new_blocks;
+  return Outcome::ok;
+}
+
+std::int64_t PagedAllocator::plan_step(RequestSlot slot, const Request& r, std::int64_t tokens_before,
+                                       std::int64_t new_blocks, bool fork) {
   const std::int64_t s = shared_blocks(r);
   const bool partial_prompt_block = r.prompt_tokens % block_tokens_ != 0;
-  const std::int64_t new_blocks = tokens / block_tokens_ + (tokens % block_tokens_ != 0);  // ceil, without overflow
   const bool forked_after = r.forked || fork;
-
-  // First what the step needs and frees, so that a step that does not fit changes nothing.
   std::int64_t need_bytes = 0;
   std::int64_t freed_bytes = 0;
   drop_to_.resize(groups_.size());
@@ -143,39 +160,48 @@ Outcome PagedAllocator::grow(RequestSlot slot, std::int64_t tokens, std::int64_t
           what);
     }
   }
-  if (!pool_.fits(need_bytes - freed_bytes)) return Outcome::no_room;
+  return need_bytes - freed_bytes;
+}
 
+void PagedAllocator::drop_behind_window(RequestSlot slot) {
+  const Request& r = requests_[slot];
   for (std::size_t g = 0; g < groups_.size(); ++g) {
     Tables& t = tables(slot, g);
     drop_range(r, t, g, t.dropped, drop_to_[g]);
     t.dropped = drop_to_[g];
   }
-  if (fork) {
-    const auto extra_refs = static_cast<std::uint32_t>(r.n - 1);
-    for (std::size_t g = 0; g < groups_.size(); ++g) {
-      Tables& t = tables(slot, g);
-      t.samples.resize(static_cast<std::size_t>(r.n));
-      for (auto& sample : t.samples) sample.clear();
-      if (s < r.blocks) {
-        // Copy-on-write of the block holding the prompt's partial tail: the first sample
-        // keeps it, every further sample writes its first token into a copy. A step that
-        // starts inside the prompt keeps it; one that starts a whole window past the
-        // prompt (a call that skipped the decode steps between) has freed it already, and
-        // then no sample holds it.
-        const BlockId partial = t.shared[static_cast<std::size_t>(s)];
-        t.samples[0].push_back(partial);
-        t.shared.resize(static_cast<std::size_t>(s));
-        for (std::int64_t j = 1; j < r.n; ++j) {
-          t.samples[static_cast<std::size_t>(j)].push_back(partial == kNullBlock ? kNullBlock : pool_.take(g));
-          if (partial != kNullBlock) copied_bytes_ += pool_.block_bytes(g);
-        }
-      }
-      for (BlockId id : t.shared) {
-        if (id != kNullBlock) pool_.share(g, id, extra_refs);
+}
+
+void PagedAllocator::fork_samples(RequestSlot slot, Request& r) {
+  const std::int64_t s = shared_blocks(r);
+  const auto extra_refs = static_cast<std::uint32_t>(r.n - 1);
+  for (std::size_t g = 0; g < groups_.size(); ++g) {
+    Tables& t = tables(slot, g);
+    t.samples.resize(static_cast<std::size_t>(r.n));
+    for (auto& sample : t.samples) sample.clear();
+    if (s < r.blocks) {
+      // Copy-on-write of the block holding the prompt's partial tail: the first sample
+      // keeps it, every further sample writes its first token into a copy. A step that
+      // starts inside the prompt keeps it; one that starts a whole window past the
+      // prompt (a call that skipped the decode steps between) has freed it already, and
+      // then no sample holds it.
+      const BlockId partial = t.shared[static_cast<std::size_t>(s)];
+      t.samples[0].push_back(partial);
+      t.shared.resize(static_cast<std::size_t>(s));
+      for (std::int64_t j = 1; j < r.n; ++j) {
+        t.samples[static_cast<std::size_t>(j)].push_back(partial == kNullBlock ? kNullBlock : pool_.take(g));
+        if (partial != kNullBlock) copied_bytes_ += pool_.block_bytes(g);
       }
     }
-    r.forked = true;
+    for (BlockId id : t.shared) {
+      if (id != kNullBlock) pool_.share(g, id, extra_refs);
+    }
   }
+  r.forked = true;
+}
+
+void PagedAllocator::append_blocks(RequestSlot slot, const Request& r, std::int64_t new_blocks) {
+  const std::int64_t s = shared_blocks(r);
   for (std::size_t g = 0; g < groups_.size(); ++g) {
     Tables& t = tables(slot, g);
     // New logical blocks [r.blocks, new_blocks): those already behind the window are never
@@ -198,12 +224,6 @@ Outcome PagedAllocator::grow(RequestSlot slot, std::int64_t tokens, std::int64_t
     }
     for (auto& sample : t.samples) append(sample, std::max(r.blocks, shared_end), new_blocks);
   }
-  r.tokens = tokens;
-  r.blocks = new_blocks;
-#if KVSIM_EXPENSIVE_CHECKS
-  check_invariants();
-#endif
-  return Outcome::ok;
 }
 
 void PagedAllocator::release(RequestSlot slot) {
@@ -334,7 +354,7 @@ void PagedAllocator::check_invariants() const {
   for (RequestSlot slot = 0; slot < requests_.size(); ++slot) {
     const Request& r = requests_[slot];
     if (!r.live) continue;
-    check(r.blocks == r.tokens / block_tokens_ + (r.tokens % block_tokens_ != 0), "paged: block count does not cover the tokens");
+    check(r.blocks == blocks_for_tokens(r.tokens), "paged: block count does not cover the tokens");
     const std::int64_t s = r.forked ? std::min(shared_blocks(r), r.blocks) : r.blocks;
     for (std::size_t g = 0; g < groups_.size(); ++g) {
       const Tables& t = tables(slot, g);

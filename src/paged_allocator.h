@@ -23,7 +23,9 @@
 
 namespace kvsim::detail {
 
-struct PagedOptions {
+// The allocator's settings (kvsim::PagedOptions, in kvsim/budget.h, is something else: the
+// paged pool `kvsim size` sizes).
+struct PagedAllocatorOptions {
   std::int64_t block_tokens = 16;      // vLLM's default block size
   bool free_outside_window = false;    // true: the sliding-window allocator
   std::int64_t capacity_bytes = 0;     // 0 = unbounded
@@ -31,7 +33,7 @@ struct PagedOptions {
 
 class PagedAllocator final : public Allocator {
  public:
-  PagedAllocator(const KvLayout& layout, const PagedOptions& options);
+  PagedAllocator(const KvLayout& layout, const PagedAllocatorOptions& options);
 
   std::string name() const override;
   Outcome admit(RequestSlot slot, const AdmitInfo& info) override;
@@ -69,6 +71,35 @@ class PagedAllocator final : public Allocator {
     return tables_[slot * groups_.size() + group];
   }
   std::int64_t shared_blocks(const Request& r) const { return r.prompt_tokens / block_tokens_; }
+  // Blocks that hold `tokens` positions: ceil(tokens / block_tokens_), without overflow.
+  std::int64_t blocks_for_tokens(std::int64_t tokens) const {
+    return tokens / block_tokens_ + (tokens % block_tokens_ != 0);
+  }
+
+  // grow()'s two paths. grow_decode: one decode token with nothing to drop or fork, which
+  // takes at most one block per sequence and group. grow_step: any other step, in four
+  // named steps: plan_step, drop_behind_window, fork_samples (at the first token past the
+  // prompt of an n > 1 request), append_blocks. Both update r.tokens and r.blocks on success
+  // and change nothing when the step does not fit. Declared inline and defined in
+  // paged_allocator.cc, their only caller's TU; the three on every step are forced inline
+  // so that grow(), the replay's hot path, compiles as the one function it was.
+  [[gnu::always_inline]] inline Outcome grow_decode(RequestSlot slot, Request& r, std::int64_t tokens);
+  [[gnu::always_inline]] inline Outcome grow_step(RequestSlot slot, Request& r, std::int64_t tokens,
+                                                 std::int64_t step_tokens);
+  // The bytes a step that starts with `tokens_before` tokens computed and ends with
+  // `new_blocks` logical blocks takes from the pool, net of what its window drop frees.
+  // Fills drop_to_; changes nothing else.
+  [[gnu::always_inline]] inline std::int64_t plan_step(RequestSlot slot, const Request& r, std::int64_t tokens_before,
+                                                       std::int64_t new_blocks, bool fork);
+  // Frees, in every group, the logical blocks plan_step() found wholly behind the window.
+  inline void drop_behind_window(RequestSlot slot);
+  // Gives each of the n samples its own table: the block holding the prompt's partial tail
+  // is copied for every sample but the first (copy-on-write), and the prompt's full blocks
+  // gain n - 1 references. Sets r.forked.
+  inline void fork_samples(RequestSlot slot, Request& r);
+  // Takes blocks for logical blocks [r.blocks, new_blocks) in every group, leaving null
+  // those already behind the window.
+  inline void append_blocks(RequestSlot slot, const Request& r, std::int64_t new_blocks);
   // Logical blocks of group g wholly before the window when a step starts with
   // `tokens_before` tokens computed (0 where nothing is freed).
   std::int64_t droppable_blocks(std::size_t g, std::int64_t tokens_before) const;

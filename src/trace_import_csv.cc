@@ -20,7 +20,7 @@ class BurstGptReader final : public LengthColumnsReader {
  private:
   Row parse_line(std::string_view line, Request& out) override {
     if (!begin_row(line, out)) return Row::bad;
-    if (!parse_time(names.time, time_text(), out.arrival_ns, true)) return Row::bad;
+    if (!parse_time(column_names_.time, time_text(), out.arrival_ns, true)) return Row::bad;
     if (!parse_lengths(out)) return Row::bad;
     if (out.output_tokens == 0) {
       if (!options_.keep_failed) {
@@ -55,7 +55,7 @@ class VidurReader final : public LengthColumnsReader {
  private:
   Row parse_line(std::string_view line, Request& out) override {
     if (!begin_row(line, out)) return Row::bad;
-    if (!parse_time(names.time, time_text(), out.arrival_ns, true)) return Row::bad;
+    if (!parse_time(column_names_.time, time_text(), out.arrival_ns, true)) return Row::bad;
     return parse_lengths(out) ? Row::ok : Row::bad;
   }
 };
@@ -89,8 +89,8 @@ class LengthsReader final : public CsvReader {
                 "this trace has lengths only, no arrival times: give a synthetic Poisson arrival rate "
                 "(--rate R requests per second; --seed S picks the process)");
     }
-    names_.prompt = prompt_name_;
-    names_.output = output_name_;
+    message_names_.prompt = prompt_name_;
+    message_names_.output = output_name_;
   }
 
  private:

@@ -384,10 +384,10 @@ class MooncakeReader final : public JsonlReader {
   MooncakeReader(const std::string& path, const TraceOptions& options)
       : JsonlReader(path, options, TraceFormat::mooncake,
                     {{"timestamp"}, {"input_length"}, {"output_length"}, {"hash_ids", true}}, false) {
-    names_.arrival = "timestamp";
-    names_.prompt = "input_length";
-    names_.output = "output_length";
-    names_.prefix_hashes = "hash_ids";
+    message_names_.arrival = "timestamp";
+    message_names_.prompt = "input_length";
+    message_names_.output = "output_length";
+    message_names_.prefix_hashes = "hash_ids";
   }
 
  private:
@@ -435,10 +435,10 @@ class TokenIdsReader final : public JsonlReader {
                     {{"input_toks"}, {"output_toks"}, {"arrival_time_ns"}, {"input_tok_ids", true}, {"session_id"}},
                     false) {
     if (options.hash_block_tokens < 1) fail_file(0, "the block size for hashing token ids must be at least 1");
-    names_.arrival = "arrival_time_ns";
-    names_.prompt = "input_toks";
-    names_.output = "output_toks";
-    names_.prefix_hashes = "input_tok_ids";
+    message_names_.arrival = "arrival_time_ns";
+    message_names_.prompt = "input_toks";
+    message_names_.output = "output_toks";
+    message_names_.prefix_hashes = "input_tok_ids";
   }
 
  private:

@@ -314,7 +314,7 @@ bool RowReader::next(Request& out) {
     reset_request(out);
     if (parse_line(line, out) != Row::ok) continue;
     if (!options_.sort && rows_returned_ > 0 && out.arrival_ns < last_arrival_ns_) {
-      fail(label(names_.arrival), "arrival " + seconds_text(out.arrival_ns) + " s is before the arrival " +
+      fail(label(message_names_.arrival), "arrival " + seconds_text(out.arrival_ns) + " s is before the arrival " +
                                       seconds_text(last_arrival_ns_) + " s on line " +
                                       std::to_string(last_arrival_line_) +
                                       ": rows must be in arrival order (or pass --sort)");
@@ -418,7 +418,9 @@ bool RowReader::validate(const Request& r) {
     return false;
   }
   const std::pair<std::string_view, std::int64_t> lengths[] = {
-      {names_.prompt, r.prompt_tokens}, {names_.output, r.output_tokens}, {names_.max_tokens, r.max_tokens.value_or(0)}};
+      {message_names_.prompt, r.prompt_tokens},
+      {message_names_.output, r.output_tokens},
+      {message_names_.max_tokens, r.max_tokens.value_or(0)}};
   for (const auto& [name, value] : lengths) {
     if (value > kMaxRequestTokens) {
       fail(label(name), std::to_string(value) + " tokens is implausible (at most " + std::to_string(kMaxRequestTokens) +
@@ -427,14 +429,14 @@ bool RowReader::validate(const Request& r) {
     }
   }
   if (r.max_tokens && *r.max_tokens < r.output_tokens) {
-    fail(label(names_.max_tokens), std::to_string(*r.max_tokens) + " is less than " + std::string(names_.output) +
-                                       " " + std::to_string(r.output_tokens) +
-                                       ": a request never generates more than its limit");
+    fail(label(message_names_.max_tokens),
+         std::to_string(*r.max_tokens) + " is less than " + std::string(message_names_.output) + " " +
+             std::to_string(r.output_tokens) + ": a request never generates more than its limit");
     return false;
   }
   if (r.cancel_ns && *r.cancel_ns < r.arrival_ns) {
-    fail(label(names_.cancel), "cancellation at " + seconds_text(*r.cancel_ns) + " s is before the arrival at " +
-                                   seconds_text(r.arrival_ns) + " s");
+    fail(label(message_names_.cancel), "cancellation at " + seconds_text(*r.cancel_ns) +
+                                           " s is before the arrival at " + seconds_text(r.arrival_ns) + " s");
     return false;
   }
   // Service times, when measured, happen in this order.
@@ -454,12 +456,13 @@ bool RowReader::validate(const Request& r) {
   }
   if (!r.prefix_hashes.empty()) {
     if (r.prefix_block_tokens <= 0) {
-      fail(label(names_.prefix_hashes), "prefix hashes need a block size: set prefix_block_tokens to at least 1");
+      fail(label(message_names_.prefix_hashes),
+           "prefix hashes need a block size: set prefix_block_tokens to at least 1");
       return false;
     }
     const std::int64_t blocks = ceil_div(r.prompt_tokens, r.prefix_block_tokens);
     if (static_cast<std::int64_t>(r.prefix_hashes.size()) > blocks) {
-      fail(label(names_.prefix_hashes),
+      fail(label(message_names_.prefix_hashes),
            std::to_string(r.prefix_hashes.size()) + " hashes, but a prompt of " + std::to_string(r.prompt_tokens) +
                " tokens has only " + std::to_string(blocks) + " blocks of " + std::to_string(r.prefix_block_tokens));
       return false;
@@ -556,18 +559,18 @@ CsvReader::CsvReader(const std::string& path, const TraceOptions& options, Trace
 
 LengthColumnsReader::LengthColumnsReader(const std::string& path, const TraceOptions& options, TraceFormat format,
                                          std::string_view format_name, Columns columns)
-    : CsvReader(path, options, format), names(columns) {
-  if (!names.time.empty()) {
-    require_columns({names.time, names.prompt, names.output}, format_name);
-    time_col_ = column(names.time);
-    names_.arrival = names.time;
+    : CsvReader(path, options, format), column_names_(columns) {
+  if (!column_names_.time.empty()) {
+    require_columns({column_names_.time, column_names_.prompt, column_names_.output}, format_name);
+    time_col_ = column(column_names_.time);
+    message_names_.arrival = column_names_.time;
   } else {
-    require_columns({names.prompt, names.output}, format_name);
+    require_columns({column_names_.prompt, column_names_.output}, format_name);
   }
-  prompt_col_ = column(names.prompt);
-  output_col_ = column(names.output);
-  names_.prompt = names.prompt;
-  names_.output = names.output;
+  prompt_col_ = column(column_names_.prompt);
+  output_col_ = column(column_names_.output);
+  message_names_.prompt = column_names_.prompt;
+  message_names_.output = column_names_.output;
 }
 
 void name_by_row(Request& out, std::int64_t row) {
@@ -584,8 +587,8 @@ bool LengthColumnsReader::begin_row(std::string_view line, Request& out) {
 }
 
 bool LengthColumnsReader::parse_lengths(Request& out) {
-  return parse_count(names.prompt, field(prompt_col_), out.prompt_tokens) &&
-         parse_count(names.output, field(output_col_), out.output_tokens);
+  return parse_count(column_names_.prompt, field(prompt_col_), out.prompt_tokens) &&
+         parse_count(column_names_.output, field(output_col_), out.output_tokens);
 }
 
 int CsvReader::column(std::string_view name) const {

@@ -155,15 +155,16 @@ class RowReader : public TraceReader {
   TraceOptions options_;
   // How values are named in messages: "column" (CSV) or "field" (JSONL).
   std::string_view value_kind_ = "column";
-  // The names this format gives to what validation checks, for its messages.
-  struct Names {
+  // What this format calls each value that validation checks ("input_length" in Mooncake's
+  // JSONL), for its messages.
+  struct MessageNames {
     std::string_view arrival = "arrival";
     std::string_view prompt = "prompt_tokens";
     std::string_view output = "output_tokens";
     std::string_view max_tokens = "max_tokens";
     std::string_view cancel = "cancel_at";
     std::string_view prefix_hashes = "prefix_hashes";
-  } names_;
+  } message_names_;
 
  private:
   bool validate(const Request& r);
@@ -232,7 +233,7 @@ class LengthColumnsReader : public CsvReader {
   bool parse_lengths(Request& out);
   std::string_view time_text() const { return field(time_col_); }
 
-  Columns names;
+  Columns column_names_;   // the header names of the columns read, as constructed
   int time_col_ = -1;
   int prompt_col_ = -1;
   int output_col_ = -1;

@@ -18,7 +18,7 @@ AdmitInfo admit_info(std::int64_t prompt, std::int64_t output, std::int64_t n = 
 }
 
 PagedAllocator paged(const KvLayout& layout, std::int64_t block, bool sliding = false, std::int64_t capacity = 0) {
-  PagedOptions o;
+  PagedAllocatorOptions o;
   o.block_tokens = block;
   o.free_outside_window = sliding;
   o.capacity_bytes = capacity;

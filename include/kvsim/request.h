@@ -18,7 +18,8 @@ struct Request {
   std::int64_t prompt_tokens = 0;
   std::int64_t output_tokens = 0;   // what the request really generates, per sample
   // The generation limit the client asked for: what a reserving allocator plans for.
-  // Absent when the trace does not say; then planners fall back to output_tokens.
+  // Absent when the trace does not say; then the replay plans for
+  // max(ReplayOptions::default_max_tokens, output_tokens).
   std::optional<std::int64_t> max_tokens;
   std::optional<std::int64_t> cancel_ns;  // absolute time the client gives up
   std::int64_t n = 1;               // parallel samples that share the prompt
@@ -32,8 +33,6 @@ struct Request {
   std::optional<std::int64_t> first_token_ns;
   std::optional<std::int64_t> finish_ns;
 
-  // What a reserving allocator must plan to generate: max_tokens, else output_tokens.
-  std::int64_t planned_output_tokens() const { return max_tokens.value_or(output_tokens); }
   bool has_service_times() const { return start_ns && first_token_ns && finish_ns; }
 };
 

@@ -4,6 +4,7 @@
 
 #include "decimal.h"
 #include "kvsim/error.h"
+#include "kvsim/size_sheet.h"
 #include "kvsim/units.h"
 
 namespace kvsim::cli {
@@ -131,9 +132,7 @@ ModelChoice resolve_model(const po::variables_map& vm, const std::string& synops
   if (const auto tp = option_text(vm, "tp")) kv.tensor_parallel = positive_integer(*tp, "--tp");
   if (const auto pp = option_text(vm, "pp")) kv.pipeline_parallel = positive_integer(*pp, "--pp");
   c.stages = kv_stage_layouts(c.model, kv);
-  for (std::size_t i = 1; i < c.stages.size(); ++i) {
-    if (c.stages[i].bytes_per_token() > c.stages[c.binding_stage].bytes_per_token()) c.binding_stage = i;
-  }
+  c.binding_stage = binding_stage(c.stages);
   return c;
 }
 

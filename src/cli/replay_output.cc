@@ -85,9 +85,8 @@ std::string p50_p99(const Latency& l) {
   return l.count > 0 ? seconds(l.p50_ns) + " / " + seconds(l.p99_ns) : std::string("n/a");
 }
 
-}  // namespace
-
-std::string replay_table(const ReplayContext& c, const std::vector<ReplayReport>& reports) {
+// What the runs share, above the table: trace, model, schedule, budget.
+std::string run_header(const ReplayContext& c, const std::vector<ReplayReport>& reports) {
   std::string out;
   out += fmt::format("kvsim replay {}\n", c.trace);
   out += fmt::format("model    {} ({}), KV {}, {} bytes per token, {}\n", c.model_name, c.model_source, c.kv_dtype,
@@ -110,101 +109,163 @@ std::string replay_table(const ReplayContext& c, const std::vector<ReplayReport>
     out += fmt::format("trace    {} requests over {} s simulated\n", with_commas(r.requests),
                        seconds(r.end_ns - r.start_ns));
   }
-  out += "\n";
+  return out + "\n";
+}
 
-  std::vector<std::string> kinds{""}, params{""};
-  std::vector<SheetTable::Align> align{SheetTable::Align::left};
-  for (const auto& r : reports) {
-    auto [kind, param] = split_name(r.allocator);
-    kinds.push_back(kind);
-    params.push_back(param);
-    align.push_back(SheetTable::Align::right);
+// The side-by-side table: a column per run, headed by its allocator's kind and parameters,
+// and a row per figure, filled by one function per section below.
+class RunColumns {
+ public:
+  explicit RunColumns(const std::vector<ReplayReport>& reports) : reports_(reports), table_(headers(reports)) {
+    std::vector<std::string> params{""};
+    for (const auto& r : reports) params.push_back(split_name(r.allocator).second);
+    table_.add(std::move(params));
   }
-  SheetTable table(kinds, align);
-  table.add(params);
-  auto row = [&](const std::string& label, auto cell) {
-    std::vector<std::string> cells{label};
-    for (const auto& r : reports) cells.push_back(cell(r));
-    table.add(std::move(cells));
-  };
-  auto blank = [&](const std::string& label) { table.add({label}); };
 
-  blank("memory, GiB (2^30 bytes)");
-  row("  effective tokens, mean", [](const ReplayReport& r) { return gib(r.effective_bytes.mean); });
-  row("  effective tokens, peak", [](const ReplayReport& r) { return gib(r.effective_bytes.peak); });
-  row("  allocated slots, mean", [](const ReplayReport& r) { return gib(r.allocated_bytes.mean); });
-  row("  allocated slots, p50 over time", [](const ReplayReport& r) { return gib(r.allocated_bytes.p50); });
-  row("  allocated slots, p99 over time", [](const ReplayReport& r) { return gib(r.allocated_bytes.p99); });
-  row("  allocated slots, peak", [](const ReplayReport& r) { return gib(r.allocated_bytes.peak); });
-  row("    peak at, s (trace time)", [](const ReplayReport& r) {
+  // A row labelled `label` whose cell in each run's column is cell(report).
+  template <typename Cell>
+  void row(const std::string& label, Cell cell) {
+    std::vector<std::string> cells{label};
+    for (const auto& r : reports_) cells.push_back(cell(r));
+    table_.add(std::move(cells));
+  }
+  // A section title: a row with a label and no cells.
+  void section(const std::string& label) { table_.add({label}); }
+
+  std::string render() const { return table_.render(""); }
+
+ private:
+  static SheetTable headers(const std::vector<ReplayReport>& reports) {
+    std::vector<std::string> kinds{""};
+    std::vector<SheetTable::Align> align{SheetTable::Align::left};
+    for (const auto& r : reports) {
+      kinds.push_back(split_name(r.allocator).first);
+      align.push_back(SheetTable::Align::right);
+    }
+    return SheetTable(kinds, align);
+  }
+
+  const std::vector<ReplayReport>& reports_;
+  SheetTable table_;
+};
+
+void memory_rows(RunColumns& t) {
+  t.section("memory, GiB (2^30 bytes)");
+  t.row("  effective tokens, mean", [](const ReplayReport& r) { return gib(r.effective_bytes.mean); });
+  t.row("  effective tokens, peak", [](const ReplayReport& r) { return gib(r.effective_bytes.peak); });
+  t.row("  allocated slots, mean", [](const ReplayReport& r) { return gib(r.allocated_bytes.mean); });
+  t.row("  allocated slots, p50 over time", [](const ReplayReport& r) { return gib(r.allocated_bytes.p50); });
+  t.row("  allocated slots, p99 over time", [](const ReplayReport& r) { return gib(r.allocated_bytes.p99); });
+  t.row("  allocated slots, peak", [](const ReplayReport& r) { return gib(r.allocated_bytes.peak); });
+  t.row("    peak at, s (trace time)", [](const ReplayReport& r) {
     return r.allocated_bytes.peak > 0 ? seconds(r.allocated_bytes.peak_at_ns) : std::string("n/a");
   });
-  row("  reserved slots, peak", [](const ReplayReport& r) { return gib(r.reserved_bytes.peak); });
-  blank("internal fragmentation, mean GiB");
-  row("  partial-block tail", [](const ReplayReport& r) { return gib(r.mean_bytes.tail); });
-  row("  reservation ahead", [](const ReplayReport& r) { return gib(r.mean_bytes.reservation); });
-  row("  padding past the request's limit", [](const ReplayReport& r) { return gib(r.mean_bytes.padding); });
-  row("  duplicate prompt copies", [](const ReplayReport& r) { return gib(r.mean_bytes.duplicate); });
-  row("  outside the window", [](const ReplayReport& r) { return gib(r.mean_bytes.outside_window); });
-  row("  total", [](const ReplayReport& r) { return gib(r.mean_bytes.total()); });
-  row("  total at allocated peak", [](const ReplayReport& r) { return gib(r.at_peak_bytes.total()); });
-  blank("usage");
-  row("  token-level (effective/allocated)", [](const ReplayReport& r) { return percent(r.token_usage); });
-  row("  block-level (allocated/capacity)", [](const ReplayReport& r) { return percent(r.block_usage); });
-  blank("external fragmentation");
-  row("  1 - largest free/free, mean", [](const ReplayReport& r) { return percent(r.external_fragmentation_mean); });
-  row("  1 - largest free/free, max", [](const ReplayReport& r) { return percent(r.external_fragmentation_max); });
-  row("  placements failed with room free", [](const ReplayReport& r) { return with_commas(r.failed_placements); });
-  row("  copied on growth, GiB", [](const ReplayReport& r) { return gib(r.copied_bytes); });
-  if (c.layout.groups.size() > 1) {
-    for (std::size_t g = 0; g < c.layout.groups.size(); ++g) {
-      blank("layer group " + c.layout.groups[g].name + ", mean positions");
-      row("  effective tokens", [g](const ReplayReport& r) {
-        return with_commas(std::llround(r.groups[g].effective_tokens.mean));
-      });
-      row("  allocated slots", [g](const ReplayReport& r) {
-        return with_commas(std::llround(r.groups[g].allocated_slots.mean));
-      });
-    }
-  }
-  const bool bounded = !reports.empty() && reports.front().capacity_bytes > 0;
-  if (bounded) {
-    blank("serving under the budget");
-    row("  policy", [](const ReplayReport& r) { return r.policy; });
-    row("  capacity, GiB", [](const ReplayReport& r) { return gib(r.capacity_bytes); });
-    row("  preemptions", [](const ReplayReport& r) { return with_commas(r.preemptions); });
-    row("    requests preempted / most per request", [](const ReplayReport& r) {
-      return with_commas(r.preempted_requests) + " / " + with_commas(r.max_preemptions_per_request);
+  t.row("  reserved slots, peak", [](const ReplayReport& r) { return gib(r.reserved_bytes.peak); });
+}
+
+void internal_fragmentation_rows(RunColumns& t) {
+  t.section("internal fragmentation, mean GiB");
+  t.row("  partial-block tail", [](const ReplayReport& r) { return gib(r.mean_bytes.tail); });
+  t.row("  reservation ahead", [](const ReplayReport& r) { return gib(r.mean_bytes.reservation); });
+  t.row("  padding past the request's limit", [](const ReplayReport& r) { return gib(r.mean_bytes.padding); });
+  t.row("  duplicate prompt copies", [](const ReplayReport& r) { return gib(r.mean_bytes.duplicate); });
+  t.row("  outside the window", [](const ReplayReport& r) { return gib(r.mean_bytes.outside_window); });
+  t.row("  total", [](const ReplayReport& r) { return gib(r.mean_bytes.total()); });
+  t.row("  total at allocated peak", [](const ReplayReport& r) { return gib(r.at_peak_bytes.total()); });
+}
+
+void usage_rows(RunColumns& t) {
+  t.section("usage");
+  t.row("  token-level (effective/allocated)", [](const ReplayReport& r) { return percent(r.token_usage); });
+  t.row("  block-level (allocated/capacity)", [](const ReplayReport& r) { return percent(r.block_usage); });
+}
+
+void external_fragmentation_rows(RunColumns& t) {
+  t.section("external fragmentation");
+  t.row("  1 - largest free/free, mean", [](const ReplayReport& r) { return percent(r.external_fragmentation_mean); });
+  t.row("  1 - largest free/free, max", [](const ReplayReport& r) { return percent(r.external_fragmentation_max); });
+  t.row("  placements failed with room free", [](const ReplayReport& r) { return with_commas(r.failed_placements); });
+  t.row("  copied on growth, GiB", [](const ReplayReport& r) { return gib(r.copied_bytes); });
+}
+
+// Mean positions per layer group, when the model has more than one.
+void layer_group_rows(RunColumns& t, const KvLayout& layout) {
+  if (layout.groups.size() <= 1) return;
+  for (std::size_t g = 0; g < layout.groups.size(); ++g) {
+    t.section("layer group " + layout.groups[g].name + ", mean positions");
+    t.row("  effective tokens", [g](const ReplayReport& r) {
+      return with_commas(std::llround(r.groups[g].effective_tokens.mean));
     });
-    row("    tokens recomputed", [](const ReplayReport& r) { return with_commas(r.recomputed_tokens); });
-    row("    swapped out / in, GiB", [](const ReplayReport& r) {
-      return gib(r.swapped_out_bytes) + " / " + gib(r.swapped_in_bytes);
-    });
-    row("  refused (never fits the budget)", [](const ReplayReport& r) { return with_commas(r.rejected_too_large); });
-    row("  time at full capacity, s", [](const ReplayReport& r) {
-      return seconds(r.memory_bound_ns) + " (" + percent(r.end_ns > r.start_ns ? static_cast<double>(r.memory_bound_ns) /
-                                                                                     static_cast<double>(r.end_ns - r.start_ns)
-                                                                               : 0.0) + ")";
-    });
-    row("  queue length, mean / max", [](const ReplayReport& r) {
-      return fmt::format("{:.1f}", r.queue_mean) + " / " + with_commas(r.queue_max);
-    });
-    row("  waiting p50 / p99, s", [](const ReplayReport& r) {
-      return p50_p99(r.waiting);
+    t.row("  allocated slots", [g](const ReplayReport& r) {
+      return with_commas(std::llround(r.groups[g].allocated_slots.mean));
     });
   }
-  blank("requests");
-  row("  completed", [](const ReplayReport& r) { return with_commas(r.completed); });
-  row("  cancelled", [](const ReplayReport& r) { return with_commas(r.cancelled_queued + r.cancelled_running); });
-  row("  refused (longer than max length)", [](const ReplayReport& r) { return with_commas(r.rejected_too_long); });
-  row("  throughput, generated tokens/s", [](const ReplayReport& r) { return fmt::format("{:.1f}", r.generated_tokens_per_s); });
-  row("  TTFT p50 / p99, s", [](const ReplayReport& r) { return p50_p99(r.ttft); });
-  row("  end-to-end p50 / p99, s", [](const ReplayReport& r) { return p50_p99(r.e2e); });
-  row("leak check: allocated at end", [](const ReplayReport& r) {
+}
+
+// What serving under a memory budget cost; only for bounded runs.
+void serving_rows(RunColumns& t) {
+  t.section("serving under the budget");
+  t.row("  policy", [](const ReplayReport& r) { return r.policy; });
+  t.row("  capacity, GiB", [](const ReplayReport& r) { return gib(r.capacity_bytes); });
+  t.row("  preemptions", [](const ReplayReport& r) { return with_commas(r.preemptions); });
+  t.row("    requests preempted / most per request", [](const ReplayReport& r) {
+    return with_commas(r.preempted_requests) + " / " + with_commas(r.max_preemptions_per_request);
+  });
+  t.row("    tokens recomputed", [](const ReplayReport& r) { return with_commas(r.recomputed_tokens); });
+  t.row("    swapped out / in, GiB", [](const ReplayReport& r) {
+    return gib(r.swapped_out_bytes) + " / " + gib(r.swapped_in_bytes);
+  });
+  t.row("  refused (never fits the budget)", [](const ReplayReport& r) { return with_commas(r.rejected_too_large); });
+  t.row("  time at full capacity, s", [](const ReplayReport& r) {
+    return seconds(r.memory_bound_ns) + " (" + percent(r.end_ns > r.start_ns ? static_cast<double>(r.memory_bound_ns) /
+                                                                                   static_cast<double>(r.end_ns - r.start_ns)
+                                                                             : 0.0) + ")";
+  });
+  t.row("  queue length, mean / max", [](const ReplayReport& r) {
+    return fmt::format("{:.1f}", r.queue_mean) + " / " + with_commas(r.queue_max);
+  });
+  t.row("  waiting p50 / p99, s", [](const ReplayReport& r) {
+    return p50_p99(r.waiting);
+  });
+}
+
+void request_rows(RunColumns& t) {
+  t.section("requests");
+  t.row("  completed", [](const ReplayReport& r) { return with_commas(r.completed); });
+  t.row("  cancelled", [](const ReplayReport& r) { return with_commas(r.cancelled_queued + r.cancelled_running); });
+  t.row("  refused (longer than max length)", [](const ReplayReport& r) { return with_commas(r.rejected_too_long); });
+  t.row("  throughput, generated tokens/s", [](const ReplayReport& r) {
+    return fmt::format("{:.1f}", r.generated_tokens_per_s);
+  });
+}
+
+// Still under "requests": time to first token and end to end.
+void latency_rows(RunColumns& t) {
+  t.row("  TTFT p50 / p99, s", [](const ReplayReport& r) { return p50_p99(r.ttft); });
+  t.row("  end-to-end p50 / p99, s", [](const ReplayReport& r) { return p50_p99(r.e2e); });
+}
+
+void leak_check_row(RunColumns& t) {
+  t.row("leak check: allocated at end", [](const ReplayReport& r) {
     return r.leak_free ? std::string("0 (ok)") : with_commas(r.allocated_bytes_at_end);
   });
-  out += table.render("");
-  return out;
+}
+
+}  // namespace
+
+std::string replay_table(const ReplayContext& c, const std::vector<ReplayReport>& reports) {
+  RunColumns t(reports);
+  memory_rows(t);
+  internal_fragmentation_rows(t);
+  usage_rows(t);
+  external_fragmentation_rows(t);
+  layer_group_rows(t, c.layout);
+  const bool bounded = !reports.empty() && reports.front().capacity_bytes > 0;
+  if (bounded) serving_rows(t);
+  request_rows(t);
+  latency_rows(t);
+  leak_check_row(t);
+  return run_header(c, reports) + t.render();
 }
 
 std::string replay_json(const ReplayContext& c, const std::vector<ReplayReport>& reports) {

@@ -1,0 +1,84 @@
+// The KV-cache capacity sheet, as numbers: what `kvsim size` prints, computed once so that a
+// program can ask the same questions without the command line.
+//
+// size_sheet() places a model's KV cache on its devices (per pipeline stage, per device after
+// tensor parallelism), costs B sequences of T tokens, and, given a budget, keeps every term of
+// derive_budget()'s subtraction and vLLM's paged pool with its "Maximum concurrency for T
+// tokens per request" (see kvsim/budget.h). Bytes are exact integers; nothing here formats.
+#ifndef KVSIM_SIZE_SHEET_H_
+#define KVSIM_SIZE_SHEET_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "kvsim/budget.h"
+#include "kvsim/model.h"
+
+namespace kvsim {
+
+// What to size. Every field has the default `kvsim size` uses.
+struct SizeQuery {
+  std::int64_t seqs = 1;                 // sequences held at once (--seqs)
+  std::vector<std::int64_t> tokens;      // positions per sequence, one row each (--tokens); may be empty
+  PagedOptions paging;                   // vLLM's block size and scheduler chunk
+  std::optional<BudgetOptions> budget;   // none: no budget terms and no paged pool
+};
+
+// B sequences of T tokens.
+struct SequenceBytes {
+  std::int64_t tokens = 0;               // T
+  std::int64_t bytes_per_sequence = 0;   // one sequence on one device of the binding stage
+  std::int64_t bytes = 0;                // B sequences on that device
+  std::int64_t bytes_all_devices = 0;    // B sequences summed over every stage and tensor-parallel rank
+};
+
+// vLLM's paged pool on one pipeline stage's device, and the blocks one request needs there at
+// each of SizeSheet::concurrency's token counts.
+struct StagePool {
+  PagedPool pool;
+  std::vector<std::int64_t> request_blocks;
+};
+
+// vLLM's "Maximum concurrency for T tokens per request": num_blocks / blocks_per_request on
+// the stage where that ratio is lowest.
+struct Concurrency {
+  std::int64_t tokens = 0;               // T
+  std::size_t stage = 0;                 // the stage that binds at T
+  std::int64_t num_blocks = 0;
+  std::int64_t blocks_per_request = 0;
+};
+
+struct SizeSheet {
+  ModelSpec model;
+  KvOptions kv;
+  std::int64_t devices = 1;              // tensor_parallel x pipeline_parallel
+  std::vector<KvLayout> stages;          // per pipeline stage, per device
+  std::size_t binding_stage = 0;         // see binding_stage() below
+  std::int64_t seqs = 1;
+  std::vector<SequenceBytes> sequences;  // one per SizeQuery::tokens, in order
+  // The rest only with a budget.
+  std::optional<Budget> budget;
+  PagedOptions paging;
+  std::vector<StagePool> stage_pools;    // per stage
+  // At each SizeQuery::tokens or, when none was asked, at max_position_embeddings (as vLLM
+  // logs it; none when the model does not say).
+  std::vector<Concurrency> concurrency;
+
+  const KvLayout& layout() const { return stages[binding_stage]; }
+};
+
+// The stage whose device holds the most bytes per token (the first of equals): the one whose
+// layout a single-device figure describes.
+// REQUIRES: !stages.empty().
+std::size_t binding_stage(const std::vector<KvLayout>& stages);
+
+// Sizes `model` stored and placed as `kv` says. Throws InputError when the layout or the budget
+// cannot be derived (see kv_stage_layouts(), derive_budget(), paged_pool()) and when a byte
+// count overflows 64 bits, naming it.
+SizeSheet size_sheet(const ModelSpec& model, const KvOptions& kv, const SizeQuery& query);
+
+}  // namespace kvsim
+
+#endif  // KVSIM_SIZE_SHEET_H_
