@@ -7,6 +7,7 @@
 #include "dynamic_allocator.h"
 #include "kvsim/allocator.h"
 #include "kvsim/error.h"
+#include "kvsim/option_names.h"
 #include "kvsim/units.h"
 #include "paged_allocator.h"
 
@@ -50,7 +51,7 @@ class Params {
   void finish() const {
     for (const auto& [k, v] : spec_.params) {
       if (std::find(used_.begin(), used_.end(), k) == used_.end()) {
-        fail("unknown parameter '" + k + "' for allocator '" + spec_.kind + "' (see kvsim replay --help)");
+        fail("unknown parameter '" + k + "' for allocator '" + spec_.kind + "' (see " + kReplayHelp + ")");
       }
     }
   }
@@ -107,7 +108,7 @@ std::vector<AllocatorSpec> parse_allocator_list(std::string_view text, std::stri
 
 std::unique_ptr<Allocator> make_allocator(const AllocatorSpec& spec, const KvLayout& layout,
                                           const AllocatorLimits& limits) {
-  Params p(spec, "--allocator");
+  Params p(spec, kOptAllocator);
   std::unique_ptr<Allocator> made;
   if (spec.kind == "paged" || spec.kind == "sliding-window") {
     detail::PagedOptions o;
@@ -125,7 +126,7 @@ std::unique_ptr<Allocator> make_allocator(const AllocatorSpec& spec, const KvLay
     else p.fail("reserve must be max-model-len, max-tokens, pow2 or oracle, got \"" + reserve + "\"");
     if (o.reserve == detail::Reserve::max_model_len && layout.max_model_len <= 0) {
       p.fail("reserve=max-model-len needs the model's maximum length, which this model does not give "
-             "(no max_position_embeddings): pass --max-model-len");
+             "(no max_position_embeddings): pass " + std::string(kOptMaxModelLen));
     }
     o.capacity_bytes = limits.capacity_bytes;
     made = std::make_unique<detail::DenseStaticAllocator>(layout, o);
@@ -152,7 +153,7 @@ std::unique_ptr<Allocator> make_allocator(const AllocatorSpec& spec, const KvLay
     if (o.growth != detail::Growth::chunk && p.has("chunk")) p.fail("'chunk' only applies to growth=chunk");
     o.capacity_bytes = p.has("arena") ? 0 : limits.capacity_bytes;
     if (p.has("arena")) {
-      o.capacity_bytes = parse_byte_size(p.text("arena", ""), "--allocator dynamic:arena");
+      o.capacity_bytes = parse_byte_size(p.text("arena", ""), std::string(kOptAllocator) + " dynamic:arena");
       if (o.capacity_bytes <= 0) p.fail("arena must be a positive byte size");
     }
     made = std::make_unique<detail::DynamicAllocator>(layout, o);
@@ -162,7 +163,7 @@ std::unique_ptr<Allocator> make_allocator(const AllocatorSpec& spec, const KvLay
 }
 
 std::string allocator_help() {
-  return R"(Allocators (--allocator KIND[:key=value,...], several separated by commas):
+  return std::string("Allocators (") + kOptAllocator + R"( KIND[:key=value,...], several separated by commas):
   paged[:block=16]
       vLLM PagedAttention: fixed blocks of `block` positions from one pool, a block table
       per sequence, the n samples of a request sharing the prompt's full blocks
