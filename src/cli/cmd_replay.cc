@@ -15,11 +15,12 @@
 #include <thread>
 
 #include "cli.h"
-#include "cost_model.h"
-#include "decimal.h"
 #include "kvsim/allocator.h"
 #include "kvsim/budget.h"
+#include "kvsim/cost_model.h"
 #include "kvsim/error.h"
+#include "kvsim/option_names.h"
+#include "kvsim/parse.h"
 #include "kvsim/replay.h"
 #include "kvsim/trace.h"
 #include "kvsim/trace_gen.h"
@@ -54,22 +55,13 @@ Policy parse_policy(const std::string& text) {
   if (text == "vllm") return Policy::vllm;
   if (text == "reserve") return Policy::reserve;
   if (text == "sglang") return Policy::sglang;
-  throw InputError(Location{"", 0, "--policy"}, "expected vllm, reserve or sglang, got \"" + text + "\"");
+  throw InputError(Location{"", 0, kOptPolicy}, "expected vllm, reserve or sglang, got \"" + text + "\"");
 }
 
 Preemption parse_preemption(const std::string& text) {
   if (text == "recompute") return Preemption::recompute;
   if (text == "swap") return Preemption::swap;
-  throw InputError(Location{"", 0, "--preemption"}, "expected recompute or swap, got \"" + text + "\"");
-}
-
-// A share in [0, 1) such as "0.01", exactly, in parts per billion.
-std::int64_t parse_fraction_ppb(const std::string& text, const char* option) {
-  std::int64_t ppb = 0;
-  if (detail::parse_scaled_decimal(text, 9, ppb) != detail::DecimalStatus::ok || ppb >= 1'000'000'000) {
-    throw InputError(Location{"", 0, option}, "expected a fraction from 0 up to (not including) 1, got \"" + text + "\"");
-  }
-  return ppb;
+  throw InputError(Location{"", 0, kOptPreemption}, "expected recompute or swap, got \"" + text + "\"");
 }
 
 std::string budget_description(const Budget& b) {
@@ -84,7 +76,7 @@ Schedule parse_schedule(const std::string& text) {
   if (text == "auto") return Schedule::automatic;
   if (text == "simulate") return Schedule::simulate;
   if (text == "measured") return Schedule::measured;
-  throw InputError(Location{"", 0, "--schedule"}, "expected auto, simulate or measured, got \"" + text + "\"");
+  throw InputError(Location{"", 0, kOptSchedule}, "expected auto, simulate or measured, got \"" + text + "\"");
 }
 
 // Progress on stderr, for people watching a terminal; nothing when stderr is redirected.
@@ -123,54 +115,54 @@ class Progress {
 int run_replay(const Invocation& inv) {
   po::options_description alloc_opts("Allocators and schedule");
   alloc_opts.add_options()
-      ("allocator", po::value<std::string>()->default_value(kDefaultAllocators),
+      (option_key(kOptAllocator), po::value<std::string>()->default_value(kDefaultAllocators),
        "allocators to compare: KIND[:key=value,...] separated by commas (see above)")
-      ("max-model-len", po::value<std::string>(),
+      (option_key(kOptMaxModelLen), po::value<std::string>(),
        "refuse requests longer than this (default: the model's max_position_embeddings); also "
        "dense-static's max-model-len reservation")
-      ("schedule", po::value<std::string>()->default_value("auto"),
+      (option_key(kOptSchedule), po::value<std::string>()->default_value("auto"),
        "auto (measured when the trace has start/first_token/finish), simulate, or measured")
-      ("cost", po::value<std::string>()->default_value("roofline"),
+      (option_key(kOptCost), po::value<std::string>()->default_value("roofline"),
        "iteration cost: roofline (from the model on --device), constant:step=..,prefill-token=.., or "
        "linear:base=..,prefill-token=..,decode-seq=..,context-token=.. (units ps, ns, us, ms, s; a "
        "coefficient not given is the roofline's)")
-      ("max-batched-tokens", po::value<std::string>(),
+      (option_key(kOptMaxBatchedTokens), po::value<std::string>(),
        "tokens per iteration, decodes included (default: unlimited in demand mode; under a budget, as vLLM: "
        "8192, or max(max model length, 2048) with --no-chunked-prefill)")
-      ("no-chunked-prefill", "admit a prompt only when it fits a step's token budget whole")
-      ("max-running", po::value<std::string>(),
+      (option_key(kOptNoChunkedPrefill), "admit a prompt only when it fits a step's token budget whole")
+      (option_key(kOptMaxRunning), po::value<std::string>(),
        "requests running at once (default: unlimited in demand mode, 256 under a budget, as vLLM)")
-      ("default-max-tokens", po::value<std::string>(),
+      (option_key(kOptDefaultMaxTokens), po::value<std::string>(),
        "the generation limit planned for requests whose trace gives no max_tokens (default: their real "
        "output length)");
   po::options_description memory_opts("Serving under a memory budget (give --device, --device-memory or --kv-budget)");
   memory_opts.add_options()
-      ("policy", po::value<std::string>()->default_value("vllm"),
+      (option_key(kOptPolicy), po::value<std::string>()->default_value("vllm"),
        "admission and preemption: vllm (admit while the next chunk fits above the watermark, preempt the "
        "newest when a running request cannot grow), reserve (TensorRT-LLM's guaranteed-no-evict: admit only "
        "when prompt + max_tokens fits, never preempt), sglang (admit against an adaptive estimate of future "
        "tokens, retract the request with the fewest generated tokens)")
-      ("preemption", po::value<std::string>()->default_value("recompute"),
+      (option_key(kOptPreemption), po::value<std::string>()->default_value("recompute"),
        "vllm policy: recompute (free and requeue at the front) or swap (move the blocks to host memory)")
-      ("watermark", po::value<std::string>()->default_value("0.01"),
+      (option_key(kOptWatermark), po::value<std::string>()->default_value("0.01"),
        "vllm policy: the share of capacity an admission must leave free (vLLM v0's default 0.01)")
-      ("swap-bandwidth", po::value<std::string>()->default_value("25GB"),
+      (option_key(kOptSwapBandwidth), po::value<std::string>()->default_value("25GB"),
        "host link for swapping, bytes per second (about PCIe 4.0 x16 in practice)");
   po::options_description trace_opts("Trace");
   trace_opts.add_options()
-      ("format", po::value<std::string>(), "trace format (default: detected): native-csv, native-jsonl, azure, "
+      (option_key(kOptFormat), po::value<std::string>(), "trace format (default: detected): native-csv, native-jsonl, azure, "
                                            "burstgpt, mooncake, vidur, lengths, token-ids")
-      ("sort", "accept arrivals out of order (sorts the trace in memory)")
-      ("keep-failed", "BurstGPT: replay failed requests (0 response tokens) as cancelled at arrival")
-      ("rate", po::value<std::string>(), "length-only traces: Poisson arrivals at this many requests per second")
-      ("seed", po::value<std::string>(), "length-only traces: the arrival process's seed (default 1)");
+      (option_key(kOptSort), "accept arrivals out of order (sorts the trace in memory)")
+      (option_key(kOptKeepFailed), "BurstGPT: replay failed requests (0 response tokens) as cancelled at arrival")
+      (option_key(kOptRate), po::value<std::string>(), "length-only traces: Poisson arrivals at this many requests per second")
+      (option_key(kOptSeed), po::value<std::string>(), "length-only traces: the arrival process's seed (default 1)");
   po::options_description output_opts("Output");
   output_opts.add_options()
       ("json", "print everything as JSON instead of the table")
       ("csv", po::value<std::string>(), "also write one CSV row per allocator to this file")
       ("timeline", po::value<std::string>(), "write occupancy over time to this CSV file (columns named with units)")
-      ("sample-every", po::value<std::string>(), "timeline sampling: at most one row per this duration (default: every iteration)")
-      ("jobs", po::value<std::string>(), "allocators replayed at once (default: the number of cores)")
+      (option_key(kOptSampleEvery), po::value<std::string>(), "timeline sampling: at most one row per this duration (default: every iteration)")
+      (option_key(kOptJobs), po::value<std::string>(), "allocators replayed at once (default: the number of cores)")
       ("quiet", "no progress bar");
   po::options_description hidden;
   hidden.add_options()("trace", po::value<std::string>());
@@ -192,7 +184,7 @@ int run_replay(const Invocation& inv) {
   // The model and its layout on one device.
   ModelChoice choice = resolve_model(vm, kSpec.synopsis, kDefaultModel);
   KvLayout layout = choice.layout();
-  if (const auto m = option_text(vm, "max-model-len")) layout.max_model_len = positive_integer(*m, "--max-model-len");
+  if (const auto m = option_text(vm, option_key(kOptMaxModelLen))) layout.max_model_len = positive_integer(*m, kOptMaxModelLen);
 
   // A budget bounds every allocator; the cost model runs on the budget's device.
   const std::optional<BudgetOptions> budget_options_given = resolve_budget(vm);
@@ -206,57 +198,50 @@ int run_replay(const Invocation& inv) {
 
   ReplayOptions ro;
   ro.layout = layout;
-  ro.schedule = parse_schedule(vm["schedule"].as<std::string>());
-  ro.cost = parse_cost_model(vm["cost"].as<std::string>(), roofline, "--cost");
-  if (const auto t = option_text(vm, "max-batched-tokens")) ro.max_batched_tokens = positive_integer(*t, "--max-batched-tokens");
-  ro.chunked_prefill = vm.count("no-chunked-prefill") == 0;
-  if (const auto r = option_text(vm, "max-running")) ro.max_running = positive_integer(*r, "--max-running");
-  if (const auto d = option_text(vm, "default-max-tokens")) ro.default_max_tokens = positive_integer(*d, "--default-max-tokens");
-  if (budget) {
-    ro.memory.kv_budget_bytes = budget->kv_budget_bytes;
-    // vLLM's defaults for a served model (max_num_seqs, max_num_batched_tokens).
-    if (!vm.count("max-running")) ro.max_running = 256;
-    // vLLM's SchedulerConfig: 8192 with chunked prefill (v1's default for serving); without
-    // it, max(max_model_len, 2048), so that any prompt the model accepts fits one step.
-    if (!vm.count("max-batched-tokens")) {
-      ro.max_batched_tokens = ro.chunked_prefill ? 8192 : std::max<std::int64_t>(layout.max_model_len, 2048);
-    }
-  }
+  ro.schedule = parse_schedule(vm[option_key(kOptSchedule)].as<std::string>());
+  ro.cost = parse_cost_model(vm[option_key(kOptCost)].as<std::string>(), roofline, kOptCost);
+  if (const auto t = option_text(vm, option_key(kOptMaxBatchedTokens))) ro.max_batched_tokens = positive_integer(*t, kOptMaxBatchedTokens);
+  ro.chunked_prefill = vm.count(option_key(kOptNoChunkedPrefill)) == 0;
+  if (const auto r = option_text(vm, option_key(kOptMaxRunning))) ro.max_running = positive_integer(*r, kOptMaxRunning);
+  if (const auto d = option_text(vm, option_key(kOptDefaultMaxTokens))) ro.default_max_tokens = positive_integer(*d, kOptDefaultMaxTokens);
+  if (budget) ro.memory.kv_budget_bytes = budget->kv_budget_bytes;
+  // Options not given are 0 here; under a budget they become vLLM's (the library's rule).
+  apply_vllm_scheduler_defaults(ro);
   if (budget && ro.schedule == Schedule::measured) {
     throw UsageError("--schedule measured replays the trace's own timestamps, which a memory budget would have to "
                      "change: give one or the other\nUsage: " + kSpec.synopsis);
   }
-  ro.memory.policy = parse_policy(vm["policy"].as<std::string>());
-  ro.memory.preemption = parse_preemption(vm["preemption"].as<std::string>());
+  ro.memory.policy = parse_policy(vm[option_key(kOptPolicy)].as<std::string>());
+  ro.memory.preemption = parse_preemption(vm[option_key(kOptPreemption)].as<std::string>());
   if (ro.memory.preemption == Preemption::swap && ro.memory.policy != Policy::vllm) {
-    throw InputError(Location{"", 0, "--preemption"}, "swap applies to the vllm policy only");
+    throw InputError(Location{"", 0, kOptPreemption}, "swap applies to the vllm policy only");
   }
-  ro.memory.watermark_ppb = parse_fraction_ppb(vm["watermark"].as<std::string>(), "--watermark");
-  ro.memory.swap_bytes_per_second = parse_byte_size(vm["swap-bandwidth"].as<std::string>(), "--swap-bandwidth");
+  ro.memory.watermark_ppb = parse_fraction_ppb(vm[option_key(kOptWatermark)].as<std::string>(), kOptWatermark);
+  ro.memory.swap_bytes_per_second = parse_byte_size(vm[option_key(kOptSwapBandwidth)].as<std::string>(), kOptSwapBandwidth);
   if (ro.memory.swap_bytes_per_second <= 0) {
-    throw InputError(Location{"", 0, "--swap-bandwidth"}, "expected a positive number of bytes per second");
+    throw InputError(Location{"", 0, kOptSwapBandwidth}, "expected a positive number of bytes per second");
   }
   if (!budget) {
-    for (const char* option : {"policy", "preemption", "watermark", "swap-bandwidth"}) {
-      if (!vm[option].defaulted()) {
-        throw InputError(Location{"", 0, std::string("--") + option},
+    for (const char* option : {kOptPolicy, kOptPreemption, kOptWatermark, kOptSwapBandwidth}) {
+      if (!vm[option_key(option)].defaulted()) {
+        throw InputError(Location{"", 0, option},
                          "applies under a memory budget: give --device, --device-memory or --kv-budget");
       }
     }
   }
-  if (const auto s = option_text(vm, "sample-every")) {
-    ro.sample_every_ns = parse_duration_ns(*s, "--sample-every");
-    if (ro.sample_every_ns <= 0) throw InputError(Location{"", 0, "--sample-every"}, "expected a positive duration");
+  if (const auto s = option_text(vm, option_key(kOptSampleEvery))) {
+    ro.sample_every_ns = parse_duration_ns(*s, kOptSampleEvery);
+    if (ro.sample_every_ns <= 0) throw InputError(Location{"", 0, kOptSampleEvery}, "expected a positive duration");
   }
 
   TraceOptions to;
-  if (const auto f = option_text(vm, "format")) to.format = parse_trace_format(*f, "--format");
-  to.sort = vm.count("sort") != 0;
-  to.keep_failed = vm.count("keep-failed") != 0;
-  if (const auto r = option_text(vm, "rate")) to.synthetic_rate_per_s = parse_rate_per_s(*r, "--rate");
-  if (const auto seed = option_text(vm, "seed")) to.synthetic_seed = parse_seed(*seed, "--seed");
+  if (const auto f = option_text(vm, option_key(kOptFormat))) to.format = parse_trace_format(*f, kOptFormat);
+  to.sort = vm.count(option_key(kOptSort)) != 0;
+  to.keep_failed = vm.count(option_key(kOptKeepFailed)) != 0;
+  if (const auto r = option_text(vm, option_key(kOptRate))) to.synthetic_rate_per_s = parse_rate_per_s(*r, kOptRate);
+  if (const auto seed = option_text(vm, option_key(kOptSeed))) to.synthetic_seed = parse_seed(*seed, kOptSeed);
 
-  const std::vector<AllocatorSpec> specs = parse_allocator_list(vm["allocator"].as<std::string>(), "--allocator");
+  const std::vector<AllocatorSpec> specs = parse_allocator_list(vm[option_key(kOptAllocator)].as<std::string>(), kOptAllocator);
   // Build every allocator before reading anything, so a bad spec fails at once.
   std::vector<std::unique_ptr<Allocator>> allocators;
   AllocatorLimits limits;
@@ -266,7 +251,7 @@ int run_replay(const Invocation& inv) {
   open_trace(*trace_path, to);
 
   std::size_t jobs = std::max(1u, std::thread::hardware_concurrency());
-  if (const auto j = option_text(vm, "jobs")) jobs = static_cast<std::size_t>(positive_integer(*j, "--jobs"));
+  if (const auto j = option_text(vm, option_key(kOptJobs))) jobs = static_cast<std::size_t>(positive_integer(*j, kOptJobs));
   jobs = std::min(jobs, allocators.size());
 
   const auto timeline_path = option_text(vm, "timeline");
