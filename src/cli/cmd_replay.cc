@@ -1,7 +1,8 @@
-// kvsim replay: the same trace through one or more allocators, side by side. It parses
-// options, builds the layout, allocators and cost model from the library, runs one engine
-// per allocator (in parallel where cores allow; each reads the trace itself, so the results
-// are those of running them one by one) and prints the results.
+// kvsim replay: the same trace through one or more allocators, side by side. In four steps,
+// one function each: declare and parse the options; turn them into the library's
+// ReplayOptions, TraceOptions and allocators (plan_replay); run one engine per allocator (in
+// parallel where cores allow; each reads the trace itself, so the results are those of
+// running them one by one; run_all); write the timeline and print the results (render).
 #include <fmt/core.h>
 #include <unistd.h>
 
@@ -110,10 +111,14 @@ class Progress {
   bool enabled_;
 };
 
-}  // namespace
-
-int run_replay(const Invocation& inv) {
+po::options_description replay_option_descriptions() {
   po::options_description alloc_opts("Allocators and schedule");
+  const std::string max_batched_tokens_help = fmt::format(
+      "tokens per iteration, decodes included (default: unlimited in demand mode; under a budget, as vLLM: "
+      "{}, or max(max model length, {}) with {})",
+      kVllmMaxNumBatchedTokens, kVllmMinNumBatchedTokensUnchunked, kOptNoChunkedPrefill);
+  const std::string max_running_help = fmt::format(
+      "requests running at once (default: unlimited in demand mode, {} under a budget, as vLLM)", kVllmMaxNumSeqs);
   alloc_opts.add_options()
       (option_key(kOptAllocator), po::value<std::string>()->default_value(kDefaultAllocators),
        "allocators to compare: KIND[:key=value,...] separated by commas (see above)")
@@ -126,12 +131,9 @@ int run_replay(const Invocation& inv) {
        "iteration cost: roofline (from the model on --device), constant:step=..,prefill-token=.., or "
        "linear:base=..,prefill-token=..,decode-seq=..,context-token=.. (units ps, ns, us, ms, s; a "
        "coefficient not given is the roofline's)")
-      (option_key(kOptMaxBatchedTokens), po::value<std::string>(),
-       "tokens per iteration, decodes included (default: unlimited in demand mode; under a budget, as vLLM: "
-       "8192, or max(max model length, 2048) with --no-chunked-prefill)")
+      (option_key(kOptMaxBatchedTokens), po::value<std::string>(), max_batched_tokens_help.c_str())
       (option_key(kOptNoChunkedPrefill), "admit a prompt only when it fits a step's token budget whole")
-      (option_key(kOptMaxRunning), po::value<std::string>(),
-       "requests running at once (default: unlimited in demand mode, 256 under a budget, as vLLM)")
+      (option_key(kOptMaxRunning), po::value<std::string>(), max_running_help.c_str())
       (option_key(kOptDefaultMaxTokens), po::value<std::string>(),
        "the generation limit planned for requests whose trace gives no max_tokens (default: their real "
        "output length)");
@@ -150,8 +152,8 @@ int run_replay(const Invocation& inv) {
        "host link for swapping, bytes per second (about PCIe 4.0 x16 in practice)");
   po::options_description trace_opts("Trace");
   trace_opts.add_options()
-      (option_key(kOptFormat), po::value<std::string>(), "trace format (default: detected): native-csv, native-jsonl, azure, "
-                                           "burstgpt, mooncake, vidur, lengths, token-ids")
+      (option_key(kOptFormat), po::value<std::string>(), "trace format (default: detected): native-csv, native-jsonl, "
+                                                         "azure, burstgpt, mooncake, vidur, lengths, token-ids")
       (option_key(kOptSort), "accept arrivals out of order (sorts the trace in memory)")
       (option_key(kOptKeepFailed), "BurstGPT: replay failed requests (0 response tokens) as cancelled at arrival")
       (option_key(kOptRate), po::value<std::string>(), "length-only traces: Poisson arrivals at this many requests per second")
@@ -161,11 +163,10 @@ int run_replay(const Invocation& inv) {
       ("json", "print everything as JSON instead of the table")
       ("csv", po::value<std::string>(), "also write one CSV row per allocator to this file")
       ("timeline", po::value<std::string>(), "write occupancy over time to this CSV file (columns named with units)")
-      (option_key(kOptSampleEvery), po::value<std::string>(), "timeline sampling: at most one row per this duration (default: every iteration)")
+      (option_key(kOptSampleEvery), po::value<std::string>(),
+       "timeline sampling: at most one row per this duration (default: every iteration)")
       (option_key(kOptJobs), po::value<std::string>(), "allocators replayed at once (default: the number of cores)")
       ("quiet", "no progress bar");
-  po::options_description hidden;
-  hidden.add_options()("trace", po::value<std::string>());
   po::options_description options;
   options.add(model_options(std::string("a built-in preset (default ") + kDefaultModel + "; see 'kvsim models')"))
       .add(placement_options())
@@ -174,22 +175,29 @@ int run_replay(const Invocation& inv) {
       .add(memory_opts)
       .add(trace_opts)
       .add(output_opts);
-  po::positional_options_description positional;
-  positional.add("trace", 1);
-  po::variables_map vm;
-  if (!parse_options(inv, kSpec, options, positional, vm, &hidden)) return kExitOk;
-  const auto trace_path = option_text(vm, "trace");
-  if (!trace_path) throw UsageError("a trace file is required\nUsage: " + kSpec.synopsis);
+  return options;
+}
 
-  // The model and its layout on one device.
-  ModelChoice choice = resolve_model(vm, kSpec.synopsis, kDefaultModel);
-  KvLayout layout = choice.layout();
-  if (const auto m = option_text(vm, option_key(kOptMaxModelLen))) layout.max_model_len = positive_integer(*m, kOptMaxModelLen);
-
-  // A budget bounds every allocator; the cost model runs on the budget's device.
-  const std::optional<BudgetOptions> budget_options_given = resolve_budget(vm);
+// Everything the options decide, checked, before any trace is read.
+struct ReplayPlan {
+  std::string trace_path;
+  ModelChoice choice;
   std::optional<Budget> budget;
-  if (budget_options_given) budget = derive_budget(choice.model, choice.kv, *budget_options_given);
+  ReplayOptions options;      // layout, schedule, cost, limits, memory; no callbacks yet
+  TraceOptions trace;
+  std::vector<std::unique_ptr<Allocator>> allocators;
+  std::size_t jobs = 1;
+  std::optional<std::string> timeline_path;
+  std::optional<std::string> csv_path;
+  bool json = false;
+  bool progress = false;
+};
+
+// The engine's options: layout, schedule, cost model and limits, and serving under a budget.
+// The model's roofline on the budget's device (or kDefaultDevice) is the cost model's default.
+ReplayOptions replay_options_from(const po::variables_map& vm, const ModelChoice& choice, const KvLayout& layout,
+                                  const std::optional<BudgetOptions>& budget_options_given,
+                                  const std::optional<Budget>& budget) {
   const std::string device_name =
       budget_options_given && !budget_options_given->device.empty() ? budget_options_given->device : kDefaultDevice;
   const DevicePreset& device = find_device_preset(device_name);
@@ -200,10 +208,14 @@ int run_replay(const Invocation& inv) {
   ro.layout = layout;
   ro.schedule = parse_schedule(vm[option_key(kOptSchedule)].as<std::string>());
   ro.cost = parse_cost_model(vm[option_key(kOptCost)].as<std::string>(), roofline, kOptCost);
-  if (const auto t = option_text(vm, option_key(kOptMaxBatchedTokens))) ro.max_batched_tokens = positive_integer(*t, kOptMaxBatchedTokens);
+  if (const auto t = option_text(vm, option_key(kOptMaxBatchedTokens))) {
+    ro.max_batched_tokens = positive_integer(*t, kOptMaxBatchedTokens);
+  }
   ro.chunked_prefill = vm.count(option_key(kOptNoChunkedPrefill)) == 0;
   if (const auto r = option_text(vm, option_key(kOptMaxRunning))) ro.max_running = positive_integer(*r, kOptMaxRunning);
-  if (const auto d = option_text(vm, option_key(kOptDefaultMaxTokens))) ro.default_max_tokens = positive_integer(*d, kOptDefaultMaxTokens);
+  if (const auto d = option_text(vm, option_key(kOptDefaultMaxTokens))) {
+    ro.default_max_tokens = positive_integer(*d, kOptDefaultMaxTokens);
+  }
   if (budget) ro.memory.kv_budget_bytes = budget->kv_budget_bytes;
   // Options not given are 0 here; under a budget they become vLLM's (the library's rule).
   apply_vllm_scheduler_defaults(ro);
@@ -217,7 +229,8 @@ int run_replay(const Invocation& inv) {
     throw InputError(Location{"", 0, kOptPreemption}, "swap applies to the vllm policy only");
   }
   ro.memory.watermark_ppb = parse_fraction_ppb(vm[option_key(kOptWatermark)].as<std::string>(), kOptWatermark);
-  ro.memory.swap_bytes_per_second = parse_byte_size(vm[option_key(kOptSwapBandwidth)].as<std::string>(), kOptSwapBandwidth);
+  ro.memory.swap_bytes_per_second =
+      parse_byte_size(vm[option_key(kOptSwapBandwidth)].as<std::string>(), kOptSwapBandwidth);
   if (ro.memory.swap_bytes_per_second <= 0) {
     throw InputError(Location{"", 0, kOptSwapBandwidth}, "expected a positive number of bytes per second");
   }
@@ -233,62 +246,118 @@ int run_replay(const Invocation& inv) {
     ro.sample_every_ns = parse_duration_ns(*s, kOptSampleEvery);
     if (ro.sample_every_ns <= 0) throw InputError(Location{"", 0, kOptSampleEvery}, "expected a positive duration");
   }
+  return ro;
+}
 
+TraceOptions trace_options_from(const po::variables_map& vm) {
   TraceOptions to;
   if (const auto f = option_text(vm, option_key(kOptFormat))) to.format = parse_trace_format(*f, kOptFormat);
   to.sort = vm.count(option_key(kOptSort)) != 0;
   to.keep_failed = vm.count(option_key(kOptKeepFailed)) != 0;
   if (const auto r = option_text(vm, option_key(kOptRate))) to.synthetic_rate_per_s = parse_rate_per_s(*r, kOptRate);
   if (const auto seed = option_text(vm, option_key(kOptSeed))) to.synthetic_seed = parse_seed(*seed, kOptSeed);
+  return to;
+}
 
-  const std::vector<AllocatorSpec> specs = parse_allocator_list(vm[option_key(kOptAllocator)].as<std::string>(), kOptAllocator);
+// Reads the parsed options in the order their errors are reported, builds the allocators and
+// opens the trace once, so that every mistake fails before any work.
+ReplayPlan plan_replay(const po::variables_map& vm) {
+  ReplayPlan plan;
+  const auto trace_path = option_text(vm, "trace");
+  if (!trace_path) throw UsageError("a trace file is required\nUsage: " + kSpec.synopsis);
+  plan.trace_path = *trace_path;
+
+  // The model and its layout on one device.
+  plan.choice = resolve_model(vm, kSpec.synopsis, kDefaultModel);
+  KvLayout layout = plan.choice.layout();
+  if (const auto m = option_text(vm, option_key(kOptMaxModelLen))) {
+    layout.max_model_len = positive_integer(*m, kOptMaxModelLen);
+  }
+
+  // A budget bounds every allocator; the cost model runs on the budget's device.
+  const std::optional<BudgetOptions> budget_options_given = resolve_budget(vm);
+  if (budget_options_given) plan.budget = derive_budget(plan.choice.model, plan.choice.kv, *budget_options_given);
+  plan.options = replay_options_from(vm, plan.choice, layout, budget_options_given, plan.budget);
+  plan.trace = trace_options_from(vm);
+
+  const std::vector<AllocatorSpec> specs =
+      parse_allocator_list(vm[option_key(kOptAllocator)].as<std::string>(), kOptAllocator);
   // Build every allocator before reading anything, so a bad spec fails at once.
-  std::vector<std::unique_ptr<Allocator>> allocators;
   AllocatorLimits limits;
-  limits.capacity_bytes = ro.memory.kv_budget_bytes;
-  for (const auto& spec : specs) allocators.push_back(make_allocator(spec, layout, limits));
+  limits.capacity_bytes = plan.options.memory.kv_budget_bytes;
+  for (const auto& spec : specs) plan.allocators.push_back(make_allocator(spec, layout, limits));
   // Open the trace once up front: a missing file or unknown format fails before any work.
-  open_trace(*trace_path, to);
+  open_trace(plan.trace_path, plan.trace);
 
-  std::size_t jobs = std::max(1u, std::thread::hardware_concurrency());
-  if (const auto j = option_text(vm, option_key(kOptJobs))) jobs = static_cast<std::size_t>(positive_integer(*j, kOptJobs));
-  jobs = std::min(jobs, allocators.size());
+  plan.jobs = std::max(1u, std::thread::hardware_concurrency());
+  if (const auto j = option_text(vm, option_key(kOptJobs))) plan.jobs = static_cast<std::size_t>(positive_integer(*j, kOptJobs));
+  plan.jobs = std::min(plan.jobs, plan.allocators.size());
 
-  const auto timeline_path = option_text(vm, "timeline");
-  // Each run writes its timeline rows to its own scratch file; they are joined in
-  // allocator order at the end, so the file is the same however the runs interleave.
-  std::vector<std::FILE*> scratch(allocators.size(), nullptr);
-  struct Closer {
-    std::vector<std::FILE*>& files;
-    ~Closer() {
-      for (auto* f : files) {
-        if (f != nullptr) std::fclose(f);
-      }
+  plan.timeline_path = option_text(vm, "timeline");
+  plan.csv_path = option_text(vm, "csv");
+  plan.json = vm.count("json") != 0;
+  plan.progress = vm.count("quiet") == 0 && ::isatty(STDERR_FILENO) != 0;
+  return plan;
+}
+
+// The files a timeline's rows go to while the runs are under way: one scratch file per run,
+// joined in allocator order at the end, so the file is the same however the runs interleave.
+class TimelineScratch {
+ public:
+  explicit TimelineScratch(std::size_t runs) : files_(runs, nullptr) {}
+  TimelineScratch(const TimelineScratch&) = delete;
+  TimelineScratch& operator=(const TimelineScratch&) = delete;
+  ~TimelineScratch() {
+    for (auto* f : files_) {
+      if (f != nullptr) std::fclose(f);
     }
-  } closer{scratch};
+  }
+  // Called by run `i` only.
+  std::FILE* open(std::size_t i, const std::string& timeline_path) {
+    files_[i] = std::tmpfile();
+    if (files_[i] == nullptr) throw InputError(Location{timeline_path, 0, ""}, "cannot create a scratch file");
+    return files_[i];
+  }
+  void write(const std::string& path, const KvLayout& layout) const {
+    std::ofstream out(path, std::ios::binary);
+    if (!out) throw InputError(Location{path, 0, ""}, "cannot write the timeline file");
+    out << timeline_header(layout);
+    for (auto* f : files_) {
+      std::rewind(f);
+      char buffer[1 << 16];
+      for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, f)) > 0;) out.write(buffer, static_cast<std::streamsize>(n));
+    }
+    if (!out) throw InputError(Location{path, 0, ""}, "writing the timeline file failed");
+  }
 
-  Progress progress(allocators.size(), vm.count("quiet") == 0 && ::isatty(STDERR_FILENO) != 0);
-  std::vector<ReplayReport> reports(allocators.size());
-  std::vector<std::exception_ptr> errors(allocators.size());
+ private:
+  std::vector<std::FILE*> files_;
+};
+
+// One engine per allocator on plan.jobs threads; the reports in allocator order. Rethrows the
+// first error in allocator order, whichever thread met it first.
+std::vector<ReplayReport> run_all(ReplayPlan& plan, TimelineScratch& scratch) {
+  const std::size_t runs = plan.allocators.size();
+  Progress progress(runs, plan.progress);
+  std::vector<ReplayReport> reports(runs);
+  std::vector<std::exception_ptr> errors(runs);
   std::atomic<std::size_t> next{0};
   std::atomic<std::size_t> finished{0};
   auto worker = [&] {
-    for (std::size_t i = next++; i < allocators.size(); i = next++) {
+    for (std::size_t i = next++; i < runs; i = next++) {
       try {
-        ReplayOptions mine = ro;
+        ReplayOptions mine = plan.options;
         mine.progress = progress.sink(i);
-        if (timeline_path) {
-          scratch[i] = std::tmpfile();
-          if (scratch[i] == nullptr) throw InputError(Location{*timeline_path, 0, ""}, "cannot create a scratch file");
-          const std::string name = allocators[i]->name();
-          std::FILE* out = scratch[i];
+        if (plan.timeline_path) {
+          std::FILE* out = scratch.open(i, *plan.timeline_path);
+          const std::string name = plan.allocators[i]->name();
           mine.timeline = [out, name](const TimelineRow& row) {
             const std::string line = timeline_row(name, row);
             std::fwrite(line.data(), 1, line.size(), out);
           };
         }
-        auto trace = open_trace(*trace_path, to);
-        reports[i] = replay(*trace, *allocators[i], mine);
+        auto trace = open_trace(plan.trace_path, plan.trace);
+        reports[i] = replay(*trace, *plan.allocators[i], mine);
       } catch (...) {
         errors[i] = std::current_exception();
       }
@@ -296,50 +365,62 @@ int run_replay(const Invocation& inv) {
     }
   };
   std::vector<std::thread> threads;
-  for (std::size_t t = 0; t < jobs; ++t) threads.emplace_back(worker);
+  for (std::size_t t = 0; t < plan.jobs; ++t) threads.emplace_back(worker);
   // Only a progress bar needs this thread to wake up; otherwise it just waits.
-  while (progress.enabled() && finished.load() < allocators.size()) {
+  while (progress.enabled() && finished.load() < runs) {
     progress.draw();
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
   for (auto& t : threads) t.join();
   progress.clear();
-  // The first error in allocator order, whichever thread met it first.
   for (const auto& e : errors) {
     if (e) std::rethrow_exception(e);
   }
+  return reports;
+}
 
-  if (timeline_path) {
-    std::ofstream out(*timeline_path, std::ios::binary);
-    if (!out) throw InputError(Location{*timeline_path, 0, ""}, "cannot write the timeline file");
-    out << timeline_header(layout);
-    for (auto* f : scratch) {
-      std::rewind(f);
-      char buffer[1 << 16];
-      for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, f)) > 0;) out.write(buffer, static_cast<std::streamsize>(n));
-    }
-    if (!out) throw InputError(Location{*timeline_path, 0, ""}, "writing the timeline file failed");
-  }
+// The timeline file, the CSV file and the table or JSON on stdout.
+void render(const ReplayPlan& plan, const TimelineScratch& scratch, const std::vector<ReplayReport>& reports) {
+  const ReplayOptions& ro = plan.options;
+  if (plan.timeline_path) scratch.write(*plan.timeline_path, ro.layout);
 
   ReplayContext context;
-  context.trace = *trace_path;
-  context.model_name = choice.model.name;
-  context.model_source = choice.model.source;
-  context.kv_dtype = std::string(kv_dtype_info(choice.kv.dtype).name);
-  context.placement = fmt::format("tp {}, pp {} (figures per device)", choice.kv.tensor_parallel, choice.kv.pipeline_parallel);
-  context.layout = layout;
+  context.trace = plan.trace_path;
+  context.model_name = plan.choice.model.name;
+  context.model_source = plan.choice.model.source;
+  context.kv_dtype = std::string(kv_dtype_info(plan.choice.kv.dtype).name);
+  context.placement = fmt::format("tp {}, pp {} (figures per device)", plan.choice.kv.tensor_parallel,
+                                  plan.choice.kv.pipeline_parallel);
+  context.layout = ro.layout;
   context.cost = ro.cost;
-  context.budget = budget ? budget_description(*budget) : "none (demand: every allocator unbounded)";
+  context.budget = plan.budget ? budget_description(*plan.budget) : "none (demand: every allocator unbounded)";
   context.scheduler = fmt::format("max batched tokens {}, chunked prefill {}, max running {}",
                                   ro.max_batched_tokens > 0 ? with_commas(ro.max_batched_tokens) : "unlimited",
                                   ro.chunked_prefill ? "on" : "off",
                                   ro.max_running > 0 ? with_commas(ro.max_running) : "unlimited");
-  if (const auto csv = option_text(vm, "csv")) {
-    std::ofstream out(*csv, std::ios::binary);
-    if (!out) throw InputError(Location{*csv, 0, ""}, "cannot write the CSV file");
+  if (plan.csv_path) {
+    std::ofstream out(*plan.csv_path, std::ios::binary);
+    if (!out) throw InputError(Location{*plan.csv_path, 0, ""}, "cannot write the CSV file");
     out << replay_csv(reports);
   }
-  fmt::print("{}", vm.count("json") != 0 ? replay_json(context, reports) : replay_table(context, reports));
+  fmt::print("{}", plan.json ? replay_json(context, reports) : replay_table(context, reports));
+}
+
+}  // namespace
+
+int run_replay(const Invocation& inv) {
+  po::options_description options = replay_option_descriptions();
+  po::options_description hidden;
+  hidden.add_options()("trace", po::value<std::string>());
+  po::positional_options_description positional;
+  positional.add("trace", 1);
+  po::variables_map vm;
+  if (!parse_options(inv, kSpec, options, positional, vm, &hidden)) return kExitOk;
+
+  ReplayPlan plan = plan_replay(vm);
+  TimelineScratch scratch(plan.allocators.size());
+  const std::vector<ReplayReport> reports = run_all(plan, scratch);
+  render(plan, scratch, reports);
   return kExitOk;
 }
 
