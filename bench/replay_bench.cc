@@ -14,7 +14,7 @@
 #include <sstream>
 #include <string>
 
-#include "cost_model.h"
+#include "kvsim/cost_model.h"
 #include "kvsim/allocator.h"
 #include "kvsim/budget.h"
 #include "kvsim/model.h"

@@ -9,6 +9,7 @@
 #include "dynamic_allocator.h"
 #include "kvsim/allocator.h"
 #include "kvsim/error.h"
+#include "kvsim/option_names.h"
 #include "kvsim/units.h"
 #include "paged_allocator.h"
 
@@ -43,7 +44,7 @@ void AllocatorParams::fail(const std::string& problem) const {
 void AllocatorParams::finish() const {
   for (const auto& [k, v] : spec_.params) {
     if (std::find(used_.begin(), used_.end(), k) == used_.end()) {
-      fail("unknown parameter '" + k + "' for allocator '" + spec_.kind + "' (see kvsim replay --help)");
+      fail("unknown parameter '" + k + "' for allocator '" + spec_.kind + "' (see " + kReplayHelp + ")");
     }
   }
 }
@@ -79,7 +80,7 @@ std::unique_ptr<Allocator> make_dense_static(AllocatorParams& p, const KvLayout&
   else p.fail("reserve must be max-model-len, max-tokens, pow2 or oracle, got \"" + reserve + "\"");
   if (o.reserve == Reserve::max_model_len && layout.max_model_len <= 0) {
     p.fail("reserve=max-model-len needs the model's maximum length, which this model does not give "
-           "(no max_position_embeddings): pass --max-model-len");
+           "(no max_position_embeddings): pass " + std::string(kOptMaxModelLen));
   }
   o.capacity_bytes = limits.capacity_bytes;
   return std::make_unique<DenseStaticAllocator>(layout, o);
@@ -107,7 +108,7 @@ std::unique_ptr<Allocator> make_dynamic(AllocatorParams& p, const KvLayout& layo
   if (o.growth != Growth::chunk && p.has("chunk")) p.fail("'chunk' only applies to growth=chunk");
   o.capacity_bytes = p.has("arena") ? 0 : limits.capacity_bytes;
   if (p.has("arena")) {
-    o.capacity_bytes = parse_byte_size(p.text("arena", ""), "--allocator dynamic:arena");
+    o.capacity_bytes = parse_byte_size(p.text("arena", ""), std::string(kOptAllocator) + " dynamic:arena");
     if (o.capacity_bytes <= 0) p.fail("arena must be a positive byte size");
   }
   return std::make_unique<DynamicAllocator>(layout, o);
@@ -198,16 +199,16 @@ std::vector<AllocatorSpec> parse_allocator_list(std::string_view text, std::stri
 std::unique_ptr<Allocator> make_allocator(const AllocatorSpec& spec, const KvLayout& layout,
                                           const AllocatorLimits& limits) {
   const detail::AllocatorKind* kind = detail::find_allocator_kind(spec.kind);
-  detail::AllocatorParams p(spec, "--allocator");
+  detail::AllocatorParams p(spec, kOptAllocator);
   // A spec not made by parse_allocator_spec may name anything: unknown is an error here too.
-  if (kind == nullptr) p.fail("unknown allocator '" + spec.kind + "' (see kvsim replay --help)");
+  if (kind == nullptr) p.fail("unknown allocator '" + spec.kind + "' (see " + kReplayHelp + ")");
   std::unique_ptr<Allocator> made = kind->make(p, layout, limits);
   p.finish();
   return made;
 }
 
 std::string allocator_help() {
-  std::string out = "Allocators (--allocator KIND[:key=value,...], several separated by commas):\n";
+  std::string out = std::string("Allocators (") + kOptAllocator + " KIND[:key=value,...], several separated by commas):\n";
   for (const auto& kind : detail::allocator_kinds()) {
     out += "  ";
     out += kind.usage;

@@ -8,6 +8,7 @@
 
 #include "decimal.h"
 #include "kvsim/error.h"
+#include "kvsim/option_names.h"
 #include "kvsim/units.h"
 
 namespace kvsim {
@@ -66,8 +67,8 @@ std::int64_t add(std::int64_t a, std::int64_t b) { return checked_add(a, b, "par
 std::int64_t require_field(std::int64_t value, const char* field) {
   if (value <= 0) {
     throw InputError(Location{"", 0, "field '" + std::string(field) + "'"},
-                     "unknown, so the parameter count cannot be estimated; pass --params or "
-                     "--weights-bytes");
+                     std::string("unknown, so the parameter count cannot be estimated; pass ") + kOptParams + " or " +
+                         kOptWeightsBytes);
   }
   return value;
 }
@@ -101,9 +102,9 @@ const DevicePreset& find_device_preset(std::string_view name) {
     if (lower(d.name) == key) return d;
     known += (known.empty() ? "" : ", ") + std::string(d.name);
   }
-  throw InputError(Location{"", 0, "--device"},
+  throw InputError(Location{"", 0, kOptDevice},
                    "no device named \"" + std::string(name) + "\" (known: " + known +
-                       "; or give --device-memory BYTES)");
+                       "; or give " + kOptDeviceMemory + " BYTES)");
 }
 
 std::int64_t parse_gpu_memory_utilization(std::string_view text, std::string_view field) {
@@ -175,13 +176,13 @@ ModelWeights model_weights(const ModelSpec& model, const KvOptions& kv, const Bu
   ModelWeights w;
   w.devices = checked_mul(kv.tensor_parallel, kv.pipeline_parallel, "device count");
   if (o.weights_bytes) {
-    if (*o.weights_bytes < 0) throw InputError(Location{"", 0, "--weights-bytes"}, "expected a non-negative size");
+    if (*o.weights_bytes < 0) throw InputError(Location{"", 0, kOptWeightsBytes}, "expected a non-negative size");
     w.weights_bytes = *o.weights_bytes;
-    w.parameter_source = "--weights-bytes";
+    w.parameter_source = kOptWeightsBytes;
   } else {
     if (o.parameter_count > 0) {
       w.parameter_count = o.parameter_count;
-      w.parameter_source = "--params";
+      w.parameter_source = kOptParams;
     } else if (model.parameter_count > 0) {
       w.parameter_count = model.parameter_count;
       w.parameter_source = "published";
@@ -191,7 +192,7 @@ ModelWeights model_weights(const ModelSpec& model, const KvOptions& kv, const Bu
     }
     if (o.weight_bits > 0) {
       w.weight_bits = o.weight_bits;
-      w.weight_bits_source = "--weight-dtype";
+      w.weight_bits_source = kOptWeightDtype;
     } else if (model.weight_bits > 0) {
       w.weight_bits = model.weight_bits;
       w.weight_bits_source = "quantization_config";
@@ -211,7 +212,7 @@ ModelWeights model_weights(const ModelSpec& model, const KvOptions& kv, const Bu
 Budget derive_budget(const ModelSpec& model, const KvOptions& kv, const BudgetOptions& o) {
   Budget b;
   if (kv.tensor_parallel < 1 || kv.pipeline_parallel < 1) {
-    throw InputError(Location{"", 0, "--tp/--pp"}, "expected at least 1 device");
+    throw InputError(Location{"", 0, std::string(kOptTp) + "/" + kOptPp}, "expected at least 1 device");
   }
   b.devices = checked_mul(kv.tensor_parallel, kv.pipeline_parallel, "device count");
   // A named device is checked even when its total is overridden or the budget is direct: the
@@ -220,7 +221,7 @@ Budget derive_budget(const ModelSpec& model, const KvOptions& kv, const BudgetOp
   if (preset != nullptr) b.device = std::string(preset->name);
   if (o.kv_budget_bytes) {
     if (*o.kv_budget_bytes <= 0) {
-      throw InputError(Location{"", 0, "--kv-budget"}, "expected a positive number of bytes");
+      throw InputError(Location{"", 0, kOptKvBudget}, "expected a positive number of bytes");
     }
     b.direct = true;
     b.kv_budget_bytes = *o.kv_budget_bytes;
@@ -229,16 +230,17 @@ Budget derive_budget(const ModelSpec& model, const KvOptions& kv, const BudgetOp
 
   if (o.device_memory_bytes > 0) {
     b.device_total_bytes = o.device_memory_bytes;
-    b.device_total_source = "--device-memory";
+    b.device_total_source = kOptDeviceMemory;
   } else if (preset != nullptr) {
     b.device_total_bytes = preset->total_bytes;
     b.device_total_source = std::string(preset->name) + " preset (nvidia-smi memory.total)";
   } else {
-    throw InputError(Location{"", 0, "--device"},
-                     "a KV budget needs a device (--device or --device-memory) or --kv-budget");
+    throw InputError(Location{"", 0, kOptDevice},
+                     std::string("a KV budget needs a device (") + kOptDevice + " or " + kOptDeviceMemory + ") or " +
+                         kOptKvBudget);
   }
   if (o.gpu_memory_utilization_ppb <= 0 || o.gpu_memory_utilization_ppb > kPartsPerBillion) {
-    throw InputError(Location{"", 0, "--gpu-memory-utilization"}, "expected a fraction in (0, 1]");
+    throw InputError(Location{"", 0, kOptGpuMemoryUtilization}, "expected a fraction in (0, 1]");
   }
   b.gpu_memory_utilization_ppb = o.gpu_memory_utilization_ppb;
   b.usable_bytes = static_cast<std::int64_t>(Wide{b.device_total_bytes} * o.gpu_memory_utilization_ppb /
@@ -251,7 +253,7 @@ Budget derive_budget(const ModelSpec& model, const KvOptions& kv, const BudgetOp
   b.weight_bits_source = w.weight_bits_source;
   b.weights_bytes = w.weights_bytes;
   b.weights_bytes_per_device = w.weights_bytes_per_device;
-  if (o.reserve_bytes < 0) throw InputError(Location{"", 0, "--reserve"}, "expected a non-negative size");
+  if (o.reserve_bytes < 0) throw InputError(Location{"", 0, kOptReserve}, "expected a non-negative size");
   b.reserve_bytes = o.reserve_bytes;
   b.kv_budget_bytes = b.usable_bytes - b.weights_bytes_per_device - b.reserve_bytes;
   if (b.kv_budget_bytes <= 0) {
@@ -261,15 +263,16 @@ Budget derive_budget(const ModelSpec& model, const KvOptions& kv, const BudgetOp
                          with_commas(b.usable_bytes) + ", - weights " + with_commas(b.weights_bytes) + " / " +
                          std::to_string(b.devices) + " device(s) = " + with_commas(b.weights_bytes_per_device) +
                          ", - reserve " + with_commas(b.reserve_bytes) + " = " + with_commas(b.kv_budget_bytes) +
-                         " bytes. Use more devices (--tp, --pp), a larger device, or give --kv-budget");
+                         " bytes. Use more devices (" + kOptTp + ", " + kOptPp + "), a larger device, or give " +
+                         kOptKvBudget);
   }
   return b;
 }
 
 PagedPool paged_pool(const KvLayout& layout, std::int64_t kv_budget_bytes, const PagedOptions& o) {
-  if (o.block_tokens <= 0) throw InputError(Location{"", 0, "--block-size"}, "expected a positive number of tokens");
+  if (o.block_tokens <= 0) throw InputError(Location{"", 0, kOptBlockSize}, "expected a positive number of tokens");
   if (o.max_num_batched_tokens <= 0) {
-    throw InputError(Location{"", 0, "--max-num-batched-tokens"}, "expected a positive number of tokens");
+    throw InputError(Location{"", 0, kOptMaxNumBatchedTokens}, "expected a positive number of tokens");
   }
   check(!layout.groups.empty(), "paged_pool: a layout with no layer groups");
   PagedPool p;

@@ -1,4 +1,4 @@
-#include "cost_model.h"
+#include "kvsim/cost_model.h"
 
 #include <string>
 #include <vector>
@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "kvsim/error.h"
+#include "kvsim/option_names.h"
 #include "kvsim/units.h"
 
 namespace kvsim {
@@ -72,7 +73,7 @@ CostModel parse_cost_model(std::string_view text, const CostModel& roofline, std
   const Location where{"", 0, std::string(field)};
   CostModel c;
   if (kind == "roofline") {
-    if (colon != std::string_view::npos) throw InputError(where, "roofline takes no parameters (it follows --device)");
+    if (colon != std::string_view::npos) throw InputError(where, std::string("roofline takes no parameters (it follows ") + kOptDevice + ")");
     return roofline;
   }
   if (kind != "constant" && kind != "linear") {

@@ -16,6 +16,7 @@
 #include "effective.h"
 #include "footprint.h"
 #include "kvsim/error.h"
+#include "kvsim/option_names.h"
 #include "kvsim/units.h"
 
 namespace kvsim {
@@ -33,7 +34,7 @@ Engine::Engine(TraceReader& trace, Allocator& allocator, const ReplayOptions& op
   max_tokens_ = options.layout.max_model_len > 0 ? options.layout.max_model_len : kUnlimited;
   if (opt_.max_batched_tokens > 0 && !opt_.chunked_prefill && opt_.max_batched_tokens < max_tokens_) {
     // As vLLM insists: without chunking, a prompt must fit in one iteration's budget.
-    throw InputError(Location{"", 0, "--max-batched-tokens"},
+    throw InputError(Location{"", 0, kOptMaxBatchedTokens},
                      "without chunked prefill it must be at least the model's maximum length (" +
                          std::to_string(max_tokens_) + ")");
   }
@@ -670,7 +671,7 @@ ReplayReport Engine::run() {
   if (measured_ && bounded()) {
     throw InputError(Location{trace_.path(), 0, ""},
                      "its start/first_token/finish times fix the schedule, which a memory budget would have to "
-                     "change; replay it without a budget, or with --schedule simulate");
+                     "change; replay it without a budget, or with " + std::string(kOptSchedule) + " simulate");
   }
   report_.schedule = measured_ ? "measured" : "simulated";
   report_.cost_model = measured_ ? "none (measured schedule)" : opt_.cost.name;

@@ -5,6 +5,7 @@
 // finish, or at the cancellation if that comes first. Every token is an explicit event.
 #include "engine.h"
 #include "kvsim/error.h"
+#include "kvsim/option_names.h"
 
 namespace kvsim::detail {
 
@@ -13,11 +14,11 @@ void Engine::pull_arrivals(std::int64_t now) {
     const Location where{trace_.path(), 0, "request #" + std::to_string(ordinal_) + " ('" + next_.id + "')"};
     if (!next_.has_service_times()) {
       throw InputError(where, opt_.schedule == Schedule::measured
-                                  ? "has no start, first_token and finish times, which --schedule measured needs "
+                                  ? "has no start, first_token and finish times, which " + std::string(kOptSchedule) + " measured needs "
                                     "for every request"
                                   : "has no start, first_token and finish times, but the trace's first request "
                                     "has them, so the schedule is measured and every request needs them (use "
-                                    "--schedule simulate to ignore them)");
+                                    + std::string(kOptSchedule) + " simulate to ignore them)");
     }
     const std::int64_t index = take_ticket();
     if (index < 0) {

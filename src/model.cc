@@ -8,6 +8,7 @@
 #include <string>
 
 #include "kvsim/error.h"
+#include "kvsim/option_names.h"
 #include "kvsim/units.h"
 
 namespace kvsim {
@@ -102,7 +103,7 @@ std::int64_t kv_vector_bytes(std::int64_t values, const KvOptions& options) {
   std::int64_t bytes = ceil_div(checked_mul(values, info.bits, "KV vector bits"), 8);
   if (info.group_scales && values > 0) {
     if (options.quant_group_values <= 0) {
-      throw InputError(Location{"", 0, "--kv-group-size"}, "expected a positive number of values");
+      throw InputError(Location{"", 0, kOptKvGroupSize}, "expected a positive number of values");
     }
     if (options.scale_bytes < 0) {
       throw InputError(Location{"", 0, "scale bytes"}, "expected a non-negative number");
@@ -131,11 +132,11 @@ std::int64_t kv_bytes_for_tokens(const KvLayout& layout, std::int64_t tokens) {
 std::vector<std::pair<std::int64_t, std::int64_t>> pipeline_stage_layers(std::int64_t layers,
                                                                          std::int64_t stages) {
   if (stages < 1) {
-    throw InputError(Location{"", 0, "--pp"}, "expected at least 1 pipeline stage, got " +
+    throw InputError(Location{"", 0, kOptPp}, "expected at least 1 pipeline stage, got " +
                                                   std::to_string(stages));
   }
   if (stages > layers) {
-    throw InputError(Location{"", 0, "--pp"},
+    throw InputError(Location{"", 0, kOptPp},
                      std::to_string(stages) + " pipeline stages for " + std::to_string(layers) +
                          " layers: every stage needs at least one layer");
   }
@@ -156,7 +157,7 @@ std::vector<std::pair<std::int64_t, std::int64_t>> pipeline_stage_layers(std::in
 
 std::int64_t kv_heads_per_device(std::int64_t kv_heads, std::int64_t attention_heads,
                                  std::int64_t tensor_parallel) {
-  const Location where{"", 0, "--tp"};
+  const Location where{"", 0, kOptTp};
   if (tensor_parallel < 1) {
     throw InputError(where, "expected at least 1 device, got " + std::to_string(tensor_parallel));
   }

@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "kvsim/error.h"
+#include "kvsim/option_names.h"
 #include "kvsim/model.h"
 
 namespace kvsim {
@@ -244,9 +245,9 @@ const ModelSpec& find_model_preset(std::string_view name) {
     if (m.name == key) return m;
     known += (known.empty() ? "" : ", ") + m.name;
   }
-  throw InputError(Location{"", 0, "--model"},
-                   "no preset named \"" + std::string(name) + "\" (known: " + known +
-                       "; or use --config FILE)");
+  throw InputError(Location{"", 0, kOptModel},
+                   "no preset named \"" + std::string(name) + "\" (known: " + known + "; or use " + kOptConfig +
+                       " FILE)");
 }
 
 }  // namespace kvsim

@@ -5,6 +5,7 @@
 
 #include "engine.h"
 #include "kvsim/error.h"
+#include "kvsim/option_names.h"
 
 namespace kvsim::detail {
 
@@ -49,7 +50,7 @@ const SchedulerEntry& find_scheduler(std::string_view name, std::string_view fie
 
 std::unique_ptr<Scheduler> make_scheduler(const EngineView& engine) {
   if (engine.capacity_bytes == 0) return std::make_unique<DemandScheduler>();
-  return find_scheduler(engine.options.memory.policy.name, "policy").make(engine);
+  return find_scheduler(engine.options.memory.policy.name, kOptPolicy).make(engine);
 }
 
 }  // namespace kvsim::detail

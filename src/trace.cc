@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kvsim/error.h"
+#include "kvsim/option_names.h"
 #include "kvsim/trace.h"
 #include "trace_formats.h"
 #include "trace_native.h"
@@ -209,12 +210,12 @@ TraceFormat detect_trace_format(const std::string& path) {
     }
     if (const auto* f = detect(detail::TraceSyntax::jsonl, detail::FirstRecord{nullptr, &record})) return f->format;
     throw InputError(where, "unrecognised JSONL trace: the first record's fields match no known format (" +
-                                known_formats() + "); name one with --format");
+                                known_formats() + "); name one with " + kOptFormat);
   }
   const auto names = header_names(line);
   if (const auto* f = detect(detail::TraceSyntax::csv, detail::FirstRecord{&names, nullptr})) return f->format;
   throw InputError(where, "unrecognised trace format: the first line " + detail::quote_text(line) +
-                              " matches none of " + known_formats() + "; name one with --format");
+                              " matches none of " + known_formats() + "; name one with " + kOptFormat);
 }
 
 std::unique_ptr<TraceReader> open_trace(const std::string& path, const TraceOptions& options) {

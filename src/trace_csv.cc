@@ -2,6 +2,7 @@
 // required ones and any of the optional ones; an empty cell is an absent value.
 #include <array>
 
+#include "kvsim/option_names.h"
 #include "kvsim/units.h"
 #include "trace_native.h"
 #include "trace_read.h"
@@ -28,7 +29,7 @@ class NativeCsvReader final : public CsvReader {
     for (F required : {F::id, F::arrival, F::prompt_tokens, F::output_tokens}) {
       if (col(required) < 0) {
         std::string hint;
-        if (required == F::arrival) hint = "; for a file of lengths only, read it as --format lengths with --rate";
+        if (required == F::arrival) hint = "; for a file of lengths only, read it as " + std::string(kOptFormat) + " lengths with " + kOptRate;
         fail_file(header_line_, "missing column '" + std::string(native_name(required)) +
                                     "' (required: id, arrival, prompt_tokens, output_tokens" + hint + ")");
       }

@@ -7,6 +7,7 @@
 
 #include "block_hash.h"
 #include "kvsim/error.h"
+#include "kvsim/option_names.h"
 #include "kvsim/trace_gen.h"
 #include "kvsim/units.h"
 #include "random.h"
@@ -78,7 +79,7 @@ void validate_count(const CountDistribution& d, std::string_view field, std::int
       break;
     }
     case CountDistribution::Kind::empirical:
-      if (!empirical_ok) bad(field, "empirical lengths are only for --prompt and --output");
+      if (!empirical_ok) bad(field, std::string("empirical lengths are only for ") + kOptPrompt + " and " + kOptOutput);
       return;
     case CountDistribution::Kind::constant: break;
   }
@@ -250,53 +251,53 @@ std::vector<std::pair<std::int64_t, std::int64_t>> load_pairs(const std::string&
 GenOptions::GenOptions() {
   // Defaults shaped like Azure's 2023 conversation trace (../shared/traces/README.md).
   arrivals.rate_per_s = 5.5;
-  prompt_tokens = parse_count_distribution("lognormal:mean=1155,p99=4142,max=14050", "--prompt");
-  output_tokens = parse_count_distribution("lognormal:mean=211,p99=601,max=1000", "--output");
-  n = parse_count_distribution("1", "--n");
+  prompt_tokens = parse_count_distribution("lognormal:mean=1155,p99=4142,max=14050", kOptPrompt);
+  output_tokens = parse_count_distribution("lognormal:mean=211,p99=601,max=1000", kOptOutput);
+  n = parse_count_distribution("1", kOptN);
 }
 
 void validate_gen_options(const GenOptions& o) {
-  if (o.requests < 0) bad("--requests", "must not be negative");
-  if (o.duration_ns < 0) bad("--duration", "must not be negative");
-  if (o.requests == 0 && o.duration_ns == 0) bad("--requests", "give --requests N, --duration D, or both");
+  if (o.requests < 0) bad(kOptRequests, "must not be negative");
+  if (o.duration_ns < 0) bad(kOptDuration, "must not be negative");
+  if (o.requests == 0 && o.duration_ns == 0) bad(kOptRequests, std::string("give ") + kOptRequests + " N, " + kOptDuration + " D, or both");
   const auto& a = o.arrivals;
-  if (!(a.rate_per_s > 0)) bad("--arrivals", "the rate must be above 0");
-  if (a.kind == ArrivalProcess::Kind::gamma && !(a.cv > 0)) bad("--arrivals", "gamma: cv must be above 0");
+  if (!(a.rate_per_s > 0)) bad(kOptArrivals, "the rate must be above 0");
+  if (a.kind == ArrivalProcess::Kind::gamma && !(a.cv > 0)) bad(kOptArrivals, "gamma: cv must be above 0");
   if (a.kind == ArrivalProcess::Kind::onoff && (a.on_ns <= 0 || a.off_ns < 0 || a.off_rate_per_s < 0)) {
-    bad("--arrivals", "onoff: on must be above 0, off and off_rate not negative");
+    bad(kOptArrivals, "onoff: on must be above 0, off and off_rate not negative");
   }
   if (o.lengths_from.empty()) {
-    validate_count(o.prompt_tokens, "--prompt", 0, true);
-    validate_count(o.output_tokens, "--output", 0, true);
+    validate_count(o.prompt_tokens, kOptPrompt, 0, true);
+    validate_count(o.output_tokens, kOptOutput, 0, true);
   }
-  validate_count(o.n, "--n", 1, false);
+  validate_count(o.n, kOptN, 1, false);
   if (o.max_tokens.kind == MaxTokensPolicy::Kind::factor && o.max_tokens.factor_ppb < kBillion) {
-    bad("--max-tokens", "factor: must be at least 1");
+    bad(kOptMaxTokens, "factor: must be at least 1");
   }
-  if (o.max_tokens.kind == MaxTokensPolicy::Kind::cap) validate_count(o.max_tokens.cap, "--max-tokens", 0, false);
-  if (o.max_tokens.share_ppb < 0 || o.max_tokens.share_ppb > kBillion) bad("--max-tokens-share", "must be in [0, 1]");
+  if (o.max_tokens.kind == MaxTokensPolicy::Kind::cap) validate_count(o.max_tokens.cap, kOptMaxTokens, 0, false);
+  if (o.max_tokens.share_ppb < 0 || o.max_tokens.share_ppb > kBillion) bad(kOptMaxTokensShare, "must be in [0, 1]");
   std::int64_t cancel_total = 0;
   for (const auto& c : o.cancel) {
-    if (c.probability_ppb < 0) bad("--cancel", "p must not be negative");
+    if (c.probability_ppb < 0) bad(kOptCancel, "p must not be negative");
     cancel_total += c.probability_ppb;
-    validate_duration(c.after, "--cancel");
+    validate_duration(c.after, kOptCancel);
   }
-  if (cancel_total > kBillion) bad("--cancel", "the probabilities of the --cancel clauses add up to more than 1");
+  if (cancel_total > kBillion) bad(kOptCancel, std::string("the probabilities of the ") + kOptCancel + " clauses add up to more than 1");
   std::int64_t system_total = 0;
   for (const auto& s : o.system_prompts) {
-    if (s.tokens < 1 || s.share_ppb < 0) bad("--system-prompt", "tokens must be at least 1 and share not negative");
+    if (s.tokens < 1 || s.share_ppb < 0) bad(kOptSystemPrompt, "tokens must be at least 1 and share not negative");
     system_total += s.share_ppb;
   }
-  if (system_total > kBillion) bad("--system-prompt", "the shares of the system prompts add up to more than 1");
+  if (system_total > kBillion) bad(kOptSystemPrompt, "the shares of the system prompts add up to more than 1");
   if (o.sessions) {
     const auto& s = *o.sessions;
-    if (s.share_ppb < 0 || s.share_ppb > kBillion) bad("--sessions", "share must be in [0, 1]");
-    validate_count(s.turns, "--sessions", 1, false);
-    validate_duration(s.gap, "--sessions");
-    if (s.user_tokens) validate_count(*s.user_tokens, "--sessions", 0, true);
-    if (s.max_context_tokens < 0) bad("--sessions", "max_context must not be negative");
+    if (s.share_ppb < 0 || s.share_ppb > kBillion) bad(kOptSessions, "share must be in [0, 1]");
+    validate_count(s.turns, kOptSessions, 1, false);
+    validate_duration(s.gap, kOptSessions);
+    if (s.user_tokens) validate_count(*s.user_tokens, kOptSessions, 0, true);
+    if (s.max_context_tokens < 0) bad(kOptSessions, "max_context must not be negative");
   }
-  if (o.block_tokens < 1) bad("--block-tokens", "must be at least 1");
+  if (o.block_tokens < 1) bad(kOptBlockTokens, "must be at least 1");
 }
 
 struct TraceGenerator::State {
@@ -376,9 +377,9 @@ struct TraceGenerator::State {
     }
     // What the readers would refuse, refused here: a trace kvsim cannot read back is no use.
     const std::pair<std::string_view, std::int64_t> lengths[] = {
-        {o.sessions ? "--sessions" : "--prompt", out.prompt_tokens},
-        {"--output", out.output_tokens},
-        {"--max-tokens", out.max_tokens.value_or(0)}};
+        {o.sessions ? kOptSessions : kOptPrompt, out.prompt_tokens},
+        {kOptOutput, out.output_tokens},
+        {kOptMaxTokens, out.max_tokens.value_or(0)}};
     for (const auto& [field, value] : lengths) {
       if (value > detail::kMaxRequestTokens) {
         bad(field, "a request of " + std::to_string(value) + " tokens; a trace holds at most " +

@@ -2,6 +2,7 @@
 // Poisson arrival process. None of these formats names its requests: a request's id is
 // its row number among the data rows, from 1. Their columns are found by name, and
 // columns they do not use are ignored (BurstGPT's later releases insert columns).
+#include "kvsim/option_names.h"
 #include "random.h"
 #include "trace_read.h"
 
@@ -38,7 +39,7 @@ class BurstGptReader final : public LengthColumnsReader {
     if (dropped_ == 0) return RowReader::no_requests_problem();
     return "no requests: all " + std::to_string(dropped_) +
            " rows are failed requests (0 response tokens), which are dropped; "
-           "keep them as cancelled at arrival with --keep-failed";
+           "keep them as cancelled at arrival with " + kOptKeepFailed;
   }
 
   std::int64_t dropped_ = 0;
@@ -87,7 +88,7 @@ class LengthsReader final : public CsvReader {
     if (!(options.synthetic_rate_per_s > 0)) {
       fail_file(0,
                 "this trace has lengths only, no arrival times: give a synthetic Poisson arrival rate "
-                "(--rate R requests per second; --seed S picks the process)");
+                "(" + std::string(kOptRate) + " R requests per second; " + kOptSeed + " S picks the process)");
     }
     message_names_.prompt = prompt_name_;
     message_names_.output = output_name_;

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <limits>
 
+#include "kvsim/option_names.h"
 #include "kvsim/units.h"
 
 namespace kvsim::detail {
@@ -317,7 +318,7 @@ bool RowReader::next(Request& out) {
       fail(label(message_names_.arrival), "arrival " + seconds_text(out.arrival_ns) + " s is before the arrival " +
                                       seconds_text(last_arrival_ns_) + " s on line " +
                                       std::to_string(last_arrival_line_) +
-                                      ": rows must be in arrival order (or pass --sort)");
+                                      ": rows must be in arrival order (or pass " + kOptSort + ")");
       continue;
     }
     if (!validate(out)) continue;

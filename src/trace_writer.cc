@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "kvsim/error.h"
+#include "kvsim/option_names.h"
 #include "trace_read.h"
 
 namespace kvsim {
@@ -81,7 +82,7 @@ NativeFormat native_format_for_path(std::string_view path, std::string_view fiel
   if (ends_with(".jsonl") || ends_with(".ndjson") || ends_with(".json")) return NativeFormat::jsonl;
   throw InputError(Location{"", 0, std::string(field)},
                    "cannot tell the output format from \"" + std::string(path) +
-                       "\": name it .csv or .jsonl, or say which with --to csv|jsonl");
+                       "\": name it .csv or .jsonl, or say which with " + kOptTo + " csv|jsonl");
 }
 
 void TraceColumns::include(const Request& r) {

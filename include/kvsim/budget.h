@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "kvsim/model.h"
+#include "kvsim/vllm_defaults.h"
 
 namespace kvsim {
 
@@ -129,7 +130,7 @@ std::int64_t estimate_parameter_count(const ModelSpec& model);
 // How vLLM's paged cache is laid out on one device.
 struct PagedOptions {
   std::int64_t block_tokens = 16;             // --block-size: tokens per block (vLLM default 16)
-  std::int64_t max_num_batched_tokens = 8192;  // vLLM's scheduler chunk; caps sliding windows
+  std::int64_t max_num_batched_tokens = kVllmMaxNumBatchedTokens;  // vLLM's scheduler chunk; caps sliding windows
 };
 
 struct PagedPool {

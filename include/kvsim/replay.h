@@ -27,6 +27,7 @@
 #include "kvsim/allocator.h"
 #include "kvsim/model.h"
 #include "kvsim/trace.h"
+#include "kvsim/vllm_defaults.h"
 
 namespace kvsim {
 
@@ -126,6 +127,8 @@ struct ReplayOptions {
   KvLayout layout;                    // per device; its max_model_len bounds requests
   Schedule schedule = Schedule::automatic;
   CostModel cost;
+  // The scheduler's limits. 0 is unlimited, which is what demand mode wants; under a budget
+  // `kvsim replay` uses vLLM's defaults instead: see apply_vllm_scheduler_defaults below.
   std::int64_t max_batched_tokens = 0;  // per iteration, decodes included; 0 = unlimited
   bool chunked_prefill = true;          // with max_batched_tokens: split prompts across steps
   std::int64_t max_running = 0;         // requests running at once; 0 = unlimited
@@ -232,6 +235,15 @@ struct ReplayReport {
   bool leak_free = false;
   std::int64_t allocated_bytes_at_end = 0;
 };
+
+// The scheduler limits `kvsim replay` uses when its options leave them unset, so that a
+// library user gets the program's behaviour with one call. Under a memory budget
+// (memory.kv_budget_bytes > 0) a max_running of 0 becomes kVllmMaxNumSeqs and a
+// max_batched_tokens of 0 becomes kVllmMaxNumBatchedTokens, or without chunked prefill
+// max(layout.max_model_len, kVllmMinNumBatchedTokensUnchunked). Without a budget nothing
+// changes: demand mode batches without limits. Call it once layout, chunked_prefill and
+// memory are set. replay() never applies it itself, so a 0 passed to replay() stays unlimited.
+void apply_vllm_scheduler_defaults(ReplayOptions& options);
 
 // Replays `trace` through `allocator`. Throws InputError on a bad trace row, InternalError
 // when an invariant breaks (including a leak at the end).

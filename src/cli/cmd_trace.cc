@@ -8,8 +8,8 @@
 #include <optional>
 
 #include "cli.h"
-#include "decimal.h"
 #include "kvsim/error.h"
+#include "kvsim/option_names.h"
 #include "kvsim/trace.h"
 #include "kvsim/trace_gen.h"
 #include "kvsim/trace_stats.h"
@@ -69,14 +69,14 @@ void add_read_options(po::options_description& options, ReadArgs& args) {
     separator = ", ";
   }
   options.add_options()
-      ("format", po::value(&args.format)->default_value(args.format), format_help.c_str())
-      ("sort", po::bool_switch(&args.sort),
+      (option_key(kOptFormat), po::value(&args.format)->default_value(args.format), format_help.c_str())
+      (option_key(kOptSort), po::bool_switch(&args.sort),
        "accept arrivals out of order and sort them (reads the whole trace into memory)")
-      ("keep-failed", po::bool_switch(&args.keep_failed),
+      (option_key(kOptKeepFailed), po::bool_switch(&args.keep_failed),
        "BurstGPT: keep failed requests (0 response tokens) as cancelled at arrival instead of dropping them")
-      ("rate", po::value(&args.rate),
+      (option_key(kOptRate), po::value(&args.rate),
        "length-only traces: Poisson arrivals at this many requests per second (required for them)")
-      ("seed", po::value(&args.seed)->default_value(args.seed), "length-only traces: seed of the arrival process")
+      (option_key(kOptSeed), po::value(&args.seed)->default_value(args.seed), "length-only traces: seed of the arrival process")
       ("hash-block-tokens", po::value(&args.hash_block_tokens)->default_value(args.hash_block_tokens),
        "token-id traces: tokens per block when hashing prompt prefixes");
 }
@@ -84,11 +84,11 @@ void add_read_options(po::options_description& options, ReadArgs& args) {
 TraceOptions trace_options(const ReadArgs& args, const CommandSpec& spec) {
   return option_value(spec, [&] {
     TraceOptions o;
-    o.format = parse_trace_format(args.format, "--format");
+    o.format = parse_trace_format(args.format, kOptFormat);
     o.sort = args.sort;
     o.keep_failed = args.keep_failed;
-    if (!args.rate.empty()) o.synthetic_rate_per_s = parse_rate_per_s(args.rate, "--rate");
-    o.synthetic_seed = parse_seed(args.seed, "--seed");
+    if (!args.rate.empty()) o.synthetic_rate_per_s = parse_rate_per_s(args.rate, kOptRate);
+    o.synthetic_seed = parse_seed(args.seed, kOptSeed);
     o.hash_block_tokens = parse_positive_count(args.hash_block_tokens, "--hash-block-tokens");
     return o;
   });
@@ -154,7 +154,7 @@ int run_convert(const Invocation& inv) {
   po::options_description options("Options");
   options.add_options()("in", po::value(&in)->required(), "the trace to read")(
       "out", po::value(&out)->required(), "the file to write ('-' for standard output, with --to)")(
-      "to", po::value(&to), "output format: csv or jsonl (default: from OUT's extension)");
+      option_key(kOptTo), po::value(&to), "output format: csv or jsonl (default: from OUT's extension)");
   add_read_options(options, read);
   po::positional_options_description positional;
   positional.add("in", 1).add("out", 1);
@@ -162,7 +162,7 @@ int run_convert(const Invocation& inv) {
   if (!parse_options(inv, kConvertSpec, options, positional, vm)) return kExitOk;
   const TraceOptions trace = trace_options(read, kConvertSpec);
   const NativeFormat format = option_value(kConvertSpec, [&] {
-    return to.empty() ? native_format_for_path(out, "OUT") : parse_native_format(to, "--to");
+    return to.empty() ? native_format_for_path(out, "OUT") : parse_native_format(to, kOptTo);
   });
   std::error_code ec;
   if (out != "-" && std::filesystem::equivalent(in, out, ec)) {
@@ -241,28 +241,28 @@ int run_gen(const Invocation& inv) {
   po::options_description options("Options");
   options.add_options()
       ("out,o", po::value(&out)->default_value(out), "where to write ('-': standard output)")
-      ("to", po::value(&to), "csv or jsonl (default: from --out's extension; csv on standard output)")
-      ("seed", po::value(&seed)->default_value(seed), "the seed: same seed and options, same bytes")
-      ("requests", po::value(&requests), "stop after N requests (default 1000 unless --duration is given)")
-      ("duration", po::value(&duration), "stop at this arrival time, e.g. 10min, 3600s")
-      ("arrivals", po::value(&arrivals)->default_value(arrivals),
+      (option_key(kOptTo), po::value(&to), "csv or jsonl (default: from --out's extension; csv on standard output)")
+      (option_key(kOptSeed), po::value(&seed)->default_value(seed), "the seed: same seed and options, same bytes")
+      (option_key(kOptRequests), po::value(&requests), "stop after N requests (default 1000 unless --duration is given)")
+      (option_key(kOptDuration), po::value(&duration), "stop at this arrival time, e.g. 10min, 3600s")
+      (option_key(kOptArrivals), po::value(&arrivals)->default_value(arrivals),
        "poisson:rate=R | gamma:rate=R,cv=C | onoff:rate=R,on=D,off=D[,off_rate=R]")
-      ("prompt", po::value(&prompt), "prompt length in tokens (a count; see above)")
-      ("output", po::value(&output), "output length in tokens (a count; see above)")
+      (option_key(kOptPrompt), po::value(&prompt), "prompt length in tokens (a count; see above)")
+      (option_key(kOptOutput), po::value(&output), "output length in tokens (a count; see above)")
       ("lengths-from", po::value(&lengths_from),
        "draw (prompt, output) pairs jointly from this trace's rows, instead of --prompt/--output")
-      ("max-tokens", po::value(&max_tokens)->default_value(max_tokens),
+      (option_key(kOptMaxTokens), po::value(&max_tokens)->default_value(max_tokens),
        "none | output | factor:F (ceil(output x F)) | fixed:N or cap:COUNT (output is cut to the cap)")
-      ("max-tokens-share", po::value(&max_tokens_share)->default_value(max_tokens_share),
+      (option_key(kOptMaxTokensShare), po::value(&max_tokens_share)->default_value(max_tokens_share),
        "share of requests that give max_tokens")
-      ("cancel", po::value(&cancel)->composing(),
+      (option_key(kOptCancel), po::value(&cancel)->composing(),
        "p=P,after=DURATION: cancel that share of requests that long after arrival (repeatable)")
-      ("n", po::value(&n)->default_value(n), "parallel samples per request (a count, at least 1)")
-      ("system-prompt", po::value(&system_prompts)->composing(),
+      (option_key(kOptN), po::value(&n)->default_value(n), "parallel samples per request (a count, at least 1)")
+      (option_key(kOptSystemPrompt), po::value(&system_prompts)->composing(),
        "tokens=T,share=P: a system prompt shared by that share of requests (repeatable)")
-      ("sessions", po::value(&sessions),
+      (option_key(kOptSessions), po::value(&sessions),
        "share=P,turns=COUNT,gap=DURATION[,user=COUNT][,max_context=N]: multi-turn conversations")
-      ("block-tokens", po::value(&block_tokens)->default_value(block_tokens),
+      (option_key(kOptBlockTokens), po::value(&block_tokens)->default_value(block_tokens),
        "tokens per block of the prefix hashes (written with system prompts or sessions)");
   po::positional_options_description positional;
   po::variables_map vm;
@@ -275,22 +275,22 @@ int run_gen(const Invocation& inv) {
   GenOptions gen;
   NativeFormat format = NativeFormat::csv;
   option_value(kGenSpec, [&] {
-    gen.seed = parse_seed(seed, "--seed");
-    gen.requests = requests.empty() ? (duration.empty() ? 1000 : 0) : parse_positive_count(requests, "--requests");
-    if (!duration.empty()) gen.duration_ns = parse_duration_ns(duration, "--duration");
-    gen.arrivals = parse_arrival_process(arrivals, "--arrivals");
-    if (!prompt.empty()) gen.prompt_tokens = parse_count_distribution(prompt, "--prompt");
-    if (!output.empty()) gen.output_tokens = parse_count_distribution(output, "--output");
+    gen.seed = parse_seed(seed, kOptSeed);
+    gen.requests = requests.empty() ? (duration.empty() ? 1000 : 0) : parse_positive_count(requests, kOptRequests);
+    if (!duration.empty()) gen.duration_ns = parse_duration_ns(duration, kOptDuration);
+    gen.arrivals = parse_arrival_process(arrivals, kOptArrivals);
+    if (!prompt.empty()) gen.prompt_tokens = parse_count_distribution(prompt, kOptPrompt);
+    if (!output.empty()) gen.output_tokens = parse_count_distribution(output, kOptOutput);
     gen.lengths_from = lengths_from;
-    gen.max_tokens = parse_max_tokens_policy(max_tokens, "--max-tokens");
-    gen.max_tokens.share_ppb = parse_probability_ppb(max_tokens_share, "--max-tokens-share");
-    for (const auto& c : cancel) gen.cancel.push_back(parse_cancel_clause(c, "--cancel"));
-    gen.n = parse_count_distribution(n, "--n");
-    for (const auto& sp : system_prompts) gen.system_prompts.push_back(parse_system_prompt(sp, "--system-prompt"));
-    if (!sessions.empty()) gen.sessions = parse_session_model(sessions, "--sessions");
-    gen.block_tokens = parse_positive_count(block_tokens, "--block-tokens");
+    gen.max_tokens = parse_max_tokens_policy(max_tokens, kOptMaxTokens);
+    gen.max_tokens.share_ppb = parse_probability_ppb(max_tokens_share, kOptMaxTokensShare);
+    for (const auto& c : cancel) gen.cancel.push_back(parse_cancel_clause(c, kOptCancel));
+    gen.n = parse_count_distribution(n, kOptN);
+    for (const auto& sp : system_prompts) gen.system_prompts.push_back(parse_system_prompt(sp, kOptSystemPrompt));
+    if (!sessions.empty()) gen.sessions = parse_session_model(sessions, kOptSessions);
+    gen.block_tokens = parse_positive_count(block_tokens, kOptBlockTokens);
     validate_gen_options(gen);
-    format = !to.empty() ? parse_native_format(to, "--to")
+    format = !to.empty() ? parse_native_format(to, kOptTo)
                          : out == "-" ? NativeFormat::csv : native_format_for_path(out, "--out");
     return 0;
   });

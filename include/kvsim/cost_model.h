@@ -1,6 +1,6 @@
 // Iteration cost models for the replay engine, and the roofline defaults they start from.
-#ifndef KVSIM_SRC_COST_MODEL_H_
-#define KVSIM_SRC_COST_MODEL_H_
+#ifndef KVSIM_COST_MODEL_H_
+#define KVSIM_COST_MODEL_H_
 
 #include <cstdint>
 
@@ -36,4 +36,4 @@ std::int64_t parse_duration_ps(std::string_view text, std::string_view field);
 
 }  // namespace kvsim
 
-#endif  // KVSIM_SRC_COST_MODEL_H_
+#endif  // KVSIM_COST_MODEL_H_

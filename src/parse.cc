@@ -1,0 +1,58 @@
+#include "kvsim/parse.h"
+
+#include <limits>
+#include <string>
+
+#include "decimal.h"
+#include "kvsim/error.h"
+
+namespace kvsim {
+namespace {
+
+__extension__ typedef __int128 Wide;
+
+Location where(std::string_view field) { return Location{"", 0, std::string(field)}; }
+
+}  // namespace
+
+std::int64_t parse_positive_integer(std::string_view text, std::string_view field) {
+  std::int64_t value = 0;
+  if (detail::parse_non_negative(text, value) != detail::DecimalStatus::ok) {
+    throw InputError(where(field), "expected a positive integer, got \"" + std::string(text) + "\"");
+  }
+  if (value <= 0) throw InputError(where(field), "expected a positive integer, got " + std::string(text));
+  return value;
+}
+
+std::int64_t parse_fraction_ppb(std::string_view text, std::string_view field) {
+  std::int64_t ppb = 0;
+  if (detail::parse_scaled_decimal(text, 9, ppb) != detail::DecimalStatus::ok || ppb >= 1'000'000'000) {
+    throw InputError(where(field),
+                     "expected a fraction from 0 up to (not including) 1, got \"" + std::string(text) + "\"");
+  }
+  return ppb;
+}
+
+std::int64_t parse_parameter_count(std::string_view text, std::string_view field) {
+  std::int64_t scale = 1;
+  std::string_view number = text;
+  if (!number.empty() && (number.back() == 'B' || number.back() == 'b')) {
+    scale = 1'000'000'000;
+    number.remove_suffix(1);
+  } else if (!number.empty() && (number.back() == 'M' || number.back() == 'm')) {
+    scale = 1'000'000;
+    number.remove_suffix(1);
+  }
+  std::int64_t fixed = 0;  // value x 10^9
+  if (detail::parse_scaled_decimal(number, 9, fixed) != detail::DecimalStatus::ok) {
+    throw InputError(where(field),
+                     "expected a count such as 8030261248, 8.03B or 350M, got \"" + std::string(text) + "\"");
+  }
+  const Wide value = Wide{fixed} * scale / 1'000'000'000;
+  if (value <= 0 || value > Wide{std::numeric_limits<std::int64_t>::max()}) {
+    throw InputError(where(field), "expected a positive count that fits 64 bits, got \"" + std::string(text) + "\"");
+  }
+  return static_cast<std::int64_t>(value);
+}
+
+}  // namespace kvsim
