@@ -40,6 +40,7 @@ Engine::Engine(TraceReader& trace, Allocator& allocator, const ReplayOptions& op
   }
   capacity_bytes_ = opt_.memory.kv_budget_bytes;
   scheduler_ = make_scheduler(view_);
+  scheduler_tracks_requests_ = scheduler_->tracks_requests();
 }
 
 [[noreturn]] void Engine::broken(const Flight& f, const std::string& what) const {
@@ -264,7 +265,7 @@ void Engine::drop_holding(std::uint32_t slot, std::int64_t correction_ns) {
     context_base_ -= f.n * f.tokens_at - f.n * f.step_at;
     context_slope_ -= f.n;
   }
-  scheduler_->on_stopped(slot);
+  if (scheduler_tracks_requests_) scheduler_->on_stopped(slot);
   for (std::size_t g = 0; g < groups_; ++g) recorder_.apply(slot, g, Contribution{step_, {}, {}}, correction_ns);
   alloc_.release(slot);
   op_transient_bytes_ = 0;
@@ -296,7 +297,7 @@ std::int64_t Engine::schedule_next(std::uint32_t slot, std::int64_t tokens) {
   for (const auto& g : opt_.layout.groups) {
     next = std::min(next, effective_share(tokens, f.prompt, f.n, g.window_tokens).next_change);
   }
-  next = std::min(next, scheduler_->next_event_tokens(f, tokens));
+  if (scheduler_tracks_requests_) next = std::min(next, scheduler_->next_event_tokens(f, tokens));
   if (next <= tokens) broken(f, "next event at " + std::to_string(next) + " tokens is not ahead of " + std::to_string(tokens));
   wheel_.push(step_ + (next - tokens), slot, f.generation);
   return next;
@@ -310,7 +311,7 @@ void Engine::start_decoding(std::uint32_t slot, std::int64_t tokens) {
   decoding_seqs_ += f.n;
   context_base_ += f.n * tokens - f.n * step_;
   context_slope_ += f.n;
-  scheduler_->on_decoding(view_, slot);
+  if (scheduler_tracks_requests_) scheduler_->on_decoding(view_, slot);
 }
 
 std::int64_t Engine::prefill_cost(const PrefillState& p, std::int64_t from, std::int64_t to) {
@@ -449,7 +450,7 @@ void Engine::handle_event(std::uint32_t slot) {
   // tokens_at and step_at move along the request's own line: the context sum is unchanged.
   f.tokens_at = t;
   f.step_at = step_;
-  scheduler_->on_decoding(view_, slot);
+  if (scheduler_tracks_requests_) scheduler_->on_decoding(view_, slot);
   if (t == f.prompt + f.output) {
     finishing_.push_back({slot, f.generation});
     refresh(slot, t, false);
@@ -530,7 +531,7 @@ void Engine::resume_swapped(std::int64_t& decode_seqs) {
 }
 
 void Engine::admit_waiting(std::int64_t& budget, std::int64_t& prefill_tokens) {
-  scheduler_->begin_admission();
+  if (scheduler_tracks_requests_) scheduler_->begin_admission();
   while (!queue_.empty() && (opt_.max_running == 0 || running_ < opt_.max_running)) {
     const TicketRef ref = queue_.front();
     Ticket& t = tickets_[ref.ticket];
@@ -579,7 +580,7 @@ void Engine::admit_waiting(std::int64_t& budget, std::int64_t& prefill_tokens) {
       t.admitted_ns = now_;
       recorder_.waited(now_ - t.arrival_ns);
     }
-    scheduler_->on_admitted(view_, slot, t);
+    if (scheduler_tracks_requests_) scheduler_->on_admitted(view_, slot, t);
     budget -= cost;
     prefill_tokens += cost;
     if (f.prefilled < f.target) prefilling_.push_back({slot, f.generation});

@@ -262,6 +262,7 @@ class Engine {
   // The serving policy: reads the engine through view_.
   EngineView view_;
   std::unique_ptr<Scheduler> scheduler_;
+  bool scheduler_tracks_requests_ = false;
 };
 
 }  // namespace kvsim::detail

@@ -64,33 +64,6 @@ std::int64_t Recorder::held_bytes(std::uint32_t slot) const {
   return bytes;
 }
 
-void Recorder::after_op(const Allocator& allocator, std::int64_t transient_bytes) {
-  const PoolState pool = allocator.pool();
-  const std::int64_t allocated = allocated_bytes_.at(step_);
-  // The allocator's pool and the requests' footprints are two separate accounts.
-  if (allocated != pool.reserved_bytes - pool.free_bytes) {
-    throw InternalError(allocator.name() + ": footprints add up to " + std::to_string(allocated) +
-                        " bytes but the pool holds " + std::to_string(pool.reserved_bytes - pool.free_bytes));
-  }
-  const std::int64_t reserved_delta = pool.reserved_bytes - reserved_bytes_.at(step_);
-  if (reserved_delta != 0) reserved_bytes_.add(reserved_delta, 0, step_, clock_);
-  if (allocated_peak_.offer(allocated + transient_bytes, now_)) {
-    for (std::size_t g = 0; g < groups_; ++g) {
-      Fragmentation& p = at_peak_slots_[g];
-      p.tail = static_cast<double>(sums_[g].q[kTail].at(step_));
-      p.reservation = static_cast<double>(sums_[g].q[kReservation].at(step_));
-      p.padding = static_cast<double>(sums_[g].q[kPadding].at(step_));
-      p.duplicate = static_cast<double>(sums_[g].q[kDuplicate].at(step_));
-      p.outside_window = static_cast<double>(sums_[g].q[kOutside].at(step_));
-    }
-  }
-  reserved_peak_.offer(pool.reserved_bytes, now_);
-  ext_ratio_ = pool.largest_free_extent_bytes < pool.free_bytes
-                   ? 1.0 - static_cast<double>(pool.largest_free_extent_bytes) / static_cast<double>(pool.free_bytes)
-                   : 0.0;  // no holes (always, for block pools)
-  ext_max_ = std::max(ext_max_, ext_ratio_);
-}
-
 void Recorder::flush(std::int64_t until_ns) {
   const std::int64_t d = until_ns - hist_mark_ns_;
   if (d <= 0) return;
@@ -116,13 +89,7 @@ void Recorder::queue_until(std::int64_t at_ns, std::int64_t queued) {
   }
 }
 
-void Recorder::end_of_step_state(std::int64_t running, std::int64_t queued) {
-  effective_peak_.offer(effective_bytes_.at(step_), now_);
-  for (auto& g : sums_) {
-    g.effective_peak.offer(g.q[kEffective].at(step_), now_);
-    g.allocated_peak.offer(g.q[kAllocated].at(step_), now_);
-  }
-  if (!opt_.timeline || now_ < next_sample_ns_) return;
+void Recorder::sample(std::int64_t running, std::int64_t queued) {
   next_sample_ns_ = opt_.sample_every_ns > 0 ? now_ + opt_.sample_every_ns : now_;
   TimelineRow row;
   row.time_ns = now_;

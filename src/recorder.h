@@ -12,10 +12,13 @@
 #ifndef KVSIM_SRC_RECORDER_H_
 #define KVSIM_SRC_RECORDER_H_
 
+#include <algorithm>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "kvsim/allocator.h"
+#include "kvsim/error.h"
 #include "kvsim/replay.h"
 #include "ledger.h"
 
@@ -60,13 +63,20 @@ class Recorder {
   // --- the pool, after every allocator operation
   // Checks the two accounts agree (footprints against the pool) and offers the peaks;
   // `transient_bytes` were held during the operation only.
-  void after_op(const Allocator& allocator, std::int64_t transient_bytes);
+  inline void after_op(const Allocator& allocator, std::int64_t transient_bytes);
 
   // --- time
   // The state stays as it is until `until_ns`: histograms and time integrals catch up.
   void flush(std::int64_t until_ns);
   // An iteration's state is final: offers the step's peaks and samples the timeline.
-  void end_of_step_state(std::int64_t running, std::int64_t queued);
+  void end_of_step_state(std::int64_t running, std::int64_t queued) {
+    effective_peak_.offer(effective_bytes_.at(step_), now_);
+    for (auto& g : sums_) {
+      g.effective_peak.offer(g.q[kEffective].at(step_), now_);
+      g.allocated_peak.offer(g.q[kAllocated].at(step_), now_);
+    }
+    if (opt_.timeline && now_ >= next_sample_ns_) sample(running, queued);
+  }
   // The waiting queue held `queued` requests until `at_ns`.
   void queue_until(std::int64_t at_ns, std::int64_t queued);
 
@@ -83,6 +93,8 @@ class Recorder {
   void finish(ReplayReport& report, const Allocator& allocator, std::int64_t running, std::int64_t queued);
 
  private:
+  void sample(std::int64_t running, std::int64_t queued);
+
   const ReplayOptions& opt_;
   const std::int64_t& now_;
   const std::int64_t& step_;
@@ -127,6 +139,33 @@ void Recorder::apply(std::uint32_t slot, std::size_t group, const Contribution& 
     }
   }
   old = next;
+}
+
+void Recorder::after_op(const Allocator& allocator, std::int64_t transient_bytes) {
+  const PoolState pool = allocator.pool();
+  const std::int64_t allocated = allocated_bytes_.at(step_);
+  // The allocator's pool and the requests' footprints are two separate accounts.
+  if (allocated != pool.reserved_bytes - pool.free_bytes) {
+    throw InternalError(allocator.name() + ": footprints add up to " + std::to_string(allocated) +
+                        " bytes but the pool holds " + std::to_string(pool.reserved_bytes - pool.free_bytes));
+  }
+  const std::int64_t reserved_delta = pool.reserved_bytes - reserved_bytes_.at(step_);
+  if (reserved_delta != 0) reserved_bytes_.add(reserved_delta, 0, step_, clock_);
+  if (allocated_peak_.offer(allocated + transient_bytes, now_)) {
+    for (std::size_t g = 0; g < groups_; ++g) {
+      Fragmentation& p = at_peak_slots_[g];
+      p.tail = static_cast<double>(sums_[g].q[kTail].at(step_));
+      p.reservation = static_cast<double>(sums_[g].q[kReservation].at(step_));
+      p.padding = static_cast<double>(sums_[g].q[kPadding].at(step_));
+      p.duplicate = static_cast<double>(sums_[g].q[kDuplicate].at(step_));
+      p.outside_window = static_cast<double>(sums_[g].q[kOutside].at(step_));
+    }
+  }
+  reserved_peak_.offer(pool.reserved_bytes, now_);
+  ext_ratio_ = pool.largest_free_extent_bytes < pool.free_bytes
+                   ? 1.0 - static_cast<double>(pool.largest_free_extent_bytes) / static_cast<double>(pool.free_bytes)
+                   : 0.0;  // no holes (always, for block pools)
+  ext_max_ = std::max(ext_max_, ext_ratio_);
 }
 
 }  // namespace kvsim::detail

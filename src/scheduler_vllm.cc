@@ -19,6 +19,7 @@ class VllmScheduler final : public Scheduler {
                                                    engine.options.memory.watermark_ppb / kPpb)) {}
 
   std::string name() const override { return swap_ ? "vllm (swap)" : "vllm (recompute)"; }
+  bool tracks_requests() const override { return false; }
 
   bool admits(const EngineView& engine, const Ticket& t, std::int64_t positions) override {
     // v0's can_allocate: the blocks for this chunk, leaving the watermark free.

@@ -180,15 +180,19 @@ TEST_CASE("allocator contract under a tight budget: every policy, every allocato
   // Budgets of a few requests' worth force admission refusals, preemptions, swaps and
   // refusals of requests that can never fit; the engine's own checks (footprints against the
   // pool, slopes against the allocator, the allocator's books) run at every operation.
+  // Every registered policy, and with swap where it supports it: a new policy runs here
+  // by being registered.
   struct PolicyCase {
     Policy policy;
     Preemption preemption;
-    const char* name;
+    std::string name;
   };
-  const PolicyCase policies[] = {{Policy::vllm, Preemption::recompute, "vllm"},
-                                 {Policy::vllm, Preemption::swap, "vllm swap"},
-                                 {Policy::reserve, Preemption::recompute, "reserve"},
-                                 {Policy::sglang, Preemption::recompute, "sglang"}};
+  std::vector<PolicyCase> policies;
+  for (const PolicyInfo& info : kvsim::policies()) {
+    policies.push_back({Policy{std::string(info.name)}, Preemption::recompute, std::string(info.name)});
+    if (info.supports_swap) policies.push_back({Policy{std::string(info.name)}, Preemption::swap, std::string(info.name) + " swap"});
+  }
+  REQUIRE(policies.size() >= 4);  // vllm, vllm swap, reserve, sglang at least
   for (const std::string layout_name : {"full", "hybrid"}) {
     const KvLayout layout = layout_named(layout_name);
     const auto reqs = traffic(11, 120);
