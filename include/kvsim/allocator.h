@@ -37,6 +37,12 @@ struct AdmitInfo {
   std::int64_t planned_output_tokens = 0;  // max_tokens, else output_tokens: what reservers plan for
   std::int64_t output_tokens = 0;          // what the request really generates (the oracle's length)
   std::int64_t n = 1;                      // parallel samples sharing the prompt
+  // The prompt's identity, for allocators that share blocks across requests (prefix
+  // caching), at their prefix_block_tokens() B: prefix_hashes[i] identifies prompt positions
+  // [0, (i + 1) x B), so two requests whose hashes agree up to i hold the same tokens there.
+  // Full blocks only; empty when the trace gives no identity or the allocator shares nothing.
+  // Valid during admit() and cached_tokens() only: copy what must outlive the call.
+  std::span<const std::uint64_t> prefix_hashes;
 };
 
 enum class Outcome {
@@ -79,6 +85,10 @@ struct PoolState {
   std::int64_t failed_placements = 0;  // allocations refused (or forced to extend the arena)
                                        // while enough free room existed in total
   std::int64_t copied_bytes = 0;     // bytes copied on growth so far
+  // The part of free_bytes that still holds cached blocks no live request references (prefix
+  // caching): kept for reuse, evicted least recently used first when a new block is needed.
+  // Free for admission and in block-level usage, as vLLM's kv_cache_usage counts them.
+  std::int64_t evictable_bytes = 0;
 };
 
 class Allocator {
@@ -126,6 +136,31 @@ class Allocator {
   // it. An upper bound where the exact figure depends on chunking; independent of the
   // pool's state.
   virtual std::int64_t peak_bytes(const AdmitInfo& info, std::int64_t tokens) const = 0;
+
+  // --- Sharing blocks across requests (prefix caching). The defaults share nothing.
+  //
+  // A sharing allocator keeps the full prompt blocks requests leave behind, keyed by their
+  // prefix hashes, and hands them to later requests with the same prefix. Each request's
+  // Footprint still counts every block it references as its own (its figures are what it
+  // would hold alone); the blocks several live requests reference at once are reported by
+  // shared_positions(), and the engine accounts them to the pool once (docs/replay.md,
+  // "Sharing across requests").
+
+  // The block size at which prompt blocks are shared across requests (the engine derives
+  // each request's prefix hashes at it), or 0 when the allocator shares nothing.
+  virtual std::int64_t prefix_block_tokens() const { return 0; }
+
+  // Prompt positions per sequence a request admitted now with `info` would find cached: a
+  // multiple of prefix_block_tokens(), below info.prompt_tokens (the last prompt token is
+  // always computed, as vLLM does). admit() then takes exactly these blocks: the request
+  // holds that many positions, which the engine does not compute, and its first grow()
+  // continues from there. No side effects.
+  virtual std::int64_t cached_tokens(const AdmitInfo& /*info*/) const { return 0; }
+
+  // Positions of layer group `group` that the live requests' footprints count more than
+  // once: over the blocks that k >= 2 live requests reference, the sum of (k - 1) x block
+  // positions. The pool holds sum(footprints.allocated) - shared_positions positions.
+  virtual std::int64_t shared_positions(std::size_t /*group*/) const { return 0; }
 
   // Checks the allocator's own books (slots conserved, reference counts, nothing owned
   // twice). Throws InternalError. Cheap enough for tests; the engine calls it after every
