@@ -39,6 +39,16 @@ Engine::Engine(TraceReader& trace, Allocator& allocator, const ReplayOptions& op
                          std::to_string(max_tokens_) + ")");
   }
   capacity_bytes_ = opt_.memory.kv_budget_bytes;
+  prefix_block_ = allocator.prefix_block_tokens();
+  if (sharing()) {
+    for (const auto& g : options.layout.groups) {
+      if (g.window_tokens > 0) {
+        throw InputError(Location{"", 0, kOptAllocator},
+                         alloc_.name() + ": sharing prompt blocks across requests is not modelled for sliding-window "
+                                         "layers yet (layer group '" + g.name + "')");
+      }
+    }
+  }
   scheduler_ = make_scheduler(view_);
   scheduler_tracks_requests_ = scheduler_->tracks_requests();
 }
@@ -93,6 +103,12 @@ std::int64_t Engine::take_ticket() {
   // What a planner allows for: the request's own limit, else the run's default, never less
   // than what the request really generates.
   t.planned = next_.max_tokens ? *next_.max_tokens : std::max(opt_.default_max_tokens, next_.output_tokens);
+  if (sharing()) {
+    if (prefix_of_.size() <= index) prefix_of_.resize(index + 1);
+    if (!next_.prefix_hashes.empty()) {
+      detail::rehash_prefix(next_.prefix_hashes, next_.prefix_block_tokens, t.prompt, prefix_block_, prefix_of_[index]);
+    }
+  }
   return index;
 }
 
@@ -101,6 +117,7 @@ void Engine::free_ticket(std::uint32_t ticket) {
   t.phase = Phase::free;
   t.slot = -1;
   ++t.generation;
+  if (sharing()) prefix_of_[ticket].clear();
   free_tickets_.push_back(ticket);
 }
 
@@ -248,10 +265,12 @@ void Engine::refresh(std::uint32_t slot, std::int64_t tokens, bool with_slopes) 
     recorder_.apply(slot, g, c, 0);
     op_transient_bytes_ += fp.transient * bytes_per_position_[g];
   }
+  if (sharing()) hold_prefix(slot, tokens);
   after_op();
 }
 
-void Engine::after_op() {
+void Engine::after_op(std::int64_t correction_ns) {
+  if (sharing()) update_shared(correction_ns);
   recorder_.after_op(alloc_, op_transient_bytes_);
 #if KVSIM_EXPENSIVE_CHECKS
   alloc_.check_invariants();
@@ -267,12 +286,64 @@ void Engine::drop_holding(std::uint32_t slot, std::int64_t correction_ns) {
   }
   if (scheduler_tracks_requests_) scheduler_->on_stopped(slot);
   for (std::size_t g = 0; g < groups_; ++g) recorder_.apply(slot, g, Contribution{step_, {}, {}}, correction_ns);
+  if (sharing()) drop_prefix(slot);
   alloc_.release(slot);
   op_transient_bytes_ = 0;
-  after_op();
+  after_op(correction_ns);
   running_order_.erase({f.admit_order, slot});
   f.decoding = false;
   --running_;
+}
+
+// --- sharing across requests ----------------------------------------------------------------
+
+AdmitInfo Engine::admit_info_of(std::uint32_t ticket) const {
+  AdmitInfo info = admit_info(tickets_[ticket]);
+  if (sharing()) info.prefix_hashes = prefix_of_[ticket];
+  return info;
+}
+
+void Engine::hold_prefix(std::uint32_t slot, std::int64_t tokens) {
+  Flight& f = flights_[slot];
+  const auto& hashes = prefix_of_[f.ticket];
+  const std::int64_t held = std::min<std::int64_t>(static_cast<std::int64_t>(hashes.size()),
+                                                   std::min(tokens, f.prompt) / prefix_block_);
+  for (; f.held_prefix < held; ++f.held_prefix) {
+    if (live_prefix_[hashes[static_cast<std::size_t>(f.held_prefix)]]++ > 0) ++shared_prefix_blocks_;
+  }
+}
+
+void Engine::drop_prefix(std::uint32_t slot) {
+  Flight& f = flights_[slot];
+  const auto& hashes = prefix_of_[f.ticket];
+  for (; f.held_prefix > 0; --f.held_prefix) {
+    const auto it = live_prefix_.find(hashes[static_cast<std::size_t>(f.held_prefix - 1)]);
+    if (--it->second > 0) --shared_prefix_blocks_;
+    else live_prefix_.erase(it);
+  }
+}
+
+void Engine::update_shared(std::int64_t correction_ns) {
+  // The engine counts a prefix block that several live requests hold once; the allocator
+  // may hold it once too (a cache hit) or twice (two requests computed it at the same time:
+  // a duplicate). It can never share what the engine does not see as the same tokens.
+  const std::int64_t counted_once = shared_prefix_blocks_ * prefix_block_;
+  for (std::size_t g = 0; g < groups_; ++g) {
+    const std::int64_t held_once = alloc_.shared_positions(g);
+    if (held_once < 0 || held_once > counted_once) {
+      throw InternalError(alloc_.name() + ": at step " + std::to_string(step_) + ", layer group " + std::to_string(g) +
+                          " holds " + std::to_string(held_once) + " positions once for several requests, but only " +
+                          std::to_string(counted_once) + " are the same prompt tokens");
+    }
+    const Contribution& old = recorder_.shared(g);
+    if (old.value[kAllocated] == -held_once && old.value[kEffective] == -counted_once) continue;
+    Contribution c;
+    c.step = step_;
+    c.value[kAllocated] = -held_once;
+    c.value[kEffective] = -counted_once;
+    c.value[kDuplicate] = counted_once - held_once;
+    recorder_.apply_shared(g, c, correction_ns);
+  }
 }
 
 void Engine::release(std::uint32_t slot, std::int64_t correction_ns) {
@@ -500,7 +571,7 @@ void Engine::resume_swapped(std::int64_t& decode_seqs) {
     // It comes back holding what it held, and decodes in this step.
     const std::int64_t tokens = t.swapped_tokens + 1;
     const std::uint32_t slot = start_flight(ref.ticket);
-    if (alloc_.admit(slot, admit_info(t)) != Outcome::ok) {
+    if (alloc_.admit(slot, admit_info_of(ref.ticket)) != Outcome::ok) {
       end_flight(slot);
       step_memory_bound_ = true;
       return;
@@ -541,15 +612,19 @@ void Engine::admit_waiting(std::int64_t& budget, std::int64_t& prefill_tokens) {
     }
     const std::int64_t target = t.prompt + t.base_generated;
     if (budget <= 0 && target > 0) break;
-    const auto [positions, cost] = chunk_for({t.prompt, t.n, target, 0}, budget);
-    if (positions < target && (!opt_.chunked_prefill || positions == 0)) break;
+    // Prompt blocks another request left behind are not computed again.
+    const AdmitInfo info = admit_info_of(ref.ticket);
+    const std::int64_t cached = sharing() ? alloc_.cached_tokens(info) : 0;
+    const auto [positions, cost] = chunk_for({t.prompt, t.n, target, cached}, budget);
+    if (cached + positions < target && (!opt_.chunked_prefill || positions == 0)) break;
     const bool alone = running_ == 0 && swapped_.empty();
     const bool was_memory_bound = step_memory_bound_;
-    bool started = scheduler_->admits(view_, t, positions);
+    bool started = scheduler_->admits(view_, t, cached + positions);
     std::uint32_t slot = 0;
     if (started) {
       slot = start_flight(ref.ticket);
-      if (alloc_.admit(slot, admit_info(t)) != Outcome::ok) {
+      flights_[slot].prefilled = cached;
+      if (alloc_.admit(slot, info) != Outcome::ok) {
         end_flight(slot);
         started = false;
       } else if (!prefill(slot, positions, false)) {
@@ -581,6 +656,10 @@ void Engine::admit_waiting(std::int64_t& budget, std::int64_t& prefill_tokens) {
       recorder_.waited(now_ - t.arrival_ns);
     }
     if (scheduler_tracks_requests_) scheduler_->on_admitted(view_, slot, t);
+    if (sharing()) {
+      report_.prefix_queried_tokens += target;
+      report_.prefix_hit_tokens += cached;
+    }
     budget -= cost;
     prefill_tokens += cost;
     if (f.prefilled < f.target) prefilling_.push_back({slot, f.generation});

@@ -8,6 +8,7 @@
 #define KVSIM_SRC_ENGINE_H_
 
 #include <deque>
+#include <unordered_map>
 #include <limits>
 #include <queue>
 #include <set>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "kvsim/replay.h"
+#include "block_hash.h"
 #include "ledger.h"
 #include "recorder.h"
 #include "scheduler.h"
@@ -81,6 +83,7 @@ struct Flight {
   std::int64_t step_at = 0;
   std::uint64_t admit_order = 0;   // running order: vLLM preempts the latest
   std::int64_t produced = 0;       // output tokens produced so far (measured schedule)
+  std::int64_t held_prefix = 0;    // prefix blocks counted in the engine's live prefix books
 
   std::int64_t tokens(std::int64_t step) const { return decoding ? tokens_at + (step - step_at) : tokens_at; }
   // Output tokens produced per sample before step `step` runs.
@@ -189,13 +192,27 @@ class Engine {
   // Re-reads the request's footprints at `tokens`. `with_slopes`: the request will take
   // steps before its next event, so its figures must carry their per-step change.
   void refresh(std::uint32_t slot, std::int64_t tokens, bool with_slopes);
-  void after_op();
+  // correction_ns: how far into the current span the operation happened.
+  void after_op(std::int64_t correction_ns = 0);
   // Frees everything the request holds on the device (correction_ns: how far into the
   // current span that happens). The request keeps its slot.
   void drop_holding(std::uint32_t slot, std::int64_t correction_ns);
   // The request leaves for good (completed or cancelled): its holding, slot and ticket.
   void release(std::uint32_t slot, std::int64_t correction_ns);
   void end_span(std::int64_t duration_ns);
+
+  // --- sharing across requests (allocators with prefix_block_tokens() > 0)
+  // What the allocator learns at admission: the request's prefix hashes at its block size.
+  AdmitInfo admit_info_of(std::uint32_t ticket) const;
+  // The request holds `tokens` positions per sequence: its full prompt blocks with an
+  // identity enter the engine's own count of live prefix blocks (hold_prefix), or all leave
+  // it (drop_prefix). The count says how many positions several live requests hold alike.
+  void hold_prefix(std::uint32_t slot, std::int64_t tokens);
+  void drop_prefix(std::uint32_t slot);
+  // The pool's shared account in the recorder: what the allocator holds once for several
+  // requests against what the engine counts once.
+  void update_shared(std::int64_t correction_ns);
+  bool sharing() const { return prefix_block_ > 0; }
   bool bounded() const { return opt_.memory.kv_budget_bytes > 0; }
   [[noreturn]] void broken(const Flight& f, const std::string& what) const;
   Ticket& ticket_of(const Flight& f) { return tickets_[f.ticket]; }
@@ -257,6 +274,13 @@ class Engine {
   std::int64_t op_transient_bytes_ = 0;
 
   Recorder recorder_;
+
+  // Sharing across requests: the allocator's block size (0: it shares nothing), each live
+  // ticket's prefix hashes at that size, and how many running requests hold each hash.
+  std::int64_t prefix_block_ = 0;
+  std::vector<std::vector<std::uint64_t>> prefix_of_;  // by ticket
+  std::unordered_map<std::uint64_t, std::int64_t> live_prefix_;
+  std::int64_t shared_prefix_blocks_ = 0;  // sum over live hashes of (holders - 1)
   ReplayReport report_;
 
   // The serving policy: reads the engine through view_.

@@ -71,7 +71,12 @@ void Engine::handle_timed(const TimedEvent& e) {
       recorder_.waited(s.start_ns - t.arrival_ns);
       const std::uint32_t slot = start_flight(e.ticket);
       Flight& f = flights_[slot];
-      if (alloc_.admit(slot, admit_info(t)) != Outcome::ok) broken(f, "admission failed in a run without a memory budget");
+      const AdmitInfo info = admit_info_of(e.ticket);
+      if (sharing()) {
+        report_.prefix_queried_tokens += t.prompt;
+        report_.prefix_hit_tokens += alloc_.cached_tokens(info);  // held, though the measured times stand
+      }
+      if (alloc_.admit(slot, info) != Outcome::ok) broken(f, "admission failed in a run without a memory budget");
       if (t.prompt > 0 && alloc_.grow(slot, t.prompt, t.prompt) != Outcome::ok) {
         broken(f, "allocation failed in a run without a memory budget");
       }

@@ -5,6 +5,7 @@ namespace kvsim::detail {
 
 ReplayReport Engine::finish_report() {
   report_.policy = scheduler_->name();
+  report_.prefix_block_tokens = prefix_block_;
   recorder_.finish(report_, alloc_, running_, queued_);
   return report_;
 }

@@ -51,6 +51,7 @@ Recorder::Recorder(const ReplayOptions& options, const std::int64_t& now_ns, con
       step_(step),
       clock_(clock),
       groups_(options.layout.groups.size()),
+      shared_(groups_),
       sums_(groups_),
       at_peak_slots_(groups_) {
   for (const auto& g : options.layout.groups) bytes_per_position_.push_back(g.bytes_per_position);
@@ -70,6 +71,7 @@ void Recorder::flush(std::int64_t until_ns) {
   effective_hist_.add(effective_bytes_.at(step_), d);
   allocated_hist_.add(allocated_bytes_.at(step_), d);
   reserved_hist_.add(reserved_bytes_.at(step_), d);
+  evictable_hist_.add(evictable_bytes_.at(step_), d);
   // With one layer group its positions are the totals over its bytes per position, so
   // its quantiles come from the totals' (finish()).
   if (groups_ > 1) {
@@ -112,6 +114,7 @@ void Recorder::finish(ReplayReport& r, const Allocator& allocator, std::int64_t 
   r.effective_bytes = occupancy(effective_bytes_, clock_, effective_hist_, effective_peak_, step_);
   r.allocated_bytes = occupancy(allocated_bytes_, clock_, allocated_hist_, allocated_peak_, step_);
   r.reserved_bytes = occupancy(reserved_bytes_, clock_, reserved_hist_, reserved_peak_, step_);
+  r.evictable_bytes = occupancy(evictable_bytes_, clock_, evictable_hist_, evictable_peak_, step_);
   for (std::size_t g = 0; g < groups_; ++g) {
     GroupReport gr;
     gr.group = opt_.layout.groups[g];

@@ -56,7 +56,17 @@ class Recorder {
   const Contribution& share(std::uint32_t slot, std::size_t group) const { return contributions_[slot * groups_ + group]; }
   // The request's share of `group` becomes `next`. `correction_ns`: the change happened that
   // far into the current span, so it counts for the rest of the span only.
-  inline void apply(std::uint32_t slot, std::size_t group, const Contribution& next, std::int64_t correction_ns);
+  void apply(std::uint32_t slot, std::size_t group, const Contribution& next, std::int64_t correction_ns) {
+    update(contributions_[slot * groups_ + group], group, next, correction_ns);
+  }
+  // The pool's shared account: positions several live requests' shares count alike, held
+  // once (prefix caching). `next` has allocated = -(positions the pool holds once for
+  // several requests), effective = -(positions the engine counts once), and the
+  // difference as duplicate (the same prefix held twice). Zero when nothing is shared.
+  void apply_shared(std::size_t group, const Contribution& next, std::int64_t correction_ns) {
+    update(shared_[group], group, next, correction_ns);
+  }
+  const Contribution& shared(std::size_t group) const { return shared_[group]; }
   // Bytes the request holds now, all groups.
   std::int64_t held_bytes(std::uint32_t slot) const;
 
@@ -94,6 +104,8 @@ class Recorder {
 
  private:
   void sample(std::int64_t running, std::int64_t queued);
+  // `old` becomes `next`, and the sums, totals and integrals follow.
+  inline void update(Contribution& old, std::size_t group, const Contribution& next, std::int64_t correction_ns);
 
   const ReplayOptions& opt_;
   const std::int64_t& now_;
@@ -103,12 +115,15 @@ class Recorder {
   std::vector<std::int64_t> bytes_per_position_;
 
   std::vector<Contribution> contributions_;  // [slot * groups + group]
+  std::vector<Contribution> shared_;         // by group: the pool's shared account
   std::vector<GroupSums> sums_;
   LinearSum effective_bytes_;
   LinearSum allocated_bytes_;
   LinearSum reserved_bytes_;
+  LinearSum evictable_bytes_;
   TimeHistogram effective_hist_, allocated_hist_, reserved_hist_;
-  Peak effective_peak_, allocated_peak_, reserved_peak_;
+  Peak effective_peak_, allocated_peak_, reserved_peak_, evictable_peak_;
+  TimeHistogram evictable_hist_;
   std::vector<Fragmentation> at_peak_slots_;
   double ext_ratio_ = 0;           // external fragmentation now, and integrated over time
   double ext_integral_ = 0;
@@ -120,8 +135,7 @@ class Recorder {
   std::vector<std::int64_t> ttft_, e2e_, waiting_;
 };
 
-void Recorder::apply(std::uint32_t slot, std::size_t group, const Contribution& next, std::int64_t correction_ns) {
-  Contribution& old = contributions_[slot * groups_ + group];
+void Recorder::update(Contribution& old, std::size_t group, const Contribution& next, std::int64_t correction_ns) {
   GroupSums& sums = sums_[group];
   const std::int64_t bpp = bytes_per_position_[group];
   for (int q = 0; q < kQuantities; ++q) {
@@ -162,6 +176,9 @@ void Recorder::after_op(const Allocator& allocator, std::int64_t transient_bytes
     }
   }
   reserved_peak_.offer(pool.reserved_bytes, now_);
+  const std::int64_t evictable_delta = pool.evictable_bytes - evictable_bytes_.at(step_);
+  if (evictable_delta != 0) evictable_bytes_.add(evictable_delta, 0, step_, clock_);
+  evictable_peak_.offer(pool.evictable_bytes, now_);
   ext_ratio_ = pool.largest_free_extent_bytes < pool.free_bytes
                    ? 1.0 - static_cast<double>(pool.largest_free_extent_bytes) / static_cast<double>(pool.free_bytes)
                    : 0.0;  // no holes (always, for block pools)

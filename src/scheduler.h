@@ -63,8 +63,9 @@ class Scheduler {
   // A new admission phase begins (once per step, before the first admits()).
   virtual void begin_admission() {}
 
-  // Whether waiting request `t` may start now, with a first chunk of `positions` prompt
-  // positions (its whole remaining prefill, or what the step's token budget leaves).
+  // Whether waiting request `t` may start now, holding `positions` positions per sequence
+  // after its first chunk (prompt positions found cached, plus its whole remaining prefill
+  // or what the step's token budget leaves).
   // The allocation itself may still fail after a yes.
   virtual bool admits(const EngineView& engine, const Ticket& t, std::int64_t positions) = 0;
 

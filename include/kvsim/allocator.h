@@ -42,7 +42,7 @@ struct AdmitInfo {
   // [0, (i + 1) x B), so two requests whose hashes agree up to i hold the same tokens there.
   // Full blocks only; empty when the trace gives no identity or the allocator shares nothing.
   // Valid during admit() and cached_tokens() only: copy what must outlive the call.
-  std::span<const std::uint64_t> prefix_hashes;
+  std::span<const std::uint64_t> prefix_hashes = {};
 };
 
 enum class Outcome {

@@ -202,6 +202,11 @@ struct ReplayReport {
   Occupancy effective_bytes;
   Occupancy allocated_bytes;
   Occupancy reserved_bytes;
+  // Prefix caching (allocators that share blocks across requests; all zero otherwise).
+  std::int64_t prefix_block_tokens = 0;   // the block size prompts are shared at
+  std::int64_t prefix_queried_tokens = 0; // tokens of the admitted requests looked up (vLLM's queries)
+  std::int64_t prefix_hit_tokens = 0;     // of those, found cached: not computed (vLLM's hits)
+  Occupancy evictable_bytes;              // cached blocks no live request references (free, reusable)
   Fragmentation mean_bytes;
   Fragmentation at_peak_bytes;
   std::vector<GroupReport> groups;

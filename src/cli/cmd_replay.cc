@@ -354,7 +354,12 @@ std::vector<ReplayReport> run_all(ReplayPlan& plan, TimelineScratch& scratch) {
             std::fwrite(line.data(), 1, line.size(), out);
           };
         }
-        auto trace = open_trace(plan.trace_path, plan.trace);
+        // Token ids are hashed at the block size the allocator shares prompts at.
+        TraceOptions trace_options = plan.trace;
+        if (plan.allocators[i]->prefix_block_tokens() > 0) {
+          trace_options.hash_block_tokens = plan.allocators[i]->prefix_block_tokens();
+        }
+        auto trace = open_trace(plan.trace_path, trace_options);
         reports[i] = replay(*trace, *plan.allocators[i], mine);
       } catch (...) {
         errors[i] = std::current_exception();

@@ -2,6 +2,7 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -229,6 +230,28 @@ void serving_rows(RunColumns& t) {
   });
 }
 
+bool any_sharing(const std::vector<ReplayReport>& reports) {
+  return std::any_of(reports.begin(), reports.end(), [](const ReplayReport& r) { return r.prefix_block_tokens > 0; });
+}
+
+double hit_rate(const ReplayReport& r) {
+  return r.prefix_queried_tokens > 0 ? static_cast<double>(r.prefix_hit_tokens) / static_cast<double>(r.prefix_queried_tokens)
+                                     : 0.0;
+}
+
+// Sharing prompt blocks across requests; only when an allocator does.
+void prefix_cache_rows(RunColumns& t) {
+  t.section("prefix cache (prompt blocks shared across requests)");
+  t.row("  block, tokens", [](const ReplayReport& r) {
+    return r.prefix_block_tokens > 0 ? with_commas(r.prefix_block_tokens) : std::string("off");
+  });
+  t.row("  hit rate (tokens found / looked up)", [](const ReplayReport& r) { return percent(hit_rate(r)); });
+  t.row("  prompt tokens not computed", [](const ReplayReport& r) { return with_commas(r.prefix_hit_tokens); });
+  t.row("  cached, evictable, GiB mean / peak", [](const ReplayReport& r) {
+    return gib(r.evictable_bytes.mean) + " / " + gib(r.evictable_bytes.peak);
+  });
+}
+
 void request_rows(RunColumns& t) {
   t.section("requests");
   t.row("  completed", [](const ReplayReport& r) { return with_commas(r.completed); });
@@ -262,6 +285,7 @@ std::string replay_table(const ReplayContext& c, const std::vector<ReplayReport>
   layer_group_rows(t, c.layout);
   const bool bounded = !reports.empty() && reports.front().capacity_bytes > 0;
   if (bounded) serving_rows(t);
+  if (any_sharing(reports)) prefix_cache_rows(t);
   request_rows(t);
   latency_rows(t);
   leak_check_row(t);
@@ -333,6 +357,13 @@ std::string replay_json(const ReplayContext& c, const std::vector<ReplayReport>&
                           {"queue_length_max", r.queue_max},
                           {"waiting", latency_json(r.waiting)},
                           {"generated_tokens_per_s", r.generated_tokens_per_s}};
+    if (r.prefix_block_tokens > 0) {
+      run["prefix_cache"] = Json{{"block_tokens", r.prefix_block_tokens},
+                                 {"queried_tokens", r.prefix_queried_tokens},
+                                 {"hit_tokens", r.prefix_hit_tokens},
+                                 {"hit_rate", hit_rate(r)},
+                                 {"evictable_bytes", occupancy_json(r.evictable_bytes, "bytes")}};
+    }
     run["leak_check"] = Json{{"allocated_bytes_at_end", r.allocated_bytes_at_end}, {"ok", r.leak_free}};
     runs.push_back(run);
   }
@@ -356,7 +387,7 @@ std::string replay_csv(const std::vector<ReplayReport>& reports) {
       return (r.*field).count > 0 ? format_seconds((r.*field).*figure, 9) : std::string();
     });
   };
-  const std::vector<std::pair<const char*, Cell>> columns = {
+  std::vector<std::pair<const char*, Cell>> columns = {
       {"allocator", [](const ReplayReport& r) { return csv_field(r.allocator); }},
       {"requests", integer(&ReplayReport::requests)},
       {"completed", integer(&ReplayReport::completed)},
@@ -402,6 +433,16 @@ std::string replay_csv(const std::vector<ReplayReport>& reports) {
       {"generated_tokens_per_s", decimal([](const ReplayReport& r) { return r.generated_tokens_per_s; }, 3)},
       {"allocated_bytes_at_end", integer(&ReplayReport::allocated_bytes_at_end)},
   };
+  if (any_sharing(reports)) {  // the same columns on every row: 0 where an allocator shares nothing
+    columns.insert(columns.end(), {
+        {"prefix_block_tokens", integer(&ReplayReport::prefix_block_tokens)},
+        {"prefix_queried_tokens", integer(&ReplayReport::prefix_queried_tokens)},
+        {"prefix_hit_tokens", integer(&ReplayReport::prefix_hit_tokens)},
+        {"prefix_hit_rate", decimal([](const ReplayReport& r) { return hit_rate(r); }, 6)},
+        {"evictable_bytes_mean", decimal([](const ReplayReport& r) { return r.evictable_bytes.mean; }, 3)},
+        {"evictable_bytes_peak", [](const ReplayReport& r) { return std::to_string(r.evictable_bytes.peak); }},
+    });
+  }
   std::string out;
   for (std::size_t i = 0; i < columns.size(); ++i) {
     if (i > 0) out += ',';
