@@ -41,6 +41,7 @@ Engine::Engine(TraceReader& trace, Allocator& allocator, const ReplayOptions& op
   capacity_bytes_ = opt_.memory.kv_budget_bytes;
   prefix_block_ = allocator.prefix_block_tokens();
   if (sharing()) {
+    recorder_.track_evictable();
     for (const auto& g : options.layout.groups) {
       if (g.window_tokens > 0) {
         throw InputError(Location{"", 0, kOptAllocator},

@@ -71,7 +71,7 @@ void Recorder::flush(std::int64_t until_ns) {
   effective_hist_.add(effective_bytes_.at(step_), d);
   allocated_hist_.add(allocated_bytes_.at(step_), d);
   reserved_hist_.add(reserved_bytes_.at(step_), d);
-  evictable_hist_.add(evictable_bytes_.at(step_), d);
+  if (track_evictable_) evictable_hist_.add(evictable_bytes_.at(step_), d);
   // With one layer group its positions are the totals over its bytes per position, so
   // its quantiles come from the totals' (finish()).
   if (groups_ > 1) {

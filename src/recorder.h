@@ -44,6 +44,9 @@ struct GroupSums {
 class Recorder {
  public:
   Recorder(const ReplayOptions& options, const std::int64_t& now_ns, const std::int64_t& step, const Clock& clock);
+  // The allocator keeps cached blocks that no request references (prefix caching): their
+  // bytes are tracked over time too.
+  void track_evictable() { track_evictable_ = true; }
   // The run starts at `now_ns`: integrals, histograms and the timeline count from there.
   void start_at(std::int64_t now_ns) { hist_mark_ns_ = queue_mark_ns_ = next_sample_ns_ = now_ns; }
 
@@ -113,6 +116,7 @@ class Recorder {
   const Clock& clock_;
   std::size_t groups_;
   std::vector<std::int64_t> bytes_per_position_;
+  bool track_evictable_ = false;
 
   std::vector<Contribution> contributions_;  // [slot * groups + group]
   std::vector<Contribution> shared_;         // by group: the pool's shared account
@@ -176,9 +180,11 @@ void Recorder::after_op(const Allocator& allocator, std::int64_t transient_bytes
     }
   }
   reserved_peak_.offer(pool.reserved_bytes, now_);
-  const std::int64_t evictable_delta = pool.evictable_bytes - evictable_bytes_.at(step_);
-  if (evictable_delta != 0) evictable_bytes_.add(evictable_delta, 0, step_, clock_);
-  evictable_peak_.offer(pool.evictable_bytes, now_);
+  if (track_evictable_) {
+    const std::int64_t evictable_delta = pool.evictable_bytes - evictable_bytes_.at(step_);
+    if (evictable_delta != 0) evictable_bytes_.add(evictable_delta, 0, step_, clock_);
+    evictable_peak_.offer(pool.evictable_bytes, now_);
+  }
   ext_ratio_ = pool.largest_free_extent_bytes < pool.free_bytes
                    ? 1.0 - static_cast<double>(pool.largest_free_extent_bytes) / static_cast<double>(pool.free_bytes)
                    : 0.0;  // no holes (always, for block pools)
