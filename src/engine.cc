@@ -711,7 +711,7 @@ void Engine::run_iteration() {
   const std::int64_t duration = step_duration(prefill_tokens, decode_seqs, context);
   ++report_.iterations;
   if (step_memory_bound_) report_.memory_bound_ns += duration;
-  scheduler_->end_step(view_, step_preempted_, decode_seqs);
+  if (scheduler_tracks_requests_) scheduler_->end_step(view_, step_preempted_, decode_seqs);
 
   recorder_.end_of_step_state(running_, queued_);
 
@@ -719,7 +719,13 @@ void Engine::run_iteration() {
   process_span_events(now_ + duration, true);
   end_span(duration);
   ++step_;
+  deliver_step();
+  if (opt_.progress && report_.iterations % 4096 == 0 && trace_.total_bytes() > 0) {
+    opt_.progress(static_cast<double>(trace_.bytes_read()) / static_cast<double>(trace_.total_bytes()));
+  }
+}
 
+void Engine::deliver_step() {
   for (const SlotRef ref : first_token_) {
     const Flight& f = flights_[ref.slot];
     if (f.generation != ref.generation) continue;  // cancelled or preempted in the step
@@ -737,9 +743,6 @@ void Engine::run_iteration() {
     release(ref.slot, 0);
   }
   finishing_.clear();
-  if (opt_.progress && report_.iterations % 4096 == 0 && trace_.total_bytes() > 0) {
-    opt_.progress(static_cast<double>(trace_.bytes_read()) / static_cast<double>(trace_.total_bytes()));
-  }
 }
 
 ReplayReport Engine::run() {

@@ -73,8 +73,8 @@ class Scheduler {
   virtual void on_admitted(const EngineView& /*engine*/, std::uint32_t /*slot*/, const Ticket& /*t*/) {}
 
   // Whether the policy keeps books per running request. When false, the engine skips
-  // begin_admission(), on_admitted(), on_decoding(), on_stopped() and next_event_tokens()
-  // (they run once per step or per event, on the hot path of every replay).
+  // begin_admission(), on_admitted(), on_decoding(), on_stopped(), next_event_tokens() and
+  // end_step() (they run once per step or per event, on the hot path of every replay).
   virtual bool tracks_requests() const { return true; }
 
   // The request in `slot` is decoding and at an event (or just started decoding): its
