@@ -57,6 +57,12 @@ std::unique_ptr<Allocator> make_paged_kind(AllocatorParams& p, const KvLayout& l
   o.block_tokens = p.positive("block", o.block_tokens);
   o.free_outside_window = free_outside_window;
   o.capacity_bytes = limits.capacity_bytes;
+  const std::string caching = p.text("prefix-caching", "off");
+  if (caching == "on") o.prefix_caching = true;
+  else if (caching != "off") p.fail("prefix-caching must be on or off, got \"" + caching + "\"");
+  if (o.prefix_caching && free_outside_window) {
+    p.fail("prefix-caching=on is not supported with sliding-window yet (vLLM's hybrid cacheability rules); use paged");
+  }
   return std::make_unique<PagedAllocator>(layout, o);
 }
 
@@ -116,10 +122,13 @@ std::unique_ptr<Allocator> make_dynamic(AllocatorParams& p, const KvLayout& layo
 
 // One row per kind, in the order --help lists them.
 constexpr AllocatorKind kKinds[] = {
-    {"paged", "paged[:block=16]",
+    {"paged", "paged[:block=16][,prefix-caching=off|on]",
      "      vLLM PagedAttention: fixed blocks of `block` positions from one pool, a block table\n"
      "      per sequence, the n samples of a request sharing the prompt's full blocks\n"
-     "      copy-on-write. Sliding-window layers are stored like full attention.\n",
+     "      copy-on-write. Sliding-window layers are stored like full attention.\n"
+     "      prefix-caching=on: vLLM's automatic prefix caching. Full prompt blocks are kept\n"
+     "      by their prefix hashes after release (evictable, least recently freed first) and\n"
+     "      reused by later requests with the same prefix.\n",
      "block=16", make_paged},
     {"sliding-window", "sliding-window[:block=16]",
      "      paged, and blocks that fall wholly behind a sliding-window group's window are freed\n"

@@ -5,10 +5,22 @@
 // Unbounded (capacity 0), the pool grows on demand and its reserved bytes are the
 // high-water mark of allocated bytes: what a pool sized for this run would have needed.
 // Bounded, it holds exactly `capacity` bytes from the start.
+//
+// With prefix caching enabled (vLLM v1's BlockPool, vllm/v1/core/block_pool.py), a full
+// block can carry a prefix hash and stay in a hash -> block map after its last reference
+// is dropped: it is then "evictable", free for the byte budget but kept for reuse. Free
+// blocks wait in a queue (vLLM's FreeKVCacheBlockQueue, vllm/v1/core/kv_cache_utils.py):
+// never-used blocks first in id order, then freed blocks least recently freed first; a
+// block taken from it that still carries a hash is evicted then. Unbounded, the pool grows
+// instead of evicting, so nothing cached is ever lost, and reserved bytes count the
+// evictable blocks too. Every group keeps its own ids and map; the paged allocator
+// operates all groups alike, so their blocks and caches stay in step. Without caching
+// none of this exists and the free list is last-in first-out, as before.
 #ifndef KVSIM_SRC_BLOCK_POOL_H_
 #define KVSIM_SRC_BLOCK_POOL_H_
 
 #include <cstdint>
+#include <unordered_map>
 #include <vector>
 
 namespace kvsim::detail {
@@ -50,23 +62,82 @@ class BlockPool {
   std::int64_t capacity_bytes() const { return capacity_bytes_; }
   std::int64_t live_blocks(std::size_t group) const { return groups_[group].live; }
 
+  // --- Prefix caching (all REQUIRE enable_prefix_caching()).
+
+  // Switches the free list to vLLM's queue and enables the hash map. Call once, after the
+  // groups are added and before any block is taken. Bounded, each group then holds at most
+  // capacity / (one block of every group) blocks: the allocator takes the same count in
+  // every group, and the byte budget allows no more.
+  void enable_prefix_caching();
+  bool prefix_caching() const { return caching_; }
+  // The block of `group` cached under `hash` (the first cached, when two blocks computed
+  // the same prefix), or kNullBlock.
+  BlockId cached_block(std::size_t group, std::uint64_t hash) const;
+  // A request that did not hold it takes cached block `id`: one more reference and one
+  // more request; a block with no references leaves the free queue (vLLM's touch()).
+  void touch(std::size_t group, BlockId id);
+  // Registers a full block held by exactly one request under `hash` (vLLM's
+  // cache_full_blocks); a hash already cached keeps its block and gains this one as a
+  // duplicate. REQUIRES: `id` carries no hash.
+  void cache_block(std::size_t group, BlockId id, std::uint64_t hash);
+  // A request that holds cached block `id` lets go of it (before it drops its references).
+  void leave(std::size_t group, BlockId id);
+  // Cached blocks of `group` that two or more live requests hold, each counted once per
+  // request beyond the first: sum of (requests - 1).
+  std::int64_t shared_blocks(std::size_t group) const { return caching_ ? groups_[group].shared_blocks : 0; }
+  // Whether block `id` is cached under `hash`.
+  bool cached_as(std::size_t group, BlockId id, std::uint64_t hash) const {
+    return caching_ && groups_[group].cache[id].hashed && groups_[group].cache[id].hash == hash;
+  }
+  // Bytes of cached blocks no request references.
+  std::int64_t evictable_bytes() const { return evictable_bytes_; }
+
   // Checks that every id is either free (no references, on the free list once) or live,
   // that the live count and the allocated bytes agree, and that `expected_refs[g][id]`
   // (counted by the caller from its block tables) equals each block's reference count.
   // Throws InternalError.
-  void check(const std::vector<std::vector<std::uint32_t>>& expected_refs) const;
+  // With prefix caching, `expected_requests[g][id]` (the live requests whose tables hold
+  // cached block id) is checked too, with the queue, the map and the evictable bytes.
+  void check(const std::vector<std::vector<std::uint32_t>>& expected_refs,
+             const std::vector<std::vector<std::uint32_t>>& expected_requests = {}) const;
 
  private:
+  // Per block, with prefix caching only.
+  struct CacheEntry {
+    std::uint64_t hash = 0;
+    BlockId prev = kNullBlock;            // free queue links
+    BlockId next = kNullBlock;
+    BlockId next_same_hash = kNullBlock;  // duplicates of one hash, oldest first
+    std::uint32_t requests = 0;           // live requests whose tables hold the block
+    bool hashed = false;
+    bool queued = false;
+  };
   struct Group {
     std::int64_t block_bytes = 0;
     std::vector<std::uint32_t> refs;  // by id; 0 = free
     std::vector<BlockId> free;        // ids with no references, reused last-in first-out
     std::int64_t live = 0;
+    // Prefix caching only: free queue, cache entries by id, hash -> first block.
+    std::vector<CacheEntry> cache;
+    BlockId queue_head = kNullBlock;
+    BlockId queue_tail = kNullBlock;
+    std::unordered_map<std::uint64_t, BlockId> by_hash;
+    std::int64_t shared_blocks = 0;
   };
+  BlockId take_cached(std::size_t group);
+  void release_cached(Group& g, BlockId id);
+  void enqueue(Group& g, BlockId id);
+  void dequeue(Group& g, BlockId id);
+  void evict(Group& g, BlockId id);
+  void check_cache(std::size_t group, const std::vector<std::uint32_t>& expected_requests) const;
+
   std::vector<Group> groups_;
   std::int64_t capacity_bytes_;
   std::int64_t allocated_bytes_ = 0;
   std::int64_t high_water_bytes_ = 0;
+  bool caching_ = false;
+  std::int64_t blocks_per_group_ = 0;  // bounded caching: ids each group may create
+  std::int64_t evictable_bytes_ = 0;
 };
 
 }  // namespace kvsim::detail

@@ -13,6 +13,14 @@
 // Without it (plain paged), sliding-window layers are stored like full attention, as vLLM
 // does when its hybrid allocator is off, and the tokens behind the window show up as
 // "outside window" fragmentation.
+//
+// With `prefix_caching` (vLLM v1's automatic prefix caching; vllm/v1/core/kv_cache_manager.py,
+// block_pool.py, single_type_kv_cache_manager.py), the full prompt blocks a request computes
+// are registered under its prefix hashes and outlive it, evictable, in the pool's free
+// queue; a later request with the same leading hashes takes them at admission instead of
+// computing them (cached_tokens()). Each request's Footprint still counts every block it
+// references as its own; shared_positions() reports the blocks several live requests hold.
+// Not with `free_outside_window` (vLLM's hybrid cacheability rules are later work).
 #ifndef KVSIM_SRC_PAGED_ALLOCATOR_H_
 #define KVSIM_SRC_PAGED_ALLOCATOR_H_
 
@@ -29,6 +37,7 @@ struct PagedAllocatorOptions {
   std::int64_t block_tokens = 16;      // vLLM's default block size
   bool free_outside_window = false;    // true: the sliding-window allocator
   std::int64_t capacity_bytes = 0;     // 0 = unbounded
+  bool prefix_caching = false;         // true: vLLM's automatic prefix caching
 };
 
 class PagedAllocator final : public Allocator {
@@ -43,6 +52,11 @@ class PagedAllocator final : public Allocator {
   std::int64_t next_event_tokens(RequestSlot slot) const override;
   PoolState pool() const override;
   std::int64_t peak_bytes(const AdmitInfo& info, std::int64_t tokens) const override;
+  std::int64_t prefix_block_tokens() const override { return prefix_caching_ ? block_tokens_ : 0; }
+  std::int64_t cached_tokens(const AdmitInfo& info) const override;
+  std::int64_t shared_positions(std::size_t group) const override {
+    return pool_.shared_blocks(group) * block_tokens_;
+  }
   void check_invariants() const override;
 
   // The block ids a sequence's table holds for a group (kNullBlock where freed), for tests.
@@ -108,6 +122,15 @@ class PagedAllocator final : public Allocator {
   // Block bytes freed by dropping logical blocks [from, to) of group g.
   std::int64_t range_bytes(const Request& r, std::size_t g, std::int64_t from, std::int64_t to) const;
 
+  // Prefix caching's side of admit, grow and release; see the .cc for vLLM's rules.
+  // Leading prompt blocks whose hashes are cached in every group, at most
+  // floor((prompt - 1) / block) so that the last prompt token is computed.
+  std::int64_t hit_blocks(const AdmitInfo& info) const;
+  void admit_cached(RequestSlot slot, Request& r, const AdmitInfo& info);
+  // Registers the prompt blocks that the last grow filled and that have a hash.
+  void cache_full_blocks(RequestSlot slot, const Request& r);
+  void release_cached(RequestSlot slot, const Request& r);
+
   struct Group {
     std::int64_t window_tokens;  // 0 = full attention
     bool frees;                  // drops blocks behind the window
@@ -121,6 +144,14 @@ class PagedAllocator final : public Allocator {
   std::int64_t copied_bytes_ = 0;
   std::int64_t bytes_per_block_all_groups_ = 0;  // one block in every group
   std::vector<std::int64_t> drop_to_;  // scratch for grow(): per group, blocks dropped after the step
+  // Prefix caching only, by slot: the request's prefix hashes (copied at admission) and how
+  // many leading blocks of its tables are cached (hits, then the blocks it registered).
+  struct Prefix {
+    std::vector<std::uint64_t> hashes;
+    std::int64_t cached_blocks = 0;
+  };
+  bool prefix_caching_;
+  std::vector<Prefix> prefixes_;
 };
 
 }  // namespace kvsim::detail

@@ -17,6 +17,7 @@ constexpr std::int64_t kMs = 1'000'000;
 const std::vector<std::string> kVariants = {
     "paged:block=1",
     "paged:block=64",
+    "paged:block=16,prefix-caching=on",
     "sliding-window:block=5",
     "dense-static:reserve=max-tokens",
     "dense-static:reserve=pow2",
@@ -157,8 +158,8 @@ TEST_CASE("allocator contract: admit, grow and release through the interface ret
     const KvLayout layout = layout_named("hybrid");
     auto a = make_allocator(parse_allocator_spec(spec, "test"), layout);
     CHECK(a->name().rfind(spec.substr(0, spec.find(':')), 0) == 0);
-    REQUIRE(a->admit(0, AdmitInfo{50, 60, 60, 3}) == kvsim::Outcome::ok);
-    REQUIRE(a->admit(1, AdmitInfo{7, 3, 3, 1}) == kvsim::Outcome::ok);
+    REQUIRE(a->admit(0, AdmitInfo{50, 60, 60, 3, {}}) == kvsim::Outcome::ok);
+    REQUIRE(a->admit(1, AdmitInfo{7, 3, 3, 1, {}}) == kvsim::Outcome::ok);
     REQUIRE(a->grow(0, 30, 30) == kvsim::Outcome::ok);  // a prefill chunk
     REQUIRE(a->grow(1, 8, 8) == kvsim::Outcome::ok);
     REQUIRE(a->grow(0, 51, 21) == kvsim::Outcome::ok);  // the rest, and the first token
@@ -173,6 +174,93 @@ TEST_CASE("allocator contract: admit, grow and release through the interface ret
     a->check_invariants();
     const PoolState p = a->pool();
     CHECK(p.free_bytes == p.reserved_bytes);
+  }
+}
+
+TEST_CASE("allocator contract: requests with shared prefixes, driven through the interface, keep the books") {
+  // Traffic whose prompts share prefixes (three families of common leading blocks, then
+  // blocks of their own), at each allocator's prefix_block_tokens(): none for those that
+  // share nothing. Random admissions, prefill chunks, decode steps and releases (a grow
+  // that does not fit releases the request, as a preemption would), unbounded and bounded.
+  // After every operation: the cached prefix is whole blocks below the prompt and is what
+  // the request holds after admission, and the footprints, less the positions several
+  // requests share, add up to what the pool holds, as the engine checks.
+  const KvLayout layout = layout_named("hybrid");
+  for (const auto& spec : kSpecs) {
+    for (std::int64_t capacity_positions : {std::int64_t{0}, std::int64_t{900}}) {
+      INFO(spec << ", capacity " << capacity_positions << " positions");
+      AllocatorLimits limits;
+      limits.capacity_bytes = capacity_positions * layout.bytes_per_token();
+      auto a = make_allocator(parse_allocator_spec(spec, "test"), layout, limits);
+      const std::int64_t block = a->prefix_block_tokens();
+      struct Live {
+        bool live = false;
+        std::int64_t tokens = 0, prompt = 0, final_tokens = 0;
+      };
+      std::vector<Live> live(12);
+      Lcg rng{2024};
+      std::int64_t hits = 0;
+      const auto books = [&] {
+        std::int64_t bytes = 0;
+        for (std::size_t g = 0; g < layout.groups.size(); ++g) {
+          const std::int64_t bpp = layout.groups[g].bytes_per_position;
+          for (RequestSlot s = 0; s < live.size(); ++s) {
+            if (live[s].live) bytes += a->footprint(s, g, live[s].tokens).allocated * bpp;
+          }
+          bytes -= a->shared_positions(g) * bpp;
+        }
+        const PoolState p = a->pool();
+        REQUIRE(bytes == p.reserved_bytes - p.free_bytes);
+        REQUIRE(p.evictable_bytes <= p.free_bytes);
+        a->check_invariants();
+      };
+      for (int op = 0; op < 1500; ++op) {
+        const auto s = static_cast<RequestSlot>(rng.below(static_cast<std::int64_t>(live.size())));
+        Live& r = live[s];
+        if (!r.live) {
+          const std::int64_t prompt = 1 + rng.below(160);
+          const std::int64_t family = rng.below(4);  // 3: no common prefix
+          const std::int64_t common = family == 3 ? 0 : 2 + 3 * family;
+          std::vector<std::uint64_t> hashes;
+          for (std::int64_t i = 0; block > 0 && i < prompt / block; ++i) {
+            hashes.push_back(i < common ? 1000 * static_cast<std::uint64_t>(family + 1) + static_cast<std::uint64_t>(i)
+                                        : (static_cast<std::uint64_t>(op) << 20) + static_cast<std::uint64_t>(i));
+          }
+          AdmitInfo info{prompt, 40, 1 + rng.below(30), 1 + rng.below(4) / 3, hashes};
+          const std::int64_t cached = a->cached_tokens(info);
+          REQUIRE(cached >= 0);
+          REQUIRE((cached == 0 || (block > 0 && cached % block == 0 && cached < prompt)));
+          if (a->admit(s, info) != kvsim::Outcome::ok) continue;
+          hits += cached;
+          r = Live{true, cached, prompt, prompt + info.output_tokens};
+          // After admission the request holds exactly the cached positions.
+          for (std::size_t g = 0; g < layout.groups.size(); ++g) {
+            REQUIRE(a->footprint(s, g, cached).allocated >= cached);
+          }
+        } else if (r.tokens >= r.final_tokens || rng.below(25) == 0) {
+          a->release(s);
+          r.live = false;
+        } else {
+          // A prefill chunk (ending with the first token when it completes the prompt),
+          // or one decode step.
+          const std::int64_t next = r.tokens < r.prompt ? std::min(r.prompt + 1, r.tokens + 1 + rng.below(70))
+                                                        : r.tokens + 1;
+          if (a->grow(s, next, next - r.tokens) == kvsim::Outcome::ok) {
+            r.tokens = next;
+          } else {
+            a->release(s);
+            r.live = false;
+          }
+        }
+        books();
+      }
+      for (RequestSlot s = 0; s < live.size(); ++s) {
+        if (live[s].live) a->release(s);
+      }
+      const PoolState p = a->pool();
+      CHECK(p.free_bytes == p.reserved_bytes);
+      if (block > 0) CHECK(hits > 0);  // the traffic did exercise the cache
+    }
   }
 }
 
