@@ -1,0 +1,136 @@
+// The engine with an allocator that shares prompt blocks across requests (vLLM's automatic
+// prefix caching, paged:block=16,prefix-caching=on), on schedules worked out by hand. Layouts
+// of one byte per position make bytes and positions the same number.
+#include <catch2/catch.hpp>
+
+#include "kvsim/replay.h"
+#include "test_support.h"
+
+using namespace kvsim;
+
+namespace {
+
+constexpr std::int64_t kMs = 1'000'000;
+constexpr const char* kCaching = "paged:block=16,prefix-caching=on";
+
+struct Run {
+  ReplayReport report;
+  std::vector<TimelineRow> rows;
+};
+
+Run run(const std::string& spec, std::vector<Request> requests, ReplayOptions o) {
+  test::VectorTrace trace(std::move(requests));
+  AllocatorLimits limits;
+  limits.capacity_bytes = o.memory.kv_budget_bytes;
+  auto allocator = make_allocator(parse_allocator_spec(spec, "test"), o.layout, limits);
+  Run r;
+  o.timeline = [&r](const TimelineRow& row) { r.rows.push_back(row); };
+  r.report = replay(trace, *allocator, o);
+  return r;
+}
+
+// Steps of `base_ms`, plus `prefill_ms` per prompt token computed.
+ReplayOptions steps(std::int64_t base_ms, std::int64_t prefill_ms = 0) {
+  ReplayOptions o;
+  o.layout = test::unit_layout(4096);
+  o.cost.base_ps = base_ms * kMs * 1000;
+  o.cost.prefill_token_ps = prefill_ms * kMs * 1000;
+  return o;
+}
+
+// A request whose prompt's full blocks of 16 carry the given hashes.
+Request with_prefix(std::string id, std::int64_t arrival_ns, std::int64_t prompt, std::int64_t output,
+                    std::vector<std::uint64_t> hashes) {
+  Request r = test::request(std::move(id), arrival_ns, prompt, output);
+  r.prefix_block_tokens = 16;
+  r.prefix_hashes = std::move(hashes);
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("prefix cache: the second request computes only what is not cached, and its first token comes sooner") {
+  // 1 ms a step plus 1 ms a prompt token computed. A (prompt 40 = blocks h11, h12 and 8
+  // positions, output 2): step 0 computes 40 tokens, 41 ms, first token at 41 ms; step 1
+  // (1 ms) the last, at 42 ms. Its two full prompt blocks stay cached when it leaves. B (the
+  // same prompt, at 100 ms) finds 2 blocks = 32 tokens (min(2, floor(39 / 16)) blocks): its
+  // step computes 8 tokens, 9 ms, first token at 109 ms; its last at 110 ms.
+  const auto r = run(kCaching,
+                     {with_prefix("a", 0, 40, 2, {11, 12}), with_prefix("b", 100 * kMs, 40, 2, {11, 12})},
+                     steps(1, 1));
+  const ReplayReport& rep = r.report;
+  CHECK(rep.completed == 2);
+  CHECK(rep.prefix_block_tokens == 16);
+  CHECK(rep.prefix_queried_tokens == 80);
+  CHECK(rep.prefix_hit_tokens == 32);
+  CHECK(rep.ttft.max_ns == 41 * kMs);  // A
+  CHECK(rep.ttft.p50_ns == 9 * kMs);   // B
+  CHECK(rep.e2e.p50_ns == 10 * kMs);
+  CHECK(rep.end_ns == 110 * kMs);
+  // Cached and unreferenced from 42 ms to 100 ms (A's 2 blocks, 32 bytes), held by B until
+  // 110 ms, cached again at the end (a zero-length tail of the run).
+  CHECK(rep.evictable_bytes.peak == 32);
+  CHECK(rep.evictable_bytes.mean == Approx(32.0 * 58 / 110).epsilon(1e-12));
+  CHECK(rep.leak_free);
+}
+
+TEST_CASE("prefix cache: a prefix two running requests share is counted once, effective and allocated") {
+  // 1 ms a step. A (prompt 40 = h11, h12 + 8, output 20) holds 41 + k positions at step k,
+  // in 3 blocks (48 slots) until 48 positions. B (same prompt) arrives at 0.5 ms and starts
+  // at step 1, finding A's 2 full blocks cached: it computes 8 tokens and holds 41 positions,
+  // 2 blocks shared with A and 1 of its own. After step 1: effective = 42 + 41 - 32 = 51
+  // (the shared 32 once), allocated = 48 + 48 - 32 = 64 (the 2 shared blocks once).
+  const auto r = run(kCaching,
+                     {with_prefix("a", 0, 40, 20, {11, 12}), with_prefix("b", kMs / 2, 40, 20, {11, 12})},
+                     steps(1));
+  REQUIRE(r.rows.size() >= 2);
+  CHECK(r.rows[1].effective_bytes == 51);
+  CHECK(r.rows[1].allocated_bytes == 64);
+  // Without caching both hold their own copies, and effective tokens are per request.
+  const auto plain = run("paged:block=16",
+                         {with_prefix("a", 0, 40, 20, {11, 12}), with_prefix("b", kMs / 2, 40, 20, {11, 12})},
+                         steps(1));
+  REQUIRE(plain.rows.size() >= 2);
+  CHECK(plain.rows[1].effective_bytes == 42 + 41);
+  CHECK(plain.rows[1].allocated_bytes == 96);
+  CHECK(r.report.leak_free);
+}
+
+TEST_CASE("prefix cache: a block computed again for the last-token rule is a duplicate") {
+  // 1 ms a step. A (prompt 32 = exactly h11, h12; output 10) holds 33 + (k) positions at
+  // step k in 3 blocks. B (the same prompt) arrives at 0.5 ms, starts at step 1 and finds
+  // only 1 block cached: min(2, floor(31 / 16)) = 1, as vLLM always computes the last prompt
+  // token. It computes positions 16-31 into a new block that carries h12 too, the same
+  // tokens as A's second block: held twice, counted once. After step 1: effective
+  // = 34 + 33 - 32 = 35; allocated = 48 + 48 - 16 = 80; of the 45 wasted, 16 duplicate and
+  // 29 tail (48 - 34 and 48 - 33).
+  const auto r = run(kCaching,
+                     {with_prefix("a", 0, 32, 10, {11, 12}), with_prefix("b", kMs / 2, 32, 10, {11, 12})},
+                     steps(1));
+  const ReplayReport& rep = r.report;
+  REQUIRE(r.rows.size() >= 2);
+  CHECK(r.rows[1].effective_bytes == 35);
+  CHECK(r.rows[1].allocated_bytes == 80);
+  CHECK(rep.prefix_hit_tokens == 16);
+  // Both run steps 1-9 together (A ends after step 9, B after step 10): the duplicate block is
+  // held from step 1 to the end of step 9, 9 ms of the 11 ms run.
+  CHECK(rep.end_ns == 11 * kMs);
+  CHECK(rep.mean_bytes.duplicate == Approx(16.0 * 9 / 11).epsilon(1e-12));
+  CHECK(rep.leak_free);
+}
+
+TEST_CASE("prefix cache: hashes given at 512 tokens share 16-token blocks exactly within them") {
+  // Mooncake gives one hash per 512 tokens. A prompt of 1,100 tokens with hashes H0, H1
+  // (blocks [0, 512) and [512, 1024)) has 68 full blocks of 16; those ending by 1,024 (64)
+  // get an identity from H0 or H1; the 4 in [1024, 1088) have none (no hash covers them).
+  // A second request with the same H0 and H1 therefore finds 64 blocks = 1,024 tokens.
+  Request a = test::request("a", 0, 1100, 2);
+  Request b = test::request("b", 100 * kMs, 1100, 2);
+  for (Request* r : {&a, &b}) {
+    r->prefix_block_tokens = 512;
+    r->prefix_hashes = {7, 8};
+  }
+  const auto r = run(kCaching, {a, b}, steps(1));
+  CHECK(r.report.prefix_hit_tokens == 1024);
+  CHECK(r.report.prefix_queried_tokens == 2200);
+}
