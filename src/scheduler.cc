@@ -14,6 +14,7 @@ namespace kvsim::detail {
 std::unique_ptr<Scheduler> make_vllm_scheduler(const EngineView& engine);
 std::unique_ptr<Scheduler> make_reserve_scheduler(const EngineView& engine);
 std::unique_ptr<Scheduler> make_sglang_scheduler(const EngineView& engine);
+std::unique_ptr<Scheduler> make_max_utilization_scheduler(const EngineView& engine);
 
 namespace {
 
@@ -24,6 +25,8 @@ constexpr SchedulerEntry kSchedulers[] = {
      make_reserve_scheduler},
     {"sglang", "admit against an adaptive estimate of future tokens, retract the request with the fewest generated "
                "tokens", false, make_sglang_scheduler},
+    {"max-utilization", "TensorRT-LLM's MAX_UTILIZATION: admit while the next chunk fits, pause the last started "
+                        "request when a running one cannot grow", false, make_max_utilization_scheduler},
 };
 
 // Without a budget nothing is refused and nothing is preempted.

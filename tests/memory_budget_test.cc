@@ -193,6 +193,33 @@ TEST_CASE("budget: the victim is chosen by the policy's rule, not the request th
   }
 }
 
+TEST_CASE("budget: TensorRT-LLM's max-utilization admits what fits now; vLLM also keeps its watermark free") {
+  // 6 blocks of 16 (96 bytes), 1 ms steps, watermark 0.2 (floor(96 x 0.2) = 19 bytes). A
+  // (prompt 40, output 10) holds 41 + k positions at step k: 3 blocks until step 7, 4 from
+  // step 8, and ends after step 9 (10 ms). B (prompt 30, output 1) arrives at 0.5 ms and
+  // needs ceil(31 / 16) = 2 blocks, 32 bytes, with 48 free at step 1.
+  const std::vector<Request> trace = {test::request("a", 0, 40, 10), test::request("b", kMs / 2, 30, 1)};
+  SECTION("vllm: 32 + 19 > 48 (and > 32 from step 8): B waits until A is done, 9.5 ms") {
+    ReplayOptions o = budget_of(6 * 16, Policy::vllm);
+    o.memory.watermark_ppb = 200'000'000;
+    const auto r = run("paged:block=16", trace, o);
+    CHECK(r.report.completed == 2);
+    CHECK(r.report.waiting.max_ns == 10 * kMs - kMs / 2);
+    CHECK(r.report.e2e.max_ns == 11 * kMs - kMs / 2);  // B's one step, 10-11 ms
+  }
+  SECTION("max-utilization: 32 <= 48, B starts at step 1 and is done at 2 ms; A's 4th block then fits") {
+    ReplayOptions o = budget_of(6 * 16, Policy{"max-utilization"});
+    o.memory.watermark_ppb = 200'000'000;  // not this policy's rule
+    const auto r = run("paged:block=16", trace, o);
+    CHECK(r.report.completed == 2);
+    CHECK(r.report.preemptions == 0);
+    CHECK(r.report.waiting.max_ns == kMs / 2);
+    CHECK(r.report.e2e.p50_ns == 2 * kMs - kMs / 2);  // B
+    CHECK(r.report.e2e.max_ns == 10 * kMs);           // A
+    CHECK(r.report.policy == "max-utilization (pause)");
+  }
+}
+
 TEST_CASE("budget: dense static never holds more than floor(budget / reservation) requests") {
   // Each request reserves prompt + max_tokens = 100 + 156 = 256 positions; a budget of
   // 3.5 reservations holds 3 at once.

@@ -37,8 +37,16 @@ TEST_CASE("scheduler registry: names are unique, found by name, and each policy 
 }
 
 TEST_CASE("scheduler registry: an unknown policy is an error listing the known ones") {
-  CHECK_THROWS_WITH(find_policy("fcfs", "--policy"),
-                    Catch::Contains("expected vllm, reserve or sglang, got \"fcfs\""));
+  // "expected vllm, reserve, ... or <last>, got "fcfs"", naming every registered policy.
+  std::string message;
+  try {
+    find_policy("fcfs", "--policy");
+  } catch (const InputError& e) {
+    message = e.what();
+  }
+  CHECK_THAT(message, Catch::Contains("expected vllm, reserve") && Catch::Contains(" or ") &&
+                          Catch::Contains("got \"fcfs\""));
+  for (const PolicyInfo& p : policies()) CHECK_THAT(message, Catch::Contains(std::string(p.name)));
   // From the library too: a run under a budget with an unregistered policy does not start.
   ReplayOptions o;
   o.layout = test::unit_layout(1024);

@@ -1,0 +1,38 @@
+// TensorRT-LLM's MAX_UTILIZATION capacity scheduler (cpp/tensorrt_llm/batch_manager/
+// capacityScheduler.cpp, MaxUtilizationScheduler): plan for the next step only. A request is
+// scheduled when the blocks its next step needs fit what is left (no watermark, no planning
+// for its later tokens); when a running request cannot get them, the request started last
+// is paused: its KV cache is freed and it starts over later (recomputed), keeping its place
+// ahead of requests that arrived after it.
+//
+// Where kvsim's loop differs from TensorRT-LLM: a step that paused a request admits nothing
+// new (TensorRT-LLM tries the remaining requests; with memory short they rarely fit).
+#include <string>
+
+#include "engine.h"
+#include "scheduler.h"
+
+namespace kvsim::detail {
+namespace {
+
+class MaxUtilizationScheduler final : public Scheduler {
+ public:
+  std::string name() const override { return "max-utilization (pause)"; }
+  bool tracks_requests() const override { return false; }
+
+  bool admits(const EngineView& engine, const Ticket& t, std::int64_t positions) override {
+    return chunk_bytes(engine, t, positions) <= engine.free_bytes();
+  }
+
+  std::uint32_t choose_victim(const EngineView& engine, std::uint32_t) const override {
+    return engine.running_order.rbegin()->second;  // the last started
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Scheduler> make_max_utilization_scheduler(const EngineView&) {
+  return std::make_unique<MaxUtilizationScheduler>();
+}
+
+}  // namespace kvsim::detail
