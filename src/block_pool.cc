@@ -137,8 +137,8 @@ void BlockPool::check(const std::vector<std::vector<std::uint32_t>>& expected_re
         if (g.refs[id] == 0 && cache_->groups[gi].entries[id].hashed) evictable += g.block_bytes;
       }
     }
-    kvsim::check(evictable == cache_->evictable_bytes, "block pool: evictable bytes do not match the cached free blocks");
-    kvsim::check(capacity_bytes_ != 0 || allocated_bytes_ + cache_->evictable_bytes <= high_water_bytes_,
+    kvsim::check(evictable == evictable_bytes_, "block pool: evictable bytes do not match the cached free blocks");
+    kvsim::check(capacity_bytes_ != 0 || allocated_bytes_ + evictable_bytes_ <= high_water_bytes_,
                  "block pool: the unbounded pool reserves less than it holds");
   }
   kvsim::check(capacity_bytes_ == 0 || allocated_bytes_ <= capacity_bytes_, "block pool: over capacity");

@@ -91,7 +91,7 @@ class BlockPool {
     return cache_ && cache_->groups[group].entries[id].hashed && cache_->groups[group].entries[id].hash == hash;
   }
   // Bytes of cached blocks no request references.
-  std::int64_t evictable_bytes() const { return cache_ ? cache_->evictable_bytes : 0; }
+  std::int64_t evictable_bytes() const { return evictable_bytes_; }
 
   // Checks that every id is either free (no references, on the free list once) or live,
   // that the live count and the allocated bytes agree, and that `expected_refs[g][id]`
@@ -130,7 +130,6 @@ class BlockPool {
   struct Cache {
     std::vector<CacheGroup> groups;
     std::int64_t blocks_per_group = 0;  // bounded: ids each group may create
-    std::int64_t evictable_bytes = 0;
   };
   BlockId take_cached(std::size_t group);
   void release_cached(std::size_t group, BlockId id);
@@ -144,6 +143,7 @@ class BlockPool {
   std::int64_t allocated_bytes_ = 0;
   std::int64_t high_water_bytes_ = 0;
   std::unique_ptr<Cache> cache_;  // null without prefix caching
+  std::int64_t evictable_bytes_ = 0;  // a plain member: pool() reads it after every operation
 };
 
 }  // namespace kvsim::detail

@@ -47,7 +47,7 @@ BlockId BlockPool::take_cached(std::size_t group) {
   if (__builtin_add_overflow(allocated_bytes_, g.block_bytes, &allocated_bytes_)) {
     throw InputError("paged: the bytes of the blocks in use overflow 64 bits");
   }
-  high_water_bytes_ = std::max(high_water_bytes_, allocated_bytes_ + cache_->evictable_bytes);
+  high_water_bytes_ = std::max(high_water_bytes_, allocated_bytes_ + evictable_bytes_);
   return id;
 }
 
@@ -57,7 +57,7 @@ void BlockPool::release_cached(std::size_t group, BlockId id) {
   --g.live;
   allocated_bytes_ -= g.block_bytes;
   const bool hashed = c.entries[id].hashed;
-  if (hashed) cache_->evictable_bytes += g.block_bytes;
+  if (hashed) evictable_bytes_ += g.block_bytes;
   // free_blocks: to the back of the queue, cached or not; unbounded, a cached block stays
   // out of it, as nothing is ever evicted.
   if (capacity_bytes_ != 0 || !hashed) enqueue(c, id);
@@ -98,7 +98,7 @@ void BlockPool::evict(std::size_t group, BlockId id) {
   }
   e.next_same_hash = kNullBlock;
   e.hashed = false;
-  cache_->evictable_bytes -= groups_[group].block_bytes;
+  evictable_bytes_ -= groups_[group].block_bytes;
 }
 
 BlockId BlockPool::cached_block(std::size_t group, std::uint64_t hash) const {
@@ -115,7 +115,7 @@ void BlockPool::touch(std::size_t group, BlockId id) {
   if (g.refs[id] == 0) {
     // An evictable block becomes allocated again: it was free room, so it always fits.
     if (e.queued) dequeue(c, id);
-    cache_->evictable_bytes -= g.block_bytes;
+    evictable_bytes_ -= g.block_bytes;
     allocated_bytes_ += g.block_bytes;
     ++g.live;
   }
