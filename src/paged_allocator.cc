@@ -12,8 +12,9 @@ namespace kvsim::detail {
 PagedAllocator::PagedAllocator(const KvLayout& layout, const PagedAllocatorOptions& options)
     : block_tokens_(options.block_tokens),
       free_outside_window_(options.free_outside_window),
-      pool_(options.capacity_bytes),
-      prefix_caching_(options.prefix_caching) {
+      prefix_caching_(options.prefix_caching),
+      decode_shortcut_(!options.free_outside_window && !options.prefix_caching),
+      pool_(options.capacity_bytes) {
   for (const LayerGroup& g : layout.groups) {
     groups_.push_back({g.window_tokens, options.free_outside_window && g.window_tokens > 0});
     pool_.add_group(checked_mul(block_tokens_, g.bytes_per_position, "bytes per block"));
@@ -96,11 +97,11 @@ Outcome PagedAllocator::grow(RequestSlot slot, std::int64_t tokens, std::int64_t
   Request& r = requests_[slot];
   check(r.live && tokens >= r.tokens && step_tokens >= 1, "paged: grow outside its contract");
   // The common case, a decode step with nothing to drop or fork, takes at most one block
-  // per sequence and group without the general bookkeeping.
+  // per sequence and group without the general bookkeeping (not with a window to drop
+  // behind, nor with prefix caching, whose bookkeeping is in grow_step).
   const bool plain_decode =
-      step_tokens == 1 && !free_outside_window_ && (r.forked || r.n == 1 || tokens <= r.prompt_tokens);
+      step_tokens == 1 && decode_shortcut_ && (r.forked || r.n == 1 || tokens <= r.prompt_tokens);
   const Outcome outcome = plain_decode ? grow_decode(slot, r, tokens) : grow_step(slot, r, tokens, step_tokens);
-  if (prefix_caching_ && outcome == Outcome::ok) cache_full_blocks(slot, r);
 #if KVSIM_EXPENSIVE_CHECKS
   if (outcome == Outcome::ok) check_invariants();
 #endif
@@ -136,6 +137,7 @@ Outcome PagedAllocator::grow_step(RequestSlot slot, Request& r, std::int64_t tok
   append_blocks(slot, r, new_blocks);
   r.tokens = tokens;
   r.blocks = new_blocks;
+  if (prefix_caching_) cache_full_blocks(slot, r);
   return Outcome::ok;
 }
 
