@@ -2,21 +2,18 @@
 
 #include <algorithm>
 #include <string>
-#include <utility>
 
 #include "kvsim/error.h"
 
 namespace kvsim::detail {
 
 std::size_t BlockPool::add_group(std::int64_t block_bytes) {
-  Group g;
-  g.block_bytes = block_bytes;
-  groups_.push_back(std::move(g));
+  groups_.push_back(Group{block_bytes, {}, {}, 0});
   return groups_.size() - 1;
 }
 
 BlockId BlockPool::take(std::size_t group) {
-  if (caching_) [[unlikely]] return take_cached(group);
+  if (cache_) [[unlikely]] return take_cached(group);
   Group& g = groups_[group];
   BlockId id;
   if (!g.free.empty()) {
@@ -38,7 +35,7 @@ BlockId BlockPool::take(std::size_t group) {
 }
 
 void BlockPool::take_many(std::size_t group, std::int64_t count, std::vector<BlockId>& out) {
-  if (caching_) [[unlikely]] {
+  if (cache_) [[unlikely]] {
     for (std::int64_t i = 0; i < count; ++i) out.push_back(take_cached(group));
     return;
   }
@@ -89,196 +86,14 @@ void BlockPool::drop(std::size_t group, BlockId id, std::uint32_t refs) {
   kvsim::check(g.refs[id] >= refs, "block pool: dropping more references than a block has");
   g.refs[id] -= refs;
   if (g.refs[id] == 0) {
-    if (caching_) {
-      release_cached(g, id);
+    if (cache_) {
+      release_cached(group, id);
       return;
     }
     g.free.push_back(id);
     --g.live;
     allocated_bytes_ -= g.block_bytes;
   }
-}
-
-// --- Prefix caching: vLLM v1's BlockPool (vllm/v1/core/block_pool.py) and its
-// FreeKVCacheBlockQueue (vllm/v1/core/kv_cache_utils.py).
-
-void BlockPool::enable_prefix_caching() {
-  std::int64_t row_bytes = 0;
-  for (const Group& g : groups_) {
-    kvsim::check(g.refs.empty(), "block pool: prefix caching enabled after blocks were taken");
-    row_bytes += g.block_bytes;
-  }
-  caching_ = true;
-  blocks_per_group_ = capacity_bytes_ != 0 && row_bytes > 0 ? capacity_bytes_ / row_bytes : 0;
-}
-
-BlockId BlockPool::take_cached(std::size_t group) {
-  Group& g = groups_[group];
-  // vLLM's queue starts with every block in id order, so never-used blocks go first; here
-  // they are created on demand, up to the group's share of the budget. Unbounded, a new
-  // block is created whenever no uncached block is free: cached ones are never evicted.
-  const bool fresh = capacity_bytes_ != 0 ? static_cast<std::int64_t>(g.refs.size()) < blocks_per_group_
-                                          : g.queue_head == kNullBlock;
-  BlockId id;
-  if (fresh) {
-    kvsim::check(g.refs.size() < kNullBlock, "block pool: block ids exhausted");
-    id = static_cast<BlockId>(g.refs.size());
-    g.refs.push_back(0);
-    g.cache.emplace_back();
-  } else {
-    // get_new_blocks: popleft, and _maybe_evict_cached_block on what comes out.
-    id = g.queue_head;
-    kvsim::check(id != kNullBlock, "block pool: no free block although the budget has room");
-    dequeue(g, id);
-    if (g.cache[id].hashed) evict(g, id);
-  }
-  g.refs[id] = 1;
-  ++g.live;
-  if (__builtin_add_overflow(allocated_bytes_, g.block_bytes, &allocated_bytes_)) {
-    throw InputError("paged: the bytes of the blocks in use overflow 64 bits");
-  }
-  high_water_bytes_ = std::max(high_water_bytes_, allocated_bytes_ + evictable_bytes_);
-  return id;
-}
-
-void BlockPool::release_cached(Group& g, BlockId id) {
-  --g.live;
-  allocated_bytes_ -= g.block_bytes;
-  const bool hashed = g.cache[id].hashed;
-  if (hashed) evictable_bytes_ += g.block_bytes;
-  // free_blocks: to the back of the queue, cached or not; unbounded, a cached block stays
-  // out of it, as nothing is ever evicted.
-  if (capacity_bytes_ != 0 || !hashed) enqueue(g, id);
-}
-
-void BlockPool::enqueue(Group& g, BlockId id) {
-  CacheEntry& e = g.cache[id];
-  e.queued = true;
-  e.prev = g.queue_tail;
-  e.next = kNullBlock;
-  if (g.queue_tail != kNullBlock) g.cache[g.queue_tail].next = id;
-  else g.queue_head = id;
-  g.queue_tail = id;
-}
-
-void BlockPool::dequeue(Group& g, BlockId id) {
-  CacheEntry& e = g.cache[id];
-  if (e.prev != kNullBlock) g.cache[e.prev].next = e.next;
-  else g.queue_head = e.next;
-  if (e.next != kNullBlock) g.cache[e.next].prev = e.prev;
-  else g.queue_tail = e.prev;
-  e.prev = e.next = kNullBlock;
-  e.queued = false;
-}
-
-void BlockPool::evict(Group& g, BlockId id) {
-  CacheEntry& e = g.cache[id];
-  const auto it = g.by_hash.find(e.hash);
-  kvsim::check(it != g.by_hash.end(), "block pool: a cached block is missing from the hash map");
-  if (it->second == id) {
-    if (e.next_same_hash == kNullBlock) g.by_hash.erase(it);
-    else it->second = e.next_same_hash;
-  } else {
-    BlockId at = it->second;
-    while (g.cache[at].next_same_hash != id) at = g.cache[at].next_same_hash;
-    g.cache[at].next_same_hash = e.next_same_hash;
-  }
-  e.next_same_hash = kNullBlock;
-  e.hashed = false;
-  evictable_bytes_ -= g.block_bytes;
-}
-
-BlockId BlockPool::cached_block(std::size_t group, std::uint64_t hash) const {
-  const Group& g = groups_[group];
-  const auto it = g.by_hash.find(hash);
-  return it == g.by_hash.end() ? kNullBlock : it->second;
-}
-
-void BlockPool::touch(std::size_t group, BlockId id) {
-  Group& g = groups_[group];
-  CacheEntry& e = g.cache[id];
-  kvsim::check(e.hashed, "block pool: touching a block that is not cached");
-  if (g.refs[id] == 0) {
-    // An evictable block becomes allocated again: it was free room, so it always fits.
-    if (e.queued) dequeue(g, id);
-    evictable_bytes_ -= g.block_bytes;
-    allocated_bytes_ += g.block_bytes;
-    ++g.live;
-  }
-  ++g.refs[id];
-  if (++e.requests >= 2) ++g.shared_blocks;
-}
-
-void BlockPool::cache_block(std::size_t group, BlockId id, std::uint64_t hash) {
-  Group& g = groups_[group];
-  CacheEntry& e = g.cache[id];
-  kvsim::check(!e.hashed && g.refs[id] > 0, "block pool: caching a block twice, or a free one");
-  e.hashed = true;
-  e.hash = hash;
-  e.requests = 1;
-  e.next_same_hash = kNullBlock;
-  const auto [it, inserted] = g.by_hash.try_emplace(hash, id);
-  if (!inserted) {
-    // Two requests computed the same block: both stay cached, lookups find the first.
-    BlockId at = it->second;
-    while (g.cache[at].next_same_hash != kNullBlock) at = g.cache[at].next_same_hash;
-    g.cache[at].next_same_hash = id;
-  }
-}
-
-void BlockPool::leave(std::size_t group, BlockId id) {
-  Group& g = groups_[group];
-  CacheEntry& e = g.cache[id];
-  kvsim::check(e.requests > 0, "block pool: a request leaves a cached block it did not hold");
-  if (--e.requests >= 1) --g.shared_blocks;
-}
-
-void BlockPool::check_cache(std::size_t group, const std::vector<std::uint32_t>& expected_requests) const {
-  const Group& g = groups_[group];
-  const std::size_t size = g.refs.size();
-  kvsim::check(g.cache.size() == size, "block pool: cache entries and blocks disagree");
-  kvsim::check(capacity_bytes_ == 0 || static_cast<std::int64_t>(size) <= blocks_per_group_,
-               "block pool: more blocks than the budget holds");
-  // The queue: well linked, free blocks only, each once.
-  std::vector<char> in_queue(size, 0);
-  BlockId prev = kNullBlock;
-  for (BlockId id = g.queue_head; id != kNullBlock; id = g.cache[id].next) {
-    kvsim::check(id < size && in_queue[id] == 0, "block pool: the free queue holds an unknown id, or one twice");
-    kvsim::check(g.cache[id].prev == prev && g.cache[id].queued, "block pool: the free queue's links are broken");
-    kvsim::check(g.refs[id] == 0, "block pool: a referenced block is in the free queue");
-    in_queue[id] = 1;
-    prev = id;
-  }
-  kvsim::check(prev == g.queue_tail, "block pool: the free queue's tail is wrong");
-  // The map: each entry a chain of blocks carrying its hash, every cached block in one.
-  std::vector<char> in_map(size, 0);
-  for (const auto& [hash, first] : g.by_hash) {
-    for (BlockId id = first; id != kNullBlock; id = g.cache[id].next_same_hash) {
-      kvsim::check(id < size && in_map[id] == 0, "block pool: the hash map holds an unknown block, or one twice");
-      kvsim::check(g.cache[id].hashed && g.cache[id].hash == hash, "block pool: a hash map entry names a block without that hash");
-      in_map[id] = 1;
-    }
-  }
-  std::int64_t shared = 0;
-  for (std::size_t id = 0; id < size; ++id) {
-    const CacheEntry& e = g.cache[id];
-    kvsim::check(e.queued == (in_queue[id] == 1), "block pool: a block's queued flag is wrong");
-    kvsim::check(e.hashed == (in_map[id] == 1), "block pool: a cached block is missing from the hash map");
-    if (g.refs[id] == 0) {
-      const bool should_queue = capacity_bytes_ != 0 || !e.hashed;
-      kvsim::check(in_queue[id] == should_queue, "block pool: a free block is missing from the free queue, or an "
-                                                 "unbounded pool queued a cached one");
-    }
-    const std::uint32_t want = id < expected_requests.size() ? expected_requests[id] : 0;
-    if (e.requests != want) {
-      throw InternalError("block pool: group " + std::to_string(group) + " block " + std::to_string(id) + " is held by " +
-                          std::to_string(e.requests) + " requests but block tables say " + std::to_string(want));
-    }
-    kvsim::check(e.requests == 0 || (e.hashed && g.refs[id] >= e.requests),
-                 "block pool: requests hold a block that is not cached, or more requests than references");
-    if (e.requests >= 2) shared += e.requests - 1;
-  }
-  kvsim::check(shared == g.shared_blocks, "block pool: the count of blocks shared across requests drifted");
 }
 
 void BlockPool::check(const std::vector<std::vector<std::uint32_t>>& expected_refs,
@@ -303,7 +118,7 @@ void BlockPool::check(const std::vector<std::vector<std::uint32_t>>& expected_re
                             std::to_string(want));
       }
       if (g.refs[id] > 0) ++live;
-      else if (!caching_) kvsim::check(on_free_list[id] == 1, "block pool: a free block is missing from the free list");
+      else if (!cache_) kvsim::check(on_free_list[id] == 1, "block pool: a free block is missing from the free list");
     }
     kvsim::check(expected_refs[gi].size() <= g.refs.size() ||
                      std::all_of(expected_refs[gi].begin() + static_cast<std::ptrdiff_t>(g.refs.size()),
@@ -313,13 +128,13 @@ void BlockPool::check(const std::vector<std::vector<std::uint32_t>>& expected_re
     bytes += live * g.block_bytes;
   }
   kvsim::check(bytes == allocated_bytes_, "block pool: allocated bytes do not match live blocks");
-  if (caching_) {
+  if (cache_) {
     std::int64_t evictable = 0;
     for (std::size_t gi = 0; gi < groups_.size(); ++gi) {
       check_cache(gi, gi < expected_requests.size() ? expected_requests[gi] : std::vector<std::uint32_t>{});
       const Group& g = groups_[gi];
       for (std::size_t id = 0; id < g.refs.size(); ++id) {
-        if (g.refs[id] == 0 && g.cache[id].hashed) evictable += g.block_bytes;
+        if (g.refs[id] == 0 && cache_->groups[gi].entries[id].hashed) evictable += g.block_bytes;
       }
     }
     kvsim::check(evictable == evictable_bytes_, "block pool: evictable bytes do not match the cached free blocks");

@@ -20,6 +20,7 @@
 #define KVSIM_SRC_BLOCK_POOL_H_
 
 #include <cstdint>
+#include <memory>
 #include <unordered_map>
 #include <vector>
 
@@ -69,7 +70,7 @@ class BlockPool {
   // capacity / (one block of every group) blocks: the allocator takes the same count in
   // every group, and the byte budget allows no more.
   void enable_prefix_caching();
-  bool prefix_caching() const { return caching_; }
+  bool prefix_caching() const { return cache_ != nullptr; }
   // The block of `group` cached under `hash` (the first cached, when two blocks computed
   // the same prefix), or kNullBlock.
   BlockId cached_block(std::size_t group, std::uint64_t hash) const;
@@ -84,10 +85,10 @@ class BlockPool {
   void leave(std::size_t group, BlockId id);
   // Cached blocks of `group` that two or more live requests hold, each counted once per
   // request beyond the first: sum of (requests - 1).
-  std::int64_t shared_blocks(std::size_t group) const { return caching_ ? groups_[group].shared_blocks : 0; }
+  std::int64_t shared_blocks(std::size_t group) const { return cache_ ? cache_->groups[group].shared_blocks : 0; }
   // Whether block `id` is cached under `hash`.
   bool cached_as(std::size_t group, BlockId id, std::uint64_t hash) const {
-    return caching_ && groups_[group].cache[id].hashed && groups_[group].cache[id].hash == hash;
+    return cache_ && cache_->groups[group].entries[id].hashed && cache_->groups[group].entries[id].hash == hash;
   }
   // Bytes of cached blocks no request references.
   std::int64_t evictable_bytes() const { return evictable_bytes_; }
@@ -102,7 +103,14 @@ class BlockPool {
              const std::vector<std::vector<std::uint32_t>>& expected_requests = {}) const;
 
  private:
-  // Per block, with prefix caching only.
+  struct Group {
+    std::int64_t block_bytes = 0;
+    std::vector<std::uint32_t> refs;  // by id; 0 = free
+    std::vector<BlockId> free;        // ids with no references, reused last-in first-out
+    std::int64_t live = 0;
+  };
+  // Prefix caching's state, apart from Group so that the pool without it keeps its layout
+  // (grow()'s hot path touches Group): per block, per group, and for the pool.
   struct CacheEntry {
     std::uint64_t hash = 0;
     BlockId prev = kNullBlock;            // free queue links
@@ -112,32 +120,30 @@ class BlockPool {
     bool hashed = false;
     bool queued = false;
   };
-  struct Group {
-    std::int64_t block_bytes = 0;
-    std::vector<std::uint32_t> refs;  // by id; 0 = free
-    std::vector<BlockId> free;        // ids with no references, reused last-in first-out
-    std::int64_t live = 0;
-    // Prefix caching only: free queue, cache entries by id, hash -> first block.
-    std::vector<CacheEntry> cache;
+  struct CacheGroup {
+    std::vector<CacheEntry> entries;  // by id
     BlockId queue_head = kNullBlock;
     BlockId queue_tail = kNullBlock;
-    std::unordered_map<std::uint64_t, BlockId> by_hash;
+    std::unordered_map<std::uint64_t, BlockId> by_hash;  // the first block cached under a hash
     std::int64_t shared_blocks = 0;
   };
+  struct Cache {
+    std::vector<CacheGroup> groups;
+    std::int64_t blocks_per_group = 0;  // bounded: ids each group may create
+  };
   BlockId take_cached(std::size_t group);
-  void release_cached(Group& g, BlockId id);
-  void enqueue(Group& g, BlockId id);
-  void dequeue(Group& g, BlockId id);
-  void evict(Group& g, BlockId id);
+  void release_cached(std::size_t group, BlockId id);
+  static void enqueue(CacheGroup& c, BlockId id);
+  static void dequeue(CacheGroup& c, BlockId id);
+  void evict(std::size_t group, BlockId id);
   void check_cache(std::size_t group, const std::vector<std::uint32_t>& expected_requests) const;
 
   std::vector<Group> groups_;
   std::int64_t capacity_bytes_;
   std::int64_t allocated_bytes_ = 0;
   std::int64_t high_water_bytes_ = 0;
-  bool caching_ = false;
-  std::int64_t blocks_per_group_ = 0;  // bounded caching: ids each group may create
-  std::int64_t evictable_bytes_ = 0;
+  std::unique_ptr<Cache> cache_;  // null without prefix caching
+  std::int64_t evictable_bytes_ = 0;  // a plain member: pool() reads it after every operation
 };
 
 }  // namespace kvsim::detail

@@ -91,7 +91,8 @@ class PagedAllocator final : public Allocator {
   }
 
   // grow()'s two paths. grow_decode: one decode token with nothing to drop or fork, which
-  // takes at most one block per sequence and group. grow_step: any other step, in four
+  // takes at most one block per sequence and group. grow_step: any other step (and every
+  // step with prefix caching, which then registers the prompt blocks it filled), in four
   // named steps: plan_step, drop_behind_window, fork_samples (at the first token past the
   // prompt of an n > 1 request), append_blocks. Both update r.tokens and r.blocks on success
   // and change nothing when the step does not fit. Declared inline and defined in
@@ -127,7 +128,8 @@ class PagedAllocator final : public Allocator {
   // floor((prompt - 1) / block) so that the last prompt token is computed.
   std::int64_t hit_blocks(const AdmitInfo& info) const;
   void admit_cached(RequestSlot slot, Request& r, const AdmitInfo& info);
-  // Registers the prompt blocks that the last grow filled and that have a hash.
+  // Registers the prompt blocks that the last grow filled and that have a hash. Called by
+  // grow_step, the only path grow() takes with prefix caching.
   void cache_full_blocks(RequestSlot slot, const Request& r);
   void release_cached(RequestSlot slot, const Request& r);
 
@@ -138,6 +140,8 @@ class PagedAllocator final : public Allocator {
   std::vector<Group> groups_;
   std::int64_t block_tokens_;
   bool free_outside_window_;
+  bool prefix_caching_;
+  bool decode_shortcut_;  // grow() may take grow_decode: neither of the two above
   BlockPool pool_;
   std::vector<Request> requests_;
   std::vector<Tables> tables_;   // requests_.size() * groups_.size()
@@ -150,7 +154,6 @@ class PagedAllocator final : public Allocator {
     std::vector<std::uint64_t> hashes;
     std::int64_t cached_blocks = 0;
   };
-  bool prefix_caching_;
   std::vector<Prefix> prefixes_;
 };
 

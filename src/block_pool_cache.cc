@@ -1,0 +1,200 @@
+// The block pool's prefix cache (block_pool.h): vLLM v1's BlockPool
+// (vllm/v1/core/block_pool.py) and its FreeKVCacheBlockQueue (vllm/v1/core/kv_cache_utils.py),
+// apart from the plain pool, which reaches them through one branch on the cache pointer
+// in take(), take_many() and drop().
+#include <algorithm>
+#include <string>
+
+#include "block_pool.h"
+#include "kvsim/error.h"
+
+namespace kvsim::detail {
+
+void BlockPool::enable_prefix_caching() {
+  std::int64_t row_bytes = 0;
+  for (const Group& g : groups_) {
+    kvsim::check(g.refs.empty(), "block pool: prefix caching enabled after blocks were taken");
+    row_bytes += g.block_bytes;
+  }
+  cache_ = std::make_unique<Cache>();
+  cache_->groups.resize(groups_.size());
+  cache_->blocks_per_group = capacity_bytes_ != 0 && row_bytes > 0 ? capacity_bytes_ / row_bytes : 0;
+}
+
+BlockId BlockPool::take_cached(std::size_t group) {
+  Group& g = groups_[group];
+  CacheGroup& c = cache_->groups[group];
+  // vLLM's queue starts with every block in id order, so never-used blocks go first; here
+  // they are created on demand, up to the group's share of the budget. Unbounded, a new
+  // block is created whenever no uncached block is free: cached ones are never evicted.
+  const bool fresh = capacity_bytes_ != 0 ? static_cast<std::int64_t>(g.refs.size()) < cache_->blocks_per_group
+                                          : c.queue_head == kNullBlock;
+  BlockId id;
+  if (fresh) {
+    kvsim::check(g.refs.size() < kNullBlock, "block pool: block ids exhausted");
+    id = static_cast<BlockId>(g.refs.size());
+    g.refs.push_back(0);
+    c.entries.emplace_back();
+  } else {
+    // get_new_blocks: popleft, and _maybe_evict_cached_block on what comes out.
+    id = c.queue_head;
+    kvsim::check(id != kNullBlock, "block pool: no free block although the budget has room");
+    dequeue(c, id);
+    if (c.entries[id].hashed) evict(group, id);
+  }
+  g.refs[id] = 1;
+  ++g.live;
+  if (__builtin_add_overflow(allocated_bytes_, g.block_bytes, &allocated_bytes_)) {
+    throw InputError("paged: the bytes of the blocks in use overflow 64 bits");
+  }
+  high_water_bytes_ = std::max(high_water_bytes_, allocated_bytes_ + evictable_bytes_);
+  return id;
+}
+
+void BlockPool::release_cached(std::size_t group, BlockId id) {
+  Group& g = groups_[group];
+  CacheGroup& c = cache_->groups[group];
+  --g.live;
+  allocated_bytes_ -= g.block_bytes;
+  const bool hashed = c.entries[id].hashed;
+  if (hashed) evictable_bytes_ += g.block_bytes;
+  // free_blocks: to the back of the queue, cached or not; unbounded, a cached block stays
+  // out of it, as nothing is ever evicted.
+  if (capacity_bytes_ != 0 || !hashed) enqueue(c, id);
+}
+
+void BlockPool::enqueue(CacheGroup& c, BlockId id) {
+  CacheEntry& e = c.entries[id];
+  e.queued = true;
+  e.prev = c.queue_tail;
+  e.next = kNullBlock;
+  if (c.queue_tail != kNullBlock) c.entries[c.queue_tail].next = id;
+  else c.queue_head = id;
+  c.queue_tail = id;
+}
+
+void BlockPool::dequeue(CacheGroup& c, BlockId id) {
+  CacheEntry& e = c.entries[id];
+  if (e.prev != kNullBlock) c.entries[e.prev].next = e.next;
+  else c.queue_head = e.next;
+  if (e.next != kNullBlock) c.entries[e.next].prev = e.prev;
+  else c.queue_tail = e.prev;
+  e.prev = e.next = kNullBlock;
+  e.queued = false;
+}
+
+void BlockPool::evict(std::size_t group, BlockId id) {
+  CacheGroup& c = cache_->groups[group];
+  CacheEntry& e = c.entries[id];
+  const auto it = c.by_hash.find(e.hash);
+  kvsim::check(it != c.by_hash.end(), "block pool: a cached block is missing from the hash map");
+  if (it->second == id) {
+    if (e.next_same_hash == kNullBlock) c.by_hash.erase(it);
+    else it->second = e.next_same_hash;
+  } else {
+    BlockId at = it->second;
+    while (c.entries[at].next_same_hash != id) at = c.entries[at].next_same_hash;
+    c.entries[at].next_same_hash = e.next_same_hash;
+  }
+  e.next_same_hash = kNullBlock;
+  e.hashed = false;
+  evictable_bytes_ -= groups_[group].block_bytes;
+}
+
+BlockId BlockPool::cached_block(std::size_t group, std::uint64_t hash) const {
+  const CacheGroup& c = cache_->groups[group];
+  const auto it = c.by_hash.find(hash);
+  return it == c.by_hash.end() ? kNullBlock : it->second;
+}
+
+void BlockPool::touch(std::size_t group, BlockId id) {
+  Group& g = groups_[group];
+  CacheGroup& c = cache_->groups[group];
+  CacheEntry& e = c.entries[id];
+  kvsim::check(e.hashed, "block pool: touching a block that is not cached");
+  if (g.refs[id] == 0) {
+    // An evictable block becomes allocated again: it was free room, so it always fits.
+    if (e.queued) dequeue(c, id);
+    evictable_bytes_ -= g.block_bytes;
+    allocated_bytes_ += g.block_bytes;
+    ++g.live;
+  }
+  ++g.refs[id];
+  if (++e.requests >= 2) ++c.shared_blocks;
+}
+
+void BlockPool::cache_block(std::size_t group, BlockId id, std::uint64_t hash) {
+  CacheGroup& c = cache_->groups[group];
+  CacheEntry& e = c.entries[id];
+  kvsim::check(!e.hashed && groups_[group].refs[id] > 0, "block pool: caching a block twice, or a free one");
+  e.hashed = true;
+  e.hash = hash;
+  e.requests = 1;
+  e.next_same_hash = kNullBlock;
+  const auto [it, inserted] = c.by_hash.try_emplace(hash, id);
+  if (!inserted) {
+    // Two requests computed the same block: both stay cached, lookups find the first.
+    BlockId at = it->second;
+    while (c.entries[at].next_same_hash != kNullBlock) at = c.entries[at].next_same_hash;
+    c.entries[at].next_same_hash = id;
+  }
+}
+
+void BlockPool::leave(std::size_t group, BlockId id) {
+  CacheGroup& c = cache_->groups[group];
+  CacheEntry& e = c.entries[id];
+  kvsim::check(e.requests > 0, "block pool: a request leaves a cached block it did not hold");
+  if (--e.requests >= 1) --c.shared_blocks;
+}
+
+void BlockPool::check_cache(std::size_t group, const std::vector<std::uint32_t>& expected_requests) const {
+  const Group& g = groups_[group];
+  const CacheGroup& c = cache_->groups[group];
+  const std::size_t size = g.refs.size();
+  kvsim::check(c.entries.size() == size, "block pool: cache entries and blocks disagree");
+  kvsim::check(capacity_bytes_ == 0 || static_cast<std::int64_t>(size) <= cache_->blocks_per_group,
+               "block pool: more blocks than the budget holds");
+  // The queue: well linked, free blocks only, each once.
+  std::vector<char> in_queue(size, 0);
+  BlockId prev = kNullBlock;
+  for (BlockId id = c.queue_head; id != kNullBlock; id = c.entries[id].next) {
+    kvsim::check(id < size && in_queue[id] == 0, "block pool: the free queue holds an unknown id, or one twice");
+    kvsim::check(c.entries[id].prev == prev && c.entries[id].queued, "block pool: the free queue's links are broken");
+    kvsim::check(g.refs[id] == 0, "block pool: a referenced block is in the free queue");
+    in_queue[id] = 1;
+    prev = id;
+  }
+  kvsim::check(prev == c.queue_tail, "block pool: the free queue's tail is wrong");
+  // The map: each entry a chain of blocks carrying its hash, every cached block in one.
+  std::vector<char> in_map(size, 0);
+  for (const auto& [hash, first] : c.by_hash) {
+    for (BlockId id = first; id != kNullBlock; id = c.entries[id].next_same_hash) {
+      kvsim::check(id < size && in_map[id] == 0, "block pool: the hash map holds an unknown block, or one twice");
+      kvsim::check(c.entries[id].hashed && c.entries[id].hash == hash,
+                   "block pool: a hash map entry names a block without that hash");
+      in_map[id] = 1;
+    }
+  }
+  std::int64_t shared = 0;
+  for (std::size_t id = 0; id < size; ++id) {
+    const CacheEntry& e = c.entries[id];
+    kvsim::check(e.queued == (in_queue[id] == 1), "block pool: a block's queued flag is wrong");
+    kvsim::check(e.hashed == (in_map[id] == 1), "block pool: a cached block is missing from the hash map");
+    if (g.refs[id] == 0) {
+      const bool should_queue = capacity_bytes_ != 0 || !e.hashed;
+      kvsim::check(in_queue[id] == should_queue, "block pool: a free block is missing from the free queue, or an "
+                                                 "unbounded pool queued a cached one");
+    }
+    const std::uint32_t want = id < expected_requests.size() ? expected_requests[id] : 0;
+    if (e.requests != want) {
+      throw InternalError("block pool: group " + std::to_string(group) + " block " + std::to_string(id) + " is held by " +
+                          std::to_string(e.requests) + " requests but block tables say " + std::to_string(want));
+    }
+    kvsim::check(e.requests == 0 || (e.hashed && g.refs[id] >= e.requests),
+                 "block pool: requests hold a block that is not cached, or more requests than references");
+    if (e.requests >= 2) shared += e.requests - 1;
+  }
+  kvsim::check(shared == c.shared_blocks, "block pool: the count of blocks shared across requests drifted");
+}
+
+}  // namespace kvsim::detail
