@@ -55,6 +55,8 @@ class BlockPool {
   void drop(std::size_t group, BlockId id, std::uint32_t refs = 1);
 
   // Drops `refs` references from every block in [first, last) that is not kNullBlock.
+  // REQUIRES: no prefix caching (its caller frees block by block through drop(), in the
+  // order the free queue must see).
   void drop_many(std::size_t group, const BlockId* first, const BlockId* last, std::uint32_t refs);
 
   std::uint32_t refs(std::size_t group, BlockId id) const { return groups_[group].refs[id]; }
@@ -63,7 +65,8 @@ class BlockPool {
   std::int64_t capacity_bytes() const { return capacity_bytes_; }
   std::int64_t live_blocks(std::size_t group) const { return groups_[group].live; }
 
-  // --- Prefix caching (all REQUIRE enable_prefix_caching()).
+  // --- Prefix caching (cached_block, touch, cache_block and leave REQUIRE
+  // enable_prefix_caching(); the counters read 0 without it).
 
   // Switches the free list to vLLM's queue and enables the hash map. Call once, after the
   // groups are added and before any block is taken. Bounded, each group then holds at most
