@@ -5,6 +5,7 @@
 #include <map>
 
 #include "allocator_registry.h"
+#include "kvsim/error.h"
 #include "kvsim/replay.h"
 #include "test_support.h"
 
@@ -58,6 +59,27 @@ std::vector<Request> traffic(std::uint64_t seed, int count) {
   }
   return out;
 }
+
+// The same traffic, with prompts from three families that share their first blocks (of
+// 16): a prompt's first m full blocks carry its family's hashes, the rest its own.
+std::vector<Request> traffic_with_prefixes(std::uint64_t seed, int count) {
+  std::vector<Request> out = traffic(seed, count);
+  Lcg rng{seed + 1};
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    Request& r = out[i];
+    const std::int64_t blocks = r.prompt_tokens / 16;
+    const std::int64_t family = rng.below(3);
+    const std::int64_t shared = rng.below(blocks + 1);
+    r.prefix_block_tokens = 16;
+    for (std::int64_t k = 0; k < blocks; ++k) {
+      r.prefix_hashes.push_back(k < shared ? static_cast<std::uint64_t>(family * 1000 + k)
+                                           : static_cast<std::uint64_t>(1'000'000 + i * 1000 + static_cast<std::size_t>(k)));
+    }
+  }
+  return out;
+}
+
+bool shares_prefixes(const std::string& spec) { return spec.find("prefix-caching=on") != std::string::npos; }
 
 KvLayout layout_named(const std::string& name) {
   KvLayout l;
@@ -281,13 +303,28 @@ TEST_CASE("allocator contract under a tight budget: every policy, every allocato
     if (info.supports_swap) policies.push_back({Policy{std::string(info.name)}, Preemption::swap, std::string(info.name) + " swap"});
   }
   REQUIRE(policies.size() >= 4);  // vllm, vllm swap, reserve, sglang at least
-  for (const std::string layout_name : {"full", "hybrid"}) {
-    const KvLayout layout = layout_named(layout_name);
-    const auto reqs = traffic(11, 120);
+  // Traffic with shared prompt prefixes on the full-attention layout: the sharing allocators
+  // share, evict and are preempted under every policy; the others ignore the hashes.
+  for (const std::string layout_name : {"full", "hybrid", "full, shared prefixes"}) {
+    const bool prefixes = layout_name == std::string("full, shared prefixes");
+    const KvLayout layout = layout_named(prefixes ? "full" : layout_name);
+    const auto reqs = prefixes ? traffic_with_prefixes(11, 120) : traffic(11, 120);
     for (const auto& p : policies) {
       for (const std::string& spec : kSpecs) {
         for (std::int64_t budget_positions : {std::int64_t{600}, std::int64_t{2500}}) {
           INFO(spec << " on " << layout_name << ", policy " << p.name << ", budget " << budget_positions << " positions");
+          if (shares_prefixes(spec) && layout_name == std::string("hybrid")) {
+            // Sharing is not modelled on sliding-window layers: the run is refused, not wrong.
+            test::VectorTrace trace(reqs);
+            ReplayOptions o;
+            o.layout = layout;
+            o.memory.kv_budget_bytes = budget_positions * layout.bytes_per_token();
+            AllocatorLimits limits;
+            limits.capacity_bytes = o.memory.kv_budget_bytes;
+            auto allocator = make_allocator(parse_allocator_spec(spec, "test"), layout, limits);
+            CHECK_THROWS_AS(replay(trace, *allocator, o), InputError);
+            continue;
+          }
           test::VectorTrace trace(reqs);
           ReplayOptions o;
           o.layout = layout;
@@ -311,6 +348,7 @@ TEST_CASE("allocator contract under a tight budget: every policy, every allocato
                 r.requests);
           CHECK(r.allocated_bytes.peak <= o.memory.kv_budget_bytes);
           if (p.policy == Policy::reserve && spec.rfind("dynamic", 0) != 0) CHECK(r.preemptions == 0);
+          if (prefixes && shares_prefixes(spec)) CHECK(r.prefix_hit_tokens > 0);
         }
       }
     }
