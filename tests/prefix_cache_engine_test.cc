@@ -13,20 +13,8 @@ namespace {
 constexpr std::int64_t kMs = 1'000'000;
 constexpr const char* kCaching = "paged:block=16,prefix-caching=on";
 
-struct Run {
-  ReplayReport report;
-  std::vector<TimelineRow> rows;
-};
-
-Run run(const std::string& spec, std::vector<Request> requests, ReplayOptions o) {
-  test::VectorTrace trace(std::move(requests));
-  AllocatorLimits limits;
-  limits.capacity_bytes = o.memory.kv_budget_bytes;
-  auto allocator = make_allocator(parse_allocator_spec(spec, "test"), o.layout, limits);
-  Run r;
-  o.timeline = [&r](const TimelineRow& row) { r.rows.push_back(row); };
-  r.report = replay(trace, *allocator, o);
-  return r;
+test::BudgetRun run(const std::string& spec, std::vector<Request> requests, const ReplayOptions& o) {
+  return test::replay_under_budget(spec, std::move(requests), o);
 }
 
 // Steps of `base_ms`, plus `prefill_ms` per prompt token computed.

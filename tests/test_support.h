@@ -5,7 +5,9 @@
 #include <string>
 #include <vector>
 
+#include "kvsim/allocator.h"
 #include "kvsim/model.h"
+#include "kvsim/replay.h"
 #include "kvsim/request.h"
 #include "kvsim/trace.h"
 
@@ -59,6 +61,23 @@ inline KvLayout unit_layout(std::int64_t max_model_len = 4096) {
   l.groups = {group("full", 1)};
   l.max_model_len = max_model_len;
   return l;
+}
+
+// A replay of `requests` through the allocator `spec` names, bounded by the options' budget,
+// with every timeline row kept.
+struct BudgetRun {
+  ReplayReport report;
+  std::vector<TimelineRow> rows;
+};
+inline BudgetRun replay_under_budget(const std::string& spec, std::vector<Request> requests, ReplayOptions o) {
+  VectorTrace trace(std::move(requests));
+  AllocatorLimits limits;
+  limits.capacity_bytes = o.memory.kv_budget_bytes;
+  auto allocator = make_allocator(parse_allocator_spec(spec, "test"), o.layout, limits);
+  BudgetRun r;
+  o.timeline = [&r](const TimelineRow& row) { r.rows.push_back(row); };
+  r.report = replay(trace, *allocator, o);
+  return r;
 }
 
 }  // namespace kvsim::test
