@@ -143,10 +143,13 @@ po::options_description replay_option_descriptions() {
        "vllm policy: the share of capacity an admission must leave free (vLLM v0's default 0.01)")
       (option_key(kOptSwapBandwidth), po::value<std::string>()->default_value("25GB"),
        "host link for swapping, bytes per second (about PCIe 4.0 x16 in practice)");
+  std::string format_help = "trace format (default: detected):";
+  for (const auto name : trace_format_names()) {
+    if (name != "auto") format_help.append(format_help.back() == ':' ? " " : ", ").append(name);
+  }
   po::options_description trace_opts("Trace");
   trace_opts.add_options()
-      (option_key(kOptFormat), po::value<std::string>(), "trace format (default: detected): native-csv, native-jsonl, "
-                                                         "azure, burstgpt, mooncake, vidur, lengths, token-ids")
+      (option_key(kOptFormat), po::value<std::string>(), format_help.c_str())
       (option_key(kOptSort), "accept arrivals out of order (sorts the trace in memory)")
       (option_key(kOptKeepFailed), "BurstGPT: replay failed requests (0 response tokens) as cancelled at arrival")
       (option_key(kOptRate), po::value<std::string>(), "length-only traces: Poisson arrivals at this many requests per second")
