@@ -687,6 +687,26 @@ std::int64_t Engine::step_duration(std::int64_t prefill_tokens, std::int64_t dec
   return static_cast<std::int64_t>(ns);
 }
 
+void Engine::deliver_step() {
+  for (const SlotRef ref : first_token_) {
+    const Flight& f = flights_[ref.slot];
+    if (f.generation != ref.generation) continue;  // cancelled or preempted in the step
+    Ticket& t = tickets_[f.ticket];
+    t.first_token_ns = now_;
+    recorder_.first_token(now_ - t.arrival_ns);
+  }
+  first_token_.clear();
+  for (const SlotRef ref : finishing_) {
+    const Flight& f = flights_[ref.slot];
+    if (f.generation != ref.generation) continue;
+    ++report_.completed;
+    recorder_.completed(now_ - tickets_[f.ticket].arrival_ns);
+    report_.generated_tokens += f.n * f.output;
+    release(ref.slot, 0);
+  }
+  finishing_.clear();
+}
+
 void Engine::run_iteration() {
   step_memory_bound_ = false;
   step_preempted_ = false;
@@ -725,25 +745,6 @@ void Engine::run_iteration() {
   }
 }
 
-void Engine::deliver_step() {
-  for (const SlotRef ref : first_token_) {
-    const Flight& f = flights_[ref.slot];
-    if (f.generation != ref.generation) continue;  // cancelled or preempted in the step
-    Ticket& t = tickets_[f.ticket];
-    t.first_token_ns = now_;
-    recorder_.first_token(now_ - t.arrival_ns);
-  }
-  first_token_.clear();
-  for (const SlotRef ref : finishing_) {
-    const Flight& f = flights_[ref.slot];
-    if (f.generation != ref.generation) continue;
-    ++report_.completed;
-    recorder_.completed(now_ - tickets_[f.ticket].arrival_ns);
-    report_.generated_tokens += f.n * f.output;
-    release(ref.slot, 0);
-  }
-  finishing_.clear();
-}
 
 ReplayReport Engine::run() {
   report_.allocator = alloc_.name();

@@ -163,7 +163,7 @@ class Engine {
   void run_iteration();
   // The step has ended (now_ is its end): first tokens are timed, and the requests that
   // produced their last token complete and leave.
-  void deliver_step();
+  [[gnu::always_inline]] inline void deliver_step();
   // How long this step lasts: the cost model's time for its work plus the swap transfers,
   // in whole nanoseconds, always > 0.
   std::int64_t step_duration(std::int64_t prefill_tokens, std::int64_t decode_seqs, std::int64_t context) const;
