@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "kvsim/allocator.h"
+#include "kvsim/budget.h"
 #include "kvsim/replay.h"
 #include "ledger.h"
 
@@ -51,6 +52,9 @@ struct EngineView {
   std::int64_t bytes_per_token;       // all layer groups
 
   std::int64_t free_bytes() const { return capacity_bytes - allocated_bytes.at(step); }
+  // The request admitted last: the end of vLLM's running queue, the victim most engines pick.
+  // REQUIRES: running > 0.
+  std::uint32_t newest_running() const { return running_order.rbegin()->second; }
 };
 
 class Scheduler {
@@ -123,8 +127,6 @@ std::unique_ptr<Scheduler> make_scheduler(const EngineView& engine);
 // What the allocator would hold for waiting request `t` after a first chunk of `positions`
 // (with the first token, when the chunk completes its prefill).
 std::int64_t chunk_bytes(const EngineView& engine, const Ticket& t, std::int64_t positions);
-
-inline constexpr std::int64_t kPpb = 1'000'000'000;
 
 }  // namespace kvsim::detail
 

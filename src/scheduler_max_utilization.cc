@@ -25,7 +25,7 @@ class MaxUtilizationScheduler final : public Scheduler {
   }
 
   std::uint32_t choose_victim(const EngineView& engine, std::uint32_t) const override {
-    return engine.running_order.rbegin()->second;  // the last started
+    return engine.newest_running();  // the last started
   }
 };
 

@@ -33,7 +33,7 @@ class ReserveScheduler final : public Scheduler {
   }
 
   std::uint32_t choose_victim(const EngineView& engine, std::uint32_t) const override {
-    return engine.running_order.rbegin()->second;
+    return engine.newest_running();
   }
 
  private:

@@ -38,7 +38,7 @@ class SglangScheduler final : public Scheduler {
     const std::int64_t free_bytes = engine.free_bytes();
     if (engine.running == 0) return chunk_bytes(engine, t, positions) <= free_bytes;  // nothing to estimate against
     // In token positions, as its token pool counts them.
-    const Int128 future = Int128{clip_base_ + clip_slope_ * engine.step} * ratio_ppb_ / kPpb;
+    const Int128 future = Int128{clip_base_ + clip_slope_ * engine.step} * ratio_ppb_ / kPartsPerBillion;
     const Int128 rem = free_bytes / engine.bytes_per_token - future - admitted_tokens_;
     const std::int64_t total = t.prompt + t.base_generated + t.n * std::min(t.planned - t.base_generated, kClipTokens);
     if (Int128{total} >= rem) return false;
@@ -82,7 +82,7 @@ class SglangScheduler final : public Scheduler {
       }
     }
     // No decoding request: the last of the running queue, as vLLM.
-    return found ? best : engine.running_order.rbegin()->second;
+    return found ? best : engine.newest_running();
   }
 
   bool requeue_at_back() const override { return true; }
@@ -96,8 +96,9 @@ class SglangScheduler final : public Scheduler {
       planned += f.planned * f.n;
       count += f.n;
     }
-    const Int128 ratio = planned > 0 ? (generated + kRetractDecodeSteps * count) * kPpb / planned : kPpb;
-    ratio_ppb_ = static_cast<std::int64_t>(std::min<Int128>(ratio, kPpb));
+    const Int128 ratio =
+        planned > 0 ? (generated + kRetractDecodeSteps * count) * kPartsPerBillion / planned : kPartsPerBillion;
+    ratio_ppb_ = static_cast<std::int64_t>(std::min<Int128>(ratio, kPartsPerBillion));
   }
 
   void end_step(const EngineView& engine, bool preempted, std::int64_t decode_seqs) override {

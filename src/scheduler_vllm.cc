@@ -16,7 +16,7 @@ class VllmScheduler final : public Scheduler {
   explicit VllmScheduler(const EngineView& engine)
       : swap_(engine.options.memory.preemption == Preemption::swap),
         watermark_bytes_(static_cast<std::int64_t>(Int128{engine.capacity_bytes} *
-                                                   engine.options.memory.watermark_ppb / kPpb)) {}
+                                                   engine.options.memory.watermark_ppb / kPartsPerBillion)) {}
 
   std::string name() const override { return swap_ ? "vllm (swap)" : "vllm (recompute)"; }
   bool tracks_requests() const override { return false; }
@@ -27,7 +27,7 @@ class VllmScheduler final : public Scheduler {
   }
 
   std::uint32_t choose_victim(const EngineView& engine, std::uint32_t) const override {
-    return engine.running_order.rbegin()->second;  // the last of the running queue
+    return engine.newest_running();  // the last of the running queue
   }
 
   bool swaps(const Flight& victim) const override { return swap_ && victim.decoding; }
