@@ -21,8 +21,9 @@
 
 #include <cstdint>
 #include <memory>
-#include <unordered_map>
 #include <vector>
+
+#include "hash_table.h"
 
 namespace kvsim::detail {
 
@@ -127,7 +128,7 @@ class BlockPool {
     std::vector<CacheEntry> entries;  // by id
     BlockId queue_head = kNullBlock;
     BlockId queue_tail = kNullBlock;
-    std::unordered_map<std::uint64_t, BlockId> by_hash;  // the first block cached under a hash
+    HashTable<BlockId> by_hash;  // the first block cached under a hash
     std::int64_t shared_blocks = 0;
   };
   struct Cache {

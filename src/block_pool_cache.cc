@@ -86,13 +86,13 @@ void BlockPool::dequeue(CacheGroup& c, BlockId id) {
 void BlockPool::evict(std::size_t group, BlockId id) {
   CacheGroup& c = cache_->groups[group];
   CacheEntry& e = c.entries[id];
-  const auto it = c.by_hash.find(e.hash);
-  kvsim::check(it != c.by_hash.end(), "block pool: a cached block is missing from the hash map");
-  if (it->second == id) {
-    if (e.next_same_hash == kNullBlock) c.by_hash.erase(it);
-    else it->second = e.next_same_hash;
+  BlockId* const first = c.by_hash.find(e.hash);
+  kvsim::check(first != nullptr, "block pool: a cached block is missing from the hash map");
+  if (*first == id) {
+    if (e.next_same_hash == kNullBlock) c.by_hash.erase(e.hash);
+    else *first = e.next_same_hash;
   } else {
-    BlockId at = it->second;
+    BlockId at = *first;
     while (c.entries[at].next_same_hash != id) at = c.entries[at].next_same_hash;
     c.entries[at].next_same_hash = e.next_same_hash;
   }
@@ -103,8 +103,8 @@ void BlockPool::evict(std::size_t group, BlockId id) {
 
 BlockId BlockPool::cached_block(std::size_t group, std::uint64_t hash) const {
   const CacheGroup& c = cache_->groups[group];
-  const auto it = c.by_hash.find(hash);
-  return it == c.by_hash.end() ? kNullBlock : it->second;
+  const BlockId* const first = c.by_hash.find(hash);
+  return first == nullptr ? kNullBlock : *first;
 }
 
 void BlockPool::touch(std::size_t group, BlockId id) {
@@ -131,10 +131,10 @@ void BlockPool::cache_block(std::size_t group, BlockId id, std::uint64_t hash) {
   e.hash = hash;
   e.requests = 1;
   e.next_same_hash = kNullBlock;
-  const auto [it, inserted] = c.by_hash.try_emplace(hash, id);
+  const auto [first, inserted] = c.by_hash.try_emplace(hash, id);
   if (!inserted) {
     // Two requests computed the same block: both stay cached, lookups find the first.
-    BlockId at = it->second;
+    BlockId at = *first;
     while (c.entries[at].next_same_hash != kNullBlock) at = c.entries[at].next_same_hash;
     c.entries[at].next_same_hash = id;
   }
@@ -167,14 +167,14 @@ void BlockPool::check_cache(std::size_t group, const std::vector<std::uint32_t>&
   kvsim::check(prev == c.queue_tail, "block pool: the free queue's tail is wrong");
   // The map: each entry a chain of blocks carrying its hash, every cached block in one.
   std::vector<char> in_map(size, 0);
-  for (const auto& [hash, first] : c.by_hash) {
+  c.by_hash.for_each([&](std::uint64_t hash, BlockId first) {
     for (BlockId id = first; id != kNullBlock; id = c.entries[id].next_same_hash) {
       kvsim::check(id < size && in_map[id] == 0, "block pool: the hash map holds an unknown block, or one twice");
       kvsim::check(c.entries[id].hashed && c.entries[id].hash == hash,
                    "block pool: a hash map entry names a block without that hash");
       in_map[id] = 1;
     }
-  }
+  });
   std::int64_t shared = 0;
   for (std::size_t id = 0; id < size; ++id) {
     const CacheEntry& e = c.entries[id];

@@ -8,7 +8,6 @@
 #define KVSIM_SRC_ENGINE_H_
 
 #include <deque>
-#include <unordered_map>
 #include <limits>
 #include <queue>
 #include <set>
@@ -17,6 +16,7 @@
 
 #include "kvsim/replay.h"
 #include "block_hash.h"
+#include "hash_table.h"
 #include "ledger.h"
 #include "recorder.h"
 #include "scheduler.h"
@@ -282,7 +282,7 @@ class Engine {
   // ticket's prefix hashes at that size, and how many running requests hold each hash.
   std::int64_t prefix_block_ = 0;
   std::vector<std::vector<std::uint64_t>> prefix_of_;  // by ticket
-  std::unordered_map<std::uint64_t, std::int64_t> live_prefix_;
+  HashTable<std::int64_t> live_prefix_;
   std::int64_t shared_prefix_blocks_ = 0;  // sum over live hashes of (holders - 1)
   ReplayReport report_;
 

@@ -1,0 +1,113 @@
+// An open-addressing hash map from 64-bit keys (prefix-block hashes) to small values.
+//
+// The prefix cache looks up, inserts and erases one key per block: hundreds of millions of
+// operations on a long trace. std::unordered_map allocates a node per key, and a profile of
+// a 50,000-request prefix-caching replay spent a fifth of its time in malloc and free for
+// those nodes alone (bench/README.md). Here the slots are one array, probed linearly,
+// at most half full, and erasing shifts the run that follows back (no tombstones), so a
+// lookup touches one or two cache lines and nothing is allocated except when the table
+// doubles. Keys may be any 64-bit value; they are mixed (Fibonacci hashing) before use, as
+// trace-given hashes can be small consecutive integers.
+#ifndef KVSIM_SRC_HASH_TABLE_H_
+#define KVSIM_SRC_HASH_TABLE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+namespace kvsim::detail {
+
+template <class V>
+class HashTable {
+ public:
+  std::size_t size() const { return size_; }
+
+  // The value stored under `key`, or null.
+  V* find(std::uint64_t key) {
+    if (size_ == 0) return nullptr;
+    for (std::size_t i = home(key);; i = (i + 1) & mask_) {
+      Slot& s = slots_[i];
+      if (!s.used) return nullptr;
+      if (s.key == key) return &s.value;
+    }
+  }
+  const V* find(std::uint64_t key) const { return const_cast<HashTable*>(this)->find(key); }
+
+  // Inserts `value` under `key` unless the key is present; returns the stored value and
+  // whether it was inserted. The pointer stays valid until the next insertion or erasure.
+  std::pair<V*, bool> try_emplace(std::uint64_t key, V value) {
+    if (2 * (size_ + 1) > slots_.size()) grow();
+    std::size_t i = home(key);
+    for (; slots_[i].used; i = (i + 1) & mask_) {
+      if (slots_[i].key == key) return {&slots_[i].value, false};
+    }
+    slots_[i] = Slot{key, std::move(value), true};
+    ++size_;
+    return {&slots_[i].value, true};
+  }
+  // The value under `key`, inserted as V{} when absent.
+  V& operator[](std::uint64_t key) { return *try_emplace(key, V{}).first; }
+
+  // Erases `key`; returns whether it was present.
+  bool erase(std::uint64_t key) {
+    if (size_ == 0) return false;
+    std::size_t hole = home(key);
+    for (;; hole = (hole + 1) & mask_) {
+      if (!slots_[hole].used) return false;
+      if (slots_[hole].key == key) break;
+    }
+    // Each later slot of the probe run moves back into the hole unless its home lies
+    // cyclically in (hole, slot]: there it is still reached without passing the hole.
+    for (std::size_t j = (hole + 1) & mask_; slots_[j].used; j = (j + 1) & mask_) {
+      const std::size_t h = home(slots_[j].key);
+      const bool stays = hole < j ? (hole < h && h <= j) : (hole < h || h <= j);
+      if (stays) continue;
+      slots_[hole] = std::move(slots_[j]);
+      hole = j;
+    }
+    slots_[hole].used = false;
+    --size_;
+    return true;
+  }
+
+  // Calls f(key, value) for every entry, in slot order (not an order to report).
+  template <class F>
+  void for_each(F&& f) const {
+    for (const Slot& s : slots_) {
+      if (s.used) f(s.key, s.value);
+    }
+  }
+
+ private:
+  struct Slot {
+    std::uint64_t key = 0;
+    V value{};
+    bool used = false;
+  };
+
+  std::size_t home(std::uint64_t key) const {
+    return static_cast<std::size_t>((key * 0x9E3779B97F4A7C15ull) >> shift_) & mask_;
+  }
+  void grow() {
+    std::vector<Slot> old = std::move(slots_);
+    const std::size_t capacity = old.empty() ? 16 : 2 * old.size();
+    slots_.assign(capacity, Slot{});
+    mask_ = capacity - 1;
+    shift_ = 64;
+    for (std::size_t c = capacity; c > 1; c >>= 1) --shift_;
+    size_ = 0;
+    for (Slot& s : old) {
+      if (s.used) try_emplace(s.key, std::move(s.value));
+    }
+  }
+
+  std::vector<Slot> slots_;
+  std::size_t mask_ = 0;
+  int shift_ = 64;
+  std::size_t size_ = 0;
+};
+
+}  // namespace kvsim::detail
+
+#endif  // KVSIM_SRC_HASH_TABLE_H_
