@@ -7,6 +7,13 @@
 //                     queue, so the ids (and reference counts touched) wander over the pool.
 //   BM_PoolShareDrop  share a live block with 3 more references, drop them one by one (the
 //                     n samples of a request sharing prompt blocks copy-on-write).
+//   BM_PrefixHit      prefix caching: a pool of `blocks` cached, unreferenced blocks; look
+//                     one up by hash, take it (touch), let it go (leave, drop): a cache hit
+//                     as admission and release see it. Four pool calls.
+//   BM_PrefixEvict    prefix caching, the pool full of cached, unreferenced blocks: take a
+//                     block (evicting the least recently freed one from the hash map),
+//                     cache it under a new hash, let it go: a miss in a full cache. Four
+//                     pool calls, one eviction.
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
@@ -86,5 +93,57 @@ void BM_PoolShareDrop(benchmark::State& state) {
   report(state, allocs, 4);
 }
 BENCHMARK(BM_PoolShareDrop)->ArgName("live")->Arg(16)->Arg(1024)->Arg(65536)->Arg(1 << 20);
+
+// A bounded pool of `blocks` blocks, each cached under hash = its index and released, so
+// every one is evictable and the free queue holds them least recently freed first.
+BlockPool full_cache(std::int64_t blocks) {
+  BlockPool pool(blocks * kBlockBytes);
+  pool.add_group(kBlockBytes);
+  pool.enable_prefix_caching();
+  std::vector<BlockId> ids;
+  for (std::int64_t i = 0; i < blocks; ++i) {
+    ids.push_back(pool.take(0));
+    pool.cache_block(0, ids.back(), static_cast<std::uint64_t>(i));
+  }
+  for (const BlockId id : ids) {
+    pool.leave(0, id);
+    pool.drop(0, id);
+  }
+  return pool;
+}
+
+void BM_PrefixHit(benchmark::State& state) {
+  const std::int64_t blocks = state.range(0);
+  BlockPool pool = full_cache(blocks);
+  std::uint64_t hash = 0;
+  const std::uint64_t allocs = kvsim::bench::heap_allocations();
+  for (auto _ : state) {
+    // A stride coprime with the power-of-two pool sizes visits the blocks out of order.
+    hash = (hash + 7919) % static_cast<std::uint64_t>(blocks);
+    const BlockId id = pool.cached_block(0, hash);
+    pool.touch(0, id);
+    pool.leave(0, id);
+    pool.drop(0, id);
+  }
+  report(state, allocs, 4);
+}
+BENCHMARK(BM_PrefixHit)->ArgName("blocks")->Arg(1024)->Arg(32768)->Arg(1 << 20);
+
+void BM_PrefixEvict(benchmark::State& state) {
+  const std::int64_t blocks = state.range(0);
+  BlockPool pool = full_cache(blocks);
+  auto hash = static_cast<std::uint64_t>(blocks);  // hashes not cached yet
+  const std::uint64_t allocs = kvsim::bench::heap_allocations();
+  for (auto _ : state) {
+    const BlockId id = pool.take(0);
+    pool.cache_block(0, id, hash++);
+    pool.leave(0, id);
+    pool.drop(0, id);
+  }
+  state.counters["evictions_per_second"] =
+      benchmark::Counter(static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+  report(state, allocs, 4);
+}
+BENCHMARK(BM_PrefixEvict)->ArgName("blocks")->Arg(1024)->Arg(32768)->Arg(1 << 20);
 
 }  // namespace
