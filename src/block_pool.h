@@ -96,6 +96,8 @@ class BlockPool {
   }
   // Bytes of cached blocks no request references.
   std::int64_t evictable_bytes() const { return evictable_bytes_; }
+  // Bytes of cached blocks evicted so far (vLLM's _maybe_evict_cached_block).
+  std::int64_t evicted_bytes() const { return evicted_bytes_; }
 
   // Checks that every id is either free (no references, on the free list once) or live,
   // that the live count and the allocated bytes agree, and that `expected_refs[g][id]`
@@ -148,6 +150,7 @@ class BlockPool {
   std::int64_t high_water_bytes_ = 0;
   std::unique_ptr<Cache> cache_;  // null without prefix caching
   std::int64_t evictable_bytes_ = 0;  // a plain member: pool() reads it after every operation
+  std::int64_t evicted_bytes_ = 0;
 };
 
 }  // namespace kvsim::detail

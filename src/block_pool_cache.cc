@@ -99,6 +99,7 @@ void BlockPool::evict(std::size_t group, BlockId id) {
   e.next_same_hash = kNullBlock;
   e.hashed = false;
   evictable_bytes_ -= groups_[group].block_bytes;
+  evicted_bytes_ += groups_[group].block_bytes;
 }
 
 BlockId BlockPool::cached_block(std::size_t group, std::uint64_t hash) const {

@@ -299,9 +299,23 @@ void Engine::drop_holding(std::uint32_t slot, std::int64_t correction_ns) {
 // --- sharing across requests ----------------------------------------------------------------
 
 AdmitInfo Engine::admit_info_of(std::uint32_t ticket) const {
-  AdmitInfo info = admit_info(tickets_[ticket]);
+  const Ticket& t = tickets_[ticket];
+  AdmitInfo info = admit_info(t);
+  info.resumed_tokens = t.base_generated;
   if (sharing()) info.prefix_hashes = prefix_of_[ticket];
   return info;
+}
+
+void Engine::count_prefix_lookup(std::int64_t prompt, std::int64_t queried, std::int64_t cached, bool preempted) {
+  if (preempted) {
+    report_.prefix_preempted_queried_tokens += queried;
+    report_.prefix_preempted_hit_tokens += cached;
+    return;
+  }
+  report_.prefix_queried_tokens += queried;
+  report_.prefix_hit_tokens += cached;
+  report_.prefix_queried_blocks += prompt / prefix_block_;
+  report_.prefix_hit_blocks += cached / prefix_block_;
 }
 
 void Engine::hold_prefix(std::uint32_t slot, std::int64_t tokens) {
@@ -653,15 +667,13 @@ void Engine::admit_waiting(std::int64_t& budget, std::int64_t& prefill_tokens) {
     Flight& f = flights_[slot];
     f.admit_order = next_admit_order_++;
     running_order_.insert({f.admit_order, slot});
-    if (t.admitted_ns < 0) {
+    const bool first_admission = t.admitted_ns < 0;
+    if (first_admission) {
       t.admitted_ns = now_;
       recorder_.waited(now_ - t.arrival_ns);
     }
     if (scheduler_tracks_requests_) scheduler_->on_admitted(view_, slot, t);
-    if (sharing()) {
-      report_.prefix_queried_tokens += target;
-      report_.prefix_hit_tokens += cached;
-    }
+    if (sharing()) count_prefix_lookup(t.prompt, target, cached, !first_admission);
     budget -= cost;
     prefill_tokens += cost;
     if (f.prefilled < f.target) prefilling_.push_back({slot, f.generation});

@@ -211,6 +211,9 @@ class Engine {
   // identity enter the engine's own count of live prefix blocks (hold_prefix), or all leave
   // it (drop_prefix). The count says how many positions several live requests hold alike.
   void hold_prefix(std::uint32_t slot, std::int64_t tokens);
+  // Counts one admission's prefix lookup: `queried` tokens looked up, `cached` found; a
+  // re-admission after preemption apart, as vLLM's PrefixCacheStats.record does.
+  void count_prefix_lookup(std::int64_t prompt, std::int64_t queried, std::int64_t cached, bool preempted);
   void drop_prefix(std::uint32_t slot);
   // The pool's shared account in the recorder: what the allocator holds once for several
   // requests against what the engine counts once.

@@ -73,8 +73,8 @@ void Engine::handle_timed(const TimedEvent& e) {
       Flight& f = flights_[slot];
       const AdmitInfo info = admit_info_of(e.ticket);
       if (sharing()) {
-        report_.prefix_queried_tokens += t.prompt;
-        report_.prefix_hit_tokens += alloc_.cached_tokens(info);  // held, though the measured times stand
+        // Held, though the measured times stand.
+        count_prefix_lookup(t.prompt, t.prompt, alloc_.cached_tokens(info), false);
       }
       if (alloc_.admit(slot, info) != Outcome::ok) broken(f, "admission failed in a run without a memory budget");
       if (t.prompt > 0 && alloc_.grow(slot, t.prompt, t.prompt) != Outcome::ok) {

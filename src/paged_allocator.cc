@@ -347,6 +347,7 @@ PoolState PagedAllocator::pool() const {
   p.largest_free_extent_bytes = p.free_bytes;  // any free block serves any sequence
   p.copied_bytes = copied_bytes_;
   p.evictable_bytes = pool_.evictable_bytes();
+  p.evicted_bytes = pool_.evicted_bytes();
   return p;
 }
 

@@ -14,8 +14,10 @@ std::int64_t PagedAllocator::hit_blocks(const AdmitInfo& info) const {
   if (info.prompt_tokens <= 0) return 0;
   // kv_cache_manager.py get_computed_blocks: max_cache_hit_length = num_tokens - 1, so a
   // prompt wholly cached still computes its last token (its last block, in whole blocks).
-  const std::int64_t limit =
-      std::min<std::int64_t>((info.prompt_tokens - 1) / block_tokens_, static_cast<std::int64_t>(info.prefix_hashes.size()));
+  // num_tokens counts the generated tokens too: a request back from preemption recomputes
+  // them, so its whole prompt may hit.
+  const std::int64_t limit = std::min<std::int64_t>((info.prompt_tokens + info.resumed_tokens - 1) / block_tokens_,
+                                                    static_cast<std::int64_t>(info.prefix_hashes.size()));
   // single_type_kv_cache_manager.py find_longest_cache_hit: the leading run of hashes found,
   // in every group (vLLM keys its map by hash and group).
   std::int64_t hits = 0;

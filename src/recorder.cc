@@ -159,6 +159,7 @@ void Recorder::finish(ReplayReport& r, const Allocator& allocator, std::int64_t 
   r.external_fragmentation_max = ext_max_;
   r.failed_placements = pool.failed_placements;
   r.copied_bytes = pool.copied_bytes;
+  r.evicted_bytes = pool.evicted_bytes;
   r.ttft = summarize(ttft_);
   r.e2e = summarize(e2e_);
   r.waiting = summarize(waiting_);

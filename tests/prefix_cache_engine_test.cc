@@ -51,6 +51,11 @@ TEST_CASE("prefix cache: the second request computes only what is not cached, an
   CHECK(rep.prefix_block_tokens == 16);
   CHECK(rep.prefix_queried_tokens == 80);
   CHECK(rep.prefix_hit_tokens == 32);
+  // In full blocks: 2 of A's looked up, none found; 2 of B's, both found.
+  CHECK(rep.prefix_queried_blocks == 4);
+  CHECK(rep.prefix_hit_blocks == 2);
+  CHECK(rep.prefix_preempted_queried_tokens == 0);
+  CHECK(rep.evicted_bytes == 0);
   CHECK(rep.ttft.max_ns == 41 * kMs);  // A
   CHECK(rep.ttft.p50_ns == 9 * kMs);   // B
   CHECK(rep.e2e.p50_ns == 10 * kMs);
@@ -121,4 +126,61 @@ TEST_CASE("prefix cache: hashes given at 512 tokens share 16-token blocks exactl
   const auto r = run(kCaching, {a, b}, steps(1));
   CHECK(r.report.prefix_hit_tokens == 1024);
   CHECK(r.report.prefix_queried_tokens == 2200);
+}
+
+TEST_CASE("prefix cache: a full pool evicts the tail of the last request first, so its head still hits") {
+  // A budget of 4 blocks of 16 (64 bytes), 1 ms a step, one request at a time. A (prompt 32
+  // = h11 h12, output 2) takes never-used blocks 0, 1, 2 in id order (33 positions); it
+  // leaves after 2 ms and frees its blocks tail first: the free queue is then [3 (never
+  // used), 2 (no hash), 1 (h12), 0 (h11)]. B (prompt 32 = h21 h22, at 100 ms) takes 3, 2 and
+  // 1, evicting h12: 1 block. It leaves the queue as [0 (h11), 1 (no hash), 2 (h22), 3 (h21)].
+  // C (the same prompt as A, at 200 ms) finds h11 (block 0) but not h12: a hit of 16 tokens.
+  // It takes 2 more blocks from the head: 1 (no hash) and 2 (evicting h22). Evicted in all:
+  // 2 blocks, 32 bytes. Looked up: 3 x 32 tokens, 3 x 2 full blocks; found 16 tokens, 1 block.
+  ReplayOptions o = steps(1);
+  o.memory.kv_budget_bytes = 64;
+  const auto r = run(kCaching,
+                     {with_prefix("a", 0, 32, 2, {11, 12}), with_prefix("b", 100 * kMs, 32, 2, {21, 22}),
+                      with_prefix("c", 200 * kMs, 32, 2, {11, 12})},
+                     o);
+  const ReplayReport& rep = r.report;
+  CHECK(rep.completed == 3);
+  CHECK(rep.prefix_queried_tokens == 96);
+  CHECK(rep.prefix_hit_tokens == 16);
+  CHECK(rep.prefix_queried_blocks == 6);
+  CHECK(rep.prefix_hit_blocks == 1);
+  CHECK(rep.evicted_bytes == 32);
+  CHECK(rep.preemptions == 0);
+  CHECK(rep.leak_free);
+}
+
+TEST_CASE("prefix cache: a preempted request's new lookup is counted apart, as vLLM's metric does") {
+  // A budget of 4 blocks of 16, 1 ms a step, vLLM's policy (recompute). A (prompt 16 = h11,
+  // output 30) holds 17 + k positions after step k (at most 46: 3 blocks); B (prompt 16 =
+  // h21, output 40, at 0.5 ms) starts at step 1 and holds 16 + k. Both fit in 2 blocks each
+  // until A needs its 33rd position at step 16: the pool is full, so the newest, B, is
+  // preempted, having generated 15 tokens (steps 1-15). It frees its blocks tail first: its
+  // partial block, then h21; A takes the partial one, so h21 stays cached, as A never needs
+  // a fourth block. B comes back when A has finished and
+  // looks up its prompt and 15 generated tokens, 31 positions, finding h21: 16 tokens
+  // (vLLM's PrefixCacheStats.record counts that in preempted_queries / preempted_hits, not in
+  // the hit rate); a hit may cover the whole prompt, as vLLM's limit (num_tokens - 1) counts
+  // the generated tokens being recomputed. First admissions: 32 tokens looked up, 2 full
+  // blocks, nothing found. Evictions: A leaves [A's 3rd, 2nd, h11] in the queue behind h21,
+  // which B takes back; B's new blocks come from the head, and its fourth (for its 49th
+  // position: 16 + 40 positions in all) is h11: one block evicted, 16 bytes.
+  ReplayOptions o = steps(1);
+  o.memory.kv_budget_bytes = 64;
+  const auto r = run(kCaching, {with_prefix("a", 0, 16, 30, {11}), with_prefix("b", kMs / 2, 16, 40, {21})}, o);
+  const ReplayReport& rep = r.report;
+  CHECK(rep.completed == 2);
+  CHECK(rep.preemptions == 1);
+  CHECK(rep.prefix_queried_tokens == 32);
+  CHECK(rep.prefix_hit_tokens == 0);
+  CHECK(rep.prefix_queried_blocks == 2);
+  CHECK(rep.prefix_hit_blocks == 0);
+  CHECK(rep.prefix_preempted_queried_tokens == 31);
+  CHECK(rep.prefix_preempted_hit_tokens == 16);
+  CHECK(rep.evicted_bytes == 16);
+  CHECK(rep.leak_free);
 }

@@ -43,6 +43,9 @@ struct AdmitInfo {
   // Full blocks only; empty when the trace gives no identity or the allocator shares nothing.
   // Valid during admit() and cached_tokens() only: copy what must outlive the call.
   std::span<const std::uint64_t> prefix_hashes = {};
+  // Tokens already generated that a re-admission after preemption computes again with the
+  // prompt (0 on first admission): they count towards the tokens a cache hit may cover.
+  std::int64_t resumed_tokens = 0;
 };
 
 enum class Outcome {
@@ -89,6 +92,8 @@ struct PoolState {
   // caching): kept for reuse, evicted least recently used first when a new block is needed.
   // Free for admission and in block-level usage, as vLLM's kv_cache_usage counts them.
   std::int64_t evictable_bytes = 0;
+  // Bytes of cached blocks evicted so far (taken for new tokens while still cached).
+  std::int64_t evicted_bytes = 0;
 };
 
 class Allocator {

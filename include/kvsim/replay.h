@@ -204,8 +204,17 @@ struct ReplayReport {
   Occupancy reserved_bytes;
   // Prefix caching (allocators that share blocks across requests; all zero otherwise).
   std::int64_t prefix_block_tokens = 0;   // the block size prompts are shared at
-  std::int64_t prefix_queried_tokens = 0; // tokens of the admitted requests looked up (vLLM's queries)
+  // First admissions only, as vLLM's exported metric (PrefixCacheStats.record in
+  // vllm/v1/metrics/stats.py keeps a preempted request's new lookup apart).
+  std::int64_t prefix_queried_tokens = 0; // prompt tokens of admitted requests looked up (vLLM's queries)
   std::int64_t prefix_hit_tokens = 0;     // of those, found cached: not computed (vLLM's hits)
+  std::int64_t prefix_queried_blocks = 0; // the same in full blocks of prefix_block_tokens
+  std::int64_t prefix_hit_blocks = 0;
+  // Re-admissions after preemption (vLLM's preempted_queries / preempted_hits): a victim
+  // finding its own blocks still cached.
+  std::int64_t prefix_preempted_queried_tokens = 0;
+  std::int64_t prefix_preempted_hit_tokens = 0;
+  std::int64_t evicted_bytes = 0;         // cached blocks evicted to make room, in bytes
   Occupancy evictable_bytes;              // cached blocks no live request references (free, reusable)
   Fragmentation mean_bytes;
   Fragmentation at_peak_bytes;

@@ -234,9 +234,13 @@ bool any_sharing(const std::vector<ReplayReport>& reports) {
   return std::any_of(reports.begin(), reports.end(), [](const ReplayReport& r) { return r.prefix_block_tokens > 0; });
 }
 
-double hit_rate(const ReplayReport& r) {
-  return r.prefix_queried_tokens > 0 ? static_cast<double>(r.prefix_hit_tokens) / static_cast<double>(r.prefix_queried_tokens)
-                                     : 0.0;
+double ratio(std::int64_t part, std::int64_t whole) {
+  return whole > 0 ? static_cast<double>(part) / static_cast<double>(whole) : 0.0;
+}
+double hit_rate(const ReplayReport& r) { return ratio(r.prefix_hit_tokens, r.prefix_queried_tokens); }
+double block_hit_rate(const ReplayReport& r) { return ratio(r.prefix_hit_blocks, r.prefix_queried_blocks); }
+double preempted_hit_rate(const ReplayReport& r) {
+  return ratio(r.prefix_preempted_hit_tokens, r.prefix_preempted_queried_tokens);
 }
 
 // Sharing prompt blocks across requests; only when an allocator does.
@@ -246,7 +250,12 @@ void prefix_cache_rows(RunColumns& t) {
     return r.prefix_block_tokens > 0 ? with_commas(r.prefix_block_tokens) : std::string("off");
   });
   t.row("  hit rate (tokens found / looked up)", [](const ReplayReport& r) { return percent(hit_rate(r)); });
+  t.row("  hit rate, full blocks", [](const ReplayReport& r) { return percent(block_hit_rate(r)); });
   t.row("  prompt tokens not computed", [](const ReplayReport& r) { return with_commas(r.prefix_hit_tokens); });
+  t.row("  after preemption: tokens found / looked up", [](const ReplayReport& r) {
+    return with_commas(r.prefix_preempted_hit_tokens) + " / " + with_commas(r.prefix_preempted_queried_tokens);
+  });
+  t.row("  evicted, GiB", [](const ReplayReport& r) { return gib(r.evicted_bytes); });
   t.row("  cached, evictable, GiB mean / peak", [](const ReplayReport& r) {
     return gib(r.evictable_bytes.mean) + " / " + gib(r.evictable_bytes.peak);
   });
@@ -362,6 +371,13 @@ std::string replay_json(const ReplayContext& c, const std::vector<ReplayReport>&
                                  {"queried_tokens", r.prefix_queried_tokens},
                                  {"hit_tokens", r.prefix_hit_tokens},
                                  {"hit_rate", hit_rate(r)},
+                                 {"queried_blocks", r.prefix_queried_blocks},
+                                 {"hit_blocks", r.prefix_hit_blocks},
+                                 {"block_hit_rate", block_hit_rate(r)},
+                                 {"preempted_queried_tokens", r.prefix_preempted_queried_tokens},
+                                 {"preempted_hit_tokens", r.prefix_preempted_hit_tokens},
+                                 {"preempted_hit_rate", preempted_hit_rate(r)},
+                                 {"evicted_bytes", r.evicted_bytes},
                                  {"evictable_bytes", occupancy_json(r.evictable_bytes, "bytes")}};
     }
     run["leak_check"] = Json{{"allocated_bytes_at_end", r.allocated_bytes_at_end}, {"ok", r.leak_free}};
@@ -439,6 +455,11 @@ std::string replay_csv(const std::vector<ReplayReport>& reports) {
         {"prefix_queried_tokens", integer(&ReplayReport::prefix_queried_tokens)},
         {"prefix_hit_tokens", integer(&ReplayReport::prefix_hit_tokens)},
         {"prefix_hit_rate", decimal([](const ReplayReport& r) { return hit_rate(r); }, 6)},
+        {"prefix_queried_blocks", integer(&ReplayReport::prefix_queried_blocks)},
+        {"prefix_hit_blocks", integer(&ReplayReport::prefix_hit_blocks)},
+        {"prefix_preempted_queried_tokens", integer(&ReplayReport::prefix_preempted_queried_tokens)},
+        {"prefix_preempted_hit_tokens", integer(&ReplayReport::prefix_preempted_hit_tokens)},
+        {"evicted_bytes", integer(&ReplayReport::evicted_bytes)},
         {"evictable_bytes_mean", decimal([](const ReplayReport& r) { return r.evictable_bytes.mean; }, 3)},
         {"evictable_bytes_peak", [](const ReplayReport& r) { return std::to_string(r.evictable_bytes.peak); }},
     });
