@@ -16,7 +16,8 @@
 //   with more than 128 requests waiting (_determine_active_policy) it falls back to fcfs,
 //   which sorts nothing, so the queue keeps the order it had. Not modelled: the in-batch
 //   prefix check that defers a request whose prefix another waiting request will compute
-//   (IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD).
+//   (IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD), and the access-time refresh SGLang's
+//   match_prefix gives the nodes waiting requests match (cached_tokens() changes nothing).
 #include <algorithm>
 #include <deque>
 #include <functional>
