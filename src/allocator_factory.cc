@@ -12,6 +12,7 @@
 #include "kvsim/option_names.h"
 #include "kvsim/units.h"
 #include "paged_allocator.h"
+#include "radix_allocator.h"
 
 namespace kvsim {
 namespace detail {
@@ -145,6 +146,12 @@ constexpr AllocatorKind kKinds[] = {
      "      placed first-fit in one arena (Hugging Face DynamicCache). arena bounds the arena;\n"
      "      default unbounded.\n",
      "growth=double", make_dynamic},
+    {"radix", "radix[:page=1]",
+     "      SGLang's radix cache: a token pool (pages of `page` positions) under a radix tree of\n"
+     "      the prompts requests computed, matched at admission (the last prompt token is always\n"
+     "      computed), inserted after every prefill chunk and at release, unlocked nodes kept\n"
+     "      (evictable) and evicted whole, least recently used leaf first, only for room.\n",
+     "page=1", make_radix},
 };
 
 bool is_kind(std::string_view text) { return find_allocator_kind(text.substr(0, text.find(':'))) != nullptr; }

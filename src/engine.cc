@@ -52,6 +52,7 @@ Engine::Engine(TraceReader& trace, Allocator& allocator, const ReplayOptions& op
   }
   scheduler_ = make_scheduler(view_);
   scheduler_tracks_requests_ = scheduler_->tracks_requests();
+  scheduler_orders_queue_ = scheduler_->orders_queue();
 }
 
 [[noreturn]] void Engine::broken(const Flight& f, const std::string& what) const {
@@ -619,6 +620,11 @@ void Engine::resume_swapped(std::int64_t& decode_seqs) {
 
 void Engine::admit_waiting(std::int64_t& budget, std::int64_t& prefill_tokens) {
   if (scheduler_tracks_requests_) scheduler_->begin_admission();
+  if (scheduler_orders_queue_ && !queue_.empty()) {
+    scheduler_->order_queue(view_, queue_, [this](std::uint32_t ticket) {
+      return sharing() ? alloc_.cached_tokens(admit_info_of(ticket)) : 0;
+    });
+  }
   while (!queue_.empty() && (opt_.max_running == 0 || running_ < opt_.max_running)) {
     const TicketRef ref = queue_.front();
     Ticket& t = tickets_[ref.ticket];

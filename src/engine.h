@@ -293,6 +293,7 @@ class Engine {
   EngineView view_;
   std::unique_ptr<Scheduler> scheduler_;
   bool scheduler_tracks_requests_ = false;
+  bool scheduler_orders_queue_ = false;  // the policy reorders the waiting queue (SGLang's lpm)
 };
 
 }  // namespace kvsim::detail

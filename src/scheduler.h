@@ -18,6 +18,7 @@
 #define KVSIM_SRC_SCHEDULER_H_
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <set>
@@ -36,6 +37,7 @@ namespace kvsim::detail {
 
 struct Ticket;
 struct Flight;
+struct TicketRef;
 
 // What a scheduler may read of the engine: live references, valid for the whole run.
 struct EngineView {
@@ -72,6 +74,15 @@ class Scheduler {
   // or what the step's token budget leaves).
   // The allocation itself may still fail after a yes.
   virtual bool admits(const EngineView& engine, const Ticket& t, std::int64_t positions) = 0;
+
+  // Whether the policy orders the waiting queue itself (order_queue()); asked once.
+  virtual bool orders_queue() const { return false; }
+  // Once per step, before the first admits(): the policy may reorder the engine's waiting
+  // queue (front first). It may hold entries of requests cancelled while waiting (their
+  // ticket's generation or phase no longer matches), which the engine skips; `cached(ticket)`
+  // is what the allocator would find cached for that request now.
+  virtual void order_queue(const EngineView& /*engine*/, std::deque<TicketRef>& /*queue*/,
+                           const std::function<std::int64_t(std::uint32_t)>& /*cached*/) {}
 
   // A waiting request started running in `slot` (admits() said yes and it got its memory).
   virtual void on_admitted(const EngineView& /*engine*/, std::uint32_t /*slot*/, const Ticket& /*t*/) {}

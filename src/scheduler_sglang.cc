@@ -9,7 +9,18 @@
 //   that keep decoding;
 // - retraction (retract_decode): the decoding request with the fewest generated tokens, the
 //   longest prompt among those, the latest in running order among those; requeued at the back.
+// - the waiting queue's order (--schedule-policy; schedule_policy.py, SchedulePolicy): fcfs,
+//   SGLang's default, leaves it alone; lpm (calc_priority -> _compute_prefix_matches,
+//   _sort_by_longest_prefix) sorts it before each admission round, stably, by the prompt
+//   tokens each request would find cached (match_prefix, at most prompt - 1), longest first;
+//   with more than 128 requests waiting (_determine_active_policy) it falls back to fcfs,
+//   which sorts nothing, so the queue keeps the order it had. Not modelled: the in-batch
+//   prefix check that defers a request whose prefix another waiting request will compute
+//   (IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD), and the access-time refresh SGLang's
+//   match_prefix gives the nodes waiting requests match (cached_tokens() changes nothing).
 #include <algorithm>
+#include <deque>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -21,6 +32,9 @@ namespace {
 
 // SGLang clips its estimate of a request's future tokens (CLIP_MAX_NEW_TOKENS_ESTIMATION).
 constexpr std::int64_t kClipTokens = 4096;
+// lpm sorts the waiting queue only while at most this many requests wait
+// (SchedulePolicy._determine_active_policy).
+constexpr std::size_t kLpmQueueLimit = 128;
 // Its retraction assumes each surviving request decodes this many more steps
 // (SGLANG_RETRACT_DECODE_STEPS) when it recomputes the new-token ratio.
 constexpr std::int64_t kRetractDecodeSteps = 20;
@@ -30,7 +44,26 @@ class SglangScheduler final : public Scheduler {
   explicit SglangScheduler(const EngineView& engine) : memory_(engine.options.memory),
                                                        ratio_ppb_(memory_.sglang_init_ratio_ppb) {}
 
-  std::string name() const override { return "sglang (retract)"; }
+  std::string name() const override { return memory_.sglang_lpm ? "sglang (retract, lpm)" : "sglang (retract)"; }
+
+  bool orders_queue() const override { return memory_.sglang_lpm; }
+
+  void order_queue(const EngineView& engine, std::deque<TicketRef>& queue,
+                   const std::function<std::int64_t(std::uint32_t)>& cached) override {
+    // Entries of requests cancelled while waiting are not in SGLang's queue: they neither
+    // count towards the limit nor take part in the sort (they go to the back, where the
+    // engine drops them when it meets them).
+    const auto waiting = [&](const TicketRef& ref) {
+      const Ticket& t = engine.tickets[ref.ticket];
+      return t.generation == ref.generation && t.phase == Phase::queued;
+    };
+    const auto live = static_cast<std::size_t>(std::count_if(queue.begin(), queue.end(), waiting));
+    if (live > kLpmQueueLimit) return;
+    keyed_.clear();
+    for (const TicketRef& ref : queue) keyed_.push_back({waiting(ref) ? cached(ref.ticket) : -1, ref});
+    std::stable_sort(keyed_.begin(), keyed_.end(), [](const Keyed& a, const Keyed& b) { return a.cached > b.cached; });
+    for (std::size_t i = 0; i < keyed_.size(); ++i) queue[i] = keyed_[i].ref;
+  }
 
   void begin_admission() override { admitted_tokens_ = 0; }
 
@@ -128,6 +161,12 @@ class SglangScheduler final : public Scheduler {
     clip_base_ -= c.value - c.slope * c.step;
     clip_slope_ -= c.slope;
   }
+
+  struct Keyed {
+    std::int64_t cached;
+    TicketRef ref;
+  };
+  std::vector<Keyed> keyed_;          // order_queue()'s scratch
 
   const MemoryOptions& memory_;
   std::int64_t ratio_ppb_;

@@ -19,6 +19,7 @@ const std::vector<std::string> kVariants = {
     "paged:block=1",
     "paged:block=64",
     "paged:block=16,prefix-caching=on",
+    "radix:page=16",
     "sliding-window:block=5",
     "dense-static:reserve=max-tokens",
     "dense-static:reserve=pow2",
@@ -79,7 +80,9 @@ std::vector<Request> traffic_with_prefixes(std::uint64_t seed, int count) {
   return out;
 }
 
-bool shares_prefixes(const std::string& spec) { return spec.find("prefix-caching=on") != std::string::npos; }
+bool shares_prefixes(const std::string& spec) {
+  return spec.find("prefix-caching=on") != std::string::npos || spec.rfind("radix", 0) == 0;
+}
 
 KvLayout layout_named(const std::string& name) {
   KvLayout l;

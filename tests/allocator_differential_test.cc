@@ -5,7 +5,7 @@
 // (plus, where the rule depends on history, the one number that carries it: the sliding
 // window's freed blocks, a growing buffer's capacity), what the allocator must hold per
 // layer group:
-//   paged           ceil(t / B) blocks per sequence; once the samples fork (n > 1 and t >
+//   paged, radix    ceil(t / B) blocks per sequence; once the samples fork (n > 1 and t >
 //                   P), the prompt's floor(P / B) full blocks once and every later block
 //                   (the partial prompt block's copies included) n times;
 //   sliding-window  the same, less the blocks wholly before position c - W + 1 on a window
@@ -65,6 +65,11 @@ const Config kConfigs[] = {
     {"paged:block=16", Kind::paged, 16, {}, {}, 0, 9'000},
     {"paged:block=7", Kind::paged, 7, {}, {}, 0, 9'000},
     {"paged:block=1", Kind::paged, 1, {}, {}, 0, 9'000},
+    // The radix cache holds what paged does per request (pages of `page`, the prompt's
+    // full pages shared by the samples, sliding-window layers stored whole); without prefix
+    // hashes it never shares, and what requests leave behind is evictable, free room.
+    {"radix:page=1", Kind::paged, 1, {}, {}, 0, 9'000},
+    {"radix:page=16", Kind::paged, 16, {}, {}, 0, 9'000},
     {"sliding-window:block=16", Kind::sliding, 16, {}, {}, 0, 9'000},
     {"sliding-window:block=5", Kind::sliding, 5, {}, {}, 0, 9'000},
     {"sliding-window:block=1", Kind::sliding, 1, {}, {}, 0, 9'000},

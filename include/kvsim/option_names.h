@@ -52,6 +52,7 @@ inline constexpr char kOptMaxRunning[] = "--max-running";
 inline constexpr char kOptDefaultMaxTokens[] = "--default-max-tokens";
 inline constexpr char kOptPolicy[] = "--policy";
 inline constexpr char kOptPreemption[] = "--preemption";
+inline constexpr char kOptSchedulePolicy[] = "--schedule-policy";  // SGLang's name: fcfs or lpm
 inline constexpr char kOptWatermark[] = "--watermark";
 inline constexpr char kOptSwapBandwidth[] = "--swap-bandwidth";
 inline constexpr char kOptSampleEvery[] = "--sample-every";

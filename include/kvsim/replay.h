@@ -121,6 +121,9 @@ struct MemoryOptions {
   std::int64_t sglang_init_ratio_ppb = 700'000'000;
   std::int64_t sglang_min_ratio_ppb = 98'000'000;
   std::int64_t sglang_decay_steps = 600;
+  // SGLang's --schedule-policy: false = fcfs (its default), true = lpm (longest cached prefix
+  // first, FCFS when more than 128 requests wait).
+  bool sglang_lpm = false;
 };
 
 struct ReplayOptions {

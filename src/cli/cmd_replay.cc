@@ -139,6 +139,9 @@ po::options_description replay_option_descriptions() {
       (option_key(kOptPolicy), po::value<std::string>()->default_value("vllm"), policy_help.c_str())
       (option_key(kOptPreemption), po::value<std::string>()->default_value("recompute"),
        "vllm policy: recompute (free and requeue at the front) or swap (move the blocks to host memory)")
+      (option_key(kOptSchedulePolicy), po::value<std::string>()->default_value("fcfs"),
+       "sglang policy: the waiting queue's order, SGLang's --schedule-policy: fcfs (its default) or lpm "
+       "(longest cached prefix first, with a prefix-caching allocator; fcfs while more than 128 wait)")
       (option_key(kOptWatermark), po::value<std::string>()->default_value("0.01"),
        "vllm policy: the share of capacity an admission must leave free (vLLM v0's default 0.01)")
       (option_key(kOptSwapBandwidth), po::value<std::string>()->default_value("25GB"),
@@ -229,6 +232,14 @@ ReplayOptions replay_options_from(const po::variables_map& vm, const ModelChoice
     }
     throw InputError(Location{"", 0, kOptPreemption}, "swap applies to the " + swapping + " policy only");
   }
+  const std::string schedule_policy = vm[option_key(kOptSchedulePolicy)].as<std::string>();
+  if (schedule_policy != "fcfs" && schedule_policy != "lpm") {
+    throw InputError(Location{"", 0, kOptSchedulePolicy}, "expected fcfs or lpm, got \"" + schedule_policy + "\"");
+  }
+  ro.memory.sglang_lpm = schedule_policy == "lpm";
+  if (ro.memory.sglang_lpm && policy.name != "sglang") {
+    throw InputError(Location{"", 0, kOptSchedulePolicy}, "applies to the sglang policy only (--policy sglang)");
+  }
   ro.memory.watermark_ppb = parse_fraction_ppb(vm[option_key(kOptWatermark)].as<std::string>(), kOptWatermark);
   ro.memory.swap_bytes_per_second =
       parse_byte_size(vm[option_key(kOptSwapBandwidth)].as<std::string>(), kOptSwapBandwidth);
@@ -236,7 +247,7 @@ ReplayOptions replay_options_from(const po::variables_map& vm, const ModelChoice
     throw InputError(Location{"", 0, kOptSwapBandwidth}, "expected a positive number of bytes per second");
   }
   if (!budget) {
-    for (const char* option : {kOptPolicy, kOptPreemption, kOptWatermark, kOptSwapBandwidth}) {
+    for (const char* option : {kOptPolicy, kOptPreemption, kOptSchedulePolicy, kOptWatermark, kOptSwapBandwidth}) {
       if (!vm[option_key(option)].defaulted()) {
         throw InputError(Location{"", 0, option},
                          "applies under a memory budget: give --device, --device-memory or --kv-budget");
