@@ -89,6 +89,10 @@ struct PoolState {
   // caching): kept for reuse, evicted least recently used first when a new block is needed.
   // Free for admission and in block-level usage, as vLLM's kv_cache_usage counts them.
   std::int64_t evictable_bytes = 0;
+  // Reservations are placed as extents in an arena (dense-static with placement): the
+  // replay then reports the share of capacity each part takes, external fragmentation
+  // included (docs/replay.md, "Contiguous placement").
+  bool places_reservations = false;
 };
 
 class Allocator {
