@@ -83,8 +83,14 @@ std::unique_ptr<Allocator> make_dense_static(AllocatorParams& p, const KvLayout&
   if (reserve == "max-model-len") o.reserve = Reserve::max_model_len;
   else if (reserve == "max-tokens") o.reserve = Reserve::max_tokens;
   else if (reserve == "pow2") o.reserve = Reserve::pow2;
+  else if (reserve == "pow2-output") o.reserve = Reserve::pow2_output;
   else if (reserve == "oracle") o.reserve = Reserve::oracle;
-  else p.fail("reserve must be max-model-len, max-tokens, pow2 or oracle, got \"" + reserve + "\"");
+  else p.fail("reserve must be max-model-len, max-tokens, pow2, pow2-output or oracle, got \"" + reserve + "\"");
+  const std::string placement = p.text("placement", "none");
+  if (placement == "none") o.placement = Placement::none;
+  else if (placement == "first-fit") o.placement = Placement::first_fit;
+  else if (placement == "buddy") o.placement = Placement::buddy;
+  else p.fail("placement must be none, first-fit or buddy, got \"" + placement + "\"");
   if (o.reserve == Reserve::max_model_len && layout.max_model_len <= 0) {
     p.fail("reserve=max-model-len needs the model's maximum length, which this model does not give "
            "(no max_position_embeddings): pass " + std::string(kOptMaxModelLen));
@@ -135,10 +141,14 @@ constexpr AllocatorKind kKinds[] = {
      "      paged, and blocks that fall wholly behind a sliding-window group's window are freed\n"
      "      as the sequence advances (vLLM's hybrid allocator); full-attention groups keep all.\n",
      "block=16", make_sliding_window},
-    {"dense-static", "dense-static[:reserve=max-model-len|max-tokens|pow2|oracle]",
+    {"dense-static", "dense-static[:reserve=max-model-len|max-tokens|pow2|pow2-output|oracle][,placement=none|first-fit|buddy]",
      "      each sample reserves a fixed row at admission: the model's maximum length (default),\n"
-     "      prompt + max_tokens, the next power of two of its final length, or its true final\n"
-     "      length. Sliding-window groups hold min(W, row) as a ring (Hugging Face StaticCache).\n",
+     "      prompt + max_tokens, the next power of two of its final length, the prompt plus its\n"
+     "      output rounded up to a power of two (pow2-output, the vLLM paper's Orca (Pow2)), or\n"
+     "      its true final length. Sliding-window groups hold min(W, row) as a ring (Hugging\n"
+     "      Face StaticCache). placement=first-fit|buddy (under a budget): each request's\n"
+     "      reservation is one contiguous extent in an arena the size of the budget, so it can\n"
+     "      fail with room free (external fragmentation); none (default) only counts bytes.\n",
      "reserve=max-model-len", make_dense_static},
     {"dynamic", "dynamic[:growth=double|exact|chunk][,chunk=256][,arena=BYTES]",
      "      a contiguous buffer per sample and layer group that grows (by doubling, exactly, or\n"

@@ -185,7 +185,7 @@ ModelWeights model_weights(const ModelSpec& model, const KvOptions& kv, const Bu
       w.parameter_source = kOptParams;
     } else if (model.parameter_count > 0) {
       w.parameter_count = model.parameter_count;
-      w.parameter_source = "published";
+      w.parameter_source = model.parameter_count_source.empty() ? "published" : model.parameter_count_source;
     } else {
       w.parameter_count = estimate_parameter_count(model);
       w.parameter_source = "estimated from the config";

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <string>
+#include <type_traits>
 
 #include "footprint.h"
 #include "kvsim/error.h"
@@ -16,18 +17,46 @@ const char* reserve_name(Reserve r) {
     case Reserve::max_model_len: return "max-model-len";
     case Reserve::max_tokens: return "max-tokens";
     case Reserve::pow2: return "pow2";
+    case Reserve::pow2_output: return "pow2-output";
     case Reserve::oracle: return "oracle";
   }
   return "?";
 }
 
+const char* placement_name(Placement p) {
+  switch (p) {
+    case Placement::none: return "none";
+    case Placement::first_fit: return "first-fit";
+    case Placement::buddy: return "buddy";
+  }
+  return "?";
+}
+
+std::int64_t pow2_ceil(std::int64_t tokens) {
+  if (tokens > (std::int64_t{1} << 62)) throw InputError("dense-static: a request's length rounded up to a power of two overflows 64 bits");
+  return static_cast<std::int64_t>(std::bit_ceil(static_cast<std::uint64_t>(std::max<std::int64_t>(tokens, 1))));
+}
+
 }  // namespace
 
 DenseStaticAllocator::DenseStaticAllocator(const KvLayout& layout, const DenseStaticOptions& options)
-    : groups_(layout.groups), max_model_len_(layout.max_model_len), options_(options) {}
+    : groups_(layout.groups), max_model_len_(layout.max_model_len), options_(options) {
+  // Without a budget every reservation fits: there is nothing to place it in.
+  if (options_.capacity_bytes == 0) return;
+  if (options_.placement == Placement::first_fit) arena_.emplace<FirstFitArena>(options_.capacity_bytes);
+  if (options_.placement == Placement::buddy) {
+    // One position in every group: a row of P positions (no window) is P units.
+    std::int64_t unit = 0;
+    for (const LayerGroup& g : groups_) unit = checked_add(unit, g.bytes_per_position, "dense-static: a position's bytes");
+    arena_.emplace<BuddyArena>(options_.capacity_bytes, std::max<std::int64_t>(unit, 1));
+  }
+}
 
 std::string DenseStaticAllocator::name() const {
-  return std::string("dense-static:reserve=") + reserve_name(options_.reserve);
+  std::string out = std::string("dense-static:reserve=") + reserve_name(options_.reserve);
+  // placement=none is what the bare name has always meant: names stay as they were.
+  if (options_.placement != Placement::none) out += std::string(",placement=") + placement_name(options_.placement);
+  return out;
 }
 
 std::int64_t DenseStaticAllocator::reservation_tokens(const AdmitInfo& info) const {
@@ -40,9 +69,16 @@ std::int64_t DenseStaticAllocator::reservation_tokens(const AdmitInfo& info) con
       // A request cannot plan past the model's length: an engine caps (or refuses) it there.
       if (max_model_len_ > 0 && info.planned_output_tokens >= max_model_len_ - info.prompt_tokens) return max_model_len_;
       return checked_add(info.prompt_tokens, info.planned_output_tokens, "dense-static: a request's planned length");
-    case Reserve::pow2:
-      if (final_tokens > (std::int64_t{1} << 62)) throw InputError("dense-static: a request's length rounded up to a power of two overflows 64 bits");
-      return static_cast<std::int64_t>(std::bit_ceil(static_cast<std::uint64_t>(std::max<std::int64_t>(final_tokens, 1))));
+    case Reserve::pow2: return pow2_ceil(final_tokens);
+    case Reserve::pow2_output: {
+      // No output, nothing to round; past the model's length, a row is capped there (the
+      // engine refuses requests whose final length exceeds it).
+      const std::int64_t row =
+          info.output_tokens == 0
+              ? info.prompt_tokens
+              : checked_add(info.prompt_tokens, pow2_ceil(info.output_tokens), "dense-static: a request's reserved length");
+      return max_model_len_ > 0 ? std::max(final_tokens, std::min(row, max_model_len_)) : row;
+    }
     case Reserve::oracle: return final_tokens;
   }
   return final_tokens;
@@ -62,7 +98,22 @@ Outcome DenseStaticAllocator::admit(RequestSlot slot, const AdmitInfo& info) {
   if (options_.capacity_bytes != 0 && next.bytes > options_.capacity_bytes - allocated_bytes_) {
     return Outcome::no_room;
   }
+  std::int64_t offset = -1;
+  if (next.bytes > 0 && !std::holds_alternative<std::monostate>(arena_)) {
+    // The free bytes suffice (checked above): a failure here is for want of an extent.
+    const FirstFitArena::Placement placed =
+        std::visit([&](auto& a) -> FirstFitArena::Placement {
+          if constexpr (std::is_same_v<std::decay_t<decltype(a)>, std::monostate>) return {};
+          else return a.allocate(next.bytes);
+        }, arena_);
+    if (placed.offset < 0) {
+      ++failed_placements_;
+      return Outcome::no_extent;
+    }
+    offset = placed.offset;
+  }
   r = next;
+  r.offset = offset;
   allocated_bytes_ = checked_add(allocated_bytes_, r.bytes, "dense-static: the reserved bytes of the requests in flight");
   high_water_bytes_ = std::max(high_water_bytes_, allocated_bytes_);
   return Outcome::ok;
@@ -82,6 +133,12 @@ void DenseStaticAllocator::release(RequestSlot slot) {
   Request& r = requests_[slot];
   check(r.live, "dense-static: releasing a request that is not live");
   allocated_bytes_ -= r.bytes;
+  if (r.offset >= 0) {
+    std::visit([&](auto& a) {
+      if constexpr (!std::is_same_v<std::decay_t<decltype(a)>, std::monostate>) a.free(r.offset, r.bytes);
+    }, arena_);
+  }
+  r.offset = -1;
   r.live = false;
 }
 
@@ -131,7 +188,12 @@ PoolState DenseStaticAllocator::pool() const {
   p.capacity_bytes = options_.capacity_bytes;
   p.reserved_bytes = options_.capacity_bytes != 0 ? options_.capacity_bytes : high_water_bytes_;
   p.free_bytes = p.reserved_bytes - allocated_bytes_;
-  p.largest_free_extent_bytes = p.free_bytes;
+  p.largest_free_extent_bytes = std::visit([&](const auto& a) -> std::int64_t {
+    if constexpr (std::is_same_v<std::decay_t<decltype(a)>, std::monostate>) return p.free_bytes;
+    else return a.largest_free_extent();
+  }, arena_);
+  p.failed_placements = failed_placements_;
+  p.places_reservations = !std::holds_alternative<std::monostate>(arena_);
   return p;
 }
 
@@ -143,6 +205,12 @@ void DenseStaticAllocator::check_invariants() const {
     bytes += r.bytes;
   }
   check(bytes == allocated_bytes_, "dense-static: allocated bytes do not match the live reservations");
+  std::visit([&](const auto& a) {
+    if constexpr (!std::is_same_v<std::decay_t<decltype(a)>, std::monostate>) {
+      a.check();
+      check(a.allocated_bytes() == allocated_bytes_, "dense-static: the arena and the reservations disagree on bytes");
+    }
+  }, arena_);
   check(options_.capacity_bytes == 0 || allocated_bytes_ <= options_.capacity_bytes, "dense-static: over capacity");
 }
 

@@ -7,23 +7,41 @@
 // length (an oracle no real system has). A sliding-window layer group holds at most W
 // positions, as a ring (Hugging Face's static sliding-window layer holds
 // min(W, max_cache_len)). The n samples of a request each hold a full row, prompt included,
-// as a batch expanded for num_return_sequences does. Placement is not modelled: the
-// reservations live in a preallocated table, so there is no external fragmentation; the
-// dynamic allocator is the one that models contiguity.
+// as a batch expanded for num_return_sequences does.
+//
+// Placement (under a budget only): by default (none) reservations are only counted against
+// the budget, as in a preallocated table, so there is no external fragmentation. With
+// placement=first-fit or placement=buddy each request's reservation (all its samples and
+// groups) is one contiguous extent in one arena the size of the budget, as the vLLM
+// paper's Orca baselines placed theirs (its section 6.1): admission can then fail with
+// enough room free in total (Outcome::no_extent), and the pool reports the largest free
+// extent and the failed placements, as the dynamic allocator does. The buddy arena's unit
+// is the bytes of one position in every layer group, so its blocks are powers of two of
+// positions.
 #ifndef KVSIM_SRC_DENSE_STATIC_ALLOCATOR_H_
 #define KVSIM_SRC_DENSE_STATIC_ALLOCATOR_H_
 
+#include <variant>
 #include <vector>
 
+#include "arena.h"
+#include "buddy_arena.h"
 #include "kvsim/allocator.h"
 
 namespace kvsim::detail {
 
-enum class Reserve { max_model_len, max_tokens, pow2, oracle };
+// pow2_output: the prompt exactly, the output rounded up to a power of two (the vLLM
+// paper's Orca (Pow2): "if the true output length is 25, it reserves 32 positions").
+enum class Reserve { max_model_len, max_tokens, pow2, pow2_output, oracle };
+
+// Where a reservation goes under a budget: nowhere (counted only), or one extent in an
+// arena of the budget's size, first-fit or buddy.
+enum class Placement { none, first_fit, buddy };
 
 struct DenseStaticOptions {
   Reserve reserve = Reserve::max_model_len;
-  std::int64_t capacity_bytes = 0;  // 0 = unbounded
+  Placement placement = Placement::none;
+  std::int64_t capacity_bytes = 0;  // 0 = unbounded (placement then has nothing to place in)
 };
 
 class DenseStaticAllocator final : public Allocator {
@@ -42,6 +60,8 @@ class DenseStaticAllocator final : public Allocator {
 
   // The positions one sample reserves in each group (before the window cap).
   std::int64_t reservation_tokens(const AdmitInfo& info) const;
+  // The reservation's place in the arena, for tests; -1 when not placed.
+  std::int64_t offset(RequestSlot slot) const { return requests_[slot].offset; }
 
  private:
   struct Request {
@@ -52,6 +72,7 @@ class DenseStaticAllocator final : public Allocator {
     std::int64_t row_tokens = 0;   // reserved positions per sample (before the window cap)
     std::int64_t bytes = 0;        // all samples, all groups
     std::int64_t limit_tokens = 0; // prompt + planned output: room past it is padding
+    std::int64_t offset = -1;      // in the arena; -1 when not placed
   };
   std::int64_t row_in_group(const Request& r, std::size_t g) const;
 
@@ -61,6 +82,8 @@ class DenseStaticAllocator final : public Allocator {
   std::vector<Request> requests_;
   std::int64_t allocated_bytes_ = 0;
   std::int64_t high_water_bytes_ = 0;
+  std::variant<std::monostate, FirstFitArena, BuddyArena> arena_;
+  std::int64_t failed_placements_ = 0;
 };
 
 }  // namespace kvsim::detail

@@ -194,6 +194,44 @@ std::int64_t quantized_weight_bits(const Config& c) {
   return 0;
 }
 
+// OPT (transformers' OPTDecoder) is not Llama-shaped: learned absolute positions with an
+// offset of 2 rows, biases on every projection, LayerNorm with weight and bias, a two-matrix
+// MLP of ffn_dim (fc1, fc2, no gate), embeddings of word_embed_proj_dim projected in and
+// out when that differs from hidden_size, a final LayerNorm only when
+// do_layer_norm_before (OPT-350m has none), and the LM head tied to the embeddings unless
+// the config says otherwise. Counted here from modeling_opt.py's modules, since the
+// estimate in budget.cc assumes a gated MLP and RMSNorm.
+std::int64_t opt_parameter_count(const Config& c, const ModelSpec& m) {
+  auto mul = [&](std::int64_t a, std::int64_t b) {
+    if (a != 0 && b > std::numeric_limits<std::int64_t>::max() / a) c.fail("ffn_dim", "the parameter count overflows 64 bits");
+    return a * b;
+  };
+  auto add = [&](std::int64_t a, std::int64_t b) {
+    if (b > std::numeric_limits<std::int64_t>::max() - a) c.fail("ffn_dim", "the parameter count overflows 64 bits");
+    return a + b;
+  };
+  const std::int64_t h = c.required_positive("hidden_size");
+  const std::int64_t ffn = c.required_positive("ffn_dim");
+  const std::int64_t vocab = c.required_positive("vocab_size");
+  const std::int64_t positions = c.required_positive("max_position_embeddings");
+  const std::int64_t proj = c.optional_positive("word_embed_proj_dim").value_or(h);
+  const bool bias = c.boolean("enable_bias").value_or(true);
+  const bool affine = c.boolean("layer_norm_elementwise_affine").value_or(true);
+  const bool norm_before = c.boolean("do_layer_norm_before").value_or(true);
+  const bool tied = c.boolean("tie_word_embeddings").value_or(true);
+  const std::int64_t b = bias ? 1 : 0;
+  const std::int64_t norm = affine ? mul(2, h) : 0;  // LayerNorm: weight and bias
+  const std::int64_t attention = mul(4, add(mul(h, h), mul(b, h)));      // q, k, v, out_proj
+  const std::int64_t mlp = add(add(mul(h, ffn), mul(b, ffn)), add(mul(ffn, h), mul(b, h)));  // fc1, fc2
+  std::int64_t total = mul(vocab, proj);                                  // embed_tokens
+  total = add(total, mul(add(positions, 2), h));                          // embed_positions (offset 2)
+  if (proj != h) total = add(total, mul(2, mul(proj, h)));                // project_in, project_out
+  total = add(total, mul(m.num_hidden_layers, add(add(attention, mlp), mul(2, norm))));
+  if (norm_before) total = add(total, norm);                              // final_layer_norm
+  if (!tied) total = add(total, mul(vocab, proj));                        // lm_head
+  return total;
+}
+
 }  // namespace
 
 ModelSpec parse_hf_config(std::string_view json_text, const std::string& path) {
@@ -267,6 +305,11 @@ ModelSpec parse_hf_config(std::string_view json_text, const std::string& path) {
   // transformers' PretrainedConfig ties embeddings unless told otherwise, but most decoder
   // configs (Llama, Mistral, Qwen2) default to untied and say so; Gemma's default is tied.
   m.tie_word_embeddings = c.boolean("tie_word_embeddings").value_or(model_type.rfind("gemma", 0) == 0);
+  if (model_type == "opt") {
+    m.parameter_count = opt_parameter_count(c, m);
+    m.parameter_count_source = "counted from the OPT config";
+    m.tie_word_embeddings = c.boolean("tie_word_embeddings").value_or(true);
+  }
 
   validate_model(m, path);
   return m;

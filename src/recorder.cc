@@ -81,6 +81,7 @@ void Recorder::flush(std::int64_t until_ns) {
     }
   }
   ext_integral_ += ext_ratio_ * static_cast<double>(d);
+  ext_bytes_integral_ += Int128{ext_bytes_} * d;
   hist_mark_ns_ = until_ns;
 }
 
@@ -158,6 +159,8 @@ void Recorder::finish(ReplayReport& r, const Allocator& allocator, std::int64_t 
   r.external_fragmentation_mean = duration > 0 ? ext_integral_ / duration : 0;
   r.external_fragmentation_max = ext_max_;
   r.failed_placements = pool.failed_placements;
+  r.external_fragmentation_bytes_mean = duration > 0 ? static_cast<double>(ext_bytes_integral_) / duration : 0;
+  r.places_reservations = pool.places_reservations;
   r.copied_bytes = pool.copied_bytes;
   r.evicted_bytes = pool.evicted_bytes;
   r.ttft = summarize(ttft_);

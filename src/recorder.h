@@ -132,6 +132,8 @@ class Recorder {
   double ext_ratio_ = 0;           // external fragmentation now, and integrated over time
   double ext_integral_ = 0;
   double ext_max_ = 0;
+  std::int64_t ext_bytes_ = 0;     // free bytes outside the largest free extent, now
+  Int128 ext_bytes_integral_ = 0;
   std::int64_t hist_mark_ns_ = 0;
   Int128 queue_integral_ = 0;
   std::int64_t queue_mark_ns_ = 0;
@@ -189,6 +191,7 @@ void Recorder::after_op(const Allocator& allocator, std::int64_t transient_bytes
                    ? 1.0 - static_cast<double>(pool.largest_free_extent_bytes) / static_cast<double>(pool.free_bytes)
                    : 0.0;  // no holes (always, for block pools)
   ext_max_ = std::max(ext_max_, ext_ratio_);
+  ext_bytes_ = pool.free_bytes - std::min(pool.free_bytes, pool.largest_free_extent_bytes);
 }
 
 }  // namespace kvsim::detail

@@ -24,6 +24,8 @@ const std::vector<std::string> kVariants = {
     "dense-static:reserve=max-tokens",
     "dense-static:reserve=pow2",
     "dense-static:reserve=oracle",
+    "dense-static:reserve=pow2-output,placement=buddy",
+    "dense-static:reserve=oracle,placement=first-fit",
     "dynamic:growth=exact",
     "dynamic:growth=chunk,chunk=48",
 };

@@ -94,6 +94,10 @@ struct PoolState {
   std::int64_t evictable_bytes = 0;
   // Bytes of cached blocks evicted so far (taken for new tokens while still cached).
   std::int64_t evicted_bytes = 0;
+  // Reservations are placed as extents in an arena (dense-static with placement): the
+  // replay then reports the share of capacity each part takes, external fragmentation
+  // included (docs/replay.md, "Contiguous placement").
+  bool places_reservations = false;
 };
 
 class Allocator {

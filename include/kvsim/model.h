@@ -81,6 +81,9 @@ struct ModelSpec {
   // fp8 is 8, a 4-bit AWQ/GPTQ checkpoint is 4); 0 when weight_dtype is what is stored.
   std::int64_t weight_bits = 0;
   std::int64_t parameter_count = 0;      // published total; 0 when unknown (then estimated)
+  // Empty when parameter_count is published; else how it was counted (an OPT config's
+  // layout, which the Llama-shaped estimate does not fit).
+  std::string parameter_count_source;
 };
 
 enum class MlaForm {

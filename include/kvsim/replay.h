@@ -230,6 +230,11 @@ struct ReplayReport {
   double external_fragmentation_mean = 0;   // time-weighted
   double external_fragmentation_max = 0;
   std::int64_t failed_placements = 0;
+  // Time-weighted mean of the free bytes outside the largest free extent: external
+  // fragmentation in bytes, so that effective + internal + this + the rest of the free
+  // bytes is the capacity.
+  double external_fragmentation_bytes_mean = 0;
+  bool places_reservations = false;   // the allocator placed reservations in an arena
   std::int64_t copied_bytes = 0;
   // Latencies of completed requests.
   Latency ttft;

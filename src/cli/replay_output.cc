@@ -189,6 +189,31 @@ void external_fragmentation_rows(RunColumns& t) {
   t.row("  copied on growth, GiB", [](const ReplayReport& r) { return gib(r.copied_bytes); });
 }
 
+bool any_placement(const std::vector<ReplayReport>& reports) {
+  return std::any_of(reports.begin(), reports.end(), [](const ReplayReport& r) { return r.places_reservations; });
+}
+
+// The mean share of the budget each part takes; with reservations placed contiguously the
+// parts are those of the vLLM paper's Figure 2 and add up to 100%. The free bytes outside
+// the largest free extent are external fragmentation; the largest free extent is free.
+double share(const ReplayReport& r, double bytes) {
+  return r.capacity_bytes > 0 ? bytes / static_cast<double>(r.capacity_bytes) : 0.0;
+}
+
+void capacity_share_rows(RunColumns& t) {
+  t.section("share of capacity, mean (parts add up to 100%)");
+  t.row("  effective tokens (token states)", [](const ReplayReport& r) { return percent(share(r, r.effective_bytes.mean)); });
+  t.row("  reservation ahead", [](const ReplayReport& r) { return percent(share(r, r.mean_bytes.reservation)); });
+  t.row("  padding past the request's limit", [](const ReplayReport& r) { return percent(share(r, r.mean_bytes.padding)); });
+  t.row("  other internal fragmentation", [](const ReplayReport& r) {
+    return percent(share(r, r.mean_bytes.tail + r.mean_bytes.duplicate + r.mean_bytes.outside_window));
+  });
+  t.row("  external fragmentation", [](const ReplayReport& r) { return percent(share(r, r.external_fragmentation_bytes_mean)); });
+  t.row("  free (largest free extent)", [](const ReplayReport& r) {
+    return percent(share(r, static_cast<double>(r.capacity_bytes) - r.allocated_bytes.mean - r.external_fragmentation_bytes_mean));
+  });
+}
+
 // Mean positions per layer group, when the model has more than one.
 void layer_group_rows(RunColumns& t, const KvLayout& layout) {
   if (layout.groups.size() <= 1) return;
@@ -294,6 +319,8 @@ std::string replay_table(const ReplayContext& c, const std::vector<ReplayReport>
   layer_group_rows(t, c.layout);
   const bool bounded = !reports.empty() && reports.front().capacity_bytes > 0;
   if (bounded) serving_rows(t);
+  // Only when reservations are placed, so that other runs' output stays as it was.
+  if (bounded && any_placement(reports)) capacity_share_rows(t);
   if (any_sharing(reports)) prefix_cache_rows(t);
   request_rows(t);
   latency_rows(t);
@@ -341,6 +368,9 @@ std::string replay_json(const ReplayContext& c, const std::vector<ReplayReport>&
     run["external_fragmentation"] = Json{{"mean", r.external_fragmentation_mean},
                                          {"max", r.external_fragmentation_max},
                                          {"failed_placements_with_room_free", r.failed_placements}};
+    if (any_placement(reports)) {
+      run["external_fragmentation"]["free_bytes_outside_largest_extent_mean"] = r.external_fragmentation_bytes_mean;
+    }
     run["copied_bytes"] = r.copied_bytes;
     Json gs = Json::array();
     for (const auto& g : r.groups) {
@@ -449,6 +479,10 @@ std::string replay_csv(const std::vector<ReplayReport>& reports) {
       {"generated_tokens_per_s", decimal([](const ReplayReport& r) { return r.generated_tokens_per_s; }, 3)},
       {"allocated_bytes_at_end", integer(&ReplayReport::allocated_bytes_at_end)},
   };
+  if (any_placement(reports)) {  // the same columns on every row: 0 where nothing is placed
+    columns.push_back({"external_frag_bytes_mean",
+                       decimal([](const ReplayReport& r) { return r.external_fragmentation_bytes_mean; }, 3)});
+  }
   if (any_sharing(reports)) {  // the same columns on every row: 0 where an allocator shares nothing
     columns.insert(columns.end(), {
         {"prefix_block_tokens", integer(&ReplayReport::prefix_block_tokens)},
