@@ -10,6 +10,7 @@
 #include "cli.h"
 #include "kvsim/budget.h"
 #include "kvsim/error.h"
+#include "kvsim/output_file.h"
 #include "kvsim/size_sheet.h"
 #include "model_options.h"
 #include "size_output.h"
@@ -90,9 +91,9 @@ int run_size(const Invocation& inv) {
   const ModelChoice choice = resolve_model(vm, kSpec.synopsis, "");
   const SizeSheet sheet = size_sheet(choice.model, choice.kv, size_query(vm));
   if (vm.count("json") != 0) {
-    fmt::print("{}", size_json(sheet, choice.dtype_reason));
+    write_stdout(size_json(sheet, choice.dtype_reason));
   } else {
-    fmt::print("{}", size_table(sheet, choice.dtype_reason));
+    write_stdout(size_table(sheet, choice.dtype_reason));
   }
   return kExitOk;
 }
