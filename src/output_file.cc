@@ -113,18 +113,14 @@ OutputFile::OutputFile(std::string path, std::span<const std::string> inputs)
     fd_ = STDOUT_FILENO;
     return;
   }
-  struct stat out_stat {};
-  const bool exists = ::stat(path_.c_str(), &out_stat) == 0;
-  if (exists) {
-    for (const auto& in : inputs) {
-      struct stat in_stat {};
-      if (in != "-" && ::stat(in.c_str(), &in_stat) == 0 && in_stat.st_dev == out_stat.st_dev &&
-          in_stat.st_ino == out_stat.st_ino) {
-        throw InputError(Location{display_, 0, ""},
-                         "is the same file as the input " + detail::printable(in) + ": write the output elsewhere");
-      }
+  for (const auto& in : inputs) {
+    if (same_file(path_, in)) {
+      throw InputError(Location{display_, 0, ""},
+                       "is the same file as the input " + detail::printable(in) + ": write the output elsewhere");
     }
   }
+  struct stat out_stat {};
+  const bool exists = ::stat(path_.c_str(), &out_stat) == 0;
   struct stat link_stat {};
   const bool is_link = ::lstat(path_.c_str(), &link_stat) == 0 && S_ISLNK(link_stat.st_mode);
   if (exists ? S_ISREG(out_stat.st_mode) : !is_link) {
@@ -210,6 +206,13 @@ void OutputFile::commit() {
   }
   unregister_temporary(temp_);
   temp_.clear();
+}
+
+bool same_file(const std::string& a, const std::string& b) {
+  if (a == "-" || b == "-") return false;
+  struct stat sa {};
+  struct stat sb {};
+  return ::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
 void write_output_file(const std::string& path, std::string_view bytes, std::span<const std::string> inputs) {

@@ -14,6 +14,7 @@
 
 #include "cli_util.h"
 #include "kvsim/model.h"
+#include "kvsim/output_file.h"
 #include "trace_read.h"
 
 namespace {
@@ -123,15 +124,29 @@ TEST_CASE("OUT that is the input under another name (a hard link) is refused, th
   const auto dir = fresh_dir("same-file");
   fs::copy_file(kChat, dir / "in.csv");
   fs::create_hard_link(dir / "in.csv", dir / "alias.csv");
+  // A mistake in the command line: refused before any work, with the usage (exit 2).
   const auto convert = run_sh(dir, "$KVSIM trace convert in.csv alias.csv");
-  CHECK(convert.exit_code == 1);
-  CHECK(convert.err == "kvsim: error: alias.csv: is the same file as the input in.csv: write the output elsewhere\n");
-  // The same rule for every output: replay's --csv and --timeline.
+  CHECK(convert.exit_code == 2);
+  CHECK(convert.err.rfind("kvsim trace convert: OUT alias.csv is the same file as the input in.csv: write the output "
+                          "elsewhere\n",
+                          0) == 0);
+  // The same rule for every output: replay's --csv and --timeline, gen's --out over a trace
+  // it draws lengths from.
   for (const char* option : {"--csv", "--timeline"}) {
     const auto replay = run_sh(dir, std::string("$KVSIM replay in.csv --model llama-3.1-8b ") + option + " alias.csv");
-    CHECK(replay.exit_code == 1);
-    CHECK(replay.err == "kvsim: error: alias.csv: is the same file as the input in.csv: write the output elsewhere\n");
+    CHECK(replay.exit_code == 2);
+    CHECK(replay.err.rfind(std::string("kvsim replay: ") + option +
+                               " alias.csv is the same file as the input in.csv: write the output elsewhere\n",
+                           0) == 0);
   }
+  const auto gen = run_sh(dir, "$KVSIM trace gen --lengths-from in.csv -o alias.csv");
+  CHECK(gen.exit_code == 2);
+  CHECK(gen.err.rfind("kvsim trace gen: --out alias.csv is the same file as the input in.csv", 0) == 0);
+  // The writer itself refuses too, whoever calls it (exit 1: the library does not know the
+  // command line).
+  const std::string inputs[] = {(dir / "in.csv").string()};
+  CHECK_THROWS_WITH(kvsim::OutputFile((dir / "alias.csv").string(), inputs),
+                    Catch::Contains("alias.csv: is the same file as the input "));
   CHECK(slurp(dir / "in.csv") == slurp(kChat));
   CHECK(names_in(dir) == std::vector<std::string>{"alias.csv", "in.csv"});
 }
@@ -227,6 +242,19 @@ TEST_CASE("a FIFO, a pipe and /dev/stdin are read once, as the file would be", "
   INFO(convert.err);
   REQUIRE(convert.exit_code == 0);
   CHECK(convert.out == converted_chat());
+  // replay reads its trace once per allocator; a pipe once, for all of them.
+  const auto replay_of = [](const std::string& json) {
+    auto j = nlohmann::json::parse(json);
+    j.erase("trace");
+    return j;
+  };
+  const auto replay_file = run_cli({"replay", kChat, "--model", "llama-3.1-8b", "--allocator", "paged,dense-static", "--json"});
+  REQUIRE(replay_file.exit_code == 0);
+  const auto replay_pipe =
+      run_sh(dir, "cat " + chat + " | $KVSIM replay /dev/stdin --model llama-3.1-8b --allocator paged,dense-static --json");
+  INFO(replay_pipe.err);
+  REQUIRE(replay_pipe.exit_code == 0);
+  CHECK(replay_of(replay_pipe.out) == replay_of(replay_file.out));
 }
 
 TEST_CASE("/dev/zero as a trace or a config fails at the limit instead of filling memory", "[files]") {

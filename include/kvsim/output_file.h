@@ -57,6 +57,10 @@ class OutputFile {
   std::string buffer_;
 };
 
+// True when both paths name one existing file (the same device and inode): a hard link,
+// a symbolic link or another spelling of the path. "-" is never the same as anything.
+bool same_file(const std::string& a, const std::string& b);
+
 // Writes `bytes` to `path` through an OutputFile and commits it.
 void write_output_file(const std::string& path, std::string_view bytes, std::span<const std::string> inputs = {});
 

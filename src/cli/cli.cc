@@ -100,6 +100,18 @@ int dispatch(const Invocation& inv, const std::string& description,
                    " <command> [options]");
 }
 
+void refuse_output_over_input(const std::vector<std::pair<std::string, std::string>>& outputs,
+                              const std::vector<std::string>& inputs, const std::string& synopsis) {
+  for (const auto& [name, out] : outputs) {
+    for (const auto& in : inputs) {
+      if (same_file(out, in)) {
+        throw UsageError(name + " " + printable(out) + " is the same file as the input " + printable(in) +
+                         ": write the output elsewhere\nUsage: " + synopsis);
+      }
+    }
+  }
+}
+
 void reject_unused_trace_options(const GivenTraceOptions& given, TraceFormat format) {
   const std::string name{trace_format_name(format)};
   const auto refuse = [&](const char* option, std::string_view applies_to) {

@@ -80,6 +80,11 @@ struct GivenTraceOptions {
 // trace of `format`, as the other options that would change nothing are refused.
 void reject_unused_trace_options(const GivenTraceOptions& given, TraceFormat format);
 
+// Refuses (UsageError, before any work) an output that is the same file as an input.
+// `outputs` are (option or argument name, path) pairs.
+void refuse_output_over_input(const std::vector<std::pair<std::string, std::string>>& outputs,
+                              const std::vector<std::string>& inputs, const std::string& synopsis);
+
 int run_models(const Invocation& inv);
 int run_size(const Invocation& inv);
 int run_trace(const Invocation& inv);

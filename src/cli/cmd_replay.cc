@@ -324,6 +324,10 @@ ReplayPlan plan_replay(const po::variables_map& vm) {
 
   plan.timeline_path = option_text(vm, "timeline");
   plan.csv_path = option_text(vm, "csv");
+  std::vector<std::pair<std::string, std::string>> outputs;
+  if (plan.timeline_path) outputs.emplace_back("--timeline", *plan.timeline_path);
+  if (plan.csv_path) outputs.emplace_back("--csv", *plan.csv_path);
+  refuse_output_over_input(outputs, {plan.trace_path}, kSpec.synopsis);
   plan.json = vm.count("json") != 0;
   plan.progress = vm.count("quiet") == 0 && ::isatty(STDERR_FILENO) != 0;
   return plan;

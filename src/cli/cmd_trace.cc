@@ -168,6 +168,8 @@ int run_convert(const Invocation& inv) {
   const NativeFormat format = option_value(kConvertSpec, [&] {
     return to.empty() ? native_format_for_path(out, "OUT") : parse_native_format(to, kOptTo);
   });
+  refuse_output_over_input({{"OUT", out}}, {in}, kConvertSpec.synopsis);
+
   // Pass 1: validate everything and learn the columns, so that a bad row leaves no output.
   // A pipe, a FIFO or /dev/stdin can be read only once: its requests are kept in memory
   // for pass 2 instead of reading it again.
@@ -306,14 +308,15 @@ int run_gen(const Invocation& inv) {
     return 0;
   });
 
-  TraceGenerator generator(gen);
-  std::int64_t count = 0;
   // The traces it draws lengths from are inputs: OUT must not overwrite them.
   std::vector<std::string> inputs;
   if (!gen.lengths_from.empty()) inputs.push_back(gen.lengths_from);
   for (const auto* d : {&gen.prompt_tokens, &gen.output_tokens}) {
     if (!d->path.empty()) inputs.push_back(d->path);
   }
+  refuse_output_over_input({{"--out", out}}, inputs, kGenSpec.synopsis);
+  TraceGenerator generator(gen);
+  std::int64_t count = 0;
   write_whole(out, format, generator.columns(), inputs, [&](TraceWriter& writer) {
     Request r;
     while (generator.next(r)) {
