@@ -455,3 +455,14 @@ TEST_CASE("an overflow computed from a config names the config", "[files]") {
   CHECK(r.err.rfind("kvsim: error: " + (dir / "config.json").string() + ": ", 0) == 0);
   CHECK(r.err.find("overflows 64 bits") != std::string::npos);
 }
+
+TEST_CASE("an overflow computed from the workload names the options", "[files]") {
+  // llama-3.1-8b costs 131,072 bytes per position: 2^63 - 1 positions overflow 64 bits.
+  const auto tokens = run_cli({"size", "--model", "llama-3.1-8b", "--tokens", "9223372036854775807"});
+  CHECK(tokens.exit_code == 2);
+  CHECK(tokens.err.rfind("kvsim size: --tokens: KV bytes per sequence overflows 64 bits for this model", 0) == 0);
+  // 1,000 positions fit (131,072,000 bytes), 2^63 - 1 sequences of them do not.
+  const auto seqs = run_cli({"size", "--model", "llama-3.1-8b", "--tokens", "1000", "--seqs", "9223372036854775807"});
+  CHECK(seqs.exit_code == 2);
+  CHECK(seqs.err.rfind("kvsim size: --tokens, --seqs: bytes for all sequences overflows 64 bits for this model", 0) == 0);
+}

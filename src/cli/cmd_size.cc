@@ -89,7 +89,20 @@ int run_size(const Invocation& inv) {
   po::variables_map vm;
   if (!parse_options(inv, kSpec, options, {}, vm)) return kExitOk;
   const ModelChoice choice = resolve_model(vm, kSpec.synopsis, "");
-  const SizeSheet sheet = size_sheet(choice.model, choice.kv, size_query(vm));
+  const SizeQuery query = size_query(vm);
+  SizeSheet sheet;
+  try {
+    sheet = size_sheet(choice.model, choice.kv, query);
+  } catch (const InputError& e) {
+    // A product that overflows names no field where it is found: here it is the workload's.
+    if (!e.where().file.empty() || !e.where().field.empty()) throw;
+    std::string given;
+    for (const char* option : {"--tokens", "--seqs"}) {
+      if (option_text(vm, option + 2)) given += given.empty() ? option : std::string(", ") + option;
+    }
+    if (given.empty()) throw;
+    throw InputError(Location{"", 0, given}, e.problem() + " for this model: give fewer positions or sequences");
+  }
   if (vm.count("json") != 0) {
     write_stdout(size_json(sheet, choice.dtype_reason));
   } else {
