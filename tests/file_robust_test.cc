@@ -459,10 +459,14 @@ TEST_CASE("an overflow computed from a config names the config", "[files]") {
 TEST_CASE("an overflow computed from the workload names the options", "[files]") {
   // llama-3.1-8b costs 131,072 bytes per position: 2^63 - 1 positions overflow 64 bits.
   const auto tokens = run_cli({"size", "--model", "llama-3.1-8b", "--tokens", "9223372036854775807"});
-  CHECK(tokens.exit_code == 2);
-  CHECK(tokens.err.rfind("kvsim size: --tokens: KV bytes per sequence overflows 64 bits for this model", 0) == 0);
+  CHECK(tokens.exit_code == 1);
+  CHECK(tokens.err ==
+        "kvsim: error: KV bytes per sequence overflows 64 bits for this model (from --tokens): give fewer positions or "
+        "sequences\n");
   // 1,000 positions fit (131,072,000 bytes), 2^63 - 1 sequences of them do not.
   const auto seqs = run_cli({"size", "--model", "llama-3.1-8b", "--tokens", "1000", "--seqs", "9223372036854775807"});
-  CHECK(seqs.exit_code == 2);
-  CHECK(seqs.err.rfind("kvsim size: --tokens, --seqs: bytes for all sequences overflows 64 bits for this model", 0) == 0);
+  CHECK(seqs.exit_code == 1);
+  CHECK(seqs.err ==
+        "kvsim: error: bytes for all sequences overflows 64 bits for this model (from --tokens, --seqs): give fewer "
+        "positions or sequences\n");
 }

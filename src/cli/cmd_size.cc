@@ -101,7 +101,9 @@ int run_size(const Invocation& inv) {
       if (option_text(vm, option + 2)) given += given.empty() ? option : std::string(", ") + option;
     }
     if (given.empty()) throw;
-    throw InputError(Location{"", 0, given}, e.problem() + " for this model: give fewer positions or sequences");
+    // An input error (exit 1), as README's table says of a result that cannot be computed:
+    // each value was valid on its own.
+    throw InputError(e.problem() + " for this model (from " + given + "): give fewer positions or sequences");
   }
   if (vm.count("json") != 0) {
     write_stdout(size_json(sheet, choice.dtype_reason));
