@@ -362,6 +362,10 @@ TEST_CASE("options that change nothing for this input are refused", "[files]") {
       {{"size", "--model", "llama-3.1-8b", "--kv-group-size", "32"}, "the KV dtype is bf16"},
       {{"size", "--model", "llama-3.1-8b", "--mla-form", "latent"},
        "--mla-form: chooses how an MLA model's cache is laid out, and llama-3.1-8b has no MLA"},
+      {{"trace", "gen", "--requests", "2", "--max-tokens-share", "0.5"},
+       "--max-tokens-share is the share of requests given max_tokens, and --max-tokens is none"},
+      {{"trace", "gen", "--requests", "2", "--block-tokens", "32"},
+       "--block-tokens sizes the prefix hashes, which are written only with --system-prompt or --sessions"},
   };
   for (const auto& c : cases) {
     INFO(c.message);

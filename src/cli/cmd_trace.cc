@@ -280,6 +280,16 @@ int run_gen(const Invocation& inv) {
   po::positional_options_description positional;
   po::variables_map vm;
   if (!parse_options(inv, kGenSpec, options, positional, vm)) return kExitOk;
+  // Options that only shape something else that is not asked for would change nothing.
+  const auto given = [&](const char* flag) { return !vm[option_key(flag)].defaulted(); };
+  if (given(kOptMaxTokensShare) && max_tokens == "none") {
+    throw UsageError(std::string(kOptMaxTokensShare) + " is the share of requests given max_tokens, and " + kOptMaxTokens +
+                     " is none: it would have no effect\nUsage: " + kGenSpec.synopsis);
+  }
+  if (given(kOptBlockTokens) && system_prompts.empty() && sessions.empty()) {
+    throw UsageError(std::string(kOptBlockTokens) + " sizes the prefix hashes, which are written only with " +
+                     kOptSystemPrompt + " or " + kOptSessions + ": it would have no effect\nUsage: " + kGenSpec.synopsis);
+  }
   if (!lengths_from.empty() && (!prompt.empty() || !output.empty())) {
     throw UsageError("--lengths-from replaces --prompt and --output; give one or the other\nUsage: " +
                      kGenSpec.synopsis);
