@@ -10,6 +10,7 @@
 #include "kvsim/allocator.h"
 #include "kvsim/error.h"
 #include "kvsim/option_names.h"
+#include "kvsim/parse.h"
 #include "kvsim/units.h"
 #include "paged_allocator.h"
 #include "radix_allocator.h"
@@ -191,18 +192,8 @@ AllocatorSpec parse_allocator_spec(std::string_view text, std::string_view field
                      "unknown allocator '" + spec.kind + "' (known: " + known + ")");
   }
   if (colon == std::string_view::npos) return spec;
-  std::string_view rest = text.substr(colon + 1);
-  while (!rest.empty()) {
-    const auto comma = rest.find(',');
-    const std::string_view item = rest.substr(0, comma);
-    const auto eq = item.find('=');
-    if (eq == std::string_view::npos || eq == 0 || eq + 1 == item.size()) {
-      throw InputError(Location{"", 0, std::string(field)},
-                       "'" + spec.text + "': expected key=value, got \"" + std::string(item) + "\"");
-    }
-    spec.params.emplace_back(std::string(item.substr(0, eq)), std::string(item.substr(eq + 1)));
-    if (comma == std::string_view::npos) break;
-    rest = rest.substr(comma + 1);
+  for (const auto& [key, value] : parse_key_values(text.substr(colon + 1), field, "'" + spec.text + "': ")) {
+    spec.params.emplace_back(std::string(key), std::string(value));
   }
   return spec;
 }

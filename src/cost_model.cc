@@ -9,6 +9,7 @@
 
 #include "kvsim/error.h"
 #include "kvsim/option_names.h"
+#include "kvsim/parse.h"
 #include "kvsim/units.h"
 
 namespace kvsim {
@@ -85,14 +86,9 @@ CostModel parse_cost_model(std::string_view text, const CostModel& roofline, std
   c.prefill_token_ps = roofline.prefill_token_ps;
   c.decode_seq_ps = kind == "linear" ? roofline.decode_seq_ps : 0;
   c.context_token_ps = kind == "linear" ? roofline.context_token_ps : 0;
-  std::string_view rest = colon == std::string_view::npos ? std::string_view{} : text.substr(colon + 1);
-  while (!rest.empty()) {
-    const auto comma = rest.find(',');
-    const std::string_view item = rest.substr(0, comma);
-    const auto eq = item.find('=');
-    const std::string_view key = item.substr(0, eq);
-    if (eq == std::string_view::npos) throw InputError(where, "expected key=value, got \"" + std::string(item) + "\"");
-    const std::int64_t ps = parse_duration_ps(item.substr(eq + 1), std::string(field) + " " + std::string(key));
+  const std::string_view rest = colon == std::string_view::npos ? std::string_view{} : text.substr(colon + 1);
+  for (const auto& [key, value] : parse_key_values(rest, field)) {
+    const std::int64_t ps = parse_duration_ps(value, std::string(field) + " " + std::string(key));
     if (kind == "constant" && key == "step") c.base_ps = ps;
     else if (kind == "linear" && key == "base") c.base_ps = ps;
     else if (key == "prefill-token") c.prefill_token_ps = ps;
@@ -100,8 +96,6 @@ CostModel parse_cost_model(std::string_view text, const CostModel& roofline, std
     else if (kind == "linear" && key == "context-token") c.context_token_ps = ps;
     else throw InputError(where, "unknown parameter '" + std::string(key) + "' for " + std::string(kind) + " (" +
                                      (kind == "constant" ? "step, prefill-token" : "base, prefill-token, decode-seq, context-token") + ")");
-    if (comma == std::string_view::npos) break;
-    rest = rest.substr(comma + 1);
   }
   // A step that takes no time would make every latency 0 and every rate infinite.
   if (c.base_ps <= 0) {

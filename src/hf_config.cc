@@ -13,9 +13,10 @@
 //   6. otherwise sliding_window applies to every layer (Mistral, Phi-3).
 #include <cerrno>
 #include <cstring>
-#include <fstream>
+#include <cstdio>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -316,12 +317,21 @@ ModelSpec parse_hf_config(std::string_view json_text, const std::string& path) {
 }
 
 ModelSpec load_hf_config(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
+  // A config.json is kilobytes; 16 MiB is far beyond any, and reading stops there, so that
+  // /dev/zero or a weights file given by mistake fails at once instead of filling memory.
+  constexpr std::size_t kMaxConfigBytes = std::size_t{16} << 20;
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> in(std::fopen(path.c_str(), "rb"), &std::fclose);
   if (!in) throw InputError(Location{path, 0, ""}, std::string("cannot open: ") + std::strerror(errno));
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) throw InputError(Location{path, 0, ""}, "cannot read the file");
-  return parse_hf_config(text.str(), path);
+  std::string text;
+  char buffer[1 << 16];
+  for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, in.get())) > 0;) {
+    text.append(buffer, n);
+    if (text.size() > kMaxConfigBytes) {
+      throw InputError(Location{path, 0, ""}, "larger than the limit of 16 MiB for a model config: is this a config.json?");
+    }
+  }
+  if (std::ferror(in.get())) throw InputError(Location{path, 0, ""}, std::string("read error: ") + std::strerror(errno));
+  return parse_hf_config(text, path);
 }
 
 }  // namespace kvsim

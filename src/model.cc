@@ -206,13 +206,13 @@ void validate_model(const ModelSpec& model, const std::string& file) {
     if (m.v_head_dim <= 0) fail("v_head_dim", "expected a positive dimension");
   } else {
     if (model.head_dim <= 0) fail("head_dim", "expected a positive head dimension");
-    if (model.num_key_value_heads > model.num_attention_heads ||
-        model.num_attention_heads % model.num_key_value_heads != 0) {
-      fail("num_key_value_heads", std::to_string(model.num_key_value_heads) +
-                                      " KV heads do not divide the " +
-                                      std::to_string(model.num_attention_heads) +
-                                      " attention heads evenly (each KV head serves a whole group)");
-    }
+  }
+  // MLA too: the decompressed form caches one K and V per KV head.
+  if (model.num_key_value_heads > model.num_attention_heads ||
+      model.num_attention_heads % model.num_key_value_heads != 0) {
+    fail("num_key_value_heads", std::to_string(model.num_key_value_heads) + " KV heads do not divide the " +
+                                    std::to_string(model.num_attention_heads) +
+                                    " attention heads evenly (each KV head serves a whole group)");
   }
 }
 
@@ -285,7 +285,12 @@ KvLayout kv_layout(const ModelSpec& model, const KvOptions& options) {
 }
 
 KvDtype default_kv_dtype(const ModelSpec& model) {
-  if (auto dtype = try_parse_kv_dtype(model.weight_dtype)) return *dtype;
+  // Only a floating compute dtype carries over to the cache (docs/size.md): torch_dtype
+  // "int8" or "float8_e4m3fn" names how weights are stored, and an engine's "auto" KV
+  // dtype is the activations' dtype, which is then bf16 (vLLM's kv_cache_dtype "auto").
+  if (auto dtype = try_parse_kv_dtype(model.weight_dtype)) {
+    if (*dtype == KvDtype::fp32 || *dtype == KvDtype::fp16 || *dtype == KvDtype::bf16) return *dtype;
+  }
   return KvDtype::bf16;
 }
 

@@ -55,4 +55,30 @@ std::int64_t parse_parameter_count(std::string_view text, std::string_view field
   return static_cast<std::int64_t>(value);
 }
 
+std::vector<std::pair<std::string_view, std::string_view>> parse_key_values(std::string_view text,
+                                                                            std::string_view field,
+                                                                            std::string_view context) {
+  std::vector<std::pair<std::string_view, std::string_view>> out;
+  while (!text.empty()) {
+    const auto comma = text.find(',');
+    const std::string_view item = text.substr(0, comma);
+    const auto eq = item.find('=');
+    if (eq == std::string_view::npos || eq == 0 || eq + 1 == item.size()) {
+      throw InputError(where(field), std::string(context) + "expected key=value, got \"" + std::string(item) + "\"");
+    }
+    const std::string_view key = item.substr(0, eq);
+    for (const auto& [seen, value] : out) {
+      if (seen == key) {
+        throw InputError(where(field), std::string(context) + "'" + std::string(key) + "' is given twice (" +
+                                           std::string(key) + "=" + std::string(value) + " and " + std::string(item) +
+                                           "): give it once");
+      }
+    }
+    out.emplace_back(key, item.substr(eq + 1));
+    if (comma == std::string_view::npos) break;
+    text = text.substr(comma + 1);
+  }
+  return out;
+}
+
 }  // namespace kvsim

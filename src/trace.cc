@@ -1,5 +1,7 @@
 // The trace format registry (trace_formats.h), detection, open_trace() and the sorting
 // wrapper.
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
@@ -13,20 +15,63 @@
 namespace kvsim {
 namespace {
 
+// The most header names detection looks at: more than any format has, and more than a CSV
+// reader accepts (256), so that a header of millions of commas costs no more than its line.
+constexpr std::size_t kMaxDetectedNames = 257;
+
 // Header names, split on commas, unquoted and trimmed: enough to recognise a format.
-std::vector<std::string> header_names(const std::string& line) {
+std::vector<std::string> header_names(std::string_view line) {
   std::vector<std::string> names;
   std::string current;
-  for (char c : line + ",") {
+  const auto end_name = [&] {
+    while (!current.empty() && (current.back() == ' ' || current.back() == '\t')) current.pop_back();
+    names.push_back(current);
+    current.clear();
+  };
+  for (char c : line) {
+    if (names.size() == kMaxDetectedNames) return names;
     if (c == ',') {
-      while (!current.empty() && (current.back() == ' ' || current.back() == '\t')) current.pop_back();
-      names.push_back(current);
-      current.clear();
+      end_name();
     } else if (c != '"' && !((c == ' ' || c == '\t') && current.empty())) {
       current += c;
     }
   }
+  end_name();
   return names;
+}
+
+// The keys of a JSON object (values null), read without building the values: a first record
+// holding a million token ids costs its line, not a document tree many times its size. Only
+// the keys identify a format. False when `line` is not one well-formed JSON object.
+class TopLevelKeys : public nlohmann::json_sax<nlohmann::json> {
+ public:
+  explicit TopLevelKeys(nlohmann::json& keys) : keys_(keys) {}
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return depth_ > 0; }
+  bool binary(binary_t&) override { return true; }
+  bool start_object(std::size_t) override { return ++depth_, true; }
+  bool key(string_t& name) override {
+    if (depth_ == 1) keys_[name] = nullptr;
+    return true;
+  }
+  bool end_object() override { return --depth_, true; }
+  bool start_array(std::size_t) override { return depth_++ > 0; }
+  bool end_array() override { return --depth_, true; }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override { return false; }
+
+ private:
+  nlohmann::json& keys_;
+  int depth_ = 0;
+};
+
+bool top_level_keys(std::string_view line, nlohmann::json& keys) {
+  keys = nlohmann::json::object();
+  TopLevelKeys sax(keys);
+  return nlohmann::json::sax_parse(line, &sax) && keys.is_object();
 }
 
 // Wraps a reader of an unordered trace: reads it all, sorts by arrival (stable), and
@@ -196,15 +241,18 @@ std::vector<std::string_view> trace_format_names() {
   return out;
 }
 
-TraceFormat detect_trace_format(const std::string& path) {
-  const auto first = detail::first_line(path);
+namespace {
+
+// The format of the trace `lines` reads, from its first non-blank line.
+TraceFormat detect_format(detail::LineReader& lines, const std::string& path) {
+  const auto first = detail::first_line(lines);
   if (first.line == 0) throw InputError(Location{path, 0, ""}, "empty file: no header and no requests");
   const Location where{path, first.line, ""};
-  const std::string& line = first.text;
+  const std::string_view line = first.text;
   const auto start = line.find_first_not_of(" \t");
   if (line[start] == '{') {
-    const auto record = nlohmann::json::parse(line, nullptr, false);
-    if (record.is_discarded()) {
+    nlohmann::json record;
+    if (!top_level_keys(line, record)) {
       throw InputError(where, "malformed JSON in the first record: cannot tell the trace's format (" +
                                   known_formats() + ")");
     }
@@ -218,13 +266,74 @@ TraceFormat detect_trace_format(const std::string& path) {
                               " matches none of " + known_formats() + "; name one with " + kOptFormat);
 }
 
+}  // namespace
+
+TraceFormat detect_trace_format(const std::string& path) {
+  detail::LineReader lines(path);
+  return detect_format(lines, path);
+}
+
 std::unique_ptr<TraceReader> open_trace(const std::string& path, const TraceOptions& options) {
-  const TraceFormat format = options.format == TraceFormat::automatic ? detect_trace_format(path) : options.format;
-  const auto* f = detail::find_trace_format(format);
-  check(f != nullptr, "open_trace: no reader for the format (automatic after detection, or unregistered)");
-  std::unique_ptr<TraceReader> reader = f->make(path, options);
+  std::unique_ptr<TraceReader> reader;
+  if (options.format == TraceFormat::automatic) {
+    // Detection and reading share one open file: a pipe is read once.
+    detail::LineReader lines(path);
+    lines.keep_for_rewind();
+    const auto* f = detail::find_trace_format(detect_format(lines, path));
+    check(f != nullptr, "open_trace: detection returned an unregistered format");
+    lines.rewind();
+    const detail::AdoptedLines adopted(path, std::move(lines));
+    reader = f->make(path, options);
+  } else {
+    const auto* f = detail::find_trace_format(options.format);
+    check(f != nullptr, "open_trace: no reader for the format");
+    reader = f->make(path, options);
+  }
   if (options.sort) return std::make_unique<SortedReader>(std::move(reader));
   return reader;
+}
+
+namespace {
+
+class MemoryReader final : public TraceReader {
+ public:
+  MemoryReader(const std::string& path, TraceFormat format, std::int64_t total_bytes,
+               const std::vector<Request>& requests)
+      : TraceReader(path), format_(format), total_bytes_(total_bytes), requests_(requests) {}
+  bool next(Request& out) override {
+    if (next_ == requests_.size()) return false;
+    out = requests_[next_++];
+    return true;
+  }
+  TraceFormat format() const override { return format_; }
+  std::int64_t bytes_read() const override {
+    return requests_.empty() ? total_bytes_
+                             : total_bytes_ * static_cast<std::int64_t>(next_) / static_cast<std::int64_t>(requests_.size());
+  }
+  std::int64_t total_bytes() const override { return total_bytes_; }
+
+ private:
+  TraceFormat format_;
+  std::int64_t total_bytes_;
+  const std::vector<Request>& requests_;
+  std::size_t next_ = 0;
+};
+
+}  // namespace
+
+TraceInMemory::TraceInMemory(TraceReader& source) : path_(source.path()), format_(source.format()) {
+  Request r;
+  while (source.next(r)) requests_.push_back(r);
+  total_bytes_ = source.bytes_read();
+}
+
+std::unique_ptr<TraceReader> TraceInMemory::open() const {
+  return std::make_unique<MemoryReader>(path_, format_, total_bytes_, requests_);
+}
+
+bool trace_can_be_reread(const std::string& path) {
+  struct stat info {};
+  return ::stat(path.c_str(), &info) == 0 && S_ISREG(info.st_mode);
 }
 
 std::vector<Request> read_trace(const std::string& path, const TraceOptions& options) {

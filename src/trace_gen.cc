@@ -214,6 +214,13 @@ struct Prefix {
   std::int64_t tokens = 0;
 
   void feed(std::uint64_t segment, std::int64_t count) {
+    // Every token is hashed and every block's hash written: past the limit a prompt would
+    // cost gigabytes and hours (2^40 tokens), so it is refused instead.
+    if (count > kMaxHashedPromptTokens - tokens) {
+      throw InputError(Location{"", 0, std::string(kOptSystemPrompt) + "/" + kOptSessions},
+                       "a prompt with prefix hashes would hold more than " + std::to_string(kMaxHashedPromptTokens) +
+                           " tokens, the most trace gen hashes: use shorter system prompts, turns or a max_context");
+    }
     hasher.set_output(&hashes);
     for (std::int64_t j = 0; j < count; ++j) hasher.add((segment << 32) + static_cast<std::uint64_t>(j));
     tokens += count;
@@ -286,6 +293,10 @@ void validate_gen_options(const GenOptions& o) {
   std::int64_t system_total = 0;
   for (const auto& s : o.system_prompts) {
     if (s.tokens < 1 || s.share_ppb < 0) bad(kOptSystemPrompt, "tokens must be at least 1 and share not negative");
+    if (s.tokens > kMaxHashedPromptTokens) {
+      bad(kOptSystemPrompt, "tokens=" + std::to_string(s.tokens) + " is more than " +
+                                std::to_string(kMaxHashedPromptTokens) + ", the most trace gen hashes in one prompt");
+    }
     system_total += s.share_ppb;
   }
   if (system_total > kBillion) bad(kOptSystemPrompt, "the shares of the system prompts add up to more than 1");

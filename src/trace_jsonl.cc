@@ -51,7 +51,9 @@ class JsonlReader : public RowReader {
   bool null() { return scalar(JsonValue::Kind::null, 0, {}); }
   bool boolean(bool b) { return scalar(JsonValue::Kind::boolean, 0, b ? "true" : "false"); }
   bool number_integer(json::number_integer_t v) {
-    return scalar(JsonValue::Kind::negative_int, 0, std::to_string(v));
+    // nlohmann reports only integers written with a minus sign here: 0 was "-0", and a
+    // message must show what the file says.
+    return scalar(JsonValue::Kind::negative_int, 0, v == 0 ? "-0" : std::to_string(v));
   }
   bool number_unsigned(json::number_unsigned_t v) {
     if (depth_ == 2 && array_slot_ >= 0) return on_array_value(array_slot_, v);

@@ -1,10 +1,14 @@
 #include "trace_read.h"
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cerrno>
 #include <cstring>
 #include <limits>
+#include <utility>
+
+#include <sys/stat.h>
 
 #include "kvsim/option_names.h"
 #include "kvsim/units.h"
@@ -22,6 +26,11 @@ bool is_blank(std::string_view line) {
   return true;
 }
 
+// 64 MiB, or 100 bytes (a limit a test sets).
+std::string limit_text(std::size_t bytes) {
+  return bytes % (std::size_t{1} << 20) == 0 ? std::to_string(bytes >> 20) + " MiB" : std::to_string(bytes) + " bytes";
+}
+
 std::string_view trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
   while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
@@ -33,40 +42,74 @@ std::string_view trim(std::string_view s) {
 // ---------------------------------------------------------------------------------------
 // LineReader
 
-LineReader::LineReader(const std::string& path) : path_(path) {
+LineReader::LineReader(const std::string& path, std::size_t max_line_bytes)
+    : path_(path), max_line_bytes_(max_line_bytes) {
   file_ = std::fopen(path.c_str(), "rb");
   if (file_ == nullptr) {
     throw InputError(Location{path, 0, ""}, std::string("cannot open: ") + std::strerror(errno));
   }
-  if (std::fseek(file_, 0, SEEK_END) == 0) {
-    const long size = std::ftell(file_);
-    total_ = size > 0 ? size : 0;
-    std::rewind(file_);
-  }
+  // The size of a regular file only: a pipe or a device has none (and seeking one could lose
+  // what it holds).
+  struct stat info {};
+  if (::fstat(::fileno(file_), &info) == 0 && S_ISREG(info.st_mode)) total_ = info.st_size;
   // A file smaller than the buffer fits whole in one just large enough (one more byte, so
   // that the read which finds the end does not have to grow it): detecting a format and
   // reading a small file then costs kilobytes, not 2 MiB (which dominated fuzzing).
   capacity_ = total_ > 0 ? std::min(kInitialBuffer, static_cast<std::size_t>(total_) + 1) : kInitialBuffer;
+  capacity_ = std::min(capacity_, max_line_bytes_ + 1);
   buffer_ = std::make_unique_for_overwrite<char[]>(capacity_);
 }
+
+LineReader::LineReader(LineReader&& other) noexcept
+    : path_(std::move(other.path_)),
+      file_(std::exchange(other.file_, nullptr)),
+      buffer_(std::move(other.buffer_)),
+      capacity_(other.capacity_),
+      max_line_bytes_(other.max_line_bytes_),
+      begin_(other.begin_),
+      end_(other.end_),
+      eof_(other.eof_),
+      terminated_(other.terminated_),
+      keeping_(other.keeping_),
+      line_number_(other.line_number_),
+      consumed_(other.consumed_),
+      total_(other.total_) {}
 
 LineReader::~LineReader() {
   if (file_ != nullptr) std::fclose(file_);
 }
 
+void LineReader::rewind() {
+  check(keeping_, "LineReader::rewind without keep_for_rewind");
+  keeping_ = false;
+  begin_ = 0;
+  line_number_ = 0;
+  consumed_ = 0;
+  terminated_ = true;
+}
+
 bool LineReader::refill() {
-  // Keep the unread tail at the front, and grow only when one line fills the buffer.
-  const std::size_t unread = end_ - begin_;
-  if (begin_ > 0) {
+  // Keep the unread tail at the front (everything, while keeping for a rewind), and grow
+  // only when one line fills the buffer.
+  if (begin_ > 0 && !keeping_) {
+    const std::size_t unread = end_ - begin_;
     std::memmove(buffer_.get(), buffer_.get() + begin_, unread);
     begin_ = 0;
     end_ = unread;
   }
   if (end_ == capacity_) {
-    auto bigger = std::make_unique_for_overwrite<char[]>(capacity_ * 2);
+    // The buffer holds one line and one byte more than the limit, so that a line of exactly
+    // the limit still finds its line break.
+    if (capacity_ > max_line_bytes_) {
+      throw InputError(Location{path_, line_number_ + 1, ""},
+                       "line longer than the limit of " + limit_text(max_line_bytes_) +
+                           " (kvsim reads a trace a line at a time: is this a trace?)");
+    }
+    const std::size_t grown = std::min(capacity_ * 2, max_line_bytes_ + 1);
+    auto bigger = std::make_unique_for_overwrite<char[]>(grown);
     std::memcpy(bigger.get(), buffer_.get(), end_);
     buffer_ = std::move(bigger);
-    capacity_ *= 2;
+    capacity_ = grown;
   }
   const std::size_t got = std::fread(buffer_.get() + end_, 1, capacity_ - end_, file_);
   if (got == 0) {
@@ -78,6 +121,33 @@ bool LineReader::refill() {
   }
   end_ += got;
   return true;
+}
+
+namespace {
+thread_local const std::string* t_adopted_path = nullptr;
+thread_local LineReader* t_adopted = nullptr;
+}  // namespace
+
+AdoptedLines::AdoptedLines(const std::string& path, LineReader lines) {
+  check(t_adopted == nullptr, "AdoptedLines nested");
+  t_adopted_path = &path;
+  t_adopted = new LineReader(std::move(lines));
+}
+
+AdoptedLines::~AdoptedLines() {
+  delete t_adopted;
+  t_adopted = nullptr;
+  t_adopted_path = nullptr;
+}
+
+LineReader open_lines(const std::string& path) {
+  if (t_adopted != nullptr && *t_adopted_path == path) {
+    LineReader taken(std::move(*t_adopted));
+    delete t_adopted;
+    t_adopted = nullptr;
+    return taken;
+  }
+  return LineReader(path);
 }
 
 bool LineReader::next(std::string_view& line) {
@@ -175,6 +245,17 @@ std::size_t invalid_utf8_at(std::string_view text) {
 
 namespace {
 
+// The code point of a three-byte UTF-8 sequence that prints as nothing, or moves the text
+// around it, so that a message would hide it: a byte-order mark (U+FEFF) inside a header,
+// zero-width spaces and joiners (U+200B-U+200F), line and paragraph separators and the
+// bidirectional overrides (U+2028-U+202E). 0 for any other.
+std::uint32_t invisible_code_point(std::string_view sequence) {
+  const auto b = [&](std::size_t i) { return static_cast<std::uint32_t>(static_cast<unsigned char>(sequence[i])); };
+  const std::uint32_t code = ((b(0) & 0x0F) << 12) | ((b(1) & 0x3F) << 6) | (b(2) & 0x3F);
+  const bool invisible = code == 0xFEFF || (code >= 0x200B && code <= 0x200F) || (code >= 0x2028 && code <= 0x202E);
+  return invisible ? code : 0;
+}
+
 // Appends `text` with control characters and bytes that are not UTF-8 written as \xNN, so
 // that a message about a binary file prints as text and cannot drive the terminal.
 void append_printable(std::string& out, std::string_view text) {
@@ -187,6 +268,10 @@ void append_printable(std::string& out, std::string_view text) {
       out += kHex[c >> 4];
       out += kHex[c & 0xF];
       ++i;
+    } else if (const std::uint32_t code = length == 3 ? invisible_code_point(text.substr(i, 3)) : 0; code != 0) {
+      out += "\\u";
+      for (int shift = 12; shift >= 0; shift -= 4) out += static_cast<char>(std::tolower(kHex[(code >> shift) & 0xF]));
+      i += length;
     } else {
       out.append(text.substr(i, length));
       i += length;
@@ -293,11 +378,10 @@ void reset_request(Request& r) {
   r.finish_ns.reset();
 }
 
-FirstLine first_line(const std::string& path) {
-  LineReader lines(path);
+FirstLine first_line(LineReader& lines) {
   std::string_view line;
   while (lines.next(line)) {
-    if (!is_blank(line)) return {std::string(line), lines.line_number()};
+    if (!is_blank(line)) return {line, lines.line_number()};
   }
   return {};
 }
@@ -306,13 +390,18 @@ FirstLine first_line(const std::string& path) {
 // RowReader
 
 RowReader::RowReader(const std::string& path, const TraceOptions& options, TraceFormat format)
-    : TraceReader(path), lines_(path), options_(options), format_(format), errors_(path, options.max_errors) {}
+    : TraceReader(path), lines_(open_lines(path)), options_(options), format_(format), errors_(path, options.max_errors) {}
 
 bool RowReader::next(Request& out) {
   std::string_view line;
   while (lines_.next(line)) {
     if (is_blank(line)) continue;
     reset_request(out);
+    if (const auto nul = line.find('\0'); nul != std::string_view::npos) {
+      // A parser would stop at it (C strings) or skip it, and hide what follows.
+      fail("", "a NUL byte at column " + std::to_string(nul + 1) + ": a trace is text (is this a binary file?)");
+      continue;
+    }
     if (parse_line(line, out) != Row::ok) continue;
     if (!options_.sort && rows_returned_ > 0 && out.arrival_ns < last_arrival_ns_) {
       fail(label(message_names_.arrival), "arrival " + seconds_text(out.arrival_ns) + " s is before the arrival " +
@@ -346,7 +435,7 @@ void RowReader::fail_file(std::int64_t line, std::string problem) const {
 }
 
 std::string RowReader::label(std::string_view name) const {
-  return std::string(value_kind_) + " '" + std::string(name) + "'";
+  return std::string(value_kind_) + " '" + printable(name) + "'";
 }
 
 bool RowReader::parse_count(std::string_view name, std::string_view text, std::int64_t& out) {
@@ -550,7 +639,7 @@ CsvReader::CsvReader(const std::string& path, const TraceOptions& options, Trace
     const std::string name(names[static_cast<std::size_t>(i)]);
     if (name.empty()) fail_file(header_line_, "header: column " + std::to_string(i + 1) + " has no name");
     for (const auto& seen : header_) {
-      if (seen == name) fail_file(header_line_, "header: column '" + name + "' appears twice");
+      if (seen == name) fail_file(header_line_, "header: column '" + printable(name) + "' appears twice");
     }
     header_.push_back(name);
   }

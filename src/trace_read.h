@@ -23,17 +23,30 @@
 
 namespace kvsim::detail {
 
+// The longest line a trace may have, and the most a reader buffers while detecting a format:
+// 64 MiB, some 8 times the token-id record of a million-token prompt. A longer line is not a
+// trace (or not one kvsim can read a line at a time): reading stops there with a message
+// naming the file, the line and the limit, instead of buffering a binary file or /dev/zero
+// without bound.
+inline constexpr std::size_t kMaxLineBytes = std::size_t{64} << 20;
+
 // Lines of a file, without their "\n" or "\r\n". A line is valid until the next call.
-// The buffer grows to hold the longest line, never with the number of lines.
+// The buffer grows to hold the longest line (at most `max_line_bytes`), never with the
+// number of lines. The file is opened once and read from start to end once, so a pipe, a
+// FIFO or /dev/stdin works like a file.
 class LineReader {
  public:
   // Throws InputError naming `path` when it cannot be opened.
-  explicit LineReader(const std::string& path);
+  explicit LineReader(const std::string& path, std::size_t max_line_bytes = kMaxLineBytes);
   ~LineReader();
+  LineReader(LineReader&& other) noexcept;
   LineReader(const LineReader&) = delete;
   LineReader& operator=(const LineReader&) = delete;
+  LineReader& operator=(LineReader&&) = delete;
 
   // False at the end of the file. A UTF-8 byte-order mark before the first line is skipped.
+  // Throws InputError naming the file, the line and the limit when a line is longer than
+  // max_line_bytes.
   bool next(std::string_view& line);
   std::int64_t line_number() const { return line_number_; }  // of the last line returned
   // False when the last line returned ended the file without a line break: if it is also
@@ -42,6 +55,12 @@ class LineReader {
   std::int64_t bytes_consumed() const { return consumed_; }
   std::int64_t total_bytes() const { return total_; }
 
+  // Until rewind(), keeps every byte read (at most max_line_bytes in all), so that a reader
+  // can look at the first lines and then start again without reading the file twice.
+  void keep_for_rewind() { keeping_ = true; }
+  // Starts again at the first line. REQUIRES: keep_for_rewind() before the first next().
+  void rewind();
+
  private:
   bool refill();
 
@@ -49,14 +68,30 @@ class LineReader {
   std::FILE* file_ = nullptr;
   std::unique_ptr<char[]> buffer_;
   std::size_t capacity_ = 0;
+  std::size_t max_line_bytes_ = kMaxLineBytes;
   std::size_t begin_ = 0;  // first unread byte
   std::size_t end_ = 0;    // one past the last byte read from the file
   bool eof_ = false;
   bool terminated_ = true;
+  bool keeping_ = false;
   std::int64_t line_number_ = 0;
   std::int64_t consumed_ = 0;
   std::int64_t total_ = 0;
 };
+
+// Format detection reads the start of the input. So that a stream is opened and read once,
+// open_trace() hands the LineReader that detection used, rewound, to the reader it makes:
+// an AdoptedLines holds it on this thread for the duration of the format's make() call, and
+// RowReader takes it when the path matches (else it opens the file itself).
+class AdoptedLines {
+ public:
+  AdoptedLines(const std::string& path, LineReader lines);
+  ~AdoptedLines();
+  AdoptedLines(const AdoptedLines&) = delete;
+  AdoptedLines& operator=(const AdoptedLines&) = delete;
+};
+// The adopted reader of `path` if there is one, else a new LineReader of `path`.
+LineReader open_lines(const std::string& path);
 
 // Problems found in one file, thrown together.
 class ErrorList {
@@ -92,7 +127,9 @@ std::size_t utf8_sequence_length(std::string_view text, std::size_t at);
 // The offset of the first byte of `text` that is not well-formed UTF-8, or npos.
 std::size_t invalid_utf8_at(std::string_view text);
 
-// `text` for a message, with control characters and bytes that are not UTF-8 shown as \xNN.
+// `text` for a message, with control characters and bytes that are not UTF-8 shown as \xNN,
+// and characters that print as nothing (a byte-order mark, zero-width spaces, direction
+// overrides) as \uXXXX: "\ufeffid".
 std::string printable(std::string_view text);
 
 // `text` quoted for a message, shortened when long: "12x", "aaaa...aaa" (80 bytes).
@@ -240,13 +277,13 @@ class LengthColumnsReader : public CsvReader {
   std::int64_t row_ = 0;   // data rows begun so far
 };
 
-// The first non-blank line of `path` (its header or first record) and its line number;
-// text "" and line 0 when the file has none. Throws InputError when it cannot be opened.
+// The first non-blank line of a LineReader (its header or first record) and its line
+// number; text "" and line 0 when the file has none.
 struct FirstLine {
-  std::string text;
+  std::string_view text;
   std::int64_t line = 0;
 };
-FirstLine first_line(const std::string& path);
+FirstLine first_line(LineReader& lines);
 
 // The readers, one per format; open_trace() picks among them.
 std::unique_ptr<TraceReader> make_native_csv_reader(const std::string& path, const TraceOptions& options);

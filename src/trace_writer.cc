@@ -1,8 +1,6 @@
 #include "kvsim/trace_writer.h"
 
-#include <cerrno>
 #include <charconv>
-#include <cstring>
 
 #include "kvsim/error.h"
 #include "kvsim/option_names.h"
@@ -96,17 +94,9 @@ void TraceColumns::include(const Request& r) {
 
 std::string format_trace_seconds(std::int64_t ns) { return detail::seconds_text(ns); }
 
-TraceWriter::TraceWriter(const std::string& path, NativeFormat format, const TraceColumns& columns)
-    : path_(path), format_(format), columns_(columns) {
-  if (path == "-") {
-    file_ = stdout;
-  } else {
-    file_ = std::fopen(path.c_str(), "wb");
-    if (file_ == nullptr) {
-      throw InputError(Location{path, 0, ""}, std::string("cannot create: ") + std::strerror(errno));
-    }
-    owns_file_ = true;
-  }
+TraceWriter::TraceWriter(const std::string& path, NativeFormat format, const TraceColumns& columns,
+                         std::span<const std::string> inputs)
+    : path_(path), format_(format), columns_(columns), file_(std::make_unique<OutputFile>(path, inputs)) {
   buffer_.reserve(kFlushBytes + 4096);
   if (format_ == NativeFormat::csv) {
     buffer_ += "id,arrival,prompt_tokens,output_tokens";
@@ -120,29 +110,19 @@ TraceWriter::TraceWriter(const std::string& path, NativeFormat format, const Tra
   }
 }
 
-TraceWriter::~TraceWriter() {
-  try {
-    close();
-  } catch (const std::exception&) {
-    // Destructors must not throw; callers that care call close() themselves.
-  }
-}
+TraceWriter::~TraceWriter() = default;
 
 void TraceWriter::flush() {
   if (buffer_.empty() || file_ == nullptr) return;
-  if (std::fwrite(buffer_.data(), 1, buffer_.size(), file_) != buffer_.size()) {
-    throw InputError(Location{path_, 0, ""}, std::string("write error: ") + std::strerror(errno));
-  }
+  file_->write(buffer_);
   buffer_.clear();
 }
 
 void TraceWriter::close() {
   if (file_ == nullptr) return;
   flush();
-  std::FILE* f = file_;
-  file_ = nullptr;
-  const bool failed = owns_file_ ? std::fclose(f) != 0 : std::fflush(f) != 0;
-  if (failed) throw InputError(Location{path_, 0, ""}, std::string("write error: ") + std::strerror(errno));
+  file_->commit();
+  file_.reset();
 }
 
 void TraceWriter::write(const Request& r) {

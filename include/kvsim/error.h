@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace kvsim {
 
@@ -34,6 +35,10 @@ class InputError : public std::runtime_error {
   Location where_;
   std::string problem_;
 };
+
+// `text` (a file name, a value from a file) safe to print in a message: control characters
+// and bytes that are not UTF-8 as \xNN, characters that print as nothing as \uXXXX.
+std::string printable(std::string_view text);
 
 // A broken promise inside kvsim itself (an invariant check failed). Never the user's fault;
 // the message says which invariant and where.

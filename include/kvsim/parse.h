@@ -9,6 +9,8 @@
 
 #include <cstdint>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace kvsim {
 
@@ -21,6 +23,14 @@ std::int64_t parse_fraction_ppb(std::string_view text, std::string_view field);
 // A parameter count: "8030261248", "8.03B" (10^9) or "350M" (10^6); fractional parameters
 // are rounded down. Must be positive and fit 64 bits.
 std::int64_t parse_parameter_count(std::string_view text, std::string_view field);
+
+// "block=16,reserve=oracle" split at commas into (key, value) pairs, views into `text`.
+// Throws InputError naming `field`, its message starting with `context` (such as
+// "'paged:block=16': "), when an item is not key=value with a key and a value, or when a
+// key is given twice (one of the two would otherwise be dropped silently).
+std::vector<std::pair<std::string_view, std::string_view>> parse_key_values(std::string_view text,
+                                                                            std::string_view field,
+                                                                            std::string_view context = "");
 
 }  // namespace kvsim
 

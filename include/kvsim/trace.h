@@ -89,6 +89,27 @@ class TraceReader {
   std::string path_;
 };
 
+// A trace read once and kept in memory, for an input that can be read only once (a pipe,
+// a FIFO, /dev/stdin) but is needed several times (a replay per allocator). Memory grows
+// with the trace, as with TraceOptions::sort.
+class TraceInMemory {
+ public:
+  // Reads `source` to its end (its errors are thrown from here).
+  explicit TraceInMemory(TraceReader& source);
+  // A reader of the kept requests, as `source` gave them; any number, on any threads.
+  std::unique_ptr<TraceReader> open() const;
+
+ private:
+  std::string path_;
+  TraceFormat format_;
+  std::int64_t total_bytes_ = 0;
+  std::vector<Request> requests_;
+};
+
+// True when `path` can be opened and read again from the start (a regular file), false for
+// a pipe, a FIFO, a device or /dev/stdin, which a reader may meet only once.
+bool trace_can_be_reread(const std::string& path);
+
 // Opens `path` and returns a reader for its format. Throws InputError when the file cannot
 // be opened, its format is not recognised, or its header does not fit the format.
 std::unique_ptr<TraceReader> open_trace(const std::string& path, const TraceOptions& options = {});

@@ -46,6 +46,11 @@
 
 namespace kvsim {
 
+// The longest prompt trace gen writes prefix hashes for (with system prompts or sessions):
+// 2^24 = 16,777,216 tokens, a million blocks of 16. Every token is hashed and every block's
+// hash written, so a longer one is refused rather than costing gigabytes.
+inline constexpr std::int64_t kMaxHashedPromptTokens = std::int64_t{1} << 24;
+
 // A distribution of non-negative integers (tokens, samples, turns).
 struct CountDistribution {
   enum class Kind { constant, uniform, lognormal, choice, empirical };

@@ -9,10 +9,12 @@
 #define KVSIM_TRACE_WRITER_H_
 
 #include <cstdint>
-#include <cstdio>
+#include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 
+#include "kvsim/output_file.h"
 #include "kvsim/request.h"
 
 namespace kvsim {
@@ -45,9 +47,12 @@ std::string format_trace_seconds(std::int64_t ns);
 
 class TraceWriter {
  public:
-  // Opens `path` for writing ("-": standard output). CSV writes its header at once.
-  // Throws InputError when the file cannot be created.
-  TraceWriter(const std::string& path, NativeFormat format, const TraceColumns& columns);
+  // Opens `path` for writing ("-": standard output) through an OutputFile (output_file.h):
+  // nothing replaces a regular OUT until close() succeeds, and OUT must not be one of
+  // `inputs`. CSV writes its header at once. Throws InputError when the file cannot be
+  // created.
+  TraceWriter(const std::string& path, NativeFormat format, const TraceColumns& columns,
+              std::span<const std::string> inputs = {});
   ~TraceWriter();
   TraceWriter(const TraceWriter&) = delete;
   TraceWriter& operator=(const TraceWriter&) = delete;
@@ -56,8 +61,8 @@ class TraceWriter {
   // or session). REQUIRES: `columns` has every column `r` needs (else InternalError:
   // a value would be lost silently).
   void write(const Request& r);
-  // Flushes and closes. Throws InputError on a write error. Called by the destructor if
-  // needed, which then swallows errors: call it to know the file was written.
+  // Flushes, closes and puts the file in place. Throws InputError on a write error. Without
+  // it the destructor discards what was written, leaving OUT as it was.
   void close();
 
  private:
@@ -68,8 +73,7 @@ class TraceWriter {
   std::string path_;
   NativeFormat format_;
   TraceColumns columns_;
-  std::FILE* file_ = nullptr;
-  bool owns_file_ = false;
+  std::unique_ptr<OutputFile> file_;
   std::string buffer_;
 };
 

@@ -7,6 +7,10 @@
 #include <iostream>
 #include <sstream>
 
+#include "kvsim/error.h"
+#include "kvsim/option_names.h"
+#include "kvsim/output_file.h"
+
 namespace kvsim::cli {
 namespace {
 std::string g_synopsis;
@@ -39,8 +43,9 @@ bool parse_options(const Invocation& inv, const CommandSpec& spec, po::options_d
   if (vm.count("help") != 0) {
     std::ostringstream help;
     help << options;
-    fmt::print("Usage: {}\n\n{}\n\n{}", spec.synopsis, spec.description, help.str());
-    if (!spec.examples.empty()) fmt::print("\nExamples:\n{}\n", spec.examples);
+    std::string text = fmt::format("Usage: {}\n\n{}\n\n{}", spec.synopsis, spec.description, help.str());
+    if (!spec.examples.empty()) text += fmt::format("\nExamples:\n{}\n", spec.examples);
+    write_stdout(text);
     return false;
   }
   try {
@@ -68,18 +73,19 @@ bool parse_options(const Invocation& inv, const CommandSpec& spec, po::options_d
 int dispatch(const Invocation& inv, const std::string& description,
              const std::vector<Subcommand>& subcommands) {
   g_command = inv.command;
-  auto print_list = [&](std::FILE* to) {
-    fmt::print(to, "Usage: {} <command> [options]\n\n{}\n\nCommands:\n", inv.command, description);
-    for (const auto& sub : subcommands) fmt::print(to, "  {:<10} {}\n", sub.name, sub.summary);
-    fmt::print(to, "\nRun '{} <command> --help' for a command's options.\n", inv.command);
+  const auto list = [&] {
+    std::string text = fmt::format("Usage: {} <command> [options]\n\n{}\n\nCommands:\n", inv.command, description);
+    for (const auto& sub : subcommands) text += fmt::format("  {:<10} {}\n", sub.name, sub.summary);
+    text += fmt::format("\nRun '{} <command> --help' for a command's options.\n", inv.command);
+    return text;
   };
   if (inv.args.empty()) {
-    print_list(stderr);
+    fmt::print(stderr, "{}", list());
     return kExitUsage;
   }
   const std::string& name = inv.args.front();
   if (name == "--help" || name == "-h" || name == "help") {
-    print_list(stdout);
+    write_stdout(list());
     return kExitOk;
   }
   for (const auto& sub : subcommands) {
@@ -92,6 +98,32 @@ int dispatch(const Invocation& inv, const std::string& description,
   for (const auto& sub : subcommands) names += (names.empty() ? "" : ", ") + sub.name;
   throw UsageError("unknown command '" + name + "' (commands: " + names + ")\nUsage: " + inv.command +
                    " <command> [options]");
+}
+
+void refuse_output_over_input(const std::vector<std::pair<std::string, std::string>>& outputs,
+                              const std::vector<std::string>& inputs, const std::string& synopsis) {
+  for (const auto& [name, out] : outputs) {
+    for (const auto& in : inputs) {
+      if (same_file(out, in)) {
+        throw UsageError(name + " " + printable(out) + " is the same file as the input " + printable(in) +
+                         ": write the output elsewhere\nUsage: " + synopsis);
+      }
+    }
+  }
+}
+
+void reject_unused_trace_options(const GivenTraceOptions& given, TraceFormat format) {
+  const std::string name{trace_format_name(format)};
+  const auto refuse = [&](const char* option, std::string_view applies_to) {
+    throw InputError(Location{"", 0, option}, "applies to " + std::string(applies_to) + " only, and this trace is " +
+                                                  name + ": it would have no effect");
+  };
+  if (format != TraceFormat::lengths) {
+    if (given.rate) refuse(kOptRate, "length-only traces (which have no arrival times)");
+    if (given.seed) refuse(kOptSeed, "the arrivals of length-only traces");
+  }
+  if (given.keep_failed && format != TraceFormat::burstgpt) refuse(kOptKeepFailed, "BurstGPT traces");
+  if (given.hash_block_tokens && format != TraceFormat::token_ids) refuse("--hash-block-tokens", "token-id traces");
 }
 
 }  // namespace kvsim::cli

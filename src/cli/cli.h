@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "kvsim/trace.h"
+
 namespace kvsim::cli {
 
 namespace po = boost::program_options;
@@ -67,6 +69,22 @@ int dispatch(const Invocation& inv, const std::string& description,
              const std::vector<Subcommand>& subcommands);
 
 // The commands, one file each under src/cli/.
+// The trace-reading options a command line gave explicitly (not by default).
+struct GivenTraceOptions {
+  bool rate = false;               // --rate: arrivals for a length-only trace
+  bool seed = false;               // --seed: their seed
+  bool keep_failed = false;        // --keep-failed: BurstGPT
+  bool hash_block_tokens = false;  // --hash-block-tokens: token-id traces
+};
+// Refuses (InputError naming the option, a usage error) an option that has no effect on a
+// trace of `format`, as the other options that would change nothing are refused.
+void reject_unused_trace_options(const GivenTraceOptions& given, TraceFormat format);
+
+// Refuses (UsageError, before any work) an output that is the same file as an input.
+// `outputs` are (option or argument name, path) pairs.
+void refuse_output_over_input(const std::vector<std::pair<std::string, std::string>>& outputs,
+                              const std::vector<std::string>& inputs, const std::string& synopsis);
+
 int run_models(const Invocation& inv);
 int run_size(const Invocation& inv);
 int run_trace(const Invocation& inv);

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli.h"
+#include "kvsim/output_file.h"
 #include "kvsim/model.h"
 #include "kvsim/units.h"
 #include "sheet_table.h"
@@ -75,7 +76,7 @@ int run_models(const Invocation& inv) {
       entry["bf16_bytes_per_token"] = layout.bytes_per_token();
       out.push_back(entry);
     }
-    fmt::print("{}\n", out.dump(2));
+    write_stdout(out.dump(2) + "\n");
     return kExitOk;
   }
 
@@ -89,8 +90,7 @@ int run_models(const Invocation& inv) {
                std::to_string(m.num_key_value_heads), dims_text(layout.groups.front()), groups_text(layout),
                with_commas(m.max_position_embeddings), with_commas(layout.bytes_per_token()), m.source});
   }
-  fmt::print("{}", table.render(""));
-  fmt::print(
+  write_stdout(table.render("") +
       "\nbf16 bytes/token: KV bytes one token position costs across all layers on one device, K and V\n"
       "in bf16; MLA in the latent form (one kv_lora_rank + qk_rope_head_dim vector per layer, no V).\n");
   return kExitOk;

@@ -11,7 +11,6 @@
 #include <chrono>
 #include <cstdio>
 #include <exception>
-#include <fstream>
 #include <memory>
 #include <thread>
 
@@ -21,6 +20,7 @@
 #include "kvsim/cost_model.h"
 #include "kvsim/error.h"
 #include "kvsim/option_names.h"
+#include "kvsim/output_file.h"
 #include "kvsim/parse.h"
 #include "kvsim/replay.h"
 #include "kvsim/trace.h"
@@ -190,6 +190,8 @@ struct ReplayPlan {
   std::optional<std::string> csv_path;
   bool json = false;
   bool progress = false;
+  // A trace that cannot be read again (a pipe, a FIFO), read once for every allocator.
+  std::shared_ptr<const TraceInMemory> trace_in_memory;
 };
 
 // The engine's options: layout, schedule, cost model and limits, and serving under a budget.
@@ -257,6 +259,9 @@ ReplayOptions replay_options_from(const po::variables_map& vm, const ModelChoice
   if (const auto s = option_text(vm, option_key(kOptSampleEvery))) {
     ro.sample_every_ns = parse_duration_ns(*s, kOptSampleEvery);
     if (ro.sample_every_ns <= 0) throw InputError(Location{"", 0, kOptSampleEvery}, "expected a positive duration");
+    if (vm.count("timeline") == 0) {
+      throw InputError(Location{"", 0, kOptSampleEvery}, "samples the --timeline file, and none is written: it would have no effect");
+    }
   }
   return ro;
 }
@@ -299,7 +304,30 @@ ReplayPlan plan_replay(const po::variables_map& vm) {
   limits.capacity_bytes = plan.options.memory.kv_budget_bytes;
   for (const auto& spec : specs) plan.allocators.push_back(make_allocator(spec, layout, limits));
   // Open the trace once up front: a missing file or unknown format fails before any work.
-  open_trace(plan.trace_path, plan.trace);
+  // A stream can be opened once only: it is read here, whole, for every allocator, its
+  // token ids (if any) hashed at the one block size the allocators share prefixes at.
+  GivenTraceOptions given;
+  given.rate = vm.count(option_key(kOptRate)) != 0;
+  given.seed = vm.count(option_key(kOptSeed)) != 0;
+  given.keep_failed = vm.count(option_key(kOptKeepFailed)) != 0;
+  TraceOptions first_options = plan.trace;
+  for (const auto& a : plan.allocators) {
+    if (a->prefix_block_tokens() > 0) first_options.hash_block_tokens = a->prefix_block_tokens();
+  }
+  auto first = open_trace(plan.trace_path, first_options);
+  reject_unused_trace_options(given, first->format());
+  if (!trace_can_be_reread(plan.trace_path)) {
+    if (first->format() == TraceFormat::token_ids) {
+      for (const auto& a : plan.allocators) {
+        if (a->prefix_block_tokens() > 0 && a->prefix_block_tokens() != first_options.hash_block_tokens) {
+          throw InputError(Location{plan.trace_path, 0, ""},
+                           "a token-id trace read from a pipe or FIFO is hashed once, and these allocators share "
+                           "prefixes at different block sizes: save the trace to a file first");
+        }
+      }
+    }
+    plan.trace_in_memory = std::make_shared<const TraceInMemory>(*first);
+  }
 
   plan.jobs = std::max(1u, std::thread::hardware_concurrency());
   if (const auto j = option_text(vm, option_key(kOptJobs))) plan.jobs = static_cast<std::size_t>(positive_integer(*j, kOptJobs));
@@ -307,6 +335,10 @@ ReplayPlan plan_replay(const po::variables_map& vm) {
 
   plan.timeline_path = option_text(vm, "timeline");
   plan.csv_path = option_text(vm, "csv");
+  std::vector<std::pair<std::string, std::string>> outputs;
+  if (plan.timeline_path) outputs.emplace_back("--timeline", *plan.timeline_path);
+  if (plan.csv_path) outputs.emplace_back("--csv", *plan.csv_path);
+  refuse_output_over_input(outputs, {plan.trace_path}, kSpec.synopsis);
   plan.json = vm.count("json") != 0;
   plan.progress = vm.count("quiet") == 0 && ::isatty(STDERR_FILENO) != 0;
   return plan;
@@ -330,16 +362,21 @@ class TimelineScratch {
     if (files_[i] == nullptr) throw InputError(Location{timeline_path, 0, ""}, "cannot create a scratch file");
     return files_[i];
   }
-  void write(const std::string& path, const KvLayout& layout) const {
-    std::ofstream out(path, std::ios::binary);
-    if (!out) throw InputError(Location{path, 0, ""}, "cannot write the timeline file");
-    out << timeline_header(layout);
+  void write(const std::string& path, const KvLayout& layout, std::span<const std::string> inputs) const {
+    OutputFile out(path, inputs);
+    out.write(timeline_header(layout));
     for (auto* f : files_) {
+      // A scratch write that failed (a full temporary directory) shows here, not as a
+      // timeline with rows missing.
+      if (std::fflush(f) != 0 || std::ferror(f) != 0) {
+        throw InputError(Location{path, 0, ""}, "cannot hold the timeline's rows in a scratch file (is the temporary directory full?)");
+      }
       std::rewind(f);
       char buffer[1 << 16];
-      for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, f)) > 0;) out.write(buffer, static_cast<std::streamsize>(n));
+      for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, f)) > 0;) out.write(std::string_view(buffer, n));
+      if (std::ferror(f) != 0) throw InputError(Location{path, 0, ""}, "cannot read back a scratch file of the timeline");
     }
-    if (!out) throw InputError(Location{path, 0, ""}, "writing the timeline file failed");
+    out.commit();
   }
 
  private:
@@ -373,7 +410,7 @@ std::vector<ReplayReport> run_all(ReplayPlan& plan, TimelineScratch& scratch) {
         if (plan.allocators[i]->prefix_block_tokens() > 0) {
           trace_options.hash_block_tokens = plan.allocators[i]->prefix_block_tokens();
         }
-        auto trace = open_trace(plan.trace_path, trace_options);
+        auto trace = plan.trace_in_memory ? plan.trace_in_memory->open() : open_trace(plan.trace_path, trace_options);
         reports[i] = replay(*trace, *plan.allocators[i], mine);
       } catch (...) {
         errors[i] = std::current_exception();
@@ -399,7 +436,8 @@ std::vector<ReplayReport> run_all(ReplayPlan& plan, TimelineScratch& scratch) {
 // The timeline file, the CSV file and the table or JSON on stdout.
 void render(const ReplayPlan& plan, const TimelineScratch& scratch, const std::vector<ReplayReport>& reports) {
   const ReplayOptions& ro = plan.options;
-  if (plan.timeline_path) scratch.write(*plan.timeline_path, ro.layout);
+  const std::string inputs[] = {plan.trace_path};
+  if (plan.timeline_path) scratch.write(*plan.timeline_path, ro.layout, inputs);
 
   ReplayContext context;
   context.trace = plan.trace_path;
@@ -415,12 +453,8 @@ void render(const ReplayPlan& plan, const TimelineScratch& scratch, const std::v
                                   ro.max_batched_tokens > 0 ? with_commas(ro.max_batched_tokens) : "unlimited",
                                   ro.chunked_prefill ? "on" : "off",
                                   ro.max_running > 0 ? with_commas(ro.max_running) : "unlimited");
-  if (plan.csv_path) {
-    std::ofstream out(*plan.csv_path, std::ios::binary);
-    if (!out) throw InputError(Location{*plan.csv_path, 0, ""}, "cannot write the CSV file");
-    out << replay_csv(reports);
-  }
-  fmt::print("{}", plan.json ? replay_json(context, reports) : replay_table(context, reports));
+  if (plan.csv_path) write_output_file(*plan.csv_path, replay_csv(reports), inputs);
+  write_stdout(plan.json ? replay_json(context, reports) : replay_table(context, reports));
 }
 
 }  // namespace

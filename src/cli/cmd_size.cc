@@ -10,6 +10,7 @@
 #include "cli.h"
 #include "kvsim/budget.h"
 #include "kvsim/error.h"
+#include "kvsim/output_file.h"
 #include "kvsim/size_sheet.h"
 #include "model_options.h"
 #include "size_output.h"
@@ -88,11 +89,26 @@ int run_size(const Invocation& inv) {
   po::variables_map vm;
   if (!parse_options(inv, kSpec, options, {}, vm)) return kExitOk;
   const ModelChoice choice = resolve_model(vm, kSpec.synopsis, "");
-  const SizeSheet sheet = size_sheet(choice.model, choice.kv, size_query(vm));
+  const SizeQuery query = size_query(vm);
+  SizeSheet sheet;
+  try {
+    sheet = size_sheet(choice.model, choice.kv, query);
+  } catch (const InputError& e) {
+    // A product that overflows names no field where it is found: here it is the workload's.
+    if (!e.where().file.empty() || !e.where().field.empty()) throw;
+    std::string given;
+    for (const char* option : {"--tokens", "--seqs"}) {
+      if (option_text(vm, option + 2)) given += given.empty() ? option : std::string(", ") + option;
+    }
+    if (given.empty()) throw;
+    // An input error (exit 1), as README's table says of a result that cannot be computed:
+    // each value was valid on its own.
+    throw InputError(e.problem() + " for this model (from " + given + "): give fewer positions or sequences");
+  }
   if (vm.count("json") != 0) {
-    fmt::print("{}", size_json(sheet, choice.dtype_reason));
+    write_stdout(size_json(sheet, choice.dtype_reason));
   } else {
-    fmt::print("{}", size_table(sheet, choice.dtype_reason));
+    write_stdout(size_table(sheet, choice.dtype_reason));
   }
   return kExitOk;
 }

@@ -1,14 +1,16 @@
 // kvsim trace: statistics, conversion to the native format, and synthetic generation.
 // The work is in the library (kvsim/trace*.h); this file parses options and prints.
 #include <fmt/core.h>
+#include <sys/stat.h>
 
 #include <cstdio>
-#include <filesystem>
+#include <span>
 #include <nlohmann/json.hpp>
 #include <optional>
 
 #include "cli.h"
 #include "kvsim/error.h"
+#include "kvsim/output_file.h"
 #include "kvsim/option_names.h"
 #include "kvsim/trace.h"
 #include "kvsim/trace_gen.h"
@@ -19,25 +21,14 @@
 namespace kvsim::cli {
 namespace {
 
-// Writes a whole trace through `fill` into a temporary file beside OUT and renames it over
-// OUT once complete, so that a failure part-way leaves OUT as it was and no partial trace
-// behind. Standard output ("-") is written as it goes.
+// Writes a whole trace through `fill`; TraceWriter's OutputFile keeps OUT as it was until the
+// trace is complete, and refuses an OUT that is one of `inputs`.
 template <class Fill>
-void write_whole(const std::string& out, NativeFormat format, const TraceColumns& columns, Fill fill) {
-  const std::string temp = out == "-" ? out : out + ".kvsim-tmp";
-  try {
-    TraceWriter writer(temp, format, columns);
-    fill(writer);
-    writer.close();
-  } catch (...) {
-    std::error_code ignored;
-    if (out != "-") std::filesystem::remove(temp, ignored);
-    throw;
-  }
-  if (out == "-") return;
-  std::error_code ec;
-  std::filesystem::rename(temp, out, ec);
-  if (ec) throw InputError(Location{out, 0, ""}, "cannot rename " + temp + " to it: " + ec.message());
+void write_whole(const std::string& out, NativeFormat format, const TraceColumns& columns,
+                 std::span<const std::string> inputs, Fill fill) {
+  TraceWriter writer(out, format, columns, inputs);
+  fill(writer);
+  writer.close();
 }
 
 // Option values are the user's command line: a bad one is a usage error (exit 2, with the
@@ -81,6 +72,17 @@ void add_read_options(po::options_description& options, ReadArgs& args) {
        "token-id traces: tokens per block when hashing prompt prefixes");
 }
 
+// What `vm` gave of the read options, explicitly.
+GivenTraceOptions given_read_options(const po::variables_map& vm) {
+  const auto given = [&](const char* key) { return vm.count(key) != 0 && !vm[key].defaulted(); };
+  GivenTraceOptions g;
+  g.rate = given(option_key(kOptRate));
+  g.seed = given(option_key(kOptSeed));
+  g.keep_failed = vm.count(option_key(kOptKeepFailed)) != 0 && vm[option_key(kOptKeepFailed)].as<bool>();
+  g.hash_block_tokens = given("hash-block-tokens");
+  return g;
+}
+
 TraceOptions trace_options(const ReadArgs& args, const CommandSpec& spec) {
   return option_value(spec, [&] {
     TraceOptions o;
@@ -120,16 +122,17 @@ int run_stats(const Invocation& inv) {
   const TraceOptions trace = trace_options(read, kStatsSpec);
 
   auto reader = open_trace(path, trace);
+  reject_unused_trace_options(given_read_options(vm), reader->format());
   const TraceStats stats = compute_trace_stats(*reader);
   const std::string format{trace_format_name(reader->format())};
   if (as_json) {
     nlohmann::ordered_json j;
-    j["trace"] = path;
+    j["trace"] = path;  // JSON escapes it
     j["format"] = format;
     j["stats"] = nlohmann::ordered_json::parse(trace_stats_json(stats));
-    fmt::print("{}\n", j.dump(2));
+    write_stdout(j.dump(2) + "\n");
   } else {
-    fmt::print("{:<18} {} ({})\n{}", "trace", path, format, format_trace_stats(stats));
+    write_stdout(fmt::format("{:<18} {} ({})\n{}", "trace", printable(path), format, format_trace_stats(stats)));
   }
   return kExitOk;
 }
@@ -140,9 +143,10 @@ const CommandSpec kConvertSpec{
     "kvsim trace convert IN OUT [--to csv|jsonl] [--format F] [--sort] [--keep-failed] [--rate R --seed S]",
     "Converts a trace in any format kvsim reads into kvsim's native CSV or JSONL (chosen\n"
     "from OUT's extension unless --to says). The input is read twice: once to validate it\n"
-    "and find which optional columns it uses, then to write. Nothing is written when the\n"
-    "input has a bad row. The conversion is lossless: converting the output again gives\n"
-    "the same requests, and the same bytes.",
+    "and find which optional columns it uses, then to write (a pipe or FIFO is read once\n"
+    "and its requests kept in memory). Nothing is written when the input has a bad row, and\n"
+    "OUT is replaced only once complete. The conversion is lossless: converting the output\n"
+    "again gives the same requests, and the same bytes.",
     "  kvsim trace convert ../shared/traces/azure2023/AzureLLMInferenceTrace_conv.csv azure-conv.csv\n"
     "  kvsim trace convert traces/chat-mix.csv chat-mix.jsonl"};
 
@@ -164,33 +168,42 @@ int run_convert(const Invocation& inv) {
   const NativeFormat format = option_value(kConvertSpec, [&] {
     return to.empty() ? native_format_for_path(out, "OUT") : parse_native_format(to, kOptTo);
   });
-  std::error_code ec;
-  if (out != "-" && std::filesystem::equivalent(in, out, ec)) {
-    throw UsageError("IN and OUT are the same file; write the conversion elsewhere\nUsage: " + kConvertSpec.synopsis);
-  }
+  refuse_output_over_input({{"OUT", out}}, {in}, kConvertSpec.synopsis);
 
   // Pass 1: validate everything and learn the columns, so that a bad row leaves no output.
+  // A pipe, a FIFO or /dev/stdin can be read only once: its requests are kept in memory
+  // for pass 2 instead of reading it again.
+  struct stat in_stat {};
+  const bool rereadable = ::stat(in.c_str(), &in_stat) == 0 && S_ISREG(in_stat.st_mode);
+  std::vector<Request> kept;
   TraceColumns columns;
   std::int64_t count = 0;
   TraceFormat in_format = TraceFormat::automatic;
   {
     auto reader = open_trace(in, trace);
     in_format = reader->format();
+    reject_unused_trace_options(given_read_options(vm), in_format);
     Request r;
     while (reader->next(r)) {
       columns.include(r);
       ++count;
+      if (!rereadable) kept.push_back(r);
     }
   }
   // Pass 2: write.
-  write_whole(out, format, columns, [&](TraceWriter& writer) {
+  const std::string inputs[] = {in};
+  write_whole(out, format, columns, inputs, [&](TraceWriter& writer) {
+    if (!rereadable) {
+      for (const auto& r : kept) writer.write(r);
+      return;
+    }
     auto reader = open_trace(in, trace);
     Request r;
     while (reader->next(r)) writer.write(r);
   });
   if (out != "-") {
-    fmt::print(stderr, "kvsim: converted {} requests: {} ({}) -> {} ({})\n", with_commas(count), in,
-               trace_format_name(in_format), out,
+    fmt::print(stderr, "kvsim: converted {} requests: {} ({}) -> {} ({})\n", with_commas(count), printable(in),
+               trace_format_name(in_format), printable(out),
                trace_format_name(format == NativeFormat::csv ? TraceFormat::native_csv : TraceFormat::native_jsonl));
   }
   return kExitOk;
@@ -267,6 +280,16 @@ int run_gen(const Invocation& inv) {
   po::positional_options_description positional;
   po::variables_map vm;
   if (!parse_options(inv, kGenSpec, options, positional, vm)) return kExitOk;
+  // Options that only shape something else that is not asked for would change nothing.
+  const auto given = [&](const char* flag) { return !vm[option_key(flag)].defaulted(); };
+  if (given(kOptMaxTokensShare) && max_tokens == "none") {
+    throw UsageError(std::string(kOptMaxTokensShare) + " is the share of requests given max_tokens, and " + kOptMaxTokens +
+                     " is none: it would have no effect\nUsage: " + kGenSpec.synopsis);
+  }
+  if (given(kOptBlockTokens) && system_prompts.empty() && sessions.empty()) {
+    throw UsageError(std::string(kOptBlockTokens) + " sizes the prefix hashes, which are written only with " +
+                     kOptSystemPrompt + " or " + kOptSessions + ": it would have no effect\nUsage: " + kGenSpec.synopsis);
+  }
   if (!lengths_from.empty() && (!prompt.empty() || !output.empty())) {
     throw UsageError("--lengths-from replaces --prompt and --output; give one or the other\nUsage: " +
                      kGenSpec.synopsis);
@@ -295,16 +318,23 @@ int run_gen(const Invocation& inv) {
     return 0;
   });
 
+  // The traces it draws lengths from are inputs: OUT must not overwrite them.
+  std::vector<std::string> inputs;
+  if (!gen.lengths_from.empty()) inputs.push_back(gen.lengths_from);
+  for (const auto* d : {&gen.prompt_tokens, &gen.output_tokens}) {
+    if (!d->path.empty()) inputs.push_back(d->path);
+  }
+  refuse_output_over_input({{"--out", out}}, inputs, kGenSpec.synopsis);
   TraceGenerator generator(gen);
   std::int64_t count = 0;
-  write_whole(out, format, generator.columns(), [&](TraceWriter& writer) {
+  write_whole(out, format, generator.columns(), inputs, [&](TraceWriter& writer) {
     Request r;
     while (generator.next(r)) {
       writer.write(r);
       ++count;
     }
   });
-  if (out != "-") fmt::print(stderr, "kvsim: wrote {} requests to {}\n", with_commas(count), out);
+  if (out != "-") fmt::print(stderr, "kvsim: wrote {} requests to {}\n", with_commas(count), printable(out));
   return kExitOk;
 }
 

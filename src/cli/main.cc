@@ -2,6 +2,9 @@
 // in libkvsim.
 #include <fmt/core.h>
 
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <exception>
 #include <string>
 #include <vector>
@@ -35,7 +38,13 @@ int main(int argc, char** argv) {
   };
   Invocation inv{"kvsim", {argv + 1, argv + argc}};
   try {
-    return dispatch(inv, kDescription, commands);
+    const int status = dispatch(inv, kDescription, commands);
+    // Whatever stdio still holds must reach standard output, or the run failed.
+    if (std::fflush(stdout) != 0 || std::ferror(stdout) != 0) {
+      fmt::print(stderr, "kvsim: error: standard output: write error: {}\n", std::strerror(errno));
+      return kExitInput;
+    }
+    return status;
   } catch (const UsageError& e) {
     return usage_error(e.what());
   } catch (const kvsim::InputError& e) {

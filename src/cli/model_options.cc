@@ -75,14 +75,27 @@ ModelChoice resolve_model(const po::variables_map& vm, const std::string& synops
     c.dtype_reason = kOptDtype;
   } else {
     kv.dtype = default_kv_dtype(c.model);
-    c.dtype_reason = try_parse_kv_dtype(c.model.weight_dtype)
+    c.dtype_reason = try_parse_kv_dtype(c.model.weight_dtype) == kv.dtype
                          ? "default: the model's torch_dtype " + c.model.weight_dtype
                          : std::string("default: bf16") +
-                               (c.model.weight_dtype.empty() ? " (no torch_dtype)"
-                                                             : " (torch_dtype " + c.model.weight_dtype + " is no KV dtype)");
+                               (c.model.weight_dtype.empty()
+                                    ? " (no torch_dtype)"
+                                    : " (torch_dtype " + c.model.weight_dtype + " is not a floating KV dtype)");
   }
-  if (const auto g = option_text(vm, option_key(kOptKvGroupSize))) kv.quant_group_values = positive_integer(*g, kOptKvGroupSize);
+  if (const auto g = option_text(vm, option_key(kOptKvGroupSize))) {
+    // Only the int dtypes keep a scale per group; anywhere else the option would change nothing.
+    if (!kv_dtype_info(kv.dtype).group_scales) {
+      throw InputError(Location{"", 0, kOptKvGroupSize},
+                       "sets the scale groups of an int8, int4 or int2 cache, and the KV dtype is " +
+                           std::string(kv_dtype_info(kv.dtype).name) + ": it would have no effect");
+    }
+    kv.quant_group_values = positive_integer(*g, kOptKvGroupSize);
+  }
   if (const auto form = option_text(vm, option_key(kOptMlaForm))) {
+    if (!c.model.mla) {
+      throw InputError(Location{"", 0, kOptMlaForm}, "chooses how an MLA model's cache is laid out, and " +
+                                                         c.model.name + " has no MLA: it would have no effect");
+    }
     if (*form == "latent") {
       kv.mla_form = MlaForm::latent;
     } else if (*form == "decompressed") {
@@ -93,7 +106,16 @@ ModelChoice resolve_model(const po::variables_map& vm, const std::string& synops
   }
   if (const auto tp = option_text(vm, option_key(kOptTp))) kv.tensor_parallel = positive_integer(*tp, kOptTp);
   if (const auto pp = option_text(vm, option_key(kOptPp))) kv.pipeline_parallel = positive_integer(*pp, kOptPp);
-  c.stages = kv_stage_layouts(c.model, kv);
+  try {
+    c.stages = kv_stage_layouts(c.model, kv);
+  } catch (const InputError& e) {
+    // An overflow of a product of the config's sizes names no file or field where it is
+    // found: it is the config's, unless an option is named.
+    if (!config || !e.where().file.empty() || e.where().field.rfind("--", 0) == 0) throw;
+    throw InputError(Location{*config, 0, e.where().field},
+                     e.problem() + " (the sizes in this config are implausible: check num_hidden_layers, the head "
+                                   "counts and head_dim)");
+  }
   c.binding_stage = binding_stage(c.stages);
   return c;
 }

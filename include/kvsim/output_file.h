@@ -1,0 +1,72 @@
+// Every file kvsim writes goes through OutputFile, which writes it the way a careful tool
+// does:
+//
+// - A regular file (or a new name) is written to a temporary created exclusively (O_EXCL,
+//   unique name) in the same directory and renamed over the target only once it is complete
+//   and closed: a failure or a signal part-way leaves the old file as it was and no partial
+//   file. The temporary is removed on error, on destruction without commit(), and on SIGINT,
+//   SIGTERM and SIGHUP.
+// - A symbolic link to a regular file updates the file it points to (the temporary is made
+//   beside the target and renamed over it), so the link stays a link.
+// - Anything else (standard output as "-", a device such as /dev/null or /dev/full, a FIFO,
+//   a dangling symbolic link) is written directly: it is never replaced by a regular file.
+// - OUT that is the same file as an input (same device and inode) is refused before anything
+//   is written: an input is never truncated, replaced or removed.
+// - Every write and the final close are checked, standard output included; a failure throws
+//   InputError naming the file ("standard output" for "-"), which the program reports with
+//   exit status 1.
+#ifndef KVSIM_OUTPUT_FILE_H_
+#define KVSIM_OUTPUT_FILE_H_
+
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace kvsim {
+
+class OutputFile {
+ public:
+  // Opens `path` for writing ("-": standard output). `inputs` are the files this run reads:
+  // OUT must be none of them. Throws InputError naming `path` when it is an input or cannot
+  // be created.
+  explicit OutputFile(std::string path, std::span<const std::string> inputs = {});
+  // Without commit(): removes the temporary, leaving the target as it was.
+  ~OutputFile();
+  OutputFile(const OutputFile&) = delete;
+  OutputFile& operator=(const OutputFile&) = delete;
+
+  // Appends bytes (buffered). Throws InputError naming the file on a write error.
+  void write(std::string_view bytes);
+  // Flushes, closes and (for a regular file) renames the temporary over the target. Throws
+  // InputError naming the file on any failure, after removing the temporary.
+  void commit();
+
+  // The name in messages: the path given, or "standard output" for "-".
+  const std::string& display_name() const { return display_; }
+
+ private:
+  void flush();
+  void discard() noexcept;
+
+  std::string path_;
+  std::string display_;
+  std::string target_;  // what the temporary is renamed over ("" when written directly)
+  std::string temp_;    // the temporary's name ("" when written directly)
+  int fd_ = -1;
+  bool owns_fd_ = false;
+  std::string buffer_;
+};
+
+// True when both paths name one existing file (the same device and inode): a hard link,
+// a symbolic link or another spelling of the path. "-" is never the same as anything.
+bool same_file(const std::string& a, const std::string& b);
+
+// Writes `bytes` to `path` through an OutputFile and commits it.
+void write_output_file(const std::string& path, std::string_view bytes, std::span<const std::string> inputs = {});
+
+// Writes `bytes` to standard output, checked: throws InputError naming "standard output".
+void write_stdout(std::string_view bytes);
+
+}  // namespace kvsim
+
+#endif  // KVSIM_OUTPUT_FILE_H_
