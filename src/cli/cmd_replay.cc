@@ -121,9 +121,13 @@ po::options_description replay_option_descriptions() {
       (option_key(kOptSchedule), po::value<std::string>()->default_value("auto"),
        "auto (measured when the trace has start/first_token/finish), simulate, or measured")
       (option_key(kOptCost), po::value<std::string>()->default_value("roofline"),
-       "iteration cost: roofline (from the model on --device), constant:step=..,prefill-token=.., or "
+       "iteration cost: roofline (from the model on the timing device; roofline:overhead=.. adds a per-step "
+       "overhead), constant:step=..,prefill-token=.., or "
        "linear:base=..,prefill-token=..,decode-seq=..,context-token=.. (units ps, ns, us, ms, s; a "
        "coefficient not given is the roofline's)")
+      (option_key(kOptTimingDevice), po::value<std::string>(),
+       "the device the roofline times, without a memory budget (default: --device, else H100-80GB; "
+       "see 'kvsim size --help' for the presets)")
       (option_key(kOptMaxBatchedTokens), po::value<std::string>(), max_batched_tokens_help.c_str())
       (option_key(kOptNoChunkedPrefill), "admit a prompt only when it fits a step's token budget whole")
       (option_key(kOptMaxRunning), po::value<std::string>(), max_running_help.c_str())
@@ -194,11 +198,13 @@ struct ReplayPlan {
 ReplayOptions replay_options_from(const po::variables_map& vm, const ModelChoice& choice, const KvLayout& layout,
                                   const std::optional<BudgetOptions>& budget_options_given,
                                   const std::optional<Budget>& budget) {
-  const std::string device_name =
+  // The timing device: its own option, else the budget's device, else the default.
+  std::string device_name =
       budget_options_given && !budget_options_given->device.empty() ? budget_options_given->device : kDefaultDevice;
-  const DevicePreset& device = find_device_preset(device_name);
+  if (const auto d = option_text(vm, option_key(kOptTimingDevice))) device_name = *d;
+  const DevicePreset& device = find_device_preset(device_name, kOptTimingDevice);
   const ModelWeights weights = model_weights(choice.model, choice.kv, budget_options_given.value_or(BudgetOptions{}));
-  const CostModel roofline = roofline_cost_model(layout, device, weights);
+  const CostModel roofline = roofline_cost_model(choice.model, layout, device, weights);
 
   ReplayOptions ro;
   ro.layout = layout;
