@@ -203,11 +203,13 @@ ParameterSplit split_parameters(const ModelSpec& m) {
   std::int64_t dense_layers = m.num_hidden_layers;
   std::int64_t moe_mlp = 0;
   std::int64_t moe_mlp_per_token = 0;
+  std::int64_t routed_expert_params = 0;  // per MoE layer
   if (m.moe) {
     const MoeDims& e = *m.moe;
     const std::int64_t expert = mul(3, mul(hidden, require_field(e.expert_intermediate_size, "moe_intermediate_size")));
     const std::int64_t router = mul(e.routed_experts, hidden);
     moe_mlp = add(mul(add(e.routed_experts, e.shared_experts), expert), router);
+    routed_expert_params = mul(e.routed_experts, expert);
     const std::int64_t used = e.experts_per_token > 0 ? std::min(e.experts_per_token, e.routed_experts) : e.routed_experts;
     moe_mlp_per_token = add(mul(add(used, e.shared_experts), expert), router);
     dense_layers = std::clamp<std::int64_t>(e.dense_layers, 0, m.num_hidden_layers);
@@ -218,6 +220,7 @@ ParameterSplit split_parameters(const ModelSpec& m) {
   const std::int64_t moe_layers = m.num_hidden_layers - dense_layers;
 
   ParameterSplit p;
+  p.routed_experts = mul(moe_layers, routed_expert_params);
   p.embedding = mul(vocab, hidden);
   p.lm_head = mul(vocab, hidden);
   p.per_token = add(mul(dense_layers, add(attention, dense_mlp)), mul(moe_layers, add(attention, moe_mlp_per_token)));

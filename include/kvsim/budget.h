@@ -151,6 +151,8 @@ struct ParameterSplit {
   std::int64_t lm_head = 0;
   std::int64_t per_token = 0;
   std::int64_t total = 0;
+  std::int64_t routed_experts = 0;  // of `total`, the routed experts of every MoE layer (what
+                                    // expert parallelism spreads over the replicas)
 };
 ParameterSplit split_parameters(const ModelSpec& model);
 

@@ -47,6 +47,7 @@ inline constexpr char kOptMaxNumBatchedTokens[] = "--max-num-batched-tokens";  /
 inline constexpr char kOptAllocator[] = "--allocator";
 inline constexpr char kOptSchedule[] = "--schedule";
 inline constexpr char kOptReplicas[] = "--replicas";
+inline constexpr char kOptExpertParallel[] = "--expert-parallel";
 inline constexpr char kOptCost[] = "--cost";
 inline constexpr char kOptMaxBatchedTokens[] = "--max-batched-tokens";
 inline constexpr char kOptNoChunkedPrefill[] = "--no-chunked-prefill";
