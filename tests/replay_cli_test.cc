@@ -82,6 +82,33 @@ TEST_CASE("replay: a cost coefficient not named is the roofline's, and a step mu
   }
 }
 
+TEST_CASE("replay: --timing-device times a device without a budget, and --replicas adds a column per replica") {
+  const std::string trace = test::write_file("timing.csv", "id,arrival,prompt_tokens,output_tokens\nr1,0,100,5\nr2,0.001,100,5\n");
+  auto r = test::run_cli({"replay", trace, "--model", "llama-3.1-8b", "--allocator", "paged", "--timing-device",
+                          "RTX-PRO-6000", "--json"});
+  REQUIRE(r.exit_code == 0);
+  Json j = Json::parse(r.out);
+  CHECK(j["cost_model"]["roofline"]["device"] == "RTX-PRO-6000");
+  CHECK_THAT(j["budget"].get<std::string>(), Catch::Contains("none"));
+  // 90% of 1,792 GB/s = 1.6128e12 B/s: 131,072 B per position -> ceil(81.269...) ns = 81,270 ps.
+  CHECK(j["cost_model"]["roofline"]["per_kv_position_ps"] == 81'270);
+  r = test::run_cli({"replay", trace, "--model", "llama-3.1-8b", "--allocator", "paged", "--replicas", "2", "--json"});
+  REQUIRE(r.exit_code == 0);
+  j = Json::parse(r.out);
+  REQUIRE(j["runs"].size() == 3);
+  // Both replicas are empty when r1 arrives (replica 0), and r2 finds replica 0 busy.
+  CHECK(j["runs"][0]["allocator"] == "paged:block=16 [replica 0: 1 routed]");
+  CHECK(j["runs"][1]["allocator"] == "paged:block=16 [replica 1: 1 routed]");
+  CHECK(j["runs"][2]["allocator"] == "paged:block=16 [2 replicas]");
+  CHECK(j["runs"][2]["requests"]["completed"] == 2);
+  r = test::run_cli({"replay", trace, "--timing-device", "H900"});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("--timing-device") && Catch::Contains("RTX-PRO-6000"));
+  r = test::run_cli({"replay", trace, "--model", "qwen3-32b", "--expert-parallel", "--replicas", "2"});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("--expert-parallel"));
+}
+
 TEST_CASE("replay: the peak's time is trace time in every output; nothing measured is n/a, never 0") {
   // Arrival at 10 s, 1 ms steps: step k starts at 10 s + (k - 1) ms and writes position 100 + k.
   // Position 145 is the first of the 10th block of 16, so the peak starts at step 45: 10.044 s.
