@@ -99,7 +99,10 @@ std::string run_header(const ReplayContext& c, const std::vector<ReplayReport>& 
     }
   }
   if (!reports.empty()) {
-    const ReplayReport& r = reports.front();
+    // The run that read the most requests (the first, unless --replicas split the trace: then
+    // the replicas' total).
+    const ReplayReport& r = *std::max_element(reports.begin(), reports.end(),
+                                              [](const auto& a, const auto& b) { return a.requests < b.requests; });
     out += fmt::format("schedule {}; cost model {}\n", r.schedule, r.cost_model);
     if (r.schedule == "simulated" && c.cost.roofline) {
       out += fmt::format("         a step costs {} + max({} per token + {} per sampled token, {} of weights) + max({} "
