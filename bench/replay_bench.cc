@@ -28,7 +28,7 @@ void BM_Replay(benchmark::State& state, const std::string& path, const std::stri
   const kvsim::KvOptions kv;
   kvsim::ReplayOptions options;
   options.layout = kvsim::kv_layout(model, kv);
-  options.cost = kvsim::roofline_cost_model(options.layout, kvsim::find_device_preset("H100-80GB"),
+  options.cost = kvsim::roofline_cost_model(model, options.layout, kvsim::find_device_preset("H100-80GB"),
                                             kvsim::model_weights(model, kv, kvsim::BudgetOptions{}));
   kvsim::ReplayReport report;
   for (auto _ : state) {

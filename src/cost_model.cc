@@ -1,5 +1,6 @@
 #include "kvsim/cost_model.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,13 @@ __extension__ typedef __int128 Int128;
 
 constexpr Int128 kPsPerSecond = 1'000'000'000'000;
 
+// "80.3%" from 803 per mille.
+std::string format_permille(std::int64_t permille) {
+  std::string text = std::to_string(permille / 10);
+  if (permille % 10 != 0) text += "." + std::to_string(permille % 10);
+  return text + "%";
+}
+
 // ceil(numerator / denominator) as int64, for durations in picoseconds.
 std::int64_t ceil_ps(Int128 numerator, Int128 denominator) {
   return static_cast<std::int64_t>((numerator + denominator - 1) / denominator);
@@ -26,21 +34,68 @@ std::int64_t ceil_ps(Int128 numerator, Int128 denominator) {
 
 }  // namespace
 
-CostModel roofline_cost_model(const KvLayout& layout, const DevicePreset& device, const ModelWeights& weights) {
-  check(device.hbm_bytes_per_second > 0 && device.bf16_dense_flops > 0, "roofline: device without bandwidth or FLOP/s");
+std::int64_t step_time_ps(const CostModel& c, const StepWork& w) {
+  Int128 ps = 0;
+  if (!c.roofline) {
+    ps = Int128{c.base_ps} + Int128{c.prefill_token_ps} * w.prefill_tokens + Int128{c.decode_seq_ps} * w.decode_seqs +
+         Int128{c.context_token_ps} * w.context;
+  } else {
+    // The matmuls and attention run one after the other, each bounded by its own roofline.
+    const Int128 matmul_compute = Int128{c.prefill_token_ps} * w.prefill_tokens +
+                                  Int128{c.decode_seq_ps} * w.decode_seqs + Int128{c.sample_token_ps} * w.sampled;
+    const Int128 matmul_memory = c.weights_ps;
+    const Int128 attention_compute = Int128{c.attention_pair_ps} * (Int128{w.prefill_pairs} + w.context);
+    const Int128 attention_memory = Int128{c.kv_position_ps} * (Int128{w.context} + w.prefill_context);
+    ps = Int128{c.overhead_ps} + std::max(matmul_compute, matmul_memory) + std::max(attention_compute, attention_memory);
+  }
+  return ps > std::numeric_limits<std::int64_t>::max() ? std::numeric_limits<std::int64_t>::max()
+                                                       : static_cast<std::int64_t>(ps);
+}
+
+CostModel roofline_cost_model(const ModelSpec& model, const KvLayout& layout, const DevicePreset& device,
+                              const ModelWeights& weights) {
+  check(device.hbm_bytes_per_second > 0 && device.bf16_dense_flops > 0 && device.compute_permille > 0 &&
+            device.memory_permille > 0,
+        "roofline: device without bandwidth or FLOP/s");
+  const Int128 flops = Int128{device.bf16_dense_flops} * device.compute_permille / 1000;
+  const Int128 bandwidth = Int128{device.hbm_bytes_per_second} * device.memory_permille / 1000;
+  const std::int64_t devices = weights.devices > 0 ? weights.devices : 1;
+  const std::int64_t tp = devices;  // FLOPs and KV heads split over every device of the replica
+
   CostModel c;
-  c.name = "roofline " + std::string(device.name) + " (weights/bandwidth + 2 x params/(" +
-           std::to_string(kRooflineComputePercent) + "% of peak FLOP/s) per token + KV bytes/bandwidth per context token)";
-  c.base_ps = ceil_ps(Int128{weights.weights_bytes_per_device} * kPsPerSecond, device.hbm_bytes_per_second);
-  // With the weights given in bytes, the parameters follow from their width (16 bits unless known).
-  const std::int64_t parameters =
-      weights.parameter_count > 0 ? weights.parameter_count
-                                  : weights.weights_bytes * 8 / (weights.weight_bits > 0 ? weights.weight_bits : 16);
-  const Int128 params_per_device = ceil_div(parameters, weights.devices);
-  const Int128 effective_flops = Int128{device.bf16_dense_flops} * kRooflineComputePercent / 100;
-  c.prefill_token_ps = ceil_ps(2 * params_per_device * kPsPerSecond, effective_flops);
+  c.roofline = true;
+  c.device = std::string(device.name);
+  // Matmul parameters per token; without the fields to split them, all parameters (the
+  // weights' bytes at their width) and no LM-head or attention terms.
+  std::int64_t per_token = 0;
+  std::int64_t lm_head = 0;
+  Int128 pair_flops = 0;
+  if (model.hidden_size > 0 && model.vocab_size > 0 && (model.moe || model.intermediate_size > 0)) {
+    const ParameterSplit split = split_parameters(model);
+    per_token = split.per_token;
+    lm_head = split.lm_head;
+    // QK^T and PV: 2 x (qk width + v width) FLOPs per head per layer for one (query, key) pair.
+    const std::int64_t qk = model.mla ? model.mla->qk_nope_head_dim + model.mla->qk_rope_head_dim : model.head_dim;
+    const std::int64_t v = model.mla ? model.mla->v_head_dim : model.head_dim;
+    pair_flops = Int128{2} * model.num_attention_heads * (qk + v) * model.num_hidden_layers;
+  } else {
+    per_token = weights.parameter_count > 0
+                    ? weights.parameter_count
+                    : weights.weights_bytes * 8 / (weights.weight_bits > 0 ? weights.weight_bits : 16);
+  }
+  c.prefill_token_ps = ceil_ps(Int128{2} * ceil_div(per_token, devices) * kPsPerSecond, flops);
   c.decode_seq_ps = c.prefill_token_ps;
-  c.context_token_ps = ceil_ps(Int128{layout.bytes_per_token()} * kPsPerSecond, device.hbm_bytes_per_second);
+  c.sample_token_ps = ceil_ps(Int128{2} * ceil_div(lm_head, devices) * kPsPerSecond, flops);
+  c.attention_pair_ps = ceil_ps(ceil_div(pair_flops, Int128{tp}) * kPsPerSecond, flops);
+  c.weights_ps = ceil_ps(Int128{weights.weights_bytes_per_device} * kPsPerSecond, bandwidth);
+  c.kv_position_ps = ceil_ps(Int128{layout.bytes_per_token()} * kPsPerSecond, bandwidth);
+  // The linear model's four terms, for "--cost linear" and "constant" to start from: the
+  // weights' read as the base, the matmuls per token, the KV read per position.
+  c.base_ps = c.weights_ps;
+  c.context_token_ps = c.kv_position_ps;
+  c.name = "roofline " + c.device + " (per step: matmuls and attention, each the slower of its FLOPs at " +
+           format_permille(device.compute_permille) + " of peak and its bytes at " +
+           format_permille(device.memory_permille) + " of bandwidth)";
   return c;
 }
 
@@ -74,8 +129,18 @@ CostModel parse_cost_model(std::string_view text, const CostModel& roofline, std
   const Location where{"", 0, std::string(field)};
   CostModel c;
   if (kind == "roofline") {
-    if (colon != std::string_view::npos) throw InputError(where, std::string("roofline takes no parameters (it follows ") + kOptDevice + ")");
-    return roofline;
+    if (colon == std::string_view::npos) return roofline;
+    // One parameter: the per-step overhead outside the max (the device comes from its option).
+    const std::string_view item = text.substr(colon + 1);
+    const auto eq = item.find('=');
+    if (eq == std::string_view::npos || item.substr(0, eq) != "overhead") {
+      throw InputError(where, std::string("roofline takes one parameter, overhead=DURATION (the device follows ") +
+                                  kOptTimingDevice + " or " + kOptDevice + "), got \"" + std::string(item) + "\"");
+    }
+    c = roofline;
+    c.overhead_ps = parse_duration_ps(item.substr(eq + 1), std::string(field) + " overhead");
+    c.name = roofline.name + " + " + std::string(item.substr(eq + 1)) + " per step";
+    return c;
   }
   if (kind != "constant" && kind != "linear") {
     throw InputError(where, "expected roofline, constant:... or linear:..., got \"" + std::string(text) + "\"");

@@ -162,11 +162,13 @@ void Engine::end_flight(std::uint32_t slot) {
 }
 
 void Engine::enqueue_arrival() {
+  report_.last_arrival_ns = next_.arrival_ns;
   const std::int64_t index = take_ticket();
+  report_.queue_at_last_arrival = queued_ + (index < 0 ? 0 : 1);
   if (index < 0) return;
   const auto ticket = static_cast<std::uint32_t>(index);
   const Ticket& t = tickets_[ticket];
-  note_queue(t.arrival_ns);
+  note_queue(std::max(t.arrival_ns, now_));  // replicas: a request routed after its step began
   queue_.push_back({ticket, t.generation});
   ++queued_;
   report_.queue_max = std::max(report_.queue_max, queued_);
@@ -493,6 +495,11 @@ bool Engine::prefill(std::uint32_t slot, std::int64_t positions, bool may_preemp
     report_.prompt_tokens += prompt_done - ticket.prompt_counted;
     ticket.prompt_counted = prompt_done;
   }
+  // Attention of a chunk of `positions` after `f.prefilled` cached: each query attends to the
+  // cached positions and to the chunk's own up to itself.
+  step_work_.prefill_pairs += positions * f.prefilled + positions * (positions + 1) / 2;
+  step_work_.prefill_context += f.prefilled + positions;
+  if (complete && first != 0) ++step_work_.sampled;
   f.prefilled = prefilled;
   f.tokens_at = t;
   f.step_at = step_;
@@ -686,10 +693,8 @@ void Engine::admit_waiting(std::int64_t& budget, std::int64_t& prefill_tokens) {
   }
 }
 
-std::int64_t Engine::step_duration(std::int64_t prefill_tokens, std::int64_t decode_seqs, std::int64_t context) const {
-  const CostModel& c = opt_.cost;
-  const Int128 ps = Int128{c.base_ps} + Int128{c.prefill_token_ps} * prefill_tokens +
-                    Int128{c.decode_seq_ps} * decode_seqs + Int128{c.context_token_ps} * context;
+std::int64_t Engine::step_duration(const StepWork& work) const {
+  const Int128 ps = step_time_ps(opt_.cost, work);
   // Whole nanoseconds, rounded up; in 64 bits when it fits (a 128-bit division is a call).
   Int128 ns = ps < Int128{std::numeric_limits<std::int64_t>::max() - 999}
                   ? Int128{(static_cast<std::int64_t>(ps) + 999) / 1000}
@@ -730,6 +735,7 @@ void Engine::run_iteration() {
   step_memory_bound_ = false;
   step_preempted_ = false;
   step_swap_bytes_ = 0;
+  step_work_ = StepWork{};
   // Requests whose next event falls on this step.
   wheel_.take(step_, due_);
   for (const StepEvent& e : due_) {
@@ -747,7 +753,11 @@ void Engine::run_iteration() {
     if (swapped_.empty()) admit_waiting(budget, prefill_tokens);
   }
 
-  const std::int64_t duration = step_duration(prefill_tokens, decode_seqs, context);
+  step_work_.prefill_tokens = prefill_tokens;
+  step_work_.decode_seqs = decode_seqs;
+  step_work_.context = context;
+  step_work_.sampled += decode_seqs;
+  const std::int64_t duration = step_duration(step_work_);
   ++report_.iterations;
   if (step_memory_bound_) report_.memory_bound_ns += duration;
   if (scheduler_tracks_requests_) scheduler_->end_step(view_, step_preempted_, decode_seqs);
@@ -766,9 +776,7 @@ void Engine::run_iteration() {
 
 
 ReplayReport Engine::run() {
-  report_.allocator = alloc_.name();
-  report_.trace = trace_.path();
-  report_.capacity_bytes = capacity_bytes_;
+  name_report();
   if (!fetch()) return finish_report();
   measured_ = opt_.schedule == Schedule::measured ||
               (opt_.schedule == Schedule::automatic && next_.has_service_times());
@@ -777,13 +785,44 @@ ReplayReport Engine::run() {
                      "its start/first_token/finish times fix the schedule, which a memory budget would have to "
                      "change; replay it without a budget, or with " + std::string(kOptSchedule) + " simulate");
   }
-  report_.schedule = measured_ ? "measured" : "simulated";
-  report_.cost_model = measured_ ? "none (measured schedule)" : opt_.cost.name;
-  now_ = next_.arrival_ns;
-  report_.start_ns = now_;
-  recorder_.start_at(now_);
+  start_clock(next_.arrival_ns);
   return measured_ ? run_measured() : run_simulated();
 }
+
+void Engine::name_report() {
+  report_.allocator = alloc_.name();
+  report_.trace = trace_.path();
+  report_.capacity_bytes = capacity_bytes_;
+}
+
+void Engine::start_clock(std::int64_t start_ns) {
+  report_.schedule = measured_ ? "measured" : "simulated";
+  report_.cost_model = measured_ ? "none (measured schedule)" : opt_.cost.name;
+  now_ = start_ns;
+  report_.start_ns = now_;
+  recorder_.start_at(now_);
+}
+
+void Engine::begin_at(std::int64_t start_ns) {
+  name_report();
+  measured_ = false;
+  start_clock(start_ns);
+}
+
+void Engine::advance_before(std::int64_t t_ns) {
+  for (;;) {
+    process_span_events(now_, false);
+    if (running_ == 0 && queued_ == 0 && swapped_.empty()) {
+      if (!have_next_ || next_.arrival_ns >= t_ns) return;
+      end_span(next_.arrival_ns - now_);  // idle until the next arrival
+      continue;
+    }
+    if (now_ >= t_ns) return;
+    run_iteration();
+  }
+}
+
+ReplayReport Engine::finish() { return run_simulated(); }
 
 ReplayReport Engine::run_simulated() {
   for (;;) {

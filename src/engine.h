@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "kvsim/cost_model.h"
 #include "kvsim/replay.h"
 #include "block_hash.h"
 #include "hash_table.h"
@@ -137,10 +138,29 @@ class Engine {
   Engine(TraceReader& trace, Allocator& allocator, const ReplayOptions& options);
   ReplayReport run();
 
+  // Lockstep use, for data-parallel replicas (replicas.cc), simulated schedules only: the
+  // router adds each request to this engine's trace when it routes it. begin_at() starts the
+  // clock at the first arrival; advance_before(t) runs every step that starts before `t`
+  // (the last one may end after it); offered() takes up a request just added to the trace;
+  // finish() runs to the end and reports. waiting()/in_flight() are what vLLM's router reads.
+  void begin_at(std::int64_t start_ns);
+  void advance_before(std::int64_t t_ns);
+  void offered() {
+    if (!have_next_) fetch();
+  }
+  ReplayReport finish();
+  std::int64_t waiting() const { return queued_; }
+  std::int64_t in_flight() const {
+    return queued_ + running_ + static_cast<std::int64_t>(swapped_.size()) + (have_next_ ? 1 : 0);
+  }
+  std::int64_t now() const { return now_; }
+
  private:
   ReplayReport run_simulated();
   ReplayReport run_measured();
   ReplayReport finish_report();
+  void name_report();                      // allocator, trace and capacity
+  void start_clock(std::int64_t start_ns); // the schedule's name and the first instant
 
   // --- arrivals, queue, cancellations
   bool fetch();
@@ -166,7 +186,7 @@ class Engine {
   [[gnu::always_inline]] inline void deliver_step();
   // How long this step lasts: the cost model's time for its work plus the swap transfers,
   // in whole nanoseconds, always > 0.
-  std::int64_t step_duration(std::int64_t prefill_tokens, std::int64_t decode_seqs, std::int64_t context) const;
+  std::int64_t step_duration(const StepWork& work) const;
   void handle_event(std::uint32_t slot);
   void continue_prefills(std::int64_t& budget, std::int64_t& prefill_tokens);
   void resume_swapped(std::int64_t& decode_seqs);
@@ -267,6 +287,7 @@ class Engine {
   bool step_memory_bound_ = false;    // an allocation was refused for memory
   bool step_preempted_ = false;
   std::int64_t step_swap_bytes_ = 0;
+  StepWork step_work_;  // the roofline's counts for the step under way (prefill chunks so far)
 
   // Time.
   std::int64_t now_ = 0;           // start of the current span

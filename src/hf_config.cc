@@ -296,9 +296,40 @@ ModelSpec parse_hf_config(std::string_view json_text, const std::string& path) {
     moe.dense_layers = c.optional_non_negative("first_k_dense_replace").value_or(0);
     m.moe = moe;
   } else if (const auto local = c.optional_positive("num_local_experts")) {  // Mixtral
-    m.moe = MoeDims{*local, 0, m.intermediate_size, 0};
+    m.moe = MoeDims{*local, 0, m.intermediate_size, 0, 0};
   } else if (const auto qwen = c.optional_positive("num_experts")) {  // Qwen MoE
-    m.moe = MoeDims{*qwen, 0, c.optional_positive("moe_intermediate_size").value_or(0), 0};
+    m.moe = MoeDims{*qwen, 0, c.optional_positive("moe_intermediate_size").value_or(0), 0, 0};
+    // Qwen2-MoE's shared expert is one MLP of shared_expert_intermediate_size, counted here as
+    // that many experts of moe_intermediate_size (Qwen1.5-MoE-A2.7B: 5632 = 4 x 1408).
+    const std::int64_t shared = c.optional_non_negative("shared_expert_intermediate_size").value_or(0);
+    if (shared > 0) {
+      const std::int64_t expert = m.moe->expert_intermediate_size;
+      if (expert <= 0 || shared % expert != 0) {
+        c.fail("shared_expert_intermediate_size", std::to_string(shared) + " is not a multiple of moe_intermediate_size " +
+                                                      std::to_string(expert) + ", which kvsim's MoE parameter count needs");
+      }
+      m.moe->shared_experts = shared / expert;
+    }
+    // transformers' Qwen2MoeDecoderLayer/Qwen3MoeDecoderLayer: layer i is sparse when it is not
+    // in mlp_only_layers and (i + 1) % decoder_sparse_step == 0. kvsim counts dense layers only
+    // as a leading block, so only the every-layer-sparse case is accepted.
+    if (const auto step = c.optional_positive("decoder_sparse_step"); step && *step != 1) {
+      c.fail("decoder_sparse_step", std::to_string(*step) + ": only 1 (every layer sparse) is supported");
+    }
+    if (const json* only = c.find("mlp_only_layers"); only != nullptr && !only->is_null() &&
+                                                      !(only->is_array() && only->empty())) {
+      c.fail("mlp_only_layers", "only an empty list (every layer sparse) is supported");
+    }
+  }
+  if (m.moe) {
+    // How many routed experts one token uses: what drives compute (all of them drive memory).
+    if (const auto per_token = c.optional_positive("num_experts_per_tok")) {
+      if (*per_token > m.moe->routed_experts) {
+        c.fail("num_experts_per_tok", std::to_string(*per_token) + " is more than the " +
+                                          std::to_string(m.moe->routed_experts) + " routed experts");
+      }
+      m.moe->experts_per_token = *per_token;
+    }
   }
 
   m.weight_dtype = c.string("torch_dtype").value_or(c.string("dtype").value_or(""));

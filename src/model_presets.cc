@@ -105,6 +105,38 @@ const PresetRow kPresets[] = {
      .max_position_embeddings = 131072,
      .weight_dtype = "bfloat16",
      .parameter_count = 7'615'616'512},
+    // Qwen/Qwen3-32B: head_dim 128 is its own field (64 heads x 128 = 8192, not hidden 5120);
+    // no sliding window ("use_sliding_window": false). No exact safetensors total is quoted
+    // here, so the weights are estimated from the config (32,762,106,880; the Hub says 32.8B;
+    // the estimate leaves out the per-head q_norm/k_norm vectors, 16,384 parameters).
+    {.name = "qwen3-32b",
+     .source = "Qwen/Qwen3-32B config.json",
+     .num_hidden_layers = 64,
+     .num_attention_heads = 64,
+     .num_key_value_heads = 8,
+     .head_dim = 128,
+     .hidden_size = 5120,
+     .intermediate_size = 25600,
+     .vocab_size = 151936,
+     .max_position_embeddings = 40960,
+     .weight_dtype = "bfloat16"},
+    // Qwen/Qwen3-30B-A3B-Instruct-2507 (qwen3_moe): every one of the 48 layers is sparse
+    // (decoder_sparse_step 1, mlp_only_layers []) with 128 experts of moe_intermediate_size 768,
+    // 8 per token, no shared expert; max_position_embeddings 262144 (the 2507 release; the
+    // original Qwen3-30B-A3B has 40960). Estimated 30,532,110,336 parameters (Hub: 30.5B), of
+    // which 2,730,491,904 per token outside the embedding and LM head.
+    {.name = "qwen3-30b-a3b",
+     .source = "Qwen/Qwen3-30B-A3B-Instruct-2507 config.json",
+     .num_hidden_layers = 48,
+     .num_attention_heads = 32,
+     .num_key_value_heads = 4,
+     .head_dim = 128,
+     .hidden_size = 2048,
+     .intermediate_size = 6144,
+     .vocab_size = 151936,
+     .max_position_embeddings = 262144,
+     .moe = MoeDims{128, 0, 768, 0, 8},
+     .weight_dtype = "bfloat16"},
     // google/gemma-2-9b-it: the instruction-tuned checkpoint, stored in bfloat16. The base
     // google/gemma-2-9b has the same geometry but ships float32 weights (torch_dtype float32),
     // which would make fp32 the default KV dtype; engines serve both in bf16.
@@ -157,7 +189,7 @@ const PresetRow kPresets[] = {
      .vocab_size = 129280,
      .max_position_embeddings = 163840,
      .mla = MlaDims{512, 64, 128, 128, 1536},
-     .moe = MoeDims{256, 1, 2048, 3},
+     .moe = MoeDims{256, 1, 2048, 3, 8},
      .weight_dtype = "bfloat16",
      .weight_bits = 8,
      .parameter_count = 684'531'386'000},

@@ -8,7 +8,6 @@
 #include "kvsim/units.h"
 
 namespace kvsim::detail {
-namespace {
 
 Latency summarize(std::vector<std::int64_t>& values) {
   Latency l;
@@ -29,6 +28,8 @@ Latency summarize(std::vector<std::int64_t>& values) {
   l.mean_ns = static_cast<double>(sum) / static_cast<double>(l.count);
   return l;
 }
+
+namespace {
 
 Occupancy occupancy(const LinearSum& sum, const Clock& clock, const TimeHistogram& hist, const Peak& peak,
                     std::int64_t step) {
@@ -163,6 +164,7 @@ void Recorder::finish(ReplayReport& r, const Allocator& allocator, std::int64_t 
   r.places_reservations = pool.places_reservations;
   r.copied_bytes = pool.copied_bytes;
   r.evicted_bytes = pool.evicted_bytes;
+  if (opt_.keep_latency_samples) r.latency_samples = LatencySamples{ttft_, e2e_, waiting_};
   r.ttft = summarize(ttft_);
   r.e2e = summarize(e2e_);
   r.waiting = summarize(waiting_);

@@ -41,6 +41,9 @@ struct GroupSums {
   Peak allocated_peak;
 };
 
+// Nearest-rank percentiles, mean and max of `values` (reordered in place).
+Latency summarize(std::vector<std::int64_t>& values);
+
 class Recorder {
  public:
   Recorder(const ReplayOptions& options, const std::int64_t& now_ns, const std::int64_t& step, const Clock& clock);

@@ -162,3 +162,32 @@ TEST_CASE("config text edge cases") {
   CHECK(m.num_key_value_heads == 8);
   CHECK(m.layer_window_tokens == std::vector<std::int64_t>{0, 0});
 }
+
+TEST_CASE("a Qwen3-MoE config: experts per token drive compute, every expert the weights") {
+  // Qwen/Qwen3-30B-A3B-Instruct-2507's config.json, the fields kvsim reads.
+  const std::string qwen3_moe = R"({"model_type": "qwen3_moe", "num_hidden_layers": 48, "num_attention_heads": 32,
+    "num_key_value_heads": 4, "head_dim": 128, "hidden_size": 2048, "intermediate_size": 6144,
+    "moe_intermediate_size": 768, "num_experts": 128, "num_experts_per_tok": 8, "decoder_sparse_step": 1,
+    "mlp_only_layers": [], "vocab_size": 151936, "max_position_embeddings": 262144,
+    "tie_word_embeddings": false, "torch_dtype": "bfloat16"})";
+  const ModelSpec m = parse_hf_config(qwen3_moe, "qwen3-moe.json");
+  REQUIRE(m.moe);
+  CHECK(m.moe->routed_experts == 128);
+  CHECK(m.moe->experts_per_token == 8);
+  CHECK(m.moe->expert_intermediate_size == 768);
+  CHECK(m.moe->shared_experts == 0);
+  // The preset was typed from the same config: the same parameters.
+  CHECK(estimate_parameter_count(m) == estimate_parameter_count(find_model_preset("qwen3-30b-a3b")));
+  CHECK(split_parameters(m).per_token == 2'730'491'904);
+  // Qwen2-MoE's shared expert of 5632 = 4 experts of 1408 (Qwen1.5-MoE-A2.7B).
+  std::string shared = qwen3_moe;
+  shared.replace(shared.find("\"moe_intermediate_size\": 768"), 28, "\"moe_intermediate_size\": 1408, \"shared_expert_intermediate_size\": 5632");
+  CHECK(parse_hf_config(shared, "shared.json").moe->shared_experts == 4);
+  std::string sparse_step = qwen3_moe;
+  sparse_step.replace(sparse_step.find("\"decoder_sparse_step\": 1"), 24, "\"decoder_sparse_step\": 2");
+  CHECK_THROWS_WITH(parse_hf_config(sparse_step, "step.json"),
+                    Catch::Contains("step.json") && Catch::Contains("decoder_sparse_step"));
+  std::string too_many = qwen3_moe;
+  too_many.replace(too_many.find("\"num_experts_per_tok\": 8"), 24, "\"num_experts_per_tok\": 200");
+  CHECK_THROWS_WITH(parse_hf_config(too_many, "many.json"), Catch::Contains("num_experts_per_tok"));
+}

@@ -54,22 +54,24 @@ TEST_CASE("replay: one request through the CLI, byte-exact for Llama-3.1-8B") {
 
 TEST_CASE("replay: a cost coefficient not named is the roofline's, and a step must take time") {
   const std::string trace = test::write_file("one-cost.csv", "id,arrival,prompt_tokens,output_tokens\nr1,0,100,50\n");
-  // Llama-3.1-8B bf16 on an H100-80GB (3.35e12 B/s, 989.5e12 dense BF16 FLOP/s at 50%):
-  //   base          = ceil(8,030,261,248 params x 2 B x 1e12 ps / 3.35e12 B/s) = 4,794,185,820 ps
-  //   prefill token = ceil(2 x 8,030,261,248 x 1e12 / 494.75e12)            =    32,461,895 ps
-  //   position read = ceil(131,072 B x 1e12 / 3.35e12)                       =        39,126 ps
+  // Llama-3.1-8B bf16 on an H100-80GB: 90% of 3.35e12 B/s = 3.015e12 B/s; 80.3% of 989.5e12
+  // dense BF16 FLOP/s = 794.5685e12 FLOP/s. The matmuls a token goes through: 32 layers x
+  // (4096 x 4096 x 2 + 2 x 4096 x 1024 + 3 x 4096 x 14336) = 6,979,321,856 parameters.
+  //   base          = ceil(8,030,261,248 params x 2 B x 1e12 ps / 3.015e12 B/s) = 5,326,873,134 ps
+  //   prefill token = ceil(2 x 6,979,321,856 x 1e12 / 794.5685e12)              =    17,567,578 ps
+  //   position read = ceil(131,072 B x 1e12 / 3.015e12)                          =        43,474 ps
   auto r = test::run_cli({"replay", trace, "--model", "llama-3.1-8b", "--cost", "linear:decode-seq=0ps", "--json"});
   REQUIRE(r.exit_code == 0);
   Json cost = Json::parse(r.out)["cost_model"];
-  CHECK(cost["step_base_ps"] == 4'794'185'820);
-  CHECK(cost["per_prompt_token_ps"] == 32'461'895);
+  CHECK(cost["step_base_ps"] == 5'326'873'134);
+  CHECK(cost["per_prompt_token_ps"] == 17'567'578);
   CHECK(cost["per_decoding_sequence_ps"] == 0);
-  CHECK(cost["per_position_read_ps"] == 39'126);
+  CHECK(cost["per_position_read_ps"] == 43'474);
   r = test::run_cli({"replay", trace, "--model", "llama-3.1-8b", "--cost", "constant:step=7ms", "--json"});
   REQUIRE(r.exit_code == 0);
   cost = Json::parse(r.out)["cost_model"];
   CHECK(cost["step_base_ps"] == 7'000'000'000);
-  CHECK(cost["per_prompt_token_ps"] == 32'461'895);
+  CHECK(cost["per_prompt_token_ps"] == 17'567'578);
   CHECK(cost["per_decoding_sequence_ps"] == 0);
   CHECK(cost["per_position_read_ps"] == 0);
   for (const char* zero : {"constant:step=0ms", "linear:base=0s,decode-seq=1ms"}) {
@@ -78,6 +80,33 @@ TEST_CASE("replay: a cost coefficient not named is the roofline's, and a step mu
     CHECK_THAT(r.err, Catch::Contains("--cost") && Catch::Contains("every engine step takes time"));
     CHECK(r.out.empty());
   }
+}
+
+TEST_CASE("replay: --timing-device times a device without a budget, and --replicas adds a column per replica") {
+  const std::string trace = test::write_file("timing.csv", "id,arrival,prompt_tokens,output_tokens\nr1,0,100,5\nr2,0.001,100,5\n");
+  auto r = test::run_cli({"replay", trace, "--model", "llama-3.1-8b", "--allocator", "paged", "--timing-device",
+                          "RTX-PRO-6000", "--json"});
+  REQUIRE(r.exit_code == 0);
+  Json j = Json::parse(r.out);
+  CHECK(j["cost_model"]["roofline"]["device"] == "RTX-PRO-6000");
+  CHECK_THAT(j["budget"].get<std::string>(), Catch::Contains("none"));
+  // 90% of 1,792 GB/s = 1.6128e12 B/s: 131,072 B per position -> ceil(81.269...) ns = 81,270 ps.
+  CHECK(j["cost_model"]["roofline"]["per_kv_position_ps"] == 81'270);
+  r = test::run_cli({"replay", trace, "--model", "llama-3.1-8b", "--allocator", "paged", "--replicas", "2", "--json"});
+  REQUIRE(r.exit_code == 0);
+  j = Json::parse(r.out);
+  REQUIRE(j["runs"].size() == 3);
+  // Both replicas are empty when r1 arrives (replica 0), and r2 finds replica 0 busy.
+  CHECK(j["runs"][0]["allocator"] == "paged:block=16 [replica 0: 1 routed]");
+  CHECK(j["runs"][1]["allocator"] == "paged:block=16 [replica 1: 1 routed]");
+  CHECK(j["runs"][2]["allocator"] == "paged:block=16 [2 replicas]");
+  CHECK(j["runs"][2]["requests"]["completed"] == 2);
+  r = test::run_cli({"replay", trace, "--timing-device", "H900"});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("--timing-device") && Catch::Contains("RTX-PRO-6000"));
+  r = test::run_cli({"replay", trace, "--model", "qwen3-32b", "--expert-parallel", "--replicas", "2"});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("--expert-parallel"));
 }
 
 TEST_CASE("replay: the peak's time is trace time in every output; nothing measured is n/a, never 0") {

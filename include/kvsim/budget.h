@@ -24,6 +24,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kvsim/option_names.h"
 #include "kvsim/model.h"
 #include "kvsim/vllm_defaults.h"
 
@@ -31,6 +32,12 @@ namespace kvsim {
 
 // A GPU model: its memory as the driver reports it and, for the replay engine's roofline cost
 // model, its spec-sheet bandwidth and dense BF16 tensor throughput.
+//
+// The roofline reaches only part of the spec sheet's peaks: `compute_permille` is the share of
+// the dense BF16 peak that large BF16 matmuls reach on this device (its "maximum achievable
+// matmul FLOPS", MAMF, or a stated stand-in), `memory_permille` the share of the bandwidth a
+// streaming read sustains. `efficiency_source` says where both come from (docs/size.md lists
+// them side by side).
 struct DevicePreset {
   std::string_view name;               // "H100-80GB"
   std::string_view product;            // "NVIDIA H100 80GB HBM3", as nvidia-smi names it
@@ -38,13 +45,18 @@ struct DevicePreset {
   std::int64_t hbm_bytes_per_second;   // spec-sheet memory bandwidth
   std::int64_t bf16_dense_flops;       // spec-sheet dense BF16 tensor FLOP/s (no 2:4 sparsity)
   std::string_view source;             // where the numbers come from
+  std::int64_t compute_permille;       // achievable share of bf16_dense_flops, in 1/1000
+  std::int64_t memory_permille;        // achievable share of hbm_bytes_per_second, in 1/1000
+  std::string_view efficiency_source;  // where the two shares come from
 };
 
-// A100-40GB, A100-80GB, H100-80GB, H200-141GB, L4, RTX-4090, in that order.
+// A100-40GB, A100-80GB, H100-80GB, H200-141GB, L4, RTX-4090, RTX-PRO-6000, L40S, A10G, H20,
+// B200, MI300X, in that order.
 const std::vector<DevicePreset>& device_presets();
 
-// A device preset by name (case-insensitive). Throws InputError listing the known names.
-const DevicePreset& find_device_preset(std::string_view name);
+// A device preset by name (case-insensitive). Throws InputError naming `field` (the option
+// the name came from, --device unless said) and listing the known names.
+const DevicePreset& find_device_preset(std::string_view name, std::string_view field = kOptDevice);
 
 inline constexpr std::int64_t kPartsPerBillion = 1'000'000'000;
 // vLLM's default --gpu-memory-utilization, 0.9.
@@ -126,6 +138,23 @@ std::string format_ppb(std::int64_t ppb);
 // exact for Llama, Mistral and Phi-3, within 0.01% for the others. Throws InputError naming
 // the missing field (hidden_size, intermediate_size, vocab_size) when it cannot estimate.
 std::int64_t estimate_parameter_count(const ModelSpec& model);
+
+// The same parameters split the way a token's compute sees them (the roofline's FLOPs):
+// `embedding` is looked up, not multiplied; `lm_head` (vocab x hidden, tied or not) multiplies
+// only tokens that sample; `per_token` is every other matrix a token goes through: attention
+// projections and, in an MoE layer, the router, the shared experts and the
+// `experts_per_token` routed experts it is sent to (all of them when that is unknown);
+// `total` is estimate_parameter_count (every expert, what the weights' memory holds). Norms
+// are in `total` only. Throws as estimate_parameter_count does.
+struct ParameterSplit {
+  std::int64_t embedding = 0;
+  std::int64_t lm_head = 0;
+  std::int64_t per_token = 0;
+  std::int64_t total = 0;
+  std::int64_t routed_experts = 0;  // of `total`, the routed experts of every MoE layer (what
+                                    // expert parallelism spreads over the replicas)
+};
+ParameterSplit split_parameters(const ModelSpec& model);
 
 // How vLLM's paged cache is laid out on one device.
 struct PagedOptions {

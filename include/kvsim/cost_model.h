@@ -10,21 +10,46 @@
 
 namespace kvsim {
 
-// The share of a device's dense BF16 throughput that prefill reaches, in percent. 50% is a
-// round figure for large-batch prefill on Hopper-class devices; it is an assumption, stated
-// in the report's cost model name, not a measurement.
-inline constexpr std::int64_t kRooflineComputePercent = 50;
+// What one engine step does, as the roofline counts it.
+struct StepWork {
+  std::int64_t prefill_tokens = 0;   // prompt (and recomputed) positions processed
+  std::int64_t decode_seqs = 0;      // sequences decoding one token
+  std::int64_t context = 0;          // positions the decoding sequences attend to (their tokens)
+  std::int64_t prefill_pairs = 0;    // (query, key) pairs of the prefill chunks: c x s + c(c+1)/2
+                                     // for a chunk of c positions after s already in the cache
+  std::int64_t prefill_context = 0;  // KV positions the prefill chunks read and write: s + c each
+  std::int64_t sampled = 0;          // tokens sampled: decoding sequences + prompts completed
+};
 
-// A linear cost model from first principles for `model` on one `device`:
-//   base          = weights on the device / HBM bandwidth     (every step streams the weights)
-//   prefill_token = 2 x parameters on the device / (FLOP/s x 50%)
-//   decode_seq    = the same compute for one decoded token
-//   context_token = KV bytes per token on the device / HBM bandwidth (attention reads the cache)
-// The terms are added, not maxed: an upper bound on a step's time where memory and compute
-// overlap. Use --cost constant or explicit coefficients to model a measured engine.
-CostModel roofline_cost_model(const KvLayout& layout, const DevicePreset& device, const ModelWeights& weights);
+// One step's time in picoseconds (not rounded), by the model's own rule (kvsim/replay.h): the
+// linear sum, or for a roofline overhead + max(matmul FLOPs, weights) + max(attention FLOPs,
+// KV bytes): the matmuls and attention are separate kernels run one after the other, each
+// bounded by whichever of compute and memory is slower for it. Saturates at the
+// largest int64 (the engine refuses a step that long).
+std::int64_t step_time_ps(const CostModel& cost, const StepWork& work);
 
-// Parses --cost: "roofline" (returns `roofline`), "constant:step=20ms,prefill-token=100us",
+// A roofline cost model for `model` served with `kv` on one `device`, each term from the
+// model's config and the device's spec sheet (docs/replay.md, "Cost models"):
+//   compute, at compute_permille of the dense BF16 peak:
+//     prefill_token = decode_seq = 2 x (matmul parameters a token goes through) / devices:
+//       attention projections + the MLP (for MoE: the experts a token is routed to, the
+//       shared experts and the router); no embedding lookup, no LM head
+//     sample_token  = 2 x vocab x hidden / devices: the LM head, for tokens that sample only
+//     attention_pair = 4 x heads x head_dim x layers / tensor_parallel: QK^T and PV for one
+//       (query, key) pair, so prefill is quadratic in the chunk
+//   memory, at memory_permille of the bandwidth:
+//     weights     = weights on the device (all experts: every one is read when the batch
+//                   routes to it) / bandwidth, once per step
+//     kv_position = KV bytes per token on the device / bandwidth, per position read or written
+//   overhead = 0 per step (vLLM overlaps scheduling with the GPU step, see docs/replay.md);
+//     "--cost roofline:overhead=..." sets one.
+// A config without hidden_size or vocab_size falls back to 2 x parameters per token (from
+// `weights`) and no LM-head or attention terms.
+CostModel roofline_cost_model(const ModelSpec& model, const KvLayout& layout, const DevicePreset& device,
+                              const ModelWeights& weights);
+
+// Parses --cost: "roofline" (returns `roofline`), "roofline:overhead=1ms" (`roofline` with that
+// per-step overhead), "constant:step=20ms,prefill-token=100us",
 // or "linear:base=5ms,prefill-token=30us,decode-seq=30us,context-token=40ps". Durations take
 // the units ps, ns, us, ms and s. Unnamed coefficients are the roofline's (constant has only
 // step and prefill-token; its other two are zero). The step's base must be positive. Throws

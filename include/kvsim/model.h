@@ -51,12 +51,14 @@ struct MlaDims {
   std::int64_t q_lora_rank = 0;  // 0 when queries are not compressed (parameter estimate only)
 };
 
-// Mixture-of-experts MLP dimensions (parameter estimate only; the KV cache does not see them).
+// Mixture-of-experts MLP dimensions (parameter estimate and roofline; the KV cache does not see them).
 struct MoeDims {
   std::int64_t routed_experts = 0;            // n_routed_experts (DeepSeek), num_local_experts (Mixtral)
   std::int64_t shared_experts = 0;            // n_shared_experts: always-on experts of the same size
   std::int64_t expert_intermediate_size = 0;  // moe_intermediate_size (Mixtral: intermediate_size)
   std::int64_t dense_layers = 0;              // first_k_dense_replace: leading layers with a dense MLP
+  std::int64_t experts_per_token = 0;         // num_experts_per_tok: routed experts a token uses
+                                              // (0: unknown; compute then counts every expert)
 };
 
 // An architecture as published. Field names follow Hugging Face's config.json.

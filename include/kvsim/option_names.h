@@ -32,6 +32,7 @@ inline constexpr char kOptMaxModelLen[] = "--max-model-len";
 
 // The device budget (kvsim size, kvsim replay).
 inline constexpr char kOptDevice[] = "--device";
+inline constexpr char kOptTimingDevice[] = "--timing-device";
 inline constexpr char kOptDeviceMemory[] = "--device-memory";
 inline constexpr char kOptGpuMemoryUtilization[] = "--gpu-memory-utilization";
 inline constexpr char kOptParams[] = "--params";
@@ -45,6 +46,8 @@ inline constexpr char kOptMaxNumBatchedTokens[] = "--max-num-batched-tokens";  /
 // Replay: allocators, schedule and serving under a budget.
 inline constexpr char kOptAllocator[] = "--allocator";
 inline constexpr char kOptSchedule[] = "--schedule";
+inline constexpr char kOptReplicas[] = "--replicas";
+inline constexpr char kOptExpertParallel[] = "--expert-parallel";
 inline constexpr char kOptCost[] = "--cost";
 inline constexpr char kOptMaxBatchedTokens[] = "--max-batched-tokens";
 inline constexpr char kOptNoChunkedPrefill[] = "--no-chunked-prefill";

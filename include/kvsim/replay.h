@@ -31,16 +31,30 @@
 
 namespace kvsim {
 
-// How long one engine iteration takes, in picoseconds, rounded up to whole nanoseconds:
+// How long one engine iteration takes, in picoseconds, rounded up to whole nanoseconds.
+// Linear (constant and linear models, `roofline` false):
 //   base + prefill_token * (prompt tokens processed) + decode_seq * (sequences decoding)
 //        + context_token * (positions those sequences read)
 // "constant" is the case decode_seq = context_token = 0.
+// Roofline (`roofline` true; kvsim/cost_model.h derives the coefficients and says why):
+//   overhead + max(matmul compute, weights) + max(attention compute, KV memory), where
+//   matmul compute    = prefill_token * prompt tokens + decode_seq * decoding sequences
+//                       + sample_token * sampled tokens
+//   attention compute = attention_pair * (query, key) pairs
+//   KV memory         = kv_position * KV positions read or written
 struct CostModel {
   std::string name = "constant";           // how it was chosen, for the report
   std::int64_t base_ps = 20'000'000;         // 20 ms per iteration
   std::int64_t prefill_token_ps = 100'000;   // 0.1 ms per prompt token
   std::int64_t decode_seq_ps = 0;
   std::int64_t context_token_ps = 0;
+  bool roofline = false;                   // the roofline rule below instead of the linear sum
+  std::string device;                      // the device the timing assumes ("" for explicit models)
+  std::int64_t overhead_ps = 0;            // roofline: per step, outside the max
+  std::int64_t weights_ps = 0;             // roofline memory: the weights, read once per step
+  std::int64_t kv_position_ps = 0;         // roofline memory: one KV position read or written
+  std::int64_t sample_token_ps = 0;        // roofline compute: the LM head, per sampled token
+  std::int64_t attention_pair_ps = 0;      // roofline compute: one (query, key) pair, all layers
 };
 
 // One row of --timeline: the state just after an iteration's operations.
@@ -144,6 +158,9 @@ struct ReplayOptions {
   std::function<void(const TimelineRow&)> timeline;  // not called when empty
   // Called now and then with the fraction of the trace read, for a progress bar.
   std::function<void(double)> progress;
+  // Keep every request's latencies in ReplayReport::latency_samples (data-parallel replicas
+  // merge them into the total's percentiles).
+  bool keep_latency_samples = false;
 };
 
 // A quantity over the run.
@@ -181,6 +198,22 @@ struct Latency {
   std::int64_t p99_ns = 0;
   std::int64_t max_ns = 0;
   double mean_ns = 0;
+};
+
+// "The device cannot keep up": the rule of docs/replay.md ("Overload") and the rates it
+// compares, in requests per second.
+struct Overload {
+  bool overloaded = false;
+  std::string reason;                // which condition held, in words; "" when not overloaded
+  double arrival_rate_per_s = 0;     // (requests - 1) / (last arrival - first arrival)
+  double service_rate_per_s = 0;     // completed / (end - first arrival)
+};
+
+// Per-request latencies in the order they happened, when ReplayOptions::keep_latency_samples.
+struct LatencySamples {
+  std::vector<std::int64_t> ttft_ns;
+  std::vector<std::int64_t> e2e_ns;
+  std::vector<std::int64_t> waiting_ns;
 };
 
 struct ReplayReport {
@@ -256,7 +289,17 @@ struct ReplayReport {
   // The leak check: allocated == 0 at the end, per the allocator's own pool.
   bool leak_free = false;
   std::int64_t allocated_bytes_at_end = 0;
+  // Whether the device kept up with the arrivals (docs/replay.md, "Overload"): filled by
+  // judge_overload() from the figures below and the ones above.
+  std::int64_t last_arrival_ns = 0;
+  std::int64_t queue_at_last_arrival = 0;  // waiting just after the last arrival joined
+  Overload overload;
+  LatencySamples latency_samples;  // empty unless ReplayOptions::keep_latency_samples
 };
+
+// The overload rule, applied to a finished report: sets report.overload. The engine calls it;
+// it is public so that combined reports (replicas) are judged by the same rule.
+void judge_overload(ReplayReport& report);
 
 // The scheduler limits `kvsim replay` uses when its options leave them unset, so that a
 // library user gets the program's behaviour with one call. Under a memory budget

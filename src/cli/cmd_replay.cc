@@ -18,6 +18,7 @@
 #include "kvsim/allocator.h"
 #include "kvsim/budget.h"
 #include "kvsim/cost_model.h"
+#include "kvsim/replicas.h"
 #include "kvsim/error.h"
 #include "kvsim/option_names.h"
 #include "kvsim/output_file.h"
@@ -121,9 +122,19 @@ po::options_description replay_option_descriptions() {
       (option_key(kOptSchedule), po::value<std::string>()->default_value("auto"),
        "auto (measured when the trace has start/first_token/finish), simulate, or measured")
       (option_key(kOptCost), po::value<std::string>()->default_value("roofline"),
-       "iteration cost: roofline (from the model on --device), constant:step=..,prefill-token=.., or "
+       "iteration cost: roofline (from the model on the timing device; roofline:overhead=.. adds a per-step "
+       "overhead), constant:step=..,prefill-token=.., or "
        "linear:base=..,prefill-token=..,decode-seq=..,context-token=.. (units ps, ns, us, ms, s; a "
        "coefficient not given is the roofline's)")
+      (option_key(kOptReplicas), po::value<std::string>(),
+       "data-parallel replicas: this many engines, each with its own KV pool and scheduler, requests routed "
+       "as vLLM's load balancer routes them; per-replica and total columns (default 1)")
+      (option_key(kOptExpertParallel),
+       "with --replicas: the MoE model's routed experts are spread over the replicas (vLLM "
+       "--enable-expert-parallel), so each device reads 1/N of them per step")
+      (option_key(kOptTimingDevice), po::value<std::string>(),
+       "the device the roofline times, without a memory budget (default: --device, else H100-80GB; "
+       "see 'kvsim size --help' for the presets)")
       (option_key(kOptMaxBatchedTokens), po::value<std::string>(), max_batched_tokens_help.c_str())
       (option_key(kOptNoChunkedPrefill), "admit a prompt only when it fits a step's token budget whole")
       (option_key(kOptMaxRunning), po::value<std::string>(), max_running_help.c_str())
@@ -185,6 +196,9 @@ struct ReplayPlan {
   ReplayOptions options;      // layout, schedule, cost, limits, memory; no callbacks yet
   TraceOptions trace;
   std::vector<std::unique_ptr<Allocator>> allocators;
+  // --replicas N > 1: one allocator (KV pool) per replica for each spec, spec after spec.
+  std::int64_t replicas = 1;
+  std::vector<std::vector<std::unique_ptr<Allocator>>> replica_allocators;
   std::size_t jobs = 1;
   std::optional<std::string> timeline_path;
   std::optional<std::string> csv_path;
@@ -199,11 +213,29 @@ struct ReplayPlan {
 ReplayOptions replay_options_from(const po::variables_map& vm, const ModelChoice& choice, const KvLayout& layout,
                                   const std::optional<BudgetOptions>& budget_options_given,
                                   const std::optional<Budget>& budget) {
-  const std::string device_name =
+  // The timing device: its own option, else the budget's device, else the default.
+  std::string device_name =
       budget_options_given && !budget_options_given->device.empty() ? budget_options_given->device : kDefaultDevice;
-  const DevicePreset& device = find_device_preset(device_name);
-  const ModelWeights weights = model_weights(choice.model, choice.kv, budget_options_given.value_or(BudgetOptions{}));
-  const CostModel roofline = roofline_cost_model(layout, device, weights);
+  if (const auto d = option_text(vm, option_key(kOptTimingDevice))) device_name = *d;
+  const DevicePreset& device = find_device_preset(device_name, kOptTimingDevice);
+  ModelWeights weights = model_weights(choice.model, choice.kv, budget_options_given.value_or(BudgetOptions{}));
+  // Expert parallelism across data-parallel replicas (vLLM --enable-expert-parallel with
+  // --data-parallel-size N): each replica's device holds 1/N of the routed experts and all
+  // the rest, so it reads that much per step.
+  if (vm.count(option_key(kOptExpertParallel)) != 0) {
+    const auto replicas = option_text(vm, option_key(kOptReplicas));
+    const std::int64_t n = replicas ? positive_integer(*replicas, kOptReplicas) : 1;
+    if (!choice.model.moe || n < 2) {
+      throw InputError(Location{"", 0, kOptExpertParallel}, std::string("spreads an MoE model's experts over ") +
+                                                                kOptReplicas + " N >= 2 replicas");
+    }
+    const std::int64_t experts = split_parameters(choice.model).routed_experts;
+    const std::int64_t bits = weights.weight_bits > 0 ? weights.weight_bits : 16;
+    const std::int64_t spread_bytes = ceil_div(checked_mul(experts - experts / n, bits, "expert bits"), 8);
+    weights.weights_bytes_per_device =
+        ceil_div(std::max<std::int64_t>(0, weights.weights_bytes - spread_bytes), weights.devices);
+  }
+  const CostModel roofline = roofline_cost_model(choice.model, layout, device, weights);
 
   ReplayOptions ro;
   ro.layout = layout;
@@ -303,6 +335,20 @@ ReplayPlan plan_replay(const po::variables_map& vm) {
   AllocatorLimits limits;
   limits.capacity_bytes = plan.options.memory.kv_budget_bytes;
   for (const auto& spec : specs) plan.allocators.push_back(make_allocator(spec, layout, limits));
+  if (const auto n = option_text(vm, option_key(kOptReplicas))) plan.replicas = positive_integer(*n, kOptReplicas);
+  if (plan.replicas > 1) {
+    if (option_text(vm, "timeline")) {
+      throw InputError(Location{"", 0, kOptReplicas}, "--timeline follows one engine; give it without --replicas");
+    }
+    if (plan.options.schedule == Schedule::measured) {
+      throw InputError(Location{"", 0, kOptReplicas}, std::string("replicas are simulated; drop ") + kOptSchedule +
+                                                          " measured");
+    }
+    for (const auto& spec : specs) {
+      auto& group = plan.replica_allocators.emplace_back();
+      for (std::int64_t k = 0; k < plan.replicas; ++k) group.push_back(make_allocator(spec, layout, limits));
+    }
+  }
   // Open the trace once up front: a missing file or unknown format fails before any work.
   // A stream can be opened once only: it is read here, whole, for every allocator, its
   // token ids (if any) hashed at the one block size the allocators share prefixes at.
@@ -433,6 +479,30 @@ std::vector<ReplayReport> run_all(ReplayPlan& plan, TimelineScratch& scratch) {
   return reports;
 }
 
+// --replicas: each allocator spec replayed by plan.replicas engines behind vLLM's router;
+// its columns are the replicas, then their total, named "<allocator> [replica k]" and
+// "<allocator> [N replicas]" in every output.
+std::vector<ReplayReport> run_replicas(ReplayPlan& plan) {
+  std::vector<ReplayReport> reports;
+  for (auto& group : plan.replica_allocators) {
+    std::vector<Allocator*> allocators;
+    for (auto& a : group) allocators.push_back(a.get());
+    TraceOptions trace_options = plan.trace;
+    if (allocators.front()->prefix_block_tokens() > 0) {
+      trace_options.hash_block_tokens = allocators.front()->prefix_block_tokens();
+    }
+    auto trace = open_trace(plan.trace_path, trace_options);
+    ReplicaRun run = replay_replicas(*trace, allocators, plan.options);
+    for (std::size_t k = 0; k < run.replicas.size(); ++k) {
+      run.replicas[k].allocator += fmt::format(" [replica {}: {} routed]", k, with_commas(run.routed[k]));
+      reports.push_back(std::move(run.replicas[k]));
+    }
+    run.total.allocator += fmt::format(" [{} replicas]", run.replicas.size());
+    reports.push_back(std::move(run.total));
+  }
+  return reports;
+}
+
 // The timeline file, the CSV file and the table or JSON on stdout.
 void render(const ReplayPlan& plan, const TimelineScratch& scratch, const std::vector<ReplayReport>& reports) {
   const ReplayOptions& ro = plan.options;
@@ -470,7 +540,7 @@ int run_replay(const Invocation& inv) {
 
   ReplayPlan plan = plan_replay(vm);
   TimelineScratch scratch(plan.allocators.size());
-  const std::vector<ReplayReport> reports = run_all(plan, scratch);
+  const std::vector<ReplayReport> reports = plan.replicas > 1 ? run_replicas(plan) : run_all(plan, scratch);
   render(plan, scratch, reports);
   return kExitOk;
 }

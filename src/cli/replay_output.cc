@@ -99,9 +99,18 @@ std::string run_header(const ReplayContext& c, const std::vector<ReplayReport>& 
     }
   }
   if (!reports.empty()) {
-    const ReplayReport& r = reports.front();
+    // The run that read the most requests (the first, unless --replicas split the trace: then
+    // the replicas' total).
+    const ReplayReport& r = *std::max_element(reports.begin(), reports.end(),
+                                              [](const auto& a, const auto& b) { return a.requests < b.requests; });
     out += fmt::format("schedule {}; cost model {}\n", r.schedule, r.cost_model);
-    if (r.schedule == "simulated") {
+    if (r.schedule == "simulated" && c.cost.roofline) {
+      out += fmt::format("         a step costs {} + max({} per token + {} per sampled token, {} of weights) + max({} "
+                         "per attention pair, {} per KV position)\n",
+                         picoseconds(c.cost.overhead_ps), picoseconds(c.cost.prefill_token_ps),
+                         picoseconds(c.cost.sample_token_ps), picoseconds(c.cost.weights_ps),
+                         picoseconds(c.cost.attention_pair_ps), picoseconds(c.cost.kv_position_ps));
+    } else if (r.schedule == "simulated") {
       out += fmt::format("         a step costs {} + {} per prompt token + {} per decoding sequence + {} per position read\n",
                          picoseconds(c.cost.base_ps), picoseconds(c.cost.prefill_token_ps),
                          picoseconds(c.cost.decode_seq_ps), picoseconds(c.cost.context_token_ps));
@@ -109,6 +118,11 @@ std::string run_header(const ReplayContext& c, const std::vector<ReplayReport>& 
     out += fmt::format("budget   {}; {}\n", c.budget, c.scheduler);
     out += fmt::format("trace    {} requests over {} s simulated\n", with_commas(r.requests),
                        seconds(r.end_ns - r.start_ns));
+  }
+  for (const ReplayReport& r : reports) {
+    if (!r.overload.overloaded) continue;
+    out += fmt::format("OVERLOAD {}: the device cannot keep up: {:.2f} requests/s arrive, {:.2f}/s are served; {}\n",
+                       r.allocator, r.overload.arrival_rate_per_s, r.overload.service_rate_per_s, r.overload.reason);
   }
   return out + "\n";
 }
@@ -328,6 +342,17 @@ std::string replay_table(const ReplayContext& c, const std::vector<ReplayReport>
   return run_header(c, reports) + t.render();
 }
 
+namespace {
+
+Json overload_json(const Overload& o) {
+  return Json{{"overloaded", o.overloaded},
+              {"reason", o.reason},
+              {"arrival_rate_per_s", o.arrival_rate_per_s},
+              {"service_rate_per_s", o.service_rate_per_s}};
+}
+
+}  // namespace
+
 std::string replay_json(const ReplayContext& c, const std::vector<ReplayReport>& reports) {
   Json j;
   j["trace"] = c.trace;
@@ -342,6 +367,15 @@ std::string replay_json(const ReplayContext& c, const std::vector<ReplayReport>&
                          {"per_prompt_token_ps", c.cost.prefill_token_ps},
                          {"per_decoding_sequence_ps", c.cost.decode_seq_ps},
                          {"per_position_read_ps", c.cost.context_token_ps}};
+  if (c.cost.roofline) {
+    j["cost_model"]["roofline"] = Json{{"device", c.cost.device},
+                                       {"overhead_ps", c.cost.overhead_ps},
+                                       {"weights_ps", c.cost.weights_ps},
+                                       {"per_kv_position_ps", c.cost.kv_position_ps},
+                                       {"per_token_ps", c.cost.prefill_token_ps},
+                                       {"per_sampled_token_ps", c.cost.sample_token_ps},
+                                       {"per_attention_pair_ps", c.cost.attention_pair_ps}};
+  }
   Json runs = Json::array();
   for (const auto& r : reports) {
     Json run;
@@ -411,6 +445,9 @@ std::string replay_json(const ReplayContext& c, const std::vector<ReplayReport>&
                                  {"evictable_bytes", occupancy_json(r.evictable_bytes, "bytes")}};
     }
     run["leak_check"] = Json{{"allocated_bytes_at_end", r.allocated_bytes_at_end}, {"ok", r.leak_free}};
+    // Only an overloaded run says so (docs/replay.md, "Overload"), so that other runs' JSON
+    // is unchanged.
+    if (r.overload.overloaded) run["overload"] = overload_json(r.overload);
     runs.push_back(run);
   }
   j["runs"] = runs;

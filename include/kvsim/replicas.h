@@ -1,0 +1,43 @@
+// Data-parallel replicas (`kvsim replay --replicas N`): N copies of the engine, each with its
+// own KV pool (allocator) and scheduler, fed by one router that sends every request where
+// vLLM's data-parallel load balancer would.
+//
+// The router is vLLM's DPLBAsyncMPClient.get_core_engine_for_request (vllm/v1/engine/
+// core_client.py, vllm-project/vllm at 00080ee1) with one API-server client: for each replica,
+// scanned from a start index that advances by one after every request,
+//   score = max(requests in flight there, waiting + running)
+//           + waiting x 6 x max(0, KV usage - 0.5)
+// and the request goes to the first replica with the lowest score. vLLM reads waiting, running
+// and KV usage from its coordinator's snapshot (published every 100 ms) and keeps the in-flight
+// count itself; kvsim reads all of them from the replica at the instant the request arrives
+// (the state after the replica's last step began). Docs: docs/replay.md, "Data-parallel
+// replicas".
+#ifndef KVSIM_REPLICAS_H_
+#define KVSIM_REPLICAS_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "kvsim/allocator.h"
+#include "kvsim/replay.h"
+#include "kvsim/trace.h"
+
+namespace kvsim {
+
+struct ReplicaRun {
+  std::vector<ReplayReport> replicas;  // rank order
+  std::vector<std::int64_t> routed;    // requests routed to each replica
+  // The replicas together: counts and tokens summed; start the first arrival, end the last
+  // release; latencies over every request; queue and throughput over the combined span;
+  // occupancy figures are per replica only (left zero here).
+  ReplayReport total;
+};
+
+// Replays `trace` through one engine per allocator (allocators.size() replicas, at least 1),
+// each with `options` (a simulated schedule; the measured one cannot be split). Throws
+// InputError when the options ask for a measured schedule.
+ReplicaRun replay_replicas(TraceReader& trace, const std::vector<Allocator*>& allocators, const ReplayOptions& options);
+
+}  // namespace kvsim
+
+#endif  // KVSIM_REPLICAS_H_

@@ -1,0 +1,187 @@
+// Data-parallel replicas: one engine per replica, advanced in lockstep by a router that
+// places each request as vLLM's data-parallel load balancer does (kvsim/replicas.h).
+#include "kvsim/replicas.h"
+
+#include <algorithm>
+#include <deque>
+#include <memory>
+#include <string>
+
+#include "engine.h"
+#include "kvsim/error.h"
+#include "kvsim/option_names.h"
+#include "recorder.h"
+
+namespace kvsim {
+namespace {
+
+// A replica's share of the trace: the requests the router sent it, in arrival order.
+class RoutedTrace final : public TraceReader {
+ public:
+  explicit RoutedTrace(const TraceReader& source) : TraceReader(source.path()), format_(source.format()) {}
+  void push(const Request& r) { pending_.push_back(r); }
+  bool next(Request& out) override {
+    if (pending_.empty()) return false;
+    out = std::move(pending_.front());
+    pending_.pop_front();
+    return true;
+  }
+  TraceFormat format() const override { return format_; }
+  std::int64_t bytes_read() const override { return 0; }
+  std::int64_t total_bytes() const override { return 0; }
+
+ private:
+  TraceFormat format_;
+  std::deque<Request> pending_;
+};
+
+// vLLM's block-level KV usage (allocated / capacity; cached blocks count as free), per mille;
+// 0 without a budget.
+std::int64_t kv_usage_permille(const Allocator& a) {
+  const PoolState p = a.pool();
+  if (p.capacity_bytes <= 0) return 0;
+  return static_cast<std::int64_t>(detail::Int128{p.reserved_bytes - p.free_bytes} * 1000 / p.capacity_bytes);
+}
+
+// Time-weighted mean over the combined span from each replica's mean over its own span.
+double combined_mean(const std::vector<ReplayReport>& rs, double ReplayReport::*field, std::int64_t span_ns) {
+  if (span_ns <= 0) return 0;
+  double integral = 0;
+  for (const auto& r : rs) integral += r.*field * static_cast<double>(r.end_ns - r.start_ns);
+  return integral / static_cast<double>(span_ns);
+}
+
+void add_occupancy(Occupancy& total, const Occupancy& part, std::int64_t part_span_ns, std::int64_t span_ns) {
+  if (span_ns > 0) total.mean += part.mean * static_cast<double>(part_span_ns) / static_cast<double>(span_ns);
+  total.peak += part.peak;  // an upper bound: the replicas' peaks need not coincide
+  total.at_end += part.at_end;
+}
+
+ReplayReport combine(std::vector<ReplayReport>& rs, std::int64_t waiting_at_last_arrival) {
+  ReplayReport t;
+  const ReplayReport& first = rs.front();
+  t.allocator = first.allocator;
+  t.trace = first.trace;
+  t.cost_model = first.cost_model;
+  t.schedule = first.schedule;
+  t.policy = first.policy;
+  t.prefix_block_tokens = first.prefix_block_tokens;
+  t.start_ns = first.start_ns;
+  t.end_ns = first.end_ns;
+  t.leak_free = true;
+  LatencySamples all;
+  for (auto& r : rs) {
+    t.requests += r.requests;
+    t.completed += r.completed;
+    t.cancelled_queued += r.cancelled_queued;
+    t.cancelled_running += r.cancelled_running;
+    t.rejected_too_long += r.rejected_too_long;
+    t.rejected_too_large += r.rejected_too_large;
+    t.prompt_tokens += r.prompt_tokens;
+    t.generated_tokens += r.generated_tokens;
+    t.iterations += r.iterations;
+    t.prefix_queried_tokens += r.prefix_queried_tokens;
+    t.prefix_hit_tokens += r.prefix_hit_tokens;
+    t.capacity_bytes += r.capacity_bytes;
+    t.preemptions += r.preemptions;
+    t.preempted_requests += r.preempted_requests;
+    t.max_preemptions_per_request = std::max(t.max_preemptions_per_request, r.max_preemptions_per_request);
+    t.recomputed_tokens += r.recomputed_tokens;
+    t.swapped_out_bytes += r.swapped_out_bytes;
+    t.swapped_in_bytes += r.swapped_in_bytes;
+    t.memory_bound_ns += r.memory_bound_ns;
+    t.queue_max = std::max(t.queue_max, r.queue_max);
+    t.start_ns = std::min(t.start_ns, r.start_ns);
+    t.end_ns = std::max(t.end_ns, r.end_ns);
+    t.last_arrival_ns = std::max(t.last_arrival_ns, r.last_arrival_ns);
+    t.leak_free = t.leak_free && r.leak_free;
+    t.allocated_bytes_at_end += r.allocated_bytes_at_end;
+    for (auto v : {&LatencySamples::ttft_ns, &LatencySamples::e2e_ns, &LatencySamples::waiting_ns}) {
+      (all.*v).insert((all.*v).end(), (r.latency_samples.*v).begin(), (r.latency_samples.*v).end());
+      (r.latency_samples.*v).clear();
+    }
+  }
+  const std::int64_t span = t.end_ns - t.start_ns;
+  for (const auto& r : rs) {
+    add_occupancy(t.effective_bytes, r.effective_bytes, r.end_ns - r.start_ns, span);
+    add_occupancy(t.allocated_bytes, r.allocated_bytes, r.end_ns - r.start_ns, span);
+    add_occupancy(t.reserved_bytes, r.reserved_bytes, r.end_ns - r.start_ns, span);
+  }
+  t.queue_mean = combined_mean(rs, &ReplayReport::queue_mean, span);
+  t.generated_tokens_per_s = span > 0 ? static_cast<double>(t.generated_tokens) * 1e9 / static_cast<double>(span) : 0;
+  t.ttft = detail::summarize(all.ttft_ns);
+  t.e2e = detail::summarize(all.e2e_ns);
+  t.waiting = detail::summarize(all.waiting_ns);
+  t.queue_at_last_arrival = waiting_at_last_arrival;
+  judge_overload(t);
+  return t;
+}
+
+}  // namespace
+
+ReplicaRun replay_replicas(TraceReader& trace, const std::vector<Allocator*>& allocators, const ReplayOptions& options) {
+  if (allocators.empty()) throw InputError(Location{"", 0, kOptReplicas}, "expected at least one replica");
+  if (options.schedule == Schedule::measured) {
+    throw InputError(Location{"", 0, kOptReplicas},
+                     std::string("replicas are simulated: a measured schedule cannot be split (") + kOptSchedule +
+                         " simulate)");
+  }
+  ReplayOptions o = options;
+  o.keep_latency_samples = true;
+  o.schedule = Schedule::simulate;
+  o.timeline = nullptr;
+  o.progress = nullptr;
+  const std::size_t n = allocators.size();
+  std::vector<std::unique_ptr<RoutedTrace>> shares;
+  std::vector<std::unique_ptr<detail::Engine>> engines;
+  for (std::size_t i = 0; i < n; ++i) {
+    shares.push_back(std::make_unique<RoutedTrace>(trace));
+    engines.push_back(std::make_unique<detail::Engine>(*shares[i], *allocators[i], o));
+  }
+  ReplicaRun run;
+  run.routed.assign(n, 0);
+  Request r;
+  bool started = false;
+  std::size_t start_index = 0;  // vLLM's eng_start_index: client 0 of 1 starts at 0
+  std::int64_t waiting_at_last_arrival = 0;
+  std::int64_t read = 0;
+  while (trace.next(r)) {
+    if (!started) {
+      for (auto& e : engines) e->begin_at(r.arrival_ns);
+      started = true;
+    }
+    for (auto& e : engines) e->advance_before(r.arrival_ns);
+    // The lowest score wins; on a tie the first scanned from start_index (vLLM's strict <).
+    // Scores in thousandths: 1000 x in flight + 6 x waiting x (usage per mille - 500).
+    std::size_t best = start_index;
+    detail::Int128 best_score = -1;
+    std::int64_t waiting = 0;
+    for (std::size_t k = 0; k < n; ++k) {
+      const std::size_t i = (start_index + k) % n;
+      const detail::Engine& e = *engines[i];
+      waiting += e.waiting();
+      detail::Int128 score = detail::Int128{1000} * e.in_flight();
+      if (e.waiting() > 0) score += detail::Int128{6} * e.waiting() * std::max<std::int64_t>(0, kv_usage_permille(*allocators[i]) - 500);
+      if (best_score < 0 || score < best_score) {
+        best_score = score;
+        best = i;
+      }
+    }
+    waiting_at_last_arrival = waiting + 1;
+    shares[best]->push(r);
+    engines[best]->offered();
+    ++run.routed[best];
+    start_index = (start_index + 1) % n;
+    if (options.progress && ++read % 4096 == 0 && trace.total_bytes() > 0) {
+      options.progress(static_cast<double>(trace.bytes_read()) / static_cast<double>(trace.total_bytes()));
+    }
+  }
+  if (!started) {
+    for (auto& e : engines) e->begin_at(0);
+  }
+  for (auto& e : engines) run.replicas.push_back(e->finish());
+  run.total = combine(run.replicas, waiting_at_last_arrival);
+  return run;
+}
+
+}  // namespace kvsim

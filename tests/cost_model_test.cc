@@ -1,0 +1,160 @@
+// The roofline cost model, derived by hand for a model small enough to count on paper.
+#include "kvsim/cost_model.h"
+
+#include <catch2/catch.hpp>
+
+#include "kvsim/error.h"
+#include "test_support.h"
+
+using namespace kvsim;
+
+namespace {
+
+// 2 layers, 4 query heads and 2 KV heads of width 8, hidden 32, MLP 64, vocabulary 100.
+ModelSpec tiny_model() {
+  ModelSpec m;
+  m.name = "tiny";
+  m.num_hidden_layers = 2;
+  m.num_attention_heads = 4;
+  m.num_key_value_heads = 2;
+  m.head_dim = 8;
+  m.hidden_size = 32;
+  m.intermediate_size = 64;
+  m.vocab_size = 100;
+  m.max_position_embeddings = 4096;
+  m.layer_window_tokens = {0, 0};
+  m.weight_dtype = "bfloat16";
+  return m;
+}
+
+// 1e12 dense FLOP/s of which 50% is reached; 1e9 B/s of which 50% is sustained.
+DevicePreset tiny_device() {
+  return DevicePreset{"tiny", "tiny", 1'000'000'000, 1'000'000'000, 1'000'000'000'000, "test", 500, 500, "test"};
+}
+
+CostModel tiny_roofline() {
+  const ModelSpec m = tiny_model();
+  const KvLayout layout = kv_layout(m, KvOptions{});
+  return roofline_cost_model(m, layout, tiny_device(), model_weights(m, KvOptions{}, BudgetOptions{}));
+}
+
+}  // namespace
+
+TEST_CASE("roofline: every coefficient of a two-layer model, by hand") {
+  // Parameters (budget.h's rule): attention per layer = 32x32 (q) + 2x32x16 (k, v) + 32x32 (o)
+  // = 3,072; MLP per layer = 3x32x64 = 6,144. Matmuls a token goes through: 2 x (3,072 +
+  // 6,144) = 18,432. LM head 100 x 32 = 3,200. Total = 3,200 (embedding) + 3,200 (LM head) + 32
+  // (final norm) + 2 x (3,072 + 6,144 + 64 norms) = 24,992 -> 49,984 bytes in bf16.
+  const ModelSpec m = tiny_model();
+  const ParameterSplit split = split_parameters(m);
+  CHECK(split.per_token == 18'432);
+  CHECK(split.lm_head == 3'200);
+  CHECK(split.embedding == 3'200);
+  CHECK(split.total == 24'992);
+  const CostModel c = tiny_roofline();
+  CHECK(c.roofline);
+  CHECK(c.device == "tiny");
+  // Compute at 5e11 FLOP/s: 1 FLOP = 2 ps.
+  CHECK(c.prefill_token_ps == 2 * 18'432 * 2);   // 73,728 ps
+  CHECK(c.decode_seq_ps == 73'728);
+  CHECK(c.sample_token_ps == 2 * 3'200 * 2);     // 12,800 ps
+  // One (query, key) pair: QK^T and PV, 2 x 4 heads x (8 + 8) per layer x 2 layers = 256 FLOPs.
+  CHECK(c.attention_pair_ps == 256 * 2);
+  // Memory at 5e8 B/s: 1 byte = 2,000 ps. KV per token: 2 layers x 2 heads x (8 + 8) x 2 B = 128 B.
+  CHECK(c.weights_ps == 49'984 * 2'000);         // 99,968,000 ps
+  CHECK(c.kv_position_ps == 128 * 2'000);        // 256,000 ps
+  CHECK(c.overhead_ps == 0);
+}
+
+TEST_CASE("roofline: a step is overhead + max(matmuls, weights) + max(attention FLOPs, KV bytes)") {
+  const CostModel c = tiny_roofline();
+  SECTION("memory-bound: a 10-token chunk after 6 cached, and 3 sequences decoding over 50 positions") {
+    StepWork w;
+    w.prefill_tokens = 10;
+    w.decode_seqs = 3;
+    w.context = 50;
+    w.prefill_pairs = 10 * 6 + 10 * 11 / 2;  // 115
+    w.prefill_context = 6 + 10;
+    w.sampled = 1 + 3;                        // the chunk completes its prompt
+    // matmuls: max(73,728 x 13 + 12,800 x 4 = 1,009,664; weights 99,968,000) = 99,968,000
+    // attention: max(512 x (115 + 50) = 84,480; 256,000 x (50 + 16) = 16,896,000) = 16,896,000
+    CHECK(step_time_ps(c, w) == 116'864'000);
+  }
+  SECTION("compute-bound: a 2,000-token prompt in one chunk, with 1 us of overhead") {
+    StepWork w;
+    w.prefill_tokens = 2'000;
+    w.prefill_pairs = 2'000 * 2'001 / 2;  // 2,001,000
+    w.prefill_context = 2'000;
+    w.sampled = 1;
+    // matmuls: max(73,728 x 2,000 + 12,800 = 147,468,800; 99,968,000) = 147,468,800
+    // attention: max(512 x 2,001,000 = 1,024,512,000; 256,000 x 2,000 = 512,000,000)
+    //          = 1,024,512,000; together 1,171,980,800 ps.
+    CHECK(step_time_ps(c, w) == 1'171'980'800);
+    const CostModel with_overhead = parse_cost_model("roofline:overhead=1us", c, "--cost");
+    CHECK(with_overhead.overhead_ps == 1'000'000);
+    CHECK(step_time_ps(with_overhead, w) == 1'172'980'800);
+  }
+  SECTION("compute-bound matmuls and memory-bound attention add, unlike one max over the step") {
+    // A fresh 2,000-token prompt beside 100 sequences decoding over 1,000,000 positions.
+    StepWork w;
+    w.prefill_tokens = 2'000;
+    w.decode_seqs = 100;
+    w.context = 1'000'000;
+    w.prefill_pairs = 2'001'000;
+    w.prefill_context = 2'000;
+    w.sampled = 101;
+    // matmuls: max(73,728 x 2,100 + 12,800 x 101 = 156,121,600; 99,968,000) = 156,121,600
+    // attention: max(512 x 3,001,000 = 1,536,512,000; 256,000 x 1,002,000 = 256,512,000,000)
+    // together 256,668,121,600 ps (one max over summed compute and memory would give
+    // 256,611,968,000).
+    CHECK(step_time_ps(c, w) == 256'668'121'600);
+  }
+  SECTION("the linear models keep summing their four terms") {
+    CostModel linear = parse_cost_model("linear:base=1ns,prefill-token=2ps,decode-seq=3ps,context-token=4ps", c, "--cost");
+    StepWork w;
+    w.prefill_tokens = 10;
+    w.decode_seqs = 3;
+    w.context = 50;
+    w.prefill_pairs = 999;  // ignored outside the roofline
+    CHECK(step_time_ps(linear, w) == 1'000 + 2 * 10 + 3 * 3 + 4 * 50);
+  }
+  CHECK_THROWS_AS(parse_cost_model("roofline:step=1ms", c, "--cost"), InputError);
+}
+
+TEST_CASE("roofline: an MoE model's compute counts the experts a token uses, its weights all of them") {
+  // Qwen3-30B-A3B (config.json): hidden 2048, 48 layers, 32 heads and 4 KV heads of 128,
+  // 128 experts of 768, 8 per token, vocabulary 151,936, untied.
+  //   attention per layer = 2048 x 4096 + 2 x 2048 x 512 + 4096 x 2048 = 18,874,368
+  //   one expert = 3 x 2048 x 768 = 4,718,592; router = 128 x 2048 = 262,144
+  //   total = 2 x 151,936 x 2048 (embedding, LM head) + 2048 (final norm)
+  //         + 48 x (18,874,368 + 128 x 4,718,592 + 262,144 + 2 x 2048) = 30,532,110,336
+  //   per token = 48 x (18,874,368 + 8 x 4,718,592 + 262,144) = 2,730,491,904
+  const ParameterSplit split = split_parameters(find_model_preset("qwen3-30b-a3b"));
+  CHECK(split.total == 30'532'110'336);
+  CHECK(split.per_token == 2'730'491'904);
+  CHECK(split.lm_head == 151'936 * 2'048);
+  // Qwen3-32B, dense: 2 x 151,936 x 5120 + 5120 + 64 x (5120 x 8192 x 2 + 2 x 5120 x 1024
+  // + 3 x 5120 x 25600 + 2 x 5120) = 32,762,106,880.
+  CHECK(estimate_parameter_count(find_model_preset("qwen3-32b")) == 32'762'106'880);
+}
+
+TEST_CASE("roofline: the engine counts a chunked prompt's attention pairs") {
+  // Only the attention term costs: 1 ns per (query, key) pair. A prompt of 10 in chunks of 4
+  // (max_batched_tokens 4): chunk 1 has 4 x 0 + 4 x 5 / 2 = 10 pairs, chunk 2 4 x 4 + 10 = 26,
+  // chunk 3 2 x 8 + 2 x 3 / 2 = 19. Its first token comes at 10 + 26 + 19 = 55 ns.
+  CostModel c;
+  c.name = "pairs";
+  c.roofline = true;
+  c.attention_pair_ps = 1'000;
+  c.prefill_token_ps = 0;
+  c.base_ps = 0;
+  ReplayOptions o;
+  o.layout = test::unit_layout();
+  o.cost = c;
+  o.max_batched_tokens = 4;
+  test::VectorTrace trace({test::request("a", 0, 10, 1)});
+  auto allocator = make_allocator(parse_allocator_spec("paged:block=16", "test"), o.layout);
+  const ReplayReport r = replay(trace, *allocator, o);
+  CHECK(r.iterations == 3);
+  CHECK(r.ttft.p50_ns == 55);
+}

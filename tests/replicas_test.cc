@@ -1,0 +1,79 @@
+// Data-parallel replicas: vLLM's load-balancing rule on a schedule worked out by hand.
+#include "kvsim/replicas.h"
+
+#include <catch2/catch.hpp>
+
+#include <memory>
+
+#include "test_support.h"
+
+using namespace kvsim;
+
+namespace {
+
+constexpr std::int64_t kMs = 1'000'000;
+
+}  // namespace
+
+TEST_CASE("replicas: four requests routed by vLLM's least-loaded rule, not round robin") {
+  // Two replicas, 10 ms steps, prompts free. vLLM (vllm/v1/engine/core_client.py,
+  // DPLBAsyncMPClient.get_core_engine_for_request): the lowest in-flight count wins, ties to
+  // the first replica scanned from a start index that moves on by one per request.
+  //   a at 0 ms (1 token):    both empty, scan from 0          -> replica 0; done at 10 ms
+  //   b at 1 ms (100 tokens): 0 has a (1), 1 has none, from 1  -> replica 1; runs to 1,001 ms
+  //   c at 20 ms (1 token):   0 is empty again, 1 has b, from 0 -> replica 0; 20-30 ms
+  //   d at 35 ms (1 token):   0 empty, 1 has b, scan from 1: 1 scores 1, then 0 scores 0
+  //                                                            -> replica 0 (round robin: 1)
+  test::VectorTrace trace({test::request("a", 0, 10, 1), test::request("b", 1 * kMs, 10, 100),
+                           test::request("c", 20 * kMs, 10, 1), test::request("d", 35 * kMs, 10, 1)});
+  ReplayOptions o;
+  o.layout = test::unit_layout();
+  o.cost.name = "test";
+  o.cost.base_ps = 10 * kMs * 1000;
+  o.cost.prefill_token_ps = 0;
+  std::vector<std::unique_ptr<Allocator>> owned;
+  std::vector<Allocator*> allocators;
+  for (int i = 0; i < 2; ++i) {
+    owned.push_back(make_allocator(parse_allocator_spec("paged:block=16", "test"), o.layout));
+    allocators.push_back(owned.back().get());
+  }
+  const ReplicaRun run = replay_replicas(trace, allocators, o);
+  REQUIRE(run.replicas.size() == 2);
+  CHECK(run.routed == std::vector<std::int64_t>{3, 1});
+  CHECK(run.replicas[0].completed == 3);
+  CHECK(run.replicas[1].completed == 1);
+  // Every first token comes one 10 ms step after arrival (each replica is idle when its
+  // request arrives); b's 100th token ends its 100th step at 1 + 1,000 ms.
+  CHECK(run.replicas[1].end_ns == 1'001 * kMs);
+  CHECK(run.replicas[0].end_ns == 45 * kMs);
+  CHECK(run.total.requests == 4);
+  CHECK(run.total.completed == 4);
+  CHECK(run.total.start_ns == 0);
+  CHECK(run.total.end_ns == 1'001 * kMs);
+  CHECK(run.total.ttft.count == 4);
+  CHECK(run.total.ttft.p50_ns == 10 * kMs);
+  CHECK(run.total.ttft.max_ns == 10 * kMs);
+  CHECK(run.total.e2e.max_ns == 1'000 * kMs);
+  CHECK(run.total.generated_tokens == 103);
+  CHECK(run.total.leak_free);
+}
+
+TEST_CASE("replicas: one replica is the plain replay") {
+  test::VectorTrace one({test::request("a", 0, 10, 5), test::request("b", 3 * kMs, 20, 7)});
+  test::VectorTrace two({test::request("a", 0, 10, 5), test::request("b", 3 * kMs, 20, 7)});
+  ReplayOptions o;
+  o.layout = test::unit_layout();
+  o.cost.name = "test";
+  o.cost.base_ps = 10 * kMs * 1000;
+  o.cost.prefill_token_ps = 1'000'000;
+  auto a = make_allocator(parse_allocator_spec("paged:block=16", "test"), o.layout);
+  auto b = make_allocator(parse_allocator_spec("paged:block=16", "test"), o.layout);
+  const ReplayReport plain = replay(one, *a, o);
+  const ReplicaRun run = replay_replicas(two, {b.get()}, o);
+  CHECK(run.replicas[0].end_ns == plain.end_ns);
+  CHECK(run.replicas[0].ttft.mean_ns == plain.ttft.mean_ns);
+  CHECK(run.replicas[0].e2e.p99_ns == plain.e2e.p99_ns);
+  CHECK(run.replicas[0].iterations == plain.iterations);
+  CHECK(run.replicas[0].allocated_bytes.mean == plain.allocated_bytes.mean);
+  CHECK(run.total.e2e.p50_ns == plain.e2e.p50_ns);
+}
