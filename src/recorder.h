@@ -97,6 +97,14 @@ class Recorder {
   void waited(std::int64_t ns) { waiting_.push_back(ns); }
   void first_token(std::int64_t ttft_ns) { ttft_.push_back(ttft_ns); }
   void completed(std::int64_t e2e_ns) { e2e_.push_back(e2e_ns); }
+  // A completed request's time per output token (output >= 2 tokens only).
+  void per_output_token(std::int64_t tpot_ns) { tpot_.push_back(tpot_ns); }
+  // A step of `duration_ns` decoded `sequences` sequences: as many inter-token gaps.
+  void decode_step(std::int64_t duration_ns, std::int64_t sequences) {
+    if (sequences <= 0) return;
+    if (!itl_.empty() && itl_.back().first == duration_ns) itl_.back().second += sequences;
+    else itl_.emplace_back(duration_ns, sequences);
+  }
 
   const LinearSum& allocated_bytes() const { return allocated_bytes_; }
 
@@ -136,7 +144,8 @@ class Recorder {
   Int128 queue_integral_ = 0;
   std::int64_t queue_mark_ns_ = 0;
   std::int64_t next_sample_ns_ = 0;
-  std::vector<std::int64_t> ttft_, e2e_, waiting_;
+  std::vector<std::int64_t> ttft_, e2e_, waiting_, tpot_;
+  std::vector<std::pair<std::int64_t, std::int64_t>> itl_;  // (step duration, sequences decoded)
 };
 
 void Recorder::update(Contribution& old, std::size_t group, const Contribution& next, std::int64_t correction_ns) {
