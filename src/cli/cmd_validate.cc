@@ -29,23 +29,6 @@
 namespace kvsim::cli {
 namespace {
 
-const CommandSpec kSpec{
-    "kvsim validate RUN_DIR [replay options]",
-    "Replays a measured vLLM run's workload (meta.json's dataset_path, or --workload) with the\n"
-    "run's engine settings and compares what kvsim predicts with what was measured: TTFT, TPOT\n"
-    "and latency (mean, p50, p90, p95, p99, % difference, as the peer's\n"
-    "peer_validation_summary.txt), the mean absolute error of the running and waiting counts at\n"
-    "each tick of timeseries.csv, KV usage when the run recorded it, and the makespan.\n\n"
-    "From meta.json, unless given: --model (a preset, by the table below), --tp, --max-running\n"
-    "(max_num_seqs), --max-batched-tokens, --max-model-len, --allocator\n"
-    "paged:block=16,prefix-caching=on (vLLM's defaults) and --schedule simulate; the device\n"
-    "from peer_cluster_config.json (--device). Any replay option may be given; --cost takes the\n"
-    "spec 'kvsim calibrate RUN_DIR' prints. Measured figures follow the run's README: TTFT =\n"
-    "first_token - queued, TPOT = (last_token - first_token) / (output - 1), latency = last_token -\n"
-    "queued; percentiles interpolate linearly (numpy's default).",
-    "  kvsim validate ../shared/measured/rtxpro6000-llama-3.1-8b --device-memory 96GB\n"
-    "  kvsim validate RUN --device-memory 96GB --cost \"$(kvsim calibrate RUN --json | jq -r .cost)\" --json"};
-
 // meta.json's model (a Hugging Face name) -> kvsim's preset.
 struct ModelRow {
   const char* hf_name;
@@ -67,6 +50,31 @@ constexpr DeviceRow kDevices[] = {
     {"RTXPRO6000", "RTX-PRO-6000"}, {"H100", "H100-80GB"}, {"A100", "A100-80GB"}, {"L4", "L4"},
 };
 
+// The two tables, as --help lists them.
+std::string name_table() {
+  std::string out = "meta.json's model -> --model; peer_cluster_config.json's hardware -> --device:\n";
+  for (const ModelRow& r : kModels) out += "  " + std::string(r.hf_name) + " -> " + r.preset + "\n";
+  for (const DeviceRow& r : kDevices) out += "  " + std::string(r.hardware) + " -> " + r.preset + "\n";
+  return out;
+}
+
+const CommandSpec kSpec{
+    "kvsim validate RUN_DIR [replay options]",
+    "Replays a measured vLLM run's workload (meta.json's dataset_path, or --workload) with the\n"
+    "run's engine settings and compares what kvsim predicts with what was measured: TTFT, TPOT\n"
+    "and latency (mean, p50, p90, p95, p99, % difference, as the peer's\n"
+    "peer_validation_summary.txt), the mean absolute error of the running and waiting counts at\n"
+    "each tick of timeseries.csv, KV usage when the run recorded it, and the makespan.\n\n"
+    "From meta.json, unless given: --model (a preset, by the table at the end), --tp, --max-running\n"
+    "(max_num_seqs), --max-batched-tokens, --max-model-len, --allocator\n"
+    "paged:block=16,prefix-caching=on (vLLM's defaults) and --schedule simulate; the device\n"
+    "from peer_cluster_config.json (--device). Any replay option may be given; --cost takes the\n"
+    "spec 'kvsim calibrate RUN_DIR' prints. Measured figures follow the run's README: TTFT =\n"
+    "first_token - queued, TPOT = (last_token - first_token) / (output - 1), latency = last_token -\n"
+    "queued; percentiles interpolate linearly (numpy's default).\n\n" + name_table(),
+    "  kvsim validate ../shared/measured/rtxpro6000-llama-3.1-8b --device-memory 96GB\n"
+    "  kvsim validate RUN --device-memory 96GB --cost \"$(kvsim calibrate RUN --json | jq -r .cost)\" --json"};
+
 bool has_model_preset(std::string_view name) {
   const auto& all = model_presets();
   return std::any_of(all.begin(), all.end(), [&](const ModelSpec& m) { return m.name == name; });
@@ -86,7 +94,7 @@ void default_to(po::variables_map& vm, const char* key, const std::string& value
 }
 
 // meta.json's settings as defaults of the replay options.
-void apply_run_settings(po::variables_map& vm, const MeasuredRun& run) {
+void apply_run_settings(po::variables_map& vm, const po::options_description& options, const MeasuredRun& run) {
   const std::string meta = run.dir + "/meta.json";
   default_to(vm, "trace", run.workload);
   if (!given(vm, option_key(kOptModel)) && !given(vm, "config")) {
@@ -105,9 +113,13 @@ void apply_run_settings(po::variables_map& vm, const MeasuredRun& run) {
     default_to(vm, option_key(kOptModel), row->preset);
   }
   if (run.data_parallel > 1) {
-    throw InputError(Location{meta, 0, "data_parallel_size"},
-                     std::to_string(run.data_parallel) +
-                         " engine replicas; this kvsim replays one engine (data-parallel replicas are not built yet)");
+    // Data-parallel engines are replay's --replicas once it has them.
+    if (options.find_nothrow("replicas", false) == nullptr) {
+      throw InputError(Location{meta, 0, "data_parallel_size"},
+                       std::to_string(run.data_parallel) +
+                           " engine replicas; this kvsim replays one engine (data-parallel replicas are not built yet)");
+    }
+    default_to(vm, "replicas", std::to_string(run.data_parallel));
   }
   default_to(vm, option_key(kOptTp), std::to_string(run.tensor_parallel));
   default_to(vm, option_key(kOptMaxRunning), std::to_string(run.max_num_seqs));
@@ -333,7 +345,7 @@ int run_validate(const Invocation& inv) {
     if (vm.count(unused)) throw UsageError(std::string("--") + unused + " is not used by validate\nUsage: " + kSpec.synopsis);
   }
   const MeasuredRun run = read_measured_run(*dir, option_text(vm, "workload"), true);
-  apply_run_settings(vm, run);
+  apply_run_settings(vm, options, run);
   ReplayPlan plan = plan_replay(vm);
   if (plan.allocators.size() != 1) throw UsageError("validate replays one allocator\nUsage: " + kSpec.synopsis);
 
