@@ -35,7 +35,9 @@ std::vector<CalibrationTick> busy_ticks(const MeasuredRun& run) {
     t.prompt_tokens = m.prompt_tokens_per_s * run.tick_s;
     t.generated_tokens = m.generated_tokens_per_s * run.tick_s;
     double decoding = 0, context = 0;  // integrals over the tick
+    double first_tokens = 0;           // produced by prefill steps, not by decodes
     for (const MeasuredRequest& r : run.requests) {
+      if (r.first_token_s > t0 && r.first_token_s <= t1) ++first_tokens;
       const double span = r.last_token_s - r.first_token_s;
       const double o0 = std::max(t0, r.first_token_s), o1 = std::min(t1, r.last_token_s);
       const double len = overlap(t0, t1, r.first_token_s, r.last_token_s);
@@ -51,14 +53,15 @@ std::vector<CalibrationTick> busy_ticks(const MeasuredRun& run) {
     if (t.decoding_mean < 1 || t.generated_tokens <= 0) continue;
     // With data parallelism, `dp` engines share the tick's requests, each with D / dp of
     // them decoding: together they take dp x G / D steps in dp ticks of engine time.
-    t.steps = static_cast<double>(run.data_parallel) * t.generated_tokens / t.decoding_mean;
+    t.decoded_tokens = std::max(0.0, t.generated_tokens - first_tokens);
+    t.steps = static_cast<double>(run.data_parallel) * t.decoded_tokens / t.decoding_mean;
     ticks.push_back(t);
   }
   return ticks;
 }
 
 std::vector<double> features(const CalibrationTick& t) {
-  return {t.steps, t.prompt_tokens, t.generated_tokens, t.steps * t.context_mean};
+  return {t.steps, t.prompt_tokens, t.decoded_tokens, t.steps * t.context_mean};
 }
 
 struct Fit {

@@ -114,9 +114,10 @@ TEST_CASE("least squares: a hand-solved overdetermined system") {
 }
 
 TEST_CASE("calibrate: recovers the coefficients a synthetic run was generated with") {
-  // tests/data/measured/make_synthetic.py wrote each tick's generated tokens G from the rule
+  // tests/data/measured/make_synthetic.py wrote each tick's decoded tokens G from the rule
   //   1 s = (G / D) x 10 ms + P x 50 us + G x 200 us
-  // (D the mean requests decoding in the tick, P its prompt tokens): the fit must give back
+  // (D the mean requests decoding in the tick, P its prompt tokens), plus the tick's first
+  // tokens (a prefill's, not a decode's) into the generated column: the fit must give back
   // 10 ms, 50 us and 200 us, and no context term (the three explain every tick exactly).
   const MeasuredRun run = read_measured_run(kData + "/synthetic", std::nullopt, false);
   const Calibration c = calibrate(run);

@@ -8,8 +8,9 @@
 //
 //   tick = S x base + P x prefill_token + G x decode_seq + S x C x context_token
 //
-// with P, G the prompt and generated tokens of the tick (timeseries.csv), D the mean number
-// of requests decoding and C the mean sum of their context lengths over the tick (from
+// with P the prompt tokens of the tick (timeseries.csv), G its generated tokens less the
+// first tokens of requests (a prefill step produces those), D the mean number of requests
+// decoding and C the mean sum of their context lengths over the tick (from
 // requests.jsonl: a request decodes from its first token to its last, its context growing
 // by one position a token), and S = G / D the steps the tick held. Least squares over the
 // busy ticks gives the coefficients. A term stays only when the data supports it: a term
@@ -34,7 +35,8 @@ namespace kvsim {
 struct CalibrationTick {
   double t_s = 0;              // timeseries.csv's t: the tick ends here
   double prompt_tokens = 0;    // P
-  double generated_tokens = 0; // G
+  double generated_tokens = 0; // as timeseries.csv gives them
+  double decoded_tokens = 0;   // G: less the first tokens, which prefill steps produce
   double decoding_mean = 0;    // D
   double context_mean = 0;     // C
   double steps = 0;            // S = G / D

@@ -18,10 +18,11 @@ const CommandSpec kSpec{
     "context position read) by least squares to a measured vLLM run: RUN_DIR holds meta.json,\n"
     "requests.jsonl and timeseries.csv (see ../shared/measured/README.md). Each tick the engine\n"
     "was busy throughout gives one equation: the tick's length = steps x base + prompt tokens x\n"
-    "prefill-token + generated tokens x decode-seq + steps x mean context x context-token, with\n"
-    "the steps = generated tokens / mean requests decoding. context-token is kept only when it\n"
-    "lowers the residual RMS by 5% or more. Prints the fit, its residuals and the --cost spec\n"
-    "for 'kvsim replay' and 'kvsim validate'.",
+    "prefill-token + decoded tokens x decode-seq + steps x mean context x context-token, with\n"
+    "decoded tokens = generated tokens less first tokens, and steps = decoded tokens / mean\n"
+    "requests decoding. A term fitted non-positive is dropped; context-token is kept only when\n"
+    "it lowers the residual RMS by 5% or more. Prints the fit, its residuals and the --cost\n"
+    "spec for 'kvsim replay' and 'kvsim validate'.",
     "  kvsim calibrate ../shared/measured/rtxpro6000-llama-3.1-8b\n"
     "  kvsim validate ../shared/measured/rtxpro6000-llama-3.1-8b \\\n"
     "      --cost \"$(kvsim calibrate ../shared/measured/rtxpro6000-llama-3.1-8b --json | jq -r .cost)\""};
@@ -47,10 +48,10 @@ std::string table(const MeasuredRun& run, const Calibration& c) {
   }
   out += fmt::format("\nresiduals (predicted - measured tick length): RMS {:.1f} ms ({:.2f}%), max {:.1f} ms\n",
                      c.residual_rms_s * 1e3, c.residual_rms_s / c.tick_s * 100, c.residual_max_s * 1e3);
-  out += "\n  t, s   prompt tok  gen tok  decoding  steps  predicted, s\n";
+  out += "\n  t, s   prompt tok  decoded tok  decoding  steps  predicted, s\n";
   for (const CalibrationTick& t : c.ticks) {
-    out += fmt::format("{:>6.1f} {:>12.0f} {:>8.0f} {:>9.1f} {:>6.1f} {:>13.4f}\n", t.t_s, t.prompt_tokens,
-                       t.generated_tokens, t.decoding_mean, t.steps, t.predicted_s);
+    out += fmt::format("{:>6.1f} {:>12.0f} {:>12.0f} {:>9.1f} {:>6.1f} {:>13.4f}\n", t.t_s, t.prompt_tokens,
+                       t.decoded_tokens, t.decoding_mean, t.steps, t.predicted_s);
   }
   out += "\n--cost " + c.cost_spec + "\n";
   return out;
@@ -67,8 +68,8 @@ std::string json_of(const MeasuredRun& run, const Calibration& c) {
   Json ticks = Json::array();
   for (const CalibrationTick& t : c.ticks) {
     ticks.push_back(Json{{"t_s", t.t_s}, {"prompt_tokens", t.prompt_tokens}, {"generated_tokens", t.generated_tokens},
-                         {"decoding_mean", t.decoding_mean}, {"context_mean", t.context_mean}, {"steps", t.steps},
-                         {"predicted_s", t.predicted_s}});
+                         {"decoded_tokens", t.decoded_tokens}, {"decoding_mean", t.decoding_mean},
+                         {"context_mean", t.context_mean}, {"steps", t.steps}, {"predicted_s", t.predicted_s}});
   }
   Json j{{"run", run.dir},
          {"model", run.model},

@@ -403,12 +403,7 @@ void render(const ReplayPlan& plan, const TimelineScratch& scratch, const std::v
     std::ofstream out(*plan.per_request_path, std::ios::binary);
     if (!out) throw InputError(Location{*plan.per_request_path, 0, ""}, "cannot write the per-request file");
     out << per_request_header();
-    for (std::size_t i = 0; i < per_request.size(); ++i) {
-      // Requests leave in the order the schedule lets them go; the file lists them as the trace does.
-      std::sort(per_request[i].begin(), per_request[i].end(),
-                [](const RequestRecord& a, const RequestRecord& b) { return a.ordinal < b.ordinal; });
-      for (const RequestRecord& r : per_request[i]) out << per_request_row(reports[i].allocator, r);
-    }
+    for (std::size_t i = 0; i < per_request.size(); ++i) out << per_request_rows(reports[i].allocator, per_request[i]);
     if (!out) throw InputError(Location{*plan.per_request_path, 0, ""}, "writing the per-request file failed");
   }
 

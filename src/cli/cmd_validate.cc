@@ -177,7 +177,7 @@ struct Result {
 
 Result compare(const MeasuredRun& run, const ReplayPlan& plan, const ReplayReport& report,
                std::vector<RequestRecord> records, const std::vector<Sample>& samples) {
-  std::sort(records.begin(), records.end(), [](const RequestRecord& a, const RequestRecord& b) { return a.ordinal < b.ordinal; });
+  in_trace_order(records);
   if (records.size() != run.requests.size()) {
     throw InputError(Location{plan.trace_path, 0, ""},
                      "the workload has " + std::to_string(records.size()) + " requests but " + run.dir +
@@ -222,7 +222,8 @@ Result compare(const MeasuredRun& run, const ReplayPlan& plan, const ReplayRepor
   std::sort(arrivals.begin(), arrivals.end());
   std::sort(finishes.begin(), finishes.end());
   const auto count_in = [](const std::vector<std::int64_t>& v, std::int64_t after, std::int64_t upto) {
-    return static_cast<std::int64_t>(std::upper_bound(v.begin(), v.end(), upto) - std::upper_bound(v.begin(), v.end(), after));
+    return static_cast<std::int64_t>(std::upper_bound(v.begin(), v.end(), upto) -
+                                     std::upper_bound(v.begin(), v.end(), after));
   };
   double running_err = 0, waiting_err = 0, kv_err = 0;
   const double capacity = static_cast<double>(report.capacity_bytes);
@@ -287,7 +288,8 @@ std::string table(const MeasuredRun& run, const ReplayPlan& plan, const ReplayRe
 std::string json_of(const MeasuredRun& run, const ReplayPlan& plan, const ReplayReport& report, const Result& r) {
   using Json = nlohmann::ordered_json;
   const auto dist = [](const Distribution& d) {
-    return Json{{"count", d.count}, {"mean_s", d.mean}, {"p50_s", d.p50}, {"p90_s", d.p90}, {"p95_s", d.p95}, {"p99_s", d.p99}};
+    return Json{{"count", d.count}, {"mean_s", d.mean}, {"p50_s", d.p50},
+                {"p90_s", d.p90},   {"p95_s", d.p95},   {"p99_s", d.p99}};
   };
   const auto cmp = [&](const Comparison& c) {
     return Json{{"measured", dist(c.measured)},
@@ -342,7 +344,9 @@ int run_validate(const Invocation& inv) {
   const auto dir = option_text(vm, "run");
   if (!dir) throw UsageError("a run directory is required\nUsage: " + kSpec.synopsis);
   for (const char* unused : {"csv", "timeline", option_key(kOptJobs)}) {
-    if (vm.count(unused)) throw UsageError(std::string("--") + unused + " is not used by validate\nUsage: " + kSpec.synopsis);
+    if (vm.count(unused)) {
+      throw UsageError(std::string("--") + unused + " is not used by validate\nUsage: " + kSpec.synopsis);
+    }
   }
   const MeasuredRun run = read_measured_run(*dir, option_text(vm, "workload"), true);
   apply_run_settings(vm, options, run);
@@ -357,16 +361,15 @@ int run_validate(const Invocation& inv) {
     samples.push_back({row.time_ns, row.running, row.queued, row.allocated_bytes});
   };
   TraceOptions trace_options = plan.trace;
-  if (plan.allocators[0]->prefix_block_tokens() > 0) trace_options.hash_block_tokens = plan.allocators[0]->prefix_block_tokens();
+  if (plan.allocators[0]->prefix_block_tokens() > 0) {
+    trace_options.hash_block_tokens = plan.allocators[0]->prefix_block_tokens();
+  }
   auto trace = open_trace(plan.trace_path, trace_options);
   const ReplayReport report = replay(*trace, *plan.allocators[0], options_run);
   if (plan.per_request_path) {
     std::ofstream out(*plan.per_request_path, std::ios::binary);
     if (!out) throw InputError(Location{*plan.per_request_path, 0, ""}, "cannot write the per-request file");
-    std::vector<RequestRecord> sorted = records;
-    std::sort(sorted.begin(), sorted.end(), [](const RequestRecord& a, const RequestRecord& b) { return a.ordinal < b.ordinal; });
-    out << per_request_header();
-    for (const RequestRecord& r : sorted) out << per_request_row(report.allocator, r);
+    out << per_request_header() << per_request_rows(report.allocator, records);
   }
   const Result result = compare(run, plan, report, records, samples);
   fmt::print("{}", plan.json ? json_of(run, plan, report, result) : table(run, plan, report, result));

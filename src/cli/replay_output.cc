@@ -500,6 +500,18 @@ std::string per_request_row(const std::string& allocator, const RequestRecord& r
                      r.prompt_tokens, r.cached_prompt_tokens, r.output_tokens, r.preemptions, outcome);
 }
 
+void in_trace_order(std::vector<RequestRecord>& records) {
+  std::sort(records.begin(), records.end(),
+            [](const RequestRecord& a, const RequestRecord& b) { return a.ordinal < b.ordinal; });
+}
+
+std::string per_request_rows(const std::string& allocator, std::vector<RequestRecord>& records) {
+  in_trace_order(records);
+  std::string out;
+  for (const RequestRecord& r : records) out += per_request_row(allocator, r);
+  return out;
+}
+
 std::string timeline_header(const KvLayout& layout) {
   std::string out = "allocator,time_s,step,running,queued,effective_bytes,allocated_bytes,reserved_bytes";
   for (const auto& g : layout.groups) {

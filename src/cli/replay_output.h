@@ -36,6 +36,10 @@ std::string replay_csv(const std::vector<ReplayReport>& reports);
 // only with two or more output tokens; an empty cell where a time does not exist.
 std::string per_request_header();
 std::string per_request_row(const std::string& allocator, const RequestRecord& record);
+// Puts one run's records in trace order (they come as requests leave) and renders their rows.
+std::string per_request_rows(const std::string& allocator, std::vector<RequestRecord>& records);
+// Puts records in trace order.
+void in_trace_order(std::vector<RequestRecord>& records);
 
 // The timeline's CSV header for `layout`, and one row; `allocator` is the first column so
 // several runs can share one file (long format).

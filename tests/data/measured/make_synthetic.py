@@ -5,8 +5,11 @@ cost rule exactly, for calibrate's test to recover the coefficients.
 The rule (include/kvsim/calibrate.h): a tick busy throughout lasts
     S * base + P * prefill_token + G * decode_seq,   S = G / D,
 with D the mean number of requests decoding in the tick (a request decodes from its
-first_token_ts to its last_token_ts). Given the requests (hence D) and each tick's prompt
-tokens P, the generated tokens G are solved for:  G = (tick - P * prefill_token) / (base / D + decode_seq).
+first_token_ts to its last_token_ts) and G the tokens decode steps produced. Given the
+requests (hence D) and each tick's prompt tokens P, G is solved for:
+    G = (tick - P * prefill_token) / (base / D + decode_seq),
+and the timeseries' generated tokens are G plus the first tokens of the tick (F: those come
+from prefill steps).
 Coefficients: base 10 ms, prefill_token 50 us, decode_seq 200 us, context_token 0.
 Run once by hand; the files are committed.
 """
@@ -34,7 +37,8 @@ for t in range(1, 14):
     d = decoding_mean(t0, t1)
     p = 1000.0 * (t % 3) + 300.0 * (t % 2)
     g = (1.0 - p * PREFILL) / (BASE / d + DECODE) if d > 0 else 0.0
-    rows.append(f"{t}.0,{p!r},{g!r},10,0,0.0")
+    f = sum(1 for r in reqs if t0 < r["first_token_ts"] <= t1)
+    rows.append(f"{t}.0,{p!r},{g + f!r},10,0,0.0")
 
 with open(os.path.join(here, "meta.json"), "w") as f:
     json.dump({"model": "meta-llama/Llama-3.1-8B", "vllm_version": "0.19.0",
