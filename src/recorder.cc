@@ -30,33 +30,6 @@ Latency summarize(std::vector<std::int64_t>& values) {
   return l;
 }
 
-// The same figures for samples given as (value, how many times): nearest rank over the
-// weights, the mean weighted.
-Latency summarize_weighted(std::vector<std::pair<std::int64_t, std::int64_t>>& samples) {
-  Latency l;
-  Int128 sum = 0;
-  for (const auto& [value, weight] : samples) {
-    l.count += weight;
-    sum += Int128{value} * weight;
-  }
-  if (l.count == 0) return l;
-  std::sort(samples.begin(), samples.end());
-  auto rank = [&](std::int64_t p) {
-    const Int128 wanted = (Int128{p} * l.count + 99) / 100;  // 1-based rank
-    Int128 seen = 0;
-    for (const auto& [value, weight] : samples) {
-      seen += weight;
-      if (seen >= wanted) return value;
-    }
-    return samples.back().first;
-  };
-  l.p50_ns = rank(50);
-  l.p99_ns = rank(99);
-  l.max_ns = samples.back().first;
-  l.mean_ns = static_cast<double>(sum) / static_cast<double>(l.count);
-  return l;
-}
-
 Occupancy occupancy(const LinearSum& sum, const Clock& clock, const TimeHistogram& hist, const Peak& peak,
                     std::int64_t step) {
   Occupancy o;
@@ -190,7 +163,13 @@ void Recorder::finish(ReplayReport& r, const Allocator& allocator, std::int64_t 
   r.e2e = summarize(e2e_);
   r.waiting = summarize(waiting_);
   r.tpot = summarize(tpot_);
-  r.itl = summarize_weighted(itl_);
+  r.itl.count = itl_count_;
+  if (itl_count_ > 0) {
+    r.itl.mean_ns = static_cast<double>(itl_sum_) / static_cast<double>(itl_count_);
+    r.itl.p50_ns = itl_hist_.quantile(50);
+    r.itl.p99_ns = itl_hist_.quantile(99);
+    r.itl.max_ns = itl_max_;
+  }
   queue_until(now_, queued);
   r.queue_mean = duration > 0 ? static_cast<double>(queue_integral_) / duration : 0;
   r.generated_tokens_per_s = duration > 0 ? static_cast<double>(r.generated_tokens) * 1e9 / duration : 0;

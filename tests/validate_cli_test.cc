@@ -126,6 +126,31 @@ TEST_CASE("validate: measured against simulated for a hand-made run") {
   CHECK_THAT(table.out, Catch::Contains("TTFT Mean (ms)") && Catch::Contains("not recorded"));
 }
 
+TEST_CASE("validate: with one-token outputs there is no TPOT, and it says n/a, not 0") {
+  // TPOT needs two tokens (README: (last - first) / (output - 1)).
+  const auto base = test::scratch_dir("validate-one-token");
+  std::filesystem::create_directories(base / "run");
+  std::filesystem::create_directories(base / "workloads");
+  std::filesystem::copy(kData + "/tiny/run", base / "run",
+                        std::filesystem::copy_options::recursive | std::filesystem::copy_options::overwrite_existing);
+  {
+    std::ofstream(base / "run" / "requests.jsonl")
+        << R"({"request_id": "a", "input_toks": 100, "output_toks": 1, "arrival_time": 1767225600.0, "queued_ts": 500.0, "scheduled_ts": 500.0, "first_token_ts": 500.1, "last_token_ts": 500.1})" "\n";
+    std::ofstream(base / "workloads" / "tiny.jsonl") << R"({"input_toks": 100, "output_toks": 1, "arrival_time_ns": 0})" "\n";
+  }
+  const auto r = test::run_cli({"validate", (base / "run").string(), "--kv-budget", "1GB", "--json"});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  const Json doc = Json::parse(r.out);
+  CHECK(doc["tpot"]["measured"]["count"] == 0);
+  CHECK(doc["tpot"]["measured"]["mean_s"].is_null());
+  CHECK(doc["tpot"]["diff_percent"].is_null());
+  CHECK(doc["ttft"]["measured"]["mean_s"].get<double>() == Approx(0.1));
+  const auto table = test::run_cli({"validate", (base / "run").string(), "--kv-budget", "1GB"});
+  CHECK_THAT(table.out, Catch::Contains("TPOT Mean (ms)                    n/a          n/a       n/a"));
+  std::filesystem::remove_all(base);
+}
+
 TEST_CASE("validate: what it cannot map is an error naming the file and field") {
   const auto dir = test::scratch_dir("validate-bad") / "run";
   std::filesystem::create_directories(dir);

@@ -247,7 +247,9 @@ struct ReplayReport {
   Latency tpot;
   // Inter-token latency: one sample per token a decode step produces (a step that decodes d
   // sequences gives d samples of its duration). The first token of a request, and a token
-  // that ends a recompute after preemption, come from a prefill and are not samples.
+  // that ends a recompute after preemption, come from a prefill and are not samples. Count,
+  // mean and max are exact; p50 and p99 are a histogram's bucket edges (buckets of 2^k ns,
+  // the fewest keeping the longest step within 65,536 of them: 16 ns up to 1 ms steps).
   Latency itl;
   // Serving under a budget (all zero in demand mode).
   std::string policy;                  // "vllm (recompute)", ...; "none" in demand mode

@@ -267,6 +267,14 @@ std::string table(const MeasuredRun& run, const ReplayPlan& plan, const ReplayRe
                                                                   {"P95", &Distribution::p95},
                                                                   {"P99", &Distribution::p99}};
     for (const auto& [label, field] : rows) {
+      if (c.measured.count == 0 || c.simulated.count == 0) {  // e.g. TPOT with one-token outputs only
+        const auto cell = [](const Distribution& d, double v) {
+          return d.count > 0 ? fmt::format("{:.1f}", v * 1e3) : std::string("n/a");
+        };
+        out += fmt::format("{:<24} {:>12} {:>12} {:>9}\n", fmt::format("{} {} (ms)", name, label),
+                           cell(c.measured, c.measured.*field), cell(c.simulated, c.simulated.*field), "n/a");
+        continue;
+      }
       const double m = c.measured.*field * 1e3, s = c.simulated.*field * 1e3;
       out += fmt::format("{:<24} {:>12.1f} {:>12.1f} {:>+8.1f}%\n", fmt::format("{} {} (ms)", name, label), m, s,
                          diff_percent(m, s));
@@ -287,11 +295,16 @@ std::string table(const MeasuredRun& run, const ReplayPlan& plan, const ReplayRe
 
 std::string json_of(const MeasuredRun& run, const ReplayPlan& plan, const ReplayReport& report, const Result& r) {
   using Json = nlohmann::ordered_json;
+  // No samples: null figures, never 0.
   const auto dist = [](const Distribution& d) {
-    return Json{{"count", d.count}, {"mean_s", d.mean}, {"p50_s", d.p50},
-                {"p90_s", d.p90},   {"p95_s", d.p95},   {"p99_s", d.p99}};
+    const auto v = [&](double x) { return d.count > 0 ? Json(x) : Json(nullptr); };
+    return Json{{"count", d.count}, {"mean_s", v(d.mean)}, {"p50_s", v(d.p50)},
+                {"p90_s", v(d.p90)},   {"p95_s", v(d.p95)},   {"p99_s", v(d.p99)}};
   };
   const auto cmp = [&](const Comparison& c) {
+    if (c.measured.count == 0 || c.simulated.count == 0) {
+      return Json{{"measured", dist(c.measured)}, {"simulated", dist(c.simulated)}, {"diff_percent", nullptr}};
+    }
     return Json{{"measured", dist(c.measured)},
                 {"simulated", dist(c.simulated)},
                 {"diff_percent", Json{{"mean", diff_percent(c.measured.mean, c.simulated.mean)},
