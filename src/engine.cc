@@ -73,6 +73,16 @@ std::int64_t Engine::take_ticket() {
   // prompt + output > max, without overflow for lengths near 2^63.
   if (next_.prompt_tokens > max_tokens_ - std::min(next_.output_tokens, max_tokens_)) {
     ++report_.rejected_too_long;  // an engine refuses these at its API
+    if (opt_.per_request) {
+      RequestRecord r;
+      r.id = next_.id;
+      r.ordinal = ordinal_;
+      r.arrival_ns = next_.arrival_ns;
+      r.prompt_tokens = next_.prompt_tokens;
+      r.output_tokens = next_.output_tokens;
+      r.outcome = RequestRecord::Outcome::refused;
+      opt_.per_request(r);
+    }
     return -1;
   }
   // A request whose n samples at full length do not fit 64 bits of bytes cannot be replayed.
@@ -105,6 +115,14 @@ std::int64_t Engine::take_ticket() {
   // What a planner allows for: the request's own limit, else the run's default, never less
   // than what the request really generates.
   t.planned = next_.max_tokens ? *next_.max_tokens : std::max(opt_.default_max_tokens, next_.output_tokens);
+  if (opt_.per_request) {
+    if (request_id_.size() <= index) {
+      request_id_.resize(index + 1);
+      cached_at_admission_.resize(index + 1);
+    }
+    request_id_[index] = next_.id;
+    cached_at_admission_[index] = 0;
+  }
   if (sharing()) {
     if (prefix_of_.size() <= index) prefix_of_.resize(index + 1);
     if (!next_.prefix_hashes.empty()) {
@@ -199,6 +217,7 @@ void Engine::cancel(const Cancellation& c, bool mid_span) {
   const std::int64_t at = mid_span ? c.at_ns : now_;
   const bool started = t.admitted_ns >= 0;
   (started ? report_.cancelled_running : report_.cancelled_queued) += 1;
+  leaves(c.ticket, RequestRecord::Outcome::cancelled, c.at_ns);
   switch (t.phase) {
     case Phase::queued:
       note_queue(c.at_ns);
@@ -466,6 +485,7 @@ bool Engine::grow_or_preempt(std::uint32_t slot, std::int64_t tokens, std::int64
       // only start it over, forever.
       ++report_.rejected_too_large;
       report_.generated_tokens += flights_[slot].n * flights_[slot].produced_before(step_);
+      leaves(flights_[slot].ticket, RequestRecord::Outcome::refused, now_);
       release(slot, 0);
       return false;
     }
@@ -558,10 +578,29 @@ void Engine::refuse_too_large(std::uint32_t ticket) {
   // Nothing else holds memory, and this request still does not fit: it never will.
   ++report_.rejected_too_large;
   report_.generated_tokens += tickets_[ticket].n * tickets_[ticket].base_generated;
+  leaves(ticket, RequestRecord::Outcome::refused, now_);
   queue_.pop_front();
   note_queue(now_);
   --queued_;
   free_ticket(ticket);
+}
+
+void Engine::leaves(std::uint32_t ticket, RequestRecord::Outcome outcome, std::int64_t at_ns) {
+  if (!opt_.per_request) return;
+  const Ticket& t = tickets_[ticket];
+  RequestRecord r;
+  r.id = request_id_[ticket];
+  r.ordinal = t.ordinal;
+  r.arrival_ns = t.arrival_ns;
+  r.first_scheduled_ns = t.admitted_ns;
+  r.first_token_ns = t.first_token_ns;
+  r.finish_ns = outcome == RequestRecord::Outcome::refused ? -1 : at_ns;
+  r.prompt_tokens = t.prompt;
+  r.cached_prompt_tokens = cached_at_admission_[ticket];
+  r.output_tokens = t.output;
+  r.preemptions = t.preemptions;
+  r.outcome = outcome;
+  opt_.per_request(r);
 }
 
 void Engine::continue_prefills(std::int64_t& budget, std::int64_t& prefill_tokens) {
@@ -684,6 +723,7 @@ void Engine::admit_waiting(std::int64_t& budget, std::int64_t& prefill_tokens) {
     if (first_admission) {
       t.admitted_ns = now_;
       recorder_.waited(now_ - t.arrival_ns);
+      if (opt_.per_request) cached_at_admission_[ref.ticket] = cached;
     }
     if (scheduler_tracks_requests_) scheduler_->on_admitted(view_, slot, t);
     if (sharing()) count_prefix_lookup(t.prompt, target, cached, !first_admission);
@@ -724,7 +764,10 @@ void Engine::deliver_step() {
     const Flight& f = flights_[ref.slot];
     if (f.generation != ref.generation) continue;
     ++report_.completed;
-    recorder_.completed(now_ - tickets_[f.ticket].arrival_ns);
+    const Ticket& t = tickets_[f.ticket];
+    recorder_.completed(now_ - t.arrival_ns);
+    if (f.output >= 2) recorder_.per_output_token((now_ - t.first_token_ns) / (f.output - 1));
+    leaves(f.ticket, RequestRecord::Outcome::completed, now_);
     report_.generated_tokens += f.n * f.output;
     release(ref.slot, 0);
   }
@@ -759,6 +802,7 @@ void Engine::run_iteration() {
   step_work_.sampled += decode_seqs;
   const std::int64_t duration = step_duration(step_work_);
   ++report_.iterations;
+  recorder_.decode_step(duration, decode_seqs);
   if (step_memory_bound_) report_.memory_bound_ns += duration;
   if (scheduler_tracks_requests_) scheduler_->end_step(view_, step_preempted_, decode_seqs);
 
@@ -780,6 +824,12 @@ ReplayReport Engine::run() {
   if (!fetch()) return finish_report();
   measured_ = opt_.schedule == Schedule::measured ||
               (opt_.schedule == Schedule::automatic && next_.has_service_times());
+  if (measured_ && opt_.per_request) {
+    throw InputError(Location{trace_.path(), 0, ""},
+                     "its start/first_token/finish times fix the schedule, and its per-request times are the "
+                     "trace's own; for per-request output of a simulation, replay it with " +
+                         std::string(kOptSchedule) + " simulate");
+  }
   if (measured_ && bounded()) {
     throw InputError(Location{trace_.path(), 0, ""},
                      "its start/first_token/finish times fix the schedule, which a memory budget would have to "

@@ -210,6 +210,9 @@ class Engine {
   // Schedules the request's next event and returns the token count it falls at.
   std::int64_t schedule_next(std::uint32_t slot, std::int64_t tokens);
   void refuse_too_large(std::uint32_t ticket);
+  // --per-request: the ticket's request leaves with `outcome` at `at_ns` (nothing when the
+  // option is off).
+  void leaves(std::uint32_t ticket, RequestRecord::Outcome outcome, std::int64_t at_ns);
 
   // --- accounting
   // Re-reads the request's footprints at `tokens`. `with_slopes`: the request will take
@@ -309,6 +312,10 @@ class Engine {
   HashTable<std::int64_t> live_prefix_;
   std::int64_t shared_prefix_blocks_ = 0;  // sum over live hashes of (holders - 1)
   ReplayReport report_;
+  // --per-request only (empty otherwise), by ticket: the trace's id, prompt tokens found
+  // cached at first admission.
+  std::vector<std::string> request_id_;
+  std::vector<std::int64_t> cached_at_admission_;
 
   // The serving policy: reads the engine through view_.
   EngineView view_;

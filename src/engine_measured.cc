@@ -113,6 +113,12 @@ void Engine::handle_timed(const TimedEvent& e) {
         report_.generated_tokens += t.n * t.output;
         if (t.output > 0) recorder_.first_token(s.first_token_ns - t.arrival_ns);
         recorder_.completed(s.finish_ns - t.arrival_ns);
+        if (t.output >= 2) {
+          // Its tokens are spread evenly from first_token to finish: every gap is the TPOT.
+          const std::int64_t tpot = (s.finish_ns - s.first_token_ns) / (t.output - 1);
+          recorder_.per_output_token(tpot);
+          recorder_.decode_step(tpot, t.n * (t.output - 1));
+        }
       }
       release(slot, 0);
       break;

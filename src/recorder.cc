@@ -168,6 +168,14 @@ void Recorder::finish(ReplayReport& r, const Allocator& allocator, std::int64_t 
   r.ttft = summarize(ttft_);
   r.e2e = summarize(e2e_);
   r.waiting = summarize(waiting_);
+  r.tpot = summarize(tpot_);
+  r.itl.count = itl_count_;
+  if (itl_count_ > 0) {
+    r.itl.mean_ns = static_cast<double>(itl_sum_) / static_cast<double>(itl_count_);
+    r.itl.p50_ns = itl_hist_.quantile(50);
+    r.itl.p99_ns = itl_hist_.quantile(99);
+    r.itl.max_ns = itl_max_;
+  }
   queue_until(now_, queued);
   r.queue_mean = duration > 0 ? static_cast<double>(queue_integral_) / duration : 0;
   r.generated_tokens_per_s = duration > 0 ? static_cast<double>(r.generated_tokens) * 1e9 / duration : 0;

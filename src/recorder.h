@@ -100,6 +100,18 @@ class Recorder {
   void waited(std::int64_t ns) { waiting_.push_back(ns); }
   void first_token(std::int64_t ttft_ns) { ttft_.push_back(ttft_ns); }
   void completed(std::int64_t e2e_ns) { e2e_.push_back(e2e_ns); }
+  // A completed request's time per output token (output >= 2 tokens only).
+  void per_output_token(std::int64_t tpot_ns) { tpot_.push_back(tpot_ns); }
+  // A step of `duration_ns` decoded `sequences` sequences: as many inter-token gaps. Kept in
+  // a histogram (a 1,000,000-request replay has tens of millions of steps), exact in count,
+  // mean and max.
+  void decode_step(std::int64_t duration_ns, std::int64_t sequences) {
+    if (sequences <= 0) return;
+    itl_hist_.add(duration_ns, sequences);
+    itl_count_ += sequences;
+    itl_sum_ += Int128{duration_ns} * sequences;
+    itl_max_ = std::max(itl_max_, duration_ns);
+  }
 
   const LinearSum& allocated_bytes() const { return allocated_bytes_; }
 
@@ -141,7 +153,11 @@ class Recorder {
   Int128 queue_integral_ = 0;
   std::int64_t queue_mark_ns_ = 0;
   std::int64_t next_sample_ns_ = 0;
-  std::vector<std::int64_t> ttft_, e2e_, waiting_;
+  std::vector<std::int64_t> ttft_, e2e_, waiting_, tpot_;
+  TimeHistogram itl_hist_;   // step durations weighted by the sequences they decoded
+  std::int64_t itl_count_ = 0;
+  Int128 itl_sum_ = 0;
+  std::int64_t itl_max_ = 0;
 };
 
 void Recorder::update(Contribution& old, std::size_t group, const Contribution& next, std::int64_t correction_ns) {

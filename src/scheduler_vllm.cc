@@ -1,8 +1,12 @@
-// vLLM's policy (its v0 block manager and scheduler, which v1 keeps in spirit; docs/replay.md
-// cites the code): admit in arrival order while the next chunk's blocks fit and leave the
-// watermark free; when a running request cannot grow, preempt the newest running request,
-// by recompute (requeued at the front of the waiting queue) or by swapping its blocks to host
-// memory (decoding requests only; a swapped request comes back before anything new starts).
+// vLLM's policy, after v1's scheduler (vllm/v1/core/sched/scheduler.py, Scheduler.schedule
+// and _preempt_request; kv_cache_manager.py allocate_slots for the watermark): admit in
+// arrival order while the next chunk's blocks fit and leave the watermark free; when a
+// running request cannot grow, preempt the newest running request, by recompute (requeued
+// at the front of the waiting queue), or by swapping its blocks to host memory (v0 only;
+// decoding requests only; a swapped request comes back before anything new starts). The
+// loop around it (running requests first, the token budget, max_num_seqs, no admission in a
+// step that preempted) is the engine's. docs/fidelity.md lists each rule with its place in
+// vLLM's code and its test.
 #include <string>
 
 #include "engine.h"

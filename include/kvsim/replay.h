@@ -70,6 +70,23 @@ struct TimelineRow {
   std::vector<std::int64_t> allocated_slots;     // per layer group, positions
 };
 
+// One request's stay, for --per-request: what happened to it and when (ns on the trace's
+// clock; -1 where it never happened). Emitted when the request leaves, whichever way.
+struct RequestRecord {
+  enum class Outcome { completed, cancelled, refused };
+  std::string id;                      // the trace's id, or "" when it has none
+  std::int64_t ordinal = 0;            // 1-based position in the trace
+  std::int64_t arrival_ns = 0;
+  std::int64_t first_scheduled_ns = -1;  // first admission
+  std::int64_t first_token_ns = -1;
+  std::int64_t finish_ns = -1;         // completed: its last token; cancelled: the cancellation
+  std::int64_t prompt_tokens = 0;
+  std::int64_t cached_prompt_tokens = 0;  // found in the prefix cache at first admission
+  std::int64_t output_tokens = 0;      // the trace's, per sample
+  std::int64_t preemptions = 0;
+  Outcome outcome = Outcome::completed;
+};
+
 // Where the schedule comes from.
 enum class Schedule {
   automatic,   // measured when the trace's first request carries service timestamps
@@ -156,6 +173,9 @@ struct ReplayOptions {
   // Sampling for `timeline`: every iteration (0) or at most once per this many ns.
   std::int64_t sample_every_ns = 0;
   std::function<void(const TimelineRow&)> timeline;  // not called when empty
+  // Called once per request of the trace as it leaves (simulated schedule only; a measured
+  // schedule's per-request times are the trace's own). Not called when empty.
+  std::function<void(const RequestRecord&)> per_request;
   // Called now and then with the fraction of the trace read, for a progress bar.
   std::function<void(double)> progress;
   // Keep every request's latencies in ReplayReport::latency_samples (data-parallel replicas
@@ -272,6 +292,15 @@ struct ReplayReport {
   // Latencies of completed requests.
   Latency ttft;
   Latency e2e;
+  // Time per output token: (finish - first token) / (output tokens - 1), per completed
+  // request with at least two output tokens (vLLM's TPOT).
+  Latency tpot;
+  // Inter-token latency: one sample per token a decode step produces (a step that decodes d
+  // sequences gives d samples of its duration). The first token of a request, and a token
+  // that ends a recompute after preemption, come from a prefill and are not samples. Count,
+  // mean and max are exact; p50 and p99 are a histogram's bucket edges (buckets of 2^k ns,
+  // the fewest keeping the longest step within 65,536 of them: 16 ns up to 1 ms steps).
+  Latency itl;
   // Serving under a budget (all zero in demand mode).
   std::string policy;                  // "vllm (recompute)", ...; "none" in demand mode
   std::int64_t capacity_bytes = 0;     // the allocator's bound from the budget

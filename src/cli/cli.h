@@ -89,6 +89,8 @@ int run_models(const Invocation& inv);
 int run_size(const Invocation& inv);
 int run_trace(const Invocation& inv);
 int run_replay(const Invocation& inv);
+int run_calibrate(const Invocation& inv);
+int run_validate(const Invocation& inv);
 
 }  // namespace kvsim::cli
 

@@ -29,6 +29,7 @@
 #include "kvsim/units.h"
 #include "model_options.h"
 #include "replay_output.h"
+#include "replay_plan.h"
 
 namespace kvsim::cli {
 namespace {
@@ -105,6 +106,8 @@ class Progress {
   bool enabled_;
 };
 
+}  // namespace
+
 po::options_description replay_option_descriptions() {
   po::options_description alloc_opts("Allocators and schedule");
   const std::string max_batched_tokens_help = fmt::format(
@@ -173,6 +176,9 @@ po::options_description replay_option_descriptions() {
       ("json", "print everything as JSON instead of the table")
       ("csv", po::value<std::string>(), "also write one CSV row per allocator to this file")
       ("timeline", po::value<std::string>(), "write occupancy over time to this CSV file (columns named with units)")
+      ("per-request", po::value<std::string>(),
+       "write one CSV row per request to this file: its times (arrival, first scheduled, first token, finish, "
+       "TTFT, TPOT, end to end), tokens, preemptions and outcome; an allocator column first")
       (option_key(kOptSampleEvery), po::value<std::string>(),
        "timeline sampling: at most one row per this duration (default: every iteration)")
       (option_key(kOptJobs), po::value<std::string>(), "allocators replayed at once (default: the number of cores)")
@@ -188,25 +194,8 @@ po::options_description replay_option_descriptions() {
   return options;
 }
 
-// Everything the options decide, checked, before any trace is read.
-struct ReplayPlan {
-  std::string trace_path;
-  ModelChoice choice;
-  std::optional<Budget> budget;
-  ReplayOptions options;      // layout, schedule, cost, limits, memory; no callbacks yet
-  TraceOptions trace;
-  std::vector<std::unique_ptr<Allocator>> allocators;
-  // --replicas N > 1: one allocator (KV pool) per replica for each spec, spec after spec.
-  std::int64_t replicas = 1;
-  std::vector<std::vector<std::unique_ptr<Allocator>>> replica_allocators;
-  std::size_t jobs = 1;
-  std::optional<std::string> timeline_path;
-  std::optional<std::string> csv_path;
-  bool json = false;
-  bool progress = false;
-  // A trace that cannot be read again (a pipe, a FIFO), read once for every allocator.
-  std::shared_ptr<const TraceInMemory> trace_in_memory;
-};
+
+namespace {
 
 // The engine's options: layout, schedule, cost model and limits, and serving under a budget.
 // The model's roofline on the budget's device (or kDefaultDevice) is the cost model's default.
@@ -308,6 +297,8 @@ TraceOptions trace_options_from(const po::variables_map& vm) {
   return to;
 }
 
+}  // namespace
+
 // Reads the parsed options in the order their errors are reported, builds the allocators and
 // opens the trace once, so that every mistake fails before any work.
 ReplayPlan plan_replay(const po::variables_map& vm) {
@@ -384,11 +375,19 @@ ReplayPlan plan_replay(const po::variables_map& vm) {
   std::vector<std::pair<std::string, std::string>> outputs;
   if (plan.timeline_path) outputs.emplace_back("--timeline", *plan.timeline_path);
   if (plan.csv_path) outputs.emplace_back("--csv", *plan.csv_path);
+  plan.per_request_path = option_text(vm, "per-request");
+  if (plan.per_request_path) outputs.emplace_back("--per-request", *plan.per_request_path);
   refuse_output_over_input(outputs, {plan.trace_path}, kSpec.synopsis);
+  if (plan.per_request_path && plan.options.schedule == Schedule::measured) {
+    throw UsageError("--per-request describes a simulated schedule; --schedule measured replays the trace's own "
+                     "times\nUsage: " + kSpec.synopsis);
+  }
   plan.json = vm.count("json") != 0;
   plan.progress = vm.count("quiet") == 0 && ::isatty(STDERR_FILENO) != 0;
   return plan;
 }
+
+namespace {
 
 // The files a timeline's rows go to while the runs are under way: one scratch file per run,
 // joined in allocator order at the end, so the file is the same however the runs interleave.
@@ -431,8 +430,10 @@ class TimelineScratch {
 
 // One engine per allocator on plan.jobs threads; the reports in allocator order. Rethrows the
 // first error in allocator order, whichever thread met it first.
-std::vector<ReplayReport> run_all(ReplayPlan& plan, TimelineScratch& scratch) {
+std::vector<ReplayReport> run_all(ReplayPlan& plan, TimelineScratch& scratch,
+                                  std::vector<std::vector<RequestRecord>>& per_request) {
   const std::size_t runs = plan.allocators.size();
+  per_request.assign(runs, {});
   Progress progress(runs, plan.progress);
   std::vector<ReplayReport> reports(runs);
   std::vector<std::exception_ptr> errors(runs);
@@ -450,6 +451,10 @@ std::vector<ReplayReport> run_all(ReplayPlan& plan, TimelineScratch& scratch) {
             const std::string line = timeline_row(name, row);
             std::fwrite(line.data(), 1, line.size(), out);
           };
+        }
+        if (plan.per_request_path) {
+          std::vector<RequestRecord>& records = per_request[i];
+          mine.per_request = [&records](const RequestRecord& r) { records.push_back(r); };
         }
         // Token ids are hashed at the block size the allocator shares prompts at.
         TraceOptions trace_options = plan.trace;
@@ -504,10 +509,16 @@ std::vector<ReplayReport> run_replicas(ReplayPlan& plan) {
 }
 
 // The timeline file, the CSV file and the table or JSON on stdout.
-void render(const ReplayPlan& plan, const TimelineScratch& scratch, const std::vector<ReplayReport>& reports) {
+void render(const ReplayPlan& plan, const TimelineScratch& scratch, const std::vector<ReplayReport>& reports,
+            std::vector<std::vector<RequestRecord>>& per_request) {
   const ReplayOptions& ro = plan.options;
   const std::string inputs[] = {plan.trace_path};
   if (plan.timeline_path) scratch.write(*plan.timeline_path, ro.layout, inputs);
+  if (plan.per_request_path) {
+    std::string rows = per_request_header();
+    for (std::size_t i = 0; i < per_request.size(); ++i) rows += per_request_rows(reports[i].allocator, per_request[i]);
+    write_output_file(*plan.per_request_path, rows, inputs);
+  }
 
   ReplayContext context;
   context.trace = plan.trace_path;
@@ -540,8 +551,10 @@ int run_replay(const Invocation& inv) {
 
   ReplayPlan plan = plan_replay(vm);
   TimelineScratch scratch(plan.allocators.size());
-  const std::vector<ReplayReport> reports = plan.replicas > 1 ? run_replicas(plan) : run_all(plan, scratch);
-  render(plan, scratch, reports);
+  std::vector<std::vector<RequestRecord>> per_request;
+  const std::vector<ReplayReport> reports =
+      plan.replicas > 1 ? run_replicas(plan) : run_all(plan, scratch, per_request);
+  render(plan, scratch, reports, per_request);
   return kExitOk;
 }
 

@@ -32,6 +32,8 @@ int main(int argc, char** argv) {
   using namespace kvsim::cli;
   const std::vector<Subcommand> commands = {
       {"replay", "replay a trace through one or more allocators", run_replay},
+      {"calibrate", "fit the linear cost model to a measured vLLM run", run_calibrate},
+      {"validate", "replay a measured vLLM run's workload and compare with what was measured", run_validate},
       {"size", "KV-cache capacity sheet for a model, dtype, placement and budget", run_size},
       {"models", "list the built-in model presets and their KV geometry", run_models},
       {"trace", "trace statistics, conversion and synthetic generation", run_trace},

@@ -86,6 +86,12 @@ std::string p50_p99(const Latency& l) {
   return l.count > 0 ? seconds(l.p50_ns) + " / " + seconds(l.p99_ns) : std::string("n/a");
 }
 
+// Per-token latencies are tens of milliseconds: shown in ms, two decimals.
+std::string p50_p99_ms(const Latency& l) {
+  const auto ms = [](std::int64_t ns) { return fmt::format("{:.2f}", static_cast<double>(ns) / 1e6); };
+  return l.count > 0 ? ms(l.p50_ns) + " / " + ms(l.p99_ns) : std::string("n/a");
+}
+
 // What the runs share, above the table: trace, model, schedule, budget.
 std::string run_header(const ReplayContext& c, const std::vector<ReplayReport>& reports) {
   std::string out;
@@ -314,6 +320,8 @@ void request_rows(RunColumns& t) {
 void latency_rows(RunColumns& t) {
   t.row("  TTFT p50 / p99, s", [](const ReplayReport& r) { return p50_p99(r.ttft); });
   t.row("  end-to-end p50 / p99, s", [](const ReplayReport& r) { return p50_p99(r.e2e); });
+  t.row("  TPOT p50 / p99, ms", [](const ReplayReport& r) { return p50_p99_ms(r.tpot); });
+  t.row("  inter-token latency p50 / p99, ms", [](const ReplayReport& r) { return p50_p99_ms(r.itl); });
 }
 
 void leak_check_row(RunColumns& t) {
@@ -415,7 +423,8 @@ std::string replay_json(const ReplayContext& c, const std::vector<ReplayReport>&
                          Json{{"mean", fragmentation_json(g.mean_slots)}, {"at_allocated_peak", fragmentation_json(g.at_peak_slots)}}}});
     }
     run["layer_groups"] = gs;
-    run["latency"] = Json{{"ttft", latency_json(r.ttft)}, {"end_to_end", latency_json(r.e2e)}};
+    run["latency"] = Json{{"ttft", latency_json(r.ttft)}, {"end_to_end", latency_json(r.e2e)},
+                          {"tpot", latency_json(r.tpot)}, {"inter_token", latency_json(r.itl)}};
     run["serving"] = Json{{"policy", r.policy},
                           {"capacity_bytes", r.capacity_bytes},
                           {"preemptions", r.preemptions},
@@ -504,6 +513,16 @@ std::string replay_csv(const std::vector<ReplayReport>& reports) {
       {"ttft_p99_s", latency(&ReplayReport::ttft, &Latency::p99_ns)},
       {"e2e_p50_s", latency(&ReplayReport::e2e, &Latency::p50_ns)},
       {"e2e_p99_s", latency(&ReplayReport::e2e, &Latency::p99_ns)},
+      {"tpot_mean_s", Cell([](const ReplayReport& r) {
+         return r.tpot.count > 0 ? fmt::format("{:.9f}", r.tpot.mean_ns / 1e9) : std::string();
+       })},
+      {"tpot_p50_s", latency(&ReplayReport::tpot, &Latency::p50_ns)},
+      {"tpot_p99_s", latency(&ReplayReport::tpot, &Latency::p99_ns)},
+      {"itl_mean_s", Cell([](const ReplayReport& r) {
+         return r.itl.count > 0 ? fmt::format("{:.9f}", r.itl.mean_ns / 1e9) : std::string();
+       })},
+      {"itl_p50_s", latency(&ReplayReport::itl, &Latency::p50_ns)},
+      {"itl_p99_s", latency(&ReplayReport::itl, &Latency::p99_ns)},
       {"capacity_bytes", integer(&ReplayReport::capacity_bytes)},
       {"preemptions", integer(&ReplayReport::preemptions)},
       {"recomputed_tokens", integer(&ReplayReport::recomputed_tokens)},
@@ -548,6 +567,40 @@ std::string replay_csv(const std::vector<ReplayReport>& reports) {
     }
     out += '\n';
   }
+  return out;
+}
+
+std::string per_request_header() {
+  return "allocator,id,ordinal,arrival_s,first_scheduled_s,first_token_s,finish_s,ttft_s,tpot_s,e2e_s,prompt_tokens,"
+         "cached_prompt_tokens,output_tokens,preemptions,outcome\n";
+}
+
+std::string per_request_row(const std::string& allocator, const RequestRecord& r) {
+  // An empty cell (NaN to pandas) for what never happened.
+  const auto at = [](std::int64_t ns) { return ns >= 0 ? format_seconds(ns, 9) : std::string(); };
+  const bool completed = r.outcome == RequestRecord::Outcome::completed;
+  const bool has_first = completed && r.first_token_ns >= 0;
+  const std::string ttft = has_first ? format_seconds(r.first_token_ns - r.arrival_ns, 9) : std::string();
+  // TPOT as vLLM defines it: the gaps between the first and the last token, per gap.
+  const std::string tpot = has_first && r.output_tokens >= 2
+                               ? format_seconds((r.finish_ns - r.first_token_ns) / (r.output_tokens - 1), 9)
+                               : std::string();
+  const std::string e2e = completed ? format_seconds(r.finish_ns - r.arrival_ns, 9) : std::string();
+  const char* outcome = completed ? "completed" : r.outcome == RequestRecord::Outcome::cancelled ? "cancelled" : "refused";
+  return fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", csv_field(allocator), csv_field(r.id), r.ordinal,
+                     at(r.arrival_ns), at(r.first_scheduled_ns), at(r.first_token_ns), at(r.finish_ns), ttft, tpot, e2e,
+                     r.prompt_tokens, r.cached_prompt_tokens, r.output_tokens, r.preemptions, outcome);
+}
+
+void in_trace_order(std::vector<RequestRecord>& records) {
+  std::sort(records.begin(), records.end(),
+            [](const RequestRecord& a, const RequestRecord& b) { return a.ordinal < b.ordinal; });
+}
+
+std::string per_request_rows(const std::string& allocator, std::vector<RequestRecord>& records) {
+  in_trace_order(records);
+  std::string out;
+  for (const RequestRecord& r : records) out += per_request_row(allocator, r);
   return out;
 }
 

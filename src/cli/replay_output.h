@@ -30,6 +30,17 @@ std::string replay_json(const ReplayContext& context, const std::vector<ReplayRe
 // One header line and one row per allocator, flat columns named with their units.
 std::string replay_csv(const std::vector<ReplayReport>& reports);
 
+// --per-request: one row per request of the trace, in trace order within an allocator;
+// `allocator` is the first column, as in the timeline, so several runs share one file.
+// Times in seconds on the trace's clock; ttft/tpot/e2e only for completed requests, tpot
+// only with two or more output tokens; an empty cell where a time does not exist.
+std::string per_request_header();
+std::string per_request_row(const std::string& allocator, const RequestRecord& record);
+// Puts one run's records in trace order (they come as requests leave) and renders their rows.
+std::string per_request_rows(const std::string& allocator, std::vector<RequestRecord>& records);
+// Puts records in trace order.
+void in_trace_order(std::vector<RequestRecord>& records);
+
 // The timeline's CSV header for `layout`, and one row; `allocator` is the first column so
 // several runs can share one file (long format).
 std::string timeline_header(const KvLayout& layout);

@@ -404,7 +404,7 @@ def run_model(reqs, kinds=(Paged, SlidingWindow, Dense, Dynamic)):
     queue = collections.deque()
     running = []  # admitted and live, admission order
     rep = collections.Counter()
-    ttft, e2e, waiting = [], [], []
+    ttft, e2e, waiting, tpot = [], [], [], []
     queue_int = 0
     queue_mark = start
     queued = 0
@@ -636,6 +636,8 @@ def run_model(reqs, kinds=(Paged, SlidingWindow, Dense, Dynamic)):
             rep["completed"] += 1
             r.e2e = now - r.arr
             e2e.append(r.e2e)
+            if r.m >= 2:  # vLLM's TPOT: (finish - first token) / (m - 1), whole ns rounded down
+                tpot.append((now - (r.arr + r.ttft)) // (r.m - 1))
             rep["generated_tokens"] += r.m
             r.state = "done"
             running.remove(r)
@@ -644,7 +646,7 @@ def run_model(reqs, kinds=(Paged, SlidingWindow, Dense, Dynamic)):
         for r in running:
             assert tokens(r, step - 1) < r.P + r.m, r.id
     note_queue(now)
-    return dict(books=books, start=start, end=now, rep=rep, ttft=ttft, e2e=e2e, waiting=waiting,
+    return dict(books=books, start=start, end=now, rep=rep, ttft=ttft, e2e=e2e, waiting=waiting, tpot=tpot,
                 iterations=iterations, eff_peak=eff_peak, eff_peak_at=eff_peak_at,
                 queue_mean=queue_int / (now - start) if now > start else 0.0, queue_max=queue_max)
 
@@ -777,7 +779,7 @@ def figures(m):
                 for k in PARTS:
                     f[pre + f"internal_fragmentation_positions.{prefix}.{k}"] = rounded(float(d[k]))
                 f[pre + f"internal_fragmentation_positions.{prefix}.total"] = rounded(float(sum(d.values())))
-        for name, vals in (("ttft", m["ttft"]), ("end_to_end", m["e2e"])):
+        for name, vals in (("ttft", m["ttft"]), ("end_to_end", m["e2e"]), ("tpot", m["tpot"])):
             for k, v in lat(vals).items():
                 f[f"latency.{name}.{k}"] = v
         for k, v in lat(m["waiting"]).items():

@@ -1,0 +1,74 @@
+// Fitting the linear iteration cost model (kvsim/replay.h's CostModel) to a measured run.
+//
+// The engine's rule, the same one kvsim's engine follows: every step decodes one token for
+// every decoding request and spends the rest of max_num_batched_tokens on prefill chunks,
+// and a step lasts base + prefill_token x (prompt tokens) + decode_seq x (decoding
+// sequences) + context_token x (positions they read). Over one tick of the run's timeseries
+// (a second during which the engine was busy the whole time):
+//
+//   tick = S x base + P x prefill_token + G x decode_seq + S x C x context_token
+//
+// with P the prompt tokens of the tick (timeseries.csv), G its generated tokens less the
+// first tokens of requests (a prefill step produces those), D the mean number of requests
+// decoding and C the mean sum of their context lengths over the tick (from
+// requests.jsonl: a request decodes from its first token to its last, its context growing
+// by one position a token), and S = G / D the steps the tick held. Least squares over the
+// busy ticks gives the coefficients. A term stays only when the data supports it: a term
+// whose coefficient comes out non-positive is dropped (the most negative first) and the rest
+// fitted again; context_token is tried last and kept only when it lowers the residual RMS by
+// at least 5%. With data parallelism (dp engines, meta.json's data_parallel_size) the
+// timeseries sums the engines: each has D / dp requests decoding, so the tick holds
+// dp x G / D steps in dp ticks of engine time, and the fit is per engine.
+#ifndef KVSIM_CALIBRATE_H_
+#define KVSIM_CALIBRATE_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kvsim/measured_run.h"
+#include "kvsim/replay.h"
+
+namespace kvsim {
+
+// One busy tick, as the fit sees it.
+struct CalibrationTick {
+  double t_s = 0;              // timeseries.csv's t: the tick ends here
+  double prompt_tokens = 0;    // P
+  double generated_tokens = 0; // as timeseries.csv gives them
+  double decoded_tokens = 0;   // G: less the first tokens, which prefill steps produce
+  double decoding_mean = 0;    // D
+  double context_mean = 0;     // C
+  double steps = 0;            // S = G / D
+  double predicted_s = 0;      // the fit's time for the tick
+};
+
+struct CalibrationTerm {
+  std::string name;            // "base", "prefill-token", "decode-seq", "context-token"
+  double seconds = 0;          // the coefficient, seconds (per step, per token, ...)
+  bool kept = false;
+  std::string why;             // when not kept: the reason
+};
+
+struct Calibration {
+  std::vector<CalibrationTerm> terms;   // in the order above
+  std::vector<CalibrationTick> ticks;   // the ticks fitted
+  std::int64_t ticks_in_run = 0;
+  double tick_s = 1.0;
+  double residual_rms_s = 0;            // of predicted - tick, over the fitted ticks
+  double residual_max_s = 0;            // largest |predicted - tick|
+  CostModel cost;                       // name "calibrated (RUN_DIR)"
+  std::string cost_spec;                // what --cost takes: "linear:base=...,..."
+};
+
+// Fits `run`. Throws InputError (naming the run's timeseries.csv) when fewer busy ticks than
+// terms remain, or the fit gives no positive per-step base.
+Calibration calibrate(const MeasuredRun& run);
+
+// Least squares: the x minimising |A x - y|, A given by rows. Columns are scaled to unit RMS
+// before the normal equations are solved. Throws InputError when A's columns are dependent.
+std::vector<double> least_squares(const std::vector<std::vector<double>>& rows, const std::vector<double>& y);
+
+}  // namespace kvsim
+
+#endif  // KVSIM_CALIBRATE_H_

@@ -1,0 +1,99 @@
+// A measured serving run, as LLMServingSim's benchmark records one from vLLM, and the figures
+// a simulator's prediction is scored against.
+//
+// A run directory holds meta.json (the engine's arguments, the workload's path), requests.jsonl
+// (one request per line with vLLM's own timestamps) and timeseries.csv (the scheduler's state
+// once per tick). Figures follow the definitions of ../shared/measured/README.md:
+//   TTFT    = first_token_ts - queued_ts
+//   TPOT    = (last_token_ts - first_token_ts) / (output_toks - 1)   (output_toks >= 2 only)
+//   latency = last_token_ts - queued_ts
+// and percentiles interpolate linearly between order statistics (numpy's default, which the
+// peer's summaries use: its "vLLM" column reproduces this way, to 0.1 ms).
+//
+// Reading never produces numbers from bad input: every problem is an InputError naming the
+// file, the line and the field.
+#ifndef KVSIM_MEASURED_RUN_H_
+#define KVSIM_MEASURED_RUN_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace kvsim {
+
+// One line of requests.jsonl. Wall-clock arrival (s since the epoch) and vLLM's monotonic
+// timestamps (s).
+struct MeasuredRequest {
+  std::string id;
+  std::int64_t input_tokens = 0;
+  std::int64_t output_tokens = 0;
+  double arrival_time_s = 0;
+  double queued_s = 0;
+  double scheduled_s = 0;
+  double first_token_s = 0;
+  double last_token_s = 0;
+};
+
+// One row of timeseries.csv: the state at `t_s` seconds after the run's start.
+struct MeasuredTick {
+  double t_s = 0;
+  double prompt_tokens_per_s = 0;
+  double generated_tokens_per_s = 0;
+  std::int64_t running = 0;
+  std::int64_t waiting = 0;
+  double kv_cache_percent = 0;
+};
+
+struct MeasuredRun {
+  std::string dir;
+  std::string model;                 // meta.json "model" (a Hugging Face name)
+  std::string vllm_version;
+  std::string hardware;              // peer_cluster_config.json's, "" when absent
+  std::int64_t tensor_parallel = 1;
+  std::int64_t data_parallel = 1;
+  bool expert_parallel = false;
+  std::int64_t max_num_seqs = 0;
+  std::int64_t max_num_batched_tokens = 0;
+  std::int64_t max_model_len = 0;    // 0: null in meta.json (the model's own)
+  std::string workload;              // the path the workload was found at ("" when not looked up)
+  double started_at_s = 0;           // meta.json started_at (wall clock, s); else the first arrival
+  double tick_s = 1.0;
+  std::vector<MeasuredRequest> requests;
+  std::vector<MeasuredTick> ticks;
+  bool kv_usage_recorded = false;    // some tick has kv_cache_pct > 0
+};
+
+// Reads `dir`. With `find_workload`, the workload is `workload` when given, else meta.json's
+// dataset_path relative to the folder above the run, else the same file name beside the run
+// (an InputError when none exists). Throws InputError.
+MeasuredRun read_measured_run(const std::string& dir, const std::optional<std::string>& workload, bool find_workload);
+
+// Mean and percentiles of samples, in their own unit. Percentiles interpolate linearly
+// between order statistics (numpy.percentile's default).
+struct Distribution {
+  std::int64_t count = 0;
+  double mean = 0, p50 = 0, p90 = 0, p95 = 0, p99 = 0;
+};
+Distribution distribution(std::vector<double> samples);
+// The p-th percentile (0..100) of sorted samples, linearly interpolated; samples non-empty.
+double percentile_sorted(const std::vector<double>& sorted, double p);
+
+// Per-request latencies of a run, seconds, in request order (TPOT over requests with two or
+// more output tokens only).
+struct MeasuredLatencies {
+  std::vector<double> ttft, tpot, latency;
+};
+MeasuredLatencies measured_latencies(const MeasuredRun& run);
+
+// The run's wall-clock time of its monotonic clock's zero: the mean of arrival_time - queued_ts
+// (the README's clock mapping).
+double monotonic_to_wall_s(const MeasuredRun& run);
+// Where timeseries.csv's t = 0 falls on vLLM's monotonic clock: the run's start.
+double tick_origin_monotonic_s(const MeasuredRun& run);
+// From the first request queued to the last token, seconds.
+double measured_makespan_s(const MeasuredRun& run);
+
+}  // namespace kvsim
+
+#endif  // KVSIM_MEASURED_RUN_H_

@@ -1,0 +1,226 @@
+// Fitting the linear cost model to a measured run: see include/kvsim/calibrate.h.
+#include "kvsim/calibrate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <string>
+
+#include "kvsim/error.h"
+
+namespace kvsim {
+namespace {
+
+enum Term { kBase, kPrefill, kDecode, kContext, kTerms };
+const char* const kTermNames[kTerms] = {"base", "prefill-token", "decode-seq", "context-token"};
+
+// How much of [a0, a1] overlaps [b0, b1].
+double overlap(double a0, double a1, double b0, double b1) { return std::max(0.0, std::min(a1, b1) - std::max(a0, b0)); }
+
+// The busy ticks with their P, G, D, C and S.
+std::vector<CalibrationTick> busy_ticks(const MeasuredRun& run) {
+  const double origin = tick_origin_monotonic_s(run);
+  double first_queued = run.requests.front().queued_s, last_token = run.requests.front().last_token_s;
+  for (const MeasuredRequest& r : run.requests) {
+    first_queued = std::min(first_queued, r.queued_s);
+    last_token = std::max(last_token, r.last_token_s);
+  }
+  std::vector<CalibrationTick> ticks;
+  for (const MeasuredTick& m : run.ticks) {
+    const double t1 = origin + m.t_s, t0 = t1 - run.tick_s;
+    // The engine must have had work for the whole tick.
+    if (t0 < first_queued || t1 > last_token || m.running == 0) continue;
+    CalibrationTick t;
+    t.t_s = m.t_s;
+    t.prompt_tokens = m.prompt_tokens_per_s * run.tick_s;
+    t.generated_tokens = m.generated_tokens_per_s * run.tick_s;
+    double decoding = 0, context = 0;  // integrals over the tick
+    double first_tokens = 0;           // produced by prefill steps, not by decodes
+    for (const MeasuredRequest& r : run.requests) {
+      if (r.first_token_s > t0 && r.first_token_s <= t1) ++first_tokens;
+      const double span = r.last_token_s - r.first_token_s;
+      const double o0 = std::max(t0, r.first_token_s), o1 = std::min(t1, r.last_token_s);
+      const double len = overlap(t0, t1, r.first_token_s, r.last_token_s);
+      if (len <= 0 || span <= 0) continue;
+      decoding += len;
+      // Context grows linearly from input + 1 at the first token to input + output at the last.
+      const double mid = (o0 + o1) / 2;
+      const double tokens = 1 + static_cast<double>(r.output_tokens - 1) * (mid - r.first_token_s) / span;
+      context += len * (static_cast<double>(r.input_tokens) + tokens);
+    }
+    t.decoding_mean = decoding / run.tick_s;
+    t.context_mean = context / run.tick_s;
+    if (t.decoding_mean < 1 || t.generated_tokens <= 0) continue;
+    // With data parallelism, `dp` engines share the tick's requests, each with D / dp of
+    // them decoding: together they take dp x G / D steps in dp ticks of engine time.
+    t.decoded_tokens = std::max(0.0, t.generated_tokens - first_tokens);
+    t.steps = static_cast<double>(run.data_parallel) * t.decoded_tokens / t.decoding_mean;
+    ticks.push_back(t);
+  }
+  return ticks;
+}
+
+std::vector<double> features(const CalibrationTick& t) {
+  return {t.steps, t.prompt_tokens, t.decoded_tokens, t.steps * t.context_mean};
+}
+
+struct Fit {
+  double coef[kTerms] = {};
+  double rms = 0;
+};
+
+Fit fit_terms(const std::vector<CalibrationTick>& ticks, const bool use[kTerms], double tick_s, double engines) {
+  std::vector<std::vector<double>> rows;
+  std::vector<double> y;
+  for (const CalibrationTick& t : ticks) {
+    const std::vector<double> f = features(t);
+    std::vector<double> row;
+    for (int k = 0; k < kTerms; ++k) {
+      if (use[k]) row.push_back(f[static_cast<std::size_t>(k)]);
+    }
+    rows.push_back(row);
+    y.push_back(tick_s * engines);
+  }
+  const std::vector<double> x = least_squares(rows, y);
+  Fit fit;
+  std::size_t i = 0;
+  for (int k = 0; k < kTerms; ++k) fit.coef[k] = use[k] ? x[i++] : 0.0;
+  double sse = 0;
+  for (const CalibrationTick& t : ticks) {
+    const std::vector<double> f = features(t);
+    double p = 0;
+    for (int k = 0; k < kTerms; ++k) p += fit.coef[k] * f[static_cast<std::size_t>(k)];
+    sse += (p - tick_s * engines) * (p - tick_s * engines);
+  }
+  fit.rms = std::sqrt(sse / static_cast<double>(ticks.size()));
+  return fit;
+}
+
+// Picoseconds as an exact decimal number of microseconds ("11747.368304us", "0us"): --cost
+// reads up to 12 fractional digits of its unit, so this stays exact for any step length.
+std::string microseconds(std::int64_t ps) {
+  std::string whole = std::to_string(ps / 1'000'000);
+  std::string frac = std::to_string(ps % 1'000'000);
+  frac.insert(0, 6 - frac.size(), '0');
+  while (!frac.empty() && frac.back() == '0') frac.pop_back();
+  return whole + (frac.empty() ? "" : "." + frac) + "us";
+}
+
+}  // namespace
+
+std::vector<double> least_squares(const std::vector<std::vector<double>>& rows, const std::vector<double>& y) {
+  const std::size_t n = rows.empty() ? 0 : rows.front().size();
+  if (n == 0 || rows.size() < n) throw InputError("least squares: fewer observations than unknowns");
+  // Scale every column to unit RMS: the features differ by orders of magnitude.
+  std::vector<double> scale(n, 0.0);
+  for (const auto& r : rows) {
+    for (std::size_t j = 0; j < n; ++j) scale[j] += r[j] * r[j];
+  }
+  for (double& s : scale) {
+    s = std::sqrt(s / static_cast<double>(rows.size()));
+    if (s == 0) throw InputError("least squares: a term is zero in every observation");
+  }
+  // Normal equations (A'A) x = A'y on the scaled columns, solved with partial pivoting.
+  std::vector<std::vector<double>> m(n, std::vector<double>(n + 1, 0.0));
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    for (std::size_t a = 0; a < n; ++a) {
+      const double va = rows[i][a] / scale[a];
+      for (std::size_t b = 0; b < n; ++b) m[a][b] += va * rows[i][b] / scale[b];
+      m[a][n] += va * y[i];
+    }
+  }
+  for (std::size_t c = 0; c < n; ++c) {
+    std::size_t pivot = c;
+    for (std::size_t r = c + 1; r < n; ++r) {
+      if (std::abs(m[r][c]) > std::abs(m[pivot][c])) pivot = r;
+    }
+    if (std::abs(m[pivot][c]) < 1e-12 * static_cast<double>(rows.size())) {
+      throw InputError("least squares: the terms cannot be told apart in these observations");
+    }
+    std::swap(m[c], m[pivot]);
+    for (std::size_t r = 0; r < n; ++r) {
+      if (r == c) continue;
+      const double f = m[r][c] / m[c][c];
+      for (std::size_t k = c; k <= n; ++k) m[r][k] -= f * m[c][k];
+    }
+  }
+  std::vector<double> x(n);
+  for (std::size_t j = 0; j < n; ++j) x[j] = m[j][n] / m[j][j] / scale[j];
+  return x;
+}
+
+Calibration calibrate(const MeasuredRun& run) {
+  Calibration c;
+  c.tick_s = run.tick_s;
+  c.ticks_in_run = static_cast<std::int64_t>(run.ticks.size());
+  c.ticks = busy_ticks(run);
+  const std::string where = run.dir + "/timeseries.csv";
+  if (c.ticks.size() < kTerms + 2) {
+    throw InputError(Location{where, 0, ""}, "only " + std::to_string(c.ticks.size()) +
+                                                 " ticks were busy from start to end: too few to fit the cost model");
+  }
+  const auto engines = static_cast<double>(run.data_parallel);
+  // A coefficient no rule allows to be negative means the data cannot see that term: the
+  // most negative one goes, and the rest are fitted again, until all are positive.
+  const auto prune = [&](bool (&use)[kTerms], std::string (&why)[kTerms]) {
+    for (;;) {
+      const Fit f = fit_terms(c.ticks, use, c.tick_s, engines);
+      int worst = -1;
+      for (int k = kPrefill; k < kTerms; ++k) {
+        if (use[k] && f.coef[k] <= 0 && (worst < 0 || f.coef[k] < f.coef[worst])) worst = k;
+      }
+      if (worst < 0) return f;
+      use[worst] = false;
+      why[worst] = "fitted non-positive";
+    }
+  };
+  bool use[kTerms] = {true, true, true, false};
+  std::string why[kTerms];
+  Fit fit = prune(use, why);
+  // Context: only when it pays for itself.
+  bool use_context[kTerms] = {true, true, true, true};
+  std::string why_context[kTerms];
+  const Fit richer = prune(use_context, why_context);
+  if (fit.rms < 1e-9 * c.tick_s) {
+    why[kContext] = "the ticks are explained exactly without it";
+  } else if (!use_context[kContext]) {
+    why[kContext] = why_context[kContext];
+  } else if (richer.rms > 0.95 * fit.rms) {
+    why[kContext] = "lowers the residual RMS by less than 5%";
+  } else {
+    fit = richer;
+    std::copy(std::begin(use_context), std::end(use_context), std::begin(use));
+    std::copy(std::begin(why_context), std::end(why_context), std::begin(why));
+  }
+  if (fit.coef[kBase] <= 0) {
+    throw InputError(Location{where, 0, ""}, "the fit gives no positive time per step; the ticks do not describe "
+                                             "a busy engine");
+  }
+  for (int k = 0; k < kTerms; ++k) c.terms.push_back({kTermNames[k], fit.coef[k], use[k], why[k]});
+  double sse = 0, worst = 0;
+  for (auto& t : c.ticks) {
+    const std::vector<double> f = features(t);
+    t.predicted_s = 0;
+    for (int k = 0; k < kTerms; ++k) t.predicted_s += fit.coef[k] * f[static_cast<std::size_t>(k)];
+    t.predicted_s /= engines;  // each engine's share of the tick
+    const double e = t.predicted_s - c.tick_s;
+    sse += e * e;
+    worst = std::max(worst, std::abs(e));
+  }
+  c.residual_rms_s = std::sqrt(sse / static_cast<double>(c.ticks.size()));
+  c.residual_max_s = worst;
+  // Picoseconds, as the engine keeps them; the spec names every term so none falls back to
+  // the roofline's.
+  auto ps = [](double s) { return static_cast<std::int64_t>(std::llround(s * 1e12)); };
+  c.cost.name = "calibrated from " + run.dir;
+  c.cost.base_ps = ps(fit.coef[kBase]);
+  c.cost.prefill_token_ps = ps(fit.coef[kPrefill]);
+  c.cost.decode_seq_ps = ps(fit.coef[kDecode]);
+  c.cost.context_token_ps = ps(fit.coef[kContext]);
+  c.cost_spec = "linear:base=" + microseconds(c.cost.base_ps) + ",prefill-token=" +
+                microseconds(c.cost.prefill_token_ps) + ",decode-seq=" + microseconds(c.cost.decode_seq_ps) +
+                ",context-token=" + microseconds(c.cost.context_token_ps);
+  return c;
+}
+
+}  // namespace kvsim

@@ -1,0 +1,391 @@
+// kvsim validate: replays a measured vLLM run's workload closed-loop with the run's engine
+// settings (meta.json) and prints measured against simulated, in the shape of the peer's
+// peer_validation_summary.txt, plus the error in the per-second running and waiting counts,
+// KV usage where the run recorded it, and the makespan.
+//
+// The run's settings become defaults of `kvsim replay`'s own options: whatever the user gives
+// wins. Two small tables map what meta.json and peer_cluster_config.json name onto kvsim's
+// presets; where a preset is missing the error says which and what to give instead.
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "cli.h"
+#include "kvsim/budget.h"
+#include "kvsim/error.h"
+#include "kvsim/measured_run.h"
+#include "kvsim/model.h"
+#include "kvsim/option_names.h"
+#include "kvsim/replay.h"
+#include "kvsim/trace.h"
+#include "model_options.h"
+#include "replay_output.h"
+#include "replay_plan.h"
+
+namespace kvsim::cli {
+namespace {
+
+// meta.json's model (a Hugging Face name) -> kvsim's preset.
+struct ModelRow {
+  const char* hf_name;
+  const char* preset;
+};
+constexpr ModelRow kModels[] = {
+    {"meta-llama/Llama-3.1-8B", "llama-3.1-8b"},
+    {"meta-llama/Llama-3.1-8B-Instruct", "llama-3.1-8b"},
+    {"Qwen/Qwen3-32B", "qwen3-32b"},
+    {"Qwen/Qwen3-30B-A3B", "qwen3-30b-a3b"},
+    {"Qwen/Qwen3-30B-A3B-Instruct-2507", "qwen3-30b-a3b"},
+};
+// peer_cluster_config.json's hardware -> kvsim's device preset.
+struct DeviceRow {
+  const char* hardware;
+  const char* preset;
+};
+constexpr DeviceRow kDevices[] = {
+    {"RTXPRO6000", "RTX-PRO-6000"}, {"H100", "H100-80GB"}, {"A100", "A100-80GB"}, {"L4", "L4"},
+};
+
+// The two tables, as --help lists them.
+std::string name_table() {
+  std::string out = "meta.json's model -> --model; peer_cluster_config.json's hardware -> --device:\n";
+  for (const ModelRow& r : kModels) out += "  " + std::string(r.hf_name) + " -> " + r.preset + "\n";
+  for (const DeviceRow& r : kDevices) out += "  " + std::string(r.hardware) + " -> " + r.preset + "\n";
+  return out;
+}
+
+const CommandSpec kSpec{
+    "kvsim validate RUN_DIR [replay options]",
+    "Replays a measured vLLM run's workload (meta.json's dataset_path, or --workload) with the\n"
+    "run's engine settings and compares what kvsim predicts with what was measured: TTFT, TPOT\n"
+    "and latency (mean, p50, p90, p95, p99, % difference, as the peer's\n"
+    "peer_validation_summary.txt), the mean absolute error of the running and waiting counts at\n"
+    "each tick of timeseries.csv, KV usage when the run recorded it, and the makespan.\n\n"
+    "From meta.json, unless given: --model (a preset, by the table at the end), --tp, --max-running\n"
+    "(max_num_seqs), --max-batched-tokens, --max-model-len, --allocator\n"
+    "paged:block=16,prefix-caching=on (vLLM's defaults) and --schedule simulate; the device\n"
+    "from peer_cluster_config.json (--device). Any replay option may be given; --cost takes the\n"
+    "spec 'kvsim calibrate RUN_DIR' prints. Measured figures follow the run's README: TTFT =\n"
+    "first_token - queued, TPOT = (last_token - first_token) / (output - 1), latency = last_token -\n"
+    "queued; percentiles interpolate linearly (numpy's default).\n\n" + name_table(),
+    "  kvsim validate ../shared/measured/rtxpro6000-llama-3.1-8b --device-memory 96GB\n"
+    "  kvsim validate RUN --device-memory 96GB --cost \"$(kvsim calibrate RUN --json | jq -r .cost)\" --json"};
+
+bool has_model_preset(std::string_view name) {
+  const auto& all = model_presets();
+  return std::any_of(all.begin(), all.end(), [&](const ModelSpec& m) { return m.name == name; });
+}
+bool has_device_preset(std::string_view name) {
+  const auto& all = device_presets();
+  return std::any_of(all.begin(), all.end(), [&](const DevicePreset& d) { return d.name == name; });
+}
+
+bool given(const po::variables_map& vm, const char* key) { return vm.count(key) != 0 && !vm[key].defaulted(); }
+
+// The option takes `value` unless the user gave it.
+void default_to(po::variables_map& vm, const char* key, const std::string& value) {
+  if (given(vm, key)) return;
+  vm.erase(key);
+  vm.insert({key, po::variable_value(boost::any(value), false)});
+}
+
+// meta.json's settings as defaults of the replay options.
+void apply_run_settings(po::variables_map& vm, const MeasuredRun& run) {
+  const std::string meta = run.dir + "/meta.json";
+  default_to(vm, "trace", run.workload);
+  if (!given(vm, option_key(kOptModel)) && !given(vm, "config")) {
+    const auto row = std::find_if(std::begin(kModels), std::end(kModels),
+                                  [&](const ModelRow& r) { return run.model == r.hf_name; });
+    if (row == std::end(kModels)) {
+      throw InputError(Location{meta, 0, "model"}, "\"" + run.model +
+                                                       "\" has no kvsim preset in validate's table; give --model "
+                                                       "PRESET or --config config.json");
+    }
+    if (!has_model_preset(row->preset)) {
+      throw InputError(Location{meta, 0, "model"}, "\"" + run.model + "\" is the preset " + row->preset +
+                                                       ", which this kvsim does not have yet; give --config "
+                                                       "config.json (the model's Hugging Face config)");
+    }
+    default_to(vm, option_key(kOptModel), row->preset);
+  }
+  if (run.data_parallel > 1) {
+    // replay --replicas runs data-parallel engines, but validate's per-second comparison
+    // reads one engine's timeline; until it sums the replicas', a DP run is refused.
+    throw InputError(Location{meta, 0, "data_parallel_size"},
+                     std::to_string(run.data_parallel) +
+                         " engine replicas; validate compares one engine's timeline (replay --replicas " +
+                         std::to_string(run.data_parallel) + " replays the run, without the comparison)");
+  }
+  default_to(vm, option_key(kOptTp), std::to_string(run.tensor_parallel));
+  default_to(vm, option_key(kOptMaxRunning), std::to_string(run.max_num_seqs));
+  default_to(vm, option_key(kOptMaxBatchedTokens), std::to_string(run.max_num_batched_tokens));
+  if (run.max_model_len > 0) default_to(vm, option_key(kOptMaxModelLen), std::to_string(run.max_model_len));
+  // vLLM 0.19's defaults: 16-token blocks, prefix caching on.
+  default_to(vm, option_key(kOptAllocator), "paged:block=16,prefix-caching=on");
+  default_to(vm, option_key(kOptSchedule), "simulate");
+  if (!given(vm, option_key(kOptDevice)) && !given(vm, option_key(kOptDeviceMemory)) &&
+      !given(vm, option_key(kOptKvBudget))) {
+    const auto row = std::find_if(std::begin(kDevices), std::end(kDevices),
+                                  [&](const DeviceRow& r) { return run.hardware == r.hardware; });
+    const std::string where = run.dir + "/peer_cluster_config.json";
+    if (run.hardware.empty()) {
+      throw InputError(Location{where, 0, "hardware"},
+                       "the run does not name its GPU; give --device, --device-memory or --kv-budget");
+    }
+    if (row == std::end(kDevices)) {
+      throw InputError(Location{where, 0, "hardware"}, "\"" + run.hardware +
+                                                           "\" has no kvsim device preset in validate's table; give "
+                                                           "--device, --device-memory or --kv-budget");
+    }
+    if (!has_device_preset(row->preset)) {
+      throw InputError(Location{where, 0, "hardware"},
+                       "\"" + run.hardware + "\" is the device preset " + row->preset +
+                           ", which this kvsim does not have yet; give --device-memory (its memory, e.g. 96GB "
+                           "for an RTX PRO 6000) or --kv-budget");
+    }
+    default_to(vm, option_key(kOptDevice), row->preset);
+  }
+}
+
+struct Sample {
+  std::int64_t time_ns;
+  std::int64_t running, queued, allocated_bytes;
+};
+
+struct Comparison {
+  Distribution measured, simulated;
+};
+
+double diff_percent(double measured, double simulated) {
+  return measured != 0 ? (simulated - measured) / measured * 100 : 0;
+}
+
+struct Result {
+  Comparison ttft, tpot, latency;
+  double running_mae = 0, waiting_mae = 0;
+  std::int64_t ticks = 0;
+  bool kv_recorded = false;
+  double kv_mae_percent = 0;
+  double measured_makespan_s = 0, simulated_makespan_s = 0;
+  std::int64_t completed = 0, requests = 0, preemptions = 0;
+};
+
+Result compare(const MeasuredRun& run, const ReplayPlan& plan, const ReplayReport& report,
+               std::vector<RequestRecord> records, const std::vector<Sample>& samples) {
+  in_trace_order(records);
+  if (records.size() != run.requests.size()) {
+    throw InputError(Location{plan.trace_path, 0, ""},
+                     "the workload has " + std::to_string(records.size()) + " requests but " + run.dir +
+                         "/requests.jsonl has " + std::to_string(run.requests.size()) + ": not this run's workload");
+  }
+  Result r;
+  r.requests = static_cast<std::int64_t>(records.size());
+  r.preemptions = report.preemptions;
+  const MeasuredLatencies measured = measured_latencies(run);
+  MeasuredLatencies simulated;
+  double first_arrival = 0, last_finish = 0, wall_offset = 0;
+  bool any = false;
+  for (std::size_t i = 0; i < records.size(); ++i) {
+    const RequestRecord& q = records[i];
+    wall_offset += run.requests[i].arrival_time_s - static_cast<double>(q.arrival_ns) / 1e9;
+    if (q.outcome != RequestRecord::Outcome::completed) continue;
+    ++r.completed;
+    const double arrival = static_cast<double>(q.arrival_ns) / 1e9, finish = static_cast<double>(q.finish_ns) / 1e9;
+    const double first = static_cast<double>(q.first_token_ns) / 1e9;
+    simulated.ttft.push_back(first - arrival);
+    if (q.output_tokens >= 2) simulated.tpot.push_back((finish - first) / static_cast<double>(q.output_tokens - 1));
+    simulated.latency.push_back(finish - arrival);
+    first_arrival = any ? std::min(first_arrival, arrival) : arrival;
+    last_finish = any ? std::max(last_finish, finish) : finish;
+    any = true;
+  }
+  // The workload's clock against the wall clock: the mean offset of the arrivals.
+  wall_offset /= static_cast<double>(records.size());
+  r.ttft = {distribution(measured.ttft), distribution(simulated.ttft)};
+  r.tpot = {distribution(measured.tpot), distribution(simulated.tpot)};
+  r.latency = {distribution(measured.latency), distribution(simulated.latency)};
+  r.measured_makespan_s = measured_makespan_s(run);
+  r.simulated_makespan_s = last_finish - first_arrival;
+  // Each tick against the simulated state at the same instant. The timeline samples the state
+  // as each iteration begins (admissions and preemptions done); after that, until the next
+  // iteration, requests only arrive (and wait) or complete at the iteration's end.
+  std::vector<std::int64_t> arrivals, finishes;
+  for (const RequestRecord& q : records) {
+    arrivals.push_back(q.arrival_ns);
+    if (q.outcome == RequestRecord::Outcome::completed) finishes.push_back(q.finish_ns);
+  }
+  std::sort(arrivals.begin(), arrivals.end());
+  std::sort(finishes.begin(), finishes.end());
+  const auto count_in = [](const std::vector<std::int64_t>& v, std::int64_t after, std::int64_t upto) {
+    return static_cast<std::int64_t>(std::upper_bound(v.begin(), v.end(), upto) -
+                                     std::upper_bound(v.begin(), v.end(), after));
+  };
+  double running_err = 0, waiting_err = 0, kv_err = 0;
+  const double capacity = static_cast<double>(report.capacity_bytes);
+  for (const MeasuredTick& t : run.ticks) {
+    const double at_s = run.started_at_s + t.t_s - wall_offset;
+    const auto at_ns = static_cast<std::int64_t>(std::llround(at_s * 1e9));
+    const auto it = std::upper_bound(samples.begin(), samples.end(), at_ns,
+                                     [](std::int64_t x, const Sample& s) { return x < s.time_ns; });
+    Sample s{std::numeric_limits<std::int64_t>::min(), 0, 0, 0};
+    if (it != samples.begin()) s = *(it - 1);
+    const std::int64_t running = s.running - count_in(finishes, s.time_ns, at_ns);
+    const std::int64_t waiting = s.queued + count_in(arrivals, s.time_ns, at_ns);
+    running_err += std::abs(static_cast<double>(running - t.running));
+    waiting_err += std::abs(static_cast<double>(waiting - t.waiting));
+    if (capacity > 0) kv_err += std::abs(static_cast<double>(s.allocated_bytes) / capacity * 100 - t.kv_cache_percent);
+  }
+  r.ticks = static_cast<std::int64_t>(run.ticks.size());
+  if (r.ticks > 0) {
+    r.running_mae = running_err / static_cast<double>(r.ticks);
+    r.waiting_mae = waiting_err / static_cast<double>(r.ticks);
+    r.kv_mae_percent = kv_err / static_cast<double>(r.ticks);
+  }
+  r.kv_recorded = run.kv_usage_recorded && capacity > 0;
+  return r;
+}
+
+std::string table(const MeasuredRun& run, const ReplayPlan& plan, const ReplayReport& report, const Result& r) {
+  std::string out = fmt::format("validation of {} ({}, vLLM {})\n", run.dir, run.model, run.vllm_version);
+  out += fmt::format("workload {}: {} requests, {} completed in the simulation, {} preemptions\n", plan.trace_path,
+                     r.requests, r.completed, r.preemptions);
+  out += fmt::format("kvsim: model {} (tp {}), {}, cost {}\n", plan.choice.model.name, plan.choice.kv.tensor_parallel,
+                     report.allocator, report.cost_model);
+  out += fmt::format("       max running {}, max batched tokens {}, policy {}\n\n", plan.options.max_running,
+                     plan.options.max_batched_tokens, report.policy);
+  out += fmt::format("{:<24} {:>12} {:>12} {:>9}\n", "Metric", "measured", "kvsim", "Diff%");
+  out += std::string(59, '-') + "\n";
+  const auto block = [&](const char* name, const Comparison& c) {
+    const std::pair<const char*, double Distribution::*> rows[] = {{"Mean", &Distribution::mean},
+                                                                  {"Median", &Distribution::p50},
+                                                                  {"P90", &Distribution::p90},
+                                                                  {"P95", &Distribution::p95},
+                                                                  {"P99", &Distribution::p99}};
+    for (const auto& [label, field] : rows) {
+      if (c.measured.count == 0 || c.simulated.count == 0) {  // e.g. TPOT with one-token outputs only
+        const auto cell = [](const Distribution& d, double v) {
+          return d.count > 0 ? fmt::format("{:.1f}", v * 1e3) : std::string("n/a");
+        };
+        out += fmt::format("{:<24} {:>12} {:>12} {:>9}\n", fmt::format("{} {} (ms)", name, label),
+                           cell(c.measured, c.measured.*field), cell(c.simulated, c.simulated.*field), "n/a");
+        continue;
+      }
+      const double m = c.measured.*field * 1e3, s = c.simulated.*field * 1e3;
+      out += fmt::format("{:<24} {:>12.1f} {:>12.1f} {:>+8.1f}%\n", fmt::format("{} {} (ms)", name, label), m, s,
+                         diff_percent(m, s));
+    }
+    out += "\n";
+  };
+  block("TTFT", r.ttft);
+  block("TPOT", r.tpot);
+  block("Latency", r.latency);
+  out += fmt::format("{:<24} {:>12.2f} {:>12.2f} {:>+8.1f}%\n", "Makespan (s)", r.measured_makespan_s,
+                     r.simulated_makespan_s, diff_percent(r.measured_makespan_s, r.simulated_makespan_s));
+  out += fmt::format("running, MAE per tick     {:.2f} requests over {} ticks\n", r.running_mae, r.ticks);
+  out += fmt::format("waiting, MAE per tick     {:.2f} requests\n", r.waiting_mae);
+  out += r.kv_recorded ? fmt::format("KV usage, MAE per tick    {:.2f} percentage points\n", r.kv_mae_percent)
+                       : std::string("KV usage                  not recorded in this run\n");
+  return out;
+}
+
+std::string json_of(const MeasuredRun& run, const ReplayPlan& plan, const ReplayReport& report, const Result& r) {
+  using Json = nlohmann::ordered_json;
+  // No samples: null figures, never 0.
+  const auto dist = [](const Distribution& d) {
+    const auto v = [&](double x) { return d.count > 0 ? Json(x) : Json(nullptr); };
+    return Json{{"count", d.count}, {"mean_s", v(d.mean)}, {"p50_s", v(d.p50)},
+                {"p90_s", v(d.p90)},   {"p95_s", v(d.p95)},   {"p99_s", v(d.p99)}};
+  };
+  const auto cmp = [&](const Comparison& c) {
+    if (c.measured.count == 0 || c.simulated.count == 0) {
+      return Json{{"measured", dist(c.measured)}, {"simulated", dist(c.simulated)}, {"diff_percent", nullptr}};
+    }
+    return Json{{"measured", dist(c.measured)},
+                {"simulated", dist(c.simulated)},
+                {"diff_percent", Json{{"mean", diff_percent(c.measured.mean, c.simulated.mean)},
+                                      {"p50", diff_percent(c.measured.p50, c.simulated.p50)},
+                                      {"p90", diff_percent(c.measured.p90, c.simulated.p90)},
+                                      {"p95", diff_percent(c.measured.p95, c.simulated.p95)},
+                                      {"p99", diff_percent(c.measured.p99, c.simulated.p99)}}}};
+  };
+  Json j{{"run", run.dir},
+         {"model", run.model},
+         {"workload", plan.trace_path},
+         {"kvsim", Json{{"model", plan.choice.model.name},
+                        {"tensor_parallel", plan.choice.kv.tensor_parallel},
+                        {"allocator", report.allocator},
+                        {"cost_model", report.cost_model},
+                        {"max_running", plan.options.max_running},
+                        {"max_batched_tokens", plan.options.max_batched_tokens},
+                        {"policy", report.policy}}},
+         {"requests", r.requests},
+         {"completed", r.completed},
+         {"preemptions", r.preemptions},
+         {"ttft", cmp(r.ttft)},
+         {"tpot", cmp(r.tpot)},
+         {"latency", cmp(r.latency)},
+         {"makespan_s", Json{{"measured", r.measured_makespan_s},
+                             {"simulated", r.simulated_makespan_s},
+                             {"diff_percent", diff_percent(r.measured_makespan_s, r.simulated_makespan_s)}}},
+         {"ticks", r.ticks},
+         {"running_mae", r.running_mae},
+         {"waiting_mae", r.waiting_mae},
+         {"kv_usage_mae_percent", r.kv_recorded ? Json(r.kv_mae_percent) : Json(nullptr)}};
+  return j.dump(2) + "\n";
+}
+
+}  // namespace
+
+int run_validate(const Invocation& inv) {
+  po::options_description options = replay_option_descriptions();
+  po::options_description own("Validation");
+  own.add_options()(
+      "workload", po::value<std::string>(),
+      "the run's workload (default: meta.json's dataset_path, relative to the folder above the run)");
+  options.add(own);
+  po::options_description hidden;
+  hidden.add_options()("run", po::value<std::string>())("trace", po::value<std::string>());
+  po::positional_options_description positional;
+  positional.add("run", 1);
+  po::variables_map vm;
+  if (!parse_options(inv, kSpec, options, positional, vm, &hidden)) return kExitOk;
+  const auto dir = option_text(vm, "run");
+  if (!dir) throw UsageError("a run directory is required\nUsage: " + kSpec.synopsis);
+  for (const char* unused : {"csv", "timeline", option_key(kOptJobs)}) {
+    if (vm.count(unused)) {
+      throw UsageError(std::string("--") + unused + " is not used by validate\nUsage: " + kSpec.synopsis);
+    }
+  }
+  const MeasuredRun run = read_measured_run(*dir, option_text(vm, "workload"), true);
+  apply_run_settings(vm, run);
+  ReplayPlan plan = plan_replay(vm);
+  if (plan.allocators.size() != 1) throw UsageError("validate replays one allocator\nUsage: " + kSpec.synopsis);
+
+  ReplayOptions options_run = plan.options;
+  std::vector<RequestRecord> records;
+  std::vector<Sample> samples;
+  options_run.per_request = [&](const RequestRecord& r) { records.push_back(r); };
+  options_run.timeline = [&](const TimelineRow& row) {
+    samples.push_back({row.time_ns, row.running, row.queued, row.allocated_bytes});
+  };
+  TraceOptions trace_options = plan.trace;
+  if (plan.allocators[0]->prefix_block_tokens() > 0) {
+    trace_options.hash_block_tokens = plan.allocators[0]->prefix_block_tokens();
+  }
+  auto trace = open_trace(plan.trace_path, trace_options);
+  const ReplayReport report = replay(*trace, *plan.allocators[0], options_run);
+  if (plan.per_request_path) {
+    std::ofstream out(*plan.per_request_path, std::ios::binary);
+    if (!out) throw InputError(Location{*plan.per_request_path, 0, ""}, "cannot write the per-request file");
+    out << per_request_header() << per_request_rows(report.allocator, records);
+  }
+  const Result result = compare(run, plan, report, records, samples);
+  fmt::print("{}", plan.json ? json_of(run, plan, report, result) : table(run, plan, report, result));
+  return kExitOk;
+}
+
+}  // namespace kvsim::cli

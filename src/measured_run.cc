@@ -1,0 +1,300 @@
+// Reading a measured run directory (meta.json, requests.jsonl, timeseries.csv) and the
+// figures it is scored by. See include/kvsim/measured_run.h.
+#include "kvsim/measured_run.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <sstream>
+
+#include "civil_time.h"
+#include "kvsim/error.h"
+
+namespace kvsim {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+std::string join(const std::string& dir, const std::string& name) { return (fs::path(dir) / name).string(); }
+
+std::ifstream open_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(Location{path, 0, ""}, "cannot open the file (is this a measured run directory?)");
+  return in;
+}
+
+json parse_json(const std::string& text, const std::string& path, std::int64_t line) {
+  try {
+    return json::parse(text);
+  } catch (const json::parse_error& e) {
+    throw InputError(Location{path, line, ""}, std::string("not valid JSON: ") + e.what());
+  }
+}
+
+// A member of `obj` of the wanted kind, or an InputError naming the file, line and key.
+const json& member(const json& obj, const char* key, const std::string& path, std::int64_t line) {
+  if (!obj.is_object()) throw InputError(Location{path, line, ""}, "expected a JSON object");
+  const auto it = obj.find(key);
+  if (it == obj.end()) throw InputError(Location{path, line, key}, "missing");
+  return *it;
+}
+
+std::int64_t integer_member(const json& obj, const char* key, const std::string& path, std::int64_t line,
+                            std::int64_t min_value) {
+  const json& v = member(obj, key, path, line);
+  if (!v.is_number_integer() || v.get<std::int64_t>() < min_value) {
+    throw InputError(Location{path, line, key},
+                     "expected an integer >= " + std::to_string(min_value) + ", got " + v.dump());
+  }
+  return v.get<std::int64_t>();
+}
+
+double number_member(const json& obj, const char* key, const std::string& path, std::int64_t line) {
+  const json& v = member(obj, key, path, line);
+  if (!v.is_number() || !std::isfinite(v.get<double>())) {
+    throw InputError(Location{path, line, key}, "expected a number, got " + v.dump());
+  }
+  return v.get<double>();
+}
+
+std::string string_member(const json& obj, const char* key, const std::string& path, std::int64_t line) {
+  const json& v = member(obj, key, path, line);
+  if (!v.is_string()) throw InputError(Location{path, line, key}, "expected a string, got " + v.dump());
+  return v.get<std::string>();
+}
+
+void read_meta(MeasuredRun& run, bool find_workload) {
+  const std::string path = join(run.dir, "meta.json");
+  std::ifstream in = open_file(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  const json meta = parse_json(text.str(), path, 0);
+  run.model = string_member(meta, "model", path, 0);
+  if (meta.contains("vllm_version") && meta["vllm_version"].is_string()) run.vllm_version = meta["vllm_version"];
+  const json& kw = member(meta, "engine_kwargs", path, 0);
+  run.tensor_parallel = integer_member(kw, "tensor_parallel_size", path, 0, 1);
+  run.data_parallel = integer_member(kw, "data_parallel_size", path, 0, 1);
+  if (kw.contains("enable_expert_parallel")) {
+    const json& ep = kw["enable_expert_parallel"];
+    if (!ep.is_boolean()) throw InputError(Location{path, 0, "enable_expert_parallel"}, "expected true or false");
+    run.expert_parallel = ep.get<bool>();
+  }
+  run.max_num_seqs = integer_member(kw, "max_num_seqs", path, 0, 1);
+  run.max_num_batched_tokens = integer_member(kw, "max_num_batched_tokens", path, 0, 1);
+  if (kw.contains("max_model_len") && !kw["max_model_len"].is_null()) {
+    run.max_model_len = integer_member(kw, "max_model_len", path, 0, 1);
+  }
+  if (meta.contains("tick_seconds")) {
+    run.tick_s = number_member(meta, "tick_seconds", path, 0);
+    if (run.tick_s <= 0) throw InputError(Location{path, 0, "tick_seconds"}, "expected a positive number");
+  }
+  if (meta.contains("started_at")) {
+    std::int64_t ns = 0;
+    if (!meta["started_at"].is_string() || !detail::parse_datetime_ns(meta["started_at"].get<std::string>(), ns)) {
+      throw InputError(Location{path, 0, "started_at"}, "expected a UTC datetime such as \"2026-04-25T18:47:18.27Z\"");
+    }
+    run.started_at_s = static_cast<double>(ns) / 1e9;
+  }
+  if (find_workload && run.workload.empty()) {
+    const std::string dataset = string_member(meta, "dataset_path", path, 0);
+    // Relative to the folder above the run; else the same name beside the run.
+    const fs::path above = fs::path(run.dir).parent_path() / dataset;
+    const fs::path beside = fs::path(run.dir) / fs::path(dataset).filename();
+    if (fs::exists(above)) run.workload = above.string();
+    else if (fs::exists(beside)) run.workload = beside.string();
+    else {
+      throw InputError(Location{path, 0, "dataset_path"},
+                       "the workload \"" + dataset + "\" is neither at " + above.string() + " nor at " +
+                           beside.string() + "; give it with --workload");
+    }
+  }
+}
+
+void read_hardware(MeasuredRun& run) {
+  // Optional: the peer's cluster description names the GPU.
+  const std::string path = join(run.dir, "peer_cluster_config.json");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return;
+  std::stringstream text;
+  text << in.rdbuf();
+  const json config = parse_json(text.str(), path, 0);
+  const json* nodes = config.contains("nodes") && config["nodes"].is_array() ? &config["nodes"] : nullptr;
+  if (nodes == nullptr) return;
+  for (const json& node : *nodes) {
+    if (!node.contains("instances") || !node["instances"].is_array()) continue;
+    for (const json& inst : node["instances"]) {
+      if (inst.contains("hardware") && inst["hardware"].is_string()) {
+        run.hardware = inst["hardware"].get<std::string>();
+        return;
+      }
+    }
+  }
+}
+
+void read_requests(MeasuredRun& run) {
+  const std::string path = join(run.dir, "requests.jsonl");
+  std::ifstream in = open_file(path);
+  std::string text;
+  for (std::int64_t line = 1; std::getline(in, text); ++line) {
+    if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const json r = parse_json(text, path, line);
+    MeasuredRequest m;
+    m.id = string_member(r, "request_id", path, line);
+    m.input_tokens = integer_member(r, "input_toks", path, line, 0);
+    m.output_tokens = integer_member(r, "output_toks", path, line, 1);
+    m.arrival_time_s = number_member(r, "arrival_time", path, line);
+    m.queued_s = number_member(r, "queued_ts", path, line);
+    m.scheduled_s = number_member(r, "scheduled_ts", path, line);
+    m.first_token_s = number_member(r, "first_token_ts", path, line);
+    m.last_token_s = number_member(r, "last_token_ts", path, line);
+    if (!(m.queued_s <= m.scheduled_s && m.scheduled_s <= m.first_token_s && m.first_token_s <= m.last_token_s)) {
+      throw InputError(Location{path, line, "queued_ts"},
+                       "timestamps out of order: expected queued_ts <= scheduled_ts <= first_token_ts <= last_token_ts");
+    }
+    run.requests.push_back(std::move(m));
+  }
+  if (run.requests.empty()) throw InputError(Location{path, 0, ""}, "no requests");
+}
+
+double csv_number(const std::string& cell, const std::string& path, std::int64_t line, const std::string& column) {
+  double v = 0;
+  const char* end = cell.data() + cell.size();
+  const auto [ptr, ec] = std::from_chars(cell.data(), end, v);
+  if (ec != std::errc() || ptr != end || !std::isfinite(v)) {
+    throw InputError(Location{path, line, column}, "expected a number, got \"" + cell + "\"");
+  }
+  return v;
+}
+
+std::int64_t csv_count(const std::string& cell, const std::string& path, std::int64_t line, const std::string& column) {
+  const double v = csv_number(cell, path, line, column);
+  if (v < 0 || v != std::floor(v)) {
+    throw InputError(Location{path, line, column}, "expected a non-negative whole number, got \"" + cell + "\"");
+  }
+  return static_cast<std::int64_t>(v);
+}
+
+void read_ticks(MeasuredRun& run) {
+  const std::string path = join(run.dir, "timeseries.csv");
+  std::ifstream in = open_file(path);
+  std::string text;
+  const std::vector<std::string> wanted = {"t", "prompt_throughput", "gen_throughput", "running", "waiting", "kv_cache_pct"};
+  auto split = [](const std::string& s) {
+    std::vector<std::string> cells;
+    std::string cell;
+    std::stringstream ss(s);
+    while (std::getline(ss, cell, ',')) {
+      if (!cell.empty() && cell.back() == '\r') cell.pop_back();
+      cells.push_back(cell);
+    }
+    return cells;
+  };
+  if (!std::getline(in, text)) throw InputError(Location{path, 1, ""}, "empty file: expected a header line");
+  const std::vector<std::string> header = split(text);
+  std::vector<std::size_t> at(wanted.size());
+  for (std::size_t i = 0; i < wanted.size(); ++i) {
+    const auto it = std::find(header.begin(), header.end(), wanted[i]);
+    if (it == header.end()) throw InputError(Location{path, 1, wanted[i]}, "missing column");
+    at[i] = static_cast<std::size_t>(it - header.begin());
+  }
+  double last_t = -1;
+  for (std::int64_t line = 2; std::getline(in, text); ++line) {
+    if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::vector<std::string> cells = split(text);
+    if (cells.size() != header.size()) {
+      throw InputError(Location{path, line, ""}, "expected " + std::to_string(header.size()) + " cells, got " +
+                                                     std::to_string(cells.size()));
+    }
+    MeasuredTick t;
+    t.t_s = csv_number(cells[at[0]], path, line, wanted[0]);
+    if (t.t_s <= last_t) throw InputError(Location{path, line, "t"}, "times must increase");
+    last_t = t.t_s;
+    t.prompt_tokens_per_s = csv_number(cells[at[1]], path, line, wanted[1]);
+    t.generated_tokens_per_s = csv_number(cells[at[2]], path, line, wanted[2]);
+    if (t.prompt_tokens_per_s < 0 || t.generated_tokens_per_s < 0) {
+      throw InputError(Location{path, line, t.prompt_tokens_per_s < 0 ? wanted[1] : wanted[2]}, "negative throughput");
+    }
+    t.running = csv_count(cells[at[3]], path, line, wanted[3]);
+    t.waiting = csv_count(cells[at[4]], path, line, wanted[4]);
+    t.kv_cache_percent = csv_number(cells[at[5]], path, line, wanted[5]);
+    if (t.kv_cache_percent > 0) run.kv_usage_recorded = true;
+    run.ticks.push_back(t);
+  }
+}
+
+}  // namespace
+
+MeasuredRun read_measured_run(const std::string& dir, const std::optional<std::string>& workload, bool find_workload) {
+  MeasuredRun run;
+  run.dir = dir;
+  if (!fs::is_directory(dir)) throw InputError(Location{dir, 0, ""}, "not a directory");
+  if (workload) {
+    if (!fs::exists(*workload)) throw InputError(Location{*workload, 0, ""}, "no such workload file");
+    run.workload = *workload;
+  }
+  read_meta(run, find_workload);
+  read_hardware(run);
+  read_requests(run);
+  read_ticks(run);
+  if (run.started_at_s == 0) {
+    run.started_at_s = run.requests.front().arrival_time_s;
+    for (const MeasuredRequest& r : run.requests) run.started_at_s = std::min(run.started_at_s, r.arrival_time_s);
+  }
+  return run;
+}
+
+double percentile_sorted(const std::vector<double>& sorted, double p) {
+  const double rank = (static_cast<double>(sorted.size()) - 1) * p / 100.0;
+  const auto lo = static_cast<std::size_t>(std::floor(rank));
+  const std::size_t hi = std::min(lo + 1, sorted.size() - 1);
+  return sorted[lo] + (sorted[hi] - sorted[lo]) * (rank - static_cast<double>(lo));
+}
+
+Distribution distribution(std::vector<double> samples) {
+  Distribution d;
+  d.count = static_cast<std::int64_t>(samples.size());
+  if (samples.empty()) return d;
+  std::sort(samples.begin(), samples.end());
+  d.mean = std::accumulate(samples.begin(), samples.end(), 0.0) / static_cast<double>(samples.size());
+  d.p50 = percentile_sorted(samples, 50);
+  d.p90 = percentile_sorted(samples, 90);
+  d.p95 = percentile_sorted(samples, 95);
+  d.p99 = percentile_sorted(samples, 99);
+  return d;
+}
+
+MeasuredLatencies measured_latencies(const MeasuredRun& run) {
+  MeasuredLatencies s;
+  for (const MeasuredRequest& r : run.requests) {
+    s.ttft.push_back(r.first_token_s - r.queued_s);
+    if (r.output_tokens >= 2) {
+      s.tpot.push_back((r.last_token_s - r.first_token_s) / static_cast<double>(r.output_tokens - 1));
+    }
+    s.latency.push_back(r.last_token_s - r.queued_s);
+  }
+  return s;
+}
+
+double monotonic_to_wall_s(const MeasuredRun& run) {
+  double sum = 0;
+  for (const MeasuredRequest& r : run.requests) sum += r.arrival_time_s - r.queued_s;
+  return sum / static_cast<double>(run.requests.size());
+}
+
+double tick_origin_monotonic_s(const MeasuredRun& run) { return run.started_at_s - monotonic_to_wall_s(run); }
+
+double measured_makespan_s(const MeasuredRun& run) {
+  double first = run.requests.front().queued_s, last = run.requests.front().last_token_s;
+  for (const MeasuredRequest& r : run.requests) {
+    first = std::min(first, r.queued_s);
+    last = std::max(last, r.last_token_s);
+  }
+  return last - first;
+}
+
+}  // namespace kvsim

@@ -1,0 +1,145 @@
+// Measured runs: reading them, the figures they are scored by, and the cost model's fit.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "cli_util.h"
+#include "kvsim/calibrate.h"
+#include "kvsim/cost_model.h"
+#include "kvsim/error.h"
+#include "kvsim/measured_run.h"
+
+using namespace kvsim;
+
+namespace {
+
+const std::string kData = std::string(KVSIM_SOURCE_DIR) + "/tests/data/measured";
+
+}  // namespace
+
+TEST_CASE("measured run: TTFT, TPOT, latency and the clock mapping of a hand-made run") {
+  // tests/data/measured/tiny/run: two requests (README definitions):
+  //   bench-0: queued 500.0, first token 500.1, last 500.3, 3 tokens: TTFT 0.1, TPOT 0.2/2 = 0.1, latency 0.3
+  //   bench-1: queued 500.5, first token 500.55, last 500.95, 5 tokens: TTFT 0.05, TPOT 0.4/4 = 0.1, latency 0.45
+  const MeasuredRun run = read_measured_run(kData + "/tiny/run", std::nullopt, true);
+  CHECK(run.model == "meta-llama/Llama-3.1-8B");
+  CHECK(run.max_num_seqs == 128);
+  CHECK(run.max_num_batched_tokens == 2048);
+  CHECK(run.max_model_len == 0);
+  CHECK(run.workload == kData + "/tiny/workloads/tiny.jsonl");  // dataset_path, from the folder above the run
+  CHECK(run.ticks.size() == 3);
+  CHECK_FALSE(run.kv_usage_recorded);
+  const MeasuredLatencies s = measured_latencies(run);
+  const Distribution ttft = distribution(s.ttft);
+  CHECK(ttft.mean == Approx(0.075));
+  CHECK(ttft.p50 == Approx(0.075));
+  // Linear between the order statistics 0.05 and 0.1: p90 at rank 0.9, p99 at rank 0.99.
+  CHECK(ttft.p90 == Approx(0.05 + 0.05 * 0.9));
+  CHECK(ttft.p99 == Approx(0.05 + 0.05 * 0.99));
+  const Distribution tpot = distribution(s.tpot);
+  CHECK(tpot.mean == Approx(0.1));
+  CHECK(tpot.p99 == Approx(0.1));
+  const Distribution latency = distribution(s.latency);
+  CHECK(latency.mean == Approx(0.375));
+  CHECK(latency.p90 == Approx(0.3 + 0.15 * 0.9));
+  // arrival_time - queued_ts is 1767225600 - 500 for both; started_at is 1767225600 (2026-01-01).
+  CHECK(monotonic_to_wall_s(run) == Approx(1767225600.0 - 500.0));
+  CHECK(tick_origin_monotonic_s(run) == Approx(500.0));
+  CHECK(measured_makespan_s(run) == Approx(0.95));
+}
+
+TEST_CASE("measured run: percentiles as numpy.percentile gives them") {
+  // numpy.percentile([1, 2, 3, 4, 10], 90) = 4 + (10 - 4) x 0.6 = 7.6 (rank 0.9 x 4 = 3.6).
+  const Distribution d = distribution({10, 1, 3, 2, 4});
+  CHECK(d.mean == Approx(4.0));
+  CHECK(d.p50 == Approx(3.0));
+  CHECK(d.p90 == Approx(7.6));
+  CHECK(d.p95 == Approx(8.8));
+  CHECK(d.count == 5);
+}
+
+TEST_CASE("measured run: a bad file is an error naming the file, line and field") {
+  const auto dir = test::scratch_dir("measured-bad");
+  std::filesystem::copy(kData + "/tiny/run", dir, std::filesystem::copy_options::recursive | std::filesystem::copy_options::overwrite_existing);
+  {
+    std::ofstream out(dir / "requests.jsonl");
+    out << R"({"request_id": "a", "input_toks": 1, "output_toks": 2, "arrival_time": 1, "queued_ts": 1, "scheduled_ts": 1, "first_token_ts": 2, "last_token_ts": 3})" "\n"
+        << R"({"request_id": "b", "input_toks": 1, "output_toks": 2, "arrival_time": 1, "queued_ts": 5, "scheduled_ts": 1, "first_token_ts": 2, "last_token_ts": 3})" "\n";
+  }
+  try {
+    read_measured_run(dir.string(), std::nullopt, false);
+    FAIL("no error");
+  } catch (const InputError& e) {
+    CHECK(e.where().file == (dir / "requests.jsonl").string());
+    CHECK(e.where().line == 2);
+    CHECK(e.where().field == "queued_ts");
+  }
+  {
+    std::ofstream out(dir / "requests.jsonl");
+    out << R"({"request_id": "a", "input_toks": 1, "output_toks": 2, "arrival_time": 1, "queued_ts": 1, "scheduled_ts": 1, "first_token_ts": 2})" "\n";
+  }
+  try {
+    read_measured_run(dir.string(), std::nullopt, false);
+    FAIL("no error");
+  } catch (const InputError& e) {
+    CHECK(e.where().line == 1);
+    CHECK(e.where().field == "last_token_ts");
+  }
+  std::filesystem::copy(kData + "/tiny/run/requests.jsonl", dir / "requests.jsonl",
+                        std::filesystem::copy_options::recursive | std::filesystem::copy_options::overwrite_existing);
+  {
+    std::ofstream out(dir / "timeseries.csv");
+    out << "t,prompt_throughput,gen_throughput,running,waiting,kv_cache_pct\n1.0,5,6,1.5,0,0\n";
+  }
+  try {
+    read_measured_run(dir.string(), std::nullopt, false);
+    FAIL("no error");
+  } catch (const InputError& e) {
+    CHECK(e.where().line == 2);
+    CHECK(e.where().field == "running");
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("least squares: a hand-solved overdetermined system") {
+  // x1 = 1, x2 = 2, x1 + x2 = 3.3: normal equations [[2,1],[1,2]] x = [4.3, 5.3],
+  // x1 = (2 x 4.3 - 5.3) / 3 = 1.1, x2 = (2 x 5.3 - 4.3) / 3 = 2.1.
+  const std::vector<double> x = least_squares({{1, 0}, {0, 1}, {1, 1}}, {1, 2, 3.3});
+  REQUIRE(x.size() == 2);
+  CHECK(x[0] == Approx(1.1));
+  CHECK(x[1] == Approx(2.1));
+  CHECK_THROWS_AS(least_squares({{1, 2}, {2, 4}, {3, 6}}, {1, 2, 3}), InputError);
+}
+
+TEST_CASE("calibrate: recovers the coefficients a synthetic run was generated with") {
+  // tests/data/measured/make_synthetic.py wrote each tick's decoded tokens G from the rule
+  //   1 s = (G / D) x 10 ms + P x 50 us + G x 200 us
+  // (D the mean requests decoding in the tick, P its prompt tokens), plus the tick's first
+  // tokens (a prefill's, not a decode's) into the generated column: the fit must give back
+  // 10 ms, 50 us and 200 us, and no context term (the three explain every tick exactly).
+  const MeasuredRun run = read_measured_run(kData + "/synthetic", std::nullopt, false);
+  const Calibration c = calibrate(run);
+  REQUIRE(c.terms.size() == 4);
+  CHECK(c.terms[0].seconds == Approx(0.010).epsilon(1e-6));
+  CHECK(c.terms[1].seconds == Approx(50e-6).epsilon(1e-6));
+  CHECK(c.terms[2].seconds == Approx(200e-6).epsilon(1e-6));
+  CHECK_FALSE(c.terms[3].kept);
+  // Ticks 2..12 are busy throughout with a request decoding on average (tick 1's mean is 0.7;
+  // tick 13 ends after the last token at 12.5 s).
+  CHECK(c.ticks.size() == 11);
+  CHECK(c.residual_max_s < 1e-6);
+  // The spec names all four terms in picoseconds (rounded), so none falls back to the roofline's.
+  CHECK(std::abs(c.cost.base_ps - 10'000'000'000) <= 10'000);
+  CHECK(std::abs(c.cost.prefill_token_ps - 50'000'000) <= 50);
+  CHECK(std::abs(c.cost.decode_seq_ps - 200'000'000) <= 200);
+  CHECK(c.cost.context_token_ps == 0);
+  // --cost reads the spec back to the same picoseconds.
+  const CostModel back = parse_cost_model(c.cost_spec, CostModel{}, "--cost");
+  CHECK(back.base_ps == c.cost.base_ps);
+  CHECK(back.prefill_token_ps == c.cost.prefill_token_ps);
+  CHECK(back.decode_seq_ps == c.cost.decode_seq_ps);
+  CHECK(back.context_token_ps == 0);
+  CHECK_THAT(c.cost_spec, Catch::EndsWith(",context-token=0us"));
+}

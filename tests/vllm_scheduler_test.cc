@@ -1,0 +1,94 @@
+// kvsim's vLLM schedule against vLLM v1's scheduler (vllm/v1/core/sched/scheduler.py,
+// Scheduler.schedule), one hand-worked schedule per rule that is not pinned elsewhere
+// (preempting the newest, the watermark and the last-token prefix rule are in
+// memory_budget_test.cc and prefix_cache_engine_test.cc). Layouts of one byte per
+// position; blocks of 16; every step 1 ms whatever it holds.
+#include <catch2/catch.hpp>
+
+#include <map>
+
+#include "kvsim/replay.h"
+#include "test_support.h"
+
+using namespace kvsim;
+
+namespace {
+
+constexpr std::int64_t kMs = 1'000'000;
+
+ReplayOptions one_ms_steps() {
+  ReplayOptions o;
+  o.layout = test::unit_layout(4096);
+  o.cost.base_ps = kMs * 1000;
+  o.cost.prefill_token_ps = 0;
+  return o;
+}
+
+// Each request's record by id.
+std::map<std::string, RequestRecord> records_of(const std::string& spec, std::vector<Request> trace, ReplayOptions o) {
+  std::map<std::string, RequestRecord> out;
+  o.per_request = [&out](const RequestRecord& r) { out[r.id] = r; };
+  test::replay_under_budget(spec, std::move(trace), o);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("vllm v1: running requests' decodes take the token budget first, then the chunked prefill") {
+  // scheduler.py schedule(): "First, schedule the RUNNING requests": each decode takes 1 of
+  // token_budget (max_num_batched_tokens); a waiting request gets min(its tokens, what is
+  // left). Budget 32. A (prompt 10, output 10) prefills in step 0 and decodes in steps 1-9.
+  // B (prompt 96) arrives at 0.5 ms: steps 1, 2, 3 give it 32 - 1 = 31 tokens each (93),
+  // step 4 the last 3, with its first token at the end of step 4: 5 ms, TTFT 4.5 ms. (Were
+  // decodes not counted, 32 + 32 + 32 would finish in step 3.)
+  ReplayOptions o = one_ms_steps();
+  o.max_batched_tokens = 32;
+  const auto r = records_of("paged:block=16", {test::request("a", 0, 10, 10), test::request("b", kMs / 2, 96, 2)}, o);
+  CHECK(r.at("a").first_token_ns == 1 * kMs);
+  CHECK(r.at("b").first_scheduled_ns == 1 * kMs);
+  CHECK(r.at("b").first_token_ns == 5 * kMs);
+}
+
+TEST_CASE("vllm v1: waiting requests start only while fewer than max_num_seqs run") {
+  // scheduler.py: "if len(self.running) == self.max_num_running_reqs: break". One at a time:
+  // A (prompt 10, output 3) runs steps 0-2 and leaves at 3 ms; B, waiting since 0.5 ms,
+  // starts at 3 ms and has its first token at 4 ms.
+  ReplayOptions o = one_ms_steps();
+  o.max_running = 1;
+  const auto r = records_of("paged:block=16", {test::request("a", 0, 10, 3), test::request("b", kMs / 2, 10, 2)}, o);
+  CHECK(r.at("a").finish_ns == 3 * kMs);
+  CHECK(r.at("b").first_scheduled_ns == 3 * kMs);
+  CHECK(r.at("b").first_token_ns == 4 * kMs);
+}
+
+TEST_CASE("vllm v1: a preempted request goes back to the front of the waiting queue, and nobody overtakes it") {
+  // scheduler.py _preempt_request(): freed, num_computed_tokens = 0,
+  // self.waiting.prepend_request(request); waiting requests are taken in order and the loop
+  // breaks at the first that does not fit (first come, first served).
+  // 4 blocks (64 positions), no watermark. A (prompt 16, output 20) and B (prompt 16, output
+  // 40) start at 0 with 17 positions each (2 blocks each: the pool is full). C (prompt 16,
+  // output 2: 2 blocks) arrives at 0.5 ms and waits. At step 16 both reach 33 positions; A
+  // needs a 3rd block: the newest, B, is preempted, having generated 16 tokens,
+  // and A takes one of its blocks. The queue is [B, C]. (The step admits nothing new either:
+  // scheduler.py takes waiting requests only "if not preempted_reqs".)
+  //   Steps 17-19: B needs 16 + 16 + 1 = 33 positions, 3 blocks, with 1 free: it waits, and
+  //   C (2 blocks) may not pass it. A's 20th token ends step 19: it leaves at 20 ms.
+  //   Step 20: B recomputes into 3 blocks; C still does not fit (1 free). B's 24 remaining
+  //   tokens end with step 43 (it takes the 4th block at step 36, 49 positions): 44 ms.
+  //   Step 44: C starts; its first token at 45 ms.
+  // Were B requeued at the back, C would start at 20 ms instead.
+  ReplayOptions o = one_ms_steps();
+  o.memory.kv_budget_bytes = 4 * 16;
+  o.memory.policy = Policy::vllm;
+  o.memory.watermark_ppb = 0;
+  const auto r = records_of("paged:block=16",
+                            {test::request("a", 0, 16, 20), test::request("b", 0, 16, 40), test::request("c", kMs / 2, 16, 2)}, o);
+  CHECK(r.at("a").finish_ns == 20 * kMs);
+  CHECK(r.at("a").preemptions == 0);
+  CHECK(r.at("b").preemptions == 1);
+  CHECK(r.at("b").first_scheduled_ns == 0);  // its first admission
+  CHECK(r.at("b").finish_ns == 44 * kMs);
+  CHECK(r.at("c").first_scheduled_ns == 44 * kMs);
+  CHECK(r.at("c").first_token_ns == 45 * kMs);
+  CHECK(r.at("c").outcome == RequestRecord::Outcome::completed);
+}
