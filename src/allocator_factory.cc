@@ -116,6 +116,12 @@ std::unique_ptr<Allocator> make_dynamic(AllocatorParams& p, const KvLayout& layo
   if (p.has("arena")) {
     o.capacity_bytes = parse_byte_size(p.text("arena", ""), std::string(kOptAllocator) + " dynamic:arena");
     if (o.capacity_bytes <= 0) p.fail("arena must be a positive byte size");
+    // The budget is the device's memory: an arena cannot be larger (the engine would plan
+    // against one bound while the allocator placed against another).
+    if (limits.capacity_bytes > 0 && o.capacity_bytes > limits.capacity_bytes) {
+      p.fail("arena (" + std::to_string(o.capacity_bytes) + " bytes) is larger than the memory budget (" +
+             std::to_string(limits.capacity_bytes) + " bytes)");
+    }
   }
   return std::make_unique<DynamicAllocator>(layout, o);
 }

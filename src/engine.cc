@@ -458,10 +458,11 @@ bool Engine::grow_or_preempt(std::uint32_t slot, std::int64_t tokens, std::int64
     if (o == Outcome::ok) return true;
     if (!bounded()) broken(flights_[slot], "allocation failed in a run without a memory bound");
     const std::uint32_t victim = scheduler_->choose_victim(view_, slot);
-    if (victim == slot && running_ == 1) {
-      // Alone on the device (swapped-out requests hold host memory only), with the whole
-      // budget, and still short: it never fits. Preempting it would only start it over (or
-      // swap it out and back), forever.
+    if (victim == slot && running_ == 1 && swapped_.empty()) {
+      // Alone, with the whole budget, and still short: it never fits. Preempting it would
+      // only start it over, forever. (With others swapped out it swaps itself out: coming
+      // back it is placed afresh, which may fit where growing in place did not; if it
+      // cannot come back with nothing running, resume_swapped refuses it.)
       ++report_.rejected_too_large;
       report_.generated_tokens += flights_[slot].n * flights_[slot].produced_before(step_);
       release(slot, 0);
@@ -769,11 +770,13 @@ void Engine::run_iteration() {
 
   const std::int64_t duration = step_duration(prefill_tokens, decode_seqs, context);
   ++report_.iterations;
-  // The progress guarantee, checked: a step that decodes nothing and prefills nothing only
-  // starts what takes its first step next (a prompt of 0 tokens) or waits for a swap; many
+  // The progress guarantee, checked: a step that decodes nothing, prefills nothing and
+  // ends no request only starts what takes its first step next (a prompt of 0 tokens); many
   // in a row mean a livelock, which is a bug, not a result.
-  if (decode_seqs > 0 || prefill_tokens > 0) {
+  const std::int64_t ended = requests_ended();
+  if (decode_seqs > 0 || prefill_tokens > 0 || ended != ended_before_) {
     idle_steps_ = 0;
+    ended_before_ = ended;
   } else if (++idle_steps_ > kMaxIdleSteps) {
     throw InternalError(alloc_.name() + ": no progress for " + std::to_string(idle_steps_) + " steps up to step " +
                         std::to_string(step_) + " (" + std::to_string(running_) + " running, " +
@@ -830,11 +833,15 @@ ReplayReport Engine::run_simulated() {
   return finish_report();
 }
 
+std::int64_t Engine::requests_ended() const {
+  return report_.completed + report_.cancelled_queued + report_.cancelled_running + report_.rejected_too_long +
+         report_.rejected_too_large;
+}
+
 void Engine::check_accounted() const {
   // Every request ends exactly one way. (A request still running or waiting at the end is
   // the recorder's leak check.)
-  const std::int64_t ended = report_.completed + report_.cancelled_queued + report_.cancelled_running +
-                             report_.rejected_too_long + report_.rejected_too_large;
+  const std::int64_t ended = requests_ended();
   if (ended != report_.requests) {
     throw InternalError(alloc_.name() + ": of " + std::to_string(report_.requests) + " requests, " +
                         std::to_string(report_.completed) + " completed, " +
