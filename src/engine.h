@@ -220,6 +220,7 @@ class Engine {
   bool bounded() const { return capacity_bytes_ > 0; }
   // Every request completed, was cancelled or was refused, once; else InternalError.
   void check_accounted() const;
+  std::int64_t requests_ended() const;  // completed, cancelled or refused so far
   [[noreturn]] void broken(const Flight& f, const std::string& what) const;
   Ticket& ticket_of(const Flight& f) { return tickets_[f.ticket]; }
 
@@ -266,6 +267,7 @@ class Engine {
   // Steps in a row that decoded and prefilled nothing (the livelock watchdog).
   static constexpr std::int64_t kMaxIdleSteps = 64;
   std::int64_t idle_steps_ = 0;
+  std::int64_t ended_before_ = 0;  // requests ended (any way) when the count last reset
 
   // The step in progress.
   bool step_memory_bound_ = false;    // an allocation was refused for memory
