@@ -148,8 +148,8 @@ constexpr AllocatorKind kKinds[] = {
     {"dynamic", "dynamic[:growth=double|exact|chunk][,chunk=256][,arena=BYTES]",
      "      a contiguous buffer per sample and layer group that grows (by doubling, exactly, or\n"
      "      by chunks of `chunk` positions; growth=chunk=N for short) and is copied on growth,\n"
-     "      placed first-fit in one arena (Hugging Face DynamicCache). arena bounds the arena;\n"
-     "      default unbounded.\n",
+     "      placed first-fit in one arena (Hugging Face DynamicCache). arena bounds the arena\n"
+     "      (default unbounded; at most the budget) and the run with it, as a budget does.\n",
      "growth=double", make_dynamic},
 };
 

@@ -254,7 +254,7 @@ TEST_CASE("trace gen never writes what its own reader refuses") {
   std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("--sort refuses a trace spanning more than the largest representable time") {
+TEST_CASE("trace convert --sort refuses a trace spanning more than the largest representable time") {
   // Azure times count from the first row (2100): 1900 is 200 years before, 2250 is 150
   // after. Sorted and shifted to start at 0, the last would be at 350 years > 292: it
   // wrapped to a negative arrival before.
