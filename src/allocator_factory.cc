@@ -124,6 +124,12 @@ std::unique_ptr<Allocator> make_dynamic(AllocatorParams& p, const KvLayout& layo
   if (p.has("arena")) {
     o.capacity_bytes = parse_byte_size(p.text("arena", ""), std::string(kOptAllocator) + " dynamic:arena");
     if (o.capacity_bytes <= 0) p.fail("arena must be a positive byte size");
+    // The budget is the device's memory: an arena cannot be larger (the engine would plan
+    // against one bound while the allocator placed against another).
+    if (limits.capacity_bytes > 0 && o.capacity_bytes > limits.capacity_bytes) {
+      p.fail("arena (" + std::to_string(o.capacity_bytes) + " bytes) is larger than the memory budget (" +
+             std::to_string(limits.capacity_bytes) + " bytes)");
+    }
   }
   return std::make_unique<DynamicAllocator>(layout, o);
 }
@@ -154,8 +160,8 @@ constexpr AllocatorKind kKinds[] = {
     {"dynamic", "dynamic[:growth=double|exact|chunk][,chunk=256][,arena=BYTES]",
      "      a contiguous buffer per sample and layer group that grows (by doubling, exactly, or\n"
      "      by chunks of `chunk` positions; growth=chunk=N for short) and is copied on growth,\n"
-     "      placed first-fit in one arena (Hugging Face DynamicCache). arena bounds the arena;\n"
-     "      default unbounded.\n",
+     "      placed first-fit in one arena (Hugging Face DynamicCache). arena bounds the arena\n"
+     "      (default unbounded; at most the budget) and the run with it, as a budget does.\n",
      "growth=double", make_dynamic},
     {"radix", "radix[:page=1]",
      "      SGLang's radix cache: a token pool (pages of `page` positions) under a radix tree of\n"

@@ -38,7 +38,13 @@ Engine::Engine(TraceReader& trace, Allocator& allocator, const ReplayOptions& op
                      "without chunked prefill it must be at least the model's maximum length (" +
                          std::to_string(max_tokens_) + ")");
   }
+  // The run is bounded by the budget, or by the allocator's own bound (dynamic:arena=BYTES)
+  // when that is smaller or there is no budget: the scheduler must plan against the memory
+  // that really exists, or it admits what the allocator then refuses.
   capacity_bytes_ = opt_.memory.kv_budget_bytes;
+  const std::int64_t own_bound = allocator.pool().capacity_bytes;
+  if (own_bound > 0 && (capacity_bytes_ <= 0 || own_bound < capacity_bytes_)) capacity_bytes_ = own_bound;
+  view_.capacity_bytes = capacity_bytes_;
   prefix_block_ = allocator.prefix_block_tokens();
   if (sharing()) {
     recorder_.track_evictable();
@@ -70,8 +76,9 @@ bool Engine::fetch() {
 
 std::int64_t Engine::take_ticket() {
   ++report_.requests;
-  // prompt + output > max, without overflow for lengths near 2^63.
-  if (next_.prompt_tokens > max_tokens_ - std::min(next_.output_tokens, max_tokens_)) {
+  // prompt + output > max, without overflow for lengths near 2^63 (an output alone above
+  // the maximum is too long whatever the prompt, 0 included).
+  if (next_.output_tokens > max_tokens_ || next_.prompt_tokens > max_tokens_ - next_.output_tokens) {
     ++report_.rejected_too_long;  // an engine refuses these at its API
     if (opt_.per_request) {
       RequestRecord r;
@@ -83,6 +90,14 @@ std::int64_t Engine::take_ticket() {
       r.outcome = RequestRecord::Outcome::refused;
       opt_.per_request(r);
     }
+    return -1;
+  }
+  // Under a budget a preempted request is recomputed, and each of its positions past the
+  // prompt costs n tokens of a step's budget: with n above --max-batched-tokens that prefill
+  // could never advance. vLLM refuses max_num_batched_tokens < max_num_seqs at start-up
+  // (SchedulerConfig); per request, kvsim refuses it at arrival.
+  if (bounded() && opt_.max_batched_tokens > 0 && next_.n > opt_.max_batched_tokens) {
+    ++report_.rejected_too_large;
     return -1;
   }
   // A request whose n samples at full length do not fit 64 bits of bytes cannot be replayed.
@@ -478,11 +493,13 @@ bool Engine::grow_or_preempt(std::uint32_t slot, std::int64_t tokens, std::int64
   for (;;) {
     const Outcome o = alloc_.grow(slot, tokens, step_tokens);
     if (o == Outcome::ok) return true;
-    if (!bounded()) broken(flights_[slot], "allocation failed in a run without a memory budget");
+    if (!bounded()) broken(flights_[slot], "allocation failed in a run without a memory bound");
     const std::uint32_t victim = scheduler_->choose_victim(view_, slot);
     if (victim == slot && running_ == 1 && swapped_.empty()) {
       // Alone, with the whole budget, and still short: it never fits. Preempting it would
-      // only start it over, forever.
+      // only start it over, forever. (With others swapped out it swaps itself out: coming
+      // back it is placed afresh, which may fit where growing in place did not; if it
+      // cannot come back with nothing running, resume_swapped refuses it.)
       ++report_.rejected_too_large;
       report_.generated_tokens += flights_[slot].n * flights_[slot].produced_before(step_);
       leaves(flights_[slot].ticket, RequestRecord::Outcome::refused, now_);
@@ -634,14 +651,21 @@ void Engine::resume_swapped(std::int64_t& decode_seqs) {
     // It comes back holding what it held, and decodes in this step.
     const std::int64_t tokens = t.swapped_tokens + 1;
     const std::uint32_t slot = start_flight(ref.ticket);
-    if (alloc_.admit(slot, admit_info_of(ref.ticket)) != Outcome::ok) {
-      end_flight(slot);
-      step_memory_bound_ = true;
-      return;
-    }
-    if (alloc_.grow(slot, tokens, 1) != Outcome::ok) {
+    bool back = alloc_.admit(slot, admit_info_of(ref.ticket)) == Outcome::ok;
+    if (back && alloc_.grow(slot, tokens, 1) != Outcome::ok) {
       alloc_.release(slot);
+      back = false;
+    }
+    if (!back) {
       end_flight(slot);
+      if (running_ == 0) {
+        // Nothing else is on the device and it still cannot come back: it never will.
+        ++report_.rejected_too_large;
+        report_.generated_tokens += t.n * (t.swapped_tokens - t.prompt);
+        swapped_.pop_front();
+        free_ticket(ref.ticket);
+        continue;
+      }
       step_memory_bound_ = true;
       return;
     }
@@ -679,13 +703,21 @@ void Engine::admit_waiting(std::int64_t& budget, std::int64_t& prefill_tokens) {
       continue;
     }
     const std::int64_t target = t.prompt + t.base_generated;
-    if (budget <= 0 && target > 0) break;
+    // Alone, the request has the whole budget and the whole step: what it cannot start
+    // with now it can never start with (the progress guarantee: refused, not retried).
+    const bool alone = running_ == 0 && swapped_.empty();
+    if (budget <= 0 && target > 0) break;  // never alone: alone, the step's budget is whole
     // Prompt blocks another request left behind are not computed again.
     const AdmitInfo info = admit_info_of(ref.ticket);
     const std::int64_t cached = sharing() ? alloc_.cached_tokens(info) : 0;
     const auto [positions, cost] = chunk_for({t.prompt, t.n, target, cached}, budget);
-    if (cached + positions < target && (!opt_.chunked_prefill || positions == 0)) break;
-    const bool alone = running_ == 0 && swapped_.empty();
+    if (cached + positions < target && (!opt_.chunked_prefill || positions == 0)) {
+      // Its prefill (a recomputed one costs n tokens per generated position) does not fit a
+      // step's token budget, or not even one position of it does.
+      if (!alone) break;
+      refuse_too_large(ref.ticket);
+      continue;
+    }
     const bool was_memory_bound = step_memory_bound_;
     bool started = scheduler_->admits(view_, t, cached + positions);
     std::uint32_t slot = 0;
@@ -743,10 +775,18 @@ std::int64_t Engine::step_duration(const StepWork& work) const {
   if (step_swap_bytes_ > 0) {
     ns += ceil_div(Int128{step_swap_bytes_} * kNsPerSecond, Int128{opt_.memory.swap_bytes_per_second});
   }
-  // Time only moves forward, and stays within the 64-bit nanoseconds every figure uses.
-  if (ns <= 0 || ns > std::numeric_limits<std::int64_t>::max() - now_) {
+  // Time only moves forward, and stays within the 64-bit nanoseconds every figure uses: a
+  // trace whose requests arrive so late that their service would end past the largest
+  // representable time (about 292 years after time 0) cannot be replayed.
+  if (ns <= 0) {
     throw InternalError(alloc_.name() + ": step " + std::to_string(step_) + " at " + std::to_string(now_) +
-                        " ns would last " + (ns <= 0 ? "no time" : "past the largest representable time"));
+                        " ns would last no time");
+  }
+  if (ns > std::numeric_limits<std::int64_t>::max() - now_) {
+    throw InputError(Location{trace_.path(), 0, ""},
+                     "step " + std::to_string(step_) + " starts at " + std::to_string(now_) + " ns and would end past " +
+                         "the largest representable time (" + std::to_string(std::numeric_limits<std::int64_t>::max()) +
+                         " ns); shift the trace's arrivals earlier");
   }
   return static_cast<std::int64_t>(ns);
 }
@@ -803,6 +843,19 @@ void Engine::run_iteration() {
   const std::int64_t duration = step_duration(step_work_);
   ++report_.iterations;
   recorder_.decode_step(duration, decode_seqs);
+  // The progress guarantee, checked: a step that decodes nothing, prefills nothing and
+  // ends no request only starts what takes its first step next (a prompt of 0 tokens); many
+  // in a row mean a livelock, which is a bug, not a result.
+  const std::int64_t ended = requests_ended();
+  if (decode_seqs > 0 || prefill_tokens > 0 || ended != ended_before_) {
+    idle_steps_ = 0;
+    ended_before_ = ended;
+  } else if (++idle_steps_ > kMaxIdleSteps) {
+    throw InternalError(alloc_.name() + ": no progress for " + std::to_string(idle_steps_) + " steps up to step " +
+                        std::to_string(step_) + " (" + std::to_string(running_) + " running, " +
+                        std::to_string(queued_) + " waiting, " + std::to_string(swapped_.size()) +
+                        " swapped out): a livelock");
+  }
   if (step_memory_bound_) report_.memory_bound_ns += duration;
   if (scheduler_tracks_requests_) scheduler_->end_step(view_, step_preempted_, decode_seqs);
 
@@ -886,6 +939,24 @@ ReplayReport Engine::run_simulated() {
   }
   report_.end_ns = now_;
   return finish_report();
+}
+
+std::int64_t Engine::requests_ended() const {
+  return report_.completed + report_.cancelled_queued + report_.cancelled_running + report_.rejected_too_long +
+         report_.rejected_too_large;
+}
+
+void Engine::check_accounted() const {
+  // Every request ends exactly one way. (A request still running or waiting at the end is
+  // the recorder's leak check.)
+  const std::int64_t ended = requests_ended();
+  if (ended != report_.requests) {
+    throw InternalError(alloc_.name() + ": of " + std::to_string(report_.requests) + " requests, " +
+                        std::to_string(report_.completed) + " completed, " +
+                        std::to_string(report_.cancelled_queued + report_.cancelled_running) + " cancelled and " +
+                        std::to_string(report_.rejected_too_long + report_.rejected_too_large) +
+                        " refused: some were lost or counted twice");
+  }
 }
 
 }  // namespace detail

@@ -242,7 +242,11 @@ class Engine {
   // requests against what the engine counts once.
   void update_shared(std::int64_t correction_ns);
   bool sharing() const { return prefix_block_ > 0; }
-  bool bounded() const { return opt_.memory.kv_budget_bytes > 0; }
+  // Bounded by a budget or by the allocator's own bound (capacity_bytes_).
+  bool bounded() const { return capacity_bytes_ > 0; }
+  // Every request completed, was cancelled or was refused, once; else InternalError.
+  void check_accounted() const;
+  std::int64_t requests_ended() const;  // completed, cancelled or refused so far
   [[noreturn]] void broken(const Flight& f, const std::string& what) const;
   Ticket& ticket_of(const Flight& f) { return tickets_[f.ticket]; }
 
@@ -285,6 +289,11 @@ class Engine {
   bool measured_ = false;
   std::priority_queue<TimedEvent, std::vector<TimedEvent>, std::greater<>> timed_;
   std::uint64_t timed_order_ = 0;
+
+  // Steps in a row that decoded and prefilled nothing (the livelock watchdog).
+  static constexpr std::int64_t kMaxIdleSteps = 64;
+  std::int64_t idle_steps_ = 0;
+  std::int64_t ended_before_ = 0;  // requests ended (any way) when the count last reset
 
   // The step in progress.
   bool step_memory_bound_ = false;    // an allocation was refused for memory

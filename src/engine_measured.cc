@@ -128,10 +128,10 @@ void Engine::handle_timed(const TimedEvent& e) {
 
 ReplayReport Engine::run_measured() {
   for (;;) {
-    std::int64_t at = kUnlimited;
-    if (have_next_) at = next_.arrival_ns;
+    // The largest time is a real instant (a finish there still releases): no sentinel.
+    if (!have_next_ && timed_.empty()) break;
+    std::int64_t at = have_next_ ? next_.arrival_ns : timed_.top().at_ns;
     if (!timed_.empty()) at = std::min(at, timed_.top().at_ns);
-    if (at == kUnlimited) break;
     if (at > now_) end_span(at - now_);
     note_queue(now_);
     pull_arrivals(now_);

@@ -3,6 +3,8 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <limits>
+#include <string>
 #include <nlohmann/json.hpp>
 
 #include "kvsim/error.h"
@@ -87,10 +89,20 @@ class SortedReader final : public TraceReader {
                      [](const Request& a, const Request& b) { return a.arrival_ns < b.arrival_ns; });
     if (!requests_.empty() && requests_.front().arrival_ns < 0) {
       const std::int64_t shift = -requests_.front().arrival_ns;
+      // A trace spanning more than the 64-bit nanoseconds (about 292 years) cannot start at
+      // 0: refused rather than wrapped to negative times.
+      const auto shifted = [&](std::int64_t& t, const Request& q) {
+        if (__builtin_add_overflow(t, shift, &t)) {
+          throw InputError(Location{path(), 0, "request '" + q.id + "'"},
+                           "the trace spans more than the largest representable time (" +
+                               std::to_string(std::numeric_limits<std::int64_t>::max()) +
+                               " ns, about 292 years) from its earliest arrival");
+        }
+      };
       for (auto& q : requests_) {
-        q.arrival_ns += shift;
+        shifted(q.arrival_ns, q);
         for (auto* t : {&q.cancel_ns, &q.start_ns, &q.first_token_ns, &q.finish_ns}) {
-          if (*t) **t += shift;
+          if (*t) shifted(**t, q);
         }
       }
     }

@@ -1,7 +1,9 @@
 // The synthetic trace generator. Everything random goes through detail::Rng, one stream
 // per kind of draw (see the Stream enum), in a fixed order per request.
 #include <algorithm>
+#include <limits>
 #include <map>
+#include <optional>
 #include <queue>
 #include <unordered_map>
 
@@ -52,6 +54,27 @@ std::int64_t smallest(const CountDistribution& d) {
     case CountDistribution::Kind::empirical: return 0;
   }
   return 0;
+}
+
+// The largest value a count distribution can produce, when it has one (a lognormal
+// without max= has none; empirical lengths come from a trace already read).
+std::optional<std::int64_t> largest(const CountDistribution& d) {
+  switch (d.kind) {
+    case CountDistribution::Kind::constant: return d.value;
+    case CountDistribution::Kind::uniform: return d.high;
+    case CountDistribution::Kind::lognormal:
+      if (d.max == std::numeric_limits<std::int64_t>::max()) return std::nullopt;
+      return d.max;
+    case CountDistribution::Kind::choice: {
+      std::int64_t most = 0;
+      for (const auto& [value, weight] : d.choices) {
+        if (weight > 0) most = std::max(most, value);
+      }
+      return most;
+    }
+    case CountDistribution::Kind::empirical: return std::nullopt;
+  }
+  return std::nullopt;
 }
 
 void validate_count(const CountDistribution& d, std::string_view field, std::int64_t at_least, bool empirical_ok) {
@@ -171,16 +194,18 @@ class ArrivalClock {
  public:
   ArrivalClock(const ArrivalProcess& p, std::uint64_t seed) : p_(p), rng_(seed, detail::kArrivalStream) {}
 
+  // The next arrival, or past_end() when it falls after the largest representable time.
   std::int64_t next() {
+    if (past_end_) return now_;
     switch (p_.kind) {
       case ArrivalProcess::Kind::poisson:
         // The same draws as the length-only importer's, so that both give the same times.
-        now_ += detail::poisson_gap_ns(rng_, p_.rate_per_s);
+        advance(detail::poisson_gap_ns(rng_, p_.rate_per_s));
         break;
       case ArrivalProcess::Kind::gamma: {
         // Gaps with mean 1 / rate and coefficient of variation cv: shape 1 / cv^2.
         const double shape = 1.0 / (p_.cv * p_.cv);
-        now_ += detail::round_to_int64(rng_.gamma(shape) / (shape * p_.rate_per_s) * 1e9);
+        advance(detail::round_to_int64(rng_.gamma(shape) / (shape * p_.rate_per_s) * 1e9));
         break;
       }
       case ArrivalProcess::Kind::onoff: {
@@ -189,7 +214,8 @@ class ArrivalClock {
         const double peak = std::max(p_.rate_per_s, p_.off_rate_per_s);
         const std::int64_t cycle = p_.on_ns + p_.off_ns;
         for (;;) {
-          now_ += detail::poisson_gap_ns(rng_, peak);
+          advance(detail::poisson_gap_ns(rng_, peak));
+          if (past_end_) break;
           const double rate = now_ % cycle < p_.on_ns ? p_.rate_per_s : p_.off_rate_per_s;
           if (rng_.uniform01() * peak < rate) break;
         }
@@ -198,11 +224,24 @@ class ArrivalClock {
     }
     return now_;
   }
+  bool past_end() const { return past_end_; }
 
  private:
+  // A gap (saturated at the largest 64-bit value for a tiny rate) that would carry time past
+  // the largest representable instant ends the clock instead of wrapping it negative.
+  void advance(std::int64_t gap_ns) {
+    if (gap_ns > std::numeric_limits<std::int64_t>::max() - now_) {
+      past_end_ = true;
+      now_ = std::numeric_limits<std::int64_t>::max();
+    } else {
+      now_ += gap_ns;
+    }
+  }
+
   ArrivalProcess p_;
   Rng rng_;
   std::int64_t now_ = 0;
+  bool past_end_ = false;
 };
 
 // The prefix-hash state of a prompt's text so far. Text is made of segments (a system
@@ -278,6 +317,11 @@ void validate_gen_options(const GenOptions& o) {
     validate_count(o.output_tokens, kOptOutput, 0, true);
   }
   validate_count(o.n, kOptN, 1, false);
+  // What the readers would refuse (trace_read.h), refused before anything is written.
+  if (const auto most = largest(o.n); most && *most > detail::kMaxSamples) {
+    bad(kOptN, "\"" + o.n.text + "\" can give " + std::to_string(*most) + "; a trace holds at most " +
+                   std::to_string(detail::kMaxSamples) + " parallel samples");
+  }
   if (o.max_tokens.kind == MaxTokensPolicy::Kind::factor && o.max_tokens.factor_ppb < kBillion) {
     bad(kOptMaxTokens, "factor: must be at least 1");
   }
@@ -408,6 +452,10 @@ struct TraceGenerator::State {
       }
     }
     out.n = n.sample(n_rng);
+    if (out.n > detail::kMaxSamples) {
+      bad(kOptN, "a request of " + std::to_string(out.n) + " parallel samples; a trace holds at most " +
+                     std::to_string(detail::kMaxSamples));
+    }
   }
 
   void schedule(std::uint64_t session, std::int64_t after_ns) {
@@ -525,6 +573,11 @@ bool TraceGenerator::next(Request& out) {
     const bool turn = !s.pending.empty() && s.pending.top().arrival_ns <= s.next_new_ns;
     const std::int64_t at = turn ? s.pending.top().arrival_ns : s.next_new_ns;
     if (s.o.duration_ns > 0 && at > s.o.duration_ns) return false;
+    if (!turn && s.clock.past_end()) {
+      bad(kOptArrivals, "request " + std::to_string(s.emitted + 1) + " would arrive after the largest representable "
+                        "time (" + std::to_string(std::numeric_limits<std::int64_t>::max()) +
+                        " ns, about 292 years); raise the rate or ask for fewer requests");
+    }
     detail::reset_request(out);
     if (turn) {
       const Pending p = s.pending.top();

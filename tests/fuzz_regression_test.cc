@@ -7,6 +7,7 @@
 #include <string>
 
 #include "cli_util.h"
+#include "engine_checks.h"
 #include "fuzz_checks.h"
 #include "kvsim/error.h"
 #include "kvsim/model.h"
@@ -48,6 +49,48 @@ const FuzzFinding kFindings[] = {
      "overflows 64 bits"},
 };
 
+// The engine target's inputs (tests/data/fuzz/engine/) decode to a trace and options
+// (fuzz/engine_checks.h); each now passes the target's check, and either runs or is an
+// input error.
+struct EngineFinding {
+  const char* file;
+  const char* by;     // "fuzzer", or "review": the issue's reproducer, encoded by hand
+  const char* found;  // what went wrong before the fix
+  bool runs;          // true: a report; false: an InputError
+};
+
+const EngineFinding kEngineFindings[] = {
+    {"swap-two-tiny-requests.bin", "review",
+     "paged:block=16, a 64-byte budget, vLLM swap preemption, two requests of 10 + 60 tokens: the "
+     "second was swapped out, then the first swapped itself out, and neither could come back; "
+     "the replay spun forever at flat memory",
+     true},
+    {"n64-max-batched-tokens-32.bin", "review",
+     "two requests with n = 64 under --max-batched-tokens 32: a preempted one's recomputed "
+     "positions cost 64 tokens each, so its prefill never advanced; the replay spun forever",
+     true},
+    {"prompt0-output-over-max-len.bin", "review",
+     "dense-static with max model length 100 and a request of prompt 0, output 200: not refused "
+     "as too long; it outgrew its row (internal error, exit 3)",
+     true},
+    {"arena-without-budget.bin", "review",
+     "dynamic:growth=exact,arena=12 without a budget: the engine had no bound to plan against and "
+     "exited 3 (allocation failed in a run without a memory budget)",
+     true},
+    {"arena-larger-than-budget.bin", "fuzzer",
+     "dynamic:growth=exact,arena=12 under a 2-byte budget: the engine planned against the budget "
+     "while the allocator placed up to its arena, and held 3 bytes of a 2-byte budget",
+     false},
+    {"arrival-near-largest-time.bin", "review",
+     "an arrival at the largest representable time: its first step would end past it, reported as "
+     "an internal error (exit 3) instead of an input error",
+     false},
+};
+
+std::string engine_fixture(const EngineFinding& f) {
+  return std::string(KVSIM_SOURCE_DIR) + "/tests/data/fuzz/engine/" + f.file;
+}
+
 std::string fixture(const FuzzFinding& f) {
   return std::string(KVSIM_SOURCE_DIR) + "/tests/data/fuzz/" + f.target + "/" + f.file;
 }
@@ -84,6 +127,17 @@ TEST_CASE("fuzz findings: each crashing input now passes its target's check and 
   }
 }
 
+TEST_CASE("fuzz findings: each engine input now replays within the target's properties") {
+  for (const EngineFinding& f : kEngineFindings) {
+    INFO("engine/" << f.file << " (found by " << f.by << "): " << f.found);
+    const std::string bytes = kvsim::test::slurp(engine_fixture(f));
+    const auto c = kvsim::fuzz::decode_engine_case(reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size());
+    bool ran = false;
+    CHECK_NOTHROW(ran = kvsim::fuzz::check_engine_case(c));
+    CHECK(ran == f.runs);
+  }
+}
+
 TEST_CASE("fuzz findings: every fixture in tests/data/fuzz has its entry") {
   std::size_t files = 0;
   for (const auto& entry :
@@ -92,8 +146,9 @@ TEST_CASE("fuzz findings: every fixture in tests/data/fuzz has its entry") {
     ++files;
     bool listed = false;
     for (const auto& f : kFindings) listed = listed || entry.path() == std::filesystem::path(fixture(f));
+    for (const auto& f : kEngineFindings) listed = listed || entry.path() == std::filesystem::path(engine_fixture(f));
     INFO(entry.path());
     CHECK(listed);
   }
-  CHECK(files == std::size(kFindings));
+  CHECK(files == std::size(kFindings) + std::size(kEngineFindings));
 }
