@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <string>
 
+#include <fmt/format.h>
+
 #include "kvsim/error.h"
 
 namespace kvsim {
@@ -99,11 +101,10 @@ Fit fit_terms(const std::vector<CalibrationTick>& ticks, const bool use[kTerms],
 // Picoseconds as an exact decimal number of microseconds ("11747.368304us", "0us"): --cost
 // reads up to 12 fractional digits of its unit, so this stays exact for any step length.
 std::string microseconds(std::int64_t ps) {
-  std::string whole = std::to_string(ps / 1'000'000);
-  std::string frac = std::to_string(ps % 1'000'000);
-  frac.insert(0, 6 - frac.size(), '0');
+  const std::uint64_t magnitude = ps < 0 ? 0 - static_cast<std::uint64_t>(ps) : static_cast<std::uint64_t>(ps);
+  std::string frac = fmt::format("{:06}", magnitude % 1'000'000);
   while (!frac.empty() && frac.back() == '0') frac.pop_back();
-  return whole + (frac.empty() ? "" : "." + frac) + "us";
+  return fmt::format("{}{}{}{}us", ps < 0 ? "-" : "", magnitude / 1'000'000, frac.empty() ? "" : ".", frac);
 }
 
 }  // namespace
@@ -111,6 +112,8 @@ std::string microseconds(std::int64_t ps) {
 std::vector<double> least_squares(const std::vector<std::vector<double>>& rows, const std::vector<double>& y) {
   const std::size_t n = rows.empty() ? 0 : rows.front().size();
   if (n == 0 || rows.size() < n) throw InputError("least squares: fewer observations than unknowns");
+  // A handful of cost terms; the bound also keeps every size below computed from n small.
+  if (n > 64) throw InputError("least squares: more than 64 unknowns");
   // Scale every column to unit RMS: the features differ by orders of magnitude.
   std::vector<double> scale(n, 0.0);
   for (const auto& r : rows) {
