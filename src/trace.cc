@@ -181,9 +181,10 @@ class LoadScaleReader final : public TraceReader {
                                   "own rate, or from a trace without them");
     }
     // floor(t * 10^9 / ppb + 1/2) = floor((2 t 10^9 + ppb) / (2 ppb)), in 128 bits.
-    const __int128 t = r.arrival_ns;
-    const __int128 ppb = options_.rate_scale_ppb;
-    const __int128 scaled = (2 * t * kUnscaledPpb + ppb) / (2 * ppb);
+    __extension__ typedef __int128 Wide;
+    const Wide t = r.arrival_ns;
+    const Wide ppb = options_.rate_scale_ppb;
+    const Wide scaled = (2 * t * kUnscaledPpb + ppb) / (2 * ppb);
     std::int64_t arrival = 0;
     if (scaled > std::numeric_limits<std::int64_t>::max() ||
         (r.cancel_ns && __builtin_add_overflow(static_cast<std::int64_t>(scaled), *r.cancel_ns - r.arrival_ns,
