@@ -162,13 +162,17 @@ class LoadScaleReader final : public TraceReader {
   bool finish() {
     done_ = true;
     if (kept_ == 0) {
-      const std::string to = options_.window_to_ns == std::numeric_limits<std::int64_t>::max()
-                                 ? "no end"
-                                 : format_seconds(options_.window_to_ns) + " s";
+      // Appended piece by piece: GCC 12 warns (-Wrestrict, falsely) on "literal" + string.
+      std::string window;
+      if (options_.window_to_ns == std::numeric_limits<std::int64_t>::max()) {
+        window.append("at or after ").append(format_seconds(options_.window_from_ns)).append(" s");
+      } else {
+        window.append("in [").append(format_seconds(options_.window_from_ns)).append(" s, ");
+        window.append(format_seconds(options_.window_to_ns)).append(" s)");
+      }
       throw InputError(Location{path(), 0, kOptTimeWindow},
-                       "keeps no request: no arrival from " + format_seconds(options_.window_from_ns) + " s to " +
-                           to + " (the trace's arrivals read run from " + format_seconds(first_arrival_ns_) +
-                           " s to " + format_seconds(last_arrival_ns_) + " s)");
+                       "keeps no request: no arrival " + window + " (the arrivals read run from " +
+                           format_seconds(first_arrival_ns_) + " s to " + format_seconds(last_arrival_ns_) + " s)");
     }
     return false;
   }

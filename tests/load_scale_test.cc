@@ -49,7 +49,7 @@ TraceOptions window(const std::string& text) {
 
 }  // namespace
 
-TEST_CASE("--rate-scale divides arrivals from time 0, to the nearest ns, halves up; patience is kept") {
+TEST_CASE("load scaling: --rate-scale divides arrivals from time 0, to the nearest ns, halves up, patience is kept") {
   TraceOptions o;
   o.rate_scale_ppb = parse_rate_scale_ppb("2", kOptRateScale);
   CHECK(o.rate_scale_ppb == 2'000'000'000);
@@ -76,7 +76,7 @@ TEST_CASE("--rate-scale divides arrivals from time 0, to the nearest ns, halves 
   CHECK(*slow[2].cancel_ns == 5'500'000'000);
 }
 
-TEST_CASE("--time-window keeps [FROM, TO) in the trace's own time; --requests the first N after it") {
+TEST_CASE("load scaling: --time-window keeps FROM <= arrival < TO in the trace's own time, --requests the first N after it") {
   // [1 s, 4 s): b (1) and c (2.5); d at 4 s is the excluded end.
   CHECK(ids(read_trace(five(), window("1s..4s"))) == std::vector<std::string>{"b", "c"});
   CHECK(ids(read_trace(five(), window("2500ms.."))) == std::vector<std::string>{"c", "d", "e"});
@@ -154,7 +154,7 @@ TEST_CASE("load scaling: bad values and empty results are errors naming the opti
   CHECK(*windowed[0].finish_ns == 3'000'000'000);
 }
 
-TEST_CASE("trace stats and convert: --rate-scale 2 doubles the rate; convert writes the scaled times") {
+TEST_CASE("trace stats and convert: --rate-scale 2 doubles the rate, convert writes the scaled times") {
   // Unscaled: 4 gaps over 8.000000001 s. Scaled by 2: 4 gaps over 4.000000001 s (the last
   // arrival rounded half up), a rate of 4e9 / 4,000,000,001 = 0.99999999975 per second.
   auto r = run_cli({"trace", "stats", five(), "--json"});
@@ -188,7 +188,7 @@ TEST_CASE("trace stats and convert: --rate-scale 2 doubles the rate; convert wri
   CHECK(slurp(out).find("\nc,1.25,") != std::string::npos);
 }
 
-TEST_CASE("load scaling on the command line: errors name the option; --help lists it") {
+TEST_CASE("load scaling on the command line: errors name the option, --help lists it") {
   const auto trace = five();
   for (const std::vector<std::string>& args :
        {std::vector<std::string>{"--rate-scale", "0"}, {"--rate-scale", "-2"}, {"--rate-scale", "fast"},
