@@ -10,6 +10,8 @@
 #include "kvsim/error.h"
 #include "kvsim/option_names.h"
 #include "kvsim/trace.h"
+#include "kvsim/units.h"
+#include "decimal.h"
 #include "trace_formats.h"
 #include "trace_native.h"
 #include "trace_read.h"
@@ -122,6 +124,89 @@ class SortedReader final : public TraceReader {
   std::vector<Request> requests_;
   std::size_t next_ = 0;
   std::int64_t total_bytes_ = 0;
+};
+
+constexpr std::int64_t kUnscaledPpb = 1'000'000'000;
+
+// TraceOptions' load scaling over another reader: the window, the count, then the rate
+// scale (the rules are in kvsim/trace.h). It streams: memory does not grow with the trace.
+class LoadScaleReader final : public TraceReader {
+ public:
+  LoadScaleReader(std::unique_ptr<TraceReader> inner, const TraceOptions& options)
+      : TraceReader(inner->path()), inner_(std::move(inner)), options_(options) {}
+
+  bool next(Request& out) override {
+    if (done_) return false;
+    while (true) {
+      if (options_.max_requests > 0 && kept_ == options_.max_requests) return finish();
+      if (!inner_->next(out)) return finish();
+      if (read_ == 0) first_arrival_ns_ = out.arrival_ns;
+      ++read_;
+      last_arrival_ns_ = out.arrival_ns;
+      // Arrivals never go backwards here (the inner reader refuses it, or sorted them).
+      if (options_.window_to_ns != std::numeric_limits<std::int64_t>::max() &&
+          out.arrival_ns >= options_.window_to_ns) {
+        return finish();
+      }
+      if (out.arrival_ns < options_.window_from_ns) continue;
+      ++kept_;
+      if (options_.rate_scale_ppb != kUnscaledPpb) scale(out);
+      return true;
+    }
+  }
+  TraceFormat format() const override { return inner_->format(); }
+  std::int64_t bytes_read() const override { return done_ ? inner_->total_bytes() : inner_->bytes_read(); }
+  std::int64_t total_bytes() const override { return inner_->total_bytes(); }
+
+ private:
+  bool finish() {
+    done_ = true;
+    if (kept_ == 0) {
+      // Appended piece by piece: GCC 12 warns (-Wrestrict, falsely) on "literal" + string.
+      std::string window;
+      if (options_.window_to_ns == std::numeric_limits<std::int64_t>::max()) {
+        window.append("at or after ").append(format_seconds(options_.window_from_ns)).append(" s");
+      } else {
+        window.append("in [").append(format_seconds(options_.window_from_ns)).append(" s, ");
+        window.append(format_seconds(options_.window_to_ns)).append(" s)");
+      }
+      throw InputError(Location{path(), 0, kOptTimeWindow},
+                       "keeps no request: no arrival " + window + " (the arrivals read run from " +
+                           format_seconds(first_arrival_ns_) + " s to " + format_seconds(last_arrival_ns_) + " s)");
+    }
+    return false;
+  }
+
+  void scale(Request& r) const {
+    const Location where{path(), 0, "request '" + r.id + "'"};
+    if (r.start_ns || r.first_token_ns || r.finish_ns) {
+      throw InputError(where, std::string("carries measured start/first_token/finish times, which ") + kOptRateScale +
+                                  " cannot scale (they were measured at the trace's own load); replay it at its "
+                                  "own rate, or from a trace without them");
+    }
+    // floor(t * 10^9 / ppb + 1/2) = floor((2 t 10^9 + ppb) / (2 ppb)), in 128 bits.
+    __extension__ typedef __int128 Wide;
+    const Wide t = r.arrival_ns;
+    const Wide ppb = options_.rate_scale_ppb;
+    const Wide scaled = (2 * t * kUnscaledPpb + ppb) / (2 * ppb);
+    std::int64_t arrival = 0;
+    if (scaled > std::numeric_limits<std::int64_t>::max() ||
+        (r.cancel_ns && __builtin_add_overflow(static_cast<std::int64_t>(scaled), *r.cancel_ns - r.arrival_ns,
+                                               &arrival))) {
+      throw InputError(where, std::string(kOptRateScale) + " moves it past the largest representable time (" +
+                                  std::to_string(std::numeric_limits<std::int64_t>::max()) + " ns, about 292 years)");
+    }
+    if (r.cancel_ns) *r.cancel_ns = arrival;  // the same patience after the new arrival
+    r.arrival_ns = static_cast<std::int64_t>(scaled);
+  }
+
+  std::unique_ptr<TraceReader> inner_;
+  TraceOptions options_;
+  std::int64_t read_ = 0;
+  std::int64_t kept_ = 0;
+  std::int64_t first_arrival_ns_ = 0;
+  std::int64_t last_arrival_ns_ = 0;
+  bool done_ = false;
 };
 
 bool has(const std::vector<std::string>& names, std::string_view name) {
@@ -301,8 +386,40 @@ std::unique_ptr<TraceReader> open_trace(const std::string& path, const TraceOpti
     check(f != nullptr, "open_trace: no reader for the format");
     reader = f->make(path, options);
   }
-  if (options.sort) return std::make_unique<SortedReader>(std::move(reader));
+  if (options.sort) reader = std::make_unique<SortedReader>(std::move(reader));
+  if (options.scales_load()) reader = std::make_unique<LoadScaleReader>(std::move(reader), options);
   return reader;
+}
+
+std::int64_t parse_rate_scale_ppb(std::string_view text, std::string_view field) {
+  std::int64_t ppb = 0;
+  const auto status = detail::parse_scaled_decimal(text, 9, ppb);
+  if (status != detail::DecimalStatus::ok || ppb <= 0) {
+    throw InputError(Location{"", 0, std::string(field)},
+                     "expected a positive number with at most 9 decimal places (2 doubles the arrival rate, 0.5 "
+                     "halves it), got " + detail::quote_text(text));
+  }
+  return ppb;
+}
+
+void parse_time_window(std::string_view text, std::string_view field, TraceOptions& options) {
+  const auto dots = text.find("..");
+  if (dots == std::string_view::npos || text.size() == 2) {
+    throw InputError(Location{"", 0, std::string(field)},
+                     "expected FROM..TO with durations, either end optional (10min..20min, ..30s, 5min..), got " +
+                         detail::quote_text(text));
+  }
+  const auto from = text.substr(0, dots);
+  const auto to = text.substr(dots + 2);
+  const std::int64_t from_ns = from.empty() ? 0 : parse_duration_ns(from, field);
+  const std::int64_t to_ns = to.empty() ? std::numeric_limits<std::int64_t>::max() : parse_duration_ns(to, field);
+  if (from_ns >= to_ns) {
+    throw InputError(Location{"", 0, std::string(field)},
+                     "FROM must be before TO, got " + detail::quote_text(text) + " (" + format_seconds(from_ns) +
+                         " s to " + format_seconds(to_ns) + " s): the window would keep no request");
+  }
+  options.window_from_ns = from_ns;
+  options.window_to_ns = to_ns;
 }
 
 namespace {

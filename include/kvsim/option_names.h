@@ -68,9 +68,12 @@ inline constexpr char kOptKeepFailed[] = "--keep-failed";
 inline constexpr char kOptRate[] = "--rate";
 inline constexpr char kOptSeed[] = "--seed";
 inline constexpr char kOptTo[] = "--to";  // kvsim trace convert
+// Load scaling (replay, trace stats, trace convert; TraceOptions).
+inline constexpr char kOptRateScale[] = "--rate-scale";
+inline constexpr char kOptTimeWindow[] = "--time-window";
+inline constexpr char kOptRequests[] = "--requests";  // also kvsim trace gen: how many to generate
 
-// Generating traces (kvsim trace gen).
-inline constexpr char kOptRequests[] = "--requests";
+// Generating traces (kvsim trace gen), and --requests above.
 inline constexpr char kOptDuration[] = "--duration";
 inline constexpr char kOptArrivals[] = "--arrivals";
 inline constexpr char kOptPrompt[] = "--prompt";

@@ -17,6 +17,7 @@
 #define KVSIM_TRACE_H_
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -65,7 +66,39 @@ struct TraceOptions {
   std::int64_t hash_block_tokens = 16;
   // How many bad rows a reader collects before it stops and throws them all.
   std::int64_t max_errors = 20;
+
+  // Load scaling (docs/replay.md, "Load scaling"), applied in this order after sorting:
+  // 1. Keep requests whose arrival, in the trace's own time (before scaling), lies in
+  //    [window_from_ns, window_to_ns). Arrivals never go backwards, so reading stops at the
+  //    first arrival at or after window_to_ns; rows after it are not read (nor validated).
+  // 2. Keep the first max_requests of those (0: all); reading stops after the last.
+  // 3. Divide arrivals by the rate scale X = rate_scale_ppb / 10^9, measured from time 0 (not
+  //    from the first arrival), rounded to the nearest nanosecond, halves up:
+  //    arrival' = floor(arrival * 10^9 / rate_scale_ppb + 1/2). A cancellation keeps its
+  //    patience (cancel_ns - arrival_ns), so the client waits as long as before. Sessions
+  //    are ids and their think times are gaps between arrivals: those scale with them.
+  //    A request with measured start/first_token/finish times is refused (they were
+  //    measured at the trace's own load, and no rule turns them into another load's).
+  // A window or count that keeps no request is an error (InputError naming the option).
+  std::int64_t rate_scale_ppb = 1'000'000'000;  // X in parts per billion: 1.0 = unscaled
+  std::int64_t window_from_ns = 0;
+  std::int64_t window_to_ns = std::numeric_limits<std::int64_t>::max();  // max: no end
+  std::int64_t max_requests = 0;
+
+  bool scales_load() const {
+    return rate_scale_ppb != 1'000'000'000 || window_from_ns != 0 ||
+           window_to_ns != std::numeric_limits<std::int64_t>::max() || max_requests != 0;
+  }
 };
+
+// Parses --rate-scale: a positive decimal with at most 9 fractional digits ("2", "0.5",
+// "1.25"), in parts per billion. Throws InputError naming `field` otherwise.
+std::int64_t parse_rate_scale_ppb(std::string_view text, std::string_view field);
+
+// Parses --time-window FROM..TO, durations as kvsim/units.h reads them ("10min..20min",
+// "..30s", "5min.."), into `options`' window. Throws InputError naming `field` when either
+// end is malformed, the ".." is missing, or FROM >= TO.
+void parse_time_window(std::string_view text, std::string_view field, TraceOptions& options);
 
 class TraceReader {
  public:

@@ -48,7 +48,8 @@ const CommandSpec kSpec{
     "  kvsim replay traces/chat-mix.csv --model llama-3.1-8b\n"
     "  kvsim replay traces/long-context.csv --model gemma-3-27b --allocator paged,sliding-window --json\n"
     "  kvsim replay trace.csv --model mistral-7b-v0.1 --allocator 'dense-static:reserve=max-tokens,paged:block=32'\n"
-    "  kvsim replay trace.csv --cost constant:step=25ms,prefill-token=50us --timeline t.csv --sample-every 1s"};
+    "  kvsim replay trace.csv --cost constant:step=25ms,prefill-token=50us --timeline t.csv --sample-every 1s\n"
+    "  kvsim replay traces/chat-mix.csv --time-window 1min..2min --rate-scale 1.5"};
 
 const char* kDefaultAllocators = "dense-static,dynamic,paged,sliding-window";
 const char* kDefaultModel = "llama-3.1-8b";
@@ -170,7 +171,12 @@ po::options_description replay_option_descriptions() {
       (option_key(kOptSort), "accept arrivals out of order (sorts the trace in memory)")
       (option_key(kOptKeepFailed), "BurstGPT: replay failed requests (0 response tokens) as cancelled at arrival")
       (option_key(kOptRate), po::value<std::string>(), "length-only traces: Poisson arrivals at this many requests per second")
-      (option_key(kOptSeed), po::value<std::string>(), "length-only traces: the arrival process's seed (default 1)");
+      (option_key(kOptSeed), po::value<std::string>(), "length-only traces: the arrival process's seed (default 1)")
+      (option_key(kOptTimeWindow), po::value<std::string>(),
+       "replay requests arriving in [FROM, TO) of the trace's own time, e.g. 10min..20min (either end optional)")
+      (option_key(kOptRequests), po::value<std::string>(), "replay the first N requests (after --time-window)")
+      (option_key(kOptRateScale), po::value<std::string>(),
+       "divide arrival times (from time 0) by X, to the nearest ns: 2 doubles the load (docs/replay.md)");
   po::options_description output_opts("Output");
   output_opts.add_options()
       ("json", "print everything as JSON instead of the table")
@@ -294,6 +300,9 @@ TraceOptions trace_options_from(const po::variables_map& vm) {
   to.keep_failed = vm.count(option_key(kOptKeepFailed)) != 0;
   if (const auto r = option_text(vm, option_key(kOptRate))) to.synthetic_rate_per_s = parse_rate_per_s(*r, kOptRate);
   if (const auto seed = option_text(vm, option_key(kOptSeed))) to.synthetic_seed = parse_seed(*seed, kOptSeed);
+  if (const auto w = option_text(vm, option_key(kOptTimeWindow))) parse_time_window(*w, kOptTimeWindow, to);
+  if (const auto n = option_text(vm, option_key(kOptRequests))) to.max_requests = positive_integer(*n, kOptRequests);
+  if (const auto x = option_text(vm, option_key(kOptRateScale))) to.rate_scale_ppb = parse_rate_scale_ppb(*x, kOptRateScale);
   return to;
 }
 
@@ -319,6 +328,11 @@ ReplayPlan plan_replay(const po::variables_map& vm) {
   if (budget_options_given) plan.budget = derive_budget(plan.choice.model, plan.choice.kv, *budget_options_given);
   plan.options = replay_options_from(vm, plan.choice, layout, budget_options_given, plan.budget);
   plan.trace = trace_options_from(vm);
+  if (plan.options.schedule == Schedule::measured && plan.trace.rate_scale_ppb != TraceOptions{}.rate_scale_ppb) {
+    throw InputError(Location{"", 0, kOptRateScale},
+                     std::string("--schedule measured replays the times measured at the trace's own load, which ") +
+                         kOptRateScale + " cannot scale; simulate the schedule instead");
+  }
 
   const std::vector<AllocatorSpec> specs =
       parse_allocator_list(vm[option_key(kOptAllocator)].as<std::string>(), kOptAllocator);

@@ -50,6 +50,9 @@ struct ReadArgs {
   std::string rate;
   std::string seed = "1";
   std::string hash_block_tokens = "16";
+  std::string rate_scale;
+  std::string time_window;
+  std::string requests;
 };
 
 void add_read_options(po::options_description& options, ReadArgs& args) {
@@ -69,7 +72,12 @@ void add_read_options(po::options_description& options, ReadArgs& args) {
        "length-only traces: Poisson arrivals at this many requests per second (required for them)")
       (option_key(kOptSeed), po::value(&args.seed)->default_value(args.seed), "length-only traces: seed of the arrival process")
       ("hash-block-tokens", po::value(&args.hash_block_tokens)->default_value(args.hash_block_tokens),
-       "token-id traces: tokens per block when hashing prompt prefixes");
+       "token-id traces: tokens per block when hashing prompt prefixes")
+      (option_key(kOptTimeWindow), po::value(&args.time_window),
+       "keep requests arriving in [FROM, TO) of the trace's own time, e.g. 10min..20min (either end optional)")
+      (option_key(kOptRequests), po::value(&args.requests), "keep the first N requests (after --time-window)")
+      (option_key(kOptRateScale), po::value(&args.rate_scale),
+       "divide arrival times (from time 0) by X, to the nearest ns: 2 doubles the arrival rate");
 }
 
 // What `vm` gave of the read options, explicitly.
@@ -92,6 +100,9 @@ TraceOptions trace_options(const ReadArgs& args, const CommandSpec& spec) {
     if (!args.rate.empty()) o.synthetic_rate_per_s = parse_rate_per_s(args.rate, kOptRate);
     o.synthetic_seed = parse_seed(args.seed, kOptSeed);
     o.hash_block_tokens = parse_positive_count(args.hash_block_tokens, "--hash-block-tokens");
+    if (!args.time_window.empty()) parse_time_window(args.time_window, kOptTimeWindow, o);
+    if (!args.requests.empty()) o.max_requests = parse_positive_count(args.requests, kOptRequests);
+    if (!args.rate_scale.empty()) o.rate_scale_ppb = parse_rate_scale_ppb(args.rate_scale, kOptRateScale);
     return o;
   });
 }
@@ -99,13 +110,15 @@ TraceOptions trace_options(const ReadArgs& args, const CommandSpec& spec) {
 // ---------------------------------------------------------------------------------------
 
 const CommandSpec kStatsSpec{
-    "kvsim trace stats FILE [--json] [--format F] [--sort] [--keep-failed] [--rate R --seed S]",
+    "kvsim trace stats FILE [--json] [--format F] [--sort] [--keep-failed] [--rate R --seed S]\n"
+    "      [--time-window FROM..TO] [--requests N] [--rate-scale X]",
     "Summarises a trace: requests, duration, arrival rate and burstiness, prompt and output\n"
     "lengths (mean and nearest-rank percentiles), cancellations, parallel samples, sessions\n"
     "and how much of the prompts a prefix cache could reuse.",
     "  kvsim trace stats traces/chat-mix.csv\n"
     "  kvsim trace stats ../shared/traces/mooncake/conversation_trace.jsonl --json\n"
-    "  kvsim trace stats lengths.csv --rate 5 --seed 7"};
+    "  kvsim trace stats lengths.csv --rate 5 --seed 7\n"
+    "  kvsim trace stats traces/chat-mix.csv --time-window 1min..2min --rate-scale 2"};
 
 int run_stats(const Invocation& inv) {
   std::string path;
@@ -140,15 +153,18 @@ int run_stats(const Invocation& inv) {
 // ---------------------------------------------------------------------------------------
 
 const CommandSpec kConvertSpec{
-    "kvsim trace convert IN OUT [--to csv|jsonl] [--format F] [--sort] [--keep-failed] [--rate R --seed S]",
+    "kvsim trace convert IN OUT [--to csv|jsonl] [--format F] [--sort] [--keep-failed] [--rate R --seed S]\n"
+    "      [--time-window FROM..TO] [--requests N] [--rate-scale X]",
     "Converts a trace in any format kvsim reads into kvsim's native CSV or JSONL (chosen\n"
     "from OUT's extension unless --to says). The input is read twice: once to validate it\n"
     "and find which optional columns it uses, then to write (a pipe or FIFO is read once\n"
     "and its requests kept in memory). Nothing is written when the input has a bad row, and\n"
     "OUT is replaced only once complete. The conversion is lossless: converting the output\n"
-    "again gives the same requests, and the same bytes.",
+    "again gives the same requests, and the same bytes. --time-window, --requests and\n"
+    "--rate-scale write the requests they keep, at their scaled times (docs/replay.md).",
     "  kvsim trace convert ../shared/traces/azure2023/AzureLLMInferenceTrace_conv.csv azure-conv.csv\n"
-    "  kvsim trace convert traces/chat-mix.csv chat-mix.jsonl"};
+    "  kvsim trace convert traces/chat-mix.csv chat-mix.jsonl\n"
+    "  kvsim trace convert traces/chat-mix.csv first-100-at-2x.csv --requests 100 --rate-scale 2"};
 
 int run_convert(const Invocation& inv) {
   std::string in;
