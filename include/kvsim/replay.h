@@ -248,6 +248,9 @@ struct ReplayReport {
   std::int64_t cancelled_running = 0;  // mid-prefill or mid-decode
   std::int64_t rejected_too_long = 0;  // prompt + output beyond the layout's max_model_len
   std::int64_t rejected_too_large = 0; // could never fit the memory budget, even alone
+  // prompt + output tokens of the shortest request not refused as too long (0: none): what
+  // the report's warnings compare with the budget (a budget that cannot hold one request).
+  std::int64_t shortest_request_tokens = 0;
   std::int64_t prompt_tokens = 0;      // processed
   std::int64_t generated_tokens = 0;   // per sample, summed
   // Time.

@@ -44,7 +44,7 @@ const CommandSpec kSpec{
     "demand: every allocator sees the same schedule. The schedule is simulated continuous\n"
     "batching with a cost model, or the trace's own start/first_token/finish times when it\n"
     "has them.\n\n" +
-        allocator_help(),
+        allocator_help() + "\n" + replay_figures_help(),
     "  kvsim replay traces/chat-mix.csv --model llama-3.1-8b\n"
     "  kvsim replay traces/long-context.csv --model gemma-3-27b --allocator paged,sliding-window --json\n"
     "  kvsim replay trace.csv --model mistral-7b-v0.1 --allocator 'dense-static:reserve=max-tokens,paged:block=32'\n"
@@ -536,6 +536,7 @@ void render(const ReplayPlan& plan, const TimelineScratch& scratch, const std::v
                                   ro.max_running > 0 ? with_commas(ro.max_running) : "unlimited");
   if (plan.csv_path) write_output_file(*plan.csv_path, replay_csv(reports), inputs);
   write_stdout(plan.json ? replay_json(context, reports) : replay_table(context, reports));
+  print_warnings(context, reports);
 }
 
 }  // namespace

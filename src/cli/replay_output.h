@@ -27,6 +27,12 @@ struct ReplayContext {
 
 std::string replay_table(const ReplayContext& context, const std::vector<ReplayReport>& reports);
 std::string replay_json(const ReplayContext& context, const std::vector<ReplayReport>& reports);
+// What `kvsim replay --help` says about reading its figures: block-level usage in demand mode,
+// swapped in against swapped out, the warnings.
+std::string replay_figures_help();
+// The runs' warnings (every request refused, a budget that cannot hold one request, an
+// overloaded device) on stderr, one line each; the table and the JSON carry them too.
+void print_warnings(const ReplayContext& context, const std::vector<ReplayReport>& reports);
 // One header line and one row per allocator, flat columns named with their units.
 std::string replay_csv(const std::vector<ReplayReport>& reports);
 
