@@ -1,10 +1,16 @@
-// Plain answers from the real program (issue 16): `kvsim --version`, and the warnings a replay
+// Plain answers from the real program (issue 16): `kvsim --version`; the warnings a replay
 // gives when its figures would otherwise mislead (every request refused, a budget smaller than
-// the smallest request, an overloaded device), each on a hand-made trace.
+// the smallest request, an overloaded device); swap in against out; and a sampled timeline that
+// keeps the peak. Each on a hand-made trace.
 #include <catch2/catch.hpp>
+#include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
 
 #include "cli_util.h"
 #include "trace_test_util.h"
@@ -140,4 +146,65 @@ TEST_CASE("swap: more bytes come back in than went out, by the block for the ret
   CHECK(run["serving"]["swapped_out_bytes"] == 32 * kLlamaBytesPerToken);
   CHECK(run["serving"]["swapped_in_bytes"] == 48 * kLlamaBytesPerToken);
   CHECK(run["requests"]["completed"] == 2);
+}
+
+TEST_CASE("timeline: --sample-every rows carry the interval's maximum and mean, and the maximum keeps the peak") {
+  // One request, 100 + 50 tokens, paged blocks of 16, 1 ms steps from t = 0: step k starts at
+  // (k - 1) ms and holds 100 + k positions, ceil((100 + k) / 16) blocks. Rows at the first step
+  // starting 10 ms or more after the previous row: 0, 10, 20, 30, 40 ms; steps 42..50 follow
+  // unsampled, so a last row is written at the run's end, 50 ms (the request released: 0).
+  //   row 10 ms: steps 1..10 (101..110 positions) all 7 blocks = 112 positions: mean 112, max
+  //     112 (step 11, the row's own state, 111 positions: 112).
+  //   row 20 ms: steps 11..12 (111, 112) 112 positions, steps 13..20 (113..120) 128: mean
+  //     (2 x 112 + 8 x 128) / 10 = 124.8 positions; max 128 (the row's own step 21: 121 -> 128).
+  //   last row, 50 ms: steps 41..44 (141..144) 144 positions, 45..50 (145..150) 160: mean
+  //     (4 x 144 + 6 x 160) / 10 = 153.6 positions; max 160, the run's peak. The sampled state
+  //     column never exceeds 144 (row 40 ms: 141 positions -> 144).
+  const std::string trace = test::write_file("sampled.csv", "id,arrival,prompt_tokens,output_tokens\nr1,0,100,50\n");
+  const std::string timeline = test::scratch_path("sampled-timeline.csv");
+  const auto r = test::run_cli({"replay", trace, "--model", "llama-3.1-8b", "--allocator", "paged:block=16", "--cost",
+                                "constant:step=1ms,prefill-token=0ps", "--timeline", timeline, "--sample-every", "10ms",
+                                "--json"});
+  REQUIRE(r.exit_code == 0);
+  const std::int64_t peak = Json::parse(r.out)["runs"][0]["memory_bytes"]["allocated_slots"]["peak"];
+  CHECK(peak == 160 * kLlamaBytesPerToken);
+  const std::string csv = test::slurp(timeline);
+  std::vector<std::vector<std::string>> rows;
+  std::string line;
+  std::istringstream in(csv);
+  while (std::getline(in, line)) {
+    std::vector<std::string> cells(1);
+    for (char ch : line) {
+      if (ch == ',') cells.emplace_back();
+      else cells.back().push_back(ch);
+    }
+    rows.push_back(cells);
+  }
+  REQUIRE(rows.size() == 7);  // the header and six rows
+  const auto& header = rows[0];
+  const auto column = [&](const std::string& name) {
+    const auto at = std::find(header.begin(), header.end(), name);
+    REQUIRE(at != header.end());
+    return static_cast<std::size_t>(at - header.begin());
+  };
+  const std::size_t time = column("time_s"), state = column("allocated_bytes"), max = column("allocated_bytes_max"),
+                    mean = column("allocated_bytes_mean");
+  const std::vector<std::string> times{"0.000000000", "0.010000000", "0.020000000", "0.030000000", "0.040000000",
+                                       "0.050000000"};
+  for (std::size_t i = 0; i < times.size(); ++i) CHECK(rows[i + 1][time] == times[i]);
+  const auto bytes = [](double positions) { return fmt::format("{:.3f}", positions * kLlamaBytesPerToken); };
+  CHECK(rows[2][max] == std::to_string(112 * kLlamaBytesPerToken));
+  CHECK(rows[2][mean] == bytes(112));
+  CHECK(rows[3][max] == std::to_string(128 * kLlamaBytesPerToken));
+  CHECK(rows[3][mean] == bytes(124.8));
+  CHECK(rows[6][state] == "0");
+  CHECK(rows[6][max] == std::to_string(peak));
+  CHECK(rows[6][mean] == bytes(153.6));
+  std::int64_t state_max = 0, max_max = 0;
+  for (std::size_t i = 1; i < rows.size(); ++i) {
+    state_max = std::max(state_max, static_cast<std::int64_t>(std::stoll(rows[i][state])));
+    max_max = std::max(max_max, static_cast<std::int64_t>(std::stoll(rows[i][max])));
+  }
+  CHECK(state_max == 144 * kLlamaBytesPerToken);
+  CHECK(max_max == peak);
 }

@@ -68,6 +68,11 @@ struct TimelineRow {
   std::int64_t reserved_bytes = 0;
   std::vector<std::int64_t> effective_tokens;    // per layer group, positions
   std::vector<std::int64_t> allocated_slots;     // per layer group, positions
+  // With sampling (sample_every_ns > 0), over the interval since the previous row (the run's
+  // start for the first): the maximum of allocated bytes, copies' transients included, and
+  // their time-weighted mean; -1 and 0 without sampling (every row is then one step).
+  std::int64_t allocated_bytes_max = -1;
+  double allocated_bytes_mean = 0;
 };
 
 // One request's stay, for --per-request: what happened to it and when (ns on the trace's

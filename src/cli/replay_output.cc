@@ -672,7 +672,7 @@ std::string per_request_rows(const std::string& allocator, std::vector<RequestRe
   return out;
 }
 
-std::string timeline_header(const KvLayout& layout) {
+std::string timeline_header(const KvLayout& layout, bool sampled) {
   std::string out = "allocator,time_s,step,running,queued,effective_bytes,allocated_bytes,reserved_bytes";
   for (const auto& g : layout.groups) {
     std::string name = g.name;
@@ -681,6 +681,7 @@ std::string timeline_header(const KvLayout& layout) {
     }
     out += ",effective_tokens_" + name + ",allocated_slots_" + name;
   }
+  if (sampled) out += ",allocated_bytes_max,allocated_bytes_mean";
   return out + "\n";
 }
 
@@ -690,6 +691,7 @@ std::string timeline_row(const std::string& allocator, const TimelineRow& row) {
   for (std::size_t g = 0; g < row.effective_tokens.size(); ++g) {
     out += fmt::format(",{},{}", row.effective_tokens[g], row.allocated_slots[g]);
   }
+  if (row.allocated_bytes_max >= 0) out += fmt::format(",{},{:.3f}", row.allocated_bytes_max, row.allocated_bytes_mean);
   return out + "\n";
 }
 

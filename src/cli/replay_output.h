@@ -48,8 +48,10 @@ std::string per_request_rows(const std::string& allocator, std::vector<RequestRe
 void in_trace_order(std::vector<RequestRecord>& records);
 
 // The timeline's CSV header for `layout`, and one row; `allocator` is the first column so
-// several runs can share one file (long format).
-std::string timeline_header(const KvLayout& layout);
+// several runs can share one file (long format). `sampled` (--sample-every): each row also
+// carries the maximum and the time-weighted mean of allocated bytes over the interval since
+// the previous row (allocated_bytes_max, allocated_bytes_mean), so that no peak is lost.
+std::string timeline_header(const KvLayout& layout, bool sampled);
 std::string timeline_row(const std::string& allocator, const TimelineRow& row);
 
 }  // namespace kvsim::cli
