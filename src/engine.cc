@@ -102,6 +102,9 @@ std::int64_t Engine::take_ticket() {
   }
   // A request whose n samples at full length do not fit 64 bits of bytes cannot be replayed.
   const std::int64_t full_length = next_.prompt_tokens + next_.output_tokens;
+  if (report_.shortest_request_tokens == 0 || full_length < report_.shortest_request_tokens) {
+    report_.shortest_request_tokens = full_length;
+  }
   std::int64_t full_bytes = 0;
   if (full_length > std::numeric_limits<std::int64_t>::max() / std::max<std::int64_t>(1, next_.n) ||
       __builtin_mul_overflow(full_length * next_.n, bytes_per_token_, &full_bytes)) {

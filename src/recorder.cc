@@ -107,10 +107,26 @@ void Recorder::sample(std::int64_t running, std::int64_t queued) {
     row.effective_tokens.push_back(g.q[kEffective].at(step_));
     row.allocated_slots.push_back(g.q[kAllocated].at(step_));
   }
+  if (opt_.sample_every_ns > 0) {
+    // The interval's maximum includes the state at this row; its mean is over the spans
+    // from the previous row's time to this one's.
+    row.allocated_bytes_max = std::max(interval_max_, row.allocated_bytes);
+    const Int128 integral = allocated_bytes_.integral(clock_);
+    const Int128 span_ns = clock_.duration_ns - sample_mark_ns_;
+    row.allocated_bytes_mean = span_ns > 0 ? static_cast<double>(integral - sample_mark_integral_) / static_cast<double>(span_ns)
+                                           : static_cast<double>(row.allocated_bytes);
+    interval_max_ = row.allocated_bytes;
+    sample_mark_integral_ = integral;
+    sample_mark_ns_ = clock_.duration_ns;
+  }
+  unsampled_ = false;
   opt_.timeline(row);
 }
 
 void Recorder::finish(ReplayReport& r, const Allocator& allocator, std::int64_t running, std::int64_t queued) {
+  // Steps after the last sampled row: one more row, at the run's end, so that no interval's
+  // maximum (the peak among them) is lost.
+  if (opt_.timeline && opt_.sample_every_ns > 0 && unsampled_) sample(running, queued);
   const double duration = static_cast<double>(clock_.duration_ns);
   auto mean = [&](const LinearSum& s) { return duration > 0 ? static_cast<double>(s.integral(clock_)) / duration : 0.0; };
   r.effective_bytes = occupancy(effective_bytes_, clock_, effective_hist_, effective_peak_, step_);

@@ -91,7 +91,11 @@ class Recorder {
       g.effective_peak.offer(g.q[kEffective].at(step_), now_);
       g.allocated_peak.offer(g.q[kAllocated].at(step_), now_);
     }
-    if (opt_.timeline && now_ >= next_sample_ns_) sample(running, queued);
+    if (opt_.timeline && now_ >= next_sample_ns_) {
+      sample(running, queued);
+    } else {
+      unsampled_ = true;
+    }
   }
   // The waiting queue held `queued` requests until `at_ns`.
   void queue_until(std::int64_t at_ns, std::int64_t queued);
@@ -153,6 +157,12 @@ class Recorder {
   Int128 queue_integral_ = 0;
   std::int64_t queue_mark_ns_ = 0;
   std::int64_t next_sample_ns_ = 0;
+  // The timeline's interval since its last row: allocated bytes' maximum (transients
+  // included), the integral and clock at that row, and whether a step went unsampled since.
+  std::int64_t interval_max_ = 0;
+  Int128 sample_mark_integral_ = 0;
+  Int128 sample_mark_ns_ = 0;
+  bool unsampled_ = false;
   std::vector<std::int64_t> ttft_, e2e_, waiting_, tpot_;
   TimeHistogram itl_hist_;   // step durations weighted by the sequences they decoded
   std::int64_t itl_count_ = 0;
@@ -190,6 +200,7 @@ void Recorder::after_op(const Allocator& allocator, std::int64_t transient_bytes
   }
   const std::int64_t reserved_delta = pool.reserved_bytes - reserved_bytes_.at(step_);
   if (reserved_delta != 0) reserved_bytes_.add(reserved_delta, 0, step_, clock_);
+  interval_max_ = std::max(interval_max_, allocated + transient_bytes);
   if (allocated_peak_.offer(allocated + transient_bytes, now_)) {
     for (std::size_t g = 0; g < groups_; ++g) {
       Fragmentation& p = at_peak_slots_[g];

@@ -77,6 +77,9 @@ ReplayReport combine(std::vector<ReplayReport>& rs, std::int64_t waiting_at_last
     t.cancelled_running += r.cancelled_running;
     t.rejected_too_long += r.rejected_too_long;
     t.rejected_too_large += r.rejected_too_large;
+    if (r.shortest_request_tokens > 0 && (t.shortest_request_tokens == 0 || r.shortest_request_tokens < t.shortest_request_tokens)) {
+      t.shortest_request_tokens = r.shortest_request_tokens;
+    }
     t.prompt_tokens += r.prompt_tokens;
     t.generated_tokens += r.generated_tokens;
     t.iterations += r.iterations;

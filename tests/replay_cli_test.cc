@@ -186,7 +186,7 @@ TEST_CASE("replay: the same run twice, and in parallel or not, gives the same by
   // The timeline is long-format CSV: a header, then rows whose first field is an allocator.
   const std::string timeline = test::slurp(timeline_a);
   CHECK(timeline.rfind("allocator,time_s,step,running,queued,effective_bytes,allocated_bytes,reserved_bytes,"
-                       "effective_tokens_full,allocated_slots_full\n", 0) == 0);
+                       "effective_tokens_full,allocated_slots_full,allocated_bytes_max,allocated_bytes_mean\n", 0) == 0);
   CHECK(timeline.find("\nsliding-window:block=16,") != std::string::npos);
 }
 

@@ -68,6 +68,11 @@ struct TimelineRow {
   std::int64_t reserved_bytes = 0;
   std::vector<std::int64_t> effective_tokens;    // per layer group, positions
   std::vector<std::int64_t> allocated_slots;     // per layer group, positions
+  // With sampling (sample_every_ns > 0), over the interval since the previous row (the run's
+  // start for the first): the maximum of allocated bytes, copies' transients included, and
+  // their time-weighted mean; -1 and 0 without sampling (every row is then one step).
+  std::int64_t allocated_bytes_max = -1;
+  double allocated_bytes_mean = 0;
 };
 
 // One request's stay, for --per-request: what happened to it and when (ns on the trace's
@@ -248,6 +253,9 @@ struct ReplayReport {
   std::int64_t cancelled_running = 0;  // mid-prefill or mid-decode
   std::int64_t rejected_too_long = 0;  // prompt + output beyond the layout's max_model_len
   std::int64_t rejected_too_large = 0; // could never fit the memory budget, even alone
+  // prompt + output tokens of the shortest request not refused as too long (0: none): what
+  // the report's warnings compare with the budget (a budget that cannot hold one request).
+  std::int64_t shortest_request_tokens = 0;
   std::int64_t prompt_tokens = 0;      // processed
   std::int64_t generated_tokens = 0;   // per sample, summed
   // Time.

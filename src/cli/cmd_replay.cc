@@ -44,7 +44,7 @@ const CommandSpec kSpec{
     "demand: every allocator sees the same schedule. The schedule is simulated continuous\n"
     "batching with a cost model, or the trace's own start/first_token/finish times when it\n"
     "has them.\n\n" +
-        allocator_help(),
+        allocator_help() + "\n" + replay_figures_help(),
     "  kvsim replay traces/chat-mix.csv --model llama-3.1-8b\n"
     "  kvsim replay traces/long-context.csv --model gemma-3-27b --allocator paged,sliding-window --json\n"
     "  kvsim replay trace.csv --model mistral-7b-v0.1 --allocator 'dense-static:reserve=max-tokens,paged:block=32'\n"
@@ -186,7 +186,8 @@ po::options_description replay_option_descriptions() {
        "write one CSV row per request to this file: its times (arrival, first scheduled, first token, finish, "
        "TTFT, TPOT, end to end), tokens, preemptions and outcome; an allocator column first")
       (option_key(kOptSampleEvery), po::value<std::string>(),
-       "timeline sampling: at most one row per this duration (default: every iteration)")
+       "timeline sampling: at most one row per this duration, each also with the maximum and mean of "
+       "allocated bytes since the previous row, so no peak is lost (default: every iteration)")
       (option_key(kOptJobs), po::value<std::string>(), "allocators replayed at once (default: the number of cores)")
       ("quiet", "no progress bar");
   po::options_description options;
@@ -421,9 +422,9 @@ class TimelineScratch {
     if (files_[i] == nullptr) throw InputError(Location{timeline_path, 0, ""}, "cannot create a scratch file");
     return files_[i];
   }
-  void write(const std::string& path, const KvLayout& layout, std::span<const std::string> inputs) const {
+  void write(const std::string& path, const KvLayout& layout, bool sampled, std::span<const std::string> inputs) const {
     OutputFile out(path, inputs);
-    out.write(timeline_header(layout));
+    out.write(timeline_header(layout, sampled));
     for (auto* f : files_) {
       // A scratch write that failed (a full temporary directory) shows here, not as a
       // timeline with rows missing.
@@ -527,7 +528,7 @@ void render(const ReplayPlan& plan, const TimelineScratch& scratch, const std::v
             std::vector<std::vector<RequestRecord>>& per_request) {
   const ReplayOptions& ro = plan.options;
   const std::string inputs[] = {plan.trace_path};
-  if (plan.timeline_path) scratch.write(*plan.timeline_path, ro.layout, inputs);
+  if (plan.timeline_path) scratch.write(*plan.timeline_path, ro.layout, ro.sample_every_ns > 0, inputs);
   if (plan.per_request_path) {
     std::string rows = per_request_header();
     for (std::size_t i = 0; i < per_request.size(); ++i) rows += per_request_rows(reports[i].allocator, per_request[i]);
@@ -550,6 +551,7 @@ void render(const ReplayPlan& plan, const TimelineScratch& scratch, const std::v
                                   ro.max_running > 0 ? with_commas(ro.max_running) : "unlimited");
   if (plan.csv_path) write_output_file(*plan.csv_path, replay_csv(reports), inputs);
   write_stdout(plan.json ? replay_json(context, reports) : replay_table(context, reports));
+  print_warnings(context, reports);
 }
 
 }  // namespace

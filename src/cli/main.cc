@@ -11,6 +11,13 @@
 
 #include "cli.h"
 #include "kvsim/error.h"
+#include "kvsim/output_file.h"
+
+// The project's version, from project(kvsim VERSION ...) in CMakeLists.txt, which passes it
+// to this target as a compile definition: no git call at run time.
+#ifndef KVSIM_VERSION
+#error "KVSIM_VERSION is defined by CMakeLists.txt (target_compile_definitions on kvsim)"
+#endif
 
 namespace {
 
@@ -26,6 +33,17 @@ int usage_error(const std::string& message) {
   return kvsim::cli::kExitUsage;
 }
 
+// `kvsim version` (and `kvsim --version`): one line, "kvsim X.Y.Z".
+int run_version(const kvsim::cli::Invocation& inv) {
+  using namespace kvsim::cli;
+  po::options_description options("Options");
+  po::variables_map vm;
+  const CommandSpec spec{"kvsim version", "Prints the version of kvsim, as \"kvsim X.Y.Z\".", ""};
+  if (!parse_options(inv, spec, options, po::positional_options_description{}, vm)) return kExitOk;
+  kvsim::write_stdout(fmt::format("kvsim {}\n", KVSIM_VERSION));
+  return kExitOk;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -37,8 +55,12 @@ int main(int argc, char** argv) {
       {"size", "KV-cache capacity sheet for a model, dtype, placement and budget", run_size},
       {"models", "list the built-in model presets and their KV geometry", run_models},
       {"trace", "trace statistics, conversion and synthetic generation", run_trace},
+      {"version", "print the version of kvsim (also: kvsim --version)", run_version},
   };
   Invocation inv{"kvsim", {argv + 1, argv + argc}};
+  // --version is an option of kvsim itself, the spelling users try first; it is the version
+  // command (and, like it, takes nothing after it).
+  if (!inv.args.empty() && inv.args.front() == "--version") inv.args.front() = "version";
   try {
     const int status = dispatch(inv, kDescription, commands);
     // Whatever stdio still holds must reach standard output, or the run failed.

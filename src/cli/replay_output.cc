@@ -92,6 +92,52 @@ std::string p50_p99_ms(const Latency& l) {
   return l.count > 0 ? ms(l.p50_ns) + " / " + ms(l.p99_ns) : std::string("n/a");
 }
 
+// An overloaded run, in one sentence (src/overload.cc decides; this only words it).
+std::string overload_text(const ReplayReport& r) {
+  return fmt::format("{}: the device cannot keep up: {:.2f} requests/s arrive, {:.2f}/s are served; {}", r.allocator,
+                     r.overload.arrival_rate_per_s, r.overload.service_rate_per_s, r.overload.reason);
+}
+
+// What went wrong in the runs, one sentence each, in the order of the runs: every request
+// refused (and why, from the refusal counts), a budget smaller than the smallest request of the
+// trace, and (with `overload`) an overloaded device. Without these a run that served nothing
+// reads as a throughput of 0.0.
+std::vector<std::string> warnings(const ReplayContext& c, const std::vector<ReplayReport>& reports, bool overload) {
+  std::vector<std::string> out;
+  for (const ReplayReport& r : reports) {
+    const std::int64_t refused = r.rejected_too_long + r.rejected_too_large;
+    if (r.requests > 0 && refused == r.requests) {
+      std::vector<std::string> why;
+      if (r.rejected_too_long > 0) {
+        why.push_back(fmt::format("{} longer than the maximum length of {} tokens", with_commas(r.rejected_too_long),
+                                  with_commas(c.layout.max_model_len)));
+      }
+      if (r.rejected_too_large > 0) {
+        why.push_back(fmt::format("{} never fit the capacity of {} bytes even alone", with_commas(r.rejected_too_large),
+                                  with_commas(r.capacity_bytes)));
+      }
+      std::string reasons;
+      for (const auto& w : why) reasons += (reasons.empty() ? "" : ", ") + w;
+      out.push_back(fmt::format("{}: refused every request ({}): {}; nothing was served, so throughput and latencies "
+                                "say nothing",
+                                r.allocator, with_commas(r.requests), reasons));
+    }
+    // The smallest request's effective tokens at its full length (one sample, sliding
+    // windows capped): no allocator holds a request in less.
+    if (r.capacity_bytes > 0 && r.shortest_request_tokens > 0) {
+      const std::int64_t need = kv_bytes_for_tokens(c.layout, r.shortest_request_tokens);
+      if (need > r.capacity_bytes) {
+        out.push_back(fmt::format("{}: the capacity of {} bytes cannot hold one request of the trace: the shortest, "
+                                  "{} tokens (prompt + output), needs at least {} bytes of effective tokens",
+                                  r.allocator, with_commas(r.capacity_bytes), with_commas(r.shortest_request_tokens),
+                                  with_commas(need)));
+      }
+    }
+    if (overload && r.overload.overloaded) out.push_back(overload_text(r));
+  }
+  return out;
+}
+
 // What the runs share, above the table: trace, model, schedule, budget.
 std::string run_header(const ReplayContext& c, const std::vector<ReplayReport>& reports) {
   std::string out;
@@ -126,9 +172,7 @@ std::string run_header(const ReplayContext& c, const std::vector<ReplayReport>& 
                        seconds(r.end_ns - r.start_ns));
   }
   for (const ReplayReport& r : reports) {
-    if (!r.overload.overloaded) continue;
-    out += fmt::format("OVERLOAD {}: the device cannot keep up: {:.2f} requests/s arrive, {:.2f}/s are served; {}\n",
-                       r.allocator, r.overload.arrival_rate_per_s, r.overload.service_rate_per_s, r.overload.reason);
+    if (r.overload.overloaded) out += "OVERLOAD " + overload_text(r) + "\n";
   }
   return out + "\n";
 }
@@ -347,7 +391,28 @@ std::string replay_table(const ReplayContext& c, const std::vector<ReplayReport>
   request_rows(t);
   latency_rows(t);
   leak_check_row(t);
-  return run_header(c, reports) + t.render();
+  // Warnings first, one line each; an overload keeps its own line in the header.
+  std::string top;
+  for (const auto& w : warnings(c, reports, false)) top += "WARNING " + w + "\n";
+  return top + run_header(c, reports) + t.render();
+}
+
+std::string replay_figures_help() {
+  return "Reading the figures (docs/replay.md, \"The figures\"):\n"
+         "  block-level usage: allocated / capacity, time-weighted; without a budget (demand) it is\n"
+         "    allocated / reserved: the share of what the allocator has taken from the device so far\n"
+         "    (its pool or arena, grown to the high-water mark of demand, never given back) that was\n"
+         "    assigned to requests.\n"
+         "  swapped out / in (--preemption swap): out is what a victim held when preempted; in is\n"
+         "    what it holds back on the device, where it decodes in that same step, so in includes\n"
+         "    the slot for its next token: a new block whenever that token starts one. In can\n"
+         "    therefore exceed out; a request that never comes back is refused, its bytes never in.\n"
+         "  warnings (stderr, table top, JSON \"warnings\"): every request refused, a budget that\n"
+         "    cannot hold the trace's smallest request, an overloaded device.";
+}
+
+void print_warnings(const ReplayContext& c, const std::vector<ReplayReport>& reports) {
+  for (const auto& w : warnings(c, reports, true)) fmt::print(stderr, "kvsim replay: warning: {}\n", w);
 }
 
 namespace {
@@ -460,6 +525,9 @@ std::string replay_json(const ReplayContext& c, const std::vector<ReplayReport>&
     runs.push_back(run);
   }
   j["runs"] = runs;
+  // Only when there are any, so that other runs' JSON is unchanged.
+  const auto w = warnings(c, reports, true);
+  if (!w.empty()) j["warnings"] = w;
   return j.dump(2) + "\n";
 }
 
@@ -604,7 +672,7 @@ std::string per_request_rows(const std::string& allocator, std::vector<RequestRe
   return out;
 }
 
-std::string timeline_header(const KvLayout& layout) {
+std::string timeline_header(const KvLayout& layout, bool sampled) {
   std::string out = "allocator,time_s,step,running,queued,effective_bytes,allocated_bytes,reserved_bytes";
   for (const auto& g : layout.groups) {
     std::string name = g.name;
@@ -613,6 +681,7 @@ std::string timeline_header(const KvLayout& layout) {
     }
     out += ",effective_tokens_" + name + ",allocated_slots_" + name;
   }
+  if (sampled) out += ",allocated_bytes_max,allocated_bytes_mean";
   return out + "\n";
 }
 
@@ -622,6 +691,7 @@ std::string timeline_row(const std::string& allocator, const TimelineRow& row) {
   for (std::size_t g = 0; g < row.effective_tokens.size(); ++g) {
     out += fmt::format(",{},{}", row.effective_tokens[g], row.allocated_slots[g]);
   }
+  if (row.allocated_bytes_max >= 0) out += fmt::format(",{},{:.3f}", row.allocated_bytes_max, row.allocated_bytes_mean);
   return out + "\n";
 }
 

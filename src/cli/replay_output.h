@@ -27,6 +27,12 @@ struct ReplayContext {
 
 std::string replay_table(const ReplayContext& context, const std::vector<ReplayReport>& reports);
 std::string replay_json(const ReplayContext& context, const std::vector<ReplayReport>& reports);
+// What `kvsim replay --help` says about reading its figures: block-level usage in demand mode,
+// swapped in against swapped out, the warnings.
+std::string replay_figures_help();
+// The runs' warnings (every request refused, a budget that cannot hold one request, an
+// overloaded device) on stderr, one line each; the table and the JSON carry them too.
+void print_warnings(const ReplayContext& context, const std::vector<ReplayReport>& reports);
 // One header line and one row per allocator, flat columns named with their units.
 std::string replay_csv(const std::vector<ReplayReport>& reports);
 
@@ -42,8 +48,10 @@ std::string per_request_rows(const std::string& allocator, std::vector<RequestRe
 void in_trace_order(std::vector<RequestRecord>& records);
 
 // The timeline's CSV header for `layout`, and one row; `allocator` is the first column so
-// several runs can share one file (long format).
-std::string timeline_header(const KvLayout& layout);
+// several runs can share one file (long format). `sampled` (--sample-every): each row also
+// carries the maximum and the time-weighted mean of allocated bytes over the interval since
+// the previous row (allocated_bytes_max, allocated_bytes_mean), so that no peak is lost.
+std::string timeline_header(const KvLayout& layout, bool sampled);
 std::string timeline_row(const std::string& allocator, const TimelineRow& row);
 
 }  // namespace kvsim::cli

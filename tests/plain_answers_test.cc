@@ -1,0 +1,210 @@
+// Plain answers from the real program (issue 16): `kvsim --version`; the warnings a replay
+// gives when its figures would otherwise mislead (every request refused, a budget smaller than
+// the smallest request, an overloaded device); swap in against out; and a sampled timeline that
+// keeps the peak. Each on a hand-made trace.
+#include <catch2/catch.hpp>
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli_util.h"
+#include "trace_test_util.h"
+
+using namespace kvsim;
+using Json = nlohmann::json;
+
+namespace {
+
+// Llama-3.1-8B in bf16: 32 layers x 8 KV heads x (128 + 128) values x 2 bytes.
+constexpr std::int64_t kLlamaBytesPerToken = 32 * 8 * (128 + 128) * 2;
+
+// The version CMakeLists.txt declares, read from the file itself: project(kvsim VERSION X.Y.Z ...).
+std::string declared_version() {
+  const std::string cmake = test::slurp(std::string(KVSIM_SOURCE_DIR) + "/CMakeLists.txt");
+  std::smatch m;
+  REQUIRE(std::regex_search(cmake, m, std::regex(R"(project\(kvsim VERSION ([0-9]+\.[0-9]+\.[0-9]+))")));
+  return m[1];
+}
+
+std::vector<std::string> warnings_of(const std::string& json) {
+  const Json doc = Json::parse(json);
+  if (!doc.contains("warnings")) return {};
+  return doc["warnings"].get<std::vector<std::string>>();
+}
+
+}  // namespace
+
+TEST_CASE("version: kvsim --version and kvsim version print the project's version") {
+  const std::string expected = "kvsim " + declared_version() + "\n";
+  for (const char* spelling : {"--version", "version"}) {
+    const auto r = test::run_cli({spelling});
+    CHECK(r.exit_code == 0);
+    CHECK(r.out == expected);
+    CHECK(r.err.empty());
+  }
+  // It takes nothing after it; the command list names it.
+  CHECK(test::run_cli({"--version", "extra"}).exit_code == 2);
+  CHECK_THAT(test::run_cli({"--help"}).out, Catch::Contains("version"));
+  CHECK_THAT(test::run_cli({"version", "--help"}).out, Catch::Contains("kvsim X.Y.Z"));
+}
+
+TEST_CASE("warnings: dense-static refusing every request says why, paged beside it serving all does not") {
+  // Two requests of 30 + 10 and 50 + 10 tokens. dense-static reserves the model's maximum
+  // length, 131,072 positions x 131,072 B = 16 GiB per request, against a budget of 8 GiB: each
+  // is refused even alone. paged needs ceil(60 / 16) = 4 blocks = 64 positions = 8 MiB at most:
+  // both complete. The smallest request, 40 tokens x 131,072 B = 5,242,880 B, fits 8 GiB: no
+  // budget warning.
+  const std::string trace =
+      test::write_file("warn-dense.csv", "id,arrival,prompt_tokens,output_tokens\nr1,0,30,10\nr2,0,50,10\n");
+  const std::vector<std::string> args{"replay", trace, "--model", "llama-3.1-8b", "--allocator", "paged,dense-static",
+                                      "--kv-budget", "8GiB", "--cost", "constant:step=1ms,prefill-token=0ps"};
+  auto with_json = args;
+  with_json.push_back("--json");
+  const auto r = test::run_cli(with_json);
+  REQUIRE(r.exit_code == 0);
+  const Json doc = Json::parse(r.out);
+  REQUIRE(doc["runs"][1]["serving"]["refused_too_large"] == 2);
+  REQUIRE(doc["runs"][0]["requests"]["completed"] == 2);
+  const auto w = warnings_of(r.out);
+  REQUIRE(w.size() == 1);
+  CHECK(w[0] == "dense-static:reserve=max-model-len: refused every request (2): 2 never fit the capacity of "
+                "8,589,934,592 bytes even alone; nothing was served, so throughput and latencies say nothing");
+  CHECK(r.err == "kvsim replay: warning: " + w[0] + "\n");
+  // The table starts with it, one line.
+  const auto table = test::run_cli(args);
+  REQUIRE(table.exit_code == 0);
+  CHECK(table.out.rfind("WARNING " + w[0] + "\nkvsim replay ", 0) == 0);
+}
+
+TEST_CASE("warnings: a budget that cannot hold the smallest request, and the reasons counted apart") {
+  static_assert(kLlamaBytesPerToken == 131'072);
+  // Budget: 2 blocks of 16 = 32 positions = 4,194,304 B. r1 (200,000 + 1 tokens) is longer than
+  // Llama-3.1-8B's 131,072: refused at arrival. r2 (30 + 10 = 40 tokens) prefills into 2 blocks,
+  // grows to 32 positions and cannot take a 33rd alone: refused as too large. The shortest request
+  // within the maximum length is r2: 40 x 131,072 = 5,242,880 B > 4,194,304 B.
+  const std::string trace =
+      test::write_file("warn-budget.csv", "id,arrival,prompt_tokens,output_tokens\nr1,0,200000,1\nr2,0,30,10\n");
+  const auto r = test::run_cli({"replay", trace, "--model", "llama-3.1-8b", "--allocator", "paged:block=16",
+                                "--kv-budget", std::to_string(32 * kLlamaBytesPerToken), "--cost",
+                                "constant:step=1ms,prefill-token=0ps", "--json"});
+  REQUIRE(r.exit_code == 0);
+  const auto w = warnings_of(r.out);
+  REQUIRE(w.size() == 2);
+  CHECK(w[0] == "paged:block=16: refused every request (2): 1 longer than the maximum length of 131,072 tokens, 1 "
+                "never fit the capacity of 4,194,304 bytes even alone; nothing was served, so throughput and "
+                "latencies say nothing");
+  CHECK(w[1] == "paged:block=16: the capacity of 4,194,304 bytes cannot hold one request of the trace: the shortest, "
+                "40 tokens (prompt + output), needs at least 5,242,880 bytes of effective tokens");
+
+  // Three blocks (48 positions = 6,291,456 B) hold r2's 40: it completes, and neither warning is given.
+  const auto ok = test::run_cli({"replay", trace, "--model", "llama-3.1-8b", "--allocator", "paged:block=16",
+                                 "--kv-budget", std::to_string(48 * kLlamaBytesPerToken), "--cost",
+                                 "constant:step=1ms,prefill-token=0ps", "--json"});
+  REQUIRE(ok.exit_code == 0);
+  CHECK(Json::parse(ok.out)["runs"][0]["requests"]["completed"] == 1);
+  CHECK_FALSE(Json::parse(ok.out).contains("warnings"));
+  CHECK(ok.err.empty());
+}
+
+TEST_CASE("warnings: an overloaded device is warned about with the overload rule's own words") {
+  // As tests/overload_test.cc: 20 requests 10 ms apart, 10 output tokens each, served one at a
+  // time in 100 ms steps: 100 requests/s arrive, 1/s are served.
+  std::string csv = "id,arrival,prompt_tokens,output_tokens\n";
+  for (int i = 0; i < 20; ++i) csv += "r" + std::to_string(i) + "," + std::to_string(i * 0.01) + ",10,10\n";
+  const std::string trace = test::write_file("warn-overload.csv", csv);
+  const auto r = test::run_cli({"replay", trace, "--model", "llama-3.1-8b", "--allocator", "paged", "--max-running",
+                                "1", "--cost", "constant:step=100ms,prefill-token=0ps", "--json"});
+  REQUIRE(r.exit_code == 0);
+  const Json doc = Json::parse(r.out);
+  REQUIRE(doc["runs"][0]["overload"]["overloaded"] == true);
+  const auto w = warnings_of(r.out);
+  REQUIRE(w.size() == 1);
+  CHECK(w[0] == "paged:block=16: the device cannot keep up: 100.00 requests/s arrive, 1.00/s are served; " +
+                    doc["runs"][0]["overload"]["reason"].get<std::string>());
+  CHECK_THAT(r.err, Catch::Contains("kvsim replay: warning: paged:block=16: the device cannot keep up"));
+}
+
+TEST_CASE("swap: more bytes come back in than went out, by the block for the returning token") {
+  // Budget 4 blocks of 16 positions. r1 and r2 (16 + 30 tokens each) prefill one block each and
+  // take a second at position 17: 4 blocks. At position 33 r1 needs a fifth: the newest, r2, is
+  // swapped out holding 2 blocks (32 positions) = 32 x 131,072 = 4,194,304 B. r1 ends at 46
+  // positions (3 blocks) and frees them; r2 comes back and decodes in that same step, grown to
+  // 32 + 1 = 33 positions: 3 blocks = 48 x 131,072 = 6,291,456 B in (docs/replay.md, "The figures").
+  const std::string trace =
+      test::write_file("swap-in-out.csv", "id,arrival,prompt_tokens,output_tokens\nr1,0,16,30\nr2,0,16,30\n");
+  const auto r = test::run_cli({"replay", trace, "--model", "llama-3.1-8b", "--allocator", "paged:block=16",
+                                "--kv-budget", std::to_string(64 * kLlamaBytesPerToken), "--preemption", "swap",
+                                "--watermark", "0", "--cost", "constant:step=1ms,prefill-token=0ps", "--json"});
+  REQUIRE(r.exit_code == 0);
+  const Json run = Json::parse(r.out)["runs"][0];
+  CHECK(run["serving"]["preemptions"] == 1);
+  CHECK(run["serving"]["swapped_out_bytes"] == 32 * kLlamaBytesPerToken);
+  CHECK(run["serving"]["swapped_in_bytes"] == 48 * kLlamaBytesPerToken);
+  CHECK(run["requests"]["completed"] == 2);
+}
+
+TEST_CASE("timeline: --sample-every rows carry the interval's maximum and mean, and the maximum keeps the peak") {
+  // One request, 100 + 50 tokens, paged blocks of 16, 1 ms steps from t = 0: step k starts at
+  // (k - 1) ms and holds 100 + k positions, ceil((100 + k) / 16) blocks. Rows at the first step
+  // starting 10 ms or more after the previous row: 0, 10, 20, 30, 40 ms; steps 42..50 follow
+  // unsampled, so a last row is written at the run's end, 50 ms (the request released: 0).
+  //   row 10 ms: steps 1..10 (101..110 positions) all 7 blocks = 112 positions: mean 112, max
+  //     112 (step 11, the row's own state, 111 positions: 112).
+  //   row 20 ms: steps 11..12 (111, 112) 112 positions, steps 13..20 (113..120) 128: mean
+  //     (2 x 112 + 8 x 128) / 10 = 124.8 positions; max 128 (the row's own step 21: 121 -> 128).
+  //   last row, 50 ms: steps 41..44 (141..144) 144 positions, 45..50 (145..150) 160: mean
+  //     (4 x 144 + 6 x 160) / 10 = 153.6 positions; max 160, the run's peak. The sampled state
+  //     column never exceeds 144 (row 40 ms: 141 positions -> 144).
+  const std::string trace = test::write_file("sampled.csv", "id,arrival,prompt_tokens,output_tokens\nr1,0,100,50\n");
+  const std::string timeline = test::scratch_path("sampled-timeline.csv");
+  const auto r = test::run_cli({"replay", trace, "--model", "llama-3.1-8b", "--allocator", "paged:block=16", "--cost",
+                                "constant:step=1ms,prefill-token=0ps", "--timeline", timeline, "--sample-every", "10ms",
+                                "--json"});
+  REQUIRE(r.exit_code == 0);
+  const std::int64_t peak = Json::parse(r.out)["runs"][0]["memory_bytes"]["allocated_slots"]["peak"];
+  CHECK(peak == 160 * kLlamaBytesPerToken);
+  const std::string csv = test::slurp(timeline);
+  std::vector<std::vector<std::string>> rows;
+  std::string line;
+  std::istringstream in(csv);
+  while (std::getline(in, line)) {
+    std::vector<std::string> cells(1);
+    for (char ch : line) {
+      if (ch == ',') cells.emplace_back();
+      else cells.back().push_back(ch);
+    }
+    rows.push_back(cells);
+  }
+  REQUIRE(rows.size() == 7);  // the header and six rows
+  const auto& header = rows[0];
+  const auto column = [&](const std::string& name) {
+    const auto at = std::find(header.begin(), header.end(), name);
+    REQUIRE(at != header.end());
+    return static_cast<std::size_t>(at - header.begin());
+  };
+  const std::size_t time = column("time_s"), state = column("allocated_bytes"), max = column("allocated_bytes_max"),
+                    mean = column("allocated_bytes_mean");
+  const std::vector<std::string> times{"0.000000000", "0.010000000", "0.020000000", "0.030000000", "0.040000000",
+                                       "0.050000000"};
+  for (std::size_t i = 0; i < times.size(); ++i) CHECK(rows[i + 1][time] == times[i]);
+  const auto bytes = [](double positions) { return fmt::format("{:.3f}", positions * kLlamaBytesPerToken); };
+  CHECK(rows[2][max] == std::to_string(112 * kLlamaBytesPerToken));
+  CHECK(rows[2][mean] == bytes(112));
+  CHECK(rows[3][max] == std::to_string(128 * kLlamaBytesPerToken));
+  CHECK(rows[3][mean] == bytes(124.8));
+  CHECK(rows[6][state] == "0");
+  CHECK(rows[6][max] == std::to_string(peak));
+  CHECK(rows[6][mean] == bytes(153.6));
+  std::int64_t state_max = 0, max_max = 0;
+  for (std::size_t i = 1; i < rows.size(); ++i) {
+    state_max = std::max(state_max, static_cast<std::int64_t>(std::stoll(rows[i][state])));
+    max_max = std::max(max_max, static_cast<std::int64_t>(std::stoll(rows[i][max])));
+  }
+  CHECK(state_max == 144 * kLlamaBytesPerToken);
+  CHECK(max_max == peak);
+}
