@@ -98,7 +98,7 @@ TEST_CASE("a FIFO given as OUT is written into, not replaced by a regular file",
   CHECK(names_in(dir) == std::vector<std::string>{"got.csv", "out.csv"});
 }
 
-TEST_CASE("a symbolic link given as OUT stays a link; the file it points to gets the output", "[files]") {
+TEST_CASE("a symbolic link given as OUT stays a link, the file it points to gets the output", "[files]") {
   const auto dir = fresh_dir("link-out");
   fs::create_directories(dir / "real");
   write_file(dir / "real" / "target.csv", "old\n");
@@ -274,7 +274,7 @@ TEST_CASE("/dev/zero as a trace or a config fails at the limit instead of fillin
         "kvsim: error: /dev/zero: larger than the limit of 16 MiB for a model config: is this a config.json?\n");
 }
 
-TEST_CASE("LineReader: a line of the limit is read; one byte more is an error naming file, line and limit", "[files]") {
+TEST_CASE("LineReader: a line of the limit is read, one byte more is an error naming file, line and limit", "[files]") {
   const auto dir = fresh_dir("line-limit");
   // Line 1 is 5 bytes, line 2 exactly the limit of 100, line 3 101 bytes.
   write_file(dir / "t", "short\n" + std::string(100, 'a') + "\n" + std::string(101, 'b') + "\n");

@@ -180,7 +180,7 @@ TEST_CASE("budget: the victim is chosen by the policy's rule, not the request th
   }
 }
 
-TEST_CASE("budget: TensorRT-LLM's max-utilization admits what fits now; vLLM also keeps its watermark free") {
+TEST_CASE("budget: TensorRT-LLM's max-utilization admits what fits now, vLLM also keeps its watermark free") {
   // 6 blocks of 16 (96 bytes), 1 ms steps, watermark 0.2 (floor(96 x 0.2) = 19 bytes). A
   // (prompt 40, output 10) holds 41 + k positions at step k: 3 blocks until step 7, 4 from
   // step 8, and ends after step 9 (10 ms). B (prompt 30, output 1) arrives at 0.5 ms and

@@ -83,7 +83,7 @@ TEST_CASE("paged: n = 4 samples of a 100-token prompt share its 6 full blocks co
   CHECK(a.pool().free_bytes == a.pool().reserved_bytes);
 }
 
-TEST_CASE("sliding-window: window 64, block 16 holds at most 5 window blocks; full layers keep 63") {
+TEST_CASE("sliding-window: window 64, block 16 holds at most 5 window blocks, full layers keep 63") {
   KvLayout layout;
   layout.groups = {test::group("full", 1), test::group("sliding 64", 1, 64)};
   layout.max_model_len = 4096;

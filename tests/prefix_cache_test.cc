@@ -234,7 +234,7 @@ TEST_CASE("prefix cache: n = 2 samples share hit blocks copy-on-write, and count
   a.check_invariants();
 }
 
-TEST_CASE("prefix cache: two requests computing the same block both cache it; lookups find the first") {
+TEST_CASE("prefix cache: two requests computing the same block both cache it, lookups find the first") {
   auto a = caching(64);  // 4 blocks
   // A and B are admitted before either has computed anything: both miss.
   REQUIRE(a.admit(0, prefix_info(20, 1, {101})) == Outcome::ok);

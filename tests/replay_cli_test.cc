@@ -109,7 +109,7 @@ TEST_CASE("replay: --timing-device times a device without a budget, and --replic
   CHECK_THAT(r.err, Catch::Contains("--expert-parallel"));
 }
 
-TEST_CASE("replay: the peak's time is trace time in every output; nothing measured is n/a, never 0") {
+TEST_CASE("replay: the peak's time is trace time in every output, nothing measured is n/a, never 0") {
   // Arrival at 10 s, 1 ms steps: step k starts at 10 s + (k - 1) ms and writes position 100 + k.
   // Position 145 is the first of the 10th block of 16, so the peak starts at step 45: 10.044 s.
   const std::string trace = test::write_file("late.csv", "id,arrival,prompt_tokens,output_tokens\nr1,10,100,50\n");
