@@ -193,7 +193,8 @@ ReplicaRun replay_replicas(TraceReader& trace, const std::vector<Allocator*>& al
     shares[best]->push(r);
     engines[best]->offered();
     ++run.routed[best];
-    trace_ordinal[best].push_back(++read);
+    ++read;
+    if (options.per_request) trace_ordinal[best].push_back(read);
     run.replica_of.push_back(static_cast<std::uint32_t>(best));
     start_index = (start_index + 1) % n;
     if (options.progress && read % 4096 == 0 && trace.total_bytes() > 0) {

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iomanip>
 
 #include "cli_util.h"
 #include "trace_test_util.h"
@@ -202,6 +203,7 @@ TEST_CASE("validate: a data-parallel run is two engines behind vLLM's router, th
   "dataset_path": "workloads/dp.jsonl", "started_at": "2026-01-01T00:00:00Z", "tick_seconds": 0.05})";
     std::ofstream workload(base / "workloads" / "dp.jsonl");
     std::ofstream requests(base / "run" / "requests.jsonl");
+    requests << std::fixed << std::setprecision(3);  // seconds to the millisecond, all digits
     struct Row {
       const char* id;
       int arrival_ms, output, first_ms, last_ms;
