@@ -133,16 +133,38 @@ ReplicaRun replay_replicas(TraceReader& trace, const std::vector<Allocator*>& al
   o.keep_latency_samples = true;
   o.schedule = Schedule::simulate;
   o.timeline = nullptr;
+  o.per_request = nullptr;
   o.progress = nullptr;
   const std::size_t n = allocators.size();
+  ReplicaRun run;
+  run.routed.assign(n, 0);
+  // An engine numbers the requests of its own share 1, 2, ...: trace_ordinal[i][k - 1] is
+  // the trace's ordinal of replica i's k-th.
+  std::vector<std::vector<std::int64_t>> trace_ordinal(n);
+  // One options object per engine (an engine keeps a reference: the vector never grows).
+  std::vector<ReplayOptions> per_engine(n, o);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (options.timeline) {
+      per_engine[i].timeline = [&options, i](const TimelineRow& row) {
+        TimelineRow tagged = row;
+        tagged.replica = static_cast<std::int64_t>(i);
+        options.timeline(tagged);
+      };
+    }
+    if (options.per_request) {
+      per_engine[i].per_request = [&options, &trace_ordinal, i](const RequestRecord& record) {
+        RequestRecord renumbered = record;
+        renumbered.ordinal = trace_ordinal[i].at(static_cast<std::size_t>(record.ordinal - 1));
+        options.per_request(renumbered);
+      };
+    }
+  }
   std::vector<std::unique_ptr<RoutedTrace>> shares;
   std::vector<std::unique_ptr<detail::Engine>> engines;
   for (std::size_t i = 0; i < n; ++i) {
     shares.push_back(std::make_unique<RoutedTrace>(trace));
-    engines.push_back(std::make_unique<detail::Engine>(*shares[i], *allocators[i], o));
+    engines.push_back(std::make_unique<detail::Engine>(*shares[i], *allocators[i], per_engine[i]));
   }
-  ReplicaRun run;
-  run.routed.assign(n, 0);
   Request r;
   bool started = false;
   std::size_t start_index = 0;  // vLLM's eng_start_index: client 0 of 1 starts at 0
@@ -174,8 +196,11 @@ ReplicaRun replay_replicas(TraceReader& trace, const std::vector<Allocator*>& al
     shares[best]->push(r);
     engines[best]->offered();
     ++run.routed[best];
+    ++read;
+    if (options.per_request) trace_ordinal[best].push_back(read);
+    run.replica_of.push_back(static_cast<std::uint32_t>(best));
     start_index = (start_index + 1) % n;
-    if (options.progress && ++read % 4096 == 0 && trace.total_bytes() > 0) {
+    if (options.progress && read % 4096 == 0 && trace.total_bytes() > 0) {
       options.progress(static_cast<double>(trace.bytes_read()) / static_cast<double>(trace.total_bytes()));
     }
   }

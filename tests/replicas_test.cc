@@ -3,7 +3,10 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <memory>
+#include <string>
+#include <utility>
 
 #include "test_support.h"
 
@@ -76,4 +79,38 @@ TEST_CASE("replicas: one replica is the plain replay") {
   CHECK(run.replicas[0].iterations == plain.iterations);
   CHECK(run.replicas[0].allocated_bytes.mean == plain.allocated_bytes.mean);
   CHECK(run.total.e2e.p50_ns == plain.e2e.p50_ns);
+}
+
+TEST_CASE("replicas: timeline rows tagged with their replica, per-request records numbered by the trace") {
+  // The routing of the first test: a -> 0, b -> 1, c -> 0, d -> 0. Replica 0 runs three
+  // one-step requests (a 0-10 ms, c 20-30 ms, d 35-45 ms): 3 iterations, one timeline row each
+  // with 1 running; replica 1 runs b's 100 steps: 100 rows with 1 running. d is replica 0's
+  // third request and the trace's fourth: its record says ordinal 4.
+  test::VectorTrace trace({test::request("a", 0, 10, 1), test::request("b", 1 * kMs, 10, 100),
+                           test::request("c", 20 * kMs, 10, 1), test::request("d", 35 * kMs, 10, 1)});
+  ReplayOptions o;
+  o.layout = test::unit_layout();
+  o.cost.name = "test";
+  o.cost.base_ps = 10 * kMs * 1000;
+  o.cost.prefill_token_ps = 0;
+  std::vector<std::int64_t> rows(2, 0), running_other_than_1(2, 0);
+  o.timeline = [&](const TimelineRow& row) {
+    REQUIRE((row.replica == 0 || row.replica == 1));
+    ++rows[static_cast<std::size_t>(row.replica)];
+    if (row.running != 1) ++running_other_than_1[static_cast<std::size_t>(row.replica)];
+  };
+  std::vector<std::pair<std::string, std::int64_t>> records;
+  o.per_request = [&](const RequestRecord& r) { records.emplace_back(r.id, r.ordinal); };
+  std::vector<std::unique_ptr<Allocator>> owned;
+  std::vector<Allocator*> allocators;
+  for (int i = 0; i < 2; ++i) {
+    owned.push_back(make_allocator(parse_allocator_spec("paged:block=16", "test"), o.layout));
+    allocators.push_back(owned.back().get());
+  }
+  const ReplicaRun run = replay_replicas(trace, allocators, o);
+  CHECK(run.replica_of == std::vector<std::uint32_t>{0, 1, 0, 0});
+  CHECK(rows == std::vector<std::int64_t>{3, 100});
+  CHECK(running_other_than_1 == std::vector<std::int64_t>{0, 0});
+  std::sort(records.begin(), records.end());
+  CHECK(records == std::vector<std::pair<std::string, std::int64_t>>{{"a", 1}, {"b", 2}, {"c", 3}, {"d", 4}});
 }

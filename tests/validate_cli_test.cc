@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iomanip>
 
 #include "cli_util.h"
 #include "trace_test_util.h"
@@ -165,10 +166,6 @@ TEST_CASE("validate: what it cannot map is an error naming the file and field") 
     meta.replace(meta.find(from), from.size(), to);
     std::ofstream(dir / "meta.json") << meta;
   };
-  rewrite_meta("\"data_parallel_size\": 1", "\"data_parallel_size\": 2");
-  r = test::run_cli({"validate", dir.string(), "--workload", workload, "--kv-budget", "1GB"});
-  CHECK(r.exit_code == 1);
-  CHECK_THAT(r.err, Catch::Contains("meta.json") && Catch::Contains("data_parallel_size"));
   rewrite_meta("meta-llama/Llama-3.1-8B", "example/unknown-model");
   r = test::run_cli({"validate", dir.string(), "--workload", workload, "--kv-budget", "1GB"});
   CHECK(r.exit_code == 1);
@@ -178,4 +175,78 @@ TEST_CASE("validate: what it cannot map is an error naming the file and field") 
   CHECK(r.exit_code == 1);
   CHECK_THAT(r.err, Catch::Contains("dataset_path") && Catch::Contains("--workload"));
   std::filesystem::remove_all(dir.parent_path());
+}
+
+TEST_CASE("validate: a data-parallel run is two engines behind vLLM's router, their states summed") {
+  // meta.json: data_parallel_size 2, so --replicas 2. 10 ms steps, free prefill, so a request
+  // arriving at an idle replica has its first token one step later. The router
+  // (include/kvsim/replicas.h: vLLM's DPLBAsyncMPClient) sends a request to the replica with
+  // the fewest in flight, ties to the first scanned from a start index that moves on by one:
+  //   a at   0 ms (30 tokens): both empty, from 0     -> replica 0; steps 0, 10, ..: tokens 10..300 ms
+  //   b at 100 ms (30 tokens): 0 has a, 1 none, from 1 -> replica 1; idle, steps from 100: 110..400 ms
+  //   c at 155 ms (10 tokens): 1 each, tie, from 0     -> replica 0; admitted at its 160 ms step: 170..260 ms
+  //   d at 205 ms (10 tokens): 1 has b, 0 has a and c, from 1 -> replica 1; its 210 ms step: 220..310 ms
+  // Running, summed over the replicas (replica 0 + replica 1), at each tick:
+  //   0.05 s: a + none = 1;  0.12 s: a + b = 2;  0.18 s: a, c + b = 3;  0.23 s: a, c + b, d = 4;
+  //   0.35 s: none + b = 1;  0.45 s: 0.   Nothing waits (each admitted at the next step).
+  // Measured running 1, 2, 2, 4, 1, 0 and waiting 0, 0, 0, 1, 0, 0: MAE 1/6 each. (Replica 0
+  // alone would give 1, 1, 2, 2, 0, 0: running MAE 4/6.)
+  // The measured requests carry the simulated times, so every figure differs by 0%: TTFT 10,
+  // 10, 15, 15 ms (mean 12.5), TPOT 10 ms, latency 300, 300, 105, 105 ms, makespan 0.4 s.
+  const auto base = test::scratch_dir("validate-dp");
+  std::filesystem::create_directories(base / "run");
+  std::filesystem::create_directories(base / "workloads");
+  {
+    std::ofstream(base / "run" / "meta.json") << R"({"model": "meta-llama/Llama-3.1-8B", "vllm_version": "0.19.0",
+  "engine_kwargs": {"tensor_parallel_size": 1, "data_parallel_size": 2, "enable_expert_parallel": false,
+    "max_num_seqs": 128, "max_num_batched_tokens": 2048, "max_model_len": null},
+  "dataset_path": "workloads/dp.jsonl", "started_at": "2026-01-01T00:00:00Z", "tick_seconds": 0.05})";
+    std::ofstream workload(base / "workloads" / "dp.jsonl");
+    std::ofstream requests(base / "run" / "requests.jsonl");
+    requests << std::fixed << std::setprecision(3);  // seconds to the millisecond, all digits
+    struct Row {
+      const char* id;
+      int arrival_ms, output, first_ms, last_ms;
+    };
+    for (const Row& q : {Row{"a", 0, 30, 10, 300}, Row{"b", 100, 30, 110, 400}, Row{"c", 155, 10, 170, 260},
+                         Row{"d", 205, 10, 220, 310}}) {
+      workload << R"({"input_toks": 20, "output_toks": )" << q.output << R"(, "arrival_time_ns": )"
+               << q.arrival_ms * 1'000'000LL << "}\n";
+      requests << R"({"request_id": ")" << q.id << R"(", "input_toks": 20, "output_toks": )" << q.output
+               << R"(, "arrival_time": )" << 1767225600 + q.arrival_ms / 1000.0 << R"(, "queued_ts": )"
+               << 500 + q.arrival_ms / 1000.0 << R"(, "scheduled_ts": )" << 500 + q.arrival_ms / 1000.0
+               << R"(, "first_token_ts": )" << 500 + q.first_ms / 1000.0 << R"(, "last_token_ts": )"
+               << 500 + q.last_ms / 1000.0 << "}\n";
+    }
+    std::ofstream(base / "run" / "timeseries.csv") << "t,prompt_throughput,gen_throughput,running,waiting,kv_cache_pct\n"
+                                                       "0.05,0,0,1,0,0\n0.12,0,0,2,0,0\n0.18,0,0,2,0,0\n"
+                                                       "0.23,0,0,4,1,0\n0.35,0,0,1,0,0\n0.45,0,0,0,0,0\n";
+  }
+  const std::string per_request = test::scratch_path("validate-dp-per-request.csv");
+  const auto r = test::run_cli({"validate", (base / "run").string(), "--kv-budget", "1GB", "--cost",
+                                "constant:step=10ms,prefill-token=0ps", "--per-request", per_request, "--json"});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  const Json doc = Json::parse(r.out);
+  CHECK(doc["kvsim"]["replicas"] == 2);
+  CHECK(doc["completed"] == 4);
+  CHECK(doc["ticks"] == 6);
+  CHECK(doc["running_mae"].get<double>() == Approx(1.0 / 6));
+  CHECK(doc["waiting_mae"].get<double>() == Approx(1.0 / 6));
+  CHECK(doc["ttft"]["simulated"]["mean_s"].get<double>() == Approx(0.0125));
+  CHECK(doc["ttft"]["measured"]["mean_s"].get<double>() == Approx(0.0125));
+  CHECK(doc["tpot"]["simulated"]["p99_s"].get<double>() == Approx(0.010));
+  CHECK(doc["latency"]["simulated"]["mean_s"].get<double>() == Approx(0.2025));
+  CHECK(doc["latency"]["diff_percent"]["p50"].get<double>() == Approx(0.0).margin(1e-6));
+  CHECK(doc["makespan_s"]["simulated"].get<double>() == Approx(0.4));
+  // One record per request from whichever replica served it, numbered by the trace (c and d
+  // are each their replica's second request), finish times as above.
+  const std::string rows = test::slurp(per_request);
+  CHECK_THAT(rows, Catch::Contains(",1,0.000000000,0.000000000,0.010000000,0.300000000,") &&
+                       Catch::Contains(",2,0.100000000,0.100000000,0.110000000,0.400000000,") &&
+                       Catch::Contains(",3,0.155000000,0.160000000,0.170000000,0.260000000,") &&
+                       Catch::Contains(",4,0.205000000,0.210000000,0.220000000,0.310000000,"));
+  CHECK(rows.find(",1,0.0") < rows.find(",2,0.1"));
+  CHECK(rows.find(",3,0.155") < rows.find(",4,0.205"));
+  std::filesystem::remove_all(base);
 }

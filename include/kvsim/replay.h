@@ -61,6 +61,7 @@ struct CostModel {
 struct TimelineRow {
   std::int64_t time_ns = 0;
   std::int64_t step = 0;
+  std::int64_t replica = 0;           // the engine's index under replay_replicas, else 0
   std::int64_t running = 0;           // requests admitted and not finished
   std::int64_t queued = 0;
   std::int64_t effective_bytes = 0;

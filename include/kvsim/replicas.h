@@ -27,6 +27,7 @@ namespace kvsim {
 struct ReplicaRun {
   std::vector<ReplayReport> replicas;  // rank order
   std::vector<std::int64_t> routed;    // requests routed to each replica
+  std::vector<std::uint32_t> replica_of;  // by trace position (ordinal - 1): where it was routed
   // The replicas together: counts and tokens summed; start the first arrival, end the last
   // release; latencies over every request; queue and throughput over the combined span;
   // occupancy figures are per replica only (left zero here).
@@ -35,7 +36,9 @@ struct ReplicaRun {
 
 // Replays `trace` through one engine per allocator (allocators.size() replicas, at least 1),
 // each with `options` (a simulated schedule; the measured one cannot be split). Throws
-// InputError when the options ask for a measured schedule.
+// InputError when the options ask for a measured schedule. options.timeline, when set,
+// receives every engine's rows, each tagged with its replica; options.per_request receives
+// every engine's records, each with its ordinal in `trace` (not in the replica's share).
 ReplicaRun replay_replicas(TraceReader& trace, const std::vector<Allocator*>& allocators, const ReplayOptions& options);
 
 }  // namespace kvsim

@@ -21,6 +21,7 @@
 #include "kvsim/model.h"
 #include "kvsim/option_names.h"
 #include "kvsim/replay.h"
+#include "kvsim/replicas.h"
 #include "kvsim/trace.h"
 #include "model_options.h"
 #include "replay_output.h"
@@ -29,16 +30,20 @@
 namespace kvsim::cli {
 namespace {
 
-// meta.json's model (a Hugging Face name) -> kvsim's preset.
+// meta.json's model (a Hugging Face name) -> kvsim's preset. max_model_len: the checkpoint's
+// max_position_embeddings where it differs from the preset's (another release of the same
+// geometry), the context vLLM allows when meta.json's max_model_len is null; 0: the preset's.
 struct ModelRow {
   const char* hf_name;
   const char* preset;
+  std::int64_t max_model_len = 0;
 };
 constexpr ModelRow kModels[] = {
     {"meta-llama/Llama-3.1-8B", "llama-3.1-8b"},
     {"meta-llama/Llama-3.1-8B-Instruct", "llama-3.1-8b"},
     {"Qwen/Qwen3-32B", "qwen3-32b"},
-    {"Qwen/Qwen3-30B-A3B", "qwen3-30b-a3b"},
+    // The preset is the 2507 release (262,144 positions); the original has 40,960.
+    {"Qwen/Qwen3-30B-A3B", "qwen3-30b-a3b", 40960},
     {"Qwen/Qwen3-30B-A3B-Instruct-2507", "qwen3-30b-a3b"},
 };
 // peer_cluster_config.json's hardware -> kvsim's device preset.
@@ -53,7 +58,11 @@ constexpr DeviceRow kDevices[] = {
 // The two tables, as --help lists them.
 std::string name_table() {
   std::string out = "meta.json's model -> --model; peer_cluster_config.json's hardware -> --device:\n";
-  for (const ModelRow& r : kModels) out += "  " + std::string(r.hf_name) + " -> " + r.preset + "\n";
+  for (const ModelRow& r : kModels) {
+    out += "  " + std::string(r.hf_name) + " -> " + r.preset;
+    if (r.max_model_len > 0) out += fmt::format(" (--max-model-len {} when meta.json's is null)", r.max_model_len);
+    out += "\n";
+  }
   for (const DeviceRow& r : kDevices) out += "  " + std::string(r.hardware) + " -> " + r.preset + "\n";
   return out;
 }
@@ -66,7 +75,9 @@ const CommandSpec kSpec{
     "peer_validation_summary.txt), the mean absolute error of the running and waiting counts at\n"
     "each tick of timeseries.csv, KV usage when the run recorded it, and the makespan.\n\n"
     "From meta.json, unless given: --model (a preset, by the table at the end), --tp, --max-running\n"
-    "(max_num_seqs), --max-batched-tokens, --max-model-len, --allocator\n"
+    "(max_num_seqs), --max-batched-tokens, --max-model-len, --replicas (data_parallel_size; the\n"
+    "running and waiting counts are the replicas' summed), --expert-parallel\n"
+    "(enable_expert_parallel), --allocator\n"
     "paged:block=16,prefix-caching=on (vLLM's defaults) and --schedule simulate; the device\n"
     "from peer_cluster_config.json (--device). Any replay option may be given; --cost takes the\n"
     "spec 'kvsim calibrate RUN_DIR' prints. Measured figures follow the run's README: TTFT =\n"
@@ -111,14 +122,16 @@ void apply_run_settings(po::variables_map& vm, const MeasuredRun& run) {
                                                        "config.json (the model's Hugging Face config)");
     }
     default_to(vm, option_key(kOptModel), row->preset);
+    if (run.max_model_len == 0 && row->max_model_len > 0) {
+      default_to(vm, option_key(kOptMaxModelLen), std::to_string(row->max_model_len));
+    }
   }
+  // Data parallelism: one engine per replica behind vLLM's router (replay --replicas).
   if (run.data_parallel > 1) {
-    // replay --replicas runs data-parallel engines, but validate's per-second comparison
-    // reads one engine's timeline; until it sums the replicas', a DP run is refused.
-    throw InputError(Location{meta, 0, "data_parallel_size"},
-                     std::to_string(run.data_parallel) +
-                         " engine replicas; validate compares one engine's timeline (replay --replicas " +
-                         std::to_string(run.data_parallel) + " replays the run, without the comparison)");
+    default_to(vm, option_key(kOptReplicas), std::to_string(run.data_parallel));
+    if (run.expert_parallel && !given(vm, option_key(kOptExpertParallel))) {
+      vm.insert({option_key(kOptExpertParallel), po::variable_value(boost::any(), false)});
+    }
   }
   default_to(vm, option_key(kOptTp), std::to_string(run.tensor_parallel));
   default_to(vm, option_key(kOptMaxRunning), std::to_string(run.max_num_seqs));
@@ -156,6 +169,12 @@ struct Sample {
   std::int64_t running, queued, allocated_bytes;
 };
 
+// What one engine (replica) did: its timeline, and when its requests arrived and finished.
+struct EngineState {
+  std::vector<Sample> samples;
+  std::vector<std::int64_t> arrivals, finishes;
+};
+
 struct Comparison {
   Distribution measured, simulated;
 };
@@ -174,9 +193,43 @@ struct Result {
   std::int64_t completed = 0, requests = 0, preemptions = 0;
 };
 
+// The engines' samples with `records` (in trace order) as replica_of routed them (empty: one
+// engine).
+std::vector<EngineState> engine_states(std::vector<std::vector<Sample>> samples, const std::vector<RequestRecord>& records,
+                                       const std::vector<std::uint32_t>& replica_of) {
+  std::vector<EngineState> engines(samples.size());
+  for (std::size_t i = 0; i < samples.size(); ++i) engines[i].samples = std::move(samples[i]);
+  for (std::size_t k = 0; k < records.size(); ++k) {
+    const RequestRecord& q = records[k];
+    EngineState& e = engines[replica_of.empty() ? 0 : replica_of.at(k)];
+    e.arrivals.push_back(q.arrival_ns);
+    if (q.outcome == RequestRecord::Outcome::completed) e.finishes.push_back(q.finish_ns);
+  }
+  for (EngineState& e : engines) {
+    std::sort(e.arrivals.begin(), e.arrivals.end());
+    std::sort(e.finishes.begin(), e.finishes.end());
+  }
+  return engines;
+}
+
+// The engine's running and waiting counts and allocated bytes at `at_ns`. The timeline
+// samples the state as each iteration begins (admissions and preemptions done); after that,
+// until the next iteration, requests only arrive (and wait) or complete at the iteration's end.
+Sample state_at(const EngineState& e, std::int64_t at_ns) {
+  const auto count_in = [](const std::vector<std::int64_t>& v, std::int64_t after, std::int64_t upto) {
+    return static_cast<std::int64_t>(std::upper_bound(v.begin(), v.end(), upto) -
+                                     std::upper_bound(v.begin(), v.end(), after));
+  };
+  const auto it = std::upper_bound(e.samples.begin(), e.samples.end(), at_ns,
+                                   [](std::int64_t x, const Sample& s) { return x < s.time_ns; });
+  Sample s{std::numeric_limits<std::int64_t>::min(), 0, 0, 0};
+  if (it != e.samples.begin()) s = *(it - 1);
+  return {at_ns, s.running - count_in(e.finishes, s.time_ns, at_ns), s.queued + count_in(e.arrivals, s.time_ns, at_ns),
+          s.allocated_bytes};
+}
+
 Result compare(const MeasuredRun& run, const ReplayPlan& plan, const ReplayReport& report,
-               std::vector<RequestRecord> records, const std::vector<Sample>& samples) {
-  in_trace_order(records);
+               std::vector<RequestRecord> records, const std::vector<EngineState>& engines) {
   if (records.size() != run.requests.size()) {
     throw InputError(Location{plan.trace_path, 0, ""},
                      "the workload has " + std::to_string(records.size()) + " requests but " + run.dir +
@@ -210,34 +263,22 @@ Result compare(const MeasuredRun& run, const ReplayPlan& plan, const ReplayRepor
   r.latency = {distribution(measured.latency), distribution(simulated.latency)};
   r.measured_makespan_s = measured_makespan_s(run);
   r.simulated_makespan_s = last_finish - first_arrival;
-  // Each tick against the simulated state at the same instant. The timeline samples the state
-  // as each iteration begins (admissions and preemptions done); after that, until the next
-  // iteration, requests only arrive (and wait) or complete at the iteration's end.
-  std::vector<std::int64_t> arrivals, finishes;
-  for (const RequestRecord& q : records) {
-    arrivals.push_back(q.arrival_ns);
-    if (q.outcome == RequestRecord::Outcome::completed) finishes.push_back(q.finish_ns);
-  }
-  std::sort(arrivals.begin(), arrivals.end());
-  std::sort(finishes.begin(), finishes.end());
-  const auto count_in = [](const std::vector<std::int64_t>& v, std::int64_t after, std::int64_t upto) {
-    return static_cast<std::int64_t>(std::upper_bound(v.begin(), v.end(), upto) -
-                                     std::upper_bound(v.begin(), v.end(), after));
-  };
+  // Each tick against the simulated state at the same instant, summed over the engines.
   double running_err = 0, waiting_err = 0, kv_err = 0;
   const double capacity = static_cast<double>(report.capacity_bytes);
   for (const MeasuredTick& t : run.ticks) {
     const double at_s = run.started_at_s + t.t_s - wall_offset;
     const auto at_ns = static_cast<std::int64_t>(std::llround(at_s * 1e9));
-    const auto it = std::upper_bound(samples.begin(), samples.end(), at_ns,
-                                     [](std::int64_t x, const Sample& s) { return x < s.time_ns; });
-    Sample s{std::numeric_limits<std::int64_t>::min(), 0, 0, 0};
-    if (it != samples.begin()) s = *(it - 1);
-    const std::int64_t running = s.running - count_in(finishes, s.time_ns, at_ns);
-    const std::int64_t waiting = s.queued + count_in(arrivals, s.time_ns, at_ns);
+    std::int64_t running = 0, waiting = 0, allocated = 0;
+    for (const EngineState& e : engines) {
+      const Sample s = state_at(e, at_ns);
+      running += s.running;
+      waiting += s.queued;
+      allocated += s.allocated_bytes;
+    }
     running_err += std::abs(static_cast<double>(running - t.running));
     waiting_err += std::abs(static_cast<double>(waiting - t.waiting));
-    if (capacity > 0) kv_err += std::abs(static_cast<double>(s.allocated_bytes) / capacity * 100 - t.kv_cache_percent);
+    if (capacity > 0) kv_err += std::abs(static_cast<double>(allocated) / capacity * 100 - t.kv_cache_percent);
   }
   r.ticks = static_cast<std::int64_t>(run.ticks.size());
   if (r.ticks > 0) {
@@ -253,7 +294,8 @@ std::string table(const MeasuredRun& run, const ReplayPlan& plan, const ReplayRe
   std::string out = fmt::format("validation of {} ({}, vLLM {})\n", run.dir, run.model, run.vllm_version);
   out += fmt::format("workload {}: {} requests, {} completed in the simulation, {} preemptions\n", plan.trace_path,
                      r.requests, r.completed, r.preemptions);
-  out += fmt::format("kvsim: model {} (tp {}), {}, cost {}\n", plan.choice.model.name, plan.choice.kv.tensor_parallel,
+  out += fmt::format("kvsim: model {} (tp {}{}), {}, cost {}\n", plan.choice.model.name, plan.choice.kv.tensor_parallel,
+                     plan.replicas > 1 ? fmt::format(", {} data-parallel replicas", plan.replicas) : std::string(),
                      report.allocator, report.cost_model);
   out += fmt::format("       max running {}, max batched tokens {}, policy {}\n\n", plan.options.max_running,
                      plan.options.max_batched_tokens, report.policy);
@@ -317,6 +359,7 @@ std::string json_of(const MeasuredRun& run, const ReplayPlan& plan, const Replay
          {"workload", plan.trace_path},
          {"kvsim", Json{{"model", plan.choice.model.name},
                         {"tensor_parallel", plan.choice.kv.tensor_parallel},
+                        {"replicas", plan.replicas},
                         {"allocator", report.allocator},
                         {"cost_model", report.cost_model},
                         {"max_running", plan.options.max_running},
@@ -367,23 +410,45 @@ int run_validate(const Invocation& inv) {
 
   ReplayOptions options_run = plan.options;
   std::vector<RequestRecord> records;
-  std::vector<Sample> samples;
+  const std::size_t engines = plan.replicas > 1 ? static_cast<std::size_t>(plan.replicas) : 1;
+  std::vector<std::vector<Sample>> samples(engines);
   options_run.per_request = [&](const RequestRecord& r) { records.push_back(r); };
   options_run.timeline = [&](const TimelineRow& row) {
-    samples.push_back({row.time_ns, row.running, row.queued, row.allocated_bytes});
+    samples.at(static_cast<std::size_t>(row.replica)).push_back({row.time_ns, row.running, row.queued, row.allocated_bytes});
   };
   TraceOptions trace_options = plan.trace;
   if (plan.allocators[0]->prefix_block_tokens() > 0) {
     trace_options.hash_block_tokens = plan.allocators[0]->prefix_block_tokens();
   }
   auto trace = open_trace(plan.trace_path, trace_options);
-  const ReplayReport report = replay(*trace, *plan.allocators[0], options_run);
+  ReplayReport report;
+  std::vector<std::uint32_t> replica_of;  // empty: one engine
+  if (engines > 1) {
+    std::vector<Allocator*> allocators;
+    for (auto& a : plan.replica_allocators.at(0)) allocators.push_back(a.get());
+    ReplicaRun dp = replay_replicas(*trace, allocators, options_run);
+    report = std::move(dp.total);
+    replica_of = std::move(dp.replica_of);
+  } else {
+    report = replay(*trace, *plan.allocators[0], options_run);
+  }
+  // One record per request of the trace, from whichever engine served it.
+  in_trace_order(records);
+  for (std::size_t k = 0; k < records.size(); ++k) {
+    if (records[k].ordinal != static_cast<std::int64_t>(k) + 1) {
+      throw InternalError(fmt::format("validate: request #{} of the trace has no per-request record, or two", k + 1));
+    }
+  }
+  if (!replica_of.empty() && replica_of.size() != records.size()) {
+    throw InternalError(fmt::format("validate: {} requests routed, {} recorded", replica_of.size(), records.size()));
+  }
   if (plan.per_request_path) {
     std::ofstream out(*plan.per_request_path, std::ios::binary);
     if (!out) throw InputError(Location{*plan.per_request_path, 0, ""}, "cannot write the per-request file");
     out << per_request_header() << per_request_rows(report.allocator, records);
   }
-  const Result result = compare(run, plan, report, records, samples);
+  const std::vector<EngineState> states = engine_states(std::move(samples), records, replica_of);
+  const Result result = compare(run, plan, report, std::move(records), states);
   fmt::print("{}", plan.json ? json_of(run, plan, report, result) : table(run, plan, report, result));
   return kExitOk;
 }
