@@ -74,22 +74,25 @@ bool Engine::fetch() {
   return have_next_;
 }
 
+void Engine::refused_at_arrival() {
+  if (!opt_.per_request) return;
+  RequestRecord r;
+  r.id = next_.id;
+  r.ordinal = ordinal_;
+  r.arrival_ns = next_.arrival_ns;
+  r.prompt_tokens = next_.prompt_tokens;
+  r.output_tokens = next_.output_tokens;
+  r.outcome = RequestRecord::Outcome::refused;
+  opt_.per_request(r);
+}
+
 std::int64_t Engine::take_ticket() {
   ++report_.requests;
   // prompt + output > max, without overflow for lengths near 2^63 (an output alone above
   // the maximum is too long whatever the prompt, 0 included).
   if (next_.output_tokens > max_tokens_ || next_.prompt_tokens > max_tokens_ - next_.output_tokens) {
     ++report_.rejected_too_long;  // an engine refuses these at its API
-    if (opt_.per_request) {
-      RequestRecord r;
-      r.id = next_.id;
-      r.ordinal = ordinal_;
-      r.arrival_ns = next_.arrival_ns;
-      r.prompt_tokens = next_.prompt_tokens;
-      r.output_tokens = next_.output_tokens;
-      r.outcome = RequestRecord::Outcome::refused;
-      opt_.per_request(r);
-    }
+    refused_at_arrival();
     return -1;
   }
   // Under a budget a preempted request is recomputed, and each of its positions past the
@@ -98,6 +101,7 @@ std::int64_t Engine::take_ticket() {
   // (SchedulerConfig); per request, kvsim refuses it at arrival.
   if (bounded() && opt_.max_batched_tokens > 0 && next_.n > opt_.max_batched_tokens) {
     ++report_.rejected_too_large;
+    refused_at_arrival();
     return -1;
   }
   // A request whose n samples at full length do not fit 64 bits of bytes cannot be replayed.
@@ -665,6 +669,7 @@ void Engine::resume_swapped(std::int64_t& decode_seqs) {
         // Nothing else is on the device and it still cannot come back: it never will.
         ++report_.rejected_too_large;
         report_.generated_tokens += t.n * (t.swapped_tokens - t.prompt);
+        leaves(ref.ticket, RequestRecord::Outcome::refused, now_);
         swapped_.pop_front();
         free_ticket(ref.ticket);
         continue;

@@ -166,6 +166,8 @@ class Engine {
   bool fetch();
   // A ticket for next_, or -1 when it is refused for its length (counted).
   std::int64_t take_ticket();
+  // The per-request record of the request being read (next_), refused before it has a ticket.
+  void refused_at_arrival();
   void free_ticket(std::uint32_t ticket);
   // A running slot for the ticket's request; end_flight gives it back.
   std::uint32_t start_flight(std::uint32_t ticket);

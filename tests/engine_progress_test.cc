@@ -82,6 +82,9 @@ TEST_CASE("progress: swap preemption under a budget too small for two requests e
   CHECK(r.report.preemptions == 3);
   CHECK(r.report.swapped_out_bytes == 32 + 64 + 64);
   check_accounted(r.report);
+  // Each refusal also leaves its per-request row, as every request does.
+  REQUIRE(r.records.size() == 2);
+  for (const RequestRecord& rec : r.records) CHECK(rec.outcome == RequestRecord::Outcome::refused);
 
   SECTION("requests that fit alone all complete") {
     // Output 40: 50 positions = 4 blocks, the whole budget. B is swapped out as above, A
@@ -108,6 +111,8 @@ TEST_CASE("progress: a request with more samples than a step's token budget is r
     CHECK(r.report.rejected_too_large == 1);
     CHECK(r.report.completed == 0);
     check_accounted(r.report);
+    REQUIRE(r.records.size() == 1);
+    CHECK(r.records[0].outcome == RequestRecord::Outcome::refused);
   }
   // At 64 one recomputed position fits a step: it runs. (10 prompt tokens in one step, then
   // 100 tokens each for 64 samples.)

@@ -68,6 +68,7 @@ inline KvLayout unit_layout(std::int64_t max_model_len = 4096) {
 struct BudgetRun {
   ReplayReport report;
   std::vector<TimelineRow> rows;
+  std::vector<RequestRecord> records;  // per request, as each left the run
 };
 inline BudgetRun replay_under_budget(const std::string& spec, std::vector<Request> requests, ReplayOptions o) {
   VectorTrace trace(std::move(requests));
@@ -76,6 +77,7 @@ inline BudgetRun replay_under_budget(const std::string& spec, std::vector<Reques
   auto allocator = make_allocator(parse_allocator_spec(spec, "test"), o.layout, limits);
   BudgetRun r;
   o.timeline = [&r](const TimelineRow& row) { r.rows.push_back(row); };
+  o.per_request = [&r](const RequestRecord& rec) { r.records.push_back(rec); };
   r.report = replay(trace, *allocator, o);
   return r;
 }
