@@ -71,13 +71,22 @@ struct BudgetRun {
   std::vector<RequestRecord> records;  // per request, as each left the run
 };
 inline BudgetRun replay_under_budget(const std::string& spec, std::vector<Request> requests, ReplayOptions o) {
+  const bool measured = o.schedule == Schedule::measured ||
+                        (o.schedule == Schedule::automatic && !requests.empty() && requests.front().has_service_times());
   VectorTrace trace(std::move(requests));
   AllocatorLimits limits;
   limits.capacity_bytes = o.memory.kv_budget_bytes;
   auto allocator = make_allocator(parse_allocator_spec(spec, "test"), o.layout, limits);
   BudgetRun r;
   o.timeline = [&r](const TimelineRow& row) { r.rows.push_back(row); };
-  o.per_request = [&r](const RequestRecord& rec) { r.records.push_back(rec); };
+  // Per-request rows for simulated schedules (a measured one refuses them), after the
+  // caller's own callback, if any.
+  if (!measured) {
+    o.per_request = [&r, own = o.per_request](const RequestRecord& rec) {
+      if (own) own(rec);
+      r.records.push_back(rec);
+    };
+  }
   r.report = replay(trace, *allocator, o);
   return r;
 }
