@@ -460,6 +460,12 @@ std::unique_ptr<TraceReader> TraceInMemory::open() const {
   return std::make_unique<MemoryReader>(path_, format_, total_bytes_, requests_);
 }
 
+std::unique_ptr<TraceReader> TraceInMemory::open(const TraceOptions& load) const {
+  auto reader = open();
+  if (load.scales_load()) reader = std::make_unique<LoadScaleReader>(std::move(reader), load);
+  return reader;
+}
+
 bool trace_can_be_reread(const std::string& path) {
   struct stat info {};
   return ::stat(path.c_str(), &info) == 0 && S_ISREG(info.st_mode);
