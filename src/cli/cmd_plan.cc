@@ -204,7 +204,7 @@ int run_plan(const Invocation& inv) {
   // The first point checks what the whole search needs (one allocator, a budget where a
   // target needs one) and reads the trace.
   {
-    const SweepSetup first = setup_for(rate ? "1" : "1");
+    const SweepSetup first = setup_for("1");  // rate-scale 1 or 1 replica: the search's start
     prepare_points(first, cache);
     const ReplayPlan plan = first.plan_point(0);
     if (plan.allocators.size() != 1) {

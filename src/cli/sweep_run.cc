@@ -14,9 +14,6 @@
 namespace kvsim::cli {
 namespace {
 
-// Replay's options that shape one replay's output: sweep writes its own.
-constexpr const char* kReplayOutputOptions[] = {"json", "csv", "timeline", "per-request", "sample-every", "jobs", "quiet"};
-
 // The name of an axis's column: the option's, unless replay's rows have one of that name.
 std::string axis_column(const std::string& name) {
   static const std::vector<std::string> taken = [] {
@@ -43,8 +40,9 @@ void check_axes(const std::vector<SweepAxis>& axes, const po::options_descriptio
     for (std::size_t j = 0; j < k; ++j) {
       if (axes[j].name == axis.name) throw InputError(where, flag + " is varied twice: give all its values in one axis");
     }
-    if (std::find(std::begin(kReplayOutputOptions), std::end(kReplayOutputOptions), axis.name) !=
-        std::end(kReplayOutputOptions)) {
+    // Replay's output options are those its full list has beyond replay_desc.
+    if (replay_desc.find_nothrow(axis.name, false) == nullptr &&
+        replay_option_descriptions(true).find_nothrow(axis.name, false) != nullptr) {
       throw InputError(where, flag + " shapes one replay's output; a sweep writes its own (--csv, --jsonl)");
     }
     if (replay_desc.find_nothrow(axis.name, false) == nullptr) {
