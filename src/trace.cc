@@ -455,6 +455,12 @@ std::unique_ptr<TraceReader> TraceInMemory::open() const {
   return std::make_unique<RequestVectorReader>(requests_, path_, format_, total_bytes_);
 }
 
+std::unique_ptr<TraceReader> TraceInMemory::open(const TraceOptions& load) const {
+  auto reader = open();
+  if (load.scales_load()) reader = std::make_unique<LoadScaleReader>(std::move(reader), load);
+  return reader;
+}
+
 bool trace_can_be_reread(const std::string& path) {
   struct stat info {};
   return ::stat(path.c_str(), &info) == 0 && S_ISREG(info.st_mode);

@@ -152,6 +152,9 @@ class TraceInMemory {
   explicit TraceInMemory(TraceReader& source);
   // A reader of the kept requests, as `source` gave them; any number, on any threads.
   std::unique_ptr<TraceReader> open() const;
+  // The same with `load`'s load scaling (window, count, rate scale) applied on top, as
+  // open_trace() applies it to a file: one trace read once, replayed at many loads.
+  std::unique_ptr<TraceReader> open(const TraceOptions& load) const;
 
  private:
   std::string path_;
