@@ -140,6 +140,32 @@ TEST_CASE("kvsim plan: brackets the rate-scale at which preemption starts, deriv
   CHECK(t.out.find("smallest missed") != std::string::npos);
 }
 
+TEST_CASE("kvsim plan --search replicas: the fewest replicas without preemption, derived by hand") {
+  // The two requests of the test above at rate-scale 16: B arrives at d = 62.5 ms <= 100 ms,
+  // so one replica preempts (as derived there). With two, the router (kvsim/replicas.h,
+  // after vLLM's DP load balancer) scores replica 0 at 1 (A in flight) and replica 1 at 0,
+  // so B goes to the idle replica and each runs alone: no preemption. The search tries 1
+  // (missed), 2 (met), then verifies 3 (met): the answer is 2.
+  const std::string trace = write_file("plan-two-replicas.csv",
+                                       "id,arrival,prompt_tokens,output_tokens\n"
+                                       "a,0,15,12\n"
+                                       "b,1,15,12\n");
+  const auto r = run_cli({"plan", trace, "--model", "llama-3.1-8b", "--allocator", "paged:block=16", "--kv-budget",
+                          "6291456", "--watermark", "0", "--cost", "constant:step=10ms,prefill-token=0s",
+                          "--no-preemption", "--rate-scale", "16", "--search", "replicas", "--json"});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  CHECK(j["met"] == "2");
+  CHECK(j["missed"] == "1");
+  CHECK(j["converged"] == true);
+  REQUIRE(j["points"].size() == 3);
+  CHECK(j["points"][0]["replicas"] == "1");
+  CHECK(j["points"][0]["preemptions"] == 1);
+  CHECK(j["points"][2]["role"] == "verify");
+  CHECK(j["answer"].get<std::string>().rfind("The smallest number of replicas meeting the targets", 0) == 0);
+}
+
 TEST_CASE("kvsim plan: refuses what it cannot answer") {
   const std::string trace = write_file("plan-two-bad.csv",
                                        "id,arrival,prompt_tokens,output_tokens\n"

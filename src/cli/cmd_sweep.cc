@@ -114,8 +114,9 @@ std::string sweep_table(const SweepSetup& setup, const std::string& csv) {
   for (const auto& row : cells) {
     for (std::size_t i = 0; i < row.size(); ++i) width[i] = std::max(width[i], row[i].size());
   }
-  std::string out = fmt::format("{} points ({} axes), trace {}\n", with_commas(setup.grid().points()),
-                                setup.grid().axes().size(), setup.trace_path());
+  const std::size_t axes = setup.grid().axes().size();
+  std::string out = fmt::format("{} point{} ({} ax{}), trace {}\n", with_commas(setup.grid().points()),
+                                setup.grid().points() == 1 ? "" : "s", axes, axes == 1 ? "is" : "es", setup.trace_path());
   for (const auto& row : cells) {
     std::string line;
     for (std::size_t i = 0; i < row.size(); ++i) line += fmt::format("{:<{}}  ", row[i], width[i]);
