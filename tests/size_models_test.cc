@@ -97,6 +97,19 @@ TEST_CASE("Granite-4.0-H: layer_types mamba/attention, and n_groups extended und
   CHECK(kv_layout(m, tp(2)).conv_state_bytes_per_layer == 26'112);
 }
 
+TEST_CASE("Zamba2: a hybrid layer holds both KV and a Mamba-2 state") {
+  const ModelSpec m = load_hf_config(config("zamba2-small6.json"));
+  CHECK(m.head_dim == 128);  // attention_head_dim (2 x hidden 2,048 / 32 heads)
+  const KvLayout l = kv_layout(m, tp(1));
+  // Layers 1 and 4 are "hybrid": 2 layers x 32 KV heads x 256 x 2 bytes = 32,768 per token.
+  CHECK(l.bytes_per_token() == 32'768);
+  // Every layer has a Mamba-2 block: d_inner = 2 x 2,048 = 4,096; conv 4,096 + 2 x 1 x 64 = 4,224
+  // channels x 3 x 2 = 25,344; temporal n_mamba_heads 64 x mamba_headdim 64 x mamba_d_state 64 x 2 = 524,288.
+  CHECK(l.state_layers == 6);
+  CHECK(l.conv_state_bytes_per_layer == 25'344);
+  CHECK(l.temporal_state_bytes_per_layer == 524'288);
+}
+
 TEST_CASE("Qwen3-Next: every 4th layer is full attention, the rest Gated DeltaNet") {
   const ModelSpec m = load_hf_config(config("qwen3-next-80b-a3b.json"));
   const KvLayout l = kv_layout(m, tp(1));

@@ -90,7 +90,7 @@ std::string layer_kind_lines(const SizeSheet& s) {
   std::string text = fmt::format("  {} of {} layers hold KV", kv_layers, stage_layers);
   if (layout.state_layers > 0) {
     const std::int64_t per_layer = layout.conv_state_bytes_per_layer + layout.temporal_state_bytes_per_layer;
-    text += fmt::format("; {} {} layers hold a constant state per sequence instead: conv {} + temporal {} = {} bytes "
+    text += fmt::format("; {} {} layers hold a constant state per sequence: conv {} + temporal {} = {} bytes "
                         "each ({}, vLLM's mamba_cache_dtype auto), {} bytes per sequence whatever its length",
                         layout.state_layers, s.model.state->kind, with_commas(layout.conv_state_bytes_per_layer),
                         with_commas(layout.temporal_state_bytes_per_layer), with_commas(per_layer),
@@ -99,8 +99,10 @@ std::string layer_kind_lines(const SizeSheet& s) {
   if (layout.kv_reused_layers > 0) {
     text += fmt::format("; {} layers reuse an earlier layer's KV and hold none", layout.kv_reused_layers);
   }
-  const std::int64_t none = stage_layers - kv_layers - layout.state_layers - layout.kv_reused_layers;
-  // attention_and_state layers count in both kv_layers and state_layers.
+  std::int64_t none = 0;
+  for (std::int64_t i = layout.first_layer; i < layout.end_layer && !s.model.layer_kinds.empty(); ++i) {
+    none += s.model.layer_kinds[static_cast<std::size_t>(i)] == LayerKind::none ? 1 : 0;
+  }
   if (none > 0) text += fmt::format("; {} MLP/MoE-only layers hold nothing", none);
   return text + "\n";
 }
