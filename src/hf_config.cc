@@ -171,7 +171,9 @@ std::vector<std::int64_t> layer_windows(const Config& c, const std::string& mode
 // The state dimensions of a hybrid model's state layers, from the fields vLLM's
 // get_mamba_state_shape_from_config reads for each family (vllm/model_executor/models/
 // jamba.py, nemotron_h.py, granitemoehybrid.py, zamba2.py, qwen3_next.py).
-StateDims read_state_dims(const Config& c, const std::string& model_type, ModelSpec& m) {
+// `named_by` is the field (and its value) that named the first state layer, for the error
+// when the state's own fields are missing.
+StateDims read_state_dims(const Config& c, const std::pair<std::string, std::string>& named_by, ModelSpec& m) {
   StateDims s;
   auto need_hidden = [&](const char* why) {
     if (m.hidden_size <= 0) c.fail("hidden_size", std::string("missing, and ") + why + " needs it");
@@ -226,9 +228,9 @@ StateDims read_state_dims(const Config& c, const std::string& model_type, ModelS
     s.state_heads = s.conv_channels;
     s.values_per_head = c.required_positive("mamba_d_state");
   } else {
-    c.fail(model_type.empty() ? "model_type" : "model_type " + model_type,
-           "the config names state-space layers but none of the state fields kvsim reads (mamba_d_state, "
-           "ssm_state_size with mamba_num_heads, mamba_n_heads, n_mamba_heads, linear_num_value_heads)");
+    c.fail(named_by.first, named_by.second + " names a state-space layer, but none of the state fields kvsim reads "
+                           "is present (mamba_d_state, mamba_num_heads, mamba_n_heads, n_mamba_heads, "
+                           "linear_num_value_heads)");
   }
   return s;
 }
@@ -249,9 +251,13 @@ StateDims read_state_dims(const Config& c, const std::string& model_type, ModelS
 // (Gemma-3n; transformers' Gemma3nTextAttention.is_kv_shared_layer, vLLM's kv sharing).
 // A config that carries state-space fields but none of these rules is an error, never a
 // silent all-attention count.
-void read_layer_kinds(const Config& c, const std::string& model_type, ModelSpec& m) {
+void read_layer_kinds(const Config& c, ModelSpec& m) {
   const auto layers = static_cast<std::size_t>(m.num_hidden_layers);
   std::vector<LayerKind> kinds;
+  std::pair<std::string, std::string> named_by;  // the first state layer's field and value
+  auto note_state = [&](const std::string& field, const std::string& value) {
+    if (named_by.first.empty()) named_by = {field, value};
+  };
   auto length_check = [&](const char* field, std::size_t n) {
     if (n != layers) {
       c.fail(field, "has " + std::to_string(n) + " entries but num_hidden_layers is " + std::to_string(layers));
@@ -265,8 +271,10 @@ void read_layer_kinds(const Config& c, const std::string& model_type, ModelSpec&
       const std::string field = "layers_block_type[" + std::to_string(i) + "]";
       const std::string name = t.is_string() ? t.get<std::string>() : t.dump();
       if (name == "attention") kinds.push_back(LayerKind::attention);
-      else if (name == "mamba") kinds.push_back(LayerKind::state);
-      else if (name == "hybrid") kinds.push_back(LayerKind::attention_and_state);
+      else if (name == "mamba" || name == "hybrid") {
+        kinds.push_back(name == "mamba" ? LayerKind::state : LayerKind::attention_and_state);
+        note_state(field, "\"" + name + "\"");
+      }
       else c.fail(field, name + " is not a layer type kvsim can size (expected \"attention\", \"mamba\" or \"hybrid\")");
     }
   } else if (const auto pattern = c.string("hybrid_override_pattern")) {
@@ -274,7 +282,10 @@ void read_layer_kinds(const Config& c, const std::string& model_type, ModelSpec&
     for (std::size_t i = 0; i < pattern->size(); ++i) {
       const char ch = (*pattern)[i];
       if (ch == '*') kinds.push_back(LayerKind::attention);
-      else if (ch == 'M') kinds.push_back(LayerKind::state);
+      else if (ch == 'M') {
+        kinds.push_back(LayerKind::state);
+        note_state("hybrid_override_pattern", "'M' at layer " + std::to_string(i));
+      }
       else if (ch == '-' || ch == 'E') kinds.push_back(LayerKind::none);
       else c.fail("hybrid_override_pattern", std::string("character '") + ch + "' at layer " + std::to_string(i) +
                                                  " is not a layer kvsim can size (expected '*', 'M', '-' or 'E')");
@@ -286,10 +297,13 @@ void read_layer_kinds(const Config& c, const std::string& model_type, ModelSpec&
     for (std::size_t i = 0; i < layers; ++i) {
       kinds.push_back(static_cast<std::int64_t>(i) % *period == offset ? LayerKind::attention : LayerKind::state);
     }
+    note_state("attn_layer_period", std::to_string(*period));
   } else if (const json* types = c.find("layer_types"); types != nullptr && types->is_array()) {
     bool any_state = false;
-    for (const json& t : *types) {
+    for (std::size_t i = 0; i < types->size(); ++i) {
+      const json& t = (*types)[i];
       const bool state = t.is_string() && (t.get<std::string>() == "mamba" || t.get<std::string>() == "linear_attention");
+      if (state) note_state("layer_types[" + std::to_string(i) + "]", "\"" + t.get<std::string>() + "\"");
       any_state = any_state || state;
       kinds.push_back(state ? LayerKind::state : LayerKind::attention);
     }
@@ -298,10 +312,11 @@ void read_layer_kinds(const Config& c, const std::string& model_type, ModelSpec&
     for (std::size_t i = 0; i < layers; ++i) {
       kinds.push_back((static_cast<std::int64_t>(i) + 1) % *interval == 0 ? LayerKind::attention : LayerKind::state);
     }
+    note_state("full_attention_interval", std::to_string(*interval));
   }
   bool any_state = false;
   for (LayerKind k : kinds) any_state = any_state || k == LayerKind::state || k == LayerKind::attention_and_state;
-  if (any_state) m.state = read_state_dims(c, model_type, m);
+  if (any_state) m.state = read_state_dims(c, named_by, m);
   if (!any_state) {
     for (const char* hint : {"mamba_d_state", "ssm_state_size", "mamba_d_conv", "linear_num_value_heads", "mamba_expand",
                              "mamba_n_heads", "mamba_num_heads"}) {
@@ -464,7 +479,7 @@ ModelSpec parse_hf_config(std::string_view json_text, const std::string& path) {
   }
 
   m.layer_window_tokens = layer_windows(c, model_type, m.num_hidden_layers);
-  read_layer_kinds(c, model_type, m);
+  read_layer_kinds(c, m);
 
   if (const auto experts = c.optional_positive("n_routed_experts")) {  // DeepSeek
     MoeDims moe;

@@ -220,3 +220,13 @@ TEST_CASE("pipeline stages hold their own weights: embeddings first, LM head las
   REQUIRE(bytes.exit_code == 0);
   CHECK_THAT(bytes.out, Catch::Contains("spread evenly over the stages"));
 }
+
+TEST_CASE("kvsim size --help lists every sizing option") {
+  const auto r = run_cli({"size", "--help"});
+  REQUIRE(r.exit_code == 0);
+  for (const char* option : {"--prompt", "--max-tokens", "--n", "--beams", "--no-prompt-sharing", "--static-cache",
+                             "--speculative", "--offload-fraction", "--link-bandwidth", "--check"}) {
+    INFO(option);
+    CHECK_THAT(r.out, Catch::Contains(option));
+  }
+}

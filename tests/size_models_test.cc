@@ -3,10 +3,12 @@
 // another layer's KV, and multimodal configs. Every figure below is computed by hand in the
 // comments from the config in tests/data/configs and the rules cited in docs/size.md.
 #include <catch2/catch.hpp>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
 
 #include "cli_util.h"
+#include "fuzz_checks.h"
 #include "kvsim/error.h"
 #include "kvsim/model.h"
 
@@ -234,4 +236,25 @@ TEST_CASE("speculative decoding: EAGLE adds one layer at the target's dims, a dr
   const auto bad = run_cli({"size", "--model", "llama-3.1-8b", "--speculative", "medusa"});
   CHECK(bad.exit_code == 2);
   CHECK_THAT(bad.err, Catch::Contains("expected eagle, eagle3 or draft:CONFIG"));
+}
+
+TEST_CASE("a pipeline stage that holds no KV is refused under a budget, not an internal error") {
+  // 4 layers, the last 2 reuse KV: --pp 2 puts layers 2-3 (no KV) on stage 1.
+  const auto r = run_cli({"size", "--config", config("shared-kv-stage.json"), "--pp", "2", "--device", "H100-80GB"});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("--pp") && Catch::Contains("holds no KV"));
+  // Without a budget the stages are sized: stage 0 has 2 layers x 2 heads x 128 x 2 = 1,024 bytes per token.
+  const auto ok = run_cli({"size", "--config", config("shared-kv-stage.json"), "--pp", "2", "--json"});
+  REQUIRE(ok.exit_code == 0);
+  CHECK(nlohmann::json::parse(ok.out)["bytes_per_token"].get<std::int64_t>() == 1'024);
+}
+
+TEST_CASE("the fuzz target's checks pass on every config here, hybrid and bad ones included") {
+  for (const auto& dir : {std::string("/tests/data/configs"), std::string("/tests/data/configs/bad")}) {
+    for (const auto& entry : std::filesystem::directory_iterator(std::string(KVSIM_SOURCE_DIR) + dir)) {
+      if (entry.path().extension() != ".json") continue;
+      INFO(entry.path().string());
+      CHECK_NOTHROW(kvsim::fuzz::check_hf_config(kvsim::test::slurp(entry.path().string())));
+    }
+  }
 }
