@@ -168,6 +168,23 @@ std::vector<std::int64_t> layer_windows(const Config& c, const std::string& mode
   return std::vector<std::int64_t>(static_cast<std::size_t>(layers), *window);
 }
 
+// OpenELM (apple/OpenELM-*, configuration_openelm.py) names its fields its own way and lists
+// per-layer head counts: num_transformer_layers, num_query_heads[i], num_kv_heads[i], head_dim,
+// model_dim, max_context_length. Read as the standard names (errors name those; the OpenELM
+// name is the one the docs table gives beside it). Every layer is full attention.
+json openelm_as_standard(const json& root) {
+  json out = root;
+  const std::pair<const char*, const char*> names[] = {{"num_transformer_layers", "num_hidden_layers"},
+                                                       {"num_query_heads", "num_attention_heads"},
+                                                       {"num_kv_heads", "num_key_value_heads"},
+                                                       {"model_dim", "hidden_size"},
+                                                       {"max_context_length", "max_position_embeddings"}};
+  for (const auto& [from, to] : names) {
+    if (root.contains(from) && !root.contains(to)) out[to] = root[from];
+  }
+  return out;
+}
+
 // The state dimensions of a hybrid model's state layers, from the fields vLLM's
 // get_mamba_state_shape_from_config reads for each family (vllm/model_executor/models/
 // jamba.py, nemotron_h.py, granitemoehybrid.py, zamba2.py, qwen3_next.py).
@@ -418,6 +435,8 @@ ModelSpec parse_hf_config(std::string_view json_text, const std::string& path) {
     throw InputError(Location{path, 0, ""}, "not valid JSON: " + parse_error_text(e));
   }
   if (!root.is_object()) throw InputError(Location{path, 0, ""}, "expected a JSON object at the top level");
+  const bool openelm = root.contains("model_type") && root["model_type"] == "openelm";
+  if (openelm) root = openelm_as_standard(root);
   const Config c(root, path);
 
   ModelSpec m;
@@ -432,7 +451,21 @@ ModelSpec parse_hf_config(std::string_view json_text, const std::string& path) {
     c.fail("num_hidden_layers", std::to_string(m.num_hidden_layers) + " layers is implausible (more than " +
                                     std::to_string(kMaxLayers) + ")");
   }
-  m.num_attention_heads = c.required_positive("num_attention_heads");
+  // Per-layer query heads come only from OpenELM configs (num_query_heads), where each layer's
+  // KV heads are listed too: the largest stands for the model, each layer is placed with its own.
+  if (const json* q = c.find("num_attention_heads"); openelm && q != nullptr && q->is_array()) {
+    for (std::size_t i = 0; i < q->size(); ++i) {
+      const json& h = (*q)[i];
+      if (!h.is_number_integer() || h.get<std::int64_t>() <= 0) {
+        c.fail("num_query_heads[" + std::to_string(i) + "]", "expected a positive integer, got " + h.dump());
+      }
+      m.layer_attention_heads.push_back(h.get<std::int64_t>());
+      m.num_attention_heads = std::max(m.num_attention_heads, m.layer_attention_heads.back());
+    }
+    if (m.layer_attention_heads.empty()) c.fail("num_query_heads", "is an empty list");
+  } else {
+    m.num_attention_heads = c.required_positive("num_attention_heads");
+  }
   // Absent (or null) means multi-head attention: one KV head per query head. A list gives each
   // layer's own count (per-layer KV heads, as OpenELM-style configs publish them).
   if (const json* kv = c.find("num_key_value_heads"); kv != nullptr && kv->is_array()) {

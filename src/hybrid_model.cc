@@ -61,18 +61,21 @@ void validate_layer_kinds(const ModelSpec& model, const std::string& file) {
     fail("layer_types", "names " + std::to_string(model.layer_kinds.size()) + " layers for num_hidden_layers " +
                             std::to_string(layers));
   }
-  if (!model.layer_kv_heads.empty()) {
-    if (model.layer_kv_heads.size() != layers) {
-      fail("num_key_value_heads", "lists " + std::to_string(model.layer_kv_heads.size()) +
-                                      " layers for num_hidden_layers " + std::to_string(layers));
-    }
-    for (std::size_t i = 0; i < layers; ++i) {
-      const std::int64_t h = model.layer_kv_heads[i];
-      if (h <= 0 || h > model.num_attention_heads || model.num_attention_heads % h != 0) {
-        fail("num_key_value_heads[" + std::to_string(i) + "]",
-             std::to_string(h) + " KV heads do not divide the " + std::to_string(model.num_attention_heads) +
-                 " attention heads evenly");
-      }
+  if (!model.layer_attention_heads.empty() && model.layer_attention_heads.size() != layers) {
+    fail("num_attention_heads", "lists " + std::to_string(model.layer_attention_heads.size()) +
+                                    " layers for num_hidden_layers " + std::to_string(layers));
+  }
+  if (!model.layer_kv_heads.empty() && model.layer_kv_heads.size() != layers) {
+    fail("num_key_value_heads", "lists " + std::to_string(model.layer_kv_heads.size()) +
+                                    " layers for num_hidden_layers " + std::to_string(layers));
+  }
+  for (std::size_t i = 0; i < layers && !(model.layer_kv_heads.empty() && model.layer_attention_heads.empty()); ++i) {
+    const std::int64_t h = model.layer_kv_heads.empty() ? model.num_key_value_heads : model.layer_kv_heads[i];
+    const std::int64_t q = model.layer_attention_heads.empty() ? model.num_attention_heads : model.layer_attention_heads[i];
+    if (h <= 0 || q <= 0 || h > q || q % h != 0) {
+      fail("num_key_value_heads[" + std::to_string(i) + "]",
+           std::to_string(h) + " KV heads do not divide layer " + std::to_string(i) + "'s " + std::to_string(q) +
+               " attention heads evenly");
     }
   }
   bool any_state = false;

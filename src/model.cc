@@ -210,8 +210,9 @@ void validate_model(const ModelSpec& model, const std::string& file) {
     if (model.head_dim <= 0) fail("head_dim", "expected a positive head dimension");
   }
   // MLA too: the decompressed form caches one K and V per KV head.
-  if (model.num_key_value_heads > model.num_attention_heads ||
-      model.num_attention_heads % model.num_key_value_heads != 0) {
+  // Per-layer lists are checked layer by layer (validate_layer_kinds).
+  if (model.layer_attention_heads.empty() && (model.num_key_value_heads > model.num_attention_heads ||
+                                              model.num_attention_heads % model.num_key_value_heads != 0)) {
     fail("num_key_value_heads", std::to_string(model.num_key_value_heads) + " KV heads do not divide the " +
                                     std::to_string(model.num_attention_heads) +
                                     " attention heads evenly (each KV head serves a whole group)");
@@ -245,7 +246,9 @@ std::vector<KvLayout> kv_stage_layouts(const ModelSpec& model, const KvOptions& 
   auto device_heads = [&](std::size_t i) {
     if (latent) return std::int64_t{1};
     const std::int64_t heads = model.layer_kv_heads.empty() ? model.num_key_value_heads : model.layer_kv_heads[i];
-    return kv_heads_per_device(heads, model.num_attention_heads, options.tensor_parallel);
+    const std::int64_t queries =
+        model.layer_attention_heads.empty() ? model.num_attention_heads : model.layer_attention_heads[i];
+    return kv_heads_per_device(heads, queries, options.tensor_parallel);
   };
   const std::int64_t head_bytes =
       checked_add(kv_vector_bytes(k_dim, options), kv_vector_bytes(v_dim, options), "bytes per head");

@@ -158,6 +158,24 @@ TEST_CASE("per-layer KV heads from a list") {
   CHECK(l4.groups[0].layers == 3);
 }
 
+TEST_CASE("OpenELM: per-layer query and KV heads under its own field names") {
+  const ModelSpec m = load_hf_config(config("openelm-270m.json"));
+  CHECK(m.num_hidden_layers == 16);          // num_transformer_layers
+  CHECK(m.max_position_embeddings == 2048);  // max_context_length
+  // fp32 (torch_dtype float32), head_dim 64: a layer with h KV heads costs h x 128 x 4 = 512h
+  // bytes per position; KV heads 5 x 3 + 7 x 4 + 4 x 5 = 63: 32,256 bytes per token.
+  KvOptions fp32;
+  fp32.dtype = KvDtype::fp32;
+  const KvLayout l = kv_layout(m, fp32);
+  CHECK(l.bytes_per_token() == 63 * 512);
+  CHECK(l.groups.size() == 3);
+  // TP 2 cannot split 3 KV heads (and is not a multiple of them): an error naming --tp.
+  CHECK_THROWS_WITH(kv_layout(m, tp(2)), Catch::Contains("does not divide the 3 KV heads"));
+  // A list of query heads outside OpenELM is not read as one.
+  CHECK_THROWS_WITH(parse_hf_config(R"({"num_hidden_layers": 2, "num_attention_heads": [4, 8], "head_dim": 8})", "q.json"),
+                    Catch::Contains("field 'num_attention_heads'") && Catch::Contains("expected an integer"));
+}
+
 TEST_CASE("configs kvsim cannot size are errors naming the file and the field") {
   auto check = [](const std::string& file, const std::string& field) {
     const std::string path = config("bad/" + file);

@@ -104,6 +104,9 @@ struct ModelSpec {
   // KV heads of each layer when they differ (a list in config.json); empty: every layer has
   // num_key_value_heads (then the largest of the list).
   std::vector<std::int64_t> layer_kv_heads;
+  // Query heads of each layer when they differ (OpenELM's num_query_heads); empty: every layer
+  // has num_attention_heads (then the largest of the list).
+  std::vector<std::int64_t> layer_attention_heads;
   std::optional<StateDims> state;        // set when some layer holds a state (LayerKind::state)
   std::optional<MlaDims> mla;            // set for MLA models
   std::optional<MoeDims> moe;            // set for mixture-of-experts models
