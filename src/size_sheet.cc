@@ -1,5 +1,6 @@
 #include "kvsim/size_sheet.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "kvsim/error.h"
@@ -114,7 +115,16 @@ SizeSheet size_sheet(const ModelSpec& model, const KvOptions& kv, const SizeQuer
           sheet.stage_weights.empty() ? sheet.budget->kv_budget_bytes : sheet.stage_weights[i].kv_budget_bytes;
       StagePool sp{paged_pool(s, kv_budget, query.paging), {}};
       for (std::int64_t t : at) sp.request_blocks.push_back(request_blocks(s, sp.pool, t, query.paging));
+      sp.own_num_blocks = sp.pool.num_blocks;
       sheet.stage_pools.push_back(std::move(sp));
+    }
+    // One scheduler and one block table serve every stage: vLLM shrinks each rank's pool to
+    // the smallest num_blocks among them and logs that (get_kv_cache_configs).
+    std::int64_t least = sheet.stage_pools.front().pool.num_blocks;
+    for (const auto& sp : sheet.stage_pools) least = std::min(least, sp.pool.num_blocks);
+    for (auto& sp : sheet.stage_pools) {
+      sp.pool.num_blocks = least;
+      sp.pool.kv_cache_tokens = checked_mul(least / sp.pool.cache_groups, sp.pool.block_tokens, "KV cache tokens");
     }
     for (std::size_t k = 0; k < at.size(); ++k) {
       const std::size_t stage = least_concurrent_stage(sheet.stage_pools, k);

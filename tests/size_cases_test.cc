@@ -214,7 +214,22 @@ TEST_CASE("pipeline stages hold their own weights: embeddings first, LM head las
   CHECK(doc["stage_weights"][0]["kv_budget_bytes"].get<std::int64_t>() == 67'864'730'009);
   CHECK(doc["stage_weights"][1]["kv_budget_bytes"].get<std::int64_t>() == 67'864'721'817);
   // 16 layers x 16 tokens x 4,096 bytes = 1,048,576 per block: 64,720 blocks on each.
-  CHECK(doc["stage_weights"][1]["num_blocks"].get<std::int64_t>() == 64'720);
+  CHECK(doc["stage_weights"][1]["own_num_blocks"].get<std::int64_t>() == 64'720);
+  // Llama-3.1-70B, --tp 2 --pp 3 (27, 27, 26 layers): a layer is (8,192 x 8,192 x 2 + 8,192 x
+  // 1,024 x 2) + 3 x 8,192 x 28,672 + 2 x 8,192 = 855,654,400 parameters; embeddings 128,256 x
+  // 8,192 = 1,050,673,152. Stage 0: 27 x 855,654,400 + 1,050,673,152 = 24,153,341,952, bf16 over 2
+  // devices 24,153,341,952 bytes; KV budget 76,968,728,985 - that - 1,073,741,824 = 51,741,645,209;
+  // a block 27 layers x 16 x (4 heads x 256 x 2) = 884,736 bytes: 58,482 blocks. Stage 2 (26
+  // layers, LM head, norm) alone would hold more; vLLM shrinks every stage to the smallest.
+  const auto big = run_cli({"size", "--model", "llama-3.1-70b", "--tp", "2", "--pp", "3", "--device", "H100-80GB", "--json"});
+  REQUIRE(big.exit_code == 0);
+  const auto b = nlohmann::json::parse(big.out);
+  CHECK(b["stage_weights"][0]["parameters"].get<std::int64_t>() == 24'153'341'952);
+  CHECK(b["stage_weights"][0]["kv_budget_bytes"].get<std::int64_t>() == 51'741'645'209);
+  CHECK(b["stage_weights"][0]["own_num_blocks"].get<std::int64_t>() == 58'482);
+  CHECK(b["stage_weights"][2]["own_num_blocks"].get<std::int64_t>() > 58'482);
+  CHECK(b["paged"]["num_blocks"].get<std::int64_t>() == 58'482);
+  CHECK(b["paged"]["kv_cache_tokens"].get<std::int64_t>() == 58'482 * 16);
   // Weights given as bytes have no parameters to place: spread evenly, and the sheet says so.
   const auto bytes = run_cli({"size", "--model", "llama-3.1-8b", "--pp", "2", "--device", "H100-80GB", "--weights-bytes", "16GB"});
   REQUIRE(bytes.exit_code == 0);

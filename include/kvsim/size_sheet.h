@@ -48,8 +48,11 @@ struct SequenceBytes {
 // vLLM's paged pool on one pipeline stage's device, and the blocks one request needs there at
 // each of SizeSheet::concurrency's token counts.
 struct StagePool {
-  PagedPool pool;
+  PagedPool pool;                        // num_blocks already shrunk to the smallest stage's (below)
   std::vector<std::int64_t> request_blocks;
+  // What this stage's own budget holds, before vLLM shrinks every rank to the smallest
+  // num_blocks among them (get_kv_cache_configs, vllm/v1/core/kv_cache_utils.py).
+  std::int64_t own_num_blocks = 0;
 };
 
 // vLLM's "Maximum concurrency for T tokens per request": num_blocks / blocks_per_request on

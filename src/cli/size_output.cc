@@ -317,9 +317,12 @@ std::string stage_weights_lines(const SizeSheet& s) {
     std::string holds = w.embedding ? "embeddings" : "";
     if (w.lm_head) holds += std::string(holds.empty() ? "" : ", ") + "LM head" + (s.model.tie_word_embeddings ? " (tied: a copy)" : "");
     t.add({std::to_string(i), fmt::format("{}-{}", w.first_layer, w.end_layer - 1), holds, with_commas(w.parameters),
-           with_commas(w.bytes_per_device), with_commas(w.kv_budget_bytes), with_commas(s.stage_pools[i].pool.num_blocks)});
+           with_commas(w.bytes_per_device), with_commas(w.kv_budget_bytes), with_commas(s.stage_pools[i].own_num_blocks)});
   }
-  return text + t.render() + "  each stage's pool uses its own KV budget (not the even split above)\n";
+  return text + t.render() +
+         fmt::format("  each stage's pool uses its own KV budget (not the even split above); vLLM then shrinks every "
+                     "stage to the smallest, {} blocks\n",
+                     with_commas(s.stage_pools.front().pool.num_blocks));
 }
 
 // The binding stage's paged pool and vLLM's concurrency line at each T.
@@ -541,7 +544,7 @@ std::string size_json(const SizeSheet& sheet, const std::string& dtype_reason) {
       st.push_back({{"stage", i}, {"first_layer", w.first_layer}, {"end_layer", w.end_layer},
                     {"embedding", w.embedding}, {"lm_head", w.lm_head}, {"parameters", w.parameters},
                     {"weights_bytes_per_device", w.bytes_per_device}, {"kv_budget_bytes", w.kv_budget_bytes},
-                    {"num_blocks", sheet.stage_pools[i].pool.num_blocks}});
+                    {"own_num_blocks", sheet.stage_pools[i].own_num_blocks}});
     }
     out["stage_weights"] = st;
   }
