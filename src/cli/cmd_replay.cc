@@ -315,6 +315,12 @@ ReplayPlan plan_replay(const po::variables_map& vm, bool open_trace_now) {
   // The model and its layout on one device.
   plan.choice = resolve_model(vm, kSpec.synopsis, kDefaultModel);
   KvLayout layout = plan.choice.layout();
+  if (layout.state_layers > 0 || layout.groups.empty()) {
+    // The allocators hold KV per position; a state-space layer's constant state is not theirs.
+    throw InputError(Location{plan.choice.model.name, 0, ""},
+                     "has state-space layers (a constant state per sequence); kvsim replay simulates KV caches "
+                     "only: size it with 'kvsim size'");
+  }
   if (const auto m = option_text(vm, option_key(kOptMaxModelLen))) {
     layout.max_model_len = positive_integer(*m, kOptMaxModelLen);
   }
