@@ -52,9 +52,16 @@ SizeSheet size_sheet(const ModelSpec& model, const KvOptions& kv, const SizeQuer
 
   // The budget and the pools first, so that their errors come before the sequences' overflow.
   if (query.budget) {
-    sheet.budget = derive_budget(model, kv, *query.budget);
+    if (query.startup && !query.budget->kv_budget_bytes) {
+      sheet.startup = startup_memory(model, kv, *query.startup, *query.budget);
+      sheet.budget = startup_budget(*sheet.startup);
+    } else {
+      sheet.budget = derive_budget(model, kv, *query.budget);
+    }
     std::vector<std::int64_t> at = query.tokens;
-    if (at.empty() && model.max_position_embeddings > 0) at.push_back(model.max_position_embeddings);
+    const std::int64_t max_model_len =
+        sheet.startup && sheet.startup->max_model_len > 0 ? sheet.startup->max_model_len : model.max_position_embeddings;
+    if (at.empty() && max_model_len > 0) at.push_back(max_model_len);
     for (const auto& s : sheet.stages) {
       StagePool sp{paged_pool(s, sheet.budget->kv_budget_bytes, query.paging), {}};
       for (std::int64_t t : at) sp.request_blocks.push_back(request_blocks(s, sp.pool, t, query.paging));

@@ -42,6 +42,13 @@ inline constexpr char kOptReserve[] = "--reserve";
 inline constexpr char kOptKvBudget[] = "--kv-budget";
 inline constexpr char kOptBlockSize[] = "--block-size";                    // kvsim size
 inline constexpr char kOptMaxNumBatchedTokens[] = "--max-num-batched-tokens";  // kvsim size
+// The serving engine's start-up budget (kvsim size; EngineSettings in kvsim/startup_memory.h).
+inline constexpr char kOptEngine[] = "--engine";
+inline constexpr char kOptMaxNumSeqs[] = "--max-num-seqs";
+inline constexpr char kOptEnforceEager[] = "--enforce-eager";
+inline constexpr char kOptFlashinferSampler[] = "--flashinfer-sampler";
+inline constexpr char kOptMemFractionStatic[] = "--mem-fraction-static";          // SGLang's name
+inline constexpr char kOptFreeGpuMemoryFraction[] = "--free-gpu-memory-fraction";  // TensorRT-LLM's name
 
 // Replay: allocators, schedule and serving under a budget.
 inline constexpr char kOptAllocator[] = "--allocator";

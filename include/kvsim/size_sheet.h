@@ -15,6 +15,7 @@
 
 #include "kvsim/budget.h"
 #include "kvsim/model.h"
+#include "kvsim/startup_memory.h"
 
 namespace kvsim {
 
@@ -24,6 +25,9 @@ struct SizeQuery {
   std::vector<std::int64_t> tokens;      // positions per sequence, one row each (--tokens); may be empty
   PagedOptions paging;                   // vLLM's block size and scheduler chunk
   std::optional<BudgetOptions> budget;   // none: no budget terms and no paged pool
+  // With a budget from a device: the engine's start-up rules (kvsim/startup_memory.h) instead
+  // of the flat reserve. Its max_model_len, when set, is the T of vLLM's concurrency line.
+  std::optional<EngineSettings> startup;
 };
 
 // B sequences of T tokens.
@@ -60,6 +64,7 @@ struct SizeSheet {
   std::vector<SequenceBytes> sequences;  // one per SizeQuery::tokens, in order
   // The rest only with a budget.
   std::optional<Budget> budget;
+  std::optional<StartupMemory> startup;  // set when SizeQuery::startup was
   PagedOptions paging;
   std::vector<StagePool> stage_pools;    // per stage
   // At each SizeQuery::tokens or, when none was asked, at max_position_embeddings (as vLLM

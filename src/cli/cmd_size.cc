@@ -11,7 +11,9 @@
 #include "kvsim/budget.h"
 #include "kvsim/error.h"
 #include "kvsim/output_file.h"
+#include "kvsim/option_names.h"
 #include "kvsim/size_sheet.h"
+#include "kvsim/startup_memory.h"
 #include "model_options.h"
 #include "size_output.h"
 
@@ -41,6 +43,17 @@ po::options_description size_options() {
       ("block-size", po::value<std::string>(), "tokens per paged block (default 16, as vLLM)")
       ("max-num-batched-tokens", po::value<std::string>(),
        "vLLM's scheduler chunk, which caps a sliding window's blocks (default 8192)");
+  po::options_description engine_opts(
+      "Engine start-up (with --device or --device-memory: the engine's own start-up budget instead of --reserve)");
+  engine_opts.add_options()
+      (option_key(kOptEngine), po::value<std::string>(), "vllm (default; the v1 engine), vllm-v0, sglang or trtllm: whose start-up rule sizes the KV budget")
+      (option_key(kOptMaxNumSeqs), po::value<std::string>(), "vLLM's max_num_seqs: requests the sampler is profiled for (default 256)")
+      (option_key(kOptMaxModelLen), po::value<std::string>(),
+       "the engine's max_model_len: T of the concurrency line (default max_position_embeddings)")
+      (option_key(kOptEnforceEager), "vLLM's enforce_eager: no CUDA graphs")
+      (option_key(kOptFlashinferSampler), "vLLM samples with FlashInfer (installed, VLLM_USE_FLASHINFER_SAMPLER not 0)")
+      (option_key(kOptMemFractionStatic), po::value<std::string>(), "SGLang's mem_fraction_static (default by --tp: 0.88 .. 0.79)")
+      (option_key(kOptFreeGpuMemoryFraction), po::value<std::string>(), "TensorRT-LLM's free_gpu_memory_fraction (default 0.9)");
   po::options_description output_opts("Output");
   output_opts.add_options()("json", "print the sheet as JSON (integers as JSON integers)");
   po::options_description options;
@@ -48,6 +61,7 @@ po::options_description size_options() {
       .add(placement_options())
       .add(workload_opts)
       .add(budget_options())
+      .add(engine_opts)
       .add(output_opts);
   return options;
 }
@@ -64,6 +78,48 @@ std::vector<std::int64_t> token_list(const std::string& text) {
   return out;
 }
 
+// The engine start-up options, or nothing when none is given. Each engine's memory fraction
+// goes under its own name; the block size defaults to the engine's (vLLM 16, SGLang's page of
+// 1 token, TensorRT-LLM's tokens_per_block 32) unless --block-size says.
+std::optional<EngineSettings> engine_settings(const po::variables_map& vm, PagedOptions& paging) {
+  const char* flags[] = {kOptEngine,          kOptMaxNumSeqs,        kOptEnforceEager,         kOptMaxModelLen,
+                         kOptMemFractionStatic, kOptFreeGpuMemoryFraction, kOptFlashinferSampler};
+  bool any = false;
+  for (const char* f : flags) any = any || vm.count(option_key(f)) != 0;
+  if (!any) return std::nullopt;
+  EngineSettings e;
+  if (const auto name = option_text(vm, option_key(kOptEngine))) e.engine = parse_serving_engine(*name, kOptEngine);
+  // The fraction under the engine's own name; another engine's name is a mistake.
+  const char* own = e.engine == ServingEngine::vllm || e.engine == ServingEngine::vllm_v0 ? kOptGpuMemoryUtilization
+                    : e.engine == ServingEngine::sglang ? kOptMemFractionStatic
+                                                        : kOptFreeGpuMemoryFraction;
+  for (const char* f : {kOptGpuMemoryUtilization, kOptMemFractionStatic, kOptFreeGpuMemoryFraction}) {
+    const auto text = option_text(vm, option_key(f));
+    if (!text) continue;
+    if (std::string(f) != own) {
+      throw InputError(Location{"", 0, f}, std::string("is not ") + std::string(serving_engine_name(e.engine)) +
+                                               "'s setting: its memory fraction is " + own);
+    }
+    e.memory_fraction_ppb = parse_gpu_memory_utilization(*text, f);
+  }
+  if (const auto n = option_text(vm, option_key(kOptMaxNumSeqs))) e.max_num_seqs = positive_integer(*n, kOptMaxNumSeqs);
+  if (const auto n = option_text(vm, option_key(kOptMaxModelLen))) e.max_model_len = positive_integer(*n, kOptMaxModelLen);
+  e.enforce_eager = vm.count(option_key(kOptEnforceEager)) != 0;
+  e.flashinfer_sampler = vm.count(option_key(kOptFlashinferSampler)) != 0;
+  if (e.flashinfer_sampler && e.engine != ServingEngine::vllm) {
+    throw InputError(Location{"", 0, kOptFlashinferSampler}, "describes vLLM's v1 sampler: it needs --engine vllm");
+  }
+  // vllm-v0 without the option runs max(max_model_len, 2048) tokens (startup_memory.h).
+  if (option_text(vm, option_key(kOptMaxNumBatchedTokens)) || e.engine != ServingEngine::vllm_v0) {
+    e.max_num_batched_tokens = paging.max_num_batched_tokens;
+  }
+  if (!option_text(vm, option_key(kOptBlockSize))) {
+    if (e.engine == ServingEngine::sglang) paging.block_tokens = 1;
+    if (e.engine == ServingEngine::trtllm) paging.block_tokens = 32;
+  }
+  return e;
+}
+
 // The workload, paging and budget options, checked in the order the user reads about them.
 SizeQuery size_query(const po::variables_map& vm) {
   SizeQuery q;
@@ -78,7 +134,29 @@ SizeQuery size_query(const po::variables_map& vm) {
   }
   // Here nothing else uses the device or the weights (replay's cost model does).
   reject_beside_kv_budget(vm, {"device", "params", "weight-dtype", "weights-bytes"});
+  q.startup = engine_settings(vm, q.paging);
+  if (q.startup) {
+    reject_beside_kv_budget(vm, {option_key(kOptEngine), option_key(kOptMaxNumSeqs), option_key(kOptEnforceEager),
+                                 option_key(kOptMaxModelLen), option_key(kOptMemFractionStatic),
+                                 option_key(kOptFreeGpuMemoryFraction), option_key(kOptFlashinferSampler)});
+    if (!option_text(vm, option_key(kOptDevice)) && !option_text(vm, option_key(kOptDeviceMemory))) {
+      throw InputError(Location{"", 0, kOptEngine}, std::string("the engine's start-up budget needs a device: give ") +
+                                                        kOptDevice + " or " + kOptDeviceMemory);
+    }
+    for (const char* flag : {kOptReserve, kOptParams}) {
+      if (option_text(vm, option_key(flag))) {
+        throw InputError(Location{"", 0, flag},
+                         std::string("has no effect with the engine's start-up budget (") + kOptEngine +
+                             " and its settings), which counts activations and weights itself: give one or the "
+                             "other (" + kOptWeightsBytes + " replaces the weights)");
+      }
+    }
+  }
   q.budget = resolve_budget(vm);
+  if (q.startup && q.budget) {
+    if (q.budget->weights_bytes) q.startup->weights_bytes = q.budget->weights_bytes;
+    if (q.budget->weight_bits > 0) q.startup->weights.override_bits = q.budget->weight_bits;
+  }
   return q;
 }
 
