@@ -206,7 +206,9 @@ std::string paged_lines(const SizeSheet& s) {
     text += fmt::format("  Maximum concurrency for {} tokens per request: {}x ({} / {} blocks{}{})\n",
                         with_commas(c.tokens), format_ratio(c.num_blocks, c.blocks_per_request, 2),
                         with_commas(c.num_blocks), with_commas(c.blocks_per_request),
-                        s.sequences.empty() ? "; T = max_position_embeddings" : "",
+                        !s.sequences.empty() ? ""
+                        : s.startup && s.startup->settings.max_model_len > 0 ? "; T = max_model_len"
+                                                                            : "; T = max_position_embeddings",
                         s.stages.size() > 1 ? fmt::format("; stage {}", c.stage) : "");
     if (!s.sequences.empty() && s.seqs > 1) {
       const std::int64_t most = c.blocks_per_request > 0 ? c.num_blocks / c.blocks_per_request : 0;
