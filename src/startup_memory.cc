@@ -28,6 +28,10 @@ constexpr std::int64_t kFusedMoeChunkTokens = 32768;
 // directions of its up to 32 channels (NCCL_MAX_NCHANNELS), 256 MiB.
 constexpr std::int64_t kNonTorchBytes = 100 * kMiB;
 constexpr std::int64_t kNcclBufferBytes = 4 * kMiB * 2 * 32;
+// vLLM 0.6.4 and earlier subtracted all non-torch memory, the CUDA context included.
+// Assumption: 384 MiB, the context measured on an RTX 4090 in vllm-project/vllm#12059 (about
+// 520 MiB on an H100 there: it grows with the device).
+constexpr std::int64_t kCudaContextBytes = 384 * kMiB;
 
 std::int64_t mul(std::int64_t a, std::int64_t b) { return checked_mul(a, b, "start-up bytes"); }
 std::int64_t add(std::int64_t a, std::int64_t b) { return checked_add(a, b, "start-up bytes"); }
@@ -41,7 +45,8 @@ std::string lower(std::string_view text) {
 std::string fraction_name(ServingEngine e) {
   switch (e) {
     case ServingEngine::vllm:
-    case ServingEngine::vllm_v0: return "gpu_memory_utilization";
+    case ServingEngine::vllm_v0:
+    case ServingEngine::vllm_v0_legacy: return "gpu_memory_utilization";
     case ServingEngine::sglang: return "mem_fraction_static";
     case ServingEngine::trtllm: return "free_gpu_memory_fraction";
   }
@@ -58,6 +63,7 @@ std::string_view serving_engine_name(ServingEngine engine) {
   switch (engine) {
     case ServingEngine::vllm: return "vllm";
     case ServingEngine::vllm_v0: return "vllm-v0";
+    case ServingEngine::vllm_v0_legacy: return "vllm-v0.6.4";
     case ServingEngine::sglang: return "sglang";
     case ServingEngine::trtllm: return "trtllm";
   }
@@ -66,11 +72,12 @@ std::string_view serving_engine_name(ServingEngine engine) {
 
 ServingEngine parse_serving_engine(std::string_view text, std::string_view field) {
   const std::string key = lower(text);
-  for (ServingEngine e : {ServingEngine::vllm, ServingEngine::vllm_v0, ServingEngine::sglang, ServingEngine::trtllm}) {
+  for (ServingEngine e : {ServingEngine::vllm, ServingEngine::vllm_v0, ServingEngine::vllm_v0_legacy,
+                          ServingEngine::sglang, ServingEngine::trtllm}) {
     if (key == serving_engine_name(e)) return e;
   }
   throw InputError(Location{"", 0, std::string(field)},
-                   "expected vllm, vllm-v0, sglang or trtllm, got \"" + std::string(text) + "\"");
+                   "expected vllm, vllm-v0, vllm-v0.6.4, sglang or trtllm, got \"" + std::string(text) + "\"");
 }
 
 std::int64_t engine_device_total(const BudgetOptions& budget, std::string& source) {
@@ -95,7 +102,8 @@ std::int64_t engine_device_total(const BudgetOptions& budget, std::string& sourc
 std::int64_t default_memory_fraction_ppb(ServingEngine engine, std::int64_t tp) {
   switch (engine) {
     case ServingEngine::vllm:
-    case ServingEngine::vllm_v0: return kDefaultGpuMemoryUtilizationPpb;  // CacheConfig.gpu_memory_utilization
+    case ServingEngine::vllm_v0:
+    case ServingEngine::vllm_v0_legacy: return kDefaultGpuMemoryUtilizationPpb;  // CacheConfig.gpu_memory_utilization
     case ServingEngine::sglang:
       // python/sglang/srt/server_args.py (v0.4): mem_fraction_static by tp_size.
       if (tp >= 16) return 790'000'000;
@@ -112,7 +120,7 @@ std::int64_t vllm_cuda_graph_sizes(ServingEngine engine, std::int64_t max_num_se
   // v1 (vllm/config/compilation.py, as vLLM 0.11 logs its cudagraph_capture_sizes): 1, 2, 4
   // and every multiple of 8 up to min(2 x max_num_seqs, 512); V0 (vllm/worker/model_runner.py
   // _BATCH_SIZES_TO_CAPTURE): 1, 2, 4 and every multiple of 8 up to min(max_num_seqs, 256).
-  const std::int64_t largest = engine == ServingEngine::vllm_v0 ? std::min<std::int64_t>(max_num_seqs, 256)
+  const std::int64_t largest = is_vllm_v0(engine) ? std::min<std::int64_t>(max_num_seqs, 256)
                                                                 : std::min<std::int64_t>(2 * max_num_seqs, 512);
   std::int64_t count = 0;
   for (std::int64_t s : {1, 2, 4}) count += s <= largest ? 1 : 0;
@@ -134,7 +142,7 @@ std::int64_t vllm_cuda_graph_sizes(ServingEngine engine, std::int64_t max_num_se
 //   scattered result, then the probabilities, the logprobs and the exponential noise of
 //   _multinomial (float32 each):                                    dtype + 36
 std::int64_t sampler_bytes_per_logit(ServingEngine engine, bool flashinfer, std::int64_t dtype_bytes) {
-  if (engine == ServingEngine::vllm_v0) return dtype_bytes + 36;
+  if (is_vllm_v0(engine)) return dtype_bytes + 36;
   return dtype_bytes + (flashinfer ? 12 : 25);
 }
 
@@ -201,12 +209,12 @@ StartupMemory startup_memory(const ModelSpec& model, const KvOptions& kv, const 
   if (s.settings.max_num_batched_tokens == 0) {
     // vllm/config.py SchedulerConfig: without chunked prefill (V0's default up to 32K
     // tokens) one step must hold a whole prompt: max(max_model_len, 2048).
-    s.settings.max_num_batched_tokens = settings.engine == ServingEngine::vllm_v0
+    s.settings.max_num_batched_tokens = is_vllm_v0(settings.engine)
                                             ? std::max(s.max_model_len, kVllmMinNumBatchedTokensUnchunked)
                                             : kVllmMaxNumBatchedTokens;
   }
   const std::int64_t batch = s.settings.max_num_batched_tokens;
-  const bool vllm = settings.engine == ServingEngine::vllm || settings.engine == ServingEngine::vllm_v0;
+  const bool vllm = settings.engine == ServingEngine::vllm || is_vllm_v0(settings.engine);
   s.cuda_graphs = vllm && !settings.enforce_eager
                       ? vllm_cuda_graph_sizes(settings.engine, settings.max_num_seqs)
                       : 0;
@@ -236,7 +244,8 @@ StartupMemory startup_memory(const ModelSpec& model, const KvOptions& kv, const 
     st.terms.push_back({"device total", s.device_total_bytes, "", s.device_total_source});
     switch (settings.engine) {
       case ServingEngine::vllm:
-      case ServingEngine::vllm_v0: {
+      case ServingEngine::vllm_v0:
+      case ServingEngine::vllm_v0_legacy: {
         st.forward_peak_bytes = forward_peak_bytes(model, kv, batch, b);
         if (last) {
           // The last hidden states stay alive while the sampler runs.
@@ -245,7 +254,8 @@ StartupMemory startup_memory(const ModelSpec& model, const KvOptions& kv, const 
                   mul(mul(requests, padded_vocab(model.vocab_size)), sampler_bytes_per_logit(settings.engine, settings.flashinfer_sampler, b)));
         }
         st.activation_peak_bytes = std::max(st.forward_peak_bytes, st.sampler_peak_bytes);
-        st.non_torch_bytes = add(kNonTorchBytes, kv.tensor_parallel > 1 ? kNcclBufferBytes : 0);
+        const bool legacy = settings.engine == ServingEngine::vllm_v0_legacy;
+        st.non_torch_bytes = add(legacy ? kCudaContextBytes : kNonTorchBytes, kv.tensor_parallel > 1 ? kNcclBufferBytes : 0);
         st.terms.push_back({"x " + fname + " " + format_ppb(s.memory_fraction_ppb), usable,
                             "requested memory = total x utilisation",
                             "vllm/v1/worker/gpu_worker.py (init_device: requested_memory)"});
@@ -262,7 +272,8 @@ StartupMemory startup_memory(const ModelSpec& model, const KvOptions& kv, const 
                  : "vllm/worker/model_runner.py profile_run (max_num_seqs dummy sequences, sampled); "
                    "torch_peak_increase in vllm/utils memory_profiling"});
         st.terms.push_back({"- non-torch increase", st.non_torch_bytes,
-                            kv.tensor_parallel > 1 ? "100 MiB + NCCL buffers 256 MiB" : "100 MiB",
+                            std::string(legacy ? "the CUDA context, 384 MiB" : "100 MiB") +
+                                (kv.tensor_parallel > 1 ? " + NCCL buffers 256 MiB" : ""),
                             "assumption (no closed form in vLLM; docs/size.md)"});
         st.kv_budget_bytes = usable - st.weights.bytes - st.activation_peak_bytes - st.non_torch_bytes;
         st.terms.push_back({"  (CUDA graphs: " + std::to_string(s.cuda_graphs) + " sizes)", 0,

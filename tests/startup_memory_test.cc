@@ -198,7 +198,7 @@ TEST_CASE("kvsim size --engine: options, the sheet and the JSON numbers") {
   CHECK_THAT(r.err, Catch::Contains("--reserve"));
   r = run_cli({"size", "--model", "llama-3.1-8b", "--device", "H100-80GB", "--engine", "tgi"});
   CHECK(r.exit_code == 2);
-  CHECK_THAT(r.err, Catch::Contains("--engine") && Catch::Contains("vllm, vllm-v0, sglang or trtllm"));
+  CHECK_THAT(r.err, Catch::Contains("--engine") && Catch::Contains("vllm, vllm-v0, vllm-v0.6.4, sglang or trtllm"));
 
   // Every new option is in --help.
   r = run_cli({"size", "--help"});
@@ -218,6 +218,7 @@ TEST_CASE("kvsim size predicts the KV tokens of real vLLM start-up logs") {
   std::ifstream in(startup_file("vllm_startup_logs.tsv"));
   REQUIRE(in);
   std::vector<double> in_errors;
+  std::vector<double> all_errors;
   std::size_t rows = 0;
   for (std::string line; std::getline(in, line);) {
     if (line.empty() || line[0] == '#') continue;
@@ -240,6 +241,7 @@ TEST_CASE("kvsim size predicts the KV tokens of real vLLM start-up logs") {
     const double logged = std::stod(cols[1]);
     const double error = (doc["kv_cache_tokens"].get<double>() - logged) / logged;
     INFO("predicted " << doc["kv_cache_tokens"].get<std::int64_t>() << ", logged " << cols[1] << ", error " << error);
+    all_errors.push_back(std::abs(error));
     if (cols[2] == "in") {
       CHECK(std::abs(error) <= 0.08);
       in_errors.push_back(std::abs(error));
@@ -251,9 +253,12 @@ TEST_CASE("kvsim size predicts the KV tokens of real vLLM start-up logs") {
   }
   CHECK(rows >= 10);
   REQUIRE(!in_errors.empty());
-  std::sort(in_errors.begin(), in_errors.end());
-  const double median = in_errors.size() % 2 == 1
-                            ? in_errors[in_errors.size() / 2]
-                            : (in_errors[in_errors.size() / 2 - 1] + in_errors[in_errors.size() / 2]) / 2;
-  CHECK(median <= 0.03);
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.size() % 2 == 1 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+  };
+  // Within 3% in the median over the covered logs and over all of them (docs/size.md: 0.44%
+  // and 0.68%).
+  CHECK(median(in_errors) <= 0.03);
+  CHECK(median(all_errors) <= 0.03);
 }

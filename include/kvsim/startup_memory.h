@@ -36,10 +36,16 @@ namespace kvsim {
 
 // vllm: vLLM's v1 engine (vllm/v1/worker). vllm-v0: its V0 engine (vllm/worker/worker.py,
 // vLLM 0.6.5 to 0.10), whose profile run samples with logprobs and, without chunked prefill,
-// runs max(max_model_len, 2048) tokens. The subtraction is the same.
-enum class ServingEngine { vllm, vllm_v0, sglang, trtllm };
+// runs max(max_model_len, 2048) tokens. The subtraction is the same. vllm-v0.6.4: the V0
+// engine of vLLM 0.6.4 and earlier, which subtracted all of the process's non-torch memory,
+// the CUDA context included, not only what the profile run added.
+enum class ServingEngine { vllm, vllm_v0, vllm_v0_legacy, sglang, trtllm };
 
-// "vllm", "vllm-v0", "sglang", "trtllm". parse_serving_engine throws InputError naming `field`.
+// Either of vLLM's V0 engines.
+inline bool is_vllm_v0(ServingEngine e) { return e == ServingEngine::vllm_v0 || e == ServingEngine::vllm_v0_legacy; }
+
+// "vllm", "vllm-v0", "vllm-v0.6.4", "sglang", "trtllm". parse_serving_engine throws InputError
+// naming `field`.
 std::string_view serving_engine_name(ServingEngine engine);
 ServingEngine parse_serving_engine(std::string_view text, std::string_view field);
 

@@ -46,7 +46,7 @@ po::options_description size_options() {
   po::options_description engine_opts(
       "Engine start-up (with --device or --device-memory: the engine's own start-up budget instead of --reserve)");
   engine_opts.add_options()
-      (option_key(kOptEngine), po::value<std::string>(), "vllm (default; the v1 engine), vllm-v0, sglang or trtllm: whose start-up rule sizes the KV budget")
+      (option_key(kOptEngine), po::value<std::string>(), "vllm (default; the v1 engine), vllm-v0 (V0, 0.6.5 to 0.10), vllm-v0.6.4 (V0, 0.6.4 and earlier), sglang or trtllm: whose start-up rule sizes the KV budget")
       (option_key(kOptMaxNumSeqs), po::value<std::string>(), "vLLM's max_num_seqs: requests the sampler is profiled for (default 256)")
       (option_key(kOptMaxModelLen), po::value<std::string>(),
        "the engine's max_model_len: T of the concurrency line (default max_position_embeddings)")
@@ -90,7 +90,7 @@ std::optional<EngineSettings> engine_settings(const po::variables_map& vm, Paged
   EngineSettings e;
   if (const auto name = option_text(vm, option_key(kOptEngine))) e.engine = parse_serving_engine(*name, kOptEngine);
   // The fraction under the engine's own name; another engine's name is a mistake.
-  const char* own = e.engine == ServingEngine::vllm || e.engine == ServingEngine::vllm_v0 ? kOptGpuMemoryUtilization
+  const char* own = e.engine == ServingEngine::vllm || is_vllm_v0(e.engine) ? kOptGpuMemoryUtilization
                     : e.engine == ServingEngine::sglang ? kOptMemFractionStatic
                                                         : kOptFreeGpuMemoryFraction;
   for (const char* f : {kOptGpuMemoryUtilization, kOptMemFractionStatic, kOptFreeGpuMemoryFraction}) {
@@ -110,7 +110,7 @@ std::optional<EngineSettings> engine_settings(const po::variables_map& vm, Paged
     throw InputError(Location{"", 0, kOptFlashinferSampler}, "describes vLLM's v1 sampler: it needs --engine vllm");
   }
   // vllm-v0 without the option runs max(max_model_len, 2048) tokens (startup_memory.h).
-  if (option_text(vm, option_key(kOptMaxNumBatchedTokens)) || e.engine != ServingEngine::vllm_v0) {
+  if (option_text(vm, option_key(kOptMaxNumBatchedTokens)) || !is_vllm_v0(e.engine)) {
     e.max_num_batched_tokens = paging.max_num_batched_tokens;
   }
   if (!option_text(vm, option_key(kOptBlockSize))) {
