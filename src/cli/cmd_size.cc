@@ -27,13 +27,16 @@ const CommandSpec kSpec{
     "--seqs B --tokens T the bytes per sequence and for B sequences (sliding-window groups keep\n"
     "at most W positions); for a budget (--device, or --kv-budget) each term of the subtraction\n"
     "device total x utilisation - weights - reserve, how many blocks and tokens fit, and vLLM's\n"
-    "\"Maximum concurrency for T tokens per request\". Bytes are exact integers; GiB is 2^30\n"
-    "bytes, GB 10^9. The rules and their sources are in docs/size.md.",
+    "\"Maximum concurrency for T tokens per request\". With --engine (vllm, vllm-v0, vllm-v0.6.4,\n"
+    "sglang, trtllm) the budget is the engine's own start-up rule instead: weights tensor by\n"
+    "tensor, the profile run's activation peak, non-torch memory. Bytes are exact integers; GiB is\n"
+    "2^30 bytes, GB 10^9. The rules and their sources are in docs/size.md.",
     "  kvsim size --model seed-example --dtype fp16 --seqs 6 --tokens 4096\n"
     "  kvsim size --model llama-3.1-8b --tokens 8192,32768 --device H100-80GB\n"
     "  kvsim size --model gemma-3-27b --tokens 32768 --device H100-80GB --json\n"
     "  kvsim size --model deepseek-v3 --mla-form decompressed --tokens 4096\n"
-    "  kvsim size --config config.json --dtype fp8 --tp 8 --device H200-141GB"};
+    "  kvsim size --config config.json --dtype fp8 --tp 8 --device H200-141GB\n"
+    "  kvsim size --config config.json --device-memory 85017755648 --engine vllm --max-model-len 32768"};
 
 po::options_description size_options() {
   po::options_description workload_opts("Workload and paging");
