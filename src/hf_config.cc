@@ -386,6 +386,104 @@ std::int64_t quantized_weight_bits(const Config& c) {
   return 0;
 }
 
+// The quantisation scheme in the detail the start-up weights need (kvsim/weights.h): AWQ and
+// GPTQ (bits, group_size, zero points, GPTQ's "lm_head"), fp8 ("fp8" with an optional
+// weight_block_size) and compressed-tensors (its first config group's weights: num_bits,
+// type int or float, strategy tensor, channel, group or block), with the modules they leave
+// out. nullopt for no quantization_config or a method kvsim only reads the bits of.
+std::optional<WeightQuantization> weight_quantization(const Config& c) {
+  const json* q = c.find("quantization_config");
+  if (q == nullptr || !q->is_object()) return std::nullopt;
+  auto integer_at = [&](const json& object, const char* key, const std::string& name) -> std::optional<std::int64_t> {
+    const auto it = object.find(key);
+    if (it == object.end() || it->is_null()) return std::nullopt;
+    if (!it->is_number_integer()) c.fail(name, "expected an integer, got " + it->dump());
+    return it->get<std::int64_t>();
+  };
+  auto names_at = [&](const json& object, const char* key, const std::string& name) {
+    std::vector<std::string> out;
+    const auto it = object.find(key);
+    if (it == object.end() || it->is_null()) return out;
+    if (!it->is_array()) c.fail(name, "expected a list of module names, got " + it->dump());
+    for (const auto& v : *it) {
+      if (!v.is_string()) c.fail(name, "expected a list of module names, got " + it->dump());
+      out.push_back(v.get<std::string>());
+    }
+    return out;
+  };
+  const auto method_it = q->find("quant_method");
+  if (method_it == q->end() || !method_it->is_string()) return std::nullopt;
+  WeightQuantization w;
+  w.method_name = method_it->get<std::string>();
+  if (w.method_name == "awq" || w.method_name == "gptq") {
+    w.method = w.method_name == "awq" ? WeightQuantMethod::awq : WeightQuantMethod::gptq;
+    w.bits = integer_at(*q, "bits", "quantization_config.bits").value_or(w.method == WeightQuantMethod::awq ? 4 : 0);
+    if (w.bits != 2 && w.bits != 3 && w.bits != 4 && w.bits != 8) {
+      c.fail("quantization_config.bits", "expected 2, 3, 4 or 8 for " + w.method_name + ", got " + std::to_string(w.bits));
+    }
+    const std::int64_t group = integer_at(*q, "group_size", "quantization_config.group_size").value_or(128);
+    if (group == 0 || group < -1) c.fail("quantization_config.group_size", "expected a positive size or -1, got " + std::to_string(group));
+    w.group_size = group == -1 ? 0 : group;  // -1: one group per output channel
+    if (w.method == WeightQuantMethod::gptq) {
+      const auto head = q->find("lm_head");
+      w.lm_head_quantized = head != q->end() && head->is_boolean() && head->get<bool>();
+    }
+    w.not_converted = names_at(*q, "modules_to_not_convert", "quantization_config.modules_to_not_convert");
+    return w;
+  }
+  if (w.method_name == "fp8") {
+    w.method = WeightQuantMethod::fp8;
+    w.bits = 8;
+    w.per_tensor_scale = true;
+    const auto block = q->find("weight_block_size");
+    if (block != q->end() && !block->is_null()) {
+      if (!block->is_array() || block->size() != 2 || !(*block)[0].is_number_integer() || !(*block)[1].is_number_integer() ||
+          (*block)[0].get<std::int64_t>() <= 0 || (*block)[1].get<std::int64_t>() <= 0) {
+        c.fail("quantization_config.weight_block_size", "expected [rows, columns], got " + block->dump());
+      }
+      w.per_tensor_scale = false;
+      w.block_rows = (*block)[0].get<std::int64_t>();
+      w.block_cols = (*block)[1].get<std::int64_t>();
+    }
+    w.not_converted = names_at(*q, "modules_to_not_convert", "quantization_config.modules_to_not_convert");
+    return w;
+  }
+  if (w.method_name == "compressed-tensors") {
+    const auto groups = q->find("config_groups");
+    if (groups == q->end() || !groups->is_object() || groups->empty()) return std::nullopt;
+    const json& group = groups->begin().value();
+    const std::string name = "quantization_config.config_groups." + groups->begin().key() + ".weights";
+    const auto weights = group.find("weights");
+    if (weights == group.end() || !weights->is_object()) return std::nullopt;
+    w.bits = integer_at(*weights, "num_bits", name + ".num_bits").value_or(0);
+    if (w.bits <= 0 || w.bits > 16) c.fail(name + ".num_bits", "expected 1 to 16 bits, got " + std::to_string(w.bits));
+    const auto type = weights->find("type");
+    const bool is_float = type != weights->end() && type->is_string() && type->get<std::string>() == "float";
+    w.method = is_float ? WeightQuantMethod::fp8 : WeightQuantMethod::int8;
+    const auto strategy_it = weights->find("strategy");
+    const std::string strategy = strategy_it != weights->end() && strategy_it->is_string() ? strategy_it->get<std::string>() : "tensor";
+    if (strategy == "tensor") {
+      w.per_tensor_scale = true;
+    } else if (strategy == "group") {
+      w.group_size = integer_at(*weights, "group_size", name + ".group_size").value_or(0);
+      if (w.group_size <= 0) c.fail(name + ".group_size", "expected a positive group size for strategy \"group\"");
+    } else if (strategy == "block") {
+      const auto block = weights->find("block_structure");
+      if (block == weights->end() || !block->is_array() || block->size() != 2 || !(*block)[0].is_number_integer() ||
+          !(*block)[1].is_number_integer() || (*block)[0].get<std::int64_t>() <= 0 || (*block)[1].get<std::int64_t>() <= 0) {
+        c.fail(name + ".block_structure", "expected [rows, columns] for strategy \"block\"");
+      }
+      w.block_rows = (*block)[0].get<std::int64_t>();
+      w.block_cols = (*block)[1].get<std::int64_t>();
+    } else if (strategy != "channel") {
+      c.fail(name + ".strategy", "expected tensor, channel, group or block, got \"" + strategy + "\"");
+    }
+    w.not_converted = names_at(*q, "ignore", "quantization_config.ignore");
+    return w;
+  }
+  return std::nullopt;
+}
+
 // OPT (transformers' OPTDecoder) is not Llama-shaped: learned absolute positions with an
 // offset of 2 rows, biases on every projection, LayerNorm with weight and bias, a two-matrix
 // MLP of ffn_dim (fc1, fc2, no gate), embeddings of word_embed_proj_dim projected in and
@@ -560,6 +658,15 @@ ModelSpec parse_hf_config(std::string_view json_text, const std::string& path) {
 
   m.weight_dtype = c.string("torch_dtype").value_or(c.string("dtype").value_or(""));
   m.weight_bits = quantized_weight_bits(c);
+  m.quantization = weight_quantization(c);
+  // compressed-tensors says its bits inside a config group, which quantized_weight_bits does
+  // not read.
+  if (m.weight_bits == 0 && m.quantization) m.weight_bits = m.quantization->bits;
+  // Qwen2's attention always has q/k/v biases (transformers' Qwen2Attention, bias=True);
+  // Llama-style configs say so in attention_bias.
+  m.attention_bias = c.boolean("attention_bias")
+                         .value_or(model_type == "qwen2" || model_type == "qwen2_moe" || model_type == "qwen2_vl" ||
+                                   model_type == "qwen2_5_vl");
   // transformers' PretrainedConfig ties embeddings unless told otherwise, but most decoder
   // configs (Llama, Mistral, Qwen2) default to untied and say so; Gemma's default is tied.
   m.tie_word_embeddings = c.boolean("tie_word_embeddings").value_or(model_type.rfind("gemma", 0) == 0);

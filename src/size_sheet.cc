@@ -104,10 +104,19 @@ SizeSheet size_sheet(const ModelSpec& model, const KvOptions& kv, const SizeQuer
                                                       ") holds no KV, so it has no paged pool to size: use fewer stages");
       }
     }
-    sheet.budget = derive_budget(model, kv, *query.budget);
+    if (query.startup && !query.budget->kv_budget_bytes) {
+      sheet.startup = startup_memory(model, kv, *query.startup, *query.budget);
+      sheet.budget = startup_budget(*sheet.startup);
+    } else {
+      sheet.budget = derive_budget(model, kv, *query.budget);
+    }
     std::vector<std::int64_t> at = query.tokens;
-    if (at.empty() && model.max_position_embeddings > 0) at.push_back(model.max_position_embeddings);
-    sheet.stage_weights = stage_weights(model, kv, *sheet.budget, sheet.stage_weights_note);
+    const std::int64_t max_model_len =
+        sheet.startup && sheet.startup->max_model_len > 0 ? sheet.startup->max_model_len : model.max_position_embeddings;
+    if (at.empty() && max_model_len > 0) at.push_back(max_model_len);
+    // The flat budget's weights per pipeline stage; the start-up model sizes its stages itself
+    // and gives the budget of the stage that binds.
+    if (!sheet.startup) sheet.stage_weights = stage_weights(model, kv, *sheet.budget, sheet.stage_weights_note);
     for (std::size_t i = 0; i < sheet.stages.size(); ++i) {
       const KvLayout& s = sheet.stages[i];
       // Each stage's own weights when they are known (embeddings first, LM head last).

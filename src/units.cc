@@ -46,14 +46,30 @@ std::int64_t parse_with_unit(std::string_view text, std::string_view field,
   }
   const Location where{"", 0, std::string(field)};
   if (scale == 0) throw InputError(where, "expected " + std::string(expected) + ", got " + quoted(text));
-  // Read up to 9 fractional digits exactly, then scale with 128-bit arithmetic.
+  // The whole part and up to 9 fractional digits are read apart, each exactly, and scaled
+  // with 128-bit arithmetic: reading "12345678901" as 12345678901 x 10^9 first would refuse
+  // every plain byte count above 9,223,372,036 (torch.cuda.mem_get_info() prints such numbers).
   constexpr int kFrac = 9;
-  std::int64_t fixed = 0;
-  const auto status = detail::parse_scaled_decimal(number, kFrac, fixed);
+  const std::size_t dot = number.find('.');
+  const std::string_view whole_text = number.substr(0, dot);
+  const std::string_view frac_text = dot == std::string_view::npos ? std::string_view{} : number.substr(dot);
+  std::int64_t int_part = 0;
+  std::int64_t frac_fixed = 0;
+  auto status = detail::DecimalStatus::ok;
+  if (whole_text.empty() || whole_text == "+") {
+    // "", "+", "." and "+." have no digits: parse_scaled_decimal says so.
+    status = frac_text.size() <= 1 ? detail::parse_scaled_decimal(number, kFrac, frac_fixed) : detail::DecimalStatus::ok;
+  } else {
+    status = detail::parse_scaled_decimal(whole_text, 0, int_part);
+  }
+  if (status == detail::DecimalStatus::ok && frac_text.size() > 1) {
+    // ".5" alone is "0.5"; "7." is 7.
+    status = detail::parse_scaled_decimal(frac_text, kFrac, frac_fixed);
+  }
   if (status != detail::DecimalStatus::ok) {
     throw InputError(where, quoted(text) + " " + detail::describe(status));
   }
-  const Wide product = Wide{fixed} * scale;
+  const Wide product = Wide{int_part} * scale * pow10(kFrac) + Wide{frac_fixed} * scale;
   const Wide whole = product / pow10(kFrac);
   if (exact && whole * pow10(kFrac) != product) {
     throw InputError(where, quoted(text) + " is finer than 1 ns");

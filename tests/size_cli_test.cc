@@ -92,7 +92,26 @@ TEST_CASE("kvsim size: a budget, its terms and vLLM's concurrency line") {
   CHECK(b["kv_budget_bytes"].get<std::int64_t>() == 76'968'728'985 - 16'060'522'496 - 1'073'741'824);
   CHECK(doc["paged"]["num_blocks"].get<std::int64_t>() == 59'834'464'665 / (32 * 16 * 4096));
   CHECK(doc["paged"]["concurrency"][0]["blocks_per_request"].get<std::int64_t>() == 4096 / 16);
-  CHECK(doc["paged"]["concurrency"][0]["max_concurrency"] == "111.45");  // 28,531 / 256
+  // A JSON number, not a string (issue 14): 28,531 / 256 = 111.449..., two decimals.
+  REQUIRE(doc["paged"]["concurrency"][0]["max_concurrency"].is_number());
+  CHECK(doc["paged"]["concurrency"][0]["max_concurrency"].get<double>() == 111.45);
+  REQUIRE(b["gpu_memory_utilization"].is_number());
+  CHECK(b["gpu_memory_utilization"].get<double>() == 0.9);
+
+  // --seqs B at T: 112 x 256 = 28,672 blocks > 28,531, so 112 do not fit and 111 do.
+  r = run_cli({"size", "--model", "llama-3.1-8b", "--tokens", "4096", "--seqs", "112", "--device", "H100-80GB"});
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("--seqs 112 of 4,096 tokens: does NOT fit: they need 112 x 256 blocks and the "
+                                    "pool has 28,531; at most 111 such sequences fit"));
+  r = run_cli({"size", "--model", "llama-3.1-8b", "--tokens", "4096", "--seqs", "111", "--device", "H100-80GB", "--json"});
+  REQUIRE(r.exit_code == 0);
+  const auto fit = nlohmann::json::parse(r.out);
+  CHECK(fit["paged"]["concurrency"][0]["seqs_fit"] == true);
+  CHECK(fit["paged"]["concurrency"][0]["max_seqs"].get<std::int64_t>() == 111);
+  // 111 x 4,096 x 131,072 bytes = 59,592,671,232 = 55.50 GiB (59.59 GB), numbers in JSON.
+  REQUIRE(fit["sequences"]["rows"][0]["gib"].is_number());
+  CHECK(fit["sequences"]["rows"][0]["gib"].get<double>() == 55.5);
+  CHECK(fit["sequences"]["rows"][0]["gb"].get<double>() == 59.59);
 
   r = run_cli({"size", "--model", "llama-3.1-8b", "--tokens", "4096", "--device", "H100-80GB"});
   REQUIRE(r.exit_code == 0);

@@ -1,6 +1,7 @@
 #include "kvsim/units.h"
 
 #include <catch2/catch.hpp>
+#include <cstdint>
 #include <limits>
 
 #include "kvsim/error.h"
@@ -40,6 +41,31 @@ TEST_CASE("byte sizes parse exactly in decimal and binary units") {
   CHECK_THROWS_AS(parse_byte_size("99999999999TiB", "--kv-budget"), InputError);
   CHECK_THROWS_WITH(parse_byte_size("1e9", "--kv-budget"),
                     Catch::Contains("--kv-budget") && Catch::Contains("\"1e9\""));
+}
+
+// Issue 14 item 4: a plain byte count was multiplied by 10^9 (nine fixed fractional digits)
+// before anything else, so any count above 9,223,372,036 (= floor((2^63 - 1) / 10^9)) was
+// refused as overflowing. torch.cuda.mem_get_info()[1] on an 80 GB card prints about 8.5e10.
+TEST_CASE("plain byte counts up to 2^63 - 1 parse exactly") {
+  CHECK(parse_byte_size("9223372036", "--device-memory") == 9'223'372'036);
+  CHECK(parse_byte_size("9223372037", "--device-memory") == 9'223'372'037);
+  // An A100-80GB's CUDA total, as deviceQuery prints it (budget.cc cites the log).
+  CHECK(parse_byte_size("84987740160", "--device-memory") == 84'987'740'160);
+  CHECK(parse_byte_size("85045477376B", "--weights-bytes") == 85'045'477'376);
+  // 2^63 - 1 is the largest int64 and fits; 2^63 does not.
+  CHECK(parse_byte_size("9223372036854775807", "--kv-budget") == std::numeric_limits<std::int64_t>::max());
+  CHECK_THROWS_WITH(parse_byte_size("9223372036854775808", "--kv-budget"),
+                    Catch::Contains("--kv-budget") && Catch::Contains("overflows 64 bits"));
+  // With a unit the product is what must fit: 8 EiB = 2^63 bytes does not, 7.5 EiB would.
+  CHECK_THROWS_WITH(parse_byte_size("8388608TiB", "--kv-budget"), Catch::Contains("overflows 64 bits"));
+  CHECK(parse_byte_size("8388607.5TiB", "--kv-budget") == (std::int64_t{8388607} << 40) + (std::int64_t{1} << 39));
+  // The fraction still reads exactly beside a large whole part: 10^10 + 0.5 KiB = 10240 x 10^9 + 512.
+  CHECK(parse_byte_size("10000000000.5KiB", "--kv-budget") == 10'240'000'000'512);
+  CHECK(parse_byte_size(".5KiB", "--kv-budget") == 512);
+  CHECK(parse_byte_size("+7.", "--kv-budget") == 7);
+  CHECK_THROWS_AS(parse_byte_size(".", "--kv-budget"), InputError);
+  CHECK_THROWS_AS(parse_byte_size("1.2.3", "--kv-budget"), InputError);
+  CHECK_THROWS_AS(parse_byte_size("-9223372037", "--kv-budget"), InputError);
 }
 
 TEST_CASE("durations parse into integer nanoseconds") {

@@ -48,6 +48,10 @@ struct DevicePreset {
   std::int64_t compute_permille;       // achievable share of bf16_dense_flops, in 1/1000
   std::int64_t memory_permille;        // achievable share of hbm_bytes_per_second, in 1/1000
   std::string_view efficiency_source;  // where the two shares come from
+  // CUDA's own total (torch.cuda.mem_get_info()[1], what vLLM multiplies by
+  // gpu_memory_utilization) as a published log prints it with the newest driver found; 0 when
+  // none is documented (the start-up model then uses total_bytes and says so).
+  std::int64_t cuda_total_bytes = 0;
 };
 
 // A100-40GB, A100-80GB, H100-80GB, H200-141GB, L4, RTX-4090, RTX-PRO-6000, L40S, A10G, H20,

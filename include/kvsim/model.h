@@ -85,6 +85,29 @@ struct StateDims {
   std::int64_t values_per_head = 0;       // temporal state values per row
 };
 
+// How a checkpoint's linear weights are quantised, from config.json's quantization_config
+// (what the start-up memory model in kvsim/weights.h needs beyond the bits per weight).
+enum class WeightQuantMethod {
+  awq,        // quant_method "awq": packed int4 qweight, fp16 scales and packed zeros per group
+  gptq,       // quant_method "gptq": packed qweight, fp16 scales, packed qzeros per group, g_idx
+  fp8,        // quant_method "fp8", or compressed-tensors float 8-bit: fp8 weights, fp32 scales
+  int8,       // compressed-tensors int 8-bit (w8a8): int8 weights, fp32 per-channel scales
+  other,      // a method kvsim reads only the bits of (bitsandbytes, ...): params x bits
+};
+
+struct WeightQuantization {
+  WeightQuantMethod method = WeightQuantMethod::other;
+  std::string method_name;            // as the config spells it: "awq", "compressed-tensors"
+  std::int64_t bits = 0;              // bits per quantised weight
+  std::int64_t group_size = 0;        // input values sharing a scale; 0: one scale per output
+                                      // channel (GPTQ group_size -1, w8a8 "channel")
+  bool per_tensor_scale = false;      // fp8/int8 "tensor" strategy: one scale per matrix
+  std::int64_t block_rows = 0;        // fp8 weight_block_size [rows, cols]; 0 when not blocked
+  std::int64_t block_cols = 0;
+  bool lm_head_quantized = false;     // GPTQ "lm_head": true; everywhere else the head stays
+  std::vector<std::string> not_converted;  // modules_to_not_convert / ignore (names or patterns)
+};
+
 // An architecture as published. Field names follow Hugging Face's config.json.
 struct ModelSpec {
   std::string name;    // preset name ("llama-3.1-8b") or the config file's path
@@ -119,6 +142,10 @@ struct ModelSpec {
   // Empty when parameter_count is published; else how it was counted (an OPT config's
   // layout, which the Llama-shaped estimate does not fit).
   std::string parameter_count_source;
+  // The quantisation scheme in full when the config names one kvsim sizes tensor by tensor
+  // (kvsim/weights.h). Last, so that presets written positionally stay as they are.
+  std::optional<WeightQuantization> quantization = std::nullopt;
+  bool attention_bias = false;           // q/k/v projections carry biases (Qwen2: qkv_bias)
 };
 
 enum class MlaForm {

@@ -49,6 +49,13 @@ inline constexpr char kOptSpeculative[] = "--speculative";                  // k
 inline constexpr char kOptOffloadFraction[] = "--offload-fraction";         // kvsim size
 inline constexpr char kOptLinkBandwidth[] = "--link-bandwidth";             // kvsim size
 inline constexpr char kOptCheck[] = "--check";                              // kvsim size
+// The serving engine's start-up budget (kvsim size; EngineSettings in kvsim/startup_memory.h).
+inline constexpr char kOptEngine[] = "--engine";
+inline constexpr char kOptMaxNumSeqs[] = "--max-num-seqs";
+inline constexpr char kOptEnforceEager[] = "--enforce-eager";
+inline constexpr char kOptFlashinferSampler[] = "--flashinfer-sampler";
+inline constexpr char kOptMemFractionStatic[] = "--mem-fraction-static";          // SGLang's name
+inline constexpr char kOptFreeGpuMemoryFraction[] = "--free-gpu-memory-fraction";  // TensorRT-LLM's name
 
 // Replay: allocators, schedule and serving under a budget.
 inline constexpr char kOptAllocator[] = "--allocator";

@@ -18,6 +18,7 @@
 #include "kvsim/size_cases.h"
 #include "kvsim/speculative.h"
 #include "kvsim/stage_weights.h"
+#include "kvsim/startup_memory.h"
 
 namespace kvsim {
 
@@ -34,6 +35,9 @@ struct SizeQuery {
   std::int64_t link_bytes_per_second = 0;  // the host link's bandwidth, for the offload's transfer time
   std::string link_source;               // where that bandwidth comes from ("--link-bandwidth", "assumed: ...")
   std::vector<CheckCase> checks;         // --check: the seed's three validation cases (needs a budget)
+  // With a budget from a device: the engine's start-up rules (kvsim/startup_memory.h) instead
+  // of the flat reserve. Its max_model_len, when set, is the T of vLLM's concurrency line.
+  std::optional<EngineSettings> startup;
 };
 
 // B sequences of T tokens.
@@ -94,6 +98,7 @@ struct SizeSheet {
   std::int64_t static_reserved_bytes = 0;
   // The rest only with a budget.
   std::optional<Budget> budget;
+  std::optional<StartupMemory> startup;  // set when SizeQuery::startup was
   PagedOptions paging;
   std::vector<StagePool> stage_pools;    // per stage
   // Under pipeline parallelism with a derived budget: each stage's weights and KV budget

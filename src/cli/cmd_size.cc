@@ -15,7 +15,9 @@
 #include "kvsim/output_file.h"
 #include "kvsim/parse.h"
 #include "kvsim/units.h"
+#include "kvsim/option_names.h"
 #include "kvsim/size_sheet.h"
+#include "kvsim/startup_memory.h"
 #include "model_options.h"
 #include "size_output.h"
 
@@ -29,15 +31,18 @@ const CommandSpec kSpec{
     "--seqs B --tokens T the bytes per sequence and for B sequences (sliding-window groups keep\n"
     "at most W positions); for a budget (--device, or --kv-budget) each term of the subtraction\n"
     "device total x utilisation - weights - reserve, how many blocks and tokens fit, and vLLM's\n"
-    "\"Maximum concurrency for T tokens per request\". Bytes are exact integers; GiB is 2^30\n"
-    "bytes, GB 10^9. The rules and their sources are in docs/size.md.",
+    "\"Maximum concurrency for T tokens per request\". With --engine (vllm, vllm-v0, vllm-v0.6.4,\n"
+    "sglang, trtllm) the budget is the engine's own start-up rule instead: weights tensor by\n"
+    "tensor, the profile run's activation peak, non-torch memory. Bytes are exact integers; GiB is\n"
+    "2^30 bytes, GB 10^9. The rules and their sources are in docs/size.md.",
     "  kvsim size --model seed-example --dtype fp16 --seqs 6 --tokens 4096\n"
     "  kvsim size --model llama-3.1-8b --tokens 8192,32768 --device H100-80GB\n"
     "  kvsim size --model gemma-3-27b --tokens 32768 --device H100-80GB --json\n"
     "  kvsim size --model deepseek-v3 --mla-form decompressed --tokens 4096\n"
     "  kvsim size --config config.json --dtype fp8 --tp 8 --device H200-141GB\n"
     "  kvsim size --model seed-example --dtype fp16 --prompt 3072 --max-tokens 1024 --n 4\n"
-    "  kvsim size --model llama-3.1-8b --seqs 8 --tokens 1000,3000 --static-cache 8192"};
+    "  kvsim size --model llama-3.1-8b --seqs 8 --tokens 1000,3000 --static-cache 8192\n"
+    "  kvsim size --config config.json --device-memory 85017755648 --engine vllm --max-model-len 32768"};
 
 po::options_description size_options() {
   po::options_description workload_opts("Workload and paging");
@@ -71,6 +76,17 @@ po::options_description size_options() {
       (option_key(kOptCheck), po::value<std::string>(),
        "the seed guide's three validation cases against the budget: usual=T,long=T,concurrency=N (N sequences of "
        "the usual T); says which fit and what is measured or assumed");
+  po::options_description engine_opts(
+      "Engine start-up (with --device or --device-memory: the engine's own start-up budget instead of --reserve)");
+  engine_opts.add_options()
+      (option_key(kOptEngine), po::value<std::string>(), "vllm (default; the v1 engine), vllm-v0 (V0, 0.6.5 to 0.10), vllm-v0.6.4 (V0, 0.6.4 and earlier), sglang or trtllm: whose start-up rule sizes the KV budget")
+      (option_key(kOptMaxNumSeqs), po::value<std::string>(), "vLLM's max_num_seqs: requests the sampler is profiled for (default 256)")
+      (option_key(kOptMaxModelLen), po::value<std::string>(),
+       "the engine's max_model_len: T of the concurrency line (default max_position_embeddings)")
+      (option_key(kOptEnforceEager), "vLLM's enforce_eager: no CUDA graphs")
+      (option_key(kOptFlashinferSampler), "vLLM samples with FlashInfer (installed, VLLM_USE_FLASHINFER_SAMPLER not 0)")
+      (option_key(kOptMemFractionStatic), po::value<std::string>(), "SGLang's mem_fraction_static (default by --tp: 0.88 .. 0.79)")
+      (option_key(kOptFreeGpuMemoryFraction), po::value<std::string>(), "TensorRT-LLM's free_gpu_memory_fraction (default 0.9)");
   po::options_description output_opts("Output");
   output_opts.add_options()("json", "print the sheet as JSON (integers as JSON integers)");
   po::options_description options;
@@ -80,6 +96,7 @@ po::options_description size_options() {
       .add(request_opts)
       .add(offload_opts)
       .add(budget_options())
+      .add(engine_opts)
       .add(output_opts);
   return options;
 }
@@ -138,6 +155,48 @@ std::vector<CheckCase> check_cases(const std::string& text) {
   return {{"usual input", 1, *usual}, {"long input", 1, *long_context}, {"maximum concurrency", *concurrency, *usual}};
 }
 
+// The engine start-up options, or nothing when none is given. Each engine's memory fraction
+// goes under its own name; the block size defaults to the engine's (vLLM 16, SGLang's page of
+// 1 token, TensorRT-LLM's tokens_per_block 32) unless --block-size says.
+std::optional<EngineSettings> engine_settings(const po::variables_map& vm, PagedOptions& paging) {
+  const char* flags[] = {kOptEngine,          kOptMaxNumSeqs,        kOptEnforceEager,         kOptMaxModelLen,
+                         kOptMemFractionStatic, kOptFreeGpuMemoryFraction, kOptFlashinferSampler};
+  bool any = false;
+  for (const char* f : flags) any = any || vm.count(option_key(f)) != 0;
+  if (!any) return std::nullopt;
+  EngineSettings e;
+  if (const auto name = option_text(vm, option_key(kOptEngine))) e.engine = parse_serving_engine(*name, kOptEngine);
+  // The fraction under the engine's own name; another engine's name is a mistake.
+  const char* own = e.engine == ServingEngine::vllm || is_vllm_v0(e.engine) ? kOptGpuMemoryUtilization
+                    : e.engine == ServingEngine::sglang ? kOptMemFractionStatic
+                                                        : kOptFreeGpuMemoryFraction;
+  for (const char* f : {kOptGpuMemoryUtilization, kOptMemFractionStatic, kOptFreeGpuMemoryFraction}) {
+    const auto text = option_text(vm, option_key(f));
+    if (!text) continue;
+    if (std::string(f) != own) {
+      throw InputError(Location{"", 0, f}, std::string("is not ") + std::string(serving_engine_name(e.engine)) +
+                                               "'s setting: its memory fraction is " + own);
+    }
+    e.memory_fraction_ppb = parse_gpu_memory_utilization(*text, f);
+  }
+  if (const auto n = option_text(vm, option_key(kOptMaxNumSeqs))) e.max_num_seqs = positive_integer(*n, kOptMaxNumSeqs);
+  if (const auto n = option_text(vm, option_key(kOptMaxModelLen))) e.max_model_len = positive_integer(*n, kOptMaxModelLen);
+  e.enforce_eager = vm.count(option_key(kOptEnforceEager)) != 0;
+  e.flashinfer_sampler = vm.count(option_key(kOptFlashinferSampler)) != 0;
+  if (e.flashinfer_sampler && e.engine != ServingEngine::vllm) {
+    throw InputError(Location{"", 0, kOptFlashinferSampler}, "describes vLLM's v1 sampler: it needs --engine vllm");
+  }
+  // vllm-v0 without the option runs max(max_model_len, 2048) tokens (startup_memory.h).
+  if (option_text(vm, option_key(kOptMaxNumBatchedTokens)) || !is_vllm_v0(e.engine)) {
+    e.max_num_batched_tokens = paging.max_num_batched_tokens;
+  }
+  if (!option_text(vm, option_key(kOptBlockSize))) {
+    if (e.engine == ServingEngine::sglang) paging.block_tokens = 1;
+    if (e.engine == ServingEngine::trtllm) paging.block_tokens = 32;
+  }
+  return e;
+}
+
 // The workload, paging and budget options, checked in the order the user reads about them.
 SizeQuery size_query(const po::variables_map& vm, const ModelSpec& model) {
   SizeQuery q;
@@ -182,7 +241,29 @@ SizeQuery size_query(const po::variables_map& vm, const ModelSpec& model) {
   }
   // Here nothing else uses the device or the weights (replay's cost model does).
   reject_beside_kv_budget(vm, {"device", "params", "weight-dtype", "weights-bytes"});
+  q.startup = engine_settings(vm, q.paging);
+  if (q.startup) {
+    reject_beside_kv_budget(vm, {option_key(kOptEngine), option_key(kOptMaxNumSeqs), option_key(kOptEnforceEager),
+                                 option_key(kOptMaxModelLen), option_key(kOptMemFractionStatic),
+                                 option_key(kOptFreeGpuMemoryFraction), option_key(kOptFlashinferSampler)});
+    if (!option_text(vm, option_key(kOptDevice)) && !option_text(vm, option_key(kOptDeviceMemory))) {
+      throw InputError(Location{"", 0, kOptEngine}, std::string("the engine's start-up budget needs a device: give ") +
+                                                        kOptDevice + " or " + kOptDeviceMemory);
+    }
+    for (const char* flag : {kOptReserve, kOptParams}) {
+      if (option_text(vm, option_key(flag))) {
+        throw InputError(Location{"", 0, flag},
+                         std::string("has no effect with the engine's start-up budget (") + kOptEngine +
+                             " and its settings), which counts activations and weights itself: give one or the "
+                             "other (" + kOptWeightsBytes + " replaces the weights)");
+      }
+    }
+  }
   q.budget = resolve_budget(vm);
+  if (q.startup && q.budget) {
+    if (q.budget->weights_bytes) q.startup->weights_bytes = q.budget->weights_bytes;
+    if (q.budget->weight_bits > 0) q.startup->weights.override_bits = q.budget->weight_bits;
+  }
   return q;
 }
 

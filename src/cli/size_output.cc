@@ -31,6 +31,11 @@ std::string human(std::int64_t bytes, std::int64_t unit, const char* name) {
 std::string gib(std::int64_t bytes) { return human(bytes, kBytesPerGiB, "GiB"); }
 std::string gb(std::int64_t bytes) { return human(bytes, kBytesPerGB, "GB"); }
 
+// An exact decimal such as format_ratio() prints, as a JSON number (issue 14: no numbers as
+// strings). The text is parsed as JSON, so the number printed is the decimal's shortest
+// round-trip form, the same on every platform.
+Json decimal_number(const std::string& text) { return Json::parse(text); }
+
 std::string dims(std::int64_t d) { return d == 0 ? "-" : std::to_string(d); }
 
 // ---- text sheet ---------------------------------------------------------------------------
@@ -306,7 +311,8 @@ std::string budget_table(const Budget& budget) {
 
 // Under pipeline parallelism: each stage's weights and KV budget, and its pool.
 std::string stage_weights_lines(const SizeSheet& s) {
-  if (s.kv.pipeline_parallel <= 1 || !s.budget || s.budget->direct) return "";
+  // (The start-up model shows its own stages' weights.)
+  if (s.kv.pipeline_parallel <= 1 || !s.budget || s.budget->direct || s.startup) return "";
   if (s.stage_weights.empty()) return fmt::format("  note: {}\n", s.stage_weights_note);
   std::string text = "\nWeights per pipeline stage (embeddings on the first, final norm and LM head on the last; "
                      "layers as get_pp_indices splits them, taken as equal in size)\n";
@@ -323,6 +329,32 @@ std::string stage_weights_lines(const SizeSheet& s) {
          fmt::format("  each stage's pool uses its own KV budget (not the even split above); vLLM then shrinks every "
                      "stage to the smallest, {} blocks\n",
                      with_commas(s.stage_pools.front().pool.num_blocks));
+}
+
+// The engine's start-up terms on the binding stage, then its weights tensor group by group.
+std::string startup_table(const StartupMemory& m) {
+  const StartupStage& st = m.stages[m.binding_stage];
+  std::string text = fmt::format("\nKV budget per device at {} start-up{}\n", serving_engine_name(m.engine),
+                                 m.stages.size() > 1 ? fmt::format(" (stage {} binds)", st.stage) : "");
+  SheetTable t({"term", "bytes", "GiB", "rule", "source"}, {A::left, A::right, A::right, A::left, A::left});
+  for (const StartupTerm& term : st.terms) {
+    const bool shown = term.bytes != 0 || term.name.rfind("= ", 0) == 0 || term.name.rfind("- ", 0) == 0;
+    t.add({term.name, shown ? with_commas(term.bytes) : "", shown ? gib(term.bytes) : "", term.rule, term.source});
+  }
+  text += t.render();
+  text += "\nWeights on one device of that stage\n";
+  SheetTable w({"tensors", "parameters", "bytes", "GiB", "stored as"}, {A::left, A::right, A::right, A::right, A::left});
+  for (const WeightGroup& g : st.weights.groups) {
+    w.add({g.name, g.parameters > 0 ? with_commas(g.parameters) : "", with_commas(g.bytes), gib(g.bytes), g.rule});
+  }
+  w.add({"total", "", with_commas(st.weights.bytes), gib(st.weights.bytes), ""});
+  return text + w.render();
+}
+
+// Whether --seqs sequences of c.tokens each fit the pool at once (the product is wide: it
+// never wraps).
+bool seqs_fit(const SizeSheet& s, const Concurrency& c) {
+  return Wide{s.seqs} * c.blocks_per_request <= c.num_blocks;
 }
 
 // The binding stage's paged pool and vLLM's concurrency line at each T.
@@ -345,8 +377,21 @@ std::string paged_lines(const SizeSheet& s) {
     text += fmt::format("  Maximum concurrency for {} tokens per request: {}x ({} / {} blocks{}{})\n",
                         with_commas(c.tokens), format_ratio(c.num_blocks, c.blocks_per_request, 2),
                         with_commas(c.num_blocks), with_commas(c.blocks_per_request),
-                        s.sequences.empty() ? "; T = max_position_embeddings" : "",
+                        !s.sequences.empty() ? ""
+                        : s.startup && s.startup->settings.max_model_len > 0 ? "; T = max_model_len"
+                                                                            : "; T = max_position_embeddings",
                         s.stages.size() > 1 ? fmt::format("; stage {}", c.stage) : "");
+    if (!s.sequences.empty() && s.seqs > 1) {
+      const std::int64_t most = c.blocks_per_request > 0 ? c.num_blocks / c.blocks_per_request : 0;
+      text += seqs_fit(s, c)
+                  ? fmt::format("  --seqs {} of {} tokens: fits ({} of {} blocks)\n", with_commas(s.seqs),
+                                with_commas(c.tokens), with_commas(s.seqs * c.blocks_per_request),
+                                with_commas(c.num_blocks))
+                  : fmt::format("  --seqs {} of {} tokens: does NOT fit: they need {} x {} blocks and the pool has {}; "
+                                "at most {} such sequences fit\n",
+                                with_commas(s.seqs), with_commas(c.tokens), with_commas(s.seqs),
+                                with_commas(c.blocks_per_request), with_commas(c.num_blocks), with_commas(most));
+    }
     if (c.num_blocks < c.blocks_per_request) {
       text += fmt::format("  note: less than one request of {} tokens fits; vLLM refuses to start with "
                           "max_model_len {} on this budget\n",
@@ -403,8 +448,8 @@ Json sequence_row_json(const SequenceBytes& r, bool state) {
   Json row = {{"tokens", r.tokens},
               {"bytes_per_sequence", r.bytes_per_sequence},
               {"bytes", r.bytes},
-              {"gib", format_ratio(r.bytes, kBytesPerGiB, 2)},
-              {"gb", format_ratio(r.bytes, kBytesPerGB, 2)},
+              {"gib", decimal_number(format_ratio(r.bytes, kBytesPerGiB, 2))},
+              {"gb", decimal_number(format_ratio(r.bytes, kBytesPerGB, 2))},
               {"bytes_all_devices", r.bytes_all_devices}};
   if (state) row["state_bytes"] = r.state_bytes;
   return row;
@@ -450,7 +495,7 @@ Json budget_json(const Budget& budget) {
           {"device", budget.device},
           {"device_total_bytes", budget.device_total_bytes},
           {"device_total_source", budget.device_total_source},
-          {"gpu_memory_utilization", format_ppb(budget.gpu_memory_utilization_ppb)},
+          {"gpu_memory_utilization", decimal_number(format_ppb(budget.gpu_memory_utilization_ppb))},
           {"usable_bytes", budget.usable_bytes},
           {"parameter_count", budget.parameter_count},
           {"parameter_source", budget.parameter_source},
@@ -471,7 +516,13 @@ Json paged_json(const SizeSheet& s) {
                     {"stage", c.stage},
                     {"num_blocks", c.num_blocks},
                     {"blocks_per_request", c.blocks_per_request},
-                    {"max_concurrency", format_ratio(c.num_blocks, c.blocks_per_request, 2)}});
+                    {"max_concurrency", decimal_number(format_ratio(c.num_blocks, c.blocks_per_request, 2))}});
+    if (!s.sequences.empty()) {
+      // --seqs B at this T: B x blocks per request must fit the pool.
+      conc.back()["seqs"] = s.seqs;
+      conc.back()["seqs_fit"] = seqs_fit(s, c);
+      conc.back()["max_seqs"] = c.blocks_per_request > 0 ? c.num_blocks / c.blocks_per_request : 0;
+    }
   }
   return {{"block_tokens", s.paging.block_tokens},
           {"max_num_batched_tokens", s.paging.max_num_batched_tokens},
@@ -486,6 +537,41 @@ Json paged_json(const SizeSheet& s) {
           {"concurrency", conc}};
 }
 
+Json startup_json(const StartupMemory& m) {
+  Json stages = Json::array();
+  for (const StartupStage& st : m.stages) {
+    Json groups = Json::array();
+    for (const WeightGroup& g : st.weights.groups) {
+      groups.push_back({{"name", g.name}, {"parameters", g.parameters}, {"bytes", g.bytes}, {"rule", g.rule}});
+    }
+    Json terms = Json::array();
+    for (const StartupTerm& t : st.terms) {
+      terms.push_back({{"name", t.name}, {"bytes", t.bytes}, {"rule", t.rule}, {"source", t.source}});
+    }
+    stages.push_back({{"stage", st.stage},
+                      {"weights_bytes", st.weights.bytes},
+                      {"weights", groups},
+                      {"forward_peak_bytes", st.forward_peak_bytes},
+                      {"sampler_peak_bytes", st.sampler_peak_bytes},
+                      {"activation_peak_bytes", st.activation_peak_bytes},
+                      {"non_torch_bytes", st.non_torch_bytes},
+                      {"kv_budget_bytes", st.kv_budget_bytes},
+                      {"terms", terms}});
+  }
+  return {{"engine", std::string(serving_engine_name(m.engine))},
+          {"device_total_bytes", m.device_total_bytes},
+          {"device_total_source", m.device_total_source},
+          {"memory_fraction", decimal_number(format_ppb(m.memory_fraction_ppb))},
+          {"max_num_batched_tokens", m.settings.max_num_batched_tokens},
+          {"max_num_seqs", m.settings.max_num_seqs},
+          {"max_model_len", m.max_model_len},
+          {"enforce_eager", m.settings.enforce_eager},
+          {"cuda_graphs", m.cuda_graphs},
+          {"binding_stage", m.binding_stage},
+          {"kv_budget_bytes", m.kv_budget_bytes},
+          {"stages", stages}};
+}
+
 }  // namespace
 
 std::string size_table(const SizeSheet& sheet, const std::string& dtype_reason) {
@@ -496,7 +582,7 @@ std::string size_table(const SizeSheet& sheet, const std::string& dtype_reason) 
   text += request_lines(sheet);
   text += static_cache_lines(sheet);
   if (sheet.budget) {
-    text += budget_table(*sheet.budget);
+    text += sheet.startup ? startup_table(*sheet.startup) : budget_table(*sheet.budget);
     text += stage_weights_lines(sheet);
     text += paged_lines(sheet);
   }
@@ -527,7 +613,7 @@ std::string size_json(const SizeSheet& sheet, const std::string& dtype_reason) {
       rows.push_back({{"tokens", sheet.sequences[i].tokens}, {"device_bytes", o.device_bytes},
                       {"host_bytes", o.host_bytes}, {"transfer_ns_per_step", o.transfer_ns}});
     }
-    out["offload"] = {{"host_share", format_ppb(sheet.offload_ppb)},
+    out["offload"] = {{"host_share", decimal_number(format_ppb(sheet.offload_ppb))},
                       {"link_bytes_per_second", sheet.link_bytes_per_second},
                       {"link_source", sheet.link_source},
                       {"rows", rows}};
@@ -568,6 +654,14 @@ std::string size_json(const SizeSheet& sheet, const std::string& dtype_reason) {
   if (sheet.budget) {
     out["budget"] = budget_json(*sheet.budget);
     out["paged"] = paged_json(sheet);
+    if (sheet.startup) out["startup"] = startup_json(*sheet.startup);
+    // vLLM's two start-up figures, as numbers: "GPU KV cache size: N tokens" and "Maximum
+    // concurrency for T tokens per request" at the first T.
+    out["kv_cache_tokens"] = sheet.stage_pools[sheet.binding_stage].pool.kv_cache_tokens;
+    if (!sheet.concurrency.empty()) {
+      const Concurrency& c = sheet.concurrency.front();
+      out["max_concurrency"] = decimal_number(format_ratio(c.num_blocks, c.blocks_per_request, 2));
+    }
   }
   return out.dump(2) + "\n";
 }

@@ -1,0 +1,342 @@
+// The engines' start-up memory rules (see kvsim/startup_memory.h and docs/size.md).
+#include "kvsim/startup_memory.h"
+
+#include <algorithm>
+#include <cctype>
+#include <string>
+
+#include "kvsim/error.h"
+#include "kvsim/option_names.h"
+#include "kvsim/units.h"
+
+namespace kvsim {
+namespace {
+
+__extension__ typedef __int128 Wide;
+
+constexpr std::int64_t kMiB = std::int64_t{1} << 20;
+
+// vLLM's fused MoE kernel works through the batch in chunks of VLLM_FUSED_MOE_CHUNK_SIZE
+// tokens (vllm/envs.py, default 32768), so its intermediate caches stop growing there.
+constexpr std::int64_t kFusedMoeChunkTokens = 32768;
+
+// Non-torch memory a profile run adds (vLLM's non_torch_increase). No closed form in vLLM's
+// code: CUDA loads kernel modules lazily (CUDA_MODULE_LOADING=LAZY) and libraries allocate
+// outside torch's allocator. Assumption: 100 MiB on one device, the order vLLM 0.7 logs show
+// at tensor parallelism 1 (0.05-0.11 GiB, docs/size.md); with tensor parallelism, NCCL's
+// buffers in addition: NCCL_BUFFSIZE (4 MiB, NCCL's documented default) for each of the two
+// directions of its up to 32 channels (NCCL_MAX_NCHANNELS), 256 MiB.
+constexpr std::int64_t kNonTorchBytes = 100 * kMiB;
+constexpr std::int64_t kNcclBufferBytes = 4 * kMiB * 2 * 32;
+// vLLM 0.6.4 and earlier subtracted all non-torch memory, the CUDA context included.
+// Assumption: 384 MiB, the context measured on an RTX 4090 in vllm-project/vllm#12059 (about
+// 520 MiB on an H100 there: it grows with the device).
+constexpr std::int64_t kCudaContextBytes = 384 * kMiB;
+
+std::int64_t mul(std::int64_t a, std::int64_t b) { return checked_mul(a, b, "start-up bytes"); }
+std::int64_t add(std::int64_t a, std::int64_t b) { return checked_add(a, b, "start-up bytes"); }
+
+std::string lower(std::string_view text) {
+  std::string out(text);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+std::string fraction_name(ServingEngine e) {
+  switch (e) {
+    case ServingEngine::vllm:
+    case ServingEngine::vllm_v0:
+    case ServingEngine::vllm_v0_legacy: return "gpu_memory_utilization";
+    case ServingEngine::sglang: return "mem_fraction_static";
+    case ServingEngine::trtllm: return "free_gpu_memory_fraction";
+  }
+  return "";
+}
+
+std::int64_t apply_ppb(std::int64_t bytes, std::int64_t ppb) {
+  return static_cast<std::int64_t>(Wide{bytes} * ppb / kPartsPerBillion);
+}
+
+}  // namespace
+
+std::string_view serving_engine_name(ServingEngine engine) {
+  switch (engine) {
+    case ServingEngine::vllm: return "vllm";
+    case ServingEngine::vllm_v0: return "vllm-v0";
+    case ServingEngine::vllm_v0_legacy: return "vllm-v0.6.4";
+    case ServingEngine::sglang: return "sglang";
+    case ServingEngine::trtllm: return "trtllm";
+  }
+  return "";
+}
+
+ServingEngine parse_serving_engine(std::string_view text, std::string_view field) {
+  const std::string key = lower(text);
+  for (ServingEngine e : {ServingEngine::vllm, ServingEngine::vllm_v0, ServingEngine::vllm_v0_legacy,
+                          ServingEngine::sglang, ServingEngine::trtllm}) {
+    if (key == serving_engine_name(e)) return e;
+  }
+  throw InputError(Location{"", 0, std::string(field)},
+                   "expected vllm, vllm-v0, vllm-v0.6.4, sglang or trtllm, got \"" + std::string(text) + "\"");
+}
+
+std::int64_t engine_device_total(const BudgetOptions& budget, std::string& source) {
+  if (budget.device_memory_bytes > 0) {
+    source = kOptDeviceMemory;
+    return budget.device_memory_bytes;
+  }
+  if (budget.device.empty()) {
+    throw InputError(Location{"", 0, kOptDevice},
+                     std::string("the start-up budget needs a device: give ") + kOptDevice + " or " + kOptDeviceMemory);
+  }
+  const DevicePreset& d = find_device_preset(budget.device);
+  if (d.cuda_total_bytes > 0) {
+    source = std::string(d.name) + " preset (CUDA's total, torch.cuda.mem_get_info()[1])";
+    return d.cuda_total_bytes;
+  }
+  source = std::string(d.name) + " preset (nvidia-smi memory.total: no CUDA total documented for it; pass " +
+           kOptDeviceMemory + ")";
+  return d.total_bytes;
+}
+
+std::int64_t default_memory_fraction_ppb(ServingEngine engine, std::int64_t tp) {
+  switch (engine) {
+    case ServingEngine::vllm:
+    case ServingEngine::vllm_v0:
+    case ServingEngine::vllm_v0_legacy: return kDefaultGpuMemoryUtilizationPpb;  // CacheConfig.gpu_memory_utilization
+    case ServingEngine::sglang:
+      // python/sglang/srt/server_args.py (v0.4): mem_fraction_static by tp_size.
+      if (tp >= 16) return 790'000'000;
+      if (tp >= 8) return 810'000'000;
+      if (tp >= 4) return 850'000'000;
+      if (tp >= 2) return 870'000'000;
+      return 880'000'000;
+    case ServingEngine::trtllm: return 900'000'000;  // KvCacheConfig.free_gpu_memory_fraction
+  }
+  return kDefaultGpuMemoryUtilizationPpb;
+}
+
+std::int64_t vllm_cuda_graph_sizes(ServingEngine engine, std::int64_t max_num_seqs) {
+  // v1 (vllm/config/compilation.py, as vLLM 0.11 logs its cudagraph_capture_sizes): 1, 2, 4
+  // and every multiple of 8 up to min(2 x max_num_seqs, 512); V0 (vllm/worker/model_runner.py
+  // _BATCH_SIZES_TO_CAPTURE): 1, 2, 4 and every multiple of 8 up to min(max_num_seqs, 256).
+  const std::int64_t largest = is_vllm_v0(engine) ? std::min<std::int64_t>(max_num_seqs, 256)
+                                                                : std::min<std::int64_t>(2 * max_num_seqs, 512);
+  std::int64_t count = 0;
+  for (std::int64_t s : {1, 2, 4}) count += s <= largest ? 1 : 0;
+  return count + largest / 8;
+}
+
+// vLLM's sampler on the profile run's dummy requests (temperature 0.5, top_p, top_k vocab - 1,
+// so top-k/top-p runs) holds at its peak, per logit of the last stage:
+// v1, PyTorch-native top-k/top-p (vllm/v1/worker/gpu_model_runner.py _dummy_sampler_run,
+//   vllm/v1/sample/sampler.py, vllm/v1/sample/ops/topk_topp_sampler.py apply_top_k_top_p):
+//   the logits in the model dtype (compute_logits), their float32 copy, the sorted values
+//   (float32) and their indices (int64), the softmax of the sorted values (float32, the
+//   cumulative sum written in place), the top-p mask (bool) and the scattered result
+//   (float32), alive together at the scatter:                       dtype + 4+4+8+4+1+4 = dtype + 25
+// v1 with FlashInfer: the logits, their float32 copy, the top-k masked logits and the
+//   probabilities flashinfer samples from (float32 each):            dtype + 12
+// V0 (vllm/model_executor/layers/sampler.py; dummy requests with top_p 0.99, top_k vocab - 1):
+//   the logits and their float32 copy, the sort (float32 + int64), the sorted softmax and the
+//   scattered result, then the probabilities, the logprobs and the exponential noise of
+//   _multinomial (float32 each):                                    dtype + 36
+std::int64_t sampler_bytes_per_logit(ServingEngine engine, bool flashinfer, std::int64_t dtype_bytes) {
+  if (is_vllm_v0(engine)) return dtype_bytes + 36;
+  return dtype_bytes + (flashinfer ? 12 : 25);
+}
+
+// The activations one device holds at the peak of a forward pass of `tokens` tokens, in the
+// model's dtype, per token: the residual stream, the layer's normalised input and its output
+// (3 x hidden) plus the larger of
+//   attention: q, k, v (heads on this device) and the attention output;
+//   dense MLP: gate_up (2 x intermediate / tp) and the activated half (intermediate / tp),
+//     alive together in vLLM's MergedColumnParallelLinear -> SiluAndMul;
+//   MoE: router logits (experts) and, for at most 32768 tokens at a time, fused_moe's
+//     caches top_k x (max(2 x expert_intermediate / tp, hidden) + expert_intermediate / tp)
+//     (vllm/model_executor/layers/fused_moe/fused_moe.py: cache13 shared by caches 1 and 3,
+//     cache2), plus the shared experts' MLP and the top-k weights and ids (8 bytes each).
+std::int64_t forward_peak_bytes(const ModelSpec& m, const KvOptions& kv, std::int64_t tokens, std::int64_t b) {
+  const std::int64_t tp = kv.tensor_parallel;
+  const std::int64_t hidden = m.hidden_size;
+  std::int64_t attention = 0;
+  if (m.mla) {
+    const MlaDims& d = *m.mla;
+    const std::int64_t heads = m.num_attention_heads / tp;
+    const std::int64_t qk = d.qk_nope_head_dim + d.qk_rope_head_dim;
+    // q, the compressed latent, kv_b's output, the assembled k, and the attention output.
+    attention = heads * qk + d.kv_lora_rank + d.qk_rope_head_dim + heads * (d.qk_nope_head_dim + d.v_head_dim) +
+                heads * qk + heads * d.v_head_dim;
+  } else {
+    const std::int64_t q = m.num_attention_heads / tp * m.head_dim;
+    const std::int64_t kvh = kv_heads_per_device(m.num_key_value_heads, m.num_attention_heads, tp) * m.head_dim;
+    attention = q + 2 * kvh + q;
+  }
+  std::int64_t per_token = std::max<std::int64_t>(attention, m.intermediate_size > 0 && (!m.moe || m.moe->dense_layers > 0)
+                                                                 ? 3 * (m.intermediate_size / tp)
+                                                                 : 0);
+  std::int64_t bytes = 0;
+  if (m.moe) {
+    const MoeDims& e = *m.moe;
+    const std::int64_t inter = e.expert_intermediate_size / tp;
+    const std::int64_t top_k = e.experts_per_token > 0 ? e.experts_per_token : e.routed_experts;
+    const std::int64_t chunk = std::min(tokens, kFusedMoeChunkTokens);
+    const std::int64_t per_token_moe = e.routed_experts + 3 * e.shared_experts * inter;
+    const std::int64_t moe = add(mul(mul(tokens, add(3 * hidden, per_token_moe)), b),
+                                 add(mul(mul(mul(chunk, top_k), std::max(2 * inter, hidden) + inter), b),
+                                     mul(mul(tokens, top_k), 8)));
+    bytes = moe;
+  }
+  const std::int64_t dense = mul(mul(tokens, add(3 * hidden, per_token)), b);
+  return std::max(bytes, dense);
+}
+
+StartupMemory startup_memory(const ModelSpec& model, const KvOptions& kv, const EngineSettings& settings,
+                             const BudgetOptions& budget) {
+  StartupMemory s;
+  s.engine = settings.engine;
+  s.settings = settings;
+  s.device_total_bytes = engine_device_total(budget, s.device_total_source);
+  s.memory_fraction_ppb = settings.memory_fraction_ppb > 0 ? settings.memory_fraction_ppb
+                                                           : default_memory_fraction_ppb(settings.engine, kv.tensor_parallel);
+  if (s.memory_fraction_ppb <= 0 || s.memory_fraction_ppb > kPartsPerBillion) {
+    throw InputError(Location{"", 0, kOptGpuMemoryUtilization}, "expected a fraction in (0, 1]");
+  }
+  s.max_model_len = settings.max_model_len > 0 ? settings.max_model_len : model.max_position_embeddings;
+  if (settings.max_num_batched_tokens < 0 || settings.max_num_seqs <= 0) {
+    throw InputError(Location{"", 0, kOptMaxNumBatchedTokens}, "expected a positive number of tokens");
+  }
+  if (s.settings.max_num_batched_tokens == 0) {
+    // vllm/config.py SchedulerConfig: without chunked prefill (V0's default up to 32K
+    // tokens) one step must hold a whole prompt: max(max_model_len, 2048).
+    s.settings.max_num_batched_tokens = is_vllm_v0(settings.engine)
+                                            ? std::max(s.max_model_len, kVllmMinNumBatchedTokensUnchunked)
+                                            : kVllmMaxNumBatchedTokens;
+  }
+  const std::int64_t batch = s.settings.max_num_batched_tokens;
+  const bool vllm = settings.engine == ServingEngine::vllm || is_vllm_v0(settings.engine);
+  s.cuda_graphs = vllm && !settings.enforce_eager
+                      ? vllm_cuda_graph_sizes(settings.engine, settings.max_num_seqs)
+                      : 0;
+  const std::int64_t b = settings.weights.dtype_bytes;
+  std::vector<DeviceWeights> weights;
+  if (settings.weights_bytes) {
+    // Given as a total: spread evenly, as derive_budget does.
+    const std::int64_t devices = mul(kv.tensor_parallel, kv.pipeline_parallel);
+    for (std::int64_t st = 0; st < kv.pipeline_parallel; ++st) {
+      DeviceWeights d;
+      d.stage = st;
+      d.bytes = ceil_div(*settings.weights_bytes, devices);
+      d.groups.push_back({"all weights", 0, d.bytes, std::string(kOptWeightsBytes) + " / " + std::to_string(devices) + " devices"});
+      weights.push_back(d);
+    }
+  } else {
+    weights = device_weights(model, kv, settings.weights);
+  }
+  const std::string fname = fraction_name(settings.engine);
+  const std::int64_t usable = apply_ppb(s.device_total_bytes, s.memory_fraction_ppb);
+  const std::int64_t requests = std::min(settings.max_num_seqs, batch);
+  for (std::size_t i = 0; i < weights.size(); ++i) {
+    StartupStage st;
+    st.stage = static_cast<std::int64_t>(i);
+    st.weights = weights[i];
+    const bool last = i + 1 == weights.size();
+    st.terms.push_back({"device total", s.device_total_bytes, "", s.device_total_source});
+    switch (settings.engine) {
+      case ServingEngine::vllm:
+      case ServingEngine::vllm_v0:
+      case ServingEngine::vllm_v0_legacy: {
+        st.forward_peak_bytes = forward_peak_bytes(model, kv, batch, b);
+        if (last) {
+          // The last hidden states stay alive while the sampler runs.
+          st.sampler_peak_bytes =
+              add(mul(mul(batch, model.hidden_size), b),
+                  mul(mul(requests, padded_vocab(model.vocab_size)), sampler_bytes_per_logit(settings.engine, settings.flashinfer_sampler, b)));
+        }
+        st.activation_peak_bytes = std::max(st.forward_peak_bytes, st.sampler_peak_bytes);
+        const bool legacy = settings.engine == ServingEngine::vllm_v0_legacy;
+        st.non_torch_bytes = add(legacy ? kCudaContextBytes : kNonTorchBytes, kv.tensor_parallel > 1 ? kNcclBufferBytes : 0);
+        st.terms.push_back({"x " + fname + " " + format_ppb(s.memory_fraction_ppb), usable,
+                            "requested memory = total x utilisation",
+                            "vllm/v1/worker/gpu_worker.py (init_device: requested_memory)"});
+        st.terms.push_back({"- weights", st.weights.bytes, "tensor by tensor (see below)",
+                            "vllm/model_executor/model_loader; quantization/*.py create_weights"});
+        st.terms.push_back(
+            {"- activation peak", st.activation_peak_bytes,
+             "max(forward of " + std::to_string(batch) + " tokens: " +
+                 with_commas(st.forward_peak_bytes) + ", sampler for " + std::to_string(requests) + " requests: " +
+                 with_commas(st.sampler_peak_bytes) + ")",
+             settings.engine == ServingEngine::vllm
+                 ? "vllm/v1/worker/gpu_model_runner.py profile_run (_dummy_run, _dummy_sampler_run); "
+                   "torch_peak_increase in vllm/utils memory_profiling"
+                 : "vllm/worker/model_runner.py profile_run (max_num_seqs dummy sequences, sampled); "
+                   "torch_peak_increase in vllm/utils memory_profiling"});
+        st.terms.push_back({"- non-torch increase", st.non_torch_bytes,
+                            std::string(legacy ? "the CUDA context, 384 MiB" : "100 MiB") +
+                                (kv.tensor_parallel > 1 ? " + NCCL buffers 256 MiB" : ""),
+                            "assumption (no closed form in vLLM; docs/size.md)"});
+        st.kv_budget_bytes = usable - st.weights.bytes - st.activation_peak_bytes - st.non_torch_bytes;
+        st.terms.push_back({"  (CUDA graphs: " + std::to_string(s.cuda_graphs) + " sizes)", 0,
+                            s.cuda_graphs > 0 ? "captured after the KV cache is allocated: not subtracted"
+                                              : "enforce_eager: none",
+                            "vllm/v1/worker/gpu_worker.py compile_or_warm_up_model"});
+        break;
+      }
+      case ServingEngine::sglang: {
+        // rest = free after weights - total x (1 - mem_fraction_static) = total x f - weights
+        st.terms.push_back({"x " + fname + " " + format_ppb(s.memory_fraction_ppb), usable,
+                            "free memory before weights x mem_fraction_static",
+                            "python/sglang/srt/model_executor/model_runner.py profile_max_num_token"});
+        st.terms.push_back({"- weights", st.weights.bytes, "tensor by tensor (see below)",
+                            "the CUDA context (outside both) is not modelled"});
+        st.kv_budget_bytes = usable - st.weights.bytes;
+        break;
+      }
+      case ServingEngine::trtllm: {
+        st.forward_peak_bytes = forward_peak_bytes(model, kv, batch, b);
+        st.activation_peak_bytes = st.forward_peak_bytes;
+        st.terms.push_back({"- weights", st.weights.bytes, "tensor by tensor (see below)", ""});
+        st.terms.push_back({"- activation peak", st.activation_peak_bytes,
+                            "forward of " + std::to_string(batch) + " tokens (max_num_tokens)",
+                            "tensorrt_llm/_torch/pyexecutor/_util.py estimate_max_kv_cache_tokens"});
+        const std::int64_t free_after = s.device_total_bytes - st.weights.bytes - st.activation_peak_bytes;
+        st.kv_budget_bytes = free_after > 0 ? apply_ppb(free_after, s.memory_fraction_ppb) : free_after;
+        st.terms.push_back({"x " + fname + " " + format_ppb(s.memory_fraction_ppb) + " of what is free",
+                            st.kv_budget_bytes, "", "tensorrt_llm/llmapi KvCacheConfig.free_gpu_memory_fraction"});
+        break;
+      }
+    }
+    st.terms.push_back({"= KV budget", st.kv_budget_bytes, "", ""});
+    s.stages.push_back(std::move(st));
+  }
+  for (std::size_t i = 1; i < s.stages.size(); ++i) {
+    if (s.stages[i].kv_budget_bytes < s.stages[s.binding_stage].kv_budget_bytes) s.binding_stage = i;
+  }
+  s.kv_budget_bytes = s.stages[s.binding_stage].kv_budget_bytes;
+  return s;
+}
+
+Budget startup_budget(const StartupMemory& s) {
+  const StartupStage& st = s.stages[s.binding_stage];
+  Budget b;
+  b.device_total_bytes = s.device_total_bytes;
+  b.device_total_source = s.device_total_source;
+  b.gpu_memory_utilization_ppb = s.memory_fraction_ppb;
+  b.usable_bytes = apply_ppb(s.device_total_bytes, s.memory_fraction_ppb);
+  b.parameter_source = "tensor by tensor";
+  b.weights_bytes_per_device = st.weights.bytes;
+  b.reserve_bytes = st.activation_peak_bytes + st.non_torch_bytes;
+  b.kv_budget_bytes = st.kv_budget_bytes;
+  if (b.kv_budget_bytes <= 0) {
+    std::string terms;
+    for (const auto& t : st.terms) terms += "; " + t.name + " " + with_commas(t.bytes);
+    throw InputError(Location{"", 0, "KV budget"},
+                     "nothing is left for the KV cache at start-up (" + std::string(serving_engine_name(s.engine)) +
+                         ", stage " + std::to_string(st.stage) + terms + " bytes). Use more devices (" + kOptTp + ", " +
+                         kOptPp + "), a larger device, a higher " + fraction_name(s.engine) + ", or fewer " +
+                         kOptMaxNumBatchedTokens);
+  }
+  return b;
+}
+
+}  // namespace kvsim
