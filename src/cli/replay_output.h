@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "html_report.h"
 #include "kvsim/model.h"
 #include "kvsim/replay.h"
 
@@ -35,6 +36,11 @@ std::string replay_figures_help();
 void print_warnings(const ReplayContext& context, const std::vector<ReplayReport>& reports);
 // One header line and one row per allocator, flat columns named with their units.
 std::string replay_csv(const std::vector<ReplayReport>& reports);
+// --html: the page of html_report.h. `runs` holds each report's timeline points and
+// latencies, in report order (empty: none were collected, as with --replicas); the figures
+// come from the reports, the plain answers and the warnings atop the page.
+std::string replay_html(const ReplayContext& context, const std::vector<ReplayReport>& reports,
+                        std::vector<HtmlRun> runs);
 
 // --per-request: one row per request of the trace, in trace order within an allocator;
 // `allocator` is the first column, as in the timeline, so several runs share one file.
