@@ -350,3 +350,32 @@ TEST_CASE("html: kvsim report refuses what it cannot read, naming the file, the 
   CHECK(test::run_cli({"report", "--html", out}).exit_code == 2);
   CHECK(test::run_cli({"report", json}).exit_code == 2);
 }
+
+TEST_CASE("html: kvsim report draws validate's measured against simulated, one bar per figure at known widths") {
+  const auto dir = test::scratch_dir("html-validate");
+  // By hand: TTFT mean 1 -> 1.2 s (ratio 1.2), p50 1 -> 0.9 (0.9), p99 2 -> 3 (1.5); TPOT
+  // and end-to-end latency without samples (null: left out); makespan 10 -> 9 s (0.9). The
+  // axis tops at 2 (ticks of 0.5 up to 1.05 x 1.5 = 1.575, then one more), over 632 px:
+  // widths 1.2/2 x 632 = 379.2, 0.9 -> 284.4, 1.5 -> 474.0; the line at 1 is at x 388.
+  const std::string json = (dir / "v.json").string();
+  std::ofstream(json, std::ios::binary) << R"({"run": "runs/a", "model": "m",
+    "ttft": {"measured": {"count": 2, "mean_s": 1, "p50_s": 1, "p99_s": 2},
+             "simulated": {"count": 2, "mean_s": 1.2, "p50_s": 0.9, "p99_s": 3}},
+    "tpot": {"measured": {"count": 0, "mean_s": null, "p50_s": null, "p99_s": null},
+             "simulated": {"count": 2, "mean_s": 0.1, "p50_s": 0.1, "p99_s": 0.1}},
+    "latency": {"measured": {"count": 0, "mean_s": null, "p50_s": null, "p99_s": null},
+                "simulated": {"count": 0, "mean_s": null, "p50_s": null, "p99_s": null}},
+    "makespan_s": {"measured": 10, "simulated": 9}})";
+  const std::string out = (dir / "v.html").string();
+  REQUIRE(test::run_cli({"report", json, "--html", out}).exit_code == 0);
+  const std::string html = test::slurp(out);
+  CHECK(xml_problem(html).empty());
+  CHECK(count(html, "<svg class=\"chart\"") == 1);
+  CHECK(count(html, "<rect class=\"data p0\"") == 4);
+  CHECK(html.find("width=\"379.2\" height=\"18\"><title>TTFT mean, s: measured 1, simulated 1.2</title>") != std::string::npos);
+  CHECK(html.find("width=\"284.4\" height=\"18\"><title>TTFT p50, s: measured 1, simulated 0.9</title>") != std::string::npos);
+  CHECK(html.find("width=\"474.0\" height=\"18\"><title>TTFT p99, s: measured 2, simulated 3</title>") != std::string::npos);
+  CHECK(html.find("width=\"284.4\" height=\"18\"><title>makespan, s: measured 10, simulated 9</title>") != std::string::npos);
+  CHECK(html.find("<line class=\"capacity\" x1=\"388.0\"") != std::string::npos);
+  CHECK(html.find("TPOT") == std::string::npos);
+}
