@@ -207,6 +207,27 @@ TEST_CASE("html: reduction to pixel columns keeps each column's minimum and maxi
   CHECK((!e[1].empty && e[1].hi == 1));
 }
 
+TEST_CASE("html: timeline points beyond the limit merge in pairs, keeping the later state and the larger maximum") {
+  HtmlRun run;
+  // kMaxPoints + 1 points: point i at i ns, allocated i, its maximum i except a spike of
+  // 10^9 at point 6 (an even point, the first of its pair: merged into point 7).
+  for (std::size_t i = 0; i <= html::kMaxPoints; ++i) {
+    HtmlPoint p;
+    p.time_ns = static_cast<std::int64_t>(i);
+    p.allocated = static_cast<std::int64_t>(i);
+    p.allocated_max = i == 6 ? 1'000'000'000 : p.allocated;
+    add_point(run, p);
+  }
+  // 65,537 points -> 32,768 pairs and the odd last point: 32,769.
+  REQUIRE(run.timeline.size() == html::kMaxPoints / 2 + 1);
+  CHECK(run.timeline[0].time_ns == 1);
+  CHECK(run.timeline[3].time_ns == 7);
+  CHECK(run.timeline[3].allocated == 7);
+  CHECK(run.timeline[3].allocated_max == 1'000'000'000);
+  CHECK(run.timeline[4].allocated_max == 9);
+  CHECK(run.timeline.back().time_ns == static_cast<std::int64_t>(html::kMaxPoints));
+}
+
 TEST_CASE("html: CDFs are nearest-rank quantiles at fixed points") {
   const auto q = html::cdf_quantiles({10, 9, 8, 7, 6, 5, 4, 3, 2, 1});
   REQUIRE(q.size() == html::kCdfPoints);

@@ -490,7 +490,7 @@ std::vector<ReplayReport> run_all(ReplayPlan& plan, TimelineScratch& scratch,
               const std::string line = timeline_row(name, row);
               std::fwrite(line.data(), 1, line.size(), out);
             }
-            if (html != nullptr) html->timeline.push_back(html_point(row));
+            if (html != nullptr) add_point(*html, html_point(row));
           };
         }
         if (plan.per_request_path || html != nullptr) {

@@ -510,6 +510,19 @@ HtmlPoint html_point(const TimelineRow& row) {
   return p;
 }
 
+void add_point(HtmlRun& run, const HtmlPoint& point) {
+  run.timeline.push_back(point);
+  if (run.timeline.size() <= html::kMaxPoints) return;
+  std::vector<HtmlPoint>& t = run.timeline;
+  std::size_t out = 0;
+  for (std::size_t i = 0; i < t.size(); i += 2) {
+    HtmlPoint p = t[std::min(i + 1, t.size() - 1)];
+    p.allocated_max = std::max(p.allocated_max, t[i].allocated_max);
+    t[out++] = p;
+  }
+  t.resize(out);
+}
+
 void add_latencies(HtmlRun& run, const RequestRecord& r) {
   if (r.outcome != RequestRecord::Outcome::completed || r.first_token_ns < 0) return;
   run.ttft_ns.push_back(r.first_token_ns - r.arrival_ns);

@@ -74,6 +74,10 @@ struct HtmlPage {
 // The summary figures of a replay's report (no timeline, no latencies).
 HtmlRun html_run(const ReplayReport& report);
 HtmlPoint html_point(const TimelineRow& row);
+// Appends a timeline point to `run`, holding at most html::kMaxPoints: beyond, adjacent points
+// merge in pairs (the later state, the larger allocated maximum), as the timeline's default
+// does, so that even --sample-every step on a long trace keeps memory bounded and the peak.
+void add_point(HtmlRun& run, const HtmlPoint& point);
 // Adds a completed request's TTFT, TPOT (two or more output tokens) and end-to-end latency.
 void add_latencies(HtmlRun& run, const RequestRecord& record);
 
@@ -87,6 +91,7 @@ std::string render_html(const HtmlPage& page);
 namespace html {
 
 inline constexpr int kCdfPoints = 201;   // quantiles 0, 0.5%, ..., 100%
+inline constexpr std::size_t kMaxPoints = 1 << 16;
 
 // Text for HTML and XML: & < > " ' escaped.
 std::string escape(std::string_view text);
