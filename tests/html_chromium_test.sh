@@ -47,7 +47,7 @@ if grep -q 'CONSOLE' "$work/log.txt"; then
   grep 'CONSOLE' "$work/log.txt" >&2
   exit 1
 fi
-verdict=$(grep -o 'id="kvsim-selfcheck">[^<]*' "$work/dom.html" | sed 's/.*">//' || true)
+verdict=$(grep -o 'id="kvsim-selfcheck"[^>]*>[^<]*' "$work/dom.html" | sed 's/.*>//' || true)
 echo "$verdict"
 # The default four allocators: the breakdown, four occupancy charts, running and queued, and
 # the TTFT, TPOT and end-to-end CDFs.
