@@ -5,8 +5,8 @@
 // anything else is an error naming the file, and the line and field where it goes wrong.
 #include <fmt/core.h>
 
+#include <cctype>
 #include <fstream>
-#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -148,22 +148,31 @@ std::vector<std::string> fields(const std::string& line) {
   return out;
 }
 
-// A CSV whose columns are named in its header; each row's cells are read by name.
+// A CSV whose columns are named in its header, read a row at a time (a 1,000,000-request
+// --per-request file is 150 MB); each row's cells are read by name.
 class Csv {
  public:
-  Csv(std::string path, const std::string& content) : path_(std::move(path)) {
-    std::istringstream in(content);
+  explicit Csv(std::string path) : path_(std::move(path)), in_(path_, std::ios::binary) {
+    if (!in_) throw InputError(Location{path_, 0, ""}, "cannot open the file");
+    std::getline(in_, header_line_);
+    if (!header_line_.empty() && header_line_.back() == '\r') header_line_.pop_back();
+    header_ = fields(header_line_);
+  }
+  const std::string& header_line() const { return header_line_; }
+  // The next non-empty row; false at the end of the file.
+  bool next() {
     std::string line;
-    std::getline(in, line);
-    header_ = fields(line);
-    for (std::int64_t n = 2; std::getline(in, line); ++n) {
+    while (std::getline(in_, line)) {
+      ++line_;
       if (line.empty() || line == "\r") continue;
-      rows_.push_back({n, fields(line)});
-      if (rows_.back().second.size() != header_.size()) {
-        throw InputError(Location{path_, n, ""}, fmt::format("{} fields, the header has {}", rows_.back().second.size(),
-                                                             header_.size()));
+      row_ = fields(line);
+      if (row_.size() != header_.size()) {
+        throw InputError(Location{path_, line_, ""}, fmt::format("{} fields, the header has {}", row_.size(), header_.size()));
       }
+      return true;
     }
+    if (in_.bad()) throw InputError(Location{path_, line_, ""}, "cannot read the file");
+    return false;
   }
   std::size_t column(const std::string& name, bool optional = false) const {
     for (std::size_t i = 0; i < header_.size(); ++i) {
@@ -172,13 +181,12 @@ class Csv {
     if (optional) return header_.size();
     throw InputError(Location{path_, 1, "column '" + name + "'"}, "missing from the header");
   }
-  std::size_t size() const { return rows_.size(); }
   std::size_t width() const { return header_.size(); }
-  std::int64_t line(std::size_t row) const { return rows_[row].first; }
-  const std::string& cell(std::size_t row, std::size_t column) const { return rows_[row].second[column]; }
-  // An integer, or (decimal) seconds as ns; an error naming file, line and column otherwise.
-  std::int64_t integer(std::size_t row, std::size_t column) const {
-    const std::string& s = cell(row, column);
+  std::int64_t line() const { return line_; }
+  const std::string& cell(std::size_t column) const { return row_[column]; }
+  // An integer; an error naming file, line and column otherwise.
+  std::int64_t integer(std::size_t column) const {
+    const std::string& s = cell(column);
     std::size_t used = 0;
     long long v = 0;
     try {
@@ -187,25 +195,29 @@ class Csv {
       used = 0;
     }
     if (used == 0 || used != s.size()) {
-      throw InputError(Location{path_, line(row), field(column)}, "expected an integer, got \"" + printable(s) + "\"");
+      throw InputError(Location{path_, line_, field(column)}, "expected an integer, got \"" + printable(s) + "\"");
     }
     return v;
   }
-  std::int64_t seconds_ns(std::size_t row, std::size_t column) const {
-    const std::string& s = cell(row, column);
+  // Decimal seconds as ns, exactly (replay writes nine decimals).
+  std::int64_t seconds_ns(std::size_t column) const {
+    const std::string& s = cell(column);
     try {
       if (!s.empty() && s.find_first_not_of("0123456789.") == std::string::npos) return parse_duration_ns(s + "s", header_[column]);
     } catch (const InputError&) {
     }
-    throw InputError(Location{path_, line(row), field(column)}, "expected seconds such as 1.250000000, got \"" + printable(s) + "\"");
+    throw InputError(Location{path_, line_, field(column)}, "expected seconds such as 1.250000000, got \"" + printable(s) + "\"");
   }
 
  private:
   std::string field(std::size_t column) const { return "column '" + printable(header_[column]) + "'"; }
 
   std::string path_;
+  std::ifstream in_;
+  std::string header_line_;
   std::vector<std::string> header_;
-  std::vector<std::pair<std::int64_t, std::vector<std::string>>> rows_;
+  std::vector<std::string> row_;
+  std::int64_t line_ = 1;
 };
 
 HtmlRun& run_named(HtmlPage& page, const std::string& name, const std::string& path, std::int64_t line) {
@@ -216,35 +228,35 @@ HtmlRun& run_named(HtmlPage& page, const std::string& name, const std::string& p
                    "\"" + printable(name) + "\" is not a run of the replay's --json output given with it");
 }
 
-void read_timeline(const Csv& csv, const std::string& path, HtmlPage& page) {
+void read_timeline(Csv& csv, const std::string& path, HtmlPage& page) {
   const std::size_t alloc = csv.column("allocator"), time = csv.column("time_s"), running = csv.column("running"),
                     queued = csv.column("queued"), effective = csv.column("effective_bytes"),
                     allocated = csv.column("allocated_bytes"), reserved = csv.column("reserved_bytes"),
                     max = csv.column("allocated_bytes_max", true);
-  for (std::size_t i = 0; i < csv.size(); ++i) {
-    HtmlRun& run = run_named(page, csv.cell(i, alloc), path, csv.line(i));
+  while (csv.next()) {
+    HtmlRun& run = run_named(page, csv.cell(alloc), path, csv.line());
     HtmlPoint p;
-    p.time_ns = csv.seconds_ns(i, time);
-    p.running = csv.integer(i, running);
-    p.queued = csv.integer(i, queued);
-    p.effective = csv.integer(i, effective);
-    p.allocated = csv.integer(i, allocated);
+    p.time_ns = csv.seconds_ns(time);
+    p.running = csv.integer(running);
+    p.queued = csv.integer(queued);
+    p.effective = csv.integer(effective);
+    p.allocated = csv.integer(allocated);
     // Sampled rows carry the interval's maximum; per-step rows (--sample-every step) do not.
-    p.allocated_max = max < csv.width() && !csv.cell(i, max).empty() ? csv.integer(i, max) : p.allocated;
-    p.reserved = csv.integer(i, reserved);
-    run.timeline.push_back(p);
+    p.allocated_max = max < csv.width() && !csv.cell(max).empty() ? csv.integer(max) : p.allocated;
+    p.reserved = csv.integer(reserved);
+    add_point(run, p);
   }
 }
 
-void read_per_request(const Csv& csv, const std::string& path, HtmlPage& page) {
+void read_per_request(Csv& csv, const std::string& path, HtmlPage& page) {
   const std::size_t alloc = csv.column("allocator"), outcome = csv.column("outcome"), ttft = csv.column("ttft_s"),
                     tpot = csv.column("tpot_s"), e2e = csv.column("e2e_s");
-  for (std::size_t i = 0; i < csv.size(); ++i) {
-    HtmlRun& run = run_named(page, csv.cell(i, alloc), path, csv.line(i));
-    if (csv.cell(i, outcome) != "completed") continue;
-    if (!csv.cell(i, ttft).empty()) run.ttft_ns.push_back(csv.seconds_ns(i, ttft));
-    if (!csv.cell(i, tpot).empty()) run.tpot_ns.push_back(csv.seconds_ns(i, tpot));
-    if (!csv.cell(i, e2e).empty()) run.e2e_ns.push_back(csv.seconds_ns(i, e2e));
+  while (csv.next()) {
+    HtmlRun& run = run_named(page, csv.cell(alloc), path, csv.line());
+    if (csv.cell(outcome) != "completed") continue;
+    if (!csv.cell(ttft).empty()) run.ttft_ns.push_back(csv.seconds_ns(ttft));
+    if (!csv.cell(tpot).empty()) run.tpot_ns.push_back(csv.seconds_ns(tpot));
+    if (!csv.cell(e2e).empty()) run.e2e_ns.push_back(csv.seconds_ns(e2e));
   }
 }
 
@@ -268,38 +280,43 @@ int run_report(const Invocation& inv) {
   // The JSON first (the CSVs' rows attach to its runs), whatever the order given.
   HtmlPage page;
   bool replay_json = false, validate_json = false;
-  std::vector<std::pair<std::string, std::string>> csvs;
+  std::vector<std::string> csvs;
   for (const auto& path : inputs) {
-    std::string content = slurp(path);
-    const std::size_t first = content.find_first_not_of(" \t\r\n");
-    if (first != std::string::npos && content[first] == '{') {
-      Json j;
-      try {
-        j = Json::parse(content);
-      } catch (const Json::parse_error& e) {
-        throw InputError(Location{path, 0, ""}, std::string("not valid JSON: ") + e.what());
+    // JSON opens with '{'; anything else is read as CSV, a row at a time, once the JSON is in.
+    char first = 0;
+    {
+      std::ifstream in(path, std::ios::binary);
+      if (!in) throw InputError(Location{path, 0, ""}, "cannot open the file");
+      while (in.get(first) && std::isspace(static_cast<unsigned char>(first))) {
       }
-      if (j.contains("runs") && j["runs"].is_array()) {
-        if (replay_json || validate_json) throw InputError(Location{path, 0, ""}, "a second JSON output: give one");
-        read_replay_json(j, path, page);
-        replay_json = true;
-      } else if (j.contains("makespan_s") && j.contains("ttft")) {
-        if (replay_json || validate_json) throw InputError(Location{path, 0, ""}, "a second JSON output: give one");
-        read_validate_json(j, path, page);
-        validate_json = true;
-      } else {
-        throw InputError(Location{path, 0, ""}, "JSON that is neither 'kvsim replay --json' nor 'kvsim validate --json' output");
-      }
+    }
+    if (first != '{') {
+      csvs.push_back(path);
+      continue;
+    }
+    Json j;
+    try {
+      j = Json::parse(slurp(path));
+    } catch (const Json::parse_error& e) {
+      throw InputError(Location{path, 0, ""}, std::string("not valid JSON: ") + e.what());
+    }
+    if (replay_json || validate_json) throw InputError(Location{path, 0, ""}, "a second JSON output: give one");
+    if (j.contains("runs") && j["runs"].is_array()) {
+      read_replay_json(j, path, page);
+      replay_json = true;
+    } else if (j.contains("makespan_s") && j.contains("ttft")) {
+      read_validate_json(j, path, page);
+      validate_json = true;
     } else {
-      csvs.emplace_back(path, std::move(content));
+      throw InputError(Location{path, 0, ""}, "JSON that is neither 'kvsim replay --json' nor 'kvsim validate --json' output");
     }
   }
-  for (const auto& [path, content] : csvs) {
-    const std::string header = content.substr(0, content.find('\n'));
+  for (const auto& path : csvs) {
     if (!replay_json) {
       throw InputError(Location{path, 0, ""}, "a CSV needs the 'kvsim replay --json' output of the same run beside it");
     }
-    const Csv csv(path, content);
+    Csv csv(path);
+    const std::string& header = csv.header_line();
     if (header.rfind("allocator,time_s,", 0) == 0) {
       read_timeline(csv, path, page);
     } else if (header.rfind("allocator,id,ordinal,", 0) == 0) {
