@@ -16,6 +16,8 @@
 #include "kvsim/budget.h"
 #include "kvsim/error.h"
 #include "kvsim/model.h"
+#include "kvsim/size_sheet.h"
+#include "kvsim/speculative.h"
 #include "kvsim/trace.h"
 #include "kvsim/trace_stats.h"
 
@@ -80,6 +82,9 @@ inline void size_model(const ModelSpec& model, const KvOptions& kv) {
     const Budget budget = derive_budget(model, kv, budget_options);
     for (const KvLayout& stage : kv_stage_layouts(model, kv)) {
       kv_bytes_for_tokens(stage, tokens);
+      // A stage of only state-space or KV-reusing layers has no pool; size_sheet() refuses a
+      // budget for it with an InputError (checked below).
+      if (stage.groups.empty()) continue;
       const PagedOptions paging;
       const PagedPool pool = paged_pool(stage, budget.kv_budget_bytes, paging);
       request_blocks(stage, pool, tokens, paging);
@@ -88,6 +93,24 @@ inline void size_model(const ModelSpec& model, const KvOptions& kv) {
   }
   try {
     kv_bytes_for_tokens(kv_layout(model, kv), 1 << 20);
+  } catch (const InputError&) {
+  }
+  // The sheet as `kvsim size` builds it, with every sizing case: it refuses what it cannot
+  // pool (hybrid models, stages without KV) with an InputError, never an internal error.
+  try {
+    SizeQuery query;
+    query.tokens = {1000, model.max_position_embeddings > 0 ? model.max_position_embeddings : 4096};
+    query.request = RequestShape{3000, 1000, 4, true};
+    query.static_cache_tokens = 8192;
+    query.offload_ppb = 500'000'000;
+    query.link_bytes_per_second = 25'000'000'000;
+    query.draft = eagle_draft(model);
+    size_sheet(model, kv, query);
+    query.draft.reset();
+    query.budget = BudgetOptions{};
+    query.budget->device = "H100-80GB";
+    query.checks = {{"usual input", 1, 2000}, {"long input", 1, 100000}, {"maximum concurrency", 64, 2000}};
+    size_sheet(model, kv, query);
   } catch (const InputError&) {
   }
 }

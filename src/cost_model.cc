@@ -22,9 +22,14 @@ constexpr Int128 kPsPerSecond = 1'000'000'000'000;
 
 // "80.3%" from 803 per mille.
 std::string format_permille(std::int64_t permille) {
+  // Appended piece by piece: GCC 12 at -O3 warns falsely (-Wrestrict) on "." + temporary.
   std::string text = std::to_string(permille / 10);
-  if (permille % 10 != 0) text += "." + std::to_string(permille % 10);
-  return text + "%";
+  if (permille % 10 != 0) {
+    text += '.';
+    text += std::to_string(permille % 10);
+  }
+  text += '%';
+  return text;
 }
 
 // ceil(numerator / denominator) as int64, for durations in picoseconds.

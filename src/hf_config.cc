@@ -11,6 +11,7 @@
 //   4. model_type gemma2: even layers slide (Gemma2DecoderLayer: is_sliding = not layer_idx % 2);
 //   5. use_sliding_window true with max_window_layers M: layers i >= M slide (Qwen2);
 //   6. otherwise sliding_window applies to every layer (Mistral, Phi-3).
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <cstdio>
@@ -137,14 +138,14 @@ std::vector<std::int64_t> layer_windows(const Config& c, const std::string& mode
       const std::string field = "layer_types[" + std::to_string(i) + "]";
       if (!t.is_string()) c.fail(field, "expected a string, got " + t.dump());
       const auto name = t.get<std::string>();
-      if (name == "full_attention") {
-        out.push_back(0);
+      if (name == "full_attention" || name == "attention" || name == "mamba" || name == "linear_attention") {
+        out.push_back(0);  // full attention, or a state layer (layer_kinds() says which)
       } else if (name == "sliding_attention") {
         if (!window) c.fail("sliding_window", "missing, but " + field + " is \"sliding_attention\"");
         out.push_back(*window);
       } else {
-        c.fail(field, "\"" + name + "\" is not an attention kvsim can size (expected \"full_attention\" or "
-                      "\"sliding_attention\")");
+        c.fail(field, "\"" + name + "\" is not a layer type kvsim can size (expected \"full_attention\", "
+                      "\"sliding_attention\", \"attention\", \"mamba\" or \"linear_attention\")");
       }
     }
     return out;
@@ -165,6 +166,196 @@ std::vector<std::int64_t> layer_windows(const Config& c, const std::string& mode
     return out;
   }
   return std::vector<std::int64_t>(static_cast<std::size_t>(layers), *window);
+}
+
+// OpenELM (apple/OpenELM-*, configuration_openelm.py) names its fields its own way and lists
+// per-layer head counts: num_transformer_layers, num_query_heads[i], num_kv_heads[i], head_dim,
+// model_dim, max_context_length. Read as the standard names (errors name those; the OpenELM
+// name is the one the docs table gives beside it). Every layer is full attention.
+json openelm_as_standard(const json& root) {
+  json out = root;
+  const std::pair<const char*, const char*> names[] = {{"num_transformer_layers", "num_hidden_layers"},
+                                                       {"num_query_heads", "num_attention_heads"},
+                                                       {"num_kv_heads", "num_key_value_heads"},
+                                                       {"model_dim", "hidden_size"},
+                                                       {"max_context_length", "max_position_embeddings"}};
+  for (const auto& [from, to] : names) {
+    if (root.contains(from) && !root.contains(to)) out[to] = root[from];
+  }
+  return out;
+}
+
+// The state dimensions of a hybrid model's state layers, from the fields vLLM's
+// get_mamba_state_shape_from_config reads for each family (vllm/model_executor/models/
+// jamba.py, nemotron_h.py, granitemoehybrid.py, zamba2.py, qwen3_next.py).
+// `named_by` is the field (and its value) that named the first state layer, for the error
+// when the state's own fields are missing.
+StateDims read_state_dims(const Config& c, const std::pair<std::string, std::string>& named_by, ModelSpec& m) {
+  StateDims s;
+  auto need_hidden = [&](const char* why) {
+    if (m.hidden_size <= 0) c.fail("hidden_size", std::string("missing, and ") + why + " needs it");
+    return m.hidden_size;
+  };
+  auto mul = [&](std::int64_t a, std::int64_t b, const char* field) {
+    if (a != 0 && b > std::numeric_limits<std::int64_t>::max() / a) c.fail(field, "the state size overflows 64 bits");
+    return a * b;
+  };
+  if (c.find("linear_num_value_heads") != nullptr) {  // Qwen3-Next: GatedDeltaNet
+    s.kind = "gated deltanet";
+    const std::int64_t k_heads = c.required_positive("linear_num_key_heads");
+    const std::int64_t v_heads = c.required_positive("linear_num_value_heads");
+    const std::int64_t k_dim = c.required_positive("linear_key_head_dim");
+    const std::int64_t v_dim = c.required_positive("linear_value_head_dim");
+    const std::int64_t keys = mul(2, mul(k_heads, k_dim, "linear_key_head_dim"), "linear_key_head_dim");
+    const std::int64_t values = mul(v_heads, v_dim, "linear_value_head_dim");
+    if (values > std::numeric_limits<std::int64_t>::max() - keys) c.fail("linear_value_head_dim", "the state size overflows 64 bits");
+    s.conv_channels = keys + values;
+    s.conv_kernel = c.required_positive("linear_conv_kernel_dim");
+    s.state_heads = v_heads;
+    s.values_per_head = mul(v_dim, k_dim, "linear_value_head_dim");
+  } else if (c.find("mamba_num_heads") != nullptr) {  // Nemotron-H: Mamba-2, d_inner = heads x head_dim
+    s.kind = "mamba2";
+    const std::int64_t heads = c.required_positive("mamba_num_heads");
+    const std::int64_t head_dim = c.required_positive("mamba_head_dim");
+    const std::int64_t state = c.required_positive("ssm_state_size");
+    s.conv_channels = mul(heads, head_dim, "mamba_head_dim");
+    s.n_groups = c.required_positive("n_groups");
+    s.group_state_size = state;
+    s.conv_kernel = c.required_positive("conv_kernel");
+    s.state_heads = heads;
+    s.values_per_head = mul(head_dim, state, "ssm_state_size");
+  } else if (c.find("mamba_n_heads") != nullptr || c.find("n_mamba_heads") != nullptr) {
+    // Granite-4.0-H (mamba_n_heads, mamba_d_head, mamba_n_groups) and Zamba2 (n_mamba_heads,
+    // mamba_headdim, mamba_ngroups): Mamba-2 with d_inner = mamba_expand x hidden_size.
+    const bool zamba = c.find("n_mamba_heads") != nullptr;
+    s.kind = "mamba2";
+    const std::int64_t heads = c.required_positive(zamba ? "n_mamba_heads" : "mamba_n_heads");
+    const std::int64_t head_dim = c.required_positive(zamba ? "mamba_headdim" : "mamba_d_head");
+    const std::int64_t state = c.required_positive("mamba_d_state");
+    s.conv_channels = mul(c.required_positive("mamba_expand"), need_hidden("mamba_expand"), "mamba_expand");
+    s.n_groups = c.required_positive(zamba ? "mamba_ngroups" : "mamba_n_groups");
+    s.group_state_size = state;
+    s.conv_kernel = c.required_positive("mamba_d_conv");
+    s.state_heads = heads;
+    s.values_per_head = mul(head_dim, state, "mamba_d_state");
+  } else if (c.find("mamba_d_state") != nullptr) {  // Jamba: Mamba-1, d_inner = mamba_expand x hidden_size
+    s.kind = "mamba";
+    s.conv_channels = mul(c.required_positive("mamba_expand"), need_hidden("mamba_expand"), "mamba_expand");
+    s.conv_kernel = c.required_positive("mamba_d_conv");
+    s.state_heads = s.conv_channels;
+    s.values_per_head = c.required_positive("mamba_d_state");
+  } else {
+    c.fail(named_by.first, named_by.second + " names a state-space layer, but none of the state fields kvsim reads "
+                           "is present (mamba_d_state, mamba_num_heads, mamba_n_heads, n_mamba_heads, "
+                           "linear_num_value_heads)");
+  }
+  return s;
+}
+
+// Hybrid attention / state-space models: which layers hold KV, which hold a constant state
+// (docs/size.md, "Hybrid models"), in the order configs spell it:
+//   1. layers_block_type: "attention" | "mamba" | "hybrid" per layer (Jamba as transformers
+//      writes it, Zamba2; Zamba2's "hybrid" layer runs a Mamba-2 block and a shared attention
+//      block, so it holds both);
+//   2. hybrid_override_pattern: one character per layer, '*' attention, 'M' Mamba-2, '-' MLP
+//      and 'E' MoE holding nothing (Nemotron-H);
+//   3. attn_layer_period P and attn_layer_offset O: layer i is attention when i % P == O, the
+//      rest Mamba (JambaConfig.layers_block_type);
+//   4. layer_types with "mamba" (Granite-4.0-H) or "linear_attention" (Qwen3-Next) entries;
+//   5. full_attention_interval N: layer i is full attention when (i + 1) % N == 0, else linear
+//      attention (Qwen3NextConfig's default layer_types).
+// Then num_kv_shared_layers N: the last N layers reuse earlier layers' KV and hold none
+// (Gemma-3n; transformers' Gemma3nTextAttention.is_kv_shared_layer, vLLM's kv sharing).
+// A config that carries state-space fields but none of these rules is an error, never a
+// silent all-attention count.
+void read_layer_kinds(const Config& c, ModelSpec& m) {
+  const auto layers = static_cast<std::size_t>(m.num_hidden_layers);
+  std::vector<LayerKind> kinds;
+  std::pair<std::string, std::string> named_by;  // the first state layer's field and value
+  auto note_state = [&](const std::string& field, const std::string& value) {
+    if (named_by.first.empty()) named_by = {field, value};
+  };
+  auto length_check = [&](const char* field, std::size_t n) {
+    if (n != layers) {
+      c.fail(field, "has " + std::to_string(n) + " entries but num_hidden_layers is " + std::to_string(layers));
+    }
+  };
+  if (const json* blocks = c.find("layers_block_type")) {
+    if (!blocks->is_array()) c.fail("layers_block_type", "expected a list of layer types");
+    length_check("layers_block_type", blocks->size());
+    for (std::size_t i = 0; i < blocks->size(); ++i) {
+      const json& t = (*blocks)[i];
+      const std::string field = "layers_block_type[" + std::to_string(i) + "]";
+      const std::string name = t.is_string() ? t.get<std::string>() : t.dump();
+      if (name == "attention") kinds.push_back(LayerKind::attention);
+      else if (name == "mamba" || name == "hybrid") {
+        kinds.push_back(name == "mamba" ? LayerKind::state : LayerKind::attention_and_state);
+        note_state(field, "\"" + name + "\"");
+      }
+      else c.fail(field, name + " is not a layer type kvsim can size (expected \"attention\", \"mamba\" or \"hybrid\")");
+    }
+  } else if (const auto pattern = c.string("hybrid_override_pattern")) {
+    length_check("hybrid_override_pattern", pattern->size());
+    for (std::size_t i = 0; i < pattern->size(); ++i) {
+      const char ch = (*pattern)[i];
+      if (ch == '*') kinds.push_back(LayerKind::attention);
+      else if (ch == 'M') {
+        kinds.push_back(LayerKind::state);
+        note_state("hybrid_override_pattern", "'M' at layer " + std::to_string(i));
+      }
+      else if (ch == '-' || ch == 'E') kinds.push_back(LayerKind::none);
+      else c.fail("hybrid_override_pattern", std::string("character '") + ch + "' at layer " + std::to_string(i) +
+                                                 " is not a layer kvsim can size (expected '*', 'M', '-' or 'E')");
+    }
+  } else if (const auto period = c.optional_positive("attn_layer_period")) {
+    const std::int64_t offset = c.optional_non_negative("attn_layer_offset").value_or(-1);
+    if (offset < 0) c.fail("attn_layer_offset", "missing, but attn_layer_period is given");
+    if (offset >= *period) c.fail("attn_layer_offset", std::to_string(offset) + " is not below attn_layer_period " + std::to_string(*period));
+    for (std::size_t i = 0; i < layers; ++i) {
+      kinds.push_back(static_cast<std::int64_t>(i) % *period == offset ? LayerKind::attention : LayerKind::state);
+    }
+    note_state("attn_layer_period", std::to_string(*period));
+  } else if (const json* types = c.find("layer_types"); types != nullptr && types->is_array()) {
+    bool any_state = false;
+    for (std::size_t i = 0; i < types->size(); ++i) {
+      const json& t = (*types)[i];
+      const bool state = t.is_string() && (t.get<std::string>() == "mamba" || t.get<std::string>() == "linear_attention");
+      if (state) note_state("layer_types[" + std::to_string(i) + "]", "\"" + t.get<std::string>() + "\"");
+      any_state = any_state || state;
+      kinds.push_back(state ? LayerKind::state : LayerKind::attention);
+    }
+    if (!any_state) kinds.clear();
+  } else if (const auto interval = c.optional_positive("full_attention_interval")) {
+    for (std::size_t i = 0; i < layers; ++i) {
+      kinds.push_back((static_cast<std::int64_t>(i) + 1) % *interval == 0 ? LayerKind::attention : LayerKind::state);
+    }
+    note_state("full_attention_interval", std::to_string(*interval));
+  }
+  bool any_state = false;
+  for (LayerKind k : kinds) any_state = any_state || k == LayerKind::state || k == LayerKind::attention_and_state;
+  if (any_state) m.state = read_state_dims(c, named_by, m);
+  if (!any_state) {
+    for (const char* hint : {"mamba_d_state", "ssm_state_size", "mamba_d_conv", "linear_num_value_heads", "mamba_expand",
+                             "mamba_n_heads", "mamba_num_heads"}) {
+      if (c.find(hint) != nullptr) {
+        c.fail(hint, "present, so this looks like a hybrid state-space model, but no field says which layers are "
+                     "attention (layers_block_type, hybrid_override_pattern, attn_layer_period, layer_types or "
+                     "full_attention_interval): kvsim cannot size it");
+      }
+    }
+  }
+  if (const auto shared = c.optional_non_negative("num_kv_shared_layers"); shared && *shared > 0) {
+    if (*shared >= m.num_hidden_layers) {
+      c.fail("num_kv_shared_layers", std::to_string(*shared) + " shared layers leave no layer holding KV (num_hidden_layers " +
+                                         std::to_string(m.num_hidden_layers) + ")");
+    }
+    if (kinds.empty()) kinds.assign(layers, LayerKind::attention);
+    for (std::size_t i = layers - static_cast<std::size_t>(*shared); i < layers; ++i) {
+      if (kinds[i] != LayerKind::attention) c.fail("num_kv_shared_layers", "covers a layer that is not attention");
+      kinds[i] = LayerKind::kv_reused;
+    }
+  }
+  m.layer_kinds = std::move(kinds);
 }
 
 // Bits per stored weight from quantization_config, or 0 when the weights are stored as
@@ -244,20 +435,52 @@ ModelSpec parse_hf_config(std::string_view json_text, const std::string& path) {
     throw InputError(Location{path, 0, ""}, "not valid JSON: " + parse_error_text(e));
   }
   if (!root.is_object()) throw InputError(Location{path, 0, ""}, "expected a JSON object at the top level");
+  const bool openelm = root.contains("model_type") && root["model_type"] == "openelm";
+  if (openelm) root = openelm_as_standard(root);
   const Config c(root, path);
 
   ModelSpec m;
   m.name = path;
   const std::string model_type = c.string("model_type").value_or("");
   m.source = path + (model_type.empty() ? "" : " (model_type " + model_type + ")");
+  // Multimodal configs: the language model is what holds KV; its weights are all the
+  // parameter estimate counts.
+  if (c.nested()) m.source += "; text_config: the language model (vision/audio tower weights not counted)";
   m.num_hidden_layers = c.required_positive("num_hidden_layers");
   if (m.num_hidden_layers > kMaxLayers) {
     c.fail("num_hidden_layers", std::to_string(m.num_hidden_layers) + " layers is implausible (more than " +
                                     std::to_string(kMaxLayers) + ")");
   }
-  m.num_attention_heads = c.required_positive("num_attention_heads");
-  // Absent (or null) means multi-head attention: one KV head per query head.
-  m.num_key_value_heads = c.optional_positive("num_key_value_heads").value_or(m.num_attention_heads);
+  // Per-layer query heads come only from OpenELM configs (num_query_heads), where each layer's
+  // KV heads are listed too: the largest stands for the model, each layer is placed with its own.
+  if (const json* q = c.find("num_attention_heads"); openelm && q != nullptr && q->is_array()) {
+    for (std::size_t i = 0; i < q->size(); ++i) {
+      const json& h = (*q)[i];
+      if (!h.is_number_integer() || h.get<std::int64_t>() <= 0) {
+        c.fail("num_query_heads[" + std::to_string(i) + "]", "expected a positive integer, got " + h.dump());
+      }
+      m.layer_attention_heads.push_back(h.get<std::int64_t>());
+      m.num_attention_heads = std::max(m.num_attention_heads, m.layer_attention_heads.back());
+    }
+    if (m.layer_attention_heads.empty()) c.fail("num_query_heads", "is an empty list");
+  } else {
+    m.num_attention_heads = c.required_positive("num_attention_heads");
+  }
+  // Absent (or null) means multi-head attention: one KV head per query head. A list gives each
+  // layer's own count (per-layer KV heads, as OpenELM-style configs publish them).
+  if (const json* kv = c.find("num_key_value_heads"); kv != nullptr && kv->is_array()) {
+    for (std::size_t i = 0; i < kv->size(); ++i) {
+      const json& h = (*kv)[i];
+      if (!h.is_number_integer() || h.get<std::int64_t>() <= 0) {
+        c.fail("num_key_value_heads[" + std::to_string(i) + "]", "expected a positive integer, got " + h.dump());
+      }
+      m.layer_kv_heads.push_back(h.get<std::int64_t>());
+      m.num_key_value_heads = std::max(m.num_key_value_heads, m.layer_kv_heads.back());
+    }
+    if (m.layer_kv_heads.empty()) c.fail("num_key_value_heads", "is an empty list");
+  } else {
+    m.num_key_value_heads = c.optional_positive("num_key_value_heads").value_or(m.num_attention_heads);
+  }
   m.hidden_size = c.optional_positive("hidden_size").value_or(0);
   m.intermediate_size = c.optional_positive("intermediate_size").value_or(0);
   m.vocab_size = c.optional_positive("vocab_size").value_or(0);
@@ -276,6 +499,8 @@ ModelSpec parse_hf_config(std::string_view json_text, const std::string& path) {
     m.head_dim = c.optional_positive("head_dim").value_or(0);
   } else if (const auto head_dim = c.optional_positive("head_dim")) {
     m.head_dim = *head_dim;
+  } else if (const auto attention_head_dim = c.optional_positive("attention_head_dim")) {
+    m.head_dim = *attention_head_dim;  // Zamba2 (2 x hidden_size / heads), Nemotron-H
   } else {
     if (m.hidden_size == 0) c.fail("head_dim", "missing, and hidden_size is missing too, so it cannot be derived");
     if (m.hidden_size % m.num_attention_heads != 0) {
@@ -287,6 +512,7 @@ ModelSpec parse_hf_config(std::string_view json_text, const std::string& path) {
   }
 
   m.layer_window_tokens = layer_windows(c, model_type, m.num_hidden_layers);
+  read_layer_kinds(c, m);
 
   if (const auto experts = c.optional_positive("n_routed_experts")) {  // DeepSeek
     MoeDims moe;

@@ -7,6 +7,7 @@
 #include <map>
 #include <string>
 
+#include "hybrid_model.h"
 #include "kvsim/error.h"
 #include "kvsim/option_names.h"
 #include "kvsim/units.h"
@@ -198,6 +199,7 @@ void validate_model(const ModelSpec& model, const std::string& file) {
   for (std::int64_t w : model.layer_window_tokens) {
     if (w < 0) fail("sliding_window", "expected a positive window");
   }
+  validate_layer_kinds(model, file);
   if (model.mla) {
     const MlaDims& m = *model.mla;
     if (m.kv_lora_rank <= 0) fail("kv_lora_rank", "expected a positive rank");
@@ -208,8 +210,9 @@ void validate_model(const ModelSpec& model, const std::string& file) {
     if (model.head_dim <= 0) fail("head_dim", "expected a positive head dimension");
   }
   // MLA too: the decompressed form caches one K and V per KV head.
-  if (model.num_key_value_heads > model.num_attention_heads ||
-      model.num_attention_heads % model.num_key_value_heads != 0) {
+  // Per-layer lists are checked layer by layer (validate_layer_kinds).
+  if (model.layer_attention_heads.empty() && (model.num_key_value_heads > model.num_attention_heads ||
+                                              model.num_attention_heads % model.num_key_value_heads != 0)) {
     fail("num_key_value_heads", std::to_string(model.num_key_value_heads) + " KV heads do not divide the " +
                                     std::to_string(model.num_attention_heads) +
                                     " attention heads evenly (each KV head serves a whole group)");
@@ -218,56 +221,71 @@ void validate_model(const ModelSpec& model, const std::string& file) {
 
 std::vector<KvLayout> kv_stage_layouts(const ModelSpec& model, const KvOptions& options) {
   validate_model(model, "");
-  // Per-device heads and per-head widths: the same on every stage.
-  std::int64_t heads = 0;
+  // Per-head widths: the same on every layer and stage.
   std::int64_t k_dim = 0;
   std::int64_t v_dim = 0;
-  if (model.mla && options.mla_form == MlaForm::latent) {
+  const bool latent = model.mla && options.mla_form == MlaForm::latent;
+  if (latent) {
     // One latent per token per layer (kv_lora_rank + rope), shared by every head: vLLM keeps
     // it whole on every tensor-parallel rank (get_num_kv_heads returns 1 under MLA). The query
     // heads are still split, so tp must divide them.
     kv_heads_per_device(1, model.num_attention_heads, options.tensor_parallel);
-    heads = 1;
     k_dim = checked_add(model.mla->kv_lora_rank, model.mla->qk_rope_head_dim, "MLA latent width");
     v_dim = 0;
   } else if (model.mla) {
     // Hugging Face's DeepseekV3Attention caches K = [nope | rope] and V per head, before any
     // padding of V for flash attention.
-    heads = kv_heads_per_device(model.num_key_value_heads, model.num_attention_heads,
-                                options.tensor_parallel);
     k_dim = checked_add(model.mla->qk_nope_head_dim, model.mla->qk_rope_head_dim, "MLA key width");
     v_dim = model.mla->v_head_dim;
   } else {
-    heads = kv_heads_per_device(model.num_key_value_heads, model.num_attention_heads,
-                                options.tensor_parallel);
     k_dim = model.head_dim;
     v_dim = model.head_dim;
   }
-  const std::int64_t layer_bytes =
-      checked_mul(heads, checked_add(kv_vector_bytes(k_dim, options), kv_vector_bytes(v_dim, options),
-                                     "bytes per head"),
-                  "bytes per layer position");
+  // Per-device heads of layer i: vLLM places every layer's heads by the same rule, per layer
+  // when the config lists them (layer_kv_heads).
+  auto device_heads = [&](std::size_t i) {
+    if (latent) return std::int64_t{1};
+    const std::int64_t heads = model.layer_kv_heads.empty() ? model.num_key_value_heads : model.layer_kv_heads[i];
+    const std::int64_t queries =
+        model.layer_attention_heads.empty() ? model.num_attention_heads : model.layer_attention_heads[i];
+    return kv_heads_per_device(heads, queries, options.tensor_parallel);
+  };
+  const std::int64_t head_bytes =
+      checked_add(kv_vector_bytes(k_dim, options), kv_vector_bytes(v_dim, options), "bytes per head");
+  std::pair<std::int64_t, std::int64_t> state_bytes{0, 0};
+  if (model.state) state_bytes = state_bytes_per_layer(*model.state, options);
 
   std::vector<KvLayout> stages;
   for (const auto& [first, end] : pipeline_stage_layers(model.num_hidden_layers, options.pipeline_parallel)) {
     std::map<GroupKey, std::int64_t> counts;
-    for (std::int64_t i = first; i < end; ++i) {
-      counts[GroupKey{model.layer_window_tokens[static_cast<std::size_t>(i)], heads, k_dim, v_dim}] += 1;
-    }
     KvLayout layout;
+    for (std::int64_t i = first; i < end; ++i) {
+      const auto at = static_cast<std::size_t>(i);
+      const LayerKind kind = model.layer_kinds.empty() ? LayerKind::attention : model.layer_kinds[at];
+      if (kind == LayerKind::state || kind == LayerKind::attention_and_state) layout.state_layers += 1;
+      if (kind == LayerKind::kv_reused) layout.kv_reused_layers += 1;
+      if (kind != LayerKind::attention && kind != LayerKind::attention_and_state) continue;
+      counts[GroupKey{model.layer_window_tokens[at], device_heads(at), k_dim, v_dim}] += 1;
+    }
+    if (layout.state_layers > 0) {
+      layout.conv_state_bytes_per_layer = state_bytes.first;
+      layout.temporal_state_bytes_per_layer = state_bytes.second;
+    }
     layout.max_model_len = model.max_position_embeddings;
     layout.first_layer = first;
     layout.end_layer = end;
     for (const auto& [key, layers] : counts) {
       LayerGroup g;
       g.name = group_name(model, options, key.window);
+      // Layers whose head counts differ (a per-layer list) cost differently: say which is which.
+      if (!model.layer_kv_heads.empty()) g.name += ", " + std::to_string(key.kv_heads) + " KV heads";
       g.window_tokens = key.window;
       g.layers = layers;
       g.kv_heads = key.kv_heads;
       g.k_head_dim = key.k_dim;
       g.v_head_dim = key.v_dim;
-      g.bytes_per_layer_position = layer_bytes;
-      g.bytes_per_position = checked_mul(layer_bytes, layers, "bytes per position");
+      g.bytes_per_layer_position = checked_mul(key.kv_heads, head_bytes, "bytes per layer position");
+      g.bytes_per_position = checked_mul(g.bytes_per_layer_position, layers, "bytes per position");
       layout.groups.push_back(std::move(g));
     }
     stages.push_back(std::move(layout));

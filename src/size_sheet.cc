@@ -1,7 +1,10 @@
 #include "kvsim/size_sheet.h"
 
+#include <algorithm>
 #include <utility>
 
+#include "kvsim/error.h"
+#include "kvsim/option_names.h"
 #include "kvsim/units.h"
 
 namespace kvsim {
@@ -21,12 +24,36 @@ std::size_t least_concurrent_stage(const std::vector<StagePool>& pools, std::siz
 }
 
 SequenceBytes sequence_bytes(const SizeSheet& sheet, std::int64_t tokens) {
-  SequenceBytes r{tokens, kv_bytes_for_tokens(sheet.layout(), tokens), 0, 0};
+  SequenceBytes r{tokens, kv_bytes_for_tokens(sheet.layout(), tokens), 0, 0, 0};
+  r.state_bytes = checked_mul(sheet.layout().state_bytes_per_sequence(), sheet.seqs, "state bytes");
   r.bytes = checked_mul(r.bytes_per_sequence, sheet.seqs, "bytes for all sequences");
   std::int64_t every = 0;
   for (const auto& s : sheet.stages) every = checked_add(every, kv_bytes_for_tokens(s, tokens), "bytes on all devices");
   r.bytes_all_devices = checked_mul(checked_mul(every, sheet.kv.tensor_parallel, "bytes on all devices"), sheet.seqs,
                                     "bytes on all devices");
+  return r;
+}
+
+// A validation case against every stage's pool; the stage with the least room left reports.
+CheckResult check_case(const SizeSheet& sheet, const CheckCase& c) {
+  CheckResult r;
+  r.c = c;
+  r.kv_bytes = checked_mul(kv_bytes_for_tokens(sheet.layout(), c.tokens), c.sequences, "KV bytes of the case");
+  r.fits = true;
+  Wide least_room = 0;
+  for (std::size_t i = 0; i < sheet.stages.size(); ++i) {
+    const PagedPool& pool = sheet.stage_pools[i].pool;
+    const std::int64_t need = checked_mul(request_blocks(sheet.stages[i], pool, c.tokens, sheet.paging), c.sequences,
+                                          "blocks of the case");
+    const Wide room = Wide{pool.num_blocks} - need;
+    if (i == 0 || room < least_room) {
+      least_room = room;
+      r.stage = i;
+      r.blocks_needed = need;
+      r.blocks_available = pool.num_blocks;
+    }
+    r.fits = r.fits && need <= pool.num_blocks;
+  }
   return r;
 }
 
@@ -46,19 +73,58 @@ SizeSheet size_sheet(const ModelSpec& model, const KvOptions& kv, const SizeQuer
   sheet.kv = kv;
   sheet.devices = checked_mul(kv.tensor_parallel, kv.pipeline_parallel, "device count");
   sheet.stages = kv_stage_layouts(model, kv);
+  if (query.draft) {
+    const std::int64_t before = sheet.stages.back().bytes_per_token();
+    add_draft_kv(sheet.stages, *query.draft, kv);
+    sheet.draft = query.draft->name;
+    const std::vector<KvLayout> draft_stages = kv_stage_layouts(*query.draft, kv);
+    for (const auto& g : draft_stages.front().groups) sheet.draft_layers += g.layers;
+    sheet.draft_bytes_per_token = sheet.stages.back().bytes_per_token() - before;
+  }
   sheet.binding_stage = binding_stage(sheet.stages);
   sheet.seqs = query.seqs;
   sheet.paging = query.paging;
 
   // The budget and the pools first, so that their errors come before the sequences' overflow.
+  bool state = false;
+  for (const auto& stage : sheet.stages) state = state || stage.state_layers > 0;
+  if (query.budget && state) {
+    // vLLM pads attention pages to the size of a state page and gives each state layer pages of
+    // its own (HybridAttentionMambaModelConfig); kvsim does not model that pool yet, so it sizes
+    // the cache of such a model but not what fits in a budget.
+    throw InputError(Location{model.name, 0, ""},
+                     "this model has state-space layers; kvsim does not model vLLM's hybrid page layout, so it "
+                     "cannot say how many blocks fit: size it without a budget");
+  }
   if (query.budget) {
+    for (const auto& stage : sheet.stages) {
+      if (stage.groups.empty()) {
+        throw InputError(Location{"", 0, kOptPp}, "a pipeline stage (layers " + std::to_string(stage.first_layer) + "-" +
+                                                      std::to_string(stage.end_layer - 1) +
+                                                      ") holds no KV, so it has no paged pool to size: use fewer stages");
+      }
+    }
     sheet.budget = derive_budget(model, kv, *query.budget);
     std::vector<std::int64_t> at = query.tokens;
     if (at.empty() && model.max_position_embeddings > 0) at.push_back(model.max_position_embeddings);
-    for (const auto& s : sheet.stages) {
-      StagePool sp{paged_pool(s, sheet.budget->kv_budget_bytes, query.paging), {}};
+    sheet.stage_weights = stage_weights(model, kv, *sheet.budget, sheet.stage_weights_note);
+    for (std::size_t i = 0; i < sheet.stages.size(); ++i) {
+      const KvLayout& s = sheet.stages[i];
+      // Each stage's own weights when they are known (embeddings first, LM head last).
+      const std::int64_t kv_budget =
+          sheet.stage_weights.empty() ? sheet.budget->kv_budget_bytes : sheet.stage_weights[i].kv_budget_bytes;
+      StagePool sp{paged_pool(s, kv_budget, query.paging), {}};
       for (std::int64_t t : at) sp.request_blocks.push_back(request_blocks(s, sp.pool, t, query.paging));
+      sp.own_num_blocks = sp.pool.num_blocks;
       sheet.stage_pools.push_back(std::move(sp));
+    }
+    // One scheduler and one block table serve every stage: vLLM shrinks each rank's pool to
+    // the smallest num_blocks among them and logs that (get_kv_cache_configs).
+    std::int64_t least = sheet.stage_pools.front().pool.num_blocks;
+    for (const auto& sp : sheet.stage_pools) least = std::min(least, sp.pool.num_blocks);
+    for (auto& sp : sheet.stage_pools) {
+      sp.pool.num_blocks = least;
+      sp.pool.kv_cache_tokens = checked_mul(least / sp.pool.cache_groups, sp.pool.block_tokens, "KV cache tokens");
     }
     for (std::size_t k = 0; k < at.size(); ++k) {
       const std::size_t stage = least_concurrent_stage(sheet.stage_pools, k);
@@ -66,7 +132,39 @@ SizeSheet size_sheet(const ModelSpec& model, const KvOptions& kv, const SizeQuer
       sheet.concurrency.push_back({at[k], stage, w.pool.num_blocks, w.request_blocks[k]});
     }
   }
+  if (!query.checks.empty() && !query.budget) {
+    throw InputError(Location{"", 0, "--check"}, "needs a budget (--device or --kv-budget) to say which cases fit");
+  }
   for (std::int64_t t : query.tokens) sheet.sequences.push_back(sequence_bytes(sheet, t));
+  if (sheet.sequences.size() > 1) {
+    SequenceBytes sum;
+    for (const auto& r : sheet.sequences) {
+      sum.tokens = checked_add(sum.tokens, r.tokens, "total tokens");
+      sum.bytes_per_sequence = checked_add(sum.bytes_per_sequence, r.bytes_per_sequence, "total bytes");
+      sum.bytes = checked_add(sum.bytes, r.bytes, "total bytes");
+      sum.bytes_all_devices = checked_add(sum.bytes_all_devices, r.bytes_all_devices, "total bytes");
+      sum.state_bytes = checked_add(sum.state_bytes, r.state_bytes, "total bytes");
+    }
+    sheet.total = sum;
+  }
+  if (query.request) sheet.request = request_bytes(sheet.layout(), *query.request);
+  if (query.offload_ppb > 0) {
+    sheet.offload_ppb = query.offload_ppb;
+    sheet.link_bytes_per_second = query.link_bytes_per_second;
+    sheet.link_source = query.link_source;
+    for (const auto& r : sheet.sequences) {
+      sheet.offload_rows.push_back(offload_split(r.bytes, query.offload_ppb, query.link_bytes_per_second));
+    }
+    if (sheet.request) {
+      sheet.offload_request = offload_split(sheet.request->kv_bytes, query.offload_ppb, query.link_bytes_per_second);
+    }
+  }
+  for (const CheckCase& c : query.checks) sheet.checks.push_back(check_case(sheet, c));
+  if (query.static_cache_tokens > 0) {
+    sheet.static_cache_tokens = query.static_cache_tokens;
+    sheet.static_reserved_bytes = checked_mul(kv_bytes_for_tokens(sheet.layout(), query.static_cache_tokens), sheet.seqs,
+                                              "static cache bytes");
+  }
   return sheet;
 }
 

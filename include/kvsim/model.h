@@ -61,6 +61,30 @@ struct MoeDims {
                                               // (0: unknown; compute then counts every expert)
 };
 
+// What a decoder layer keeps per sequence (hybrid and KV-sharing models; docs/size.md).
+enum class LayerKind {
+  attention,            // KV per position (the default for every layer)
+  state,                // a state-space or linear-attention layer: a constant state per sequence, no KV
+  attention_and_state,  // both (Zamba2's hybrid layers: a Mamba-2 block and a shared attention block)
+  kv_reused,            // reads another layer's KV (Gemma-3n's last num_kv_shared_layers): holds none
+  none,                 // an MLP-only or MoE-only layer (Nemotron-H's '-' and 'E'): holds nothing
+};
+
+// The constant per-sequence state of one state-space layer, before tensor parallelism, as
+// vLLM's MambaStateShapeCalculator shapes it (vllm/model_executor/layers/mamba/mamba_utils.py):
+// a convolution state of conv_channels (+ 2 x n_groups x group_state_size for Mamba-2) x
+// (conv_kernel - 1) values, and a temporal (SSM or recurrent) state of state_heads x
+// values_per_head values. Tensor parallelism splits the channels and the heads.
+struct StateDims {
+  std::string kind;                       // "mamba" (Mamba-1), "mamba2", "gated deltanet"
+  std::int64_t conv_channels = 0;         // Mamba-1/2: intermediate size; GatedDeltaNet: 2 x key + value dims
+  std::int64_t n_groups = 0;              // Mamba-2's B/C groups (0 otherwise)
+  std::int64_t group_state_size = 0;      // Mamba-2: ssm_state_size, added twice per group to the conv
+  std::int64_t conv_kernel = 0;           // the conv state keeps conv_kernel - 1 positions
+  std::int64_t state_heads = 0;           // temporal state rows split by tensor parallelism
+  std::int64_t values_per_head = 0;       // temporal state values per row
+};
+
 // An architecture as published. Field names follow Hugging Face's config.json.
 struct ModelSpec {
   std::string name;    // preset name ("llama-3.1-8b") or the config file's path
@@ -75,6 +99,15 @@ struct ModelSpec {
   std::int64_t max_position_embeddings = 0;
   // One entry per layer: 0 for full attention, W for a sliding window of W positions.
   std::vector<std::int64_t> layer_window_tokens;
+  // One entry per layer, or empty when every layer is attention.
+  std::vector<LayerKind> layer_kinds;
+  // KV heads of each layer when they differ (a list in config.json); empty: every layer has
+  // num_key_value_heads (then the largest of the list).
+  std::vector<std::int64_t> layer_kv_heads;
+  // Query heads of each layer when they differ (OpenELM's num_query_heads); empty: every layer
+  // has num_attention_heads (then the largest of the list).
+  std::vector<std::int64_t> layer_attention_heads;
+  std::optional<StateDims> state;        // set when some layer holds a state (LayerKind::state)
   std::optional<MlaDims> mla;            // set for MLA models
   std::optional<MoeDims> moe;            // set for mixture-of-experts models
   bool tie_word_embeddings = false;      // LM head shares the embedding matrix (estimate only)
@@ -100,6 +133,9 @@ struct KvOptions {
   MlaForm mla_form = MlaForm::latent;
   std::int64_t tensor_parallel = 1;      // devices that split the KV heads
   std::int64_t pipeline_parallel = 1;    // stages that split the layers
+  // How state-space layers store their state (vLLM's mamba_cache_dtype "auto": the model's
+  // dtype; the CLI sets the model's default_kv_dtype()). Conv and temporal states alike.
+  KvDtype state_dtype = KvDtype::bf16;
 };
 
 // Layers on one device that cost the same per position and keep the same history.
@@ -120,8 +156,19 @@ struct KvLayout {
   std::int64_t max_model_len = 0;   // max_position_embeddings
   std::int64_t first_layer = 0;     // this stage holds layers [first_layer, end_layer)
   std::int64_t end_layer = 0;
+  // Layers of this stage that hold a constant per-sequence state, and what one holds.
+  std::int64_t state_layers = 0;
+  std::int64_t conv_state_bytes_per_layer = 0;
+  std::int64_t temporal_state_bytes_per_layer = 0;
+  std::int64_t kv_reused_layers = 0;     // layers that read another layer's KV and hold none
   std::int64_t bytes_per_token() const;  // sum of bytes_per_position over groups
+  // state_layers x (conv + temporal): bytes a sequence holds whatever its length.
+  std::int64_t state_bytes_per_sequence() const;
 };
+
+// The conv and temporal state bytes of one state-space layer on one device (the rule in
+// StateDims). Throws InputError when tensor parallelism does not divide the channels or heads.
+std::pair<std::int64_t, std::int64_t> state_bytes_per_layer(const StateDims& state, const KvOptions& options);
 
 // Bytes of one K or V vector of `values` values in `dtype`, scales included (the rule above).
 // REQUIRES: values >= 0; options.quant_group_values > 0 for the int dtypes.

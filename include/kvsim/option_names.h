@@ -42,6 +42,13 @@ inline constexpr char kOptReserve[] = "--reserve";
 inline constexpr char kOptKvBudget[] = "--kv-budget";
 inline constexpr char kOptBlockSize[] = "--block-size";                    // kvsim size
 inline constexpr char kOptMaxNumBatchedTokens[] = "--max-num-batched-tokens";  // kvsim size
+inline constexpr char kOptBeams[] = "--beams";                              // kvsim size (and --prompt, --max-tokens, --n)
+inline constexpr char kOptNoPromptSharing[] = "--no-prompt-sharing";        // kvsim size
+inline constexpr char kOptStaticCache[] = "--static-cache";                 // kvsim size
+inline constexpr char kOptSpeculative[] = "--speculative";                  // kvsim size
+inline constexpr char kOptOffloadFraction[] = "--offload-fraction";         // kvsim size
+inline constexpr char kOptLinkBandwidth[] = "--link-bandwidth";             // kvsim size
+inline constexpr char kOptCheck[] = "--check";                              // kvsim size
 
 // Replay: allocators, schedule and serving under a budget.
 inline constexpr char kOptAllocator[] = "--allocator";

@@ -15,6 +15,9 @@
 
 #include "kvsim/budget.h"
 #include "kvsim/model.h"
+#include "kvsim/size_cases.h"
+#include "kvsim/speculative.h"
+#include "kvsim/stage_weights.h"
 
 namespace kvsim {
 
@@ -24,6 +27,13 @@ struct SizeQuery {
   std::vector<std::int64_t> tokens;      // positions per sequence, one row each (--tokens); may be empty
   PagedOptions paging;                   // vLLM's block size and scheduler chunk
   std::optional<BudgetOptions> budget;   // none: no budget terms and no paged pool
+  std::optional<RequestShape> request;   // --prompt/--max-tokens (with --n or --beams): one request
+  std::int64_t static_cache_tokens = 0;  // --static-cache L: seqs x L reserved (0: not asked)
+  std::optional<ModelSpec> draft;        // speculative decoding's draft (kvsim/speculative.h)
+  std::int64_t offload_ppb = 0;          // --offload-fraction: share of the KV on the host (0: none)
+  std::int64_t link_bytes_per_second = 0;  // the host link's bandwidth, for the offload's transfer time
+  std::string link_source;               // where that bandwidth comes from ("--link-bandwidth", "assumed: ...")
+  std::vector<CheckCase> checks;         // --check: the seed's three validation cases (needs a budget)
 };
 
 // B sequences of T tokens.
@@ -32,13 +42,17 @@ struct SequenceBytes {
   std::int64_t bytes_per_sequence = 0;   // one sequence on one device of the binding stage
   std::int64_t bytes = 0;                // B sequences on that device
   std::int64_t bytes_all_devices = 0;    // B sequences summed over every stage and tensor-parallel rank
+  std::int64_t state_bytes = 0;          // B x the binding stage's constant per-sequence state (hybrid models)
 };
 
 // vLLM's paged pool on one pipeline stage's device, and the blocks one request needs there at
 // each of SizeSheet::concurrency's token counts.
 struct StagePool {
-  PagedPool pool;
+  PagedPool pool;                        // num_blocks already shrunk to the smallest stage's (below)
   std::vector<std::int64_t> request_blocks;
+  // What this stage's own budget holds, before vLLM shrinks every rank to the smallest
+  // num_blocks among them (get_kv_cache_configs, vllm/v1/core/kv_cache_utils.py).
+  std::int64_t own_num_blocks = 0;
 };
 
 // vLLM's "Maximum concurrency for T tokens per request": num_blocks / blocks_per_request on
@@ -58,10 +72,35 @@ struct SizeSheet {
   std::size_t binding_stage = 0;         // see binding_stage() below
   std::int64_t seqs = 1;
   std::vector<SequenceBytes> sequences;  // one per SizeQuery::tokens, in order
+  // The sum of the rows when there are several (requests of different lengths held at once;
+  // tokens is the sum of the T's): the seed's "B x T replaced by the positions actually kept".
+  std::optional<SequenceBytes> total;
+  std::optional<RequestBytes> request;   // SizeQuery::request on the binding stage's device
+  std::int64_t static_cache_tokens = 0;
+  // Speculative decoding: the draft's name, its KV layers and bytes per token (on the last
+  // stage's device, already in `stages`); 0 layers when there is no draft.
+  std::string draft;
+  std::int64_t draft_layers = 0;
+  std::int64_t draft_bytes_per_token = 0;
+  // Offloading: the split of each sequences row (and of the request, when there is one).
+  std::int64_t offload_ppb = 0;
+  std::int64_t link_bytes_per_second = 0;
+  std::string link_source;
+  std::vector<OffloadSplit> offload_rows;          // one per `sequences` row
+  std::optional<OffloadSplit> offload_request;
+  std::vector<CheckResult> checks;                 // one per SizeQuery::checks
+  // Hugging Face StaticCache: seqs x static_cache_tokens positions (min(W, L) on a sliding
+  // layer) reserved on every layer up front, whatever the sequences hold (binding stage).
+  std::int64_t static_reserved_bytes = 0;
   // The rest only with a budget.
   std::optional<Budget> budget;
   PagedOptions paging;
   std::vector<StagePool> stage_pools;    // per stage
+  // Under pipeline parallelism with a derived budget: each stage's weights and KV budget
+  // (kvsim/stage_weights.h), which its pool uses; empty, with the note saying why, when the
+  // split cannot be made (then every stage has budget->kv_budget_bytes).
+  std::vector<StageWeights> stage_weights;
+  std::string stage_weights_note;
   // At each SizeQuery::tokens or, when none was asked, at max_position_embeddings (as vLLM
   // logs it; none when the model does not say).
   std::vector<Concurrency> concurrency;

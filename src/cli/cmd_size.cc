@@ -5,12 +5,16 @@
 
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cli.h"
 #include "kvsim/budget.h"
 #include "kvsim/error.h"
+#include "kvsim/option_names.h"
 #include "kvsim/output_file.h"
+#include "kvsim/parse.h"
+#include "kvsim/units.h"
 #include "kvsim/size_sheet.h"
 #include "model_options.h"
 #include "size_output.h"
@@ -31,7 +35,9 @@ const CommandSpec kSpec{
     "  kvsim size --model llama-3.1-8b --tokens 8192,32768 --device H100-80GB\n"
     "  kvsim size --model gemma-3-27b --tokens 32768 --device H100-80GB --json\n"
     "  kvsim size --model deepseek-v3 --mla-form decompressed --tokens 4096\n"
-    "  kvsim size --config config.json --dtype fp8 --tp 8 --device H200-141GB"};
+    "  kvsim size --config config.json --dtype fp8 --tp 8 --device H200-141GB\n"
+    "  kvsim size --model seed-example --dtype fp16 --prompt 3072 --max-tokens 1024 --n 4\n"
+    "  kvsim size --model llama-3.1-8b --seqs 8 --tokens 1000,3000 --static-cache 8192"};
 
 po::options_description size_options() {
   po::options_description workload_opts("Workload and paging");
@@ -41,12 +47,38 @@ po::options_description size_options() {
       ("block-size", po::value<std::string>(), "tokens per paged block (default 16, as vLLM)")
       ("max-num-batched-tokens", po::value<std::string>(),
        "vLLM's scheduler chunk, which caps a sliding window's blocks (default 8192)");
+  po::options_description request_opts("One request: prompt and generation apart, and the sequences it creates");
+  request_opts.add_options()
+      (option_key(kOptPrompt), po::value<std::string>(), "prompt tokens P of one request (with --max-tokens)")
+      (option_key(kOptMaxTokens), po::value<std::string>(), "generation limit G the request reserves (with --prompt)")
+      (option_key(kOptN), po::value<std::string>(), "parallel samples N: sequences sharing the prompt (default 1)")
+      (option_key(kOptBeams), po::value<std::string>(), "beam width K: K live sequences sharing the prompt")
+      (option_key(kOptNoPromptSharing),
+       "every sequence holds its own copy of the prompt (Hugging Face generate) instead of sharing it (vLLM)")
+      (option_key(kOptStaticCache), po::value<std::string>(),
+       "Hugging Face StaticCache: --seqs x L positions reserved on every layer (min(W, L) on sliding layers)")
+      (option_key(kOptSpeculative), po::value<std::string>(),
+       "speculative decoding's draft KV: eagle or eagle3 (one layer at the target's dims) or draft:CONFIG "
+       "(a draft model's config.json)");
+  po::options_description offload_opts("Offloading and validation");
+  offload_opts.add_options()
+      (option_key(kOptOffloadFraction), po::value<std::string>(),
+       "share of the KV kept in host memory, in [0, 1): what stays on the device, what moves, and the transfer per "
+       "decode step")
+      (option_key(kOptLinkBandwidth), po::value<std::string>(),
+       "host link bandwidth in bytes per second for --offload-fraction (\"25GB\", \"64GB\"; default 25GB, about "
+       "PCIe 4.0 x16 in practice)")
+      (option_key(kOptCheck), po::value<std::string>(),
+       "the seed guide's three validation cases against the budget: usual=T,long=T,concurrency=N (N sequences of "
+       "the usual T); says which fit and what is measured or assumed");
   po::options_description output_opts("Output");
   output_opts.add_options()("json", "print the sheet as JSON (integers as JSON integers)");
   po::options_description options;
   options.add(model_options("a built-in preset (see 'kvsim models')"))
       .add(placement_options())
       .add(workload_opts)
+      .add(request_opts)
+      .add(offload_opts)
       .add(budget_options())
       .add(output_opts);
   return options;
@@ -64,8 +96,50 @@ std::vector<std::int64_t> token_list(const std::string& text) {
   return out;
 }
 
+// --prompt P --max-tokens G with --n N or --beams K: one request's shape, or none.
+std::optional<RequestShape> request_shape(const po::variables_map& vm) {
+  const auto prompt = option_text(vm, option_key(kOptPrompt));
+  const auto max_tokens = option_text(vm, option_key(kOptMaxTokens));
+  const auto n = option_text(vm, option_key(kOptN));
+  const auto beams = option_text(vm, option_key(kOptBeams));
+  const bool unshared = vm.count(option_key(kOptNoPromptSharing)) != 0;
+  if (!prompt && !max_tokens) {
+    for (const auto& [given, flag] : {std::pair{n.has_value(), kOptN}, std::pair{beams.has_value(), kOptBeams},
+                                      std::pair{unshared, kOptNoPromptSharing}}) {
+      if (given) throw InputError(Location{"", 0, flag}, "needs --prompt P and --max-tokens G (one request's shape)");
+    }
+    return std::nullopt;
+  }
+  if (!prompt) throw InputError(Location{"", 0, kOptMaxTokens}, "needs --prompt P (the request's prompt tokens)");
+  if (!max_tokens) throw InputError(Location{"", 0, kOptPrompt}, "needs --max-tokens G (the generation it reserves)");
+  if (n && beams) throw InputError(Location{"", 0, kOptBeams}, "give --n or --beams, not both");
+  RequestShape r;
+  r.prompt_tokens = positive_integer(*prompt, kOptPrompt);
+  r.max_tokens = positive_integer(*max_tokens, kOptMaxTokens);
+  if (n) r.sequences = positive_integer(*n, kOptN);
+  if (beams) r.sequences = positive_integer(*beams, kOptBeams);
+  r.prompt_shared = !unshared;
+  return r;
+}
+
+// --check usual=T,long=T,concurrency=N: the seed guide's three cases.
+std::vector<CheckCase> check_cases(const std::string& text) {
+  std::optional<std::int64_t> usual, long_context, concurrency;
+  for (const auto& [key, value] : parse_key_values(text, kOptCheck)) {
+    const std::string v(value);
+    if (key == "usual") usual = positive_integer(v, kOptCheck);
+    else if (key == "long") long_context = positive_integer(v, kOptCheck);
+    else if (key == "concurrency") concurrency = positive_integer(v, kOptCheck);
+    else throw InputError(Location{"", 0, kOptCheck}, "unknown case '" + std::string(key) + "' (expected usual, long, concurrency)");
+  }
+  if (!usual || !long_context || !concurrency) {
+    throw InputError(Location{"", 0, kOptCheck}, "expected all three cases: usual=T,long=T,concurrency=N");
+  }
+  return {{"usual input", 1, *usual}, {"long input", 1, *long_context}, {"maximum concurrency", *concurrency, *usual}};
+}
+
 // The workload, paging and budget options, checked in the order the user reads about them.
-SizeQuery size_query(const po::variables_map& vm) {
+SizeQuery size_query(const po::variables_map& vm, const ModelSpec& model) {
   SizeQuery q;
   const auto seqs_text = option_text(vm, "seqs");
   const auto tokens_text = option_text(vm, "tokens");
@@ -75,6 +149,36 @@ SizeQuery size_query(const po::variables_map& vm) {
   if (const auto b = option_text(vm, "block-size")) q.paging.block_tokens = positive_integer(*b, "--block-size");
   if (const auto m = option_text(vm, "max-num-batched-tokens")) {
     q.paging.max_num_batched_tokens = positive_integer(*m, "--max-num-batched-tokens");
+  }
+  q.request = request_shape(vm);
+  const auto link = option_text(vm, option_key(kOptLinkBandwidth));
+  if (const auto f = option_text(vm, option_key(kOptOffloadFraction))) {
+    q.offload_ppb = parse_fraction_ppb(*f, kOptOffloadFraction);
+    if (q.offload_ppb == 0) throw InputError(Location{"", 0, kOptOffloadFraction}, "expected a share above 0");
+    if (q.tokens.empty() && !q.request) {
+      throw InputError(Location{"", 0, kOptOffloadFraction}, "needs --tokens or --prompt/--max-tokens (what to offload)");
+    }
+    q.link_bytes_per_second = parse_byte_size(link.value_or("25GB"), kOptLinkBandwidth);
+    if (q.link_bytes_per_second <= 0) {
+      throw InputError(Location{"", 0, kOptLinkBandwidth}, "expected a positive number of bytes per second");
+    }
+    q.link_source = link ? std::string(kOptLinkBandwidth) : "assumed: 25 GB/s, about PCIe 4.0 x16 in practice";
+  } else if (link) {
+    throw InputError(Location{"", 0, kOptLinkBandwidth}, "needs --offload-fraction (nothing moves without it)");
+  }
+  if (const auto c = option_text(vm, option_key(kOptCheck))) q.checks = check_cases(*c);
+  if (const auto spec = option_text(vm, option_key(kOptSpeculative))) {
+    if (*spec == "eagle" || *spec == "eagle3") {
+      q.draft = eagle_draft(model);
+      q.draft->name = (*spec == "eagle" ? "EAGLE" : "EAGLE-3") + std::string(" head (one layer at the target's KV dims)");
+    } else if (spec->rfind("draft:", 0) == 0 && spec->size() > 6) {
+      q.draft = load_hf_config(spec->substr(6));
+    } else {
+      throw InputError(Location{"", 0, kOptSpeculative}, "expected eagle, eagle3 or draft:CONFIG, got \"" + *spec + "\"");
+    }
+  }
+  if (const auto l = option_text(vm, option_key(kOptStaticCache))) {
+    q.static_cache_tokens = positive_integer(*l, kOptStaticCache);
   }
   // Here nothing else uses the device or the weights (replay's cost model does).
   reject_beside_kv_budget(vm, {"device", "params", "weight-dtype", "weights-bytes"});
@@ -89,7 +193,7 @@ int run_size(const Invocation& inv) {
   po::variables_map vm;
   if (!parse_options(inv, kSpec, options, {}, vm)) return kExitOk;
   const ModelChoice choice = resolve_model(vm, kSpec.synopsis, "");
-  const SizeQuery query = size_query(vm);
+  const SizeQuery query = size_query(vm, choice.model);
   SizeSheet sheet;
   try {
     sheet = size_sheet(choice.model, choice.kv, query);
@@ -97,7 +201,7 @@ int run_size(const Invocation& inv) {
     // A product that overflows names no field where it is found: here it is the workload's.
     if (!e.where().file.empty() || !e.where().field.empty()) throw;
     std::string given;
-    for (const char* option : {"--tokens", "--seqs"}) {
+    for (const char* option : {"--tokens", "--seqs", kOptPrompt, kOptMaxTokens, kOptN, kOptBeams, kOptStaticCache}) {
       if (option_text(vm, option + 2)) given += given.empty() ? option : std::string(", ") + option;
     }
     if (given.empty()) throw;

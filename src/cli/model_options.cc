@@ -70,6 +70,7 @@ ModelChoice resolve_model(const po::variables_map& vm, const std::string& synops
   ModelChoice c;
   c.model = config ? load_hf_config(*config) : find_model_preset(model_name ? *model_name : default_model);
   KvOptions& kv = c.kv;
+  kv.state_dtype = default_kv_dtype(c.model);  // vLLM's mamba_cache_dtype "auto": the model's dtype
   if (const auto dtype = option_text(vm, option_key(kOptDtype))) {
     kv.dtype = parse_kv_dtype(*dtype, kOptDtype);
     c.dtype_reason = kOptDtype;

@@ -53,6 +53,11 @@ std::string model_lines(const SizeSheet& s, const std::string& dtype_reason) {
                                                : "decompressed: per-head K (nope + rope) and V (Hugging Face "
                                                  "transformers)");
   }
+  if (s.draft_layers > 0) {
+    text += fmt::format("Draft      {}: {} layer{} of KV, {} bytes per token, in the same pool (the draft's weights "
+                        "are not in the budget's weights term)\n",
+                        s.draft, s.draft_layers, s.draft_layers == 1 ? "" : "s", with_commas(s.draft_bytes_per_token));
+  }
   text += fmt::format("Placement  {} device{}: tensor parallel {} x pipeline parallel {}{}\n", s.devices,
                       s.devices == 1 ? "" : "s", s.kv.tensor_parallel, s.kv.pipeline_parallel,
                       s.devices > 1 ? "; figures are per device" : "");
@@ -73,6 +78,35 @@ std::string stages_table(const SizeSheet& s) {
   return text + t.render();
 }
 
+// Layers of the binding stage that hold no KV: state-space layers (their constant state per
+// sequence), layers that reuse another layer's KV, and layers that hold nothing.
+std::string layer_kind_lines(const SizeSheet& s) {
+  const KvLayout& layout = s.layout();
+  std::int64_t kv_layers = 0;
+  for (const auto& g : layout.groups) kv_layers += g.layers;
+  kv_layers -= s.draft_layers;  // a draft exists only without pipeline parallelism: on this stage
+  const std::int64_t stage_layers = layout.end_layer - layout.first_layer;
+  if (kv_layers == stage_layers) return "";
+  std::string text = fmt::format("  {} of {} layers hold KV", kv_layers, stage_layers);
+  if (layout.state_layers > 0) {
+    const std::int64_t per_layer = layout.conv_state_bytes_per_layer + layout.temporal_state_bytes_per_layer;
+    text += fmt::format("; {} {} layers hold a constant state per sequence: conv {} + temporal {} = {} bytes "
+                        "each ({}, vLLM's mamba_cache_dtype auto), {} bytes per sequence whatever its length",
+                        layout.state_layers, s.model.state->kind, with_commas(layout.conv_state_bytes_per_layer),
+                        with_commas(layout.temporal_state_bytes_per_layer), with_commas(per_layer),
+                        kv_dtype_info(s.kv.state_dtype).name, with_commas(layout.state_bytes_per_sequence()));
+  }
+  if (layout.kv_reused_layers > 0) {
+    text += fmt::format("; {} layers reuse an earlier layer's KV and hold none", layout.kv_reused_layers);
+  }
+  std::int64_t none = 0;
+  for (std::int64_t i = layout.first_layer; i < layout.end_layer && !s.model.layer_kinds.empty(); ++i) {
+    none += s.model.layer_kinds[static_cast<std::size_t>(i)] == LayerKind::none ? 1 : 0;
+  }
+  if (none > 0) text += fmt::format("; {} MLP/MoE-only layers hold nothing", none);
+  return text + "\n";
+}
+
 // The binding stage's layer groups and what one position costs in each.
 std::string layer_groups_table(const SizeSheet& s) {
   const KvLayout& layout = s.layout();
@@ -87,7 +121,7 @@ std::string layer_groups_table(const SizeSheet& s) {
            dims(g.v_head_dim), with_commas(g.bytes_per_layer_position), with_commas(g.bytes_per_position)});
   }
   t.add({"total", "", std::to_string(layers), "", "", "", "", with_commas(layout.bytes_per_token())});
-  return text + t.render();
+  return text + t.render() + layer_kind_lines(s);
 }
 
 // B sequences at each T, with a note for each T past the model's maximum.
@@ -111,13 +145,26 @@ std::string sequences_table(const SizeSheet& s) {
     headers.push_back("bytes, all devices");
     align.push_back(A::right);
   }
-  SheetTable t(headers, align);
-  for (const auto& r : s.sequences) {
-    std::vector<std::string> row = {with_commas(r.tokens), with_commas(r.bytes_per_sequence), gib(r.bytes_per_sequence),
-                                    with_commas(r.bytes),  gib(r.bytes),                      gb(r.bytes)};
-    if (s.devices > 1) row.push_back(with_commas(r.bytes_all_devices));
-    t.add(row);
+  const bool state = layout.state_layers > 0;
+  if (state) {
+    headers.push_back(fmt::format("state bytes ({})", n));
+    headers.push_back(fmt::format("KV + state bytes ({})", n));
+    align.insert(align.end(), 2, A::right);
   }
+  SheetTable t(headers, align);
+  auto add = [&](const SequenceBytes& r, const std::string& label) {
+    std::vector<std::string> row = {label, with_commas(r.bytes_per_sequence), gib(r.bytes_per_sequence),
+                                    with_commas(r.bytes), gib(r.bytes), gb(r.bytes)};
+    if (s.devices > 1) row.push_back(with_commas(r.bytes_all_devices));
+    if (state) {
+      row.push_back(with_commas(r.state_bytes));
+      row.push_back(with_commas(checked_add(r.bytes, r.state_bytes, "KV + state bytes")));
+    }
+    t.add(row);
+  };
+  for (const auto& r : s.sequences) add(r, with_commas(r.tokens));
+  // Requests of different lengths held at once: the positions actually kept, summed.
+  if (s.total) add(*s.total, "total " + with_commas(s.total->tokens));
   text += t.render();
   for (const auto& r : s.sequences) {
     if (s.model.max_position_embeddings > 0 && r.tokens > s.model.max_position_embeddings) {
@@ -125,6 +172,108 @@ std::string sequences_table(const SizeSheet& s) {
                           with_commas(r.tokens), with_commas(s.model.max_position_embeddings));
     }
   }
+  return text;
+}
+
+// One request with its prompt and generation apart, and the sequences generation creates.
+std::string request_lines(const SizeSheet& s) {
+  if (!s.request) return "";
+  const RequestBytes& r = *s.request;
+  const RequestShape& q = r.shape;
+  std::string text = fmt::format("\nOne request: prompt {} + max tokens {} = {} positions per sequence{}\n",
+                                 with_commas(q.prompt_tokens), with_commas(q.max_tokens),
+                                 with_commas(q.prompt_tokens + q.max_tokens), s.devices > 1 ? "; per device" : "");
+  text += fmt::format("  one sequence: {} bytes ({})\n", with_commas(r.single_kv_bytes), gib(r.single_kv_bytes));
+  if (q.sequences > 1) {
+    text += fmt::format("  {} sequences, prompt {}: {} bytes ({}), {} one sequence's\n", q.sequences,
+                        q.prompt_shared ? "shared (held once, as vLLM's prefix caching shares it; full blocks only)"
+                                        : "copied into each (Hugging Face generate)",
+                        with_commas(r.kv_bytes), gib(r.kv_bytes),
+                        format_ratio(r.kv_bytes, r.single_kv_bytes, 2) + "x");
+  }
+  if (r.state_bytes > 0) {
+    text += fmt::format("  state: {} sequence{} x {} = {} bytes; KV + state {} bytes\n", q.sequences,
+                        q.sequences == 1 ? "" : "s", with_commas(s.layout().state_bytes_per_sequence()),
+                        with_commas(r.state_bytes), with_commas(r.total_bytes()));
+  }
+  return text;
+}
+
+// Hugging Face StaticCache's reservation beside what the sequences hold.
+std::string static_cache_lines(const SizeSheet& s) {
+  if (s.static_cache_tokens == 0) return "";
+  std::string text = fmt::format("\nStatic cache (Hugging Face StaticCache, max_cache_len {}): {} x {} positions "
+                                 "reserved up front on every layer{}\n",
+                                 with_commas(s.static_cache_tokens), s.seqs, with_commas(s.static_cache_tokens),
+                                 s.devices > 1 ? "; per device" : "");
+  text += fmt::format("  reserved: {} bytes ({})\n", with_commas(s.static_reserved_bytes), gib(s.static_reserved_bytes));
+  for (const auto& r : s.sequences) {
+    if (r.tokens > s.static_cache_tokens) {
+      text += fmt::format("  note: {} tokens do not fit a static cache of {} positions\n", with_commas(r.tokens),
+                          with_commas(s.static_cache_tokens));
+    } else {
+      text += fmt::format("  at {} tokens the sequences hold {} bytes: {} bytes reserved but empty ({} of the reservation)\n",
+                          with_commas(r.tokens), with_commas(r.bytes), with_commas(s.static_reserved_bytes - r.bytes),
+                          format_ratio(100 * (s.static_reserved_bytes - r.bytes), s.static_reserved_bytes, 1) + "%");
+    }
+  }
+  return text;
+}
+
+// transfer time in milliseconds with 3 decimals, from exact nanoseconds.
+std::string ms(std::int64_t ns) { return format_ratio(ns, 1'000'000, 3) + " ms"; }
+
+// What stays on the device, what moves to the host, and the transfer every decode step.
+std::string offload_lines(const SizeSheet& s) {
+  if (s.offload_ppb == 0) return "";
+  std::string text = fmt::format("\nOffload: {} of the KV in host memory; link {} bytes/s ({}){}\n",
+                                 format_ppb(s.offload_ppb), with_commas(s.link_bytes_per_second), s.link_source,
+                                 s.devices > 1 ? "; per device" : "");
+  text += "  every decode step moves the host share to the device and back (Hugging Face OffloadedCache's prefetch "
+          "and evict), so a step waits at least host bytes / bandwidth\n";
+  SheetTable t({"workload", "on device", "on host", "transfer per step"}, {A::left, A::right, A::right, A::right});
+  const std::string n = s.seqs == 1 ? "1 seq" : fmt::format("{} seqs", s.seqs);
+  for (std::size_t i = 0; i < s.offload_rows.size(); ++i) {
+    const OffloadSplit& o = s.offload_rows[i];
+    t.add({fmt::format("{} x {} tokens", n, with_commas(s.sequences[i].tokens)), with_commas(o.device_bytes),
+           with_commas(o.host_bytes), ms(o.transfer_ns)});
+  }
+  if (s.offload_request) {
+    const OffloadSplit& o = *s.offload_request;
+    t.add({"one request", with_commas(o.device_bytes), with_commas(o.host_bytes), ms(o.transfer_ns)});
+  }
+  return text + t.render();
+}
+
+// The seed guide's three validation cases, and what the verdict rests on.
+std::string check_lines(const SizeSheet& s) {
+  if (s.checks.empty()) return "";
+  std::string text = "\nValidation cases (the seed guide's three, against vLLM's paged pool on this budget)\n";
+  SheetTable t({"case", "sequences", "tokens each", "KV bytes", "blocks needed", "blocks in pool", "fits"},
+               {A::left, A::right, A::right, A::right, A::right, A::right, A::left});
+  for (const CheckResult& r : s.checks) {
+    t.add({r.c.name, with_commas(r.c.sequences), with_commas(r.c.tokens), with_commas(r.kv_bytes),
+           with_commas(r.blocks_needed), with_commas(r.blocks_available),
+           std::string(r.fits ? "yes" : "NO") + (s.stages.size() > 1 ? fmt::format(" (stage {})", r.stage) : "")});
+  }
+  text += t.render();
+  const Budget& b = *s.budget;
+  text += "  what this rests on:\n";
+  text += "    computed exactly: KV bytes per token and blocks per request, from the model's config\n";
+  if (b.direct) {
+    text += "    given: the KV budget (--kv-budget)\n";
+  } else {
+    text += fmt::format("    device total: {}{}\n", b.device_total_source,
+                        b.device_total_source.rfind("--device-memory", 0) == 0
+                            ? " (as given)"
+                            : " (a spec value: CUDA reports 0.5-2% less; pass what torch.cuda.mem_get_info() prints)");
+    text += fmt::format("    weights: {} ({}), {} bits ({})\n", with_commas(b.weights_bytes_per_device), b.parameter_source,
+                        b.weight_bits, b.weight_bits_source);
+    text += fmt::format("    reserve: {} bytes (assumed, not measured: activations, CUDA graphs and the runtime)\n",
+                        with_commas(b.reserve_bytes));
+  }
+  text += "    measured: nothing; run each case on the device with the model, tokenizer, template and generation "
+          "limit fixed (a short input that passes does not validate the maximum concurrency)\n";
   return text;
 }
 
@@ -153,6 +302,27 @@ std::string budget_table(const Budget& budget) {
     row("= KV budget", budget.kv_budget_bytes);
   }
   return text + t.render();
+}
+
+// Under pipeline parallelism: each stage's weights and KV budget, and its pool.
+std::string stage_weights_lines(const SizeSheet& s) {
+  if (s.kv.pipeline_parallel <= 1 || !s.budget || s.budget->direct) return "";
+  if (s.stage_weights.empty()) return fmt::format("  note: {}\n", s.stage_weights_note);
+  std::string text = "\nWeights per pipeline stage (embeddings on the first, final norm and LM head on the last; "
+                     "layers as get_pp_indices splits them, taken as equal in size)\n";
+  SheetTable t({"stage", "layers", "holds", "parameters", "weights/device", "KV budget/device", "blocks"},
+               {A::right, A::left, A::left, A::right, A::right, A::right, A::right});
+  for (std::size_t i = 0; i < s.stage_weights.size(); ++i) {
+    const StageWeights& w = s.stage_weights[i];
+    std::string holds = w.embedding ? "embeddings" : "";
+    if (w.lm_head) holds += std::string(holds.empty() ? "" : ", ") + "LM head" + (s.model.tie_word_embeddings ? " (tied: a copy)" : "");
+    t.add({std::to_string(i), fmt::format("{}-{}", w.first_layer, w.end_layer - 1), holds, with_commas(w.parameters),
+           with_commas(w.bytes_per_device), with_commas(w.kv_budget_bytes), with_commas(s.stage_pools[i].own_num_blocks)});
+  }
+  return text + t.render() +
+         fmt::format("  each stage's pool uses its own KV budget (not the even split above); vLLM then shrinks every "
+                     "stage to the smallest, {} blocks\n",
+                     with_commas(s.stage_pools.front().pool.num_blocks));
 }
 
 // The binding stage's paged pool and vLLM's concurrency line at each T.
@@ -229,17 +399,49 @@ Json stages_json(const SizeSheet& s) {
   return st;
 }
 
+Json sequence_row_json(const SequenceBytes& r, bool state) {
+  Json row = {{"tokens", r.tokens},
+              {"bytes_per_sequence", r.bytes_per_sequence},
+              {"bytes", r.bytes},
+              {"gib", format_ratio(r.bytes, kBytesPerGiB, 2)},
+              {"gb", format_ratio(r.bytes, kBytesPerGB, 2)},
+              {"bytes_all_devices", r.bytes_all_devices}};
+  if (state) row["state_bytes"] = r.state_bytes;
+  return row;
+}
+
 Json sequences_json(const SizeSheet& s) {
+  const bool state = s.layout().state_layers > 0;
   Json rows = Json::array();
-  for (const auto& r : s.sequences) {
-    rows.push_back({{"tokens", r.tokens},
-                    {"bytes_per_sequence", r.bytes_per_sequence},
-                    {"bytes", r.bytes},
-                    {"gib", format_ratio(r.bytes, kBytesPerGiB, 2)},
-                    {"gb", format_ratio(r.bytes, kBytesPerGB, 2)},
-                    {"bytes_all_devices", r.bytes_all_devices}});
+  for (const auto& r : s.sequences) rows.push_back(sequence_row_json(r, state));
+  Json out = {{"count", s.seqs}, {"rows", rows}};
+  if (s.total) out["total"] = sequence_row_json(*s.total, state);
+  return out;
+}
+
+// The layers of the binding stage that hold no KV (only when some do not).
+Json layer_kinds_json(const SizeSheet& s) {
+  const KvLayout& l = s.layout();
+  Json out = {{"kv_reused_layers", l.kv_reused_layers}, {"state_layers", l.state_layers}};
+  if (l.state_layers > 0) {
+    out["state"] = {{"kind", s.model.state->kind},
+                    {"dtype", std::string(kv_dtype_info(s.kv.state_dtype).name)},
+                    {"conv_bytes_per_layer", l.conv_state_bytes_per_layer},
+                    {"temporal_bytes_per_layer", l.temporal_state_bytes_per_layer},
+                    {"bytes_per_sequence", l.state_bytes_per_sequence()}};
   }
-  return {{"count", s.seqs}, {"rows", rows}};
+  return out;
+}
+
+Json request_json(const RequestBytes& r) {
+  return {{"prompt_tokens", r.shape.prompt_tokens},
+          {"max_tokens", r.shape.max_tokens},
+          {"sequences", r.shape.sequences},
+          {"prompt_shared", r.shape.prompt_shared},
+          {"single_sequence_kv_bytes", r.single_kv_bytes},
+          {"kv_bytes", r.kv_bytes},
+          {"state_bytes", r.state_bytes},
+          {"bytes", r.total_bytes()}};
 }
 
 Json budget_json(const Budget& budget) {
@@ -291,10 +493,15 @@ std::string size_table(const SizeSheet& sheet, const std::string& dtype_reason) 
   text += stages_table(sheet);
   text += layer_groups_table(sheet);
   text += sequences_table(sheet);
+  text += request_lines(sheet);
+  text += static_cache_lines(sheet);
   if (sheet.budget) {
     text += budget_table(*sheet.budget);
+    text += stage_weights_lines(sheet);
     text += paged_lines(sheet);
   }
+  text += offload_lines(sheet);
+  text += check_lines(sheet);
   return text;
 }
 
@@ -310,6 +517,54 @@ std::string size_json(const SizeSheet& sheet, const std::string& dtype_reason) {
   out["layer_groups"] = layer_groups_json(sheet.layout());
   out["bytes_per_token"] = sheet.layout().bytes_per_token();
   if (!sheet.sequences.empty()) out["sequences"] = sequences_json(sheet);
+  const KvLayout& binding = sheet.layout();
+  if (binding.state_layers > 0 || binding.kv_reused_layers > 0) out["layers_without_kv"] = layer_kinds_json(sheet);
+  if (sheet.request) out["request"] = request_json(*sheet.request);
+  if (sheet.offload_ppb > 0) {
+    Json rows = Json::array();
+    for (std::size_t i = 0; i < sheet.offload_rows.size(); ++i) {
+      const OffloadSplit& o = sheet.offload_rows[i];
+      rows.push_back({{"tokens", sheet.sequences[i].tokens}, {"device_bytes", o.device_bytes},
+                      {"host_bytes", o.host_bytes}, {"transfer_ns_per_step", o.transfer_ns}});
+    }
+    out["offload"] = {{"host_share", format_ppb(sheet.offload_ppb)},
+                      {"link_bytes_per_second", sheet.link_bytes_per_second},
+                      {"link_source", sheet.link_source},
+                      {"rows", rows}};
+    if (sheet.offload_request) {
+      out["offload"]["request"] = {{"device_bytes", sheet.offload_request->device_bytes},
+                                   {"host_bytes", sheet.offload_request->host_bytes},
+                                   {"transfer_ns_per_step", sheet.offload_request->transfer_ns}};
+    }
+  }
+  if (!sheet.stage_weights.empty()) {
+    Json st = Json::array();
+    for (std::size_t i = 0; i < sheet.stage_weights.size(); ++i) {
+      const StageWeights& w = sheet.stage_weights[i];
+      st.push_back({{"stage", i}, {"first_layer", w.first_layer}, {"end_layer", w.end_layer},
+                    {"embedding", w.embedding}, {"lm_head", w.lm_head}, {"parameters", w.parameters},
+                    {"weights_bytes_per_device", w.bytes_per_device}, {"kv_budget_bytes", w.kv_budget_bytes},
+                    {"own_num_blocks", sheet.stage_pools[i].own_num_blocks}});
+    }
+    out["stage_weights"] = st;
+  }
+  if (!sheet.checks.empty()) {
+    Json cases = Json::array();
+    for (const CheckResult& r : sheet.checks) {
+      cases.push_back({{"case", r.c.name}, {"sequences", r.c.sequences}, {"tokens", r.c.tokens},
+                       {"kv_bytes", r.kv_bytes}, {"stage", r.stage}, {"blocks_needed", r.blocks_needed},
+                       {"blocks_available", r.blocks_available}, {"fits", r.fits}});
+    }
+    out["checks"] = cases;
+  }
+  if (sheet.draft_layers > 0) {
+    out["speculative"] = {{"draft", sheet.draft},
+                          {"draft_layers", sheet.draft_layers},
+                          {"draft_bytes_per_token", sheet.draft_bytes_per_token}};
+  }
+  if (sheet.static_cache_tokens > 0) {
+    out["static_cache"] = {{"max_cache_len", sheet.static_cache_tokens}, {"reserved_bytes", sheet.static_reserved_bytes}};
+  }
   if (sheet.budget) {
     out["budget"] = budget_json(*sheet.budget);
     out["paged"] = paged_json(sheet);

@@ -1,0 +1,81 @@
+// The seed guide's sizing cases beyond B x T: one request with its prompt and generation apart,
+// the extra sequences generation creates (parallel samples, beams), and a static cache's
+// reservation. Each is computed once, here, from a KvLayout; `kvsim size` prints them.
+//
+// Positions kept on a layer group by one request of prompt P, generation G and N sequences:
+//   prompt shared (vLLM: the N samples of parallel sampling, vllm/v1/engine/parallel_sampling.py,
+//   and the beams of LLM.beam_search are separate requests whose prompt blocks prefix caching
+//   shares; the DESIGN counts a shared prompt once):
+//       full attention:   P + N x G
+//       window W:         min(P, max(0, W - G)) + N x min(G, W)   (the part of the prompt
+//                         still inside every sequence's window, once, and each sequence's own)
+//   prompt not shared (Hugging Face generate: _expand_inputs_for_generation repeats the prompt
+//   num_beams x num_return_sequences times):  N x min(P + G, W)
+// With N = 1 both are min(P + G, W), the plain row of P + G tokens.
+#ifndef KVSIM_SIZE_CASES_H_
+#define KVSIM_SIZE_CASES_H_
+
+#include <cstdint>
+#include <string>
+
+#include "kvsim/model.h"
+
+namespace kvsim {
+
+struct RequestShape {
+  std::int64_t prompt_tokens = 0;   // P (--prompt)
+  std::int64_t max_tokens = 0;      // G (--max-tokens): the generation a sequence reserves
+  std::int64_t sequences = 1;       // N (--n or --beams)
+  bool prompt_shared = true;        // false: every sequence holds its own copy of the prompt
+};
+
+struct RequestBytes {
+  RequestShape shape;
+  std::int64_t kv_bytes = 0;        // one request's KV on the device `layout` describes
+  std::int64_t state_bytes = 0;     // N x the layout's per-sequence state (hybrid models)
+  std::int64_t single_kv_bytes = 0; // the same request with N = 1, for comparison
+  std::int64_t total_bytes() const; // kv_bytes + state_bytes
+};
+
+// Positions one request keeps on `group` (the rule above). REQUIRES: non-negative P, G; N >= 1.
+std::int64_t request_positions(const LayerGroup& group, const RequestShape& shape);
+
+// One request's bytes on the device `layout` describes. Throws InputError on 64-bit overflow.
+RequestBytes request_bytes(const KvLayout& layout, const RequestShape& shape);
+
+// Offloading: a share of the KV kept in host memory. Hugging Face's OffloadedCache
+// (transformers cache_utils.py) keeps offloaded layers on the host and, every forward step,
+// prefetches each back to the device for its attention and evicts the previous one: the host
+// share crosses the link once each way per decode step, so a step waits at least
+// host_bytes / link bandwidth (a full-duplex link overlaps the two directions).
+struct OffloadSplit {
+  std::int64_t device_bytes = 0;   // what stays on the device
+  std::int64_t host_bytes = 0;     // floor(bytes x share): what moves to the host
+  std::int64_t transfer_ns = 0;    // ceil(host_bytes / link bytes per second), per decode step
+};
+
+// REQUIRES: bytes >= 0, 0 <= host_share_ppb <= 10^9, link_bytes_per_second > 0.
+OffloadSplit offload_split(std::int64_t bytes, std::int64_t host_share_ppb, std::int64_t link_bytes_per_second);
+
+// One of the seed guide's validation cases: `sequences` requests of `tokens` tokens each held
+// at once (the usual input, the long input, the maximum concurrency).
+struct CheckCase {
+  std::string name;
+  std::int64_t sequences = 1;
+  std::int64_t tokens = 0;
+};
+
+// A case against vLLM's paged pool on every pipeline stage: it fits when every stage has the
+// blocks all its sequences need (`stage` is the one with the least room left).
+struct CheckResult {
+  CheckCase c;
+  std::int64_t kv_bytes = 0;          // effective bytes of all its sequences on the binding stage's device
+  std::size_t stage = 0;
+  std::int64_t blocks_needed = 0;     // on `stage`: sequences x blocks per request
+  std::int64_t blocks_available = 0;  // on `stage`: the pool's blocks
+  bool fits = false;
+};
+
+}  // namespace kvsim
+
+#endif  // KVSIM_SIZE_CASES_H_

@@ -1,0 +1,51 @@
+#include "kvsim/speculative.h"
+
+#include "kvsim/error.h"
+#include "kvsim/units.h"
+
+namespace kvsim {
+
+ModelSpec eagle_draft(const ModelSpec& target) {
+  ModelSpec d = target;
+  d.name = "EAGLE head of " + target.name;
+  d.num_hidden_layers = 1;
+  d.layer_window_tokens = {0};
+  d.layer_kinds.clear();
+  d.layer_kv_heads.clear();
+  d.state.reset();
+  return d;
+}
+
+void add_draft_kv(std::vector<KvLayout>& stages, const ModelSpec& draft, const KvOptions& kv) {
+  if (kv.pipeline_parallel > 1) {
+    throw InputError(Location{"", 0, "--speculative"},
+                     "with pipeline parallelism kvsim cannot say which stage holds the draft's KV: size it with --pp 1");
+  }
+  KvOptions one_stage = kv;
+  one_stage.pipeline_parallel = 1;
+  const KvLayout d = kv_stage_layouts(draft, one_stage).front();
+  KvLayout& target = stages.back();
+  for (const auto& g : d.groups) {
+    bool joined = false;
+    for (auto& t : target.groups) {
+      if (t.window_tokens == g.window_tokens && t.kv_heads == g.kv_heads && t.k_head_dim == g.k_head_dim &&
+          t.v_head_dim == g.v_head_dim && t.bytes_per_layer_position == g.bytes_per_layer_position) {
+        t.layers = checked_add(t.layers, g.layers, "layers");
+        t.bytes_per_position = checked_add(t.bytes_per_position, g.bytes_per_position, "bytes per position");
+        joined = true;
+        break;
+      }
+    }
+    if (!joined) {
+      LayerGroup added = g;
+      added.name = "draft " + g.name;
+      target.groups.push_back(added);
+    }
+  }
+  // The draft's own state layers (a hybrid draft): per sequence, like the target's.
+  if (d.state_layers > 0) {
+    throw InputError(Location{draft.name, 0, "--speculative"}, "a draft model with state-space layers is not supported");
+  }
+}
+
+}  // namespace kvsim

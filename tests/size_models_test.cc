@@ -1,0 +1,278 @@
+// Models kvsim used to mis-size: hybrid attention/state-space stacks (only attention layers hold
+// KV; the rest hold a constant state per sequence), per-layer KV head counts, layers that reuse
+// another layer's KV, and multimodal configs. Every figure below is computed by hand in the
+// comments from the config in tests/data/configs and the rules cited in docs/size.md.
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "cli_util.h"
+#include "fuzz_checks.h"
+#include "kvsim/error.h"
+#include "kvsim/model.h"
+
+using namespace kvsim;
+using kvsim::test::run_cli;
+
+namespace {
+
+std::string config(const std::string& name) { return std::string(KVSIM_SOURCE_DIR) + "/tests/data/configs/" + name; }
+
+KvOptions tp(std::int64_t devices) {
+  KvOptions o;  // bf16 KV and bf16 state, as the configs' torch_dtype
+  o.tensor_parallel = devices;
+  return o;
+}
+
+std::string load_error(const std::string& path) {
+  try {
+    load_hf_config(path);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("Jamba: 4 attention layers of 32 hold KV, not 32 (the 8x over-count)") {
+  const ModelSpec m = load_hf_config(config("jamba-v0.1.json"));
+  // attn_layer_period 8, attn_layer_offset 4: layers 4, 12, 20, 28 are attention.
+  REQUIRE(m.layer_kinds.size() == 32);
+  for (std::size_t i = 0; i < 32; ++i) {
+    INFO(i);
+    CHECK((m.layer_kinds[i] == LayerKind::attention) == (i % 8 == 4));
+  }
+  const KvLayout l = kv_layout(m, tp(1));
+  // One attention layer, one position: 8 KV heads x (128 + 128) values x 2 bytes = 4,096
+  // (head_dim 4096 / 32 = 128). Four layers: 16,384 bytes per token. Counting all 32 layers
+  // as attention gave 131,072: 8 times too many.
+  CHECK(l.bytes_per_token() == 16'384);
+  CHECK(l.bytes_per_token() * 8 == 32 * 8 * 256 * 2);
+  // Mamba-1 state (vLLM mamba1_state_shape): d_inner = mamba_expand 2 x hidden 4096 = 8,192.
+  // conv: 8,192 x (d_conv 4 - 1) x 2 bytes = 49,152; temporal: 8,192 x d_state 16 x 2 = 262,144.
+  CHECK(l.state_layers == 28);
+  CHECK(l.conv_state_bytes_per_layer == 49'152);
+  CHECK(l.temporal_state_bytes_per_layer == 262'144);
+  CHECK(l.state_bytes_per_sequence() == 28 * (49'152 + 262'144));  // 8,716,288
+  CHECK(kv_bytes_for_tokens(l, 4096) == 16'384LL * 4096);
+
+  // Tensor parallel 2: 4 KV heads per device; d_inner 4,096 per device halves both states.
+  const KvLayout l2 = kv_layout(m, tp(2));
+  CHECK(l2.bytes_per_token() == 4 * 4 * 256 * 2);
+  CHECK(l2.conv_state_bytes_per_layer == 4096 * 3 * 2);
+  CHECK(l2.temporal_state_bytes_per_layer == 4096 * 16 * 2);
+}
+
+TEST_CASE("Nemotron-H: '*' holds KV, 'M' holds a Mamba-2 state, '-' and 'E' hold nothing") {
+  const ModelSpec m = load_hf_config(config("nemotron-h-small.json"));
+  // "M*M-ME*-": attention at 1 and 6; Mamba at 0, 2, 4; MLP/MoE at 3, 5, 7.
+  const KvLayout l = kv_layout(m, tp(1));
+  CHECK(l.bytes_per_token() == 2 * 8 * 256 * 2);  // 8,192
+  CHECK(l.state_layers == 3);
+  CHECK(l.kv_reused_layers == 0);
+  // Mamba-2 (vLLM mamba2_state_shape): d_inner = mamba_num_heads 128 x mamba_head_dim 64 = 8,192;
+  // conv channels 8,192 + 2 x n_groups 8 x ssm_state_size 128 = 10,240, x (4 - 1) x 2 = 61,440;
+  // temporal 128 heads x 64 x 128 x 2 = 2,097,152.
+  CHECK(l.conv_state_bytes_per_layer == 61'440);
+  CHECK(l.temporal_state_bytes_per_layer == 2'097'152);
+  // TP 16 does not divide n_groups 8: vLLM extends them to 16 (extra_groups_for_head_shards),
+  // conv (8,192 + 2 x 16 x 128) / 16 = 768 channels x 3 x 2 = 4,608; temporal 8 heads x 64 x 128 x 2.
+  // 16 devices over 8 KV heads: one head each, 2 layers x 256 x 2 = 1,024 bytes per token.
+  const KvLayout l16 = kv_layout(m, tp(16));
+  CHECK(l16.conv_state_bytes_per_layer == 4'608);
+  CHECK(l16.temporal_state_bytes_per_layer == 131'072);
+  CHECK(l16.bytes_per_token() == 1'024);
+}
+
+TEST_CASE("Granite-4.0-H: layer_types mamba/attention, and n_groups extended under TP") {
+  const ModelSpec m = load_hf_config(config("granite-4.0-h-small4.json"));
+  const KvLayout l = kv_layout(m, tp(1));
+  CHECK(l.bytes_per_token() == 1 * 8 * 256 * 2);  // one attention layer: 4,096
+  CHECK(l.state_layers == 3);
+  // d_inner = mamba_expand 2 x 4,096 = 8,192; conv 8,192 + 2 x 1 x 128 = 8,448 channels x 3 x 2 = 50,688;
+  // temporal mamba_n_heads 128 x mamba_d_head 64 x mamba_d_state 128 x 2 = 2,097,152.
+  CHECK(l.conv_state_bytes_per_layer == 50'688);
+  CHECK(l.temporal_state_bytes_per_layer == 2'097'152);
+  // TP 2 with n_groups 1: groups become 2, conv (8,192 + 2 x 2 x 128) / 2 = 4,352 x 3 x 2 = 26,112.
+  CHECK(kv_layout(m, tp(2)).conv_state_bytes_per_layer == 26'112);
+}
+
+TEST_CASE("Zamba2: a hybrid layer holds both KV and a Mamba-2 state") {
+  const ModelSpec m = load_hf_config(config("zamba2-small6.json"));
+  CHECK(m.head_dim == 128);  // attention_head_dim (2 x hidden 2,048 / 32 heads)
+  const KvLayout l = kv_layout(m, tp(1));
+  // Layers 1 and 4 are "hybrid": 2 layers x 32 KV heads x 256 x 2 bytes = 32,768 per token.
+  CHECK(l.bytes_per_token() == 32'768);
+  // Every layer has a Mamba-2 block: d_inner = 2 x 2,048 = 4,096; conv 4,096 + 2 x 1 x 64 = 4,224
+  // channels x 3 x 2 = 25,344; temporal n_mamba_heads 64 x mamba_headdim 64 x mamba_d_state 64 x 2 = 524,288.
+  CHECK(l.state_layers == 6);
+  CHECK(l.conv_state_bytes_per_layer == 25'344);
+  CHECK(l.temporal_state_bytes_per_layer == 524'288);
+}
+
+TEST_CASE("Qwen3-Next: every 4th layer is full attention, the rest Gated DeltaNet") {
+  const ModelSpec m = load_hf_config(config("qwen3-next-80b-a3b.json"));
+  const KvLayout l = kv_layout(m, tp(1));
+  // full_attention_interval 4: layers 3, 7, ..., 47 = 12 layers x 2 KV heads x 512 x 2 bytes.
+  CHECK(l.bytes_per_token() == 12 * 2 * 512 * 2);  // 24,576
+  CHECK(l.state_layers == 36);
+  // vLLM gated_delta_net_state_shape: conv 2 x 16 x 128 + 32 x 128 = 8,192 channels x 3 x 2 = 49,152;
+  // temporal 32 value heads x 128 x 128 x 2 = 1,048,576.
+  CHECK(l.conv_state_bytes_per_layer == 49'152);
+  CHECK(l.temporal_state_bytes_per_layer == 1'048'576);
+  CHECK(l.state_bytes_per_sequence() == 36LL * 1'097'728);
+}
+
+TEST_CASE("Gemma-3n: the last num_kv_shared_layers reuse KV and hold none") {
+  const ModelSpec m = load_hf_config(config("gemma-3n-e2b.json"));
+  CHECK(m.source.find("vision/audio tower weights not counted") != std::string::npos);
+  const KvLayout l = kv_layout(m, tp(1));
+  // 30 layers, 4 sliding (512) + 1 full repeated; layers 20-29 are shared, so 0-19 hold KV:
+  // 4 full + 16 sliding, each 2 KV heads x 512 values x 2 bytes = 2,048 per position.
+  CHECK(l.kv_reused_layers == 10);
+  CHECK(l.state_layers == 0);
+  REQUIRE(l.groups.size() == 2);
+  CHECK(l.groups[0].layers == 4);
+  CHECK(l.groups[1].layers == 16);
+  // 4,096 tokens: 4 x 2,048 x 4,096 + 16 x 2,048 x 512 = 33,554,432 + 16,777,216.
+  CHECK(kv_bytes_for_tokens(l, 4096) == 50'331'648);
+}
+
+TEST_CASE("per-layer KV heads from a list") {
+  const ModelSpec m = load_hf_config(config("per-layer-kv-heads.json"));
+  CHECK(m.num_key_value_heads == 8);
+  // fp16, head_dim 64: a layer with h heads costs h x 128 x 2 = 256h bytes per position.
+  KvOptions fp16;
+  fp16.dtype = KvDtype::fp16;
+  CHECK(kv_layout(m, fp16).bytes_per_token() == 256 * (2 + 4 + 4 + 8));  // 4,608
+  // TP 2: 1, 2, 2, 4 heads; TP 4: 2 and 4 heads -> 1 (replicated), 8 -> 2.
+  fp16.tensor_parallel = 2;
+  CHECK(kv_layout(m, fp16).bytes_per_token() == 256 * (1 + 2 + 2 + 4));
+  fp16.tensor_parallel = 4;
+  const KvLayout l4 = kv_layout(m, fp16);
+  CHECK(l4.bytes_per_token() == 256 * (1 + 1 + 1 + 2));
+  REQUIRE(l4.groups.size() == 2);
+  CHECK(l4.groups[0].name == "full, 1 KV heads");
+  CHECK(l4.groups[0].layers == 3);
+}
+
+TEST_CASE("OpenELM: per-layer query and KV heads under its own field names") {
+  const ModelSpec m = load_hf_config(config("openelm-270m.json"));
+  CHECK(m.num_hidden_layers == 16);          // num_transformer_layers
+  CHECK(m.max_position_embeddings == 2048);  // max_context_length
+  // fp32 (torch_dtype float32), head_dim 64: a layer with h KV heads costs h x 128 x 4 = 512h
+  // bytes per position; KV heads 5 x 3 + 7 x 4 + 4 x 5 = 63: 32,256 bytes per token.
+  KvOptions fp32;
+  fp32.dtype = KvDtype::fp32;
+  const KvLayout l = kv_layout(m, fp32);
+  CHECK(l.bytes_per_token() == 63 * 512);
+  CHECK(l.groups.size() == 3);
+  // TP 2 cannot split 3 KV heads (and is not a multiple of them): an error naming --tp.
+  CHECK_THROWS_WITH(kv_layout(m, tp(2)), Catch::Contains("does not divide the 3 KV heads"));
+  // A list of query heads outside OpenELM is not read as one.
+  CHECK_THROWS_WITH(parse_hf_config(R"({"num_hidden_layers": 2, "num_attention_heads": [4, 8], "head_dim": 8})", "q.json"),
+                    Catch::Contains("field 'num_attention_heads'") && Catch::Contains("expected an integer"));
+}
+
+TEST_CASE("configs kvsim cannot size are errors naming the file and the field") {
+  auto check = [](const std::string& file, const std::string& field) {
+    const std::string path = config("bad/" + file);
+    const std::string message = load_error(path);
+    INFO(message);
+    CHECK(message.find(path) != std::string::npos);
+    CHECK(message.find("field '" + field) != std::string::npos);
+  };
+  check("hybrid-no-layer-rule.json", "mamba_d_state");  // state fields, no rule for which layers attend
+  check("hybrid-period-without-offset.json", "attn_layer_offset");
+  check("hybrid-missing-conv.json", "mamba_d_conv");
+  check("hybrid-unknown-block.json", "layers_block_type[4]");
+  check("hybrid-pattern-char.json", "hybrid_override_pattern");
+  check("hybrid-pattern-length.json", "hybrid_override_pattern");
+  check("kv-heads-list-not-dividing.json", "num_key_value_heads[2]");
+  check("kv-heads-list-length.json", "num_key_value_heads");
+}
+
+TEST_CASE("kvsim size shows the state beside the KV, and refuses what it cannot model") {
+  const auto r = run_cli({"size", "--config", config("jamba-v0.1.json"), "--seqs", "2", "--tokens", "4096"});
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("4 of 32 layers hold KV"));
+  CHECK_THAT(r.out, Catch::Contains("8,716,288 bytes per sequence"));
+  // 2 x 16,384 x 4,096 = 134,217,728 KV; 2 x 8,716,288 = 17,432,576 state; sum 151,650,304.
+  CHECK_THAT(r.out, Catch::Contains("134,217,728"));
+  CHECK_THAT(r.out, Catch::Contains("17,432,576"));
+  CHECK_THAT(r.out, Catch::Contains("151,650,304"));
+  const auto j = run_cli({"size", "--config", config("jamba-v0.1.json"), "--tokens", "4096", "--json"});
+  REQUIRE(j.exit_code == 0);
+  const auto doc = nlohmann::json::parse(j.out);
+  CHECK(doc["bytes_per_token"].get<std::int64_t>() == 16'384);
+  CHECK(doc["layers_without_kv"]["state"]["bytes_per_sequence"].get<std::int64_t>() == 8'716'288);
+  CHECK(doc["sequences"]["rows"][0]["state_bytes"].get<std::int64_t>() == 8'716'288);
+
+  const auto budget = run_cli({"size", "--config", config("jamba-v0.1.json"), "--device", "H100-80GB"});
+  CHECK(budget.exit_code == 1);  // the config's model cannot be pooled: input, naming the file
+  CHECK_THAT(budget.err, Catch::Contains(config("jamba-v0.1.json") + ": this model has state-space layers"));
+  const auto replay = run_cli({"replay", std::string(KVSIM_SOURCE_DIR) + "/traces/chat-mix.csv", "--config",
+                               config("jamba-v0.1.json"), "--quiet"});
+  CHECK(replay.exit_code == 1);
+  CHECK_THAT(replay.err, Catch::Contains("kvsim replay simulates KV caches only"));
+}
+
+TEST_CASE("speculative decoding: EAGLE adds one layer at the target's dims, a draft model its own") {
+  // Llama-3.1-8B: 32 layers x 8 KV heads x 256 values x 2 bytes = 131,072 per token; the EAGLE
+  // head's layer makes 33 layers, 135,168, in the same KV-cache group (same spec).
+  const auto plain = run_cli({"size", "--model", "llama-3.1-8b", "--device", "H100-80GB", "--json"});
+  const auto eagle = run_cli({"size", "--model", "llama-3.1-8b", "--device", "H100-80GB", "--speculative", "eagle", "--json"});
+  REQUIRE(plain.exit_code == 0);
+  REQUIRE(eagle.exit_code == 0);
+  const auto p = nlohmann::json::parse(plain.out);
+  const auto e = nlohmann::json::parse(eagle.out);
+  CHECK(e["bytes_per_token"].get<std::int64_t>() == 33 * 4096);
+  CHECK(e["speculative"]["draft_layers"].get<std::int64_t>() == 1);
+  CHECK(e["speculative"]["draft_bytes_per_token"].get<std::int64_t>() == 4096);
+  REQUIRE(e["layer_groups"].size() == 1);
+  CHECK(e["layer_groups"][0]["layers"].get<std::int64_t>() == 33);
+  // Same budget (the draft's weights are not in it); a block is 33 layers x 16 x 4,096 bytes.
+  const std::int64_t budget = p["budget"]["kv_budget_bytes"].get<std::int64_t>();
+  CHECK(e["budget"]["kv_budget_bytes"].get<std::int64_t>() == budget);
+  CHECK(e["paged"]["num_blocks"].get<std::int64_t>() == budget / (33 * 16 * 4096));
+
+  // A draft model with other dims: Qwen2.5-7B's config (28 layers x 4 KV heads x 256 x 2 =
+  // 57,344 per token) beside Llama's 131,072: a group of its own, 188,416 in all.
+  const auto d = run_cli({"size", "--model", "llama-3.1-8b", "--speculative", "draft:" + config("qwen2.5-7b.json"), "--json"});
+  REQUIRE(d.exit_code == 0);
+  const auto dj = nlohmann::json::parse(d.out);
+  CHECK(dj["bytes_per_token"].get<std::int64_t>() == 131'072 + 57'344);
+  REQUIRE(dj["layer_groups"].size() == 2);
+  CHECK(dj["layer_groups"][1]["name"] == "draft full");
+  CHECK(dj["speculative"]["draft_layers"].get<std::int64_t>() == 28);
+
+  const auto pp = run_cli({"size", "--model", "llama-3.1-8b", "--pp", "2", "--speculative", "eagle"});
+  CHECK(pp.exit_code == 2);  // an option combination: usage
+  CHECK_THAT(pp.err, Catch::Contains("--speculative"));
+  const auto bad = run_cli({"size", "--model", "llama-3.1-8b", "--speculative", "medusa"});
+  CHECK(bad.exit_code == 2);
+  CHECK_THAT(bad.err, Catch::Contains("expected eagle, eagle3 or draft:CONFIG"));
+}
+
+TEST_CASE("a pipeline stage that holds no KV is refused under a budget, not an internal error") {
+  // 4 layers, the last 2 reuse KV: --pp 2 puts layers 2-3 (no KV) on stage 1.
+  const auto r = run_cli({"size", "--config", config("shared-kv-stage.json"), "--pp", "2", "--device", "H100-80GB"});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("--pp") && Catch::Contains("holds no KV"));
+  // Without a budget the stages are sized: stage 0 has 2 layers x 2 heads x 128 x 2 = 1,024 bytes per token.
+  const auto ok = run_cli({"size", "--config", config("shared-kv-stage.json"), "--pp", "2", "--json"});
+  REQUIRE(ok.exit_code == 0);
+  CHECK(nlohmann::json::parse(ok.out)["bytes_per_token"].get<std::int64_t>() == 1'024);
+}
+
+TEST_CASE("the fuzz target's checks pass on every config here, hybrid and bad ones included") {
+  for (const auto& dir : {std::string("/tests/data/configs"), std::string("/tests/data/configs/bad")}) {
+    for (const auto& entry : std::filesystem::directory_iterator(std::string(KVSIM_SOURCE_DIR) + dir)) {
+      if (entry.path().extension() != ".json") continue;
+      INFO(entry.path().string());
+      CHECK_NOTHROW(kvsim::fuzz::check_hf_config(kvsim::test::slurp(entry.path().string())));
+    }
+  }
+}
