@@ -400,3 +400,44 @@ TEST_CASE("html: kvsim report draws validate's measured against simulated, one b
   CHECK(html.find("<line class=\"capacity\" x1=\"388.0\"") != std::string::npos);
   CHECK(html.find("TPOT") == std::string::npos);
 }
+
+TEST_CASE("html: kvsim report draws a sweep's figures against its numeric axis, at known coordinates") {
+  const auto dir = test::scratch_dir("html-sweep");
+  // By hand: rate-scale 1, 2, 4 -> peaks 1, 2, 3 GiB for paged. x over [1, 4] -> [72, 704]:
+  // x(2) = 72 + 1/3 x 632 = 282.7. The y axis tops at 4 (ticks of 1 up to 1.05 x 3, then one
+  // more): y(1) = 224 - 1/4 x 208 = 172, y(2) = 120, y(3) = 68. The second allocator makes a
+  // second line; a TTFT left empty is left out of the TTFT chart.
+  const std::string csv = (dir / "sweep.csv").string();
+  std::ofstream(csv, std::ios::binary)
+      << "point,points,grid,rate-scale,allocator,allocated_bytes_peak,ttft_p99_s,generated_tokens_per_s\n"
+         "0,6,abc,1,paged,1073741824,0.5,100.0\n"
+         "1,6,abc,1,\"dynamic:growth=chunk,chunk=64\",1073741824,,100.0\n"
+         "2,6,abc,2,paged,2147483648,0.6,200.0\n"
+         "3,6,abc,2,\"dynamic:growth=chunk,chunk=64\",2147483648,0.7,200.0\n"
+         "4,6,abc,4,paged,3221225472,0.9,300.0\n"
+         "5,6,abc,4,\"dynamic:growth=chunk,chunk=64\",3221225472,1.0,300.0\n";
+  const std::string out = (dir / "sweep.html").string();
+  const auto r = test::run_cli({"report", csv, "--html", out});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  const std::string html = test::slurp(out);
+  CHECK(xml_problem(html).empty());
+  CHECK(count(html, "<svg class=\"chart\"") == 3);
+  CHECK(html.find("<path class=\"data r0\" d=\"M72.0,172.0 L282.7,120.0 L704.0,68.0\"/>") != std::string::npos);
+  CHECK(html.find("Allocated slots, peak against rate-scale") != std::string::npos);
+  CHECK(html.find("dynamic:growth=chunk,chunk=64") != std::string::npos);
+  // TTFT: dynamic's line has two points (rate 2 and 4), paged's three.
+  const std::size_t ttft = html.find("data-chart=\"sweep-ttft\"");
+  REQUIRE(ttft != std::string::npos);
+  const std::size_t r1 = html.find("<path class=\"data r1\" d=\"", ttft);
+  REQUIRE(r1 != std::string::npos);
+  CHECK(count(html.substr(r1, html.find("\"/>", r1) - r1), " L") == 1);
+  // An axis that is never a number cannot be drawn against.
+  const std::string words = (dir / "words.csv").string();
+  std::ofstream(words, std::ios::binary)
+      << "point,points,grid,policy,allocator,allocated_bytes_peak,ttft_p99_s,generated_tokens_per_s\n"
+         "0,1,abc,vllm,paged,1,0.5,1\n";
+  const auto bad = test::run_cli({"report", words, "--html", out});
+  CHECK(bad.exit_code == 1);
+  CHECK_THAT(bad.err, Catch::Contains("words.csv:1: no axis whose values are all numbers"));
+}

@@ -5,8 +5,12 @@
 // anything else is an error naming the file, and the line and field where it goes wrong.
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <cctype>
+#include <cmath>
+#include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -27,11 +31,13 @@ const CommandSpec kSpec{
     "Writes the HTML report (docs/report.md) from saved outputs: 'kvsim replay --json' output,\n"
     "with its --timeline CSV for occupancy and running/queued over time and its --per-request\n"
     "CSV for the TTFT, TPOT and end-to-end CDFs; or 'kvsim validate --json' output for the\n"
-    "measured against simulated chart. Inputs are recognised by their content, in any order;\n"
-    "the CSVs' allocator column must name runs of the replay's JSON.",
+    "measured against simulated chart; or 'kvsim sweep --csv' output for the peak, TTFT p99 and\n"
+    "throughput against the sweep's first numeric axis. Inputs are recognised by their content,\n"
+    "in any order; a replay CSV's allocator column must name runs of the replay's JSON.",
     "  kvsim replay traces/chat-mix.csv --json --timeline t.csv --per-request r.csv > run.json\n"
     "  kvsim report run.json t.csv r.csv --html report.html\n"
-    "  kvsim validate RUN --json > v.json && kvsim report v.json --html validate.html"};
+    "  kvsim validate RUN --json > v.json && kvsim report v.json --html validate.html\n"
+    "  kvsim report sweep.csv --html sweep.html"};
 
 std::string slurp(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -182,6 +188,17 @@ class Csv {
     throw InputError(Location{path_, 1, "column '" + name + "'"}, "missing from the header");
   }
   std::size_t width() const { return header_.size(); }
+  const std::string& name(std::size_t column) const { return header_[column]; }
+  // A decimal number; an error naming file, line and column otherwise.
+  double decimal(std::size_t column) const {
+    const std::string& s = cell(column);
+    char* end = nullptr;
+    const double v = s.empty() ? 0 : std::strtod(s.c_str(), &end);
+    if (s.empty() || end != s.c_str() + s.size() || !std::isfinite(v)) {
+      throw InputError(Location{path_, line_, field(column)}, "expected a number, got \"" + printable(s) + "\"");
+    }
+    return v;
+  }
   std::int64_t line() const { return line_; }
   const std::string& cell(std::size_t column) const { return row_[column]; }
   // An integer; an error naming file, line and column otherwise.
@@ -260,6 +277,66 @@ void read_per_request(Csv& csv, const std::string& path, HtmlPage& page) {
   }
 }
 
+// A number as an axis value: the whole text, finite; else none.
+std::optional<double> axis_number(const std::string& s) {
+  char* end = nullptr;
+  const double v = s.empty() ? 0 : std::strtod(s.c_str(), &end);
+  if (s.empty() || end != s.c_str() + s.size() || !std::isfinite(v)) return std::nullopt;
+  return v;
+}
+
+// kvsim sweep --csv: the peak of allocated slots, TTFT p99 and throughput against the first
+// axis whose every value is a number, a line per allocator and values of the other axes.
+void read_sweep(Csv& csv, const std::string& path, HtmlPage& page) {
+  const std::size_t alloc = csv.column("allocator"), peak = csv.column("allocated_bytes_peak"),
+                    ttft = csv.column("ttft_p99_s"), tput = csv.column("generated_tokens_per_s");
+  if (alloc <= 3) throw InputError(Location{path, 1, ""}, "a sweep without an axis column: nothing varies");
+  struct Row {
+    std::vector<std::string> axes;
+    std::string allocator;
+    double peak_gib = 0, tokens_per_s = 0;
+    std::optional<double> ttft_s;
+  };
+  std::vector<Row> rows;
+  while (csv.next()) {
+    Row r;
+    for (std::size_t a = 3; a < alloc; ++a) r.axes.push_back(csv.cell(a));
+    r.allocator = csv.cell(alloc);
+    r.peak_gib = static_cast<double>(csv.integer(peak)) / static_cast<double>(kBytesPerGiB);
+    r.tokens_per_s = csv.decimal(tput);
+    if (!csv.cell(ttft).empty()) r.ttft_s = csv.decimal(ttft);
+    rows.push_back(std::move(r));
+  }
+  std::size_t x = alloc;
+  for (std::size_t a = 3; a < alloc && x == alloc; ++a) {
+    if (std::all_of(rows.begin(), rows.end(), [&](const Row& r) { return axis_number(r.axes[a - 3]).has_value(); })) x = a;
+  }
+  if (x == alloc) {
+    throw InputError(Location{path, 1, ""}, "no axis whose values are all numbers: nothing to draw the figures against");
+  }
+  const std::string axis = csv.name(x);
+  if (page.title.empty()) page.title = "kvsim sweep " + path;
+  const auto chart = [&](const std::string& name, const std::string& title, const std::string& y_label, auto get) {
+    HtmlSweepChart c{name, title + " against " + axis, axis, y_label, {}};
+    for (const Row& r : rows) {
+      const std::optional<double> y = get(r);
+      if (!y) continue;
+      std::string label = r.allocator;
+      for (std::size_t a = 3; a < alloc; ++a) {
+        if (a != x) label += ", " + csv.name(a) + "=" + r.axes[a - 3];
+      }
+      auto at = std::find_if(c.series.begin(), c.series.end(), [&](const HtmlSweepSeries& s) { return s.label == label; });
+      if (at == c.series.end()) at = c.series.insert(c.series.end(), HtmlSweepSeries{label, {}});
+      at->points.emplace_back(*axis_number(r.axes[x - 3]), *y);
+    }
+    page.sweep.push_back(std::move(c));
+  };
+  chart("sweep-peak", "Allocated slots, peak", "GiB (2^30 bytes)", [](const Row& r) { return std::optional<double>(r.peak_gib); });
+  chart("sweep-ttft", "TTFT p99", "TTFT p99, s", [](const Row& r) { return r.ttft_s; });
+  chart("sweep-throughput", "Throughput", "generated tokens/s",
+        [](const Row& r) { return std::optional<double>(r.tokens_per_s); });
+}
+
 }  // namespace
 
 int run_report(const Invocation& inv) {
@@ -312,11 +389,15 @@ int run_report(const Invocation& inv) {
     }
   }
   for (const auto& path : csvs) {
+    Csv csv(path);
+    const std::string& header = csv.header_line();
+    if (header.rfind("point,points,grid,", 0) == 0) {
+      read_sweep(csv, path, page);
+      continue;
+    }
     if (!replay_json) {
       throw InputError(Location{path, 0, ""}, "a CSV needs the 'kvsim replay --json' output of the same run beside it");
     }
-    Csv csv(path);
-    const std::string& header = csv.header_line();
     if (header.rfind("allocator,time_s,", 0) == 0) {
       read_timeline(csv, path, page);
     } else if (header.rfind("allocator,id,ordinal,", 0) == 0) {

@@ -431,6 +431,34 @@ std::string comparison_chart(const HtmlPage& page) {
   return c.render();
 }
 
+std::string sweep_chart(const HtmlSweepChart& s) {
+  double x0 = 0, x1 = 0, top = 0;
+  bool any = false;
+  for (const auto& series : s.series) {
+    for (const auto& [x, y] : series.points) {
+      x0 = any ? std::min(x0, x) : x;
+      x1 = any ? std::max(x1, x) : x;
+      top = std::max(top, y);
+      any = true;
+    }
+  }
+  if (!any) return "";
+  if (x1 <= x0) x1 = x0 + 1;
+  Chart c(s.name, s.title, x_scale(x0, x1), y_scale(0, axis_top(top)), s.x_label, s.y_label);
+  c.numeric_axes();
+  for (std::size_t i = 0; i < s.series.size(); ++i) {
+    const std::string cls = fmt::format("r{}", i % 8);
+    std::string d, dots;
+    for (const auto& [x, y] : s.series[i].points) {
+      d += (d.empty() ? "M" : " L") + px(c.x()(x)) + "," + px(c.y()(y));
+      dots += fmt::format("<circle class=\"dot {}\" cx=\"{}\" cy=\"{}\" r=\"2.5\"/>", cls, px(c.x()(x)), px(c.y()(y)));
+    }
+    c.add("<path class=\"data " + cls + "\" d=\"" + d + "\"/>\n" + dots + "\n");
+    c.legend(cls, s.series[i].label);
+  }
+  return c.render();
+}
+
 constexpr const char* kStyle = R"(:root{--bg:#ffffff;--fg:#1b1f24;--muted:#57606a;--grid:#d8dee4;
 --c0:#1a7f37;--c1:#0550ae;--c3:#8250df;--c4:#bc4c00;--peak:#cf222e;
 --r0:#0550ae;--r1:#cf222e;--r2:#1a7f37;--r3:#8250df;--r4:#bc4c00;--r5:#0a7480;--r6:#9a6700;--r7:#57606a;
@@ -449,7 +477,7 @@ path.data,line{fill:none;stroke-width:1.6}.dash{stroke-dasharray:5 3}
 .s0{stroke:var(--c0)}.s1{stroke:var(--c1)}.s3{stroke:var(--c3)}.s4{stroke:var(--c4)}
 .r0{stroke:var(--r0)}.r1{stroke:var(--r1)}.r2{stroke:var(--r2)}.r3{stroke:var(--r3)}.r4{stroke:var(--r4)}.r5{stroke:var(--r5)}.r6{stroke:var(--r6)}.r7{stroke:var(--r7)}
 .p0{fill:var(--p0)}.p1{fill:var(--p1)}.p2{fill:var(--p2)}.p3{fill:var(--p3)}.p4{fill:var(--p4)}.p5{fill:var(--p5)}.p6{fill:var(--p6)}
-.peak{fill:var(--peak)}.peak-label{fill:var(--peak);font-weight:600}.capacity{stroke:var(--fg);stroke-dasharray:3 3}
+.dot{fill:var(--bg);stroke-width:1.5}.peak{fill:var(--peak)}.peak-label{fill:var(--peak);font-weight:600}.capacity{stroke:var(--fg);stroke-dasharray:3 3}
 #kvsim-selfcheck{color:var(--muted);font-size:.8em})";
 
 // Checks, in the browser, that every chart the page announces is there and draws something,
@@ -576,10 +604,13 @@ std::string render_html(const HtmlPage& page) {
                         cdf_chart(page.runs, "tpot", "Time per output token (TPOT), CDF", "TPOT, ms", 1e6, &HtmlRun::tpot_ns) +
                         cdf_chart(page.runs, "e2e", "End-to-end latency, CDF", "end to end, s", 1e9, &HtmlRun::e2e_ns);
   std::string validate = comparison_chart(page);
+  std::string sweep;
+  for (const auto& s : page.sweep) sweep += sweep_chart(s);
   if (!breakdown.empty()) charts += "<h2>Where the memory goes</h2>\n" + breakdown;
   if (!over_time.empty()) charts += "<h2>Over time</h2>\n" + over_time;
   if (!latency.empty()) charts += "<h2>Latency</h2>\n" + latency;
   if (!validate.empty()) charts += "<h2>Measured against simulated</h2>\n" + validate;
+  if (!sweep.empty()) charts += "<h2>Against the varied parameter</h2>\n" + sweep;
   std::size_t count = 0;
   for (std::size_t at = 0; (at = charts.find("<svg class=\"chart\"", at)) != std::string::npos; ++at) ++count;
 

@@ -62,6 +62,17 @@ struct HtmlComparison {
   double simulated = 0;
 };
 
+// kvsim sweep: one figure against the varied parameter, a line per series (an allocator and
+// the values of the other axes).
+struct HtmlSweepSeries {
+  std::string label;
+  std::vector<std::pair<double, double>> points;  // (parameter, figure), in the sweep's order
+};
+struct HtmlSweepChart {
+  std::string name, title, x_label, y_label;
+  std::vector<HtmlSweepSeries> series;
+};
+
 struct HtmlPage {
   std::string title;                   // "kvsim replay traces/chat-mix.csv"
   std::vector<std::string> context;    // what the runs had in common, one line each
@@ -69,6 +80,7 @@ struct HtmlPage {
   std::vector<HtmlRun> runs;
   std::vector<HtmlComparison> comparisons;  // validate's measured vs simulated
   std::string comparison_title;
+  std::vector<HtmlSweepChart> sweep;
 };
 
 // The summary figures of a replay's report (no timeline, no latencies).
