@@ -94,7 +94,7 @@ void Recorder::queue_until(std::int64_t at_ns, std::int64_t queued) {
 }
 
 void Recorder::sample(std::int64_t running, std::int64_t queued) {
-  next_sample_ns_ = opt_.sample_every_ns > 0 ? now_ + opt_.sample_every_ns : now_;
+  next_sample_ns_ = every_ns_ > 0 ? now_ + every_ns_ : now_;
   TimelineRow row;
   row.time_ns = now_;
   row.step = step_;
@@ -103,6 +103,7 @@ void Recorder::sample(std::int64_t running, std::int64_t queued) {
   row.effective_bytes = effective_bytes_.at(step_);
   row.allocated_bytes = allocated_bytes_.at(step_);
   row.reserved_bytes = reserved_bytes_.at(step_);
+  if (track_evictable_) row.cached_bytes = evictable_bytes_.at(step_);
   for (auto& g : sums_) {
     row.effective_tokens.push_back(g.q[kEffective].at(step_));
     row.allocated_slots.push_back(g.q[kAllocated].at(step_));
@@ -113,20 +114,49 @@ void Recorder::sample(std::int64_t running, std::int64_t queued) {
     row.allocated_bytes_max = std::max(interval_max_, row.allocated_bytes);
     const Int128 integral = allocated_bytes_.integral(clock_);
     const Int128 span_ns = clock_.duration_ns - sample_mark_ns_;
-    row.allocated_bytes_mean = span_ns > 0 ? static_cast<double>(integral - sample_mark_integral_) / static_cast<double>(span_ns)
-                                           : static_cast<double>(row.allocated_bytes);
+    row.allocated_bytes_mean = interval_mean(integral - sample_mark_integral_, span_ns, row.allocated_bytes);
     interval_max_ = row.allocated_bytes;
+    if (opt_.timeline_max_rows > 0) {
+      held_.push_back(HeldRow{std::move(row), integral - sample_mark_integral_, span_ns});
+      if (static_cast<std::int64_t>(held_.size()) > opt_.timeline_max_rows) merge_held_rows();
+    }
     sample_mark_integral_ = integral;
     sample_mark_ns_ = clock_.duration_ns;
   }
   unsampled_ = false;
-  opt_.timeline(row);
+  if (opt_.timeline_max_rows <= 0 || opt_.sample_every_ns <= 0) opt_.timeline(row);
+}
+
+double Recorder::interval_mean(Int128 integral, Int128 span_ns, std::int64_t state) {
+  return span_ns > 0 ? static_cast<double>(integral) / static_cast<double>(span_ns) : static_cast<double>(state);
+}
+
+// Rows 2k and 2k+1 become one: row 2k+1's state and time, both intervals' maximum, and the
+// mean over both (integrals and lengths add). An odd last row stays as it is.
+void Recorder::merge_held_rows() {
+  std::size_t out = 0;
+  for (std::size_t i = 0; i < held_.size(); i += 2, ++out) {
+    if (i + 1 == held_.size()) {
+      held_[out++] = std::move(held_[i]);
+      break;
+    }
+    HeldRow merged = std::move(held_[i + 1]);
+    merged.row.allocated_bytes_max = std::max(merged.row.allocated_bytes_max, held_[i].row.allocated_bytes_max);
+    merged.integral += held_[i].integral;
+    merged.span_ns += held_[i].span_ns;
+    merged.row.allocated_bytes_mean = interval_mean(merged.integral, merged.span_ns, merged.row.allocated_bytes);
+    held_[out] = std::move(merged);
+  }
+  held_.resize(out);
+  every_ns_ *= 2;
 }
 
 void Recorder::finish(ReplayReport& r, const Allocator& allocator, std::int64_t running, std::int64_t queued) {
   // Steps after the last sampled row: one more row, at the run's end, so that no interval's
   // maximum (the peak among them) is lost.
   if (opt_.timeline && opt_.sample_every_ns > 0 && unsampled_) sample(running, queued);
+  for (const HeldRow& h : held_) opt_.timeline(h.row);
+  held_.clear();
   const double duration = static_cast<double>(clock_.duration_ns);
   auto mean = [&](const LinearSum& s) { return duration > 0 ? static_cast<double>(s.integral(clock_)) / duration : 0.0; };
   r.effective_bytes = occupancy(effective_bytes_, clock_, effective_hist_, effective_peak_, step_);

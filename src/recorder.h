@@ -51,7 +51,10 @@ class Recorder {
   // bytes are tracked over time too.
   void track_evictable() { track_evictable_ = true; }
   // The run starts at `now_ns`: integrals, histograms and the timeline count from there.
-  void start_at(std::int64_t now_ns) { hist_mark_ns_ = queue_mark_ns_ = next_sample_ns_ = now_ns; }
+  void start_at(std::int64_t now_ns) {
+    hist_mark_ns_ = queue_mark_ns_ = next_sample_ns_ = now_ns;
+    every_ns_ = opt_.sample_every_ns;
+  }
 
   // --- requests' shares, by slot (slots are the engine's, reused after release)
   void ensure_slots(std::size_t slots) { contributions_.resize(slots * groups_); }
@@ -126,6 +129,8 @@ class Recorder {
 
  private:
   void sample(std::int64_t running, std::int64_t queued);
+  static double interval_mean(Int128 integral, Int128 span_ns, std::int64_t state);
+  void merge_held_rows();
   // `old` becomes `next`, and the sums, totals and integrals follow.
   inline void update(Contribution& old, std::size_t group, const Contribution& next, std::int64_t correction_ns);
 
@@ -163,6 +168,16 @@ class Recorder {
   Int128 sample_mark_integral_ = 0;
   Int128 sample_mark_ns_ = 0;
   bool unsampled_ = false;
+  // With ReplayOptions::timeline_max_rows: the rows held until the end, each with its
+  // interval's integral of allocated bytes and length (so merged means stay exact), and the
+  // interval, doubled at each merge.
+  struct HeldRow {
+    TimelineRow row;
+    Int128 integral = 0;
+    Int128 span_ns = 0;
+  };
+  std::vector<HeldRow> held_;
+  std::int64_t every_ns_ = 0;
   std::vector<std::int64_t> ttft_, e2e_, waiting_, tpot_;
   TimeHistogram itl_hist_;   // step durations weighted by the sequences they decoded
   std::int64_t itl_count_ = 0;

@@ -74,6 +74,9 @@ struct TimelineRow {
   // their time-weighted mean; -1 and 0 without sampling (every row is then one step).
   std::int64_t allocated_bytes_max = -1;
   double allocated_bytes_mean = 0;
+  // Cached (evictable) bytes of a prefix-caching allocator; -1 for allocators that keep no
+  // cache. Not a --timeline column (the HTML report draws it).
+  std::int64_t cached_bytes = -1;
 };
 
 // One request's stay, for --per-request: what happened to it and when (ns on the trace's
@@ -178,6 +181,11 @@ struct ReplayOptions {
   std::int64_t default_max_tokens = 0;
   // Sampling for `timeline`: every iteration (0) or at most once per this many ns.
   std::int64_t sample_every_ns = 0;
+  // With sampling: at most this many rows per run (0: no limit). Rows are then held until
+  // the run ends; whenever one more would exceed the limit, adjacent rows merge in pairs
+  // (the later row's state; the larger maximum; the mean over both intervals, exact) and the
+  // interval doubles, so the timeline stays small however long the trace, and no peak is lost.
+  std::int64_t timeline_max_rows = 0;
   std::function<void(const TimelineRow&)> timeline;  // not called when empty
   // Called once per request of the trace as it leaves (simulated schedule only; a measured
   // schedule's per-request times are the trace's own). Not called when empty.

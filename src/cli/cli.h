@@ -93,6 +93,7 @@ int run_calibrate(const Invocation& inv);
 int run_validate(const Invocation& inv);
 int run_sweep(const Invocation& inv);
 int run_plan(const Invocation& inv);
+int run_report(const Invocation& inv);
 
 }  // namespace kvsim::cli
 

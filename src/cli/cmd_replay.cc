@@ -27,6 +27,7 @@
 #include "kvsim/trace.h"
 #include "kvsim/trace_gen.h"
 #include "kvsim/units.h"
+#include "html_report.h"
 #include "model_options.h"
 #include "replay_output.h"
 #include "progress.h"
@@ -55,6 +56,10 @@ const CommandSpec kSpec{
 const char* kDefaultAllocators = "dense-static,dynamic,paged,sliding-window";
 const char* kDefaultModel = "llama-3.1-8b";
 const char* kDefaultDevice = "H100-80GB";
+// The timeline's default sampling: a row at least this often at first, and at most this many
+// rows per allocator (a few thousand: what a plot needs).
+constexpr std::int64_t kDefaultSampleEveryNs = 1'000'000;  // 1 ms
+constexpr std::int64_t kDefaultTimelineRows = 4096;
 
 Preemption parse_preemption(const std::string& text) {
   if (text == "recompute") return Preemption::recompute;
@@ -152,12 +157,17 @@ po::options_description replay_option_descriptions(bool with_outputs) {
       ("json", "print everything as JSON instead of the table")
       ("csv", po::value<std::string>(), "also write one CSV row per allocator to this file")
       ("timeline", po::value<std::string>(), "write occupancy over time to this CSV file (columns named with units)")
+      ("html", po::value<std::string>(),
+       "write a self-contained HTML report to this file: charts of occupancy over time with the peak, where the "
+       "memory goes, latency CDFs, running and queued requests (docs/report.md)")
       ("per-request", po::value<std::string>(),
        "write one CSV row per request to this file: its times (arrival, first scheduled, first token, finish, "
        "TTFT, TPOT, end to end), tokens, preemptions and outcome; an allocator column first")
       (option_key(kOptSampleEvery), po::value<std::string>(),
-       "timeline sampling: at most one row per this duration, each also with the maximum and mean of "
-       "allocated bytes since the previous row, so no peak is lost (default: every iteration)")
+       "timeline sampling: at most one row per this duration D (a row at the first step at least D after the "
+       "previous one), each also with the maximum and mean of allocated bytes since the previous row, so no "
+       "peak is lost; 'step' for one row per engine step. Default: rows at least 1ms apart, at most 4,096 per "
+       "allocator: whenever there would be more, adjacent rows merge in pairs and the interval doubles")
       (option_key(kOptJobs), po::value<std::string>(), "allocators replayed at once (default: the number of cores)")
       ("quiet", "no progress bar");
   po::options_description options;
@@ -255,11 +265,20 @@ ReplayOptions replay_options_from(const po::variables_map& vm, const ModelChoice
     }
   }
   if (const auto s = option_text(vm, option_key(kOptSampleEvery))) {
-    ro.sample_every_ns = parse_duration_ns(*s, kOptSampleEvery);
-    if (ro.sample_every_ns <= 0) throw InputError(Location{"", 0, kOptSampleEvery}, "expected a positive duration");
-    if (vm.count("timeline") == 0) {
+    // "step": one row per engine step; a duration: a row at most that often, however many.
+    if (*s != "step") {
+      ro.sample_every_ns = parse_duration_ns(*s, kOptSampleEvery);
+      if (ro.sample_every_ns <= 0) throw InputError(Location{"", 0, kOptSampleEvery}, "expected a positive duration");
+    }
+    if (vm.count("timeline") == 0 && vm.count("html") == 0) {
       throw InputError(Location{"", 0, kOptSampleEvery}, "samples the --timeline file, and none is written: it would have no effect");
     }
+  } else if (vm.count("timeline") != 0 || vm.count("html") != 0) {
+    // The default stays small on any trace, its length unknown in advance: rows at least
+    // kDefaultSampleEveryNs apart, merged in pairs (the interval doubling) whenever there
+    // would be more than kDefaultTimelineRows (docs/replay.md, "Timeline").
+    ro.sample_every_ns = kDefaultSampleEveryNs;
+    ro.timeline_max_rows = kDefaultTimelineRows;
   }
   return ro;
 }
@@ -393,6 +412,8 @@ ReplayPlan plan_replay(const po::variables_map& vm, bool open_trace_now) {
   if (plan.csv_path) outputs.emplace_back("--csv", *plan.csv_path);
   plan.per_request_path = option_text(vm, "per-request");
   if (plan.per_request_path) outputs.emplace_back("--per-request", *plan.per_request_path);
+  plan.html_path = option_text(vm, "html");
+  if (plan.html_path) outputs.emplace_back("--html", *plan.html_path);
   refuse_output_over_input(outputs, {plan.trace_path}, kSpec.synopsis);
   if (plan.per_request_path && plan.options.schedule == Schedule::measured) {
     throw UsageError("--per-request describes a simulated schedule; --schedule measured replays the trace's own "
@@ -447,25 +468,33 @@ class TimelineScratch {
 // One engine per allocator on plan.jobs threads; the reports in allocator order. Rethrows the
 // first error in allocator order, whichever thread met it first.
 std::vector<ReplayReport> run_all(ReplayPlan& plan, TimelineScratch& scratch,
-                                  std::vector<std::vector<RequestRecord>>& per_request) {
+                                  std::vector<std::vector<RequestRecord>>& per_request, std::vector<HtmlRun>& html_runs) {
   const std::size_t runs = plan.allocators.size();
   per_request.assign(runs, {});
+  html_runs.assign(plan.html_path ? runs : 0, {});
   Progress progress(runs, plan.progress);
   std::vector<ReplayReport> reports(runs);
   run_in_parallel(runs, plan.jobs, progress, [&](std::size_t i) {
     ReplayOptions mine = plan.options;
     mine.progress = progress.sink(i);
-    if (plan.timeline_path) {
-      std::FILE* out = scratch.open(i, *plan.timeline_path);
+    std::FILE* out = plan.timeline_path ? scratch.open(i, *plan.timeline_path) : nullptr;
+    HtmlRun* html = plan.html_path ? &html_runs[i] : nullptr;
+    if (out != nullptr || html != nullptr) {
       const std::string name = plan.allocators[i]->name();
-      mine.timeline = [out, name](const TimelineRow& row) {
-        const std::string line = timeline_row(name, row);
-        std::fwrite(line.data(), 1, line.size(), out);
+      mine.timeline = [out, html, name](const TimelineRow& row) {
+        if (out != nullptr) {
+          const std::string line = timeline_row(name, row);
+          std::fwrite(line.data(), 1, line.size(), out);
+        }
+        if (html != nullptr) add_point(*html, html_point(row));
       };
     }
-    if (plan.per_request_path) {
-      std::vector<RequestRecord>& records = per_request[i];
-      mine.per_request = [&records](const RequestRecord& r) { records.push_back(r); };
+    if (plan.per_request_path || html != nullptr) {
+      std::vector<RequestRecord>* records = plan.per_request_path ? &per_request[i] : nullptr;
+      mine.per_request = [records, html](const RequestRecord& r) {
+        if (records != nullptr) records->push_back(r);
+        if (html != nullptr) add_latencies(*html, r);
+      };
     }
     // Token ids are hashed at the block size the allocator shares prompts at.
     const TraceOptions trace_options = trace_options_for(plan, *plan.allocators[i]);
@@ -501,7 +530,7 @@ namespace {
 
 // The timeline file, the CSV file and the table or JSON on stdout.
 void render(const ReplayPlan& plan, const TimelineScratch& scratch, const std::vector<ReplayReport>& reports,
-            std::vector<std::vector<RequestRecord>>& per_request) {
+            std::vector<std::vector<RequestRecord>>& per_request, std::vector<HtmlRun>& html_runs) {
   const ReplayOptions& ro = plan.options;
   const std::string inputs[] = {plan.trace_path};
   if (plan.timeline_path) scratch.write(*plan.timeline_path, ro.layout, ro.sample_every_ns > 0, inputs);
@@ -526,6 +555,7 @@ void render(const ReplayPlan& plan, const TimelineScratch& scratch, const std::v
                                   ro.chunked_prefill ? "on" : "off",
                                   ro.max_running > 0 ? with_commas(ro.max_running) : "unlimited");
   if (plan.csv_path) write_output_file(*plan.csv_path, replay_csv(reports), inputs);
+  if (plan.html_path) write_output_file(*plan.html_path, replay_html(context, reports, std::move(html_runs)), inputs);
   write_stdout(plan.json ? replay_json(context, reports) : replay_table(context, reports));
   print_warnings(context, reports);
 }
@@ -540,10 +570,11 @@ int run_replay(const Invocation& inv) {
   ReplayPlan plan = plan_replay(vm);
   TimelineScratch scratch(plan.allocators.size());
   std::vector<std::vector<RequestRecord>> per_request;
+  std::vector<HtmlRun> html_runs;
   const std::vector<ReplayReport> reports =
       plan.replicas > 1 ? run_replicas(plan, [&plan](const TraceOptions& o) { return open_trace(plan.trace_path, o); })
-                        : run_all(plan, scratch, per_request);
-  render(plan, scratch, reports, per_request);
+                        : run_all(plan, scratch, per_request, html_runs);
+  render(plan, scratch, reports, per_request, html_runs);
   return kExitOk;
 }
 

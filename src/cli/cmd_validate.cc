@@ -398,7 +398,7 @@ int run_validate(const Invocation& inv) {
   if (!parse_options(inv, kSpec, options, positional, vm, &hidden)) return kExitOk;
   const auto dir = option_text(vm, "run");
   if (!dir) throw UsageError("a run directory is required\nUsage: " + kSpec.synopsis);
-  for (const char* unused : {"csv", "timeline", option_key(kOptJobs)}) {
+  for (const char* unused : {"csv", "timeline", "html", option_key(kOptJobs)}) {
     if (vm.count(unused)) {
       throw UsageError(std::string("--") + unused + " is not used by validate\nUsage: " + kSpec.synopsis);
     }

@@ -54,6 +54,7 @@ int main(int argc, char** argv) {
       {"validate", "replay a measured vLLM run's workload and compare with what was measured", run_validate},
       {"sweep", "replay a trace at every point of a grid over replay's options (with shards and merge)", run_sweep},
       {"plan", "the largest rate-scale (or fewest replicas) at which a replay meets targets", run_plan},
+      {"report", "the HTML report with charts, from saved replay or validate outputs", run_report},
       {"size", "KV-cache capacity sheet for a model, dtype, placement and budget", run_size},
       {"models", "list the built-in model presets and their KV geometry", run_models},
       {"trace", "trace statistics, conversion and synthetic generation", run_trace},

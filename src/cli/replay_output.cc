@@ -663,6 +663,32 @@ std::string replay_csv(const std::vector<ReplayReport>& reports) {
   return out;
 }
 
+std::string replay_html(const ReplayContext& c, const std::vector<ReplayReport>& reports, std::vector<HtmlRun> runs) {
+  HtmlPage page;
+  page.title = "kvsim replay " + c.trace;
+  // The table's header, line by line, without its first line (the title).
+  const std::string header = run_header(c, reports);
+  for (std::size_t at = header.find('\n'); at != std::string::npos && at + 1 < header.size();) {
+    const std::size_t end = header.find('\n', at + 1);
+    std::string line = header.substr(at + 1, end - at - 1);
+    if (!line.empty()) page.context.push_back(std::move(line));
+    at = end;
+  }
+  runs.resize(reports.size());
+  for (std::size_t i = 0; i < reports.size(); ++i) {
+    HtmlRun figures = html_run(reports[i]);
+    figures.timeline = std::move(runs[i].timeline);
+    figures.ttft_ns = std::move(runs[i].ttft_ns);
+    figures.tpot_ns = std::move(runs[i].tpot_ns);
+    figures.e2e_ns = std::move(runs[i].e2e_ns);
+    runs[i] = std::move(figures);
+  }
+  page.answers = plain_answers(runs);
+  for (const auto& w : warnings(c, reports, true)) page.answers.push_back("Warning: " + w);
+  page.runs = std::move(runs);
+  return render_html(page);
+}
+
 std::string per_request_header() {
   return "allocator,id,ordinal,arrival_s,first_scheduled_s,first_token_s,finish_s,ttft_s,tpot_s,e2e_s,prompt_tokens,"
          "cached_prompt_tokens,output_tokens,preemptions,outcome\n";

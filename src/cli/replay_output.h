@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "html_report.h"
 #include "kvsim/model.h"
 #include "kvsim/replay.h"
 
@@ -50,6 +51,11 @@ std::string replay_csv_header(const CsvShape& shape);
 std::string replay_csv_row(const CsvShape& shape, const ReplayReport& report);
 // One run's object in replay_json()'s "runs"; `placement` as CsvShape::placement.
 nlohmann::ordered_json replay_run_json(const ReplayReport& report, bool placement);
+// --html: the page of html_report.h. `runs` holds each report's timeline points and
+// latencies, in report order (empty: none were collected, as with --replicas); the figures
+// come from the reports, the plain answers and the warnings atop the page.
+std::string replay_html(const ReplayContext& context, const std::vector<ReplayReport>& reports,
+                        std::vector<HtmlRun> runs);
 
 // --per-request: one row per request of the trace, in trace order within an allocator;
 // `allocator` is the first column, as in the timeline, so several runs share one file.

@@ -35,6 +35,7 @@ struct ReplayPlan {
   std::optional<std::string> timeline_path;
   std::optional<std::string> csv_path;
   std::optional<std::string> per_request_path;
+  std::optional<std::string> html_path;       // --html
   bool json = false;
   bool progress = false;
   // A trace that cannot be read again (a pipe, a FIFO), read once for every allocator.

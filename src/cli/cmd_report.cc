@@ -1,0 +1,415 @@
+// kvsim report: the HTML report of `kvsim replay --html`, drawn from saved outputs instead of
+// a new run: replay's --json output (the figures; needed for the rest), its --timeline CSV
+// (the over-time charts) and --per-request CSV (the latency CDFs), and validate's --json
+// output (measured against simulated). Each input is recognised by its content, not its name;
+// anything else is an error naming the file, and the line and field where it goes wrong.
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <optional>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cli.h"
+#include "html_report.h"
+#include "kvsim/error.h"
+#include "kvsim/output_file.h"
+#include "kvsim/units.h"
+#include "model_options.h"
+
+namespace kvsim::cli {
+namespace {
+
+using Json = nlohmann::json;
+
+const CommandSpec kSpec{
+    "kvsim report INPUT... --html FILE",
+    "Writes the HTML report (docs/report.md) from saved outputs: 'kvsim replay --json' output,\n"
+    "with its --timeline CSV for occupancy and running/queued over time and its --per-request\n"
+    "CSV for the TTFT, TPOT and end-to-end CDFs; or 'kvsim validate --json' output for the\n"
+    "measured against simulated chart; or 'kvsim sweep --csv' output for the peak, TTFT p99 and\n"
+    "throughput against the sweep's first numeric axis. Inputs are recognised by their content,\n"
+    "in any order; a replay CSV's allocator column must name runs of the replay's JSON.",
+    "  kvsim replay traces/chat-mix.csv --json --timeline t.csv --per-request r.csv > run.json\n"
+    "  kvsim report run.json t.csv r.csv --html report.html\n"
+    "  kvsim validate RUN --json > v.json && kvsim report v.json --html validate.html\n"
+    "  kvsim report sweep.csv --html sweep.html"};
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(Location{path, 0, ""}, "cannot open the file");
+  std::ostringstream s;
+  s << in.rdbuf();
+  if (in.bad()) throw InputError(Location{path, 0, ""}, "cannot read the file");
+  return s.str();
+}
+
+// The value at `keys` in `j`, a number; `what` names it in the error.
+double number(const Json& j, std::initializer_list<const char*> keys, const std::string& path, bool optional = false) {
+  const Json* at = &j;
+  std::string field;
+  for (const char* k : keys) {
+    field += (field.empty() ? "" : ".") + std::string(k);
+    if (!at->is_object() || !at->contains(k)) {
+      if (optional) return 0;
+      throw InputError(Location{path, 0, field}, "missing: is this 'kvsim replay --json' or 'kvsim validate --json' output?");
+    }
+    at = &(*at)[k];
+  }
+  if (at->is_null() && optional) return 0;
+  if (!at->is_number()) throw InputError(Location{path, 0, field}, "expected a number, got " + at->dump());
+  return at->get<double>();
+}
+
+std::string text(const Json& j, const char* key, const std::string& path, const std::string& where) {
+  if (!j.is_object() || !j.contains(key) || !j[key].is_string()) {
+    throw InputError(Location{path, 0, where + key}, "expected a string");
+  }
+  return j[key].get<std::string>();
+}
+
+std::int64_t to_ns(double seconds) { return static_cast<std::int64_t>(std::llround(seconds * 1e9)); }
+std::int64_t to_int(double v) { return static_cast<std::int64_t>(std::llround(v)); }
+
+void read_replay_json(const Json& j, const std::string& path, HtmlPage& page) {
+  page.title = "kvsim replay " + text(j, "trace", path, "");
+  if (j.contains("model") && j["model"].is_object()) {
+    page.context.push_back("model    " + text(j["model"], "name", path, "model."));
+  }
+  if (j.contains("budget") && j["budget"].is_string()) page.context.push_back("budget   " + j["budget"].get<std::string>());
+  const Json& runs = j["runs"];
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    const Json& r = runs[i];
+    const std::string where = fmt::format("runs[{}].", i);
+    HtmlRun run;
+    run.allocator = text(r, "allocator", path, where);
+    run.capacity_bytes = to_int(number(r, {"serving", "capacity_bytes"}, path, true));
+    run.effective_mean = number(r, {"memory_bytes", "effective_tokens", "mean"}, path);
+    run.allocated_mean = number(r, {"memory_bytes", "allocated_slots", "mean"}, path);
+    run.allocated_peak = to_int(number(r, {"memory_bytes", "allocated_slots", "peak"}, path));
+    run.allocated_peak_at_ns = to_ns(number(r, {"memory_bytes", "allocated_slots", "peak_at_s"}, path, true));
+    run.reserved_peak = to_int(number(r, {"memory_bytes", "reserved_slots", "peak"}, path));
+    const auto part = [&](const char* name) { return number(r, {"internal_fragmentation_bytes", "mean", name}, path); };
+    run.internal_mean = Fragmentation{part("tail"), part("reservation"), part("padding"), part("duplicate"),
+                                      part("outside_window")};
+    run.external_fragmentation_mean =
+        number(r, {"external_fragmentation", "free_bytes_outside_largest_extent_mean"}, path, true);
+    run.prefix_caching = r.contains("prefix_cache");
+    page.runs.push_back(std::move(run));
+  }
+  page.answers = plain_answers(page.runs);
+  if (j.contains("warnings") && j["warnings"].is_array()) {
+    for (const auto& w : j["warnings"]) {
+      if (w.is_string()) page.answers.push_back("Warning: " + w.get<std::string>());
+    }
+  }
+}
+
+// validate: mean, p50 and p99 of TTFT, TPOT and end-to-end latency, and the makespan.
+void read_validate_json(const Json& j, const std::string& path, HtmlPage& page) {
+  page.title = "kvsim validate " + text(j, "run", path, "");
+  page.comparison_title = "Simulated against measured: " + text(j, "run", path, "");
+  if (j.contains("model") && j["model"].is_string()) page.context.push_back("model    " + j["model"].get<std::string>());
+  for (const auto& [key, name] : {std::pair{"ttft", "TTFT"}, std::pair{"tpot", "TPOT"}, std::pair{"latency", "end to end"}}) {
+    for (const auto& [stat, stat_name] : {std::pair{"mean_s", "mean"}, std::pair{"p50_s", "p50"}, std::pair{"p99_s", "p99"}}) {
+      // A figure with no samples is null on either side: left out.
+      const Json& m = j.value(key, Json::object()).value("measured", Json::object());
+      const Json& s = j.value(key, Json::object()).value("simulated", Json::object());
+      if (!m.contains(stat) || !s.contains(stat) || m[stat].is_null() || s[stat].is_null()) continue;
+      page.comparisons.push_back({fmt::format("{} {}, s", name, stat_name), number(j, {key, "measured", stat}, path),
+                                  number(j, {key, "simulated", stat}, path)});
+    }
+  }
+  page.comparisons.push_back({"makespan, s", number(j, {"makespan_s", "measured"}, path),
+                              number(j, {"makespan_s", "simulated"}, path)});
+}
+
+// One CSV line's fields (RFC 4180 quotes, as replay writes "dynamic:growth=chunk,chunk=64").
+std::vector<std::string> fields(const std::string& line) {
+  std::vector<std::string> out(1);
+  bool quoted = false;
+  for (std::size_t i = 0; i < line.size(); ++i) {
+    const char ch = line[i];
+    if (quoted) {
+      if (ch == '"' && i + 1 < line.size() && line[i + 1] == '"') {
+        out.back() += '"';
+        ++i;
+      } else if (ch == '"') {
+        quoted = false;
+      } else {
+        out.back() += ch;
+      }
+    } else if (ch == '"') {
+      quoted = true;
+    } else if (ch == ',') {
+      out.emplace_back();
+    } else if (ch != '\r') {
+      out.back() += ch;
+    }
+  }
+  return out;
+}
+
+// A CSV whose columns are named in its header, read a row at a time (a 1,000,000-request
+// --per-request file is 150 MB); each row's cells are read by name.
+class Csv {
+ public:
+  explicit Csv(std::string path) : path_(std::move(path)), in_(path_, std::ios::binary) {
+    if (!in_) throw InputError(Location{path_, 0, ""}, "cannot open the file");
+    std::getline(in_, header_line_);
+    if (!header_line_.empty() && header_line_.back() == '\r') header_line_.pop_back();
+    header_ = fields(header_line_);
+  }
+  const std::string& header_line() const { return header_line_; }
+  // The next non-empty row; false at the end of the file.
+  bool next() {
+    std::string line;
+    while (std::getline(in_, line)) {
+      ++line_;
+      if (line.empty() || line == "\r") continue;
+      row_ = fields(line);
+      if (row_.size() != header_.size()) {
+        throw InputError(Location{path_, line_, ""}, fmt::format("{} fields, the header has {}", row_.size(), header_.size()));
+      }
+      return true;
+    }
+    if (in_.bad()) throw InputError(Location{path_, line_, ""}, "cannot read the file");
+    return false;
+  }
+  std::size_t column(const std::string& name, bool optional = false) const {
+    for (std::size_t i = 0; i < header_.size(); ++i) {
+      if (header_[i] == name) return i;
+    }
+    if (optional) return header_.size();
+    throw InputError(Location{path_, 1, "column '" + name + "'"}, "missing from the header");
+  }
+  std::size_t width() const { return header_.size(); }
+  const std::string& name(std::size_t column) const { return header_[column]; }
+  // A decimal number; an error naming file, line and column otherwise.
+  double decimal(std::size_t column) const {
+    const std::string& s = cell(column);
+    char* end = nullptr;
+    const double v = s.empty() ? 0 : std::strtod(s.c_str(), &end);
+    if (s.empty() || end != s.c_str() + s.size() || !std::isfinite(v)) {
+      throw InputError(Location{path_, line_, field(column)}, "expected a number, got \"" + printable(s) + "\"");
+    }
+    return v;
+  }
+  std::int64_t line() const { return line_; }
+  const std::string& cell(std::size_t column) const { return row_[column]; }
+  // An integer; an error naming file, line and column otherwise.
+  std::int64_t integer(std::size_t column) const {
+    const std::string& s = cell(column);
+    std::size_t used = 0;
+    long long v = 0;
+    try {
+      v = std::stoll(s, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != s.size()) {
+      throw InputError(Location{path_, line_, field(column)}, "expected an integer, got \"" + printable(s) + "\"");
+    }
+    return v;
+  }
+  // Decimal seconds as ns, exactly (replay writes nine decimals).
+  std::int64_t seconds_ns(std::size_t column) const {
+    const std::string& s = cell(column);
+    try {
+      if (!s.empty() && s.find_first_not_of("0123456789.") == std::string::npos) return parse_duration_ns(s + "s", header_[column]);
+    } catch (const InputError&) {
+    }
+    throw InputError(Location{path_, line_, field(column)}, "expected seconds such as 1.250000000, got \"" + printable(s) + "\"");
+  }
+
+ private:
+  std::string field(std::size_t column) const { return "column '" + printable(header_[column]) + "'"; }
+
+  std::string path_;
+  std::ifstream in_;
+  std::string header_line_;
+  std::vector<std::string> header_;
+  std::vector<std::string> row_;
+  std::int64_t line_ = 1;
+};
+
+HtmlRun& run_named(HtmlPage& page, const std::string& name, const std::string& path, std::int64_t line) {
+  for (auto& r : page.runs) {
+    if (r.allocator == name) return r;
+  }
+  throw InputError(Location{path, line, "column 'allocator'"},
+                   "\"" + printable(name) + "\" is not a run of the replay's --json output given with it");
+}
+
+void read_timeline(Csv& csv, const std::string& path, HtmlPage& page) {
+  const std::size_t alloc = csv.column("allocator"), time = csv.column("time_s"), running = csv.column("running"),
+                    queued = csv.column("queued"), effective = csv.column("effective_bytes"),
+                    allocated = csv.column("allocated_bytes"), reserved = csv.column("reserved_bytes"),
+                    max = csv.column("allocated_bytes_max", true);
+  while (csv.next()) {
+    HtmlRun& run = run_named(page, csv.cell(alloc), path, csv.line());
+    HtmlPoint p;
+    p.time_ns = csv.seconds_ns(time);
+    p.running = csv.integer(running);
+    p.queued = csv.integer(queued);
+    p.effective = csv.integer(effective);
+    p.allocated = csv.integer(allocated);
+    // Sampled rows carry the interval's maximum; per-step rows (--sample-every step) do not.
+    p.allocated_max = max < csv.width() && !csv.cell(max).empty() ? csv.integer(max) : p.allocated;
+    p.reserved = csv.integer(reserved);
+    add_point(run, p);
+  }
+}
+
+void read_per_request(Csv& csv, const std::string& path, HtmlPage& page) {
+  const std::size_t alloc = csv.column("allocator"), outcome = csv.column("outcome"), ttft = csv.column("ttft_s"),
+                    tpot = csv.column("tpot_s"), e2e = csv.column("e2e_s");
+  while (csv.next()) {
+    HtmlRun& run = run_named(page, csv.cell(alloc), path, csv.line());
+    if (csv.cell(outcome) != "completed") continue;
+    if (!csv.cell(ttft).empty()) run.ttft_ns.push_back(csv.seconds_ns(ttft));
+    if (!csv.cell(tpot).empty()) run.tpot_ns.push_back(csv.seconds_ns(tpot));
+    if (!csv.cell(e2e).empty()) run.e2e_ns.push_back(csv.seconds_ns(e2e));
+  }
+}
+
+// A number as an axis value: the whole text, finite; else none.
+std::optional<double> axis_number(const std::string& s) {
+  char* end = nullptr;
+  const double v = s.empty() ? 0 : std::strtod(s.c_str(), &end);
+  if (s.empty() || end != s.c_str() + s.size() || !std::isfinite(v)) return std::nullopt;
+  return v;
+}
+
+// kvsim sweep --csv: the peak of allocated slots, TTFT p99 and throughput against the first
+// axis whose every value is a number, a line per allocator and values of the other axes.
+void read_sweep(Csv& csv, const std::string& path, HtmlPage& page) {
+  const std::size_t alloc = csv.column("allocator"), peak = csv.column("allocated_bytes_peak"),
+                    ttft = csv.column("ttft_p99_s"), tput = csv.column("generated_tokens_per_s");
+  if (alloc <= 3) throw InputError(Location{path, 1, ""}, "a sweep without an axis column: nothing varies");
+  struct Row {
+    std::vector<std::string> axes;
+    std::string allocator;
+    double peak_gib = 0, tokens_per_s = 0;
+    std::optional<double> ttft_s;
+  };
+  std::vector<Row> rows;
+  while (csv.next()) {
+    Row r;
+    for (std::size_t a = 3; a < alloc; ++a) r.axes.push_back(csv.cell(a));
+    r.allocator = csv.cell(alloc);
+    r.peak_gib = static_cast<double>(csv.integer(peak)) / static_cast<double>(kBytesPerGiB);
+    r.tokens_per_s = csv.decimal(tput);
+    if (!csv.cell(ttft).empty()) r.ttft_s = csv.decimal(ttft);
+    rows.push_back(std::move(r));
+  }
+  std::size_t x = alloc;
+  for (std::size_t a = 3; a < alloc && x == alloc; ++a) {
+    if (std::all_of(rows.begin(), rows.end(), [&](const Row& r) { return axis_number(r.axes[a - 3]).has_value(); })) x = a;
+  }
+  if (x == alloc) {
+    throw InputError(Location{path, 1, ""}, "no axis whose values are all numbers: nothing to draw the figures against");
+  }
+  const std::string axis = csv.name(x);
+  if (page.title.empty()) page.title = "kvsim sweep " + path;
+  const auto chart = [&](const std::string& name, const std::string& title, const std::string& y_label, auto get) {
+    HtmlSweepChart c{name, title + " against " + axis, axis, y_label, {}};
+    for (const Row& r : rows) {
+      const std::optional<double> y = get(r);
+      if (!y) continue;
+      std::string label = r.allocator;
+      for (std::size_t a = 3; a < alloc; ++a) {
+        if (a != x) label += ", " + csv.name(a) + "=" + r.axes[a - 3];
+      }
+      auto at = std::find_if(c.series.begin(), c.series.end(), [&](const HtmlSweepSeries& s) { return s.label == label; });
+      if (at == c.series.end()) at = c.series.insert(c.series.end(), HtmlSweepSeries{label, {}});
+      at->points.emplace_back(*axis_number(r.axes[x - 3]), *y);
+    }
+    page.sweep.push_back(std::move(c));
+  };
+  chart("sweep-peak", "Allocated slots, peak", "GiB (2^30 bytes)", [](const Row& r) { return std::optional<double>(r.peak_gib); });
+  chart("sweep-ttft", "TTFT p99", "TTFT p99, s", [](const Row& r) { return r.ttft_s; });
+  chart("sweep-throughput", "Throughput", "generated tokens/s",
+        [](const Row& r) { return std::optional<double>(r.tokens_per_s); });
+}
+
+}  // namespace
+
+int run_report(const Invocation& inv) {
+  po::options_description options("Output");
+  options.add_options()("html", po::value<std::string>(), "write the HTML report to this file (required)");
+  po::options_description hidden;
+  hidden.add_options()("input", po::value<std::vector<std::string>>());
+  po::positional_options_description positional;
+  positional.add("input", -1);
+  po::variables_map vm;
+  if (!parse_options(inv, kSpec, options, positional, vm, &hidden)) return kExitOk;
+  const auto inputs = vm.count("input") ? vm["input"].as<std::vector<std::string>>() : std::vector<std::string>{};
+  if (inputs.empty()) throw UsageError("at least one input is required\nUsage: " + kSpec.synopsis);
+  const auto out = option_text(vm, "html");
+  if (!out) throw UsageError("--html FILE is required: the report is written there\nUsage: " + kSpec.synopsis);
+  refuse_output_over_input({{"--html", *out}}, inputs, kSpec.synopsis);
+
+  // The JSON first (the CSVs' rows attach to its runs), whatever the order given.
+  HtmlPage page;
+  bool replay_json = false, validate_json = false;
+  std::vector<std::string> csvs;
+  for (const auto& path : inputs) {
+    // JSON opens with '{'; anything else is read as CSV, a row at a time, once the JSON is in.
+    char first = 0;
+    {
+      std::ifstream in(path, std::ios::binary);
+      if (!in) throw InputError(Location{path, 0, ""}, "cannot open the file");
+      while (in.get(first) && std::isspace(static_cast<unsigned char>(first))) {
+      }
+    }
+    if (first != '{') {
+      csvs.push_back(path);
+      continue;
+    }
+    Json j;
+    try {
+      j = Json::parse(slurp(path));
+    } catch (const Json::parse_error& e) {
+      throw InputError(Location{path, 0, ""}, std::string("not valid JSON: ") + e.what());
+    }
+    if (replay_json || validate_json) throw InputError(Location{path, 0, ""}, "a second JSON output: give one");
+    if (j.contains("runs") && j["runs"].is_array()) {
+      read_replay_json(j, path, page);
+      replay_json = true;
+    } else if (j.contains("makespan_s") && j.contains("ttft")) {
+      read_validate_json(j, path, page);
+      validate_json = true;
+    } else {
+      throw InputError(Location{path, 0, ""}, "JSON that is neither 'kvsim replay --json' nor 'kvsim validate --json' output");
+    }
+  }
+  for (const auto& path : csvs) {
+    Csv csv(path);
+    const std::string& header = csv.header_line();
+    if (header.rfind("point,points,grid,", 0) == 0) {
+      read_sweep(csv, path, page);
+      continue;
+    }
+    if (!replay_json) {
+      throw InputError(Location{path, 0, ""}, "a CSV needs the 'kvsim replay --json' output of the same run beside it");
+    }
+    if (header.rfind("allocator,time_s,", 0) == 0) {
+      read_timeline(csv, path, page);
+    } else if (header.rfind("allocator,id,ordinal,", 0) == 0) {
+      read_per_request(csv, path, page);
+    } else {
+      throw InputError(Location{path, 1, ""},
+                       "neither a --timeline nor a --per-request CSV of kvsim replay (its header starts \"" +
+                           printable(header.substr(0, 40)) + "\")");
+    }
+  }
+  write_output_file(*out, render_html(page), inputs);
+  return kExitOk;
+}
+
+}  // namespace kvsim::cli

@@ -1,0 +1,443 @@
+// The HTML report's writer (src/cli/html_report.cc): well-formed XML, escaping, axis scaling
+// on hand cases, downsampling that keeps the maximum, fixed quantiles, byte-determinism; and
+// `kvsim replay --html` / `kvsim report --html` end to end.
+#include <catch2/catch.hpp>
+
+#include <cctype>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "cli/html_report.h"
+#include "cli_util.h"
+#include "kvsim/units.h"
+
+using namespace kvsim;
+using namespace kvsim::cli;
+
+namespace {
+
+// A small XML well-formedness checker, enough for what the writer emits: elements nest and
+// close, attribute values are quoted, '&' starts one of the five XML entities or a numeric
+// reference, '<' never appears in text or attribute values; <!DOCTYPE>, comments and CDATA
+// are skipped. Returns "" when well-formed, else what is wrong and where.
+std::string xml_problem(const std::string& s) {
+  std::vector<std::string> open;
+  std::size_t i = 0;
+  const auto entity_ok = [&](std::size_t at) {
+    const std::size_t end = s.find(';', at);
+    if (end == std::string::npos || end - at > 8) return false;
+    const std::string name = s.substr(at + 1, end - at - 1);
+    if (name == "amp" || name == "lt" || name == "gt" || name == "quot" || name == "apos") return true;
+    if (name.size() >= 2 && name[0] == '#') {
+      for (std::size_t k = 1; k < name.size(); ++k) {
+        if (!std::isdigit(static_cast<unsigned char>(name[k]))) return false;
+      }
+      return true;
+    }
+    return false;
+  };
+  while (i < s.size()) {
+    if (s[i] == '&') {
+      if (!entity_ok(i)) return "bad entity at " + std::to_string(i);
+      ++i;
+      continue;
+    }
+    if (s[i] != '<') {
+      ++i;
+      continue;
+    }
+    if (s.compare(i, 9, "<![CDATA[") == 0) {
+      const std::size_t end = s.find("]]>", i);
+      if (end == std::string::npos) return "unclosed CDATA";
+      i = end + 3;
+      continue;
+    }
+    if (s.compare(i, 4, "<!--") == 0) {
+      const std::size_t end = s.find("-->", i);
+      if (end == std::string::npos) return "unclosed comment";
+      i = end + 3;
+      continue;
+    }
+    if (s.compare(i, 2, "<!") == 0) {
+      i = s.find('>', i) + 1;
+      continue;
+    }
+    const bool closing = s.compare(i, 2, "</") == 0;
+    std::size_t k = i + (closing ? 2 : 1);
+    std::string name;
+    while (k < s.size() && (std::isalnum(static_cast<unsigned char>(s[k])) || s[k] == '-' || s[k] == ':')) name += s[k++];
+    if (name.empty()) return "a tag without a name at " + std::to_string(i);
+    if (closing) {
+      if (open.empty() || open.back() != name) return "</" + name + "> closes " + (open.empty() ? "nothing" : "<" + open.back() + ">");
+      open.pop_back();
+      k = s.find('>', k);
+      if (k == std::string::npos) return "unterminated closing tag";
+      i = k + 1;
+      continue;
+    }
+    // Attributes: name="value", separated by spaces, then > or />.
+    for (;;) {
+      while (k < s.size() && std::isspace(static_cast<unsigned char>(s[k]))) ++k;
+      if (k >= s.size()) return "unterminated tag <" + name + ">";
+      if (s[k] == '>') {
+        open.push_back(name);
+        break;
+      }
+      if (s.compare(k, 2, "/>") == 0) {
+        ++k;
+        break;
+      }
+      std::string attr;
+      while (k < s.size() && (std::isalnum(static_cast<unsigned char>(s[k])) || s[k] == '-' || s[k] == ':')) attr += s[k++];
+      if (attr.empty() || k >= s.size() || s[k] != '=' || s[k + 1] != '"') {
+        return "attribute without a quoted value in <" + name + "> at " + std::to_string(k);
+      }
+      const std::size_t end = s.find('"', k + 2);
+      if (end == std::string::npos) return "unterminated attribute value";
+      for (std::size_t c = k + 2; c < end; ++c) {
+        if (s[c] == '<') return "'<' in an attribute value at " + std::to_string(c);
+        if (s[c] == '&' && !entity_ok(c)) return "bad entity in an attribute at " + std::to_string(c);
+      }
+      k = end + 1;
+    }
+    i = k + 1;
+    // A script's or style's text is raw in HTML: it must hold no markup but CDATA.
+    if (!open.empty() && (open.back() == "script" || open.back() == "style")) {
+      const std::size_t end = s.find("</" + open.back(), i);
+      const std::string body = s.substr(i, end - i);
+      const std::size_t cdata = body.find("<![CDATA[");
+      const std::string outside = cdata == std::string::npos ? body : body.substr(0, cdata) + body.substr(body.find("]]>") + 3);
+      if (outside.find('<') != std::string::npos || outside.find('&') != std::string::npos) {
+        return "markup in <" + open.back() + "> outside CDATA";
+      }
+      i = end;
+    }
+  }
+  if (!open.empty()) return "<" + open.back() + "> never closed";
+  return "";
+}
+
+std::size_t count(const std::string& text, const std::string& what) {
+  std::size_t n = 0;
+  for (std::size_t at = 0; (at = text.find(what, at)) != std::string::npos; at += what.size()) ++n;
+  return n;
+}
+
+constexpr std::int64_t kGiB = kBytesPerGiB;
+constexpr std::int64_t kS = 1'000'000'000;
+
+// Two points 10 s apart: allocated 0 then 1 GiB, reserved 2 GiB throughout (hand case below).
+HtmlRun hand_run(std::string name) {
+  HtmlRun r;
+  r.allocator = std::move(name);
+  r.effective_mean = 0.25 * kGiB;
+  r.allocated_mean = 0.5 * kGiB;
+  r.internal_mean.tail = 0.25 * kGiB;
+  r.allocated_peak = kGiB;
+  r.allocated_peak_at_ns = 10 * kS;
+  r.reserved_peak = 2 * kGiB;
+  HtmlPoint a;
+  a.time_ns = 0;
+  a.reserved = 2 * kGiB;
+  HtmlPoint b = a;
+  b.time_ns = 10 * kS;
+  b.allocated = b.allocated_max = kGiB;
+  b.effective = kGiB / 2;
+  b.running = 3;
+  r.timeline = {a, b};
+  r.ttft_ns = {1, 2, 3};
+  r.tpot_ns = {4, 5};
+  r.e2e_ns = {7, 8, 9};
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("html: text is escaped for HTML and XML") {
+  CHECK(html::escape("paged:block=16") == "paged:block=16");
+  CHECK(html::escape("a<b>&\"c'") == "a&lt;b&gt;&amp;&quot;c&#39;");
+}
+
+TEST_CASE("html: a linear scale maps a known domain onto known pixels") {
+  // The charts' plot area: x from 72 to 704 px, y from 224 (bottom) to 16 (top).
+  const html::Scale x{0, 10, 72, 704};
+  CHECK(x(0) == 72);
+  CHECK(x(5) == 388);  // 72 + 5/10 * 632
+  CHECK(x(10) == 704);
+  const html::Scale y{0, 2.5, 224, 16};
+  CHECK(y(1) == Approx(140.8));  // 224 - 1/2.5 * 208
+  const html::Scale flat{3, 3, 10, 20};
+  CHECK(flat(3) == 10);  // a degenerate domain maps to the start, never divides by zero
+}
+
+TEST_CASE("html: ticks step by 1, 2 or 5 times a power of ten") {
+  CHECK(html::ticks(0, 10, 6) == std::vector<double>{0, 2, 4, 6, 8, 10});  // raw step 2
+  // raw step (1.7 - 0.3) / 7 = 0.2: from the first multiple of 0.2 at or above 0.3.
+  const auto t = html::ticks(0.3, 1.7, 8);
+  REQUIRE(t.size() == 7);
+  CHECK(t.front() == Approx(0.4));
+  CHECK(t.back() == Approx(1.6));
+  CHECK(html::ticks(0, 2.1, 6) == std::vector<double>{0, 0.5, 1, 1.5, 2});  // raw 0.42 -> 0.5
+}
+
+TEST_CASE("html: reduction to pixel columns keeps each column's minimum and maximum") {
+  // Times 0..3 over [0, 4] in two columns: {0, 1} and {2, 3}.
+  const auto c = html::reduce({0, 1, 2, 3}, {5, 9, 1, 3}, {5, 9, 1, 3}, 0, 4, 2);
+  REQUIRE(c.size() == 2);
+  CHECK((!c[0].empty && c[0].lo == 5 && c[0].hi == 9));
+  CHECK((!c[1].empty && c[1].lo == 1 && c[1].hi == 3));
+  // A million points with one spike of 1000 among values of at most 10: the spike survives
+  // the reduction to 640 columns, as the column's maximum.
+  std::vector<double> t, v;
+  for (int i = 0; i < 1'000'000; ++i) {
+    t.push_back(i);
+    v.push_back(i == 777'777 ? 1000.0 : static_cast<double>(i % 11));
+  }
+  const auto r = html::reduce(t, v, v, 0, 999'999, 640);
+  double top = 0;
+  for (const auto& col : r) top = std::max(top, col.hi);
+  CHECK(top == 1000);
+  // 777,777 / (999,999 / 640) = 497.78: column 497.
+  CHECK(r[497].hi == 1000);
+  CHECK(r[496].hi == 10);
+  // A point at the end of the range goes to the last column; a point outside is left out.
+  const auto e = html::reduce({4, 5}, {1, 2}, {1, 2}, 0, 4, 2);
+  CHECK((!e[1].empty && e[1].hi == 1));
+}
+
+TEST_CASE("html: timeline points beyond the limit merge in pairs, keeping the later state and the larger maximum") {
+  HtmlRun run;
+  // kMaxPoints + 1 points: point i at i ns, allocated i, its maximum i except a spike of
+  // 10^9 at point 6 (an even point, the first of its pair: merged into point 7).
+  for (std::size_t i = 0; i <= html::kMaxPoints; ++i) {
+    HtmlPoint p;
+    p.time_ns = static_cast<std::int64_t>(i);
+    p.allocated = static_cast<std::int64_t>(i);
+    p.allocated_max = i == 6 ? 1'000'000'000 : p.allocated;
+    add_point(run, p);
+  }
+  // 65,537 points -> 32,768 pairs and the odd last point: 32,769.
+  REQUIRE(run.timeline.size() == html::kMaxPoints / 2 + 1);
+  CHECK(run.timeline[0].time_ns == 1);
+  CHECK(run.timeline[3].time_ns == 7);
+  CHECK(run.timeline[3].allocated == 7);
+  CHECK(run.timeline[3].allocated_max == 1'000'000'000);
+  CHECK(run.timeline[4].allocated_max == 9);
+  CHECK(run.timeline.back().time_ns == static_cast<std::int64_t>(html::kMaxPoints));
+}
+
+TEST_CASE("html: CDFs are nearest-rank quantiles at fixed points") {
+  const auto q = html::cdf_quantiles({10, 9, 8, 7, 6, 5, 4, 3, 2, 1});
+  REQUIRE(q.size() == html::kCdfPoints);
+  CHECK(q[0] == 1);     // rank max(1, 0)
+  CHECK(q[1] == 1);     // 0.5%: rank ceil(10 * 1 / 200) = 1
+  CHECK(q[21] == 2);    // 10.5%: rank ceil(210 / 200) = 2
+  CHECK(q[100] == 5);   // 50%: rank 5
+  CHECK(q[200] == 10);  // 100%: the maximum
+  CHECK(html::cdf_quantiles({}).empty());
+}
+
+TEST_CASE("html: the page is well-formed XML, escapes names, marks the peak at known coordinates, and is deterministic") {
+  HtmlPage page;
+  page.title = "kvsim replay <test> & co";
+  page.context = {"model    llama \"3\""};
+  page.runs = {hand_run("dynamic:growth=chunk,chunk=64"), hand_run("evil<&\"'>")};
+  page.runs[1].allocated_peak = 2 * kGiB;
+  page.answers = plain_answers(page.runs);
+  page.comparisons = {{"TTFT p50, s", 0.5, 0.6}};
+  const std::string html = render_html(page);
+  INFO(html.substr(0, 2000));
+  CHECK(xml_problem(html).empty());
+  CHECK(xml_problem("<svg><path d=\"M0,0\"></svg>") == "</svg> closes <path>");  // the checker checks
+  CHECK(html.find("evil<&") == std::string::npos);
+  CHECK(html.find("evil&lt;&amp;&quot;&#39;&gt;") != std::string::npos);
+  CHECK(html.find("kvsim replay &lt;test&gt; &amp; co") != std::string::npos);
+  // Charts: the breakdown, two occupancy charts, running/queued, three CDFs, the comparison.
+  CHECK(count(html, "<svg class=\"chart\"") == 8);
+  CHECK(html.find("data-charts=\"8\"") != std::string::npos);
+  // Hand case: time over [0, 10] s in 632 one-pixel columns from x = 72; the y axis tops at
+  // 2.5 GiB (ticks of 0.5 up to 2.1 = 1.05 x the largest value, 2 GiB reserved, then one tick
+  // more). Allocated: 0 at t = 0 (column 0, x 72.5, y 224) and 1 GiB at t = 10 (the last
+  // column, 631, x 703.5, y = 224 - 1/2.5 * 208 = 140.8).
+  CHECK(html.find("<path class=\"data s1\" d=\"M72.5,224.0 L703.5,140.8\"/>") != std::string::npos);
+  // Reserved, 2 GiB throughout: y = 224 - 2/2.5 * 208 = 57.6.
+  CHECK(html.find("<path class=\"data s3\" d=\"M72.5,57.6 L703.5,57.6\"/>") != std::string::npos);
+  // The peak: 1 GiB at 10 s: the circle at x(10) = 704, y 140.8, labelled.
+  CHECK(html.find("<circle class=\"peak\" cx=\"704.0\" cy=\"140.8\" r=\"4\"/>") != std::string::npos);
+  CHECK(html.find("peak 1.00 GiB at 10.000 s") != std::string::npos);
+  // The plain answer names the one holding least and the other's multiple.
+  CHECK(html.find("dynamic:growth=chunk,chunk=64 holds the least at peak: 1.00 GiB allocated, against "
+                  "evil&lt;&amp;&quot;&#39;&gt; 2.00 GiB (2.00x).") != std::string::npos);
+  // Effective 0.25 of 0.5 GiB allocated: 50.0%; the tail 0.25: 50.0%.
+  CHECK(html.find("On average 50.0% of what dynamic:growth=chunk,chunk=64 allocates holds effective tokens; the rest "
+                  "is internal fragmentation: partial-block tail 50.0%.") != std::string::npos);
+  CHECK(render_html(page) == html);
+}
+
+TEST_CASE("html: kvsim replay --html writes the bundled example's report with every chart") {
+  const auto dir = test::scratch_dir("html-replay");
+  const std::string out = (dir / "report.html").string();
+  const std::string trace = std::string(KVSIM_SOURCE_DIR) + "/traces/chat-mix.csv";
+  const auto r = test::run_cli({"replay", trace, "--html", out, "--quiet"});
+  REQUIRE(r.exit_code == 0);
+  const std::string html = test::slurp(out);
+  CHECK(xml_problem(html).empty());
+  // The default four allocators: the breakdown, four occupancy charts, running/queued, TTFT,
+  // TPOT and end-to-end CDFs.
+  CHECK(count(html, "<svg class=\"chart\"") == 9);
+  for (const char* chart : {"breakdown", "occupancy-0", "occupancy-3", "requests", "ttft", "tpot", "e2e"}) {
+    CHECK(html.find(std::string("data-chart=\"") + chart + "\"") != std::string::npos);
+  }
+  CHECK(count(html, "<circle class=\"peak\"") == 4);
+  CHECK(html.find("holds the least at peak") != std::string::npos);
+  // The same bytes on a second run.
+  const std::string again = (dir / "again.html").string();
+  REQUIRE(test::run_cli({"replay", trace, "--html", again, "--quiet", "--jobs", "1"}).exit_code == 0);
+  CHECK(test::slurp(again) == html);
+}
+
+TEST_CASE("html: kvsim report draws the same charts from replay's saved --json, --timeline and --per-request") {
+  const auto dir = test::scratch_dir("html-report");
+  const std::string trace = std::string(KVSIM_SOURCE_DIR) + "/traces/chat-mix.csv";
+  const std::string live = (dir / "live.html").string(), saved = (dir / "saved.html").string();
+  const std::string json = (dir / "run.json").string(), timeline = (dir / "t.csv").string(),
+                    per_request = (dir / "r.csv").string();
+  // Allocators whose figures the JSON holds whole (dynamic's external fragmentation in bytes
+  // is in it only beside an allocator that places reservations: docs/report.md).
+  const auto a = test::run_cli({"replay", trace, "--allocator", "paged,dense-static:reserve=max-tokens", "--html", live,
+                                "--quiet", "--json",
+                                "--timeline", timeline, "--per-request", per_request});
+  REQUIRE(a.exit_code == 0);
+  {
+    std::ofstream out(json, std::ios::binary);
+    out << a.out;
+  }
+  // The CSVs before the JSON: inputs are recognised by content, in any order.
+  const auto b = test::run_cli({"report", timeline, per_request, json, "--html", saved});
+  REQUIRE(b.exit_code == 0);
+  const std::string from_run = test::slurp(live), from_files = test::slurp(saved);
+  CHECK(xml_problem(from_files).empty());
+  // The charts are drawn from the same figures, times and latencies (9 decimals of a second
+  // are whole ns), so from the first chart on the pages are the same bytes; only the context
+  // above differs (the saved JSON holds less of it).
+  const auto charts = [](const std::string& page) { return page.substr(page.find("<h2>")); };
+  CHECK(charts(from_files) == charts(from_run));
+  CHECK(count(from_files, "<svg class=\"chart\"") == 7);  // breakdown, 2 occupancy, requests, 3 CDFs
+}
+
+TEST_CASE("html: kvsim report refuses what it cannot read, naming the file, the line and the column") {
+  const auto dir = test::scratch_dir("html-report-bad");
+  const auto write = [&](const std::string& name, const std::string& text) {
+    const std::string path = (dir / name).string();
+    std::ofstream(path, std::ios::binary) << text;
+    return path;
+  };
+  const std::string trace = std::string(KVSIM_SOURCE_DIR) + "/traces/chat-mix.csv";
+  const auto run = test::run_cli({"replay", trace, "--allocator", "paged", "--requests", "20", "--quiet", "--json"});
+  REQUIRE(run.exit_code == 0);
+  const std::string json = write("run.json", run.out);
+  const std::string out = (dir / "out.html").string();
+  const std::string header = "allocator,time_s,step,running,queued,effective_bytes,allocated_bytes,reserved_bytes\n";
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {{"report", write("t.csv", header)}, "a CSV needs the 'kvsim replay --json' output"},
+      {{"report", write("other.json", "{\"a\": 1}")}, "other.json: JSON that is neither"},
+      {{"report", write("broken.json", "{\"runs\": [")}, "broken.json: not valid JSON"},
+      {{"report", json, write("bad-cell.csv", header + "paged:block=16,0.5,1,2,x,0,0,0\n")},
+       "bad-cell.csv:2: column 'queued': expected an integer, got \"x\""},
+      {{"report", json, write("bad-time.csv", header + "paged:block=16,soon,1,2,0,0,0,0\n")},
+       "bad-time.csv:2: column 'time_s': expected seconds"},
+      {{"report", json, write("stranger.csv", header + "dynamic,0.5,1,2,0,0,0,0\n")},
+       "stranger.csv:2: column 'allocator': \"dynamic\" is not a run of the replay's --json output"},
+      {{"report", json, write("short.csv", header + "paged:block=16,0.5\n")}, "short.csv:2: 2 fields, the header has 8"},
+      {{"report", json, write("what.csv", "a,b\n1,2\n")}, "what.csv:1: neither a --timeline nor a --per-request CSV"},
+      {{"report", json, write("no-col.csv", "allocator,time_s,step\n")}, "no-col.csv:1: column 'running': missing"},
+  };
+  for (const auto& c : cases) {
+    std::vector<std::string> args = c.args;
+    args.insert(args.end(), {"--html", out});
+    const auto r = test::run_cli(args);
+    INFO(r.err);
+    CHECK(r.exit_code == 1);
+    CHECK_THAT(r.err, Catch::Contains(c.message));
+  }
+  CHECK(!std::filesystem::exists(out));
+  // Usage: no input, no --html.
+  CHECK(test::run_cli({"report", "--html", out}).exit_code == 2);
+  CHECK(test::run_cli({"report", json}).exit_code == 2);
+}
+
+TEST_CASE("html: kvsim report draws validate's measured against simulated, one bar per figure at known widths") {
+  const auto dir = test::scratch_dir("html-validate");
+  // By hand: TTFT mean 1 -> 1.2 s (ratio 1.2), p50 1 -> 0.9 (0.9), p99 2 -> 3 (1.5); TPOT
+  // and end-to-end latency without samples (null: left out); makespan 10 -> 9 s (0.9). The
+  // axis tops at 2 (ticks of 0.5 up to 1.05 x 1.5 = 1.575, then one more), over 632 px:
+  // widths 1.2/2 x 632 = 379.2, 0.9 -> 284.4, 1.5 -> 474.0; the line at 1 is at x 388.
+  const std::string json = (dir / "v.json").string();
+  std::ofstream(json, std::ios::binary) << R"({"run": "runs/a", "model": "m",
+    "ttft": {"measured": {"count": 2, "mean_s": 1, "p50_s": 1, "p99_s": 2},
+             "simulated": {"count": 2, "mean_s": 1.2, "p50_s": 0.9, "p99_s": 3}},
+    "tpot": {"measured": {"count": 0, "mean_s": null, "p50_s": null, "p99_s": null},
+             "simulated": {"count": 2, "mean_s": 0.1, "p50_s": 0.1, "p99_s": 0.1}},
+    "latency": {"measured": {"count": 0, "mean_s": null, "p50_s": null, "p99_s": null},
+                "simulated": {"count": 0, "mean_s": null, "p50_s": null, "p99_s": null}},
+    "makespan_s": {"measured": 10, "simulated": 9}})";
+  const std::string out = (dir / "v.html").string();
+  REQUIRE(test::run_cli({"report", json, "--html", out}).exit_code == 0);
+  const std::string html = test::slurp(out);
+  CHECK(xml_problem(html).empty());
+  CHECK(count(html, "<svg class=\"chart\"") == 1);
+  CHECK(count(html, "<rect class=\"data p0\"") == 4);
+  CHECK(html.find("width=\"379.2\" height=\"18\"><title>TTFT mean, s: measured 1, simulated 1.2</title>") != std::string::npos);
+  CHECK(html.find("width=\"284.4\" height=\"18\"><title>TTFT p50, s: measured 1, simulated 0.9</title>") != std::string::npos);
+  CHECK(html.find("width=\"474.0\" height=\"18\"><title>TTFT p99, s: measured 2, simulated 3</title>") != std::string::npos);
+  CHECK(html.find("width=\"284.4\" height=\"18\"><title>makespan, s: measured 10, simulated 9</title>") != std::string::npos);
+  CHECK(html.find("<line class=\"capacity\" x1=\"388.0\"") != std::string::npos);
+  CHECK(html.find("TPOT") == std::string::npos);
+}
+
+TEST_CASE("html: kvsim report draws a sweep's figures against its numeric axis, at known coordinates") {
+  const auto dir = test::scratch_dir("html-sweep");
+  // By hand: rate-scale 1, 2, 4 -> peaks 1, 2, 3 GiB for paged. x over [1, 4] -> [72, 704]:
+  // x(2) = 72 + 1/3 x 632 = 282.7. The y axis tops at 4 (ticks of 1 up to 1.05 x 3, then one
+  // more): y(1) = 224 - 1/4 x 208 = 172, y(2) = 120, y(3) = 68. The second allocator makes a
+  // second line; a TTFT left empty is left out of the TTFT chart.
+  const std::string csv = (dir / "sweep.csv").string();
+  std::ofstream(csv, std::ios::binary)
+      << "point,points,grid,rate-scale,allocator,allocated_bytes_peak,ttft_p99_s,generated_tokens_per_s\n"
+         "0,6,abc,1,paged,1073741824,0.5,100.0\n"
+         "1,6,abc,1,\"dynamic:growth=chunk,chunk=64\",1073741824,,100.0\n"
+         "2,6,abc,2,paged,2147483648,0.6,200.0\n"
+         "3,6,abc,2,\"dynamic:growth=chunk,chunk=64\",2147483648,0.7,200.0\n"
+         "4,6,abc,4,paged,3221225472,0.9,300.0\n"
+         "5,6,abc,4,\"dynamic:growth=chunk,chunk=64\",3221225472,1.0,300.0\n";
+  const std::string out = (dir / "sweep.html").string();
+  const auto r = test::run_cli({"report", csv, "--html", out});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  const std::string html = test::slurp(out);
+  CHECK(xml_problem(html).empty());
+  CHECK(count(html, "<svg class=\"chart\"") == 3);
+  CHECK(html.find("<path class=\"data r0\" d=\"M72.0,172.0 L282.7,120.0 L704.0,68.0\"/>") != std::string::npos);
+  CHECK(html.find("Allocated slots, peak against rate-scale") != std::string::npos);
+  CHECK(html.find("dynamic:growth=chunk,chunk=64") != std::string::npos);
+  // TTFT: dynamic's line has two points (rate 2 and 4), paged's three.
+  const std::size_t ttft = html.find("data-chart=\"sweep-ttft\"");
+  REQUIRE(ttft != std::string::npos);
+  const std::size_t r1 = html.find("<path class=\"data r1\" d=\"", ttft);
+  REQUIRE(r1 != std::string::npos);
+  CHECK(count(html.substr(r1, html.find("\"/>", r1) - r1), " L") == 1);
+  // An axis that is never a number cannot be drawn against.
+  const std::string words = (dir / "words.csv").string();
+  std::ofstream(words, std::ios::binary)
+      << "point,points,grid,policy,allocator,allocated_bytes_peak,ttft_p99_s,generated_tokens_per_s\n"
+         "0,1,abc,vllm,paged,1,0.5,1\n";
+  const auto bad = test::run_cli({"report", words, "--html", out});
+  CHECK(bad.exit_code == 1);
+  CHECK_THAT(bad.err, Catch::Contains("words.csv:1: no axis whose values are all numbers"));
+}
