@@ -21,6 +21,7 @@ root=$(cd "$(dirname "$0")/.." && pwd -P)
 trace=$root/traces/chat-mix.csv
 
 # The sweep: 3 x 2 = 6 points, under a budget small enough that the points differ.
+# shellcheck disable=SC2054  # the commas separate --vary values, not array elements
 sweep_opts=("$trace" --requests 200 --model llama-3.1-8b --kv-budget 2GiB
             --vary rate-scale=0.5,1,4 --vary max-running=16,256)
 shards=3
