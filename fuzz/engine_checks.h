@@ -65,23 +65,6 @@ class FuzzBytes {
 };
 
 // An in-memory trace: the engine reads it as it reads a file.
-class FuzzTrace : public TraceReader {
- public:
-  explicit FuzzTrace(std::vector<Request> requests) : TraceReader("<fuzz>"), requests_(std::move(requests)) {}
-  bool next(Request& out) override {
-    if (next_ == requests_.size()) return false;
-    out = requests_[next_++];
-    return true;
-  }
-  TraceFormat format() const override { return TraceFormat::native_csv; }
-  std::int64_t bytes_read() const override { return static_cast<std::int64_t>(next_); }
-  std::int64_t total_bytes() const override { return static_cast<std::int64_t>(requests_.size()); }
-
- private:
-  std::vector<Request> requests_;
-  std::size_t next_ = 0;
-};
-
 struct EngineCase {
   std::string allocator;
   ReplayOptions options;
@@ -227,7 +210,7 @@ inline bool check_engine_case(const EngineCase& c) {
   };
   ReplayReport report;
   try {
-    FuzzTrace trace(c.requests);
+    RequestVectorReader trace(c.requests, "<fuzz>");
     AllocatorLimits limits;
     limits.capacity_bytes = o.memory.kv_budget_bytes;
     auto allocator = make_allocator(parse_allocator_spec(c.allocator, "allocator"), o.layout, limits);

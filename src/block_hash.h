@@ -40,23 +40,36 @@ class BlockHasher {
   std::int64_t in_block_ = 0;
 };
 
+// The identity of a trace's given block i from the identity of block i - 1 and the given
+// hash: a chain, so that two prompts' identities agree up to block i exactly when their given
+// hashes agree up to block i (up to a 64-bit collision). Hashes that already identify the
+// whole prefix (Mooncake's hash_ids, kvsim's own) keep their equalities; hashes of a block's
+// contents alone (the same block after different prefixes gets the same hash) do not make
+// blocks after different prefixes look alike.
+inline std::uint64_t chain_given_hash(std::uint64_t previous, std::uint64_t given) {
+  return splitmix64(previous ^ splitmix64(given));
+}
+
 // A prompt's prefix identity at `block` tokens per block, from hashes given at `given_block`
 // tokens per block (the trace's), appended to `out`. Block k ([k x block, (k + 1) x block))
 // lies within the first i + 1 given blocks for i = floor(((k + 1) x block - 1) / given_block),
 // and two prompts whose given hashes agree up to i hold the same tokens up to there; so block
-// k has an identity iff it is a full block of the prompt and i < given.size(): the given
-// hash itself when the sizes are equal, else splitmix64(given[i] ^ splitmix64(k + 1)). Never
-// claims sharing the given hashes do not prove; misses what lies past the last given hash
-// (a given block size that is a multiple of `block` loses only the prompt's last partial
-// given block). REQUIRES: given_block >= 1, block >= 1.
+// k has an identity iff it is a full block of the prompt and i < given.size(): the chain of
+// the given hashes 0..i (chain_given_hash) when the sizes are equal, else that chain mixed
+// with k (splitmix64(chain ^ splitmix64(k + 1))). Never claims sharing the given hashes do
+// not prove; misses what lies past the last given hash (a given block size that is a
+// multiple of `block` loses only the prompt's last partial given block).
+// REQUIRES: given_block >= 1, block >= 1.
 inline void rehash_prefix(const std::vector<std::uint64_t>& given, std::int64_t given_block, std::int64_t prompt,
                           std::int64_t block, std::vector<std::uint64_t>& out) {
   const auto given_count = static_cast<std::int64_t>(given.size());
+  std::uint64_t chain = 0;
+  std::int64_t chained = 0;  // given hashes folded into `chain`
   for (std::int64_t k = 0; k < prompt / block; ++k) {
     const std::int64_t i = ((k + 1) * block - 1) / given_block;
     if (i >= given_count) return;
-    const std::uint64_t h = given[static_cast<std::size_t>(i)];
-    out.push_back(given_block == block ? h : splitmix64(h ^ splitmix64(static_cast<std::uint64_t>(k) + 1)));
+    for (; chained <= i; ++chained) chain = chain_given_hash(chain, given[static_cast<std::size_t>(chained)]);
+    out.push_back(given_block == block ? chain : splitmix64(chain ^ splitmix64(static_cast<std::uint64_t>(k) + 1)));
   }
 }
 

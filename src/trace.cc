@@ -422,42 +422,43 @@ void parse_time_window(std::string_view text, std::string_view field, TraceOptio
   options.window_to_ns = to_ns;
 }
 
-namespace {
+RequestVectorReader::RequestVectorReader(std::vector<Request> requests, std::string path)
+    : TraceReader(std::move(path)),
+      requests_(std::make_shared<const std::vector<Request>>(std::move(requests))),
+      format_(TraceFormat::native_csv),
+      total_bytes_(static_cast<std::int64_t>(requests_->size())) {}
 
-class MemoryReader final : public TraceReader {
- public:
-  MemoryReader(const std::string& path, TraceFormat format, std::int64_t total_bytes,
-               const std::vector<Request>& requests)
-      : TraceReader(path), format_(format), total_bytes_(total_bytes), requests_(requests) {}
-  bool next(Request& out) override {
-    if (next_ == requests_.size()) return false;
-    out = requests_[next_++];
-    return true;
-  }
-  TraceFormat format() const override { return format_; }
-  std::int64_t bytes_read() const override {
-    return requests_.empty() ? total_bytes_
-                             : total_bytes_ * static_cast<std::int64_t>(next_) / static_cast<std::int64_t>(requests_.size());
-  }
-  std::int64_t total_bytes() const override { return total_bytes_; }
+RequestVectorReader::RequestVectorReader(std::shared_ptr<const std::vector<Request>> requests, std::string path,
+                                         TraceFormat format, std::int64_t total_bytes)
+    : TraceReader(std::move(path)), requests_(std::move(requests)), format_(format), total_bytes_(total_bytes) {}
 
- private:
-  TraceFormat format_;
-  std::int64_t total_bytes_;
-  const std::vector<Request>& requests_;
-  std::size_t next_ = 0;
-};
+bool RequestVectorReader::next(Request& out) {
+  if (next_ == requests_->size()) return false;
+  out = (*requests_)[next_++];
+  return true;
+}
 
-}  // namespace
+std::int64_t RequestVectorReader::bytes_read() const {
+  const auto count = static_cast<std::int64_t>(requests_->size());
+  return count == 0 ? total_bytes_ : total_bytes_ * static_cast<std::int64_t>(next_) / count;
+}
 
 TraceInMemory::TraceInMemory(TraceReader& source) : path_(source.path()), format_(source.format()) {
+  auto requests = std::make_shared<std::vector<Request>>();
   Request r;
-  while (source.next(r)) requests_.push_back(r);
+  while (source.next(r)) requests->push_back(r);
   total_bytes_ = source.bytes_read();
+  requests_ = std::move(requests);
 }
 
 std::unique_ptr<TraceReader> TraceInMemory::open() const {
-  return std::make_unique<MemoryReader>(path_, format_, total_bytes_, requests_);
+  return std::make_unique<RequestVectorReader>(requests_, path_, format_, total_bytes_);
+}
+
+std::unique_ptr<TraceReader> TraceInMemory::open(const TraceOptions& load) const {
+  auto reader = open();
+  if (load.scales_load()) reader = std::make_unique<LoadScaleReader>(std::move(reader), load);
+  return reader;
 }
 
 bool trace_can_be_reread(const std::string& path) {

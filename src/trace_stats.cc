@@ -8,6 +8,7 @@
 #include <string_view>
 #include <unordered_set>
 
+#include "block_hash.h"
 #include "kvsim/error.h"
 #include "kvsim/units.h"
 
@@ -118,9 +119,13 @@ void TraceStatsBuilder::add(const Request& r) {
     }
     ++c.prefix_requests;
     c.prefix_tokens = checked_add(c.prefix_tokens, r.prompt_tokens, "the sum of prompt_tokens over the trace");
+    // A block is seen before when its whole prefix was: the chain of the hashes up to it
+    // (block_hash.h), as the replay's prefix caches compare them.
+    std::uint64_t chain = 0;
     for (std::size_t i = 0; i < r.prefix_hashes.size(); ++i) {
       ++c.prefix_blocks;
-      if (!s.hashes.insert(r.prefix_hashes[i]).second) {
+      chain = detail::chain_given_hash(chain, r.prefix_hashes[i]);
+      if (!s.hashes.insert(chain).second) {
         ++c.prefix_blocks_seen;
         const std::int64_t block_start = static_cast<std::int64_t>(i) * r.prefix_block_tokens;
         c.prefix_tokens_seen += std::min(r.prefix_block_tokens, r.prompt_tokens - block_start);  // <= prefix_tokens

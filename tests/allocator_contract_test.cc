@@ -102,7 +102,7 @@ struct Run {
 
 Run replay_with(const std::string& spec, const std::vector<Request>& reqs, const KvLayout& layout,
                     std::int64_t max_batched_tokens) {
-  test::VectorTrace trace(reqs);
+  RequestVectorReader trace(reqs);
   auto allocator = make_allocator(parse_allocator_spec(spec, "test"), layout);
   ReplayOptions o;
   o.layout = layout;
@@ -325,7 +325,7 @@ TEST_CASE("allocator contract under a tight budget: every policy, every allocato
           INFO(spec << " on " << layout_name << ", policy " << p.name << ", budget " << budget_positions << " positions");
           if (shares_prefixes(spec) && layout_name == std::string("hybrid")) {
             // Sharing is not modelled on sliding-window layers: the run is refused, not wrong.
-            test::VectorTrace trace(reqs);
+            RequestVectorReader trace(reqs);
             ReplayOptions o;
             o.layout = layout;
             o.memory.kv_budget_bytes = budget_positions * layout.bytes_per_token();
@@ -335,7 +335,7 @@ TEST_CASE("allocator contract under a tight budget: every policy, every allocato
             CHECK_THROWS_AS(replay(trace, *allocator, o), InputError);
             continue;
           }
-          test::VectorTrace trace(reqs);
+          RequestVectorReader trace(reqs);
           ReplayOptions o;
           o.layout = layout;
           o.cost.base_ps = 2'000'000'000;

@@ -315,7 +315,7 @@ TEST_CASE("cli bad input: option errors print the usage and exit 2") {
       {{"replay", trace, "--cost", "constant:step=0ms"}, "--cost: every engine step takes time",
        "Usage: kvsim replay TRACE"},
       // Commands that do not exist point to the --help of the command that does.
-      {{"frobnicate"}, "unknown command 'frobnicate' (commands: replay, calibrate, validate, size, models, trace, version)", "Usage: kvsim <command>"},
+      {{"frobnicate"}, "unknown command 'frobnicate' (commands: replay, calibrate, validate, sweep, plan, size, models, trace, version)", "Usage: kvsim <command>"},
       {{"trace", "frob"}, "unknown command 'frob' (commands: stats, convert, gen)", "Usage: kvsim trace <command>"},
   };
   for (const auto& c : cases) {

@@ -152,7 +152,7 @@ TEST_CASE("roofline: the engine counts a chunked prompt's attention pairs") {
   o.layout = test::unit_layout();
   o.cost = c;
   o.max_batched_tokens = 4;
-  test::VectorTrace trace({test::request("a", 0, 10, 1)});
+  RequestVectorReader trace({test::request("a", 0, 10, 1)});
   auto allocator = make_allocator(parse_allocator_spec("paged:block=16", "test"), o.layout);
   const ReplayReport r = replay(trace, *allocator, o);
   CHECK(r.iterations == 3);

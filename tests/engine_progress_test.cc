@@ -158,7 +158,7 @@ TEST_CASE("progress: a bounded dynamic arena is the run's bound, with or without
   for (const std::int64_t budget : {std::int64_t{0}, std::int64_t{1} << 30}) {
     INFO("budget " << budget);
     ReplayOptions o = budget_of(budget);
-    test::VectorTrace reader(trace);
+    RequestVectorReader reader(trace);
     AllocatorLimits limits;
     limits.capacity_bytes = budget;
     auto alloc = make_allocator(parse_allocator_spec("dynamic:growth=exact,arena=64", "test"), o.layout, limits);
@@ -178,7 +178,7 @@ TEST_CASE("progress: a bounded dynamic arena is the run's bound, with or without
     // 12 bytes: the prompt and first token (11 positions) fit, the copy to 12 does not (11 +
     // 12 > 12), alone: refused, both of them.
     ReplayOptions o = one_ms_steps();
-    test::VectorTrace reader(trace);
+    RequestVectorReader reader(trace);
     auto alloc = make_allocator(parse_allocator_spec("dynamic:growth=exact,arena=12", "test"), o.layout, {});
     const ReplayReport rep = replay(reader, *alloc, o);
     CHECK(rep.rejected_too_large == 2);

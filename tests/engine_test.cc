@@ -24,7 +24,7 @@ struct Run {
 };
 
 Run run(const std::string& spec, std::vector<Request> requests, ReplayOptions options) {
-  test::VectorTrace trace(std::move(requests));
+  RequestVectorReader trace(std::move(requests));
   auto allocator = make_allocator(parse_allocator_spec(spec, "test"), options.layout);
   Run r;
   options.timeline = [&r](const TimelineRow& row) { r.rows.push_back(row); };
@@ -213,7 +213,7 @@ TEST_CASE("engine: measured service timestamps drive the schedule exactly") {
 
   SECTION("a request without timestamps in a measured trace is an error naming it") {
     Request b = test::request("b", kMs, 10, 2);
-    test::VectorTrace trace({a, b});
+    RequestVectorReader trace({a, b});
     ReplayOptions o = options(test::unit_layout(), fixed_step(kMs));
     auto alloc = make_allocator(parse_allocator_spec("paged", "test"), o.layout);
     CHECK_THROWS_WITH(replay(trace, *alloc, o), Catch::Contains("request #2 ('b')") &&

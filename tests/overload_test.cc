@@ -15,7 +15,7 @@ constexpr std::int64_t kMs = 1'000'000;
 ReplayReport serve_twenty(std::int64_t gap_ms) {
   std::vector<Request> requests;
   for (int i = 0; i < 20; ++i) requests.push_back(test::request("r" + std::to_string(i), i * gap_ms * kMs, 10, 10));
-  test::VectorTrace trace(std::move(requests));
+  RequestVectorReader trace(std::move(requests));
   ReplayOptions o;
   o.layout = test::unit_layout();
   o.cost.name = "test";
@@ -57,7 +57,7 @@ TEST_CASE("overload: a run far longer than its arrivals is not overload by itsel
   // Two requests 10 ms apart, served one at a time, 1 s each: the second waits alone (1 < the
   // threshold 2) and the run lasts 2 s, 200 times its 10 ms of arrivals.
   std::vector<Request> two{test::request("a", 0, 10, 10), test::request("b", 10 * kMs, 10, 10)};
-  test::VectorTrace trace(std::move(two));
+  RequestVectorReader trace(std::move(two));
   ReplayOptions o;
   o.layout = test::unit_layout();
   o.cost.name = "test";

@@ -266,6 +266,28 @@ TEST_CASE("radix: identity given per 512-token block matches at page 1 only at b
   a.check_invariants();
 }
 
+TEST_CASE("rehash_prefix: identities agree up to block k only when every given hash up to it agrees") {
+  // Given per 4 tokens, converted to blocks of 2: block k lies in given block floor((2k + 1) / 4).
+  // A {1, 2} and B {9, 2} differ in given block 0 and agree in given block 1, as hashes of a
+  // block's contents alone would; their blocks 2 and 3 (in given block 1) must still differ.
+  // C {1, 2} is A again: every identity equal. At the same size (given 4, blocks of 4) too.
+  std::vector<std::uint64_t> a, b, c, a4, b4;
+  rehash_prefix({1, 2}, 4, 8, 2, a);
+  rehash_prefix({9, 2}, 4, 8, 2, b);
+  rehash_prefix({1, 2}, 4, 8, 2, c);
+  rehash_prefix({1, 2}, 4, 8, 4, a4);
+  rehash_prefix({9, 2}, 4, 8, 4, b4);
+  REQUIRE(a.size() == 4);
+  REQUIRE(b.size() == 4);
+  CHECK(a == c);
+  for (std::size_t k = 0; k < 4; ++k) CHECK(a[k] != b[k]);
+  // Blocks within one given block still differ from one another (their position is mixed in).
+  CHECK(a[0] != a[1]);
+  REQUIRE(a4.size() == 2);
+  CHECK(a4[0] != b4[0]);
+  CHECK(a4[1] != b4[1]);
+}
+
 TEST_CASE("radix: two requests prefilling the same prompt at once share it after their chunks") {
   // A and B arrive with the same 48-token prompt and nothing cached; both are admitted
   // before either computes. A's first chunk (16) is inserted and locked; B's first chunk

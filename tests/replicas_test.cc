@@ -27,7 +27,7 @@ TEST_CASE("replicas: four requests routed by vLLM's least-loaded rule, not round
   //   c at 20 ms (1 token):   0 is empty again, 1 has b, from 0 -> replica 0; 20-30 ms
   //   d at 35 ms (1 token):   0 empty, 1 has b, scan from 1: 1 scores 1, then 0 scores 0
   //                                                            -> replica 0 (round robin: 1)
-  test::VectorTrace trace({test::request("a", 0, 10, 1), test::request("b", 1 * kMs, 10, 100),
+  RequestVectorReader trace({test::request("a", 0, 10, 1), test::request("b", 1 * kMs, 10, 100),
                            test::request("c", 20 * kMs, 10, 1), test::request("d", 35 * kMs, 10, 1)});
   ReplayOptions o;
   o.layout = test::unit_layout();
@@ -62,8 +62,8 @@ TEST_CASE("replicas: four requests routed by vLLM's least-loaded rule, not round
 }
 
 TEST_CASE("replicas: one replica is the plain replay") {
-  test::VectorTrace one({test::request("a", 0, 10, 5), test::request("b", 3 * kMs, 20, 7)});
-  test::VectorTrace two({test::request("a", 0, 10, 5), test::request("b", 3 * kMs, 20, 7)});
+  RequestVectorReader one({test::request("a", 0, 10, 5), test::request("b", 3 * kMs, 20, 7)});
+  RequestVectorReader two({test::request("a", 0, 10, 5), test::request("b", 3 * kMs, 20, 7)});
   ReplayOptions o;
   o.layout = test::unit_layout();
   o.cost.name = "test";
@@ -86,7 +86,7 @@ TEST_CASE("replicas: timeline rows tagged with their replica, per-request record
   // one-step requests (a 0-10 ms, c 20-30 ms, d 35-45 ms): 3 iterations, one timeline row each
   // with 1 running; replica 1 runs b's 100 steps: 100 rows with 1 running. d is replica 0's
   // third request and the trace's fourth: its record says ordinal 4.
-  test::VectorTrace trace({test::request("a", 0, 10, 1), test::request("b", 1 * kMs, 10, 100),
+  RequestVectorReader trace({test::request("a", 0, 10, 1), test::request("b", 1 * kMs, 10, 100),
                            test::request("c", 20 * kMs, 10, 1), test::request("d", 35 * kMs, 10, 1)});
   ReplayOptions o;
   o.layout = test::unit_layout();

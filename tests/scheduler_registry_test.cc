@@ -27,7 +27,7 @@ TEST_CASE("scheduler registry: names are unique, found by name, and each policy 
     AllocatorLimits limits;
     limits.capacity_bytes = 64;
     auto allocator = make_allocator(parse_allocator_spec("paged:block=16", "test"), o.layout, limits);
-    test::VectorTrace trace({test::request("a", 0, 20, 2)});
+    RequestVectorReader trace({test::request("a", 0, 20, 2)});
     const ReplayReport r = replay(trace, *allocator, o);
     CHECK(r.completed == 1);
     CHECK(r.policy.rfind(std::string(p.name) + " (", 0) == 0);
@@ -55,6 +55,6 @@ TEST_CASE("scheduler registry: an unknown policy is an error listing the known o
   AllocatorLimits limits;
   limits.capacity_bytes = 64;
   auto allocator = make_allocator(parse_allocator_spec("paged:block=16", "test"), o.layout, limits);
-  test::VectorTrace trace({test::request("a", 0, 20, 2)});
+  RequestVectorReader trace({test::request("a", 0, 20, 2)});
   CHECK_THROWS_AS(replay(trace, *allocator, o), InputError);
 }

@@ -13,24 +13,7 @@
 
 namespace kvsim::test {
 
-// A trace held in memory.
-class VectorTrace : public TraceReader {
- public:
-  explicit VectorTrace(std::vector<Request> requests) : TraceReader("<memory>"), requests_(std::move(requests)) {}
-  bool next(Request& out) override {
-    if (next_ == requests_.size()) return false;
-    out = requests_[next_++];
-    return true;
-  }
-  TraceFormat format() const override { return TraceFormat::native_csv; }
-  std::int64_t bytes_read() const override { return static_cast<std::int64_t>(next_); }
-  std::int64_t total_bytes() const override { return static_cast<std::int64_t>(requests_.size()); }
-
- private:
-  std::vector<Request> requests_;
-  std::size_t next_ = 0;
-};
-
+// A request with the given lengths (and n samples).
 inline Request request(std::string id, std::int64_t arrival_ns, std::int64_t prompt, std::int64_t output,
                        std::int64_t n = 1) {
   Request r;
@@ -73,7 +56,7 @@ struct BudgetRun {
 inline BudgetRun replay_under_budget(const std::string& spec, std::vector<Request> requests, ReplayOptions o) {
   const bool measured = o.schedule == Schedule::measured ||
                         (o.schedule == Schedule::automatic && !requests.empty() && requests.front().has_service_times());
-  VectorTrace trace(std::move(requests));
+  RequestVectorReader trace(std::move(requests));
   AllocatorLimits limits;
   limits.capacity_bytes = o.memory.kv_budget_bytes;
   auto allocator = make_allocator(parse_allocator_spec(spec, "test"), o.layout, limits);

@@ -83,6 +83,24 @@ TEST_CASE("a partial last block that is reused counts only its tokens") {
   CHECK(s.prefix_token_reuse() == Approx(0.5));
 }
 
+TEST_CASE("a block is seen before only when its whole prefix was") {
+  // Hashes of each block's contents alone: B's second block has A's second block's hash (2)
+  // but follows a different first block (9 against 1), so it holds other KV. C repeats A.
+  // Seen before: C's two blocks only (B's second is not), 2 of 6 blocks, 2 x 512 tokens.
+  const auto path = test::write_file("content-hashes.jsonl",
+                                     "{\"timestamp\": 0, \"input_length\": 1024, \"output_length\": 1, "
+                                     "\"hash_ids\": [1, 2]}\n"
+                                     "{\"timestamp\": 1, \"input_length\": 1024, \"output_length\": 1, "
+                                     "\"hash_ids\": [9, 2]}\n"
+                                     "{\"timestamp\": 2, \"input_length\": 1024, \"output_length\": 1, "
+                                     "\"hash_ids\": [1, 2]}\n");
+  auto reader = open_trace(path);
+  const TraceStats s = compute_trace_stats(*reader);
+  CHECK(s.prefix_blocks == 6);
+  CHECK(s.prefix_blocks_seen == 2);
+  CHECK(s.prefix_tokens_seen == 1024);
+}
+
 TEST_CASE("the Azure 2023 conversation trace: the figures of issue 3") {
   KVSIM_REQUIRE_SHARED_TRACE(path, "azure2023/AzureLLMInferenceTrace_conv.csv");
   auto reader = open_trace(path);

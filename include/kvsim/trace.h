@@ -122,6 +122,27 @@ class TraceReader {
   std::string path_;
 };
 
+// A reader over requests already in memory, yielded in the order given: what
+// TraceInMemory's readers are, and how tests and fuzzers hand the engine a hand-made trace.
+// Progress counts `total_bytes` in proportion to the requests read (without it, one "byte"
+// per request).
+class RequestVectorReader final : public TraceReader {
+ public:
+  explicit RequestVectorReader(std::vector<Request> requests, std::string path = "<memory>");
+  RequestVectorReader(std::shared_ptr<const std::vector<Request>> requests, std::string path, TraceFormat format,
+                      std::int64_t total_bytes);
+  bool next(Request& out) override;
+  TraceFormat format() const override { return format_; }
+  std::int64_t bytes_read() const override;
+  std::int64_t total_bytes() const override { return total_bytes_; }
+
+ private:
+  std::shared_ptr<const std::vector<Request>> requests_;
+  TraceFormat format_;
+  std::int64_t total_bytes_;
+  std::size_t next_ = 0;
+};
+
 // A trace read once and kept in memory, for an input that can be read only once (a pipe,
 // a FIFO, /dev/stdin) but is needed several times (a replay per allocator). Memory grows
 // with the trace, as with TraceOptions::sort.
@@ -131,12 +152,15 @@ class TraceInMemory {
   explicit TraceInMemory(TraceReader& source);
   // A reader of the kept requests, as `source` gave them; any number, on any threads.
   std::unique_ptr<TraceReader> open() const;
+  // The same with `load`'s load scaling (window, count, rate scale) applied on top, as
+  // open_trace() applies it to a file: one trace read once, replayed at many loads.
+  std::unique_ptr<TraceReader> open(const TraceOptions& load) const;
 
  private:
   std::string path_;
   TraceFormat format_;
   std::int64_t total_bytes_ = 0;
-  std::vector<Request> requests_;
+  std::shared_ptr<const std::vector<Request>> requests_;
 };
 
 // True when `path` can be opened and read again from the start (a regular file), false for

@@ -91,6 +91,8 @@ int run_trace(const Invocation& inv);
 int run_replay(const Invocation& inv);
 int run_calibrate(const Invocation& inv);
 int run_validate(const Invocation& inv);
+int run_sweep(const Invocation& inv);
+int run_plan(const Invocation& inv);
 
 }  // namespace kvsim::cli
 

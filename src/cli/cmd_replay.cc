@@ -29,6 +29,7 @@
 #include "kvsim/units.h"
 #include "model_options.h"
 #include "replay_output.h"
+#include "progress.h"
 #include "replay_plan.h"
 
 namespace kvsim::cli {
@@ -76,40 +77,9 @@ Schedule parse_schedule(const std::string& text) {
   throw InputError(Location{"", 0, kOptSchedule}, "expected auto, simulate or measured, got \"" + text + "\"");
 }
 
-// Progress on stderr, for people watching a terminal; nothing when stderr is redirected.
-class Progress {
- public:
-  explicit Progress(std::size_t runs, bool enabled) : fractions_(runs), enabled_(enabled) {
-    for (auto& f : fractions_) f.store(0);
-  }
-  std::function<void(double)> sink(std::size_t run) {
-    if (!enabled_) return {};
-    return [this, run](double f) { fractions_[run].store(f); };
-  }
-  bool enabled() const { return enabled_; }
-  void draw() const {
-    if (!enabled_) return;
-    double sum = 0;
-    for (const auto& f : fractions_) sum += f.load();
-    const double done = fractions_.empty() ? 1.0 : sum / static_cast<double>(fractions_.size());
-    const int width = 40;
-    const int filled = static_cast<int>(done * width);
-    fmt::print(stderr, "\rreplaying [{}{}] {:3.0f}%", std::string(static_cast<std::size_t>(filled), '#'),
-               std::string(static_cast<std::size_t>(width - filled), ' '), done * 100);
-    std::fflush(stderr);
-  }
-  void clear() const {
-    if (enabled_) fmt::print(stderr, "\r{}\r", std::string(60, ' '));
-  }
-
- private:
-  std::vector<std::atomic<double>> fractions_;
-  bool enabled_;
-};
-
 }  // namespace
 
-po::options_description replay_option_descriptions() {
+po::options_description replay_option_descriptions(bool with_outputs) {
   po::options_description alloc_opts("Allocators and schedule");
   const std::string max_batched_tokens_help = fmt::format(
       "tokens per iteration, decodes included (default: unlimited in demand mode; under a budget, as vLLM: "
@@ -196,8 +166,8 @@ po::options_description replay_option_descriptions() {
       .add(alloc_opts)
       .add(budget_options())
       .add(memory_opts)
-      .add(trace_opts)
-      .add(output_opts);
+      .add(trace_opts);
+  if (with_outputs) options.add(output_opts);
   return options;
 }
 
@@ -311,7 +281,32 @@ TraceOptions trace_options_from(const po::variables_map& vm) {
 
 // Reads the parsed options in the order their errors are reported, builds the allocators and
 // opens the trace once, so that every mistake fails before any work.
-ReplayPlan plan_replay(const po::variables_map& vm) {
+bool parse_trace_command(const Invocation& inv, const CommandSpec& spec, po::options_description& options,
+                         po::variables_map& vm) {
+  po::options_description hidden;
+  hidden.add_options()("trace", po::value<std::string>());
+  po::positional_options_description positional;
+  positional.add("trace", 1);
+  if (!parse_options(inv, spec, options, positional, vm, &hidden)) return false;
+  if (!option_text(vm, "trace")) throw UsageError("a trace file is required\nUsage: " + spec.synopsis);
+  return true;
+}
+
+GivenTraceOptions given_trace_options(const po::variables_map& vm) {
+  GivenTraceOptions given;
+  given.rate = vm.count(option_key(kOptRate)) != 0;
+  given.seed = vm.count(option_key(kOptSeed)) != 0;
+  given.keep_failed = vm.count(option_key(kOptKeepFailed)) != 0;
+  return given;
+}
+
+TraceOptions trace_options_for(const ReplayPlan& plan, const Allocator& allocator) {
+  TraceOptions options = plan.trace;
+  if (allocator.prefix_block_tokens() > 0) options.hash_block_tokens = allocator.prefix_block_tokens();
+  return options;
+}
+
+ReplayPlan plan_replay(const po::variables_map& vm, bool open_trace_now) {
   ReplayPlan plan;
   const auto trace_path = option_text(vm, "trace");
   if (!trace_path) throw UsageError("a trace file is required\nUsage: " + kSpec.synopsis);
@@ -355,13 +350,13 @@ ReplayPlan plan_replay(const po::variables_map& vm) {
       for (std::int64_t k = 0; k < plan.replicas; ++k) group.push_back(make_allocator(spec, layout, limits));
     }
   }
+  // A caller that reads the trace itself (kvsim sweep) stops here: the rest is the trace
+  // and replay's own outputs.
+  if (!open_trace_now) return plan;
   // Open the trace once up front: a missing file or unknown format fails before any work.
   // A stream can be opened once only: it is read here, whole, for every allocator, its
   // token ids (if any) hashed at the one block size the allocators share prefixes at.
-  GivenTraceOptions given;
-  given.rate = vm.count(option_key(kOptRate)) != 0;
-  given.seed = vm.count(option_key(kOptSeed)) != 0;
-  given.keep_failed = vm.count(option_key(kOptKeepFailed)) != 0;
+  const GivenTraceOptions given = given_trace_options(vm);
   TraceOptions first_options = plan.trace;
   for (const auto& a : plan.allocators) {
     if (a->prefix_block_tokens() > 0) first_options.hash_block_tokens = a->prefix_block_tokens();
@@ -451,67 +446,40 @@ std::vector<ReplayReport> run_all(ReplayPlan& plan, TimelineScratch& scratch,
   per_request.assign(runs, {});
   Progress progress(runs, plan.progress);
   std::vector<ReplayReport> reports(runs);
-  std::vector<std::exception_ptr> errors(runs);
-  std::atomic<std::size_t> next{0};
-  std::atomic<std::size_t> finished{0};
-  auto worker = [&] {
-    for (std::size_t i = next++; i < runs; i = next++) {
-      try {
-        ReplayOptions mine = plan.options;
-        mine.progress = progress.sink(i);
-        if (plan.timeline_path) {
-          std::FILE* out = scratch.open(i, *plan.timeline_path);
-          const std::string name = plan.allocators[i]->name();
-          mine.timeline = [out, name](const TimelineRow& row) {
-            const std::string line = timeline_row(name, row);
-            std::fwrite(line.data(), 1, line.size(), out);
-          };
-        }
-        if (plan.per_request_path) {
-          std::vector<RequestRecord>& records = per_request[i];
-          mine.per_request = [&records](const RequestRecord& r) { records.push_back(r); };
-        }
-        // Token ids are hashed at the block size the allocator shares prompts at.
-        TraceOptions trace_options = plan.trace;
-        if (plan.allocators[i]->prefix_block_tokens() > 0) {
-          trace_options.hash_block_tokens = plan.allocators[i]->prefix_block_tokens();
-        }
-        auto trace = plan.trace_in_memory ? plan.trace_in_memory->open() : open_trace(plan.trace_path, trace_options);
-        reports[i] = replay(*trace, *plan.allocators[i], mine);
-      } catch (...) {
-        errors[i] = std::current_exception();
-      }
-      ++finished;
+  run_in_parallel(runs, plan.jobs, progress, [&](std::size_t i) {
+    ReplayOptions mine = plan.options;
+    mine.progress = progress.sink(i);
+    if (plan.timeline_path) {
+      std::FILE* out = scratch.open(i, *plan.timeline_path);
+      const std::string name = plan.allocators[i]->name();
+      mine.timeline = [out, name](const TimelineRow& row) {
+        const std::string line = timeline_row(name, row);
+        std::fwrite(line.data(), 1, line.size(), out);
+      };
     }
-  };
-  std::vector<std::thread> threads;
-  for (std::size_t t = 0; t < plan.jobs; ++t) threads.emplace_back(worker);
-  // Only a progress bar needs this thread to wake up; otherwise it just waits.
-  while (progress.enabled() && finished.load() < runs) {
-    progress.draw();
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  }
-  for (auto& t : threads) t.join();
-  progress.clear();
-  for (const auto& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
+    if (plan.per_request_path) {
+      std::vector<RequestRecord>& records = per_request[i];
+      mine.per_request = [&records](const RequestRecord& r) { records.push_back(r); };
+    }
+    // Token ids are hashed at the block size the allocator shares prompts at.
+    const TraceOptions trace_options = trace_options_for(plan, *plan.allocators[i]);
+    auto trace = plan.trace_in_memory ? plan.trace_in_memory->open() : open_trace(plan.trace_path, trace_options);
+    reports[i] = replay(*trace, *plan.allocators[i], mine);
+  });
   return reports;
 }
+
+}  // namespace
 
 // --replicas: each allocator spec replayed by plan.replicas engines behind vLLM's router;
 // its columns are the replicas, then their total, named "<allocator> [replica k]" and
 // "<allocator> [N replicas]" in every output.
-std::vector<ReplayReport> run_replicas(ReplayPlan& plan) {
+std::vector<ReplayReport> run_replicas(ReplayPlan& plan, const TraceOpener& open) {
   std::vector<ReplayReport> reports;
   for (auto& group : plan.replica_allocators) {
     std::vector<Allocator*> allocators;
     for (auto& a : group) allocators.push_back(a.get());
-    TraceOptions trace_options = plan.trace;
-    if (allocators.front()->prefix_block_tokens() > 0) {
-      trace_options.hash_block_tokens = allocators.front()->prefix_block_tokens();
-    }
-    auto trace = open_trace(plan.trace_path, trace_options);
+    auto trace = open(trace_options_for(plan, *allocators.front()));
     ReplicaRun run = replay_replicas(*trace, allocators, plan.options);
     for (std::size_t k = 0; k < run.replicas.size(); ++k) {
       run.replicas[k].allocator += fmt::format(" [replica {}: {} routed]", k, with_commas(run.routed[k]));
@@ -522,6 +490,8 @@ std::vector<ReplayReport> run_replicas(ReplayPlan& plan) {
   }
   return reports;
 }
+
+namespace {
 
 // The timeline file, the CSV file and the table or JSON on stdout.
 void render(const ReplayPlan& plan, const TimelineScratch& scratch, const std::vector<ReplayReport>& reports,
@@ -558,18 +528,15 @@ void render(const ReplayPlan& plan, const TimelineScratch& scratch, const std::v
 
 int run_replay(const Invocation& inv) {
   po::options_description options = replay_option_descriptions();
-  po::options_description hidden;
-  hidden.add_options()("trace", po::value<std::string>());
-  po::positional_options_description positional;
-  positional.add("trace", 1);
   po::variables_map vm;
-  if (!parse_options(inv, kSpec, options, positional, vm, &hidden)) return kExitOk;
+  if (!parse_trace_command(inv, kSpec, options, vm)) return kExitOk;
 
   ReplayPlan plan = plan_replay(vm);
   TimelineScratch scratch(plan.allocators.size());
   std::vector<std::vector<RequestRecord>> per_request;
   const std::vector<ReplayReport> reports =
-      plan.replicas > 1 ? run_replicas(plan) : run_all(plan, scratch, per_request);
+      plan.replicas > 1 ? run_replicas(plan, [&plan](const TraceOptions& o) { return open_trace(plan.trace_path, o); })
+                        : run_all(plan, scratch, per_request);
   render(plan, scratch, reports, per_request);
   return kExitOk;
 }

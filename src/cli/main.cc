@@ -52,6 +52,8 @@ int main(int argc, char** argv) {
       {"replay", "replay a trace through one or more allocators", run_replay},
       {"calibrate", "fit the linear cost model to a measured vLLM run", run_calibrate},
       {"validate", "replay a measured vLLM run's workload and compare with what was measured", run_validate},
+      {"sweep", "replay a trace at every point of a grid over replay's options (with shards and merge)", run_sweep},
+      {"plan", "the largest rate-scale (or fewest replicas) at which a replay meets targets", run_plan},
       {"size", "KV-cache capacity sheet for a model, dtype, placement and budget", run_size},
       {"models", "list the built-in model presets and their KV geometry", run_models},
       {"trace", "trace statistics, conversion and synthetic generation", run_trace},

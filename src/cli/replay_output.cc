@@ -34,14 +34,6 @@ std::string picoseconds(std::int64_t ps) {
 
 std::string percent(double ratio) { return fmt::format("{:.1f}%", ratio * 100.0); }
 
-// A CSV cell: quoted (RFC 4180) when it holds a comma or a quote, as "dynamic:growth=chunk,chunk=64" does.
-std::string csv_field(const std::string& text) {
-  if (text.find_first_of(",\"\n") == std::string::npos) return text;
-  std::string out = "\"";
-  for (char ch : text) out += ch == '"' ? std::string("\"\"") : std::string(1, ch);
-  return out + "\"";
-}
-
 // "dense-static:reserve=oracle" -> {"dense-static", "reserve=oracle"}
 std::pair<std::string, std::string> split_name(const std::string& name) {
   const auto colon = name.find(':');
@@ -426,6 +418,81 @@ Json overload_json(const Overload& o) {
 
 }  // namespace
 
+nlohmann::ordered_json replay_run_json(const ReplayReport& r, bool placement) {
+  Json run;
+  run["allocator"] = r.allocator;
+  run["schedule"] = r.schedule;
+  run["cost_model"] = r.cost_model;
+  run["requests"] = Json{{"total", r.requests},
+                         {"completed", r.completed},
+                         {"cancelled_queued", r.cancelled_queued},
+                         {"cancelled_running", r.cancelled_running},
+                         {"refused_too_long", r.rejected_too_long},
+                         {"prompt_tokens", r.prompt_tokens},
+                         {"generated_tokens", r.generated_tokens}};
+  run["time"] = Json{{"start_s", static_cast<double>(r.start_ns) / 1e9},
+                     {"end_s", static_cast<double>(r.end_ns) / 1e9},
+                     {"duration_ns", r.end_ns - r.start_ns},
+                     {"iterations", r.iterations}};
+  run["memory_bytes"] = Json{{"effective_tokens", occupancy_json(r.effective_bytes, "bytes")},
+                             {"allocated_slots", occupancy_json(r.allocated_bytes, "bytes")},
+                             {"reserved_slots", occupancy_json(r.reserved_bytes, "bytes")}};
+  run["internal_fragmentation_bytes"] = Json{{"mean", fragmentation_json(r.mean_bytes)},
+                                             {"at_allocated_peak", fragmentation_json(r.at_peak_bytes)}};
+  run["usage"] = Json{{"token_level", r.token_usage}, {"block_level", r.block_usage}};
+  run["external_fragmentation"] = Json{{"mean", r.external_fragmentation_mean},
+                                       {"max", r.external_fragmentation_max},
+                                       {"failed_placements_with_room_free", r.failed_placements}};
+  if (placement) {
+    run["external_fragmentation"]["free_bytes_outside_largest_extent_mean"] = r.external_fragmentation_bytes_mean;
+  }
+  run["copied_bytes"] = r.copied_bytes;
+  Json gs = Json::array();
+  for (const auto& g : r.groups) {
+    gs.push_back(Json{{"name", g.group.name},
+                      {"effective_tokens", occupancy_json(g.effective_tokens, "positions")},
+                      {"allocated_slots", occupancy_json(g.allocated_slots, "positions")},
+                      {"internal_fragmentation_positions",
+                       Json{{"mean", fragmentation_json(g.mean_slots)}, {"at_allocated_peak", fragmentation_json(g.at_peak_slots)}}}});
+  }
+  run["layer_groups"] = gs;
+  run["latency"] = Json{{"ttft", latency_json(r.ttft)}, {"end_to_end", latency_json(r.e2e)},
+                        {"tpot", latency_json(r.tpot)}, {"inter_token", latency_json(r.itl)}};
+  run["serving"] = Json{{"policy", r.policy},
+                        {"capacity_bytes", r.capacity_bytes},
+                        {"preemptions", r.preemptions},
+                        {"preempted_requests", r.preempted_requests},
+                        {"max_preemptions_per_request", r.max_preemptions_per_request},
+                        {"recomputed_tokens", r.recomputed_tokens},
+                        {"swapped_out_bytes", r.swapped_out_bytes},
+                        {"swapped_in_bytes", r.swapped_in_bytes},
+                        {"refused_too_large", r.rejected_too_large},
+                        {"time_at_full_capacity_ns", r.memory_bound_ns},
+                        {"queue_length_mean", r.queue_mean},
+                        {"queue_length_max", r.queue_max},
+                        {"waiting", latency_json(r.waiting)},
+                        {"generated_tokens_per_s", r.generated_tokens_per_s}};
+  if (r.prefix_block_tokens > 0) {
+    run["prefix_cache"] = Json{{"block_tokens", r.prefix_block_tokens},
+                               {"queried_tokens", r.prefix_queried_tokens},
+                               {"hit_tokens", r.prefix_hit_tokens},
+                               {"hit_rate", hit_rate(r)},
+                               {"queried_blocks", r.prefix_queried_blocks},
+                               {"hit_blocks", r.prefix_hit_blocks},
+                               {"block_hit_rate", block_hit_rate(r)},
+                               {"preempted_queried_tokens", r.prefix_preempted_queried_tokens},
+                               {"preempted_hit_tokens", r.prefix_preempted_hit_tokens},
+                               {"preempted_hit_rate", preempted_hit_rate(r)},
+                               {"evicted_bytes", r.evicted_bytes},
+                               {"evictable_bytes", occupancy_json(r.evictable_bytes, "bytes")}};
+  }
+  run["leak_check"] = Json{{"allocated_bytes_at_end", r.allocated_bytes_at_end}, {"ok", r.leak_free}};
+  // Only an overloaded run says so (docs/replay.md, "Overload"), so that other runs' JSON
+  // is unchanged.
+  if (r.overload.overloaded) run["overload"] = overload_json(r.overload);
+  return run;
+}
+
 std::string replay_json(const ReplayContext& c, const std::vector<ReplayReport>& reports) {
   Json j;
   j["trace"] = c.trace;
@@ -450,80 +517,7 @@ std::string replay_json(const ReplayContext& c, const std::vector<ReplayReport>&
                                        {"per_attention_pair_ps", c.cost.attention_pair_ps}};
   }
   Json runs = Json::array();
-  for (const auto& r : reports) {
-    Json run;
-    run["allocator"] = r.allocator;
-    run["schedule"] = r.schedule;
-    run["cost_model"] = r.cost_model;
-    run["requests"] = Json{{"total", r.requests},
-                           {"completed", r.completed},
-                           {"cancelled_queued", r.cancelled_queued},
-                           {"cancelled_running", r.cancelled_running},
-                           {"refused_too_long", r.rejected_too_long},
-                           {"prompt_tokens", r.prompt_tokens},
-                           {"generated_tokens", r.generated_tokens}};
-    run["time"] = Json{{"start_s", static_cast<double>(r.start_ns) / 1e9},
-                       {"end_s", static_cast<double>(r.end_ns) / 1e9},
-                       {"duration_ns", r.end_ns - r.start_ns},
-                       {"iterations", r.iterations}};
-    run["memory_bytes"] = Json{{"effective_tokens", occupancy_json(r.effective_bytes, "bytes")},
-                               {"allocated_slots", occupancy_json(r.allocated_bytes, "bytes")},
-                               {"reserved_slots", occupancy_json(r.reserved_bytes, "bytes")}};
-    run["internal_fragmentation_bytes"] = Json{{"mean", fragmentation_json(r.mean_bytes)},
-                                               {"at_allocated_peak", fragmentation_json(r.at_peak_bytes)}};
-    run["usage"] = Json{{"token_level", r.token_usage}, {"block_level", r.block_usage}};
-    run["external_fragmentation"] = Json{{"mean", r.external_fragmentation_mean},
-                                         {"max", r.external_fragmentation_max},
-                                         {"failed_placements_with_room_free", r.failed_placements}};
-    if (any_placement(reports)) {
-      run["external_fragmentation"]["free_bytes_outside_largest_extent_mean"] = r.external_fragmentation_bytes_mean;
-    }
-    run["copied_bytes"] = r.copied_bytes;
-    Json gs = Json::array();
-    for (const auto& g : r.groups) {
-      gs.push_back(Json{{"name", g.group.name},
-                        {"effective_tokens", occupancy_json(g.effective_tokens, "positions")},
-                        {"allocated_slots", occupancy_json(g.allocated_slots, "positions")},
-                        {"internal_fragmentation_positions",
-                         Json{{"mean", fragmentation_json(g.mean_slots)}, {"at_allocated_peak", fragmentation_json(g.at_peak_slots)}}}});
-    }
-    run["layer_groups"] = gs;
-    run["latency"] = Json{{"ttft", latency_json(r.ttft)}, {"end_to_end", latency_json(r.e2e)},
-                          {"tpot", latency_json(r.tpot)}, {"inter_token", latency_json(r.itl)}};
-    run["serving"] = Json{{"policy", r.policy},
-                          {"capacity_bytes", r.capacity_bytes},
-                          {"preemptions", r.preemptions},
-                          {"preempted_requests", r.preempted_requests},
-                          {"max_preemptions_per_request", r.max_preemptions_per_request},
-                          {"recomputed_tokens", r.recomputed_tokens},
-                          {"swapped_out_bytes", r.swapped_out_bytes},
-                          {"swapped_in_bytes", r.swapped_in_bytes},
-                          {"refused_too_large", r.rejected_too_large},
-                          {"time_at_full_capacity_ns", r.memory_bound_ns},
-                          {"queue_length_mean", r.queue_mean},
-                          {"queue_length_max", r.queue_max},
-                          {"waiting", latency_json(r.waiting)},
-                          {"generated_tokens_per_s", r.generated_tokens_per_s}};
-    if (r.prefix_block_tokens > 0) {
-      run["prefix_cache"] = Json{{"block_tokens", r.prefix_block_tokens},
-                                 {"queried_tokens", r.prefix_queried_tokens},
-                                 {"hit_tokens", r.prefix_hit_tokens},
-                                 {"hit_rate", hit_rate(r)},
-                                 {"queried_blocks", r.prefix_queried_blocks},
-                                 {"hit_blocks", r.prefix_hit_blocks},
-                                 {"block_hit_rate", block_hit_rate(r)},
-                                 {"preempted_queried_tokens", r.prefix_preempted_queried_tokens},
-                                 {"preempted_hit_tokens", r.prefix_preempted_hit_tokens},
-                                 {"preempted_hit_rate", preempted_hit_rate(r)},
-                                 {"evicted_bytes", r.evicted_bytes},
-                                 {"evictable_bytes", occupancy_json(r.evictable_bytes, "bytes")}};
-    }
-    run["leak_check"] = Json{{"allocated_bytes_at_end", r.allocated_bytes_at_end}, {"ok", r.leak_free}};
-    // Only an overloaded run says so (docs/replay.md, "Overload"), so that other runs' JSON
-    // is unchanged.
-    if (r.overload.overloaded) run["overload"] = overload_json(r.overload);
-    runs.push_back(run);
-  }
+  for (const auto& r : reports) runs.push_back(replay_run_json(r, any_placement(reports)));
   j["runs"] = runs;
   // Only when there are any, so that other runs' JSON is unchanged.
   const auto w = warnings(c, reports, true);
@@ -531,9 +525,12 @@ std::string replay_json(const ReplayContext& c, const std::vector<ReplayReport>&
   return j.dump(2) + "\n";
 }
 
-std::string replay_csv(const std::vector<ReplayReport>& reports) {
-  // One list names each column and says how to fill it, so header and rows cannot drift.
-  using Cell = std::function<std::string(const ReplayReport&)>;
+namespace {
+
+using Cell = std::function<std::string(const ReplayReport&)>;
+
+// One list names each column and says how to fill it, so header and rows cannot drift.
+std::vector<std::pair<const char*, Cell>> csv_columns(const CsvShape& shape) {
   const auto integer = [](std::int64_t ReplayReport::*field) {
     return Cell([field](const ReplayReport& r) { return std::to_string(r.*field); });
   };
@@ -603,11 +600,11 @@ std::string replay_csv(const std::vector<ReplayReport>& reports) {
       {"generated_tokens_per_s", decimal([](const ReplayReport& r) { return r.generated_tokens_per_s; }, 3)},
       {"allocated_bytes_at_end", integer(&ReplayReport::allocated_bytes_at_end)},
   };
-  if (any_placement(reports)) {  // the same columns on every row: 0 where nothing is placed
+  if (shape.placement) {  // the same columns on every row: 0 where nothing is placed
     columns.push_back({"external_frag_bytes_mean",
                        decimal([](const ReplayReport& r) { return r.external_fragmentation_bytes_mean; }, 3)});
   }
-  if (any_sharing(reports)) {  // the same columns on every row: 0 where an allocator shares nothing
+  if (shape.sharing) {  // the same columns on every row: 0 where an allocator shares nothing
     columns.insert(columns.end(), {
         {"prefix_block_tokens", integer(&ReplayReport::prefix_block_tokens)},
         {"prefix_queried_tokens", integer(&ReplayReport::prefix_queried_tokens)},
@@ -622,19 +619,47 @@ std::string replay_csv(const std::vector<ReplayReport>& reports) {
         {"evictable_bytes_peak", [](const ReplayReport& r) { return std::to_string(r.evictable_bytes.peak); }},
     });
   }
+  return columns;
+}
+
+}  // namespace
+
+// A CSV cell: quoted (RFC 4180) when it holds a comma or a quote, as "dynamic:growth=chunk,chunk=64" does.
+std::string csv_field(const std::string& text) {
+  if (text.find_first_of(",\"\n") == std::string::npos) return text;
+  std::string out = "\"";
+  for (char ch : text) out += ch == '"' ? std::string("\"\"") : std::string(1, ch);
+  return out + "\"";
+}
+
+CsvShape csv_shape(const std::vector<ReplayReport>& reports) {
+  return CsvShape{any_placement(reports), any_sharing(reports)};
+}
+
+std::string replay_csv_header(const CsvShape& shape) {
+  const auto columns = csv_columns(shape);
   std::string out;
   for (std::size_t i = 0; i < columns.size(); ++i) {
     if (i > 0) out += ',';
     out += columns[i].first;
   }
-  out += '\n';
-  for (const auto& r : reports) {
-    for (std::size_t i = 0; i < columns.size(); ++i) {
-      if (i > 0) out += ',';
-      out += columns[i].second(r);
-    }
-    out += '\n';
+  return out + '\n';
+}
+
+std::string replay_csv_row(const CsvShape& shape, const ReplayReport& report) {
+  const auto columns = csv_columns(shape);
+  std::string out;
+  for (std::size_t i = 0; i < columns.size(); ++i) {
+    if (i > 0) out += ',';
+    out += columns[i].second(report);
   }
+  return out + '\n';
+}
+
+std::string replay_csv(const std::vector<ReplayReport>& reports) {
+  const CsvShape shape = csv_shape(reports);
+  std::string out = replay_csv_header(shape);
+  for (const auto& r : reports) out += replay_csv_row(shape, r);
   return out;
 }
 

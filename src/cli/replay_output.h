@@ -4,6 +4,7 @@
 #define KVSIM_SRC_CLI_REPLAY_OUTPUT_H_
 
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,20 @@ std::string replay_figures_help();
 void print_warnings(const ReplayContext& context, const std::vector<ReplayReport>& reports);
 // One header line and one row per allocator, flat columns named with their units.
 std::string replay_csv(const std::vector<ReplayReport>& reports);
+// The CSV's optional columns, present on every row of a file when any run has them: the
+// external fragmentation bytes of placed reservations, the prefix cache's figures. A file
+// whose rows come from several replays (kvsim sweep) decides them for all of them at once.
+struct CsvShape {
+  bool placement = false;  // a run places reservations (Allocator::pool().places_reservations)
+  bool sharing = false;    // a run shares prompt blocks (Allocator::prefix_block_tokens() > 0)
+};
+CsvShape csv_shape(const std::vector<ReplayReport>& reports);
+// A CSV cell: quoted (RFC 4180) when it holds a comma, a quote or a newline.
+std::string csv_field(const std::string& text);
+std::string replay_csv_header(const CsvShape& shape);
+std::string replay_csv_row(const CsvShape& shape, const ReplayReport& report);
+// One run's object in replay_json()'s "runs"; `placement` as CsvShape::placement.
+nlohmann::ordered_json replay_run_json(const ReplayReport& report, bool placement);
 
 // --per-request: one row per request of the trace, in trace order within an allocator;
 // `allocator` is the first column, as in the timeline, so several runs share one file.

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -41,11 +42,37 @@ struct ReplayPlan {
 };
 
 // Every option `kvsim replay` declares (the trace is the hidden positional "trace").
-po::options_description replay_option_descriptions();
+// Without `with_outputs`, those that shape one replay's output (--json, --csv, --timeline,
+// --per-request, --sample-every, --jobs, --quiet) are left out: `kvsim sweep` has its own.
+po::options_description replay_option_descriptions(bool with_outputs = true);
 
 // Reads the parsed options in the order their errors are reported, builds the allocators and
-// opens the trace once, so that every mistake fails before any work.
-ReplayPlan plan_replay(const po::variables_map& vm);
+// opens the trace once, so that every mistake fails before any work. Without
+// `open_trace_now` it stops before the trace and the output options (plan.trace_in_memory,
+// jobs and the output paths stay unset): the caller reads the trace (kvsim sweep reads it
+// once for all its points).
+ReplayPlan plan_replay(const po::variables_map& vm, bool open_trace_now = true);
+
+// parse_options() for a command whose one positional argument is the trace ("trace" in `vm`,
+// required: a UsageError without it): replay, sweep, plan.
+bool parse_trace_command(const Invocation& inv, const CommandSpec& spec, po::options_description& options,
+                         po::variables_map& vm);
+
+// The trace-reading options the command line gave explicitly.
+GivenTraceOptions given_trace_options(const po::variables_map& vm);
+
+// The trace options a run of `allocator` reads with: plan.trace, token ids hashed at the
+// block size the allocator shares prompts at.
+TraceOptions trace_options_for(const ReplayPlan& plan, const Allocator& allocator);
+
+// How a run gets its trace: a reader with these options (a file opened again, or a trace
+// kept in memory).
+using TraceOpener = std::function<std::unique_ptr<TraceReader>(const TraceOptions&)>;
+
+// --replicas N: each allocator spec of plan.replica_allocators replayed by N engines behind
+// vLLM's router; the reports are the replicas, then their total, named "<allocator>
+// [replica k: R routed]" and "<allocator> [N replicas]".
+std::vector<ReplayReport> run_replicas(ReplayPlan& plan, const TraceOpener& open);
 
 }  // namespace kvsim::cli
 

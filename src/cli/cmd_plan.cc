@@ -1,0 +1,360 @@
+// kvsim plan: the largest rate-scale (or the smallest number of replicas) at which a replay
+// meets the user's targets. Each point tried is a sweep point (sweep_run.h): `kvsim replay`
+// with the searched option set, the trace read once; the search is plan.h's.
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cli.h"
+#include "kvsim/error.h"
+#include "kvsim/option_names.h"
+#include "kvsim/output_file.h"
+#include "kvsim/parse.h"
+#include "kvsim/units.h"
+#include "model_options.h"
+#include "plan.h"
+#include "sweep_run.h"
+
+namespace kvsim::cli {
+namespace {
+
+const CommandSpec kSpec{
+    "kvsim plan TRACE [replay options] TARGET... [--search rate-scale|replicas] [--tolerance X] "
+    "[--max-points N] [--max-replicas N] [--json]",
+    "Finds the largest --rate-scale at which replaying TRACE (with the replay options given)\n"
+    "meets every TARGET, or with --search replicas the smallest --replicas that meets them at\n"
+    "the trace's own rate (or the --rate-scale given). Without --allocator it plans for paged\n"
+    "(vLLM's); it plans for one allocator. The answer comes first, in one sentence, then the\n"
+    "points tried, in order of the searched value, the bracketing pair marked.\n\n"
+    "Targets (give at least one; latencies are over the completed requests, as replay's):\n"
+    "  --no-preemption   no request is preempted (needs a memory budget)\n"
+    "  --queue-stable    the run is not overloaded by replay's rule (docs/replay.md, 'Overload'):\n"
+    "                    fewer than max(2, ceil(requests / 10)) requests wait just after the\n"
+    "                    last arrival\n"
+    "  --ttft-p50 D, --ttft-p99 D, --tpot-p50 D, --tpot-p99 D, --e2e-p50 D, --e2e-p99 D\n"
+    "                    that percentile at most D (a duration: 2s, 150ms)\n"
+    "  --kv-usage-max X  block-level KV usage at its peak (allocated / capacity) at most X\n"
+    "                    (a share below 1, e.g. 0.9; needs a memory budget)\n\n"
+    "The search relies on monotonicity: a heavier load (a larger rate-scale, fewer replicas)\n"
+    "never meets targets that a lighter one misses. It starts at rate-scale 1 (1 replica),\n"
+    "doubles or halves until the outcome flips (rate-scale within [0.001, 1000]; replicas up to\n"
+    "--max-replicas), bisects the bracket until the met and missed values are within\n"
+    "--tolerance of each other (adjacent replica counts), then replays up to two points on the\n"
+    "lighter side of the answer (half of it and 90% of it; one more replica). Any two points\n"
+    "that contradict the monotonicity (a lighter load missing while a heavier one met) are\n"
+    "reported in the answer and in the JSON, not hidden. At most --max-points replays.",
+    "  kvsim plan azure_conv.csv --model llama-3.1-8b --device RTX-4090 --no-preemption\n"
+    "  kvsim plan trace.csv --device H100-80GB --ttft-p99 2s --queue-stable --search replicas --json"};
+
+struct Target {
+  std::string name;   // "--ttft-p99"
+  std::string bound;  // as given: "2s"
+  // Why the report misses the target, or nothing when it meets it.
+  std::function<std::optional<std::string>(const ReplayReport&)> miss;
+};
+
+std::optional<std::string> latency_miss(const char* what, const Latency& l, bool p99, std::int64_t bound_ns) {
+  if (l.count == 0) return fmt::format("no request completed, so no {}", what);
+  const std::int64_t v = p99 ? l.p99_ns : l.p50_ns;
+  if (v <= bound_ns) return std::nullopt;
+  return fmt::format("{} {} {} s > {} s", what, p99 ? "p99" : "p50", format_seconds(v, 3), format_seconds(bound_ns, 3));
+}
+
+double kv_usage_peak(const ReplayReport& r) {
+  return r.capacity_bytes > 0 ? static_cast<double>(r.allocated_bytes.peak) / static_cast<double>(r.capacity_bytes) : 0.0;
+}
+
+std::vector<Target> read_targets(const po::variables_map& vm) {
+  std::vector<Target> targets;
+  if (vm.count("no-preemption") != 0) {
+    targets.push_back({"--no-preemption", "", [](const ReplayReport& r) -> std::optional<std::string> {
+                         if (r.preemptions == 0) return std::nullopt;
+                         return fmt::format("preemptions: {}", with_commas(r.preemptions));
+                       }});
+  }
+  if (vm.count("queue-stable") != 0) {
+    targets.push_back({"--queue-stable", "", [](const ReplayReport& r) -> std::optional<std::string> {
+                         if (!r.overload.overloaded) return std::nullopt;
+                         return "overloaded: " + r.overload.reason;
+                       }});
+  }
+  struct LatencyTarget {
+    const char* option;
+    const char* what;
+    Latency ReplayReport::*field;
+    bool p99;
+  };
+  const LatencyTarget latencies[] = {
+      {"ttft-p50", "TTFT", &ReplayReport::ttft, false}, {"ttft-p99", "TTFT", &ReplayReport::ttft, true},
+      {"tpot-p50", "TPOT", &ReplayReport::tpot, false}, {"tpot-p99", "TPOT", &ReplayReport::tpot, true},
+      {"e2e-p50", "e2e", &ReplayReport::e2e, false},    {"e2e-p99", "e2e", &ReplayReport::e2e, true},
+  };
+  for (const auto& l : latencies) {
+    const auto text = option_text(vm, l.option);
+    if (!text) continue;
+    const std::string flag = std::string("--") + l.option;
+    const std::int64_t bound = parse_duration_ns(*text, flag);
+    if (bound <= 0) throw InputError(Location{"", 0, flag}, "expected a positive duration");
+    targets.push_back({flag, *text, [l, bound](const ReplayReport& r) {
+                         return latency_miss(l.what, r.*(l.field), l.p99, bound);
+                       }});
+  }
+  if (const auto text = option_text(vm, "kv-usage-max")) {
+    const std::int64_t ppb = parse_fraction_ppb(*text, "--kv-usage-max");
+    const double bound = static_cast<double>(ppb) / 1e9;
+    targets.push_back({"--kv-usage-max", *text, [bound](const ReplayReport& r) -> std::optional<std::string> {
+                         const double peak = kv_usage_peak(r);
+                         if (peak <= bound) return std::nullopt;
+                         return fmt::format("KV usage peak {:.1f}% > {:.1f}%", peak * 100, bound * 100);
+                       }});
+  }
+  return targets;
+}
+
+// "1.375" from 1,375,000,000 ppb: what --rate-scale reads back exactly.
+std::string rate_scale_text(std::int64_t ppb) {
+  std::string s = fmt::format("{}.{:09d}", ppb / 1'000'000'000, ppb % 1'000'000'000);
+  while (s.back() == '0') s.pop_back();
+  if (s.back() == '.') s.pop_back();
+  return s;
+}
+
+// One point tried, with what the table and JSON show.
+struct Tried {
+  std::int64_t order = 0;
+  std::int64_t value = 0;
+  std::string value_text;
+  std::string role;
+  std::vector<std::string> misses;
+  ReplayReport report;
+};
+
+std::string targets_text(const std::vector<Target>& targets) {
+  std::string out;
+  for (const auto& t : targets) {
+    if (!out.empty()) out += ", ";
+    out += t.name + (t.bound.empty() ? "" : " " + t.bound);
+  }
+  return out;
+}
+
+}  // namespace
+
+int run_plan(const Invocation& inv) {
+  po::options_description options = replay_option_descriptions(false);
+  po::options_description plan_opts("Plan");
+  plan_opts.add_options()
+      ("search", po::value<std::string>()->default_value("rate-scale"),
+       "what to search: rate-scale (the largest that meets the targets) or replicas (the smallest)")
+      ("no-preemption", "target: no request is preempted")
+      ("queue-stable", "target: the run is not overloaded (the waiting queue did not grow through the arrivals)")
+      ("ttft-p50", po::value<std::string>(), "target: TTFT p50 at most this duration")
+      ("ttft-p99", po::value<std::string>(), "target: TTFT p99 at most this duration")
+      ("tpot-p50", po::value<std::string>(), "target: TPOT p50 at most this duration")
+      ("tpot-p99", po::value<std::string>(), "target: TPOT p99 at most this duration")
+      ("e2e-p50", po::value<std::string>(), "target: end-to-end latency p50 at most this duration")
+      ("e2e-p99", po::value<std::string>(), "target: end-to-end latency p99 at most this duration")
+      ("kv-usage-max", po::value<std::string>(), "target: block-level KV usage at its peak at most this share (0.9)")
+      ("tolerance", po::value<std::string>()->default_value("0.02"),
+       "rate-scale: stop when the met and missed values differ by at most this share of the met one")
+      ("max-points", po::value<std::string>()->default_value("20"), "replays at most")
+      ("max-replicas", po::value<std::string>()->default_value("64"), "replicas: search up to this many")
+      ("json", "print the answer, the targets and every point tried as JSON");
+  options.add(plan_opts);
+  po::variables_map vm;
+  if (!parse_trace_command(inv, kSpec, options, vm)) return kExitOk;
+
+  const std::string search = vm["search"].as<std::string>();
+  if (search != "rate-scale" && search != "replicas") {
+    throw InputError(Location{"", 0, "--search"}, "expected rate-scale or replicas, got \"" + printable(search) + "\"");
+  }
+  const std::vector<Target> targets = read_targets(vm);
+  if (targets.empty()) {
+    throw UsageError("give at least one target (--no-preemption, --queue-stable, --ttft-p99 D, ...)\nUsage: " +
+                     kSpec.synopsis);
+  }
+  if (vm.count(search) != 0 && !vm[search].defaulted()) {
+    throw InputError(Location{"", 0, "--" + search}, "is what kvsim plan searches (--search " + search + "): drop it");
+  }
+  const std::int64_t tolerance_ppb = parse_fraction_ppb(vm["tolerance"].as<std::string>(), "--tolerance");
+  if (tolerance_ppb <= 0) throw InputError(Location{"", 0, "--tolerance"}, "expected a positive share, such as 0.02");
+  const std::int64_t max_points = parse_positive_integer(vm["max-points"].as<std::string>(), "--max-points");
+  const std::int64_t max_replicas = parse_positive_integer(vm["max-replicas"].as<std::string>(), "--max-replicas");
+
+  // Plans for one allocator: paged unless one is given.
+  po::variables_map base = vm;
+  if (vm[option_key(kOptAllocator)].defaulted()) {
+    po::store(po::command_line_parser(std::vector<std::string>{"--allocator=paged"})
+                  .options(replay_option_descriptions(false))
+                  .run(),
+              base);
+  }
+
+  TraceCache cache;
+  const bool rate = search == "rate-scale";
+  std::vector<Tried> tried;
+  const auto setup_for = [&](const std::string& value) {
+    return SweepSetup(base, {SweepAxis{search, {value}, "", 0}});
+  };
+  // The first point checks what the whole search needs (one allocator, a budget where a
+  // target needs one) and reads the trace.
+  {
+    const SweepSetup first = setup_for("1");  // rate-scale 1 or 1 replica: the search's start
+    prepare_points(first, cache);
+    const ReplayPlan plan = first.plan_point(0);
+    if (plan.allocators.size() != 1) {
+      throw InputError(Location{"", 0, kOptAllocator}, "kvsim plan answers for one allocator; give one");
+    }
+    for (const auto& t : targets) {
+      if ((t.name == "--no-preemption" || t.name == "--kv-usage-max") && !plan.budget) {
+        throw InputError(Location{"", 0, t.name},
+                         "needs a memory budget: give --device, --device-memory or --kv-budget");
+      }
+    }
+  }
+  const auto meets = [&](std::int64_t value) {
+    Tried t;
+    t.order = static_cast<std::int64_t>(tried.size()) + 1;
+    t.value = value;
+    t.value_text = rate ? rate_scale_text(value) : std::to_string(value);
+    const SweepSetup setup = setup_for(t.value_text);
+    prepare_points(setup, cache);
+    t.report = run_point(setup, cache, 0, {}).back();  // with replicas, their total
+    for (const auto& target : targets) {
+      if (auto why = target.miss(t.report)) t.misses.push_back(*why);
+    }
+    const bool ok = t.misses.empty();
+    tried.push_back(std::move(t));
+    return ok;
+  };
+  SearchSpec spec;
+  spec.harder_up = rate;
+  spec.start = rate ? 1'000'000'000 : 1;
+  spec.min = rate ? 1'000'000 : 1;
+  spec.max = rate ? 1'000'000'000'000 : max_replicas;
+  spec.tolerance_ppm = rate ? std::max<std::int64_t>(1, tolerance_ppb / 1000) : 0;  // replicas: adjacent counts
+  spec.max_points = static_cast<int>(std::min<std::int64_t>(max_points, 10'000));
+  const SearchResult result = bracket_search(spec, meets);
+  for (std::size_t i = 0; i < tried.size(); ++i) tried[i].role = result.tried[i].role;
+
+  const auto find = [&](std::int64_t v) -> const Tried& {
+    return *std::find_if(tried.begin(), tried.end(), [v](const Tried& t) { return t.value == v; });
+  };
+  const auto rate_text = [](const Tried& t) {
+    return fmt::format("{:.3f} requests/s", t.report.overload.arrival_rate_per_s);
+  };
+  const std::string name = rate ? "rate-scale" : "replicas";
+  const std::string what = targets_text(targets);
+  const std::string allocator = tried.front().report.allocator;
+  std::string sentence;
+  if (result.met && result.missed && result.converged) {
+    const Tried& m = find(*result.met);
+    const Tried& x = find(*result.missed);
+    sentence = rate ? fmt::format("The largest rate-scale meeting the targets ({}) for {} is {} ({}); {} ({}) misses "
+                                  "them ({}), within the tolerance of {}.",
+                                  what, allocator, m.value_text, rate_text(m), x.value_text, rate_text(x),
+                                  x.misses.front(), vm["tolerance"].as<std::string>())
+                    : fmt::format("The smallest number of replicas meeting the targets ({}) for {} is {}; {} "
+                                  "misses them ({}).",
+                                  what, allocator, m.value_text, x.value_text, x.misses.front());
+  } else if (result.met && result.missed) {
+    const Tried& m = find(*result.met);
+    const Tried& x = find(*result.missed);
+    sentence = fmt::format("Not settled within {} points: {} {} meets the targets ({}) for {} and {} {} misses them "
+                           "({}).",
+                           tried.size(), name, m.value_text, what, allocator, name, x.value_text, x.misses.front());
+  } else if (result.met) {
+    sentence = rate ? fmt::format("Every rate-scale tried meets the targets ({}) for {}, up to {} ({}): no limit "
+                                  "found.",
+                                  what, allocator, find(*result.met).value_text, rate_text(find(*result.met)))
+                    : fmt::format("One replica meets the targets ({}) for {}.", what, allocator);
+  } else {
+    const Tried& x = find(*result.missed);
+    sentence = rate ? fmt::format("No rate-scale tried meets the targets ({}) for {}, down to {} ({}): {}.", what,
+                                  allocator, x.value_text, rate_text(x), x.misses.front())
+                    : fmt::format("No number of replicas up to {} meets the targets ({}) for {}: {}.", x.value_text,
+                                  what, allocator, x.misses.front());
+  }
+  for (const auto& [m, x] : result.non_monotone) {
+    sentence += fmt::format(" Not monotone: {} {} misses the targets although {} {}, a heavier load, meets them; the "
+                            "answer assumes it cannot.",
+                            name, find(x).value_text, name, find(m).value_text);
+  }
+
+  std::vector<const Tried*> by_value;
+  for (const auto& t : tried) by_value.push_back(&t);
+  std::sort(by_value.begin(), by_value.end(), [](const Tried* a, const Tried* b) { return a->value < b->value; });
+  const auto mark = [&](const Tried& t) -> std::string {
+    if (result.met && t.value == *result.met) return rate ? "largest met" : "smallest met";
+    if (result.missed && t.value == *result.missed) return rate ? "smallest missed" : "largest missed";
+    return "";
+  };
+
+  if (vm.count("json") != 0) {
+    nlohmann::ordered_json j;
+    j["answer"] = sentence;
+    j["search"] = name;
+    j["allocator"] = allocator;
+    nlohmann::ordered_json ts = nlohmann::ordered_json::array();
+    for (const auto& t : targets) ts.push_back({{"target", t.name.substr(2)}, {"bound", t.bound}});
+    j["targets"] = ts;
+    j["met"] = result.met ? nlohmann::ordered_json(find(*result.met).value_text) : nlohmann::ordered_json();
+    j["missed"] = result.missed ? nlohmann::ordered_json(find(*result.missed).value_text) : nlohmann::ordered_json();
+    j["converged"] = result.converged;
+    j["tolerance"] = vm["tolerance"].as<std::string>();
+    nlohmann::ordered_json nm = nlohmann::ordered_json::array();
+    for (const auto& [m, x] : result.non_monotone) nm.push_back({{"met", find(m).value_text}, {"missed", find(x).value_text}});
+    j["non_monotone"] = nm;
+    nlohmann::ordered_json points = nlohmann::ordered_json::array();
+    for (const Tried* t : by_value) {
+      points.push_back({{"order", t->order},
+                        {name, t->value_text},
+                        {"role", t->role},
+                        {"met", t->misses.empty()},
+                        {"misses", t->misses},
+                        {"arrival_rate_per_s", t->report.overload.arrival_rate_per_s},
+                        {"preemptions", t->report.preemptions},
+                        {"overloaded", t->report.overload.overloaded},
+                        {"ttft_p99_s", static_cast<double>(t->report.ttft.p99_ns) / 1e9},
+                        {"tpot_p99_s", static_cast<double>(t->report.tpot.p99_ns) / 1e9},
+                        {"e2e_p99_s", static_cast<double>(t->report.e2e.p99_ns) / 1e9},
+                        {"kv_usage_peak", kv_usage_peak(t->report)},
+                        {"bracket", mark(*t)}});
+    }
+    j["points"] = points;
+    write_stdout(j.dump(2) + "\n");
+    return kExitOk;
+  }
+  std::vector<std::vector<std::string>> rows = {{"#", name, "arrivals/s", "met", "preemptions", "overloaded",
+                                                 "ttft_p99_s", "tpot_p99_s", "e2e_p99_s", "kv_usage_peak", "bracket",
+                                                 "missed because"}};
+  for (const Tried* t : by_value) {
+    std::string why;
+    for (const auto& m : t->misses) why += (why.empty() ? "" : "; ") + m;
+    rows.push_back({std::to_string(t->order), t->value_text, fmt::format("{:.3f}", t->report.overload.arrival_rate_per_s),
+                    t->misses.empty() ? "yes" : "no", with_commas(t->report.preemptions),
+                    t->report.overload.overloaded ? "yes" : "no", format_seconds(t->report.ttft.p99_ns, 3),
+                    format_seconds(t->report.tpot.p99_ns, 3), format_seconds(t->report.e2e.p99_ns, 3),
+                    fmt::format("{:.1f}%", kv_usage_peak(t->report) * 100), mark(*t), why});
+  }
+  std::vector<std::size_t> width(rows.front().size(), 0);
+  for (const auto& row : rows) {
+    for (std::size_t i = 0; i < row.size(); ++i) width[i] = std::max(width[i], row[i].size());
+  }
+  std::string out = sentence + "\n\nPoints tried (" + std::to_string(tried.size()) + ", by " + name + "):\n";
+  for (const auto& row : rows) {
+    std::string line;
+    for (std::size_t i = 0; i < row.size(); ++i) line += fmt::format("{:<{}}  ", row[i], width[i]);
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    out += line + "\n";
+  }
+  write_stdout(out);
+  return kExitOk;
+}
+
+}  // namespace kvsim::cli

@@ -1,0 +1,160 @@
+// kvsim plan: the search (bracket_search) on predicates whose boundary is known, and the
+// command on a trace where the rate-scale at which preemption starts is derived by hand.
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "cli_util.h"
+#include "cli/plan.h"
+#include "trace_test_util.h"
+
+using kvsim::cli::bracket_search;
+using kvsim::cli::SearchSpec;
+using kvsim::test::run_cli;
+using kvsim::test::write_file;
+
+TEST_CASE("plan search: expands from the start, bisects to the tolerance, verifies below, within max points") {
+  // Met for values up to 10,000 (of a 1,000-per-unit scale: rate-scale 10): starting at
+  // 1,000 it doubles 2,000, 4,000, 8,000 (met), 16,000 (missed), then bisects 12,000 (missed),
+  // 10,000 (met), 11,000 (missed), 10,500 (missed), 10,250 (missed), 10,125 (missed): the gap
+  // 125 is within 2% of 10,000 (200) and it stops; then it verifies 5,000 and 9,000 (met).
+  SearchSpec spec;
+  spec.start = 1'000;
+  spec.min = 1;
+  spec.max = 1'000'000;
+  spec.tolerance_ppm = 20'000;
+  spec.max_points = 20;
+  int calls = 0;
+  const auto r = bracket_search(spec, [&](std::int64_t v) {
+    ++calls;
+    return v <= 10'000;
+  });
+  REQUIRE(r.met);
+  REQUIRE(r.missed);
+  CHECK(*r.met == 10'000);
+  CHECK(*r.missed == 10'125);
+  CHECK(r.converged);
+  CHECK(r.non_monotone.empty());
+  std::vector<std::int64_t> order;
+  for (const auto& p : r.tried) order.push_back(p.value);
+  CHECK(order == std::vector<std::int64_t>{1'000, 2'000, 4'000, 8'000, 16'000, 12'000, 10'000, 11'000, 10'500,
+                                           10'250, 10'125, 5'000, 9'000});
+  CHECK(calls == 13);
+  CHECK(std::string(r.tried.back().role) == "verify");
+
+  // A budget of 6 points: 1,000 .. 16,000 and one bisection; not converged.
+  spec.max_points = 6;
+  const auto short_run = bracket_search(spec, [](std::int64_t v) { return v <= 10'000; });
+  CHECK(short_run.tried.size() == 6);
+  CHECK_FALSE(short_run.converged);
+  CHECK(*short_run.met == 8'000);
+  CHECK(*short_run.missed == 12'000);
+}
+
+TEST_CASE("plan search: replicas, the smallest that meets; a contradiction is reported") {
+  SearchSpec spec;
+  spec.start = 1;
+  spec.min = 1;
+  spec.max = 64;
+  spec.harder_up = false;
+  spec.tolerance_ppm = 0;  // as kvsim plan searches replicas: down to adjacent counts
+  // Met from 5 replicas up: 1, 2, 4 missed, 8 met, then 6 met, 5 met (adjacent to 4: done),
+  // then 6 is already known, so the verification has nothing to add.
+  auto r = bracket_search(spec, [](std::int64_t n) { return n >= 5; });
+  CHECK(*r.met == 5);
+  CHECK(*r.missed == 4);
+  CHECK(r.converged);
+  CHECK(r.tried.size() == 6);
+  CHECK(r.non_monotone.empty());
+  // Met at 5 but missed at 6 (not monotone): 1, 2, 4 missed, 8 met, 6 missed, 7 met, then 8
+  // is known; the answer is 7 and nothing contradicts it among the points tried...
+  r = bracket_search(spec, [](std::int64_t n) { return n >= 5 && n != 6; });
+  CHECK(*r.met == 7);
+  CHECK(r.non_monotone.empty());
+  // ... while met at 2 only (and at 8 and up): 1 missed, 2 met (expansion flips), then the
+  // verification tries 3, which misses: reported, and the bracket stays (2 met, 1 missed).
+  r = bracket_search(spec, [](std::int64_t n) { return n == 2 || n >= 8; });
+  CHECK(*r.met == 2);
+  CHECK(*r.missed == 1);
+  REQUIRE(r.non_monotone.size() == 1);
+  CHECK(r.non_monotone.front() == std::pair<std::int64_t, std::int64_t>{2, 3});
+}
+
+TEST_CASE("kvsim plan: brackets the rate-scale at which preemption starts, derived by hand") {
+  // Two requests 1 s apart, each a 15-token prompt and 12 output tokens; llama-3.1-8b
+  // (131,072 bytes a position), paged blocks of 16 positions (2,097,152 bytes), a budget of
+  // exactly 3 blocks (6,291,456 bytes), no watermark, every step 10 ms (constant cost).
+  //
+  // By docs/replay.md's accounting, a step allocates at its start a slot for each token it
+  // produces, and the prefill step produces the first output token: a request holds 16
+  // positions (1 block) after its first step and needs its 2nd block at its 2nd step
+  // (position 17); at most 15 + 12 = 27 positions, 2 blocks. A arrives at 0 and runs steps
+  // 1..12 in [0, 120 ms), holding 2 blocks from its step 2. B arrives at d = 1 s / X (X the
+  // rate-scale) and is admitted at the first step start j x 10 ms at or after d (1 block free
+  // while A holds 2). B's 2nd step starts at (j + 1) x 10 ms and needs a 4th block: if A is
+  // still running then (its step 12 starts at 110 ms: j + 1 <= 11), nothing is free and B,
+  // the newest, is preempted. So preemption iff j <= 10 iff d <= 100 ms (at exactly 100 ms,
+  // an arrival on a step's start, either rule of admitting it there gives the bracket below)
+  // iff X >= 10. The largest rate-scale without preemption is just under 10: plan must
+  // bracket 10 within its 2% tolerance.
+  const std::string trace = write_file("plan-two.csv",
+                                       "id,arrival,prompt_tokens,output_tokens\n"
+                                       "a,0,15,12\n"
+                                       "b,1,15,12\n");
+  const auto r = run_cli({"plan", trace, "--model", "llama-3.1-8b", "--allocator", "paged:block=16", "--kv-budget",
+                          "6291456", "--watermark", "0", "--cost", "constant:step=10ms,prefill-token=0s",
+                          "--no-preemption", "--json"});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  CHECK(j["converged"] == true);
+  const double met = std::stod(j["met"].get<std::string>());
+  const double missed = std::stod(j["missed"].get<std::string>());
+  CHECK(met <= 10.0);
+  CHECK(missed >= 10.0);
+  CHECK(met < missed);
+  CHECK((missed - met) / met <= 0.02);
+  CHECK(j["non_monotone"].empty());
+  // The bracketing points are in the table of points, marked; the answer's sentence first.
+  int marked = 0;
+  for (const auto& p : j["points"]) {
+    if (p["bracket"] == "largest met") {
+      ++marked;
+      CHECK(p["preemptions"] == 0);
+    }
+    if (p["bracket"] == "smallest missed") {
+      ++marked;
+      CHECK(p["preemptions"].get<int>() >= 1);
+    }
+  }
+  CHECK(marked == 2);
+  CHECK(j["answer"].get<std::string>().rfind("The largest rate-scale meeting the targets (--no-preemption)", 0) == 0);
+
+  // The table: the sentence first, then the points.
+  const auto t = run_cli({"plan", trace, "--model", "llama-3.1-8b", "--allocator", "paged:block=16", "--kv-budget",
+                          "6291456", "--watermark", "0", "--cost", "constant:step=10ms,prefill-token=0s",
+                          "--no-preemption"});
+  REQUIRE(t.exit_code == 0);
+  CHECK(t.out.rfind("The largest rate-scale meeting the targets", 0) == 0);
+  CHECK(t.out.find("largest met") != std::string::npos);
+  CHECK(t.out.find("smallest missed") != std::string::npos);
+}
+
+TEST_CASE("kvsim plan: refuses what it cannot answer") {
+  const std::string trace = write_file("plan-two-bad.csv",
+                                       "id,arrival,prompt_tokens,output_tokens\n"
+                                       "a,0,15,12\n"
+                                       "b,1,15,12\n");
+  auto r = run_cli({"plan", trace});
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("give at least one target") != std::string::npos);
+  r = run_cli({"plan", trace, "--no-preemption"});
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("--no-preemption: needs a memory budget") != std::string::npos);
+  r = run_cli({"plan", trace, "--kv-budget", "1GiB", "--no-preemption", "--rate-scale", "2"});
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("--rate-scale: is what kvsim plan searches") != std::string::npos);
+  r = run_cli({"plan", trace, "--ttft-p99", "soon"});
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("--ttft-p99") != std::string::npos);
+}
