@@ -22,7 +22,7 @@ trace=$root/traces/chat-mix.csv
 
 # The sweep: 3 x 2 = 6 points, under a budget small enough that the points differ.
 # shellcheck disable=SC2054  # the commas separate --vary values, not array elements
-sweep_opts=("$trace" --requests 200 --model llama-3.1-8b --kv-budget 2GiB
+sweep_opts=("$trace" --requests 200 --model llama-3.1-8b --allocator paged --kv-budget 2GiB
             --vary rate-scale=0.5,1,4 --vary max-running=16,256)
 shards=3
 
@@ -57,6 +57,19 @@ same() {  # EXPECTED ACTUAL WHAT
   echo "ok: $3 equals the unsharded sweep byte for byte ($(wc -l <"$2") lines) [${SECONDS}s]"
 }
 
+# Shard I of 3 ran exactly the points p with p % 3 == I-1: of the 6, {I-1, I+2} (the first
+# column of kvsim sweep's CSV is the point's index). A launcher that numbered its shards from
+# 0, or gave every task the same one, fails here even where the merge would catch it too.
+check_parts() {  # DIR
+  local i want got
+  for i in 1 2 3; do
+    want="$((i - 1)) $((i + 2)) "
+    got=$(awk -F, 'NR > 1 { printf "%s ", $1 }' "$1/part-$i.csv")
+    [[ $got == "$want" ]] || fail "$1/part-$i.csv: shard $i/3 must hold points $want, holds ${got:-none}"
+  done
+  echo "ok: $1: shard I of 3 holds the points p with p % 3 == I-1"
+}
+
 # --- the reference: the whole grid in one process -------------------------------------------
 "$KVSIM" sweep "${sweep_opts[@]}" --csv whole.csv --jsonl whole.jsonl
 # 6 points: one header line and 6 rows in the CSV, 6 lines in the JSONL.
@@ -68,11 +81,7 @@ command -v parallel >/dev/null || skip "GNU parallel is not installed (Debian: p
 "$root/tools/sweep-parallel" --shards $shards --jobs 2 --parts parts-parallel \
   --csv parallel.csv "${sweep_opts[@]}"
 same whole.csv parallel.csv "tools/sweep-parallel, 3 shards, CSV"
-# Each shard wrote only its own points: 2 of the 6 rows each.
-for i in 1 2 3; do
-  [[ $(wc -l <"parts-parallel/part-$i.csv") -eq 3 ]] ||
-    fail "parts-parallel/part-$i.csv: expected a header and 2 rows"
-done
+check_parts parts-parallel
 "$root/tools/sweep-parallel" --shards $shards --jobs 2 --jsonl parallel.jsonl "${sweep_opts[@]}"
 same whole.jsonl parallel.jsonl "tools/sweep-parallel, 3 shards, JSONL"
 # A failing shard (every shard fails on an unknown model) fails the launcher, with no output.
@@ -117,6 +126,4 @@ if [[ $state != COMPLETED ]]; then
   fail "the merge job $merge after the Slurm array $array ended ${state:-in no known state} (not COMPLETED)"
 fi
 same whole.csv slurm.csv "tools/sweep-slurm.sbatch, a job array of 3 tasks on slurm-local, then the merge"
-for i in 1 2 3; do
-  [[ $(wc -l <"parts-slurm/part-$i.csv") -eq 3 ]] || fail "parts-slurm/part-$i.csv: expected a header and 2 rows"
-done
+check_parts parts-slurm
