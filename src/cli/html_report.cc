@@ -109,7 +109,6 @@ std::string gib_text(double bytes) { return fmt::format("{:.2f} GiB", gib(bytes)
 constexpr int kWidth = 720, kHeight = 270;
 constexpr int kLeft = 72, kRight = 16, kTop = 16, kBottom = 46;
 constexpr int kPlotWidth = kWidth - kLeft - kRight;
-constexpr int kPlotHeight = kHeight - kTop - kBottom;
 
 // One chart: an SVG with axes, ticks, labels and a caption, around marks added by the caller.
 class Chart {
