@@ -20,6 +20,7 @@
 #include "kvsim/output_file.h"
 #include "kvsim/units.h"
 #include "model_options.h"
+#include "sweep.h"
 
 namespace kvsim::cli {
 namespace {
@@ -128,30 +129,11 @@ void read_validate_json(const Json& j, const std::string& path, HtmlPage& page) 
                               number(j, {"makespan_s", "simulated"}, path)});
 }
 
-// One CSV line's fields (RFC 4180 quotes, as replay writes "dynamic:growth=chunk,chunk=64").
-std::vector<std::string> fields(const std::string& line) {
-  std::vector<std::string> out(1);
-  bool quoted = false;
-  for (std::size_t i = 0; i < line.size(); ++i) {
-    const char ch = line[i];
-    if (quoted) {
-      if (ch == '"' && i + 1 < line.size() && line[i + 1] == '"') {
-        out.back() += '"';
-        ++i;
-      } else if (ch == '"') {
-        quoted = false;
-      } else {
-        out.back() += ch;
-      }
-    } else if (ch == '"') {
-      quoted = true;
-    } else if (ch == ',') {
-      out.emplace_back();
-    } else if (ch != '\r') {
-      out.back() += ch;
-    }
-  }
-  return out;
+// One CSV line's fields (RFC 4180 quotes, as replay writes "dynamic:growth=chunk,chunk=64"),
+// by the splitter sweep merge uses; a CRLF file's '\r' is dropped first.
+std::vector<std::string> fields(std::string_view line) {
+  if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+  return split_csv_line(line);
 }
 
 // A CSV whose columns are named in its header, read a row at a time (a 1,000,000-request
