@@ -6,24 +6,16 @@
 #include "kvsim/budget.h"
 #include "kvsim/error.h"
 #include "kvsim/model.h"
+#include "test_support.h"
 
 using namespace kvsim;
+using kvsim::test::load_error;
 
 namespace {
 
 std::string config(const std::string& name) { return std::string(KVSIM_SOURCE_DIR) + "/tests/data/configs/" + name; }
 
 std::int64_t bf16_bytes_per_token(const ModelSpec& m) { return kv_layout(m, KvOptions{}).bytes_per_token(); }
-
-// The message of the InputError `load_hf_config(path)` throws, or "" when it does not throw.
-std::string load_error(const std::string& path) {
-  try {
-    load_hf_config(path);
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
-}
 
 }  // namespace
 

@@ -11,8 +11,10 @@
 #include "fuzz_checks.h"
 #include "kvsim/error.h"
 #include "kvsim/model.h"
+#include "test_support.h"
 
 using namespace kvsim;
+using kvsim::test::load_error;
 using kvsim::test::run_cli;
 
 namespace {
@@ -23,15 +25,6 @@ KvOptions tp(std::int64_t devices) {
   KvOptions o;  // bf16 KV and bf16 state, as the configs' torch_dtype
   o.tensor_parallel = devices;
   return o;
-}
-
-std::string load_error(const std::string& path) {
-  try {
-    load_hf_config(path);
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
 }
 
 }  // namespace

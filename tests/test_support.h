@@ -6,12 +6,23 @@
 #include <vector>
 
 #include "kvsim/allocator.h"
+#include "kvsim/error.h"
 #include "kvsim/model.h"
 #include "kvsim/replay.h"
 #include "kvsim/request.h"
 #include "kvsim/trace.h"
 
 namespace kvsim::test {
+
+// The message of the InputError `load_hf_config(path)` throws, or "" when it does not throw.
+inline std::string load_error(const std::string& path) {
+  try {
+    load_hf_config(path);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
 
 // A request with the given lengths (and n samples).
 inline Request request(std::string id, std::int64_t arrival_ns, std::int64_t prompt, std::int64_t output,
