@@ -54,7 +54,8 @@ double number(const Json& j, std::initializer_list<const char*> keys, const std:
   const Json* at = &j;
   std::string field;
   for (const char* k : keys) {
-    field += (field.empty() ? "" : ".") + std::string(k);
+    if (!field.empty()) field += '.';
+    field += k;
     if (!at->is_object() || !at->contains(k)) {
       if (optional) return 0;
       throw InputError(Location{path, 0, field}, "missing: is this 'kvsim replay --json' or 'kvsim validate --json' output?");

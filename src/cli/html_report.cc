@@ -94,6 +94,14 @@ using html::Scale;
 // A number for an SVG coordinate: one decimal is a tenth of a pixel.
 std::string px(double v) { return fmt::format("{:.1f}", v); }
 
+// Appends the point (x, y) to the SVG path `d`: a move to it if `d` is empty, else a line.
+void path_point(std::string& d, double x, double y) {
+  d += d.empty() ? "M" : " L";
+  d += px(x);
+  d += ',';
+  d += px(y);
+}
+
 // A tick label: at most three decimals, trailing zeros dropped.
 std::string label(double v) {
   std::string s = fmt::format("{:.3f}", v);
@@ -190,8 +198,8 @@ std::string band_path(const std::vector<html::Column>& columns, const Scale& y, 
   for (std::size_t i = 0; i < columns.size(); ++i) {
     if (columns[i].empty) continue;
     const double x = kLeft + static_cast<double>(i) + 0.5;
-    d += (d.empty() ? "M" : " L") + px(x) + "," + px(y(columns[i].lo));
-    if (columns[i].hi != columns[i].lo) d += " L" + px(x) + "," + px(y(columns[i].hi));
+    path_point(d, x, y(columns[i].lo));
+    if (columns[i].hi != columns[i].lo) path_point(d, x, y(columns[i].hi));
   }
   if (d.empty()) return "";
   return "<path class=\"data " + cls + "\" d=\"" + d + "\"/>\n";
@@ -387,12 +395,8 @@ std::string cdf_chart(const std::vector<HtmlRun>& runs, const char* name, const 
       const double p = static_cast<double>(k) / (html::kCdfPoints - 1);
       const double x = c.x()(static_cast<double>(q[k]) / ns_per_unit);
       // A step: the value reached, then the share that reached it.
-      if (k == 0) {
-        d += "M" + px(x) + "," + px(c.y()(0));
-      } else {
-        d += " L" + px(x) + "," + px(c.y()(static_cast<double>(k - 1) / (html::kCdfPoints - 1)));
-      }
-      d += " L" + px(x) + "," + px(c.y()(p));
+      path_point(d, x, c.y()(k == 0 ? 0.0 : static_cast<double>(k - 1) / (html::kCdfPoints - 1)));
+      path_point(d, x, c.y()(p));
     }
     const std::string cls = fmt::format("r{}", i % 8);
     c.add("<path class=\"data " + cls + "\" d=\"" + d + "\"/>\n");
@@ -449,7 +453,7 @@ std::string sweep_chart(const HtmlSweepChart& s) {
     const std::string cls = fmt::format("r{}", i % 8);
     std::string d, dots;
     for (const auto& [x, y] : s.series[i].points) {
-      d += (d.empty() ? "M" : " L") + px(c.x()(x)) + "," + px(c.y()(y));
+      path_point(d, c.x()(x), c.y()(y));
       dots += fmt::format("<circle class=\"dot {}\" cx=\"{}\" cy=\"{}\" r=\"2.5\"/>", cls, px(c.x()(x)), px(c.y()(y)));
     }
     c.add("<path class=\"data " + cls + "\" d=\"" + d + "\"/>\n" + dots + "\n");
