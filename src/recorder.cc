@@ -103,7 +103,10 @@ void Recorder::sample(std::int64_t running, std::int64_t queued) {
   row.effective_bytes = effective_bytes_.at(step_);
   row.allocated_bytes = allocated_bytes_.at(step_);
   row.reserved_bytes = reserved_bytes_.at(step_);
-  if (track_evictable_) row.cached_bytes = evictable_bytes_.at(step_);
+  if (track_evictable_) {
+    row.cached_bytes = evictable_bytes_.at(step_);
+    row.evicted_bytes = evicted_bytes_;
+  }
   for (auto& g : sums_) {
     row.effective_tokens.push_back(g.q[kEffective].at(step_));
     row.allocated_slots.push_back(g.q[kAllocated].at(step_));

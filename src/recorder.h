@@ -149,6 +149,7 @@ class Recorder {
   LinearSum allocated_bytes_;
   LinearSum reserved_bytes_;
   LinearSum evictable_bytes_;
+  std::int64_t evicted_bytes_ = 0;  // the pool's count after the last operation
   TimeHistogram effective_hist_, allocated_hist_, reserved_hist_;
   Peak effective_peak_, allocated_peak_, reserved_peak_, evictable_peak_;
   TimeHistogram evictable_hist_;
@@ -231,6 +232,7 @@ void Recorder::after_op(const Allocator& allocator, std::int64_t transient_bytes
     const std::int64_t evictable_delta = pool.evictable_bytes - evictable_bytes_.at(step_);
     if (evictable_delta != 0) evictable_bytes_.add(evictable_delta, 0, step_, clock_);
     evictable_peak_.offer(pool.evictable_bytes, now_);
+    evicted_bytes_ = pool.evicted_bytes;
   }
   ext_ratio_ = pool.largest_free_extent_bytes < pool.free_bytes
                    ? 1.0 - static_cast<double>(pool.largest_free_extent_bytes) / static_cast<double>(pool.free_bytes)

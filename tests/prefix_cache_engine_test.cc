@@ -184,3 +184,34 @@ TEST_CASE("prefix cache: a preempted request's new lookup is counted apart, as v
   CHECK(rep.evicted_bytes == 16);
   CHECK(rep.leak_free);
 }
+
+TEST_CASE("prefix cache: the timeline carries cached and evicted bytes, step by step") {
+  // The pool of the tail-first case above (4 blocks of 16, 1 ms a step): A (h11 h12) leaves
+  // its 2 hashed blocks cached; at 100 ms B's admission evicts h12, leaving h11 cached (16
+  // bytes, 16 evicted); B leaves h21 and h22 cached beside h11; at 200 ms C holds h11 again
+  // and evicts h22 for its second block, leaving h21 (16 bytes cached, 32 evicted in all).
+  ReplayOptions o = steps(1);
+  o.memory.kv_budget_bytes = 64;
+  const auto r = run(kCaching,
+                     {with_prefix("a", 0, 32, 2, {11, 12}), with_prefix("b", 100 * kMs, 32, 2, {21, 22}),
+                      with_prefix("c", 200 * kMs, 32, 2, {11, 12})},
+                     o);
+  auto at = [&](std::int64_t t_ns) -> const TimelineRow& {
+    for (const TimelineRow& row : r.rows) {
+      if (row.time_ns == t_ns) return row;
+    }
+    FAIL("no timeline row at " << t_ns << " ns");
+    return r.rows.front();
+  };
+  CHECK(at(0).cached_bytes == 0);
+  CHECK(at(0).evicted_bytes == 0);
+  CHECK(at(100 * kMs).cached_bytes == 16);
+  CHECK(at(100 * kMs).evicted_bytes == 16);
+  CHECK(at(200 * kMs).cached_bytes == 16);
+  CHECK(at(200 * kMs).evicted_bytes == 32);
+  // An allocator that keeps no cache has neither.
+  const auto plain = run("paged:block=16", {with_prefix("a", 0, 32, 2, {11, 12})}, o);
+  REQUIRE_FALSE(plain.rows.empty());
+  CHECK(plain.rows.front().cached_bytes == -1);
+  CHECK(plain.rows.front().evicted_bytes == -1);
+}

@@ -190,6 +190,39 @@ TEST_CASE("replay: the same run twice, and in parallel or not, gives the same by
   CHECK(timeline.find("\nsliding-window:block=16,") != std::string::npos);
 }
 
+TEST_CASE("replay: --timeline adds cached and evicted bytes when an allocator caches prefixes") {
+  const std::string trace = std::string(KVSIM_SOURCE_DIR) + "/traces/shared-prefix.csv";
+  const std::string timeline = test::scratch_path("timeline-cached.csv");
+  const auto r = test::run_cli({"replay", trace, "--allocator", "paged,paged:block=16,prefix-caching=on",
+                                "--device", "RTX-4090", "--timeline", timeline, "--json"});
+  REQUIRE(r.exit_code == 0);
+  const std::string text = test::slurp(timeline);
+  const std::string header = text.substr(0, text.find('\n') + 1);
+  CHECK(header == "allocator,time_s,step,running,queued,effective_bytes,allocated_bytes,reserved_bytes,"
+                  "effective_tokens_full,allocated_slots_full,allocated_bytes_max,allocated_bytes_mean,"
+                  "cached_bytes,evicted_bytes\n");
+  // The plain paged rows leave the two cells empty; the caching rows fill them, and their
+  // last row's evicted bytes are the run's (JSON) figure.
+  const Json doc = Json::parse(r.out);
+  const std::int64_t evicted = doc["runs"][1]["prefix_cache"]["evicted_bytes"].get<std::int64_t>();
+  std::string last_cached_row;
+  std::int64_t plain_rows = 0;
+  for (std::size_t at = header.size(); at < text.size();) {
+    const std::size_t end = text.find('\n', at);
+    const std::string line = text.substr(at, end - at);
+    at = end + 1;
+    if (line.rfind("paged:block=16,", 0) == 0) {
+      CHECK(line.substr(line.size() - 2) == ",,");
+      ++plain_rows;
+    } else {
+      last_cached_row = line;
+    }
+  }
+  CHECK(plain_rows > 0);
+  REQUIRE_FALSE(last_cached_row.empty());
+  CHECK(last_cached_row.substr(last_cached_row.rfind(',') + 1) == std::to_string(evicted));
+}
+
 TEST_CASE("replay: --csv writes one row per allocator under a header") {
   const std::string trace = std::string(KVSIM_SOURCE_DIR) + "/traces/chat-mix.csv";
   const std::string csv = test::scratch_path("summary.csv");

@@ -74,9 +74,12 @@ struct TimelineRow {
   // their time-weighted mean; -1 and 0 without sampling (every row is then one step).
   std::int64_t allocated_bytes_max = -1;
   double allocated_bytes_mean = 0;
-  // Cached (evictable) bytes of a prefix-caching allocator; -1 for allocators that keep no
-  // cache. Not a --timeline column (the HTML report draws it).
+  // A prefix-caching allocator's cached blocks that no live request holds (free, evictable:
+  // vLLM's free queue, SGLang's unlocked radix nodes) and the bytes it has evicted since the
+  // run began; -1 for allocators that keep no cache. --timeline columns when any allocator
+  // of the run caches.
   std::int64_t cached_bytes = -1;
+  std::int64_t evicted_bytes = -1;
 };
 
 // One request's stay, for --per-request: what happened to it and when (ns on the trace's

@@ -444,9 +444,10 @@ class TimelineScratch {
     if (files_[i] == nullptr) throw InputError(Location{timeline_path, 0, ""}, "cannot create a scratch file");
     return files_[i];
   }
-  void write(const std::string& path, const KvLayout& layout, bool sampled, std::span<const std::string> inputs) const {
+  void write(const std::string& path, const KvLayout& layout, bool sampled, bool caching,
+             std::span<const std::string> inputs) const {
     OutputFile out(path, inputs);
-    out.write(timeline_header(layout, sampled));
+    out.write(timeline_header(layout, sampled, caching));
     for (auto* f : files_) {
       // A scratch write that failed (a full temporary directory) shows here, not as a
       // timeline with rows missing.
@@ -465,6 +466,13 @@ class TimelineScratch {
   std::vector<std::FILE*> files_;
 };
 
+// Whether an allocator of the run caches prefixes: the timeline then has its cached and
+// evicted columns (empty for the allocators that do not).
+bool any_caching(const ReplayPlan& plan) {
+  return std::any_of(plan.allocators.begin(), plan.allocators.end(),
+                     [](const auto& a) { return a->prefix_block_tokens() > 0; });
+}
+
 // One engine per allocator on plan.jobs threads; the reports in allocator order. Rethrows the
 // first error in allocator order, whichever thread met it first.
 std::vector<ReplayReport> run_all(ReplayPlan& plan, TimelineScratch& scratch,
@@ -481,9 +489,10 @@ std::vector<ReplayReport> run_all(ReplayPlan& plan, TimelineScratch& scratch,
     HtmlRun* html = plan.html_path ? &html_runs[i] : nullptr;
     if (out != nullptr || html != nullptr) {
       const std::string name = plan.allocators[i]->name();
-      mine.timeline = [out, html, name](const TimelineRow& row) {
+      const bool caching = any_caching(plan);
+      mine.timeline = [out, html, name, caching](const TimelineRow& row) {
         if (out != nullptr) {
-          const std::string line = timeline_row(name, row);
+          const std::string line = timeline_row(name, row, caching);
           std::fwrite(line.data(), 1, line.size(), out);
         }
         if (html != nullptr) add_point(*html, html_point(row));
@@ -533,7 +542,7 @@ void render(const ReplayPlan& plan, const TimelineScratch& scratch, const std::v
             std::vector<std::vector<RequestRecord>>& per_request, std::vector<HtmlRun>& html_runs) {
   const ReplayOptions& ro = plan.options;
   const std::string inputs[] = {plan.trace_path};
-  if (plan.timeline_path) scratch.write(*plan.timeline_path, ro.layout, ro.sample_every_ns > 0, inputs);
+  if (plan.timeline_path) scratch.write(*plan.timeline_path, ro.layout, ro.sample_every_ns > 0, any_caching(plan), inputs);
   if (plan.per_request_path) {
     std::string rows = per_request_header();
     for (std::size_t i = 0; i < per_request.size(); ++i) rows += per_request_rows(reports[i].allocator, per_request[i]);

@@ -723,7 +723,7 @@ std::string per_request_rows(const std::string& allocator, std::vector<RequestRe
   return out;
 }
 
-std::string timeline_header(const KvLayout& layout, bool sampled) {
+std::string timeline_header(const KvLayout& layout, bool sampled, bool caching) {
   std::string out = "allocator,time_s,step,running,queued,effective_bytes,allocated_bytes,reserved_bytes";
   for (const auto& g : layout.groups) {
     std::string name = g.name;
@@ -733,16 +733,25 @@ std::string timeline_header(const KvLayout& layout, bool sampled) {
     out += ",effective_tokens_" + name + ",allocated_slots_" + name;
   }
   if (sampled) out += ",allocated_bytes_max,allocated_bytes_mean";
+  if (caching) out += ",cached_bytes,evicted_bytes";
   return out + "\n";
 }
 
-std::string timeline_row(const std::string& allocator, const TimelineRow& row) {
+std::string timeline_row(const std::string& allocator, const TimelineRow& row, bool caching) {
   std::string out = fmt::format("{},{},{},{},{},{},{},{}", csv_field(allocator), format_seconds(row.time_ns, 9), row.step,
                                 row.running, row.queued, row.effective_bytes, row.allocated_bytes, row.reserved_bytes);
   for (std::size_t g = 0; g < row.effective_tokens.size(); ++g) {
     out += fmt::format(",{},{}", row.effective_tokens[g], row.allocated_slots[g]);
   }
   if (row.allocated_bytes_max >= 0) out += fmt::format(",{},{:.3f}", row.allocated_bytes_max, row.allocated_bytes_mean);
+  if (caching) {
+    // Empty cells for an allocator of the run that keeps no cache.
+    if (row.cached_bytes >= 0) {
+      out += fmt::format(",{},{}", row.cached_bytes, row.evicted_bytes);
+    } else {
+      out += ",,";
+    }
+  }
   return out + "\n";
 }
 

@@ -72,8 +72,8 @@ void in_trace_order(std::vector<RequestRecord>& records);
 // several runs can share one file (long format). `sampled` (--sample-every): each row also
 // carries the maximum and the time-weighted mean of allocated bytes over the interval since
 // the previous row (allocated_bytes_max, allocated_bytes_mean), so that no peak is lost.
-std::string timeline_header(const KvLayout& layout, bool sampled);
-std::string timeline_row(const std::string& allocator, const TimelineRow& row);
+std::string timeline_header(const KvLayout& layout, bool sampled, bool caching);
+std::string timeline_row(const std::string& allocator, const TimelineRow& row, bool caching);
 
 }  // namespace kvsim::cli
 
