@@ -62,8 +62,15 @@ std::unique_ptr<Allocator> make_paged_kind(AllocatorParams& p, const KvLayout& l
   const std::string caching = p.text("prefix-caching", "off");
   if (caching == "on") o.prefix_caching = true;
   else if (caching != "off") p.fail("prefix-caching must be on or off, got \"" + caching + "\"");
-  if (o.prefix_caching && free_outside_window) {
-    p.fail("prefix-caching=on is not supported with sliding-window yet (vLLM's hybrid cacheability rules); use paged");
+  if (o.prefix_caching && free_outside_window && o.capacity_bytes != 0) {
+    for (const LayerGroup& g : layout.groups) {
+      if (g.window_tokens != layout.groups.front().window_tokens) {
+        p.fail("prefix-caching=on with sliding-window under a KV budget needs one window for every layer group (vLLM "
+               "evicts from one free queue for all groups; kvsim keeps one per group, which stays in step only "
+               "when every group frees alike): layer groups '" + layout.groups.front().name + "' and '" + g.name +
+               "' differ; run without a budget or use paged");
+      }
+    }
   }
   return std::make_unique<PagedAllocator>(layout, o);
 }
@@ -144,9 +151,12 @@ constexpr AllocatorKind kKinds[] = {
      "      by their prefix hashes after release (evictable, least recently freed first) and\n"
      "      reused by later requests with the same prefix.\n",
      "block=16", make_paged},
-    {"sliding-window", "sliding-window[:block=16]",
+    {"sliding-window", "sliding-window[:block=16][,prefix-caching=off|on]",
      "      paged, and blocks that fall wholly behind a sliding-window group's window are freed\n"
-     "      as the sequence advances (vLLM's hybrid allocator); full-attention groups keep all.\n",
+     "      as the sequence advances (vLLM's hybrid allocator); full-attention groups keep all.\n"
+     "      prefix-caching=on: vLLM's hybrid prefix caching rules (a sliding group needs only\n"
+     "      the blocks of one window before a hit's end cached; freed blocks stay cached).\n"
+     "      replay does not model sharing on sliding-window layers yet (see docs/replay.md).\n",
      "block=16", make_sliding_window},
     {"dense-static", "dense-static[:reserve=max-model-len|max-tokens|pow2|pow2-output|oracle][,placement=none|first-fit|buddy]",
      "      each sample reserves a fixed row at admission: the model's maximum length (default),\n"

@@ -22,7 +22,11 @@ PagedAllocator::PagedAllocator(const KvLayout& layout, const PagedAllocatorOptio
   }
   if (prefix_caching_) {
     // The factory refuses this with a message for the user; this guards other callers.
-    check(!free_outside_window_, "paged: prefix caching with sliding-window is not supported");
+    const bool one_window = std::all_of(groups_.begin(), groups_.end(), [&](const Group& g) {
+      return g.window_tokens == groups_.front().window_tokens;
+    });
+    check(!free_outside_window_ || options.capacity_bytes == 0 || one_window,
+          "sliding-window: prefix caching under a capacity needs one window for every layer group");
     pool_.enable_prefix_caching();
   }
 }
@@ -153,7 +157,8 @@ std::int64_t PagedAllocator::plan_step(RequestSlot slot, const Request& r, std::
     const Tables& t = tables(slot, g);
     const std::int64_t block_bytes = pool_.block_bytes(g);
     drop_to_[g] = std::max(t.dropped, droppable_blocks(g, tokens_before));
-    freed_bytes += range_bytes(r, g, t.dropped, drop_to_[g]);
+    freed_bytes += prefix_caching_ ? range_bytes_cached(slot, g, t.dropped, drop_to_[g])
+                                   : range_bytes(r, g, t.dropped, drop_to_[g]);
     // The fork copies the block holding the prompt's partial tail, unless the window has
     // passed it by the end of this step's drop.
     if (fork && partial_prompt_block && s < r.blocks && drop_to_[g] <= s) need_bytes += (r.n - 1) * block_bytes;
@@ -178,7 +183,8 @@ void PagedAllocator::drop_behind_window(RequestSlot slot) {
   const Request& r = requests_[slot];
   for (std::size_t g = 0; g < groups_.size(); ++g) {
     Tables& t = tables(slot, g);
-    drop_range(r, t, g, t.dropped, drop_to_[g]);
+    if (prefix_caching_) drop_range_cached(slot, g, t.dropped, drop_to_[g]);
+    else drop_range(r, t, g, t.dropped, drop_to_[g]);
     t.dropped = drop_to_[g];
   }
 }
@@ -390,6 +396,7 @@ void PagedAllocator::check_invariants() const {
               "paged: more cached blocks than hashed prompt blocks held");
         for (std::int64_t i = 0; i < p.cached_blocks; ++i) {
           const BlockId id = t.shared[static_cast<std::size_t>(i)];
+          if (id == kNullBlock) continue;  // behind a sliding window: freed, checked above
           check(pool_.cached_as(g, id, p.hashes[static_cast<std::size_t>(i)]),
                 "paged: a request's leading block does not carry the request's hash");
           if (requests[g].size() <= id) requests[g].resize(id + 1, 0);

@@ -18,6 +18,8 @@ std::int64_t PagedAllocator::hit_blocks(const AdmitInfo& info) const {
   // them, so its whole prompt may hit.
   const std::int64_t limit = std::min<std::int64_t>((info.prompt_tokens + info.resumed_tokens - 1) / block_tokens_,
                                                     static_cast<std::int64_t>(info.prefix_hashes.size()));
+  // With sliding windows, vLLM's hybrid rules (paged_allocator_window_prefix.cc).
+  if (free_outside_window_) return window_hit_blocks(info.prefix_hashes, limit);
   // single_type_kv_cache_manager.py find_longest_cache_hit: the leading run of hashes found,
   // in every group (vLLM keys its map by hash and group).
   std::int64_t hits = 0;
@@ -48,7 +50,12 @@ void PagedAllocator::admit_cached(RequestSlot slot, Request& r, const AdmitInfo&
   const std::int64_t hits = hit_blocks(info);
   for (std::size_t g = 0; g < groups_.size(); ++g) {
     Tables& t = tables(slot, g);
-    for (std::int64_t i = 0; i < hits; ++i) {
+    // add_local_computed_blocks: a sliding group takes none of the hit blocks wholly
+    // before L - W + 1 (get_num_skipped_tokens); its table holds null there. 0 elsewhere.
+    const std::int64_t skipped = droppable_blocks(g, hits * block_tokens_);
+    t.shared.assign(static_cast<std::size_t>(skipped), kNullBlock);
+    t.dropped = skipped;
+    for (std::int64_t i = skipped; i < hits; ++i) {
       const BlockId id = pool_.cached_block(g, p.hashes[static_cast<std::size_t>(i)]);
       pool_.touch(g, id);
       t.shared.push_back(id);
@@ -72,7 +79,9 @@ void PagedAllocator::cache_full_blocks(RequestSlot slot, const Request& r) {
   for (std::size_t g = 0; g < groups_.size(); ++g) {
     const Tables& t = tables(slot, g);
     for (std::int64_t i = p.cached_blocks; i < full; ++i) {
-      pool_.cache_block(g, t.shared[static_cast<std::size_t>(i)], p.hashes[static_cast<std::size_t>(i)]);
+      // Null: freed behind a sliding window before it was registered, never cached.
+      const BlockId id = t.shared[static_cast<std::size_t>(i)];
+      if (id != kNullBlock) pool_.cache_block(g, id, p.hashes[static_cast<std::size_t>(i)]);
     }
   }
   p.cached_blocks = full;
@@ -91,11 +100,14 @@ void PagedAllocator::release_cached(RequestSlot slot, const Request& r) {
     const Tables& t = tables(slot, g);
     if (r.forked) {
       for (const auto& sample : t.samples) {
-        for (auto it = sample.rbegin(); it != sample.rend(); ++it) pool_.drop(g, *it, 1);
+        for (auto it = sample.rbegin(); it != sample.rend(); ++it) {
+          if (*it != kNullBlock) pool_.drop(g, *it, 1);
+        }
       }
     }
     for (auto i = static_cast<std::int64_t>(t.shared.size()) - 1; i >= 0; --i) {
       const BlockId id = t.shared[static_cast<std::size_t>(i)];
+      if (id == kNullBlock) break;  // the blocks behind a sliding window went already
       if (i < cached) pool_.leave(g, id);
       pool_.drop(g, id, shared_refs);
     }
