@@ -62,6 +62,18 @@ std::unique_ptr<Allocator> make_paged_kind(AllocatorParams& p, const KvLayout& l
   const std::string caching = p.text("prefix-caching", "off");
   if (caching == "on") o.prefix_caching = true;
   else if (caching != "off") p.fail("prefix-caching must be on or off, got \"" + caching + "\"");
+  if (o.prefix_caching && free_outside_window) {
+    for (const LayerGroup& g : layout.groups) {
+      if (g.window_tokens > 0 && (g.window_tokens - 1) % o.block_tokens == 0) {
+        // vLLM keeps the W - 1 positions before a hit's end (add_local_computed_blocks);
+        // kvsim's effective tokens count W. They differ in whole blocks only here.
+        p.fail("prefix-caching=on with sliding-window: layer group '" + g.name + "' has a window of " +
+               std::to_string(g.window_tokens) + " tokens, one more than a multiple of block=" +
+               std::to_string(o.block_tokens) + "; a hit would hold one position less than its window, which is "
+               "not modelled; use another block size or paged");
+      }
+    }
+  }
   if (o.prefix_caching && free_outside_window && o.capacity_bytes != 0) {
     for (const LayerGroup& g : layout.groups) {
       if (g.window_tokens != layout.groups.front().window_tokens) {
