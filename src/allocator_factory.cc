@@ -168,7 +168,7 @@ constexpr AllocatorKind kKinds[] = {
      "      as the sequence advances (vLLM's hybrid allocator); full-attention groups keep all.\n"
      "      prefix-caching=on: vLLM's hybrid prefix caching rules (a sliding group needs only\n"
      "      the blocks of one window before a hit's end cached; freed blocks stay cached).\n"
-     "      replay does not model sharing on sliding-window layers yet (see docs/replay.md).\n",
+     "      Under a KV budget only when every layer group has the same window.\n",
      "block=16", make_sliding_window},
     {"dense-static", "dense-static[:reserve=max-model-len|max-tokens|pow2|pow2-output|oracle][,placement=none|first-fit|buddy]",
      "      each sample reserves a fixed row at admission: the model's maximum length (default),\n"

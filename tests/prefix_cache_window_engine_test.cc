@@ -94,3 +94,16 @@ TEST_CASE("window prefix sharing: paged holds the blocks behind the windows, onc
   CHECK(r.report.mean_bytes.outside_window >= 0);
   CHECK(r.report.leak_free);
 }
+
+TEST_CASE("window prefix sharing: the radix cache at page 16 holds and counts what paged does") {
+  // SGLang's radix cache stores sliding-window layers whole too: B matches A's two
+  // inserted pages, and after step 16 each holds 4 pages, 2 of them shared: 96; the
+  // windows keep the same 65 positions, counted once.
+  const auto r = test::replay_under_budget("radix:page=16", two_sharing(), sliding_steps());
+  REQUIRE(r.rows.size() >= 17);
+  CHECK(r.report.prefix_hit_tokens == 32);
+  CHECK(r.rows[1].effective_bytes == 50);
+  CHECK(r.rows[16].effective_bytes == 65);
+  CHECK(r.rows[16].allocated_bytes == 96);
+  CHECK(r.report.leak_free);
+}
