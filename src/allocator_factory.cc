@@ -74,16 +74,6 @@ std::unique_ptr<Allocator> make_paged_kind(AllocatorParams& p, const KvLayout& l
       }
     }
   }
-  if (o.prefix_caching && free_outside_window && o.capacity_bytes != 0) {
-    for (const LayerGroup& g : layout.groups) {
-      if (g.window_tokens != layout.groups.front().window_tokens) {
-        p.fail("prefix-caching=on with sliding-window under a KV budget needs one window for every layer group (vLLM "
-               "evicts from one free queue for all groups; kvsim keeps one per group, which stays in step only "
-               "when every group frees alike): layer groups '" + layout.groups.front().name + "' and '" + g.name +
-               "' differ; run without a budget or use paged");
-      }
-    }
-  }
   return std::make_unique<PagedAllocator>(layout, o);
 }
 
@@ -168,7 +158,7 @@ constexpr AllocatorKind kKinds[] = {
      "      as the sequence advances (vLLM's hybrid allocator); full-attention groups keep all.\n"
      "      prefix-caching=on: vLLM's hybrid prefix caching rules (a sliding group needs only\n"
      "      the blocks of one window before a hit's end cached; freed blocks stay cached).\n"
-     "      Under a KV budget only when every layer group has the same window.\n",
+     "      Under a budget, groups of different windows draw on one free queue, as in vLLM.\n",
      "block=16", make_sliding_window},
     {"dense-static", "dense-static[:reserve=max-model-len|max-tokens|pow2|pow2-output|oracle][,placement=none|first-fit|buddy]",
      "      each sample reserves a fixed row at admission: the model's maximum length (default),\n"

@@ -22,12 +22,11 @@ PagedAllocator::PagedAllocator(const KvLayout& layout, const PagedAllocatorOptio
   }
   if (prefix_caching_) {
     // The factory refuses this with a message for the user; this guards other callers.
+    // Groups of different windows do not take blocks in step: one queue for all, as vLLM.
     const bool one_window = std::all_of(groups_.begin(), groups_.end(), [&](const Group& g) {
       return g.window_tokens == groups_.front().window_tokens;
     });
-    check(!free_outside_window_ || options.capacity_bytes == 0 || one_window,
-          "sliding-window: prefix caching under a capacity needs one window for every layer group");
-    pool_.enable_prefix_caching();
+    pool_.enable_prefix_caching(free_outside_window_ && !one_window);
   }
 }
 

@@ -219,12 +219,6 @@ TEST_CASE("allocator contract: requests with shared prefixes, driven through the
       INFO(spec << ", capacity " << capacity_positions << " positions");
       AllocatorLimits limits;
       limits.capacity_bytes = capacity_positions * layout.bytes_per_token();
-      if (capacity_positions > 0 && spec.rfind("sliding-window", 0) == 0 && shares_prefixes(spec)) {
-        // One free queue per group cannot model a budget shared by groups of different
-        // windows (src/allocator_factory.cc says so).
-        CHECK_THROWS_AS(make_allocator(parse_allocator_spec(spec, "test"), layout, limits), InputError);
-        continue;
-      }
       auto a = make_allocator(parse_allocator_spec(spec, "test"), layout, limits);
       const std::int64_t block = a->prefix_block_tokens();
       struct Live {
@@ -331,13 +325,6 @@ TEST_CASE("allocator contract under a tight budget: every policy, every allocato
       for (const std::string& spec : kSpecs) {
         for (std::int64_t budget_positions : {std::int64_t{600}, std::int64_t{2500}}) {
           INFO(spec << " on " << layout_name << ", policy " << p.name << ", budget " << budget_positions << " positions");
-          if (spec.rfind("sliding-window", 0) == 0 && shares_prefixes(spec) && base == "hybrid") {
-            // Its prefix caching refuses a budget shared by groups of different windows.
-            AllocatorLimits limits;
-            limits.capacity_bytes = budget_positions * layout.bytes_per_token();
-            CHECK_THROWS_AS(make_allocator(parse_allocator_spec(spec, "test"), layout, limits), InputError);
-            continue;
-          }
           RequestVectorReader trace(reqs);
           ReplayOptions o;
           o.layout = layout;

@@ -75,8 +75,7 @@ const Config kConfigs[] = {
     {"sliding-window:block=1", Kind::sliding, 1, {}, {}, 0, 9'000},
     // With prefix caching on but no prefix hashes, the sliding-window allocator frees
     // through the cache's queue, block by block, and must hold exactly what it holds
-    // without caching. Unbounded only: under a budget it refuses these layouts' groups of
-    // different windows (src/allocator_factory.cc).
+    // without caching; under a budget its groups of different windows draw on one queue.
     {"sliding-window:block=16,prefix-caching=on", Kind::sliding, 16, {}, {}, 0, 9'000},
     {"dense-static:reserve=max-model-len", Kind::dense, 0, Reserve::max_model_len, {}, 0, 10'000},
     {"dense-static:reserve=max-tokens", Kind::dense, 0, Reserve::max_tokens, {}, 0, 4'000},
@@ -630,7 +629,6 @@ TEST_CASE("differential: every allocator holds what the reference model says, af
 
 TEST_CASE("differential: a bounded allocator refuses exactly what does not fit, and a refusal changes nothing") {
   for (const Config& c : kConfigs) {
-    if (c.spec == "sliding-window:block=16,prefix-caching=on") continue;  // refused bounded, above
     const Stats s = Driver(c, 0, 2000, true).run(kBoundedOps);
     INFO(c.spec << ": " << s.ops << " operations, " << s.refused << " refused");
     CHECK(s.refused > 500);

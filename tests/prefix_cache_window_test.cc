@@ -184,15 +184,37 @@ TEST_CASE("sliding-window prefix cache: on a hybrid model the full group's leadi
   a.check_invariants();
 }
 
-TEST_CASE("sliding-window prefix cache: under a budget, layer groups with different windows are refused") {
-  // The pool keeps one free queue per group, vLLM one for all: groups that free alike stay
-  // in step, a full group and a sliding one do not.
-  AllocatorLimits limits;
-  limits.capacity_bytes = 1024;
-  CHECK_THROWS_AS(make_allocator(parse_allocator_spec("sliding-window:block=16,prefix-caching=on", "test"), hybrid(),
-                                 limits),
-                  InputError);
-  CHECK_NOTHROW(make_allocator(parse_allocator_spec("sliding-window:block=16,prefix-caching=on", "test"), hybrid()));
-  CHECK_NOTHROW(make_allocator(parse_allocator_spec("sliding-window:block=16,prefix-caching=on", "test"),
-                               sliding_only(), limits));
+TEST_CASE("sliding-window prefix cache: on a hybrid model under a budget the combined hit is the smaller") {
+  // 14 blocks of 16 bytes for both groups together, drawn from one queue (vLLM's one
+  // FreeKVCacheBlockQueue). A takes 7 new blocks in each group (0..6, 224 bytes: the budget),
+  // caching h1..h6 in both; its decode step frees sliding blocks 2, 1, 0 (queue order
+  // s2, s1, s0). A's release then frees tail first, full group first: f6..f0, then
+  // sliding s6..s3. The one queue: s2 s1 s0 f6 f5 f4 f3 f2 f1 f0 s6 s5 s4 s3.
+  auto a = caching(hybrid(), 14 * kBlock);
+  run_a(a);
+  a.release(0);
+  CHECK(a.pool().evictable_bytes == 12 * kBlock);  // h1..h6 in each group
+  // D (no hashes) takes 3 blocks in each group, full first. The budget is spent, so each
+  // comes from the queue's head: the full group's three are s2, s1, s0 (evicting the
+  // sliding group's h3, h2, h1; their bytes become the full group's new ids 7, 8, 9), the
+  // sliding group's three are f6 (uncached), f5, f4 (evicting the full group's h6, h5;
+  // their bytes reuse the sliding ids 0, 1, 2).
+  REQUIRE(a.admit(1, prefix_info(48, 1, {})) == Outcome::ok);
+  REQUIRE(a.grow(1, 48, 48) == Outcome::ok);
+  CHECK(a.block_table(1, 0, 0) == std::vector<BlockId>{7, 8, 9});
+  CHECK(a.block_table(1, 1, 0) == std::vector<BlockId>{0, 1, 2});
+  CHECK(a.pool().evicted_bytes == 5 * kBlock);
+  CHECK(a.pool().evictable_bytes == 7 * kBlock);  // full h1..h4, sliding h4..h6
+  a.check_invariants();
+  // B, A's prompt (at most 6 blocks). The full group alone would hit its leading run h1..h4
+  // (4 blocks); the sliding group alone h4, h5, h6 from the right (6 blocks). Combined
+  // (HybridKVCacheCoordinator): full first, 4; the sliding group within 4 needs blocks 1..3
+  // cached, and h2, h3 are not; no run of 3 ends earlier and its leading run is empty
+  // (h1 gone): 0. Nothing is a hit, though each group alone finds blocks.
+  CHECK(a.cached_tokens(prefix_info(100, 10, kSix)) == 0);
+  // The same layout unbounded keeps everything: the full group's run of 6 is the hit.
+  auto u = caching(hybrid());
+  run_a(u);
+  u.release(0);
+  CHECK(u.cached_tokens(prefix_info(100, 10, kSix)) == 96);
 }
