@@ -14,7 +14,8 @@
 // block taken from it that still carries a hash is evicted then. Unbounded, the pool grows
 // instead of evicting, so nothing cached is ever lost, and reserved bytes count the
 // evictable blocks too. Every group keeps its own ids and map; the paged allocator
-// operates all groups alike, so their blocks and caches stay in step. Without caching
+// operates all groups alike, so their blocks and caches stay in step, unless sliding
+// windows of different sizes free them apart (then one queue serves all: one_queue). Without caching
 // none of this exists and the free list is last-in first-out, as before.
 #ifndef KVSIM_SRC_BLOCK_POOL_H_
 #define KVSIM_SRC_BLOCK_POOL_H_

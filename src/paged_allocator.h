@@ -26,9 +26,9 @@
 // ceil((W - 1) / block) blocks before a hit's end cached, searched from the right; the
 // hit is the longest length every group accepts; a hit request holds no block of a
 // sliding group that is already behind its window; and blocks that fall behind the window
-// are freed into the free queue still cached, evictable. Under a capacity this needs every
-// layer group to have the same window (the pool keeps one id space and queue per group,
-// vLLM one for all; groups that free alike stay in step, others would not).
+// are freed into the free queue still cached, evictable. Under a capacity, groups of
+// different windows do not take blocks in step, and the pool then draws them all from one
+// queue, as vLLM does (BlockPool::enable_prefix_caching's one_queue).
 #ifndef KVSIM_SRC_PAGED_ALLOCATOR_H_
 #define KVSIM_SRC_PAGED_ALLOCATOR_H_
 
