@@ -21,8 +21,8 @@ PagedAllocator::PagedAllocator(const KvLayout& layout, const PagedAllocatorOptio
     bytes_per_block_all_groups_ += pool_.block_bytes(pool_.group_count() - 1);
   }
   if (prefix_caching_) {
-    // The factory refuses this with a message for the user; this guards other callers.
-    // Groups of different windows do not take blocks in step: one queue for all, as vLLM.
+    // With sliding-window, groups of different windows do not take blocks in step: one
+    // free queue for all of them, as vLLM's (block_pool.h, one_queue).
     const bool one_window = std::all_of(groups_.begin(), groups_.end(), [&](const Group& g) {
       return g.window_tokens == groups_.front().window_tokens;
     });
