@@ -108,8 +108,9 @@ TEST_CASE("sliding-window prefix cache: a second request hits on a sliding-only 
 }
 
 TEST_CASE("sliding-window prefix cache: paged on the same sliding layout holds the whole hit, by the full rule") {
-  // paged (no freeing) treats sliding layers as full attention, as vLLM does with its
-  // hybrid manager off: a hit is the leading run of cached blocks and all of it is held.
+  // paged (no freeing) treats sliding layers as full attention (vLLM does so with its
+  // hybrid manager off on a model with both kinds of layers; unify_hybrid_kv_cache_specs):
+  // a hit is the leading run of cached blocks and all of it is held.
   auto a = caching(sliding_only(), 0, false);
   run_a(a);
   CHECK(a.block_table(0, 0, 0) == std::vector<BlockId>{0, 1, 2, 3, 4, 5, 6});
