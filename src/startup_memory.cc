@@ -20,6 +20,10 @@ constexpr std::int64_t kMiB = std::int64_t{1} << 20;
 // tokens (vllm/envs.py, default 32768), so its intermediate caches stop growing there.
 constexpr std::int64_t kFusedMoeChunkTokens = 32768;
 
+// V0 enables chunked prefill by default for max_model_len above this (arg_utils.py
+// use_long_context).
+constexpr std::int64_t kVllmV0ChunkedPrefillAboveTokens = 32768;
+
 // Non-torch memory a profile run adds (vLLM's non_torch_increase). No closed form in vLLM's
 // code: CUDA loads kernel modules lazily (CUDA_MODULE_LOADING=LAZY) and libraries allocate
 // outside torch's allocator. Assumption: 100 MiB on one device, the order vLLM 0.7 logs show
@@ -234,10 +238,18 @@ StartupMemory startup_memory(const ModelSpec& model, const KvOptions& kv, const 
   }
   if (s.settings.max_num_batched_tokens == 0) {
     // vllm/config.py SchedulerConfig: without chunked prefill (V0's default up to 32K
-    // tokens) one step must hold a whole prompt: max(max_model_len, 2048).
-    s.settings.max_num_batched_tokens = is_vllm_v0(settings.engine)
-                                            ? std::max(s.max_model_len, kVllmMinNumBatchedTokensUnchunked)
-                                            : kVllmMaxNumBatchedTokens;
+    // tokens) one step must hold a whole prompt: max(max_model_len, 2048). V0 turns chunked
+    // prefill on by itself above 32K (vllm/engine/arg_utils.py create_engine_config:
+    // max_model_len > 32768 on CUDA, no sliding window, no speculative decoding, LoRA or
+    // prompt adapters; checked at vLLM 14ecab5b, 2025-02-11, 0.7.2), and then the step is
+    // SchedulerConfig's 2048.
+    const bool sliding = std::any_of(model.layer_window_tokens.begin(), model.layer_window_tokens.end(),
+                                     [](std::int64_t w) { return w > 0; });
+    const bool v0_chunked = s.max_model_len > kVllmV0ChunkedPrefillAboveTokens && !sliding;
+    s.settings.max_num_batched_tokens =
+        is_vllm_v0(settings.engine)
+            ? (v0_chunked ? kVllmMinNumBatchedTokensUnchunked : std::max(s.max_model_len, kVllmMinNumBatchedTokensUnchunked))
+            : kVllmMaxNumBatchedTokens;
   }
   const std::int64_t batch = s.settings.max_num_batched_tokens;
   s.cuda_graphs = is_vllm(settings.engine) && !settings.enforce_eager
