@@ -230,9 +230,10 @@ TEST_CASE("prefix cache: a request preempted by recompute finds its prompt and i
   // Discarded at the preemption: 47 positions; found again: 32; computed again: 15.
   CHECK(rep.recomputed_tokens == 15);
   CHECK(rep.end_ns == 90 * kMs);
-  // A leaves [A3 (partial), A2 and A1 (its own generated blocks), A0 (h11)] behind B1 and
-  // B0 (which B takes back); B's new block at step 34 is A3, and its 4th (for its 49th
-  // position, at step 35) is A2, cached: one block evicted, 16 bytes.
+  // A leaves its 4th block (partial), its 3rd and 2nd (its own generated blocks, cached) and
+  // its 1st (h11), in that order, behind B1 and B0 (which B takes back); B's new block at
+  // step 34 is A's 4th, and its 4th (for its 49th position, at step 35) is A's 3rd, cached:
+  // one block evicted, 16 bytes.
   CHECK(rep.evicted_bytes == 16);
   CHECK(rep.leak_free);
 }
