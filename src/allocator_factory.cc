@@ -151,7 +151,8 @@ constexpr AllocatorKind kKinds[] = {
      "      copy-on-write. Sliding-window layers are stored like full attention.\n"
      "      prefix-caching=on: vLLM's automatic prefix caching. Full prompt blocks are kept\n"
      "      by their prefix hashes after release (evictable, least recently freed first) and\n"
-     "      reused by later requests with the same prefix.\n",
+     "      reused by later requests with the same prefix; under a budget every other full\n"
+     "      block (generated tokens) is kept too, for its own request after a preemption.\n",
      "block=16", make_paged},
     {"sliding-window", "sliding-window[:block=16][,prefix-caching=off|on]",
      "      paged, and blocks that fall wholly behind a sliding-window group's window are freed\n"

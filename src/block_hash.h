@@ -50,6 +50,20 @@ inline std::uint64_t chain_given_hash(std::uint64_t previous, std::uint64_t give
   return splitmix64(previous ^ splitmix64(given));
 }
 
+// The identity of a full block the trace does not identify: a generated block, or a prompt
+// block past the given hashes (none at all for a trace without identity). vLLM hashes every
+// full block of a request from its token ids, the generated ones included, each chained from
+// its parent (vllm/v1/request.py append_output_token_ids extends request.block_hashes through
+// kv_cache_utils.py's request block hasher, which hashes only full blocks, parent hash plus
+// the block's tokens). Nothing says such a block's tokens are another request's, so its
+// identity is one that only this request (this sample, for n > 1) can produce: the parent's
+// identity (0 for block 0) mixed with the request's key, the sample and the block's index.
+inline std::uint64_t own_block_hash(std::uint64_t parent, std::uint64_t request_key, std::uint64_t sample,
+                                    std::int64_t block) {
+  const std::uint64_t who = splitmix64(splitmix64(request_key ^ 0x6f776e20626c6f63ULL) + sample);
+  return splitmix64(parent ^ splitmix64(who + static_cast<std::uint64_t>(block) + 1));
+}
+
 // A prompt's prefix identity at `block` tokens per block, from hashes given at `given_block`
 // tokens per block (the trace's), appended to `out`. Block k ([k x block, (k + 1) x block))
 // lies within the first i + 1 given blocks for i = floor(((k + 1) x block - 1) / given_block),

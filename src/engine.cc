@@ -340,6 +340,7 @@ AdmitInfo Engine::admit_info_of(std::uint32_t ticket) const {
   const Ticket& t = tickets_[ticket];
   AdmitInfo info = admit_info(t);
   info.resumed_tokens = t.base_generated;
+  info.request_key = static_cast<std::uint64_t>(t.ordinal);
   if (sharing()) info.prefix_hashes = prefix_of_[ticket];
   return info;
 }
@@ -487,6 +488,7 @@ void Engine::preempt(std::uint32_t victim) {
   // Recompute: everything computed so far is discarded and will be computed again.
   const std::int64_t computed = v.decoding ? v.prompt + produced : v.prefilled;
   report_.recomputed_tokens += prefill_cost({v.prompt, v.n, v.target, 0}, 0, computed);
+  t.discarded = computed;
   drop_holding(victim, 0);
   end_flight(victim);
   t.base_generated = produced;
@@ -718,7 +720,8 @@ void Engine::admit_waiting(std::int64_t& budget, std::int64_t& prefill_tokens) {
     // with now it can never start with (the progress guarantee: refused, not retried).
     const bool alone = running_ == 0 && swapped_.empty();
     if (budget <= 0 && target > 0) break;  // never alone: alone, the step's budget is whole
-    // Prompt blocks another request left behind are not computed again.
+    // Blocks another request left behind (its prompt's), or this one before a preemption
+    // (prompt and generated), are not computed again.
     const AdmitInfo info = admit_info_of(ref.ticket);
     const std::int64_t cached = sharing() ? alloc_.cached_tokens(info) : 0;
     const auto [positions, cost] = chunk_for({t.prompt, t.n, target, cached}, budget);
@@ -770,6 +773,10 @@ void Engine::admit_waiting(std::int64_t& budget, std::int64_t& prefill_tokens) {
     }
     if (scheduler_tracks_requests_) scheduler_->on_admitted(view_, slot, t);
     if (sharing()) count_prefix_lookup(t.prompt, target, cached, !first_admission);
+    if (!first_admission && cached > 0) {
+      // What it threw away and finds cached again is not computed again.
+      report_.recomputed_tokens -= prefill_cost({t.prompt, t.n, target, 0}, 0, std::min(cached, t.discarded));
+    }
     budget -= cost;
     prefill_tokens += cost;
     if (f.prefilled < f.target) prefilling_.push_back({slot, f.generation});

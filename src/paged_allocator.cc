@@ -14,7 +14,8 @@ PagedAllocator::PagedAllocator(const KvLayout& layout, const PagedAllocatorOptio
       free_outside_window_(options.free_outside_window),
       prefix_caching_(options.prefix_caching),
       decode_shortcut_(!options.free_outside_window && !options.prefix_caching),
-      pool_(options.capacity_bytes) {
+      pool_(options.capacity_bytes),
+      own_ids_(options.prefix_caching && options.capacity_bytes != 0) {
   for (const LayerGroup& g : layout.groups) {
     groups_.push_back({g.window_tokens, options.free_outside_window && g.window_tokens > 0});
     pool_.add_group(checked_mul(block_tokens_, g.bytes_per_position, "bytes per block"));
@@ -42,7 +43,7 @@ Outcome PagedAllocator::admit(RequestSlot slot, const AdmitInfo& info) {
   }
   Request& r = requests_[slot];
   check(!r.live, "paged: admitting a live request slot");
-  r = Request{true, false, info.prompt_tokens, info.n, 0, 0};
+  r = Request{true, false, info.prompt_tokens, info.n, 0, 0, info.resumed_tokens};
   for (std::size_t g = 0; g < groups_.size(); ++g) {
     Tables& t = tables(slot, g);
     t.shared.clear();
@@ -387,21 +388,6 @@ void PagedAllocator::check_invariants() const {
         check(behind == (t.shared[i] == kNullBlock), "paged: a freed block is still referenced, or a live one is missing");
         count(g, t.shared[i], r.forked ? static_cast<std::uint32_t>(r.n) : 1);
       }
-      if (prefix_caching_) {
-        // The leading cached blocks carry the request's hashes, and the request counts
-        // once among the holders of each.
-        const Prefix& p = prefixes_[slot];
-        check(p.cached_blocks <= static_cast<std::int64_t>(std::min(t.shared.size(), p.hashes.size())),
-              "paged: more cached blocks than hashed prompt blocks held");
-        for (std::int64_t i = 0; i < p.cached_blocks; ++i) {
-          const BlockId id = t.shared[static_cast<std::size_t>(i)];
-          if (id == kNullBlock) continue;  // behind a sliding window: freed, checked above
-          check(pool_.cached_as(g, id, p.hashes[static_cast<std::size_t>(i)]),
-                "paged: a request's leading block does not carry the request's hash");
-          if (requests[g].size() <= id) requests[g].resize(id + 1, 0);
-          ++requests[g][id];
-        }
-      }
       if (!r.forked) continue;
       check(static_cast<std::int64_t>(t.samples.size()) == r.n, "paged: a sample has no table");
       for (const auto& sample : t.samples) {
@@ -410,6 +396,34 @@ void PagedAllocator::check_invariants() const {
           const bool behind = s + static_cast<std::int64_t>(i) < t.dropped;
           check(behind == (sample[i] == kNullBlock), "paged: a sample's freed block is still referenced");
           count(g, sample[i], 1);
+        }
+      }
+    }
+    if (!prefix_caching_) continue;
+    // The leading cached blocks of every sequence carry the request's identities, and the
+    // request counts once among the holders of each.
+    const Prefix& p = prefixes_[slot];
+    const std::int64_t prompt_full = shared_blocks(r);
+    check(p.cached_blocks <= r.blocks && (r.forked || r.n == 1 || p.cached_blocks <= prompt_full),
+          "paged: more cached blocks than the request holds");
+    const std::int64_t shared_ids = r.n > 1 ? std::min(p.cached_blocks, prompt_full) : p.cached_blocks;
+    check(static_cast<std::int64_t>(p.hashes.size()) >= shared_ids, "paged: a cached block has no identity");
+    for (const auto& ids : p.sample_ids) {
+      check(p.cached_blocks <= prompt_full || static_cast<std::int64_t>(ids.size()) >= p.cached_blocks - prompt_full,
+            "paged: a sample's cached block has no identity");
+    }
+    check(p.cached_blocks <= prompt_full || r.n == 1 || static_cast<std::int64_t>(p.sample_ids.size()) == r.n,
+          "paged: a sample has no identities");
+    for (std::size_t g = 0; g < groups_.size(); ++g) {
+      for (std::int64_t k = 0; k < p.cached_blocks; ++k) {
+        const std::int64_t sequences = r.n > 1 && k >= prompt_full ? r.n : 1;
+        for (std::int64_t j = 0; j < sequences; ++j) {
+          const BlockId id = table_block(slot, r, g, k, j);
+          if (id == kNullBlock) continue;  // behind a sliding window: freed, checked above
+          check(pool_.cached_as(g, id, block_id(slot, r, k, j)),
+                "paged: a request's leading block does not carry the request's identity");
+          if (requests[g].size() <= id) requests[g].resize(id + 1, 0);
+          ++requests[g][id];
         }
       }
     }

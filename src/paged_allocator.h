@@ -15,10 +15,15 @@
 // "outside window" fragmentation.
 //
 // With `prefix_caching` (vLLM v1's automatic prefix caching; vllm/v1/core/kv_cache_manager.py,
-// block_pool.py, single_type_kv_cache_manager.py), the full prompt blocks a request computes
-// are registered under its prefix hashes and outlive it, evictable, in the pool's free
-// queue; a later request with the same leading hashes takes them at admission instead of
-// computing them (cached_tokens()). Each request's Footprint still counts every block it
+// block_pool.py, single_type_kv_cache_manager.py), the full blocks a request computes are
+// registered under their identity and outlive it, evictable, in the pool's free queue; a
+// later request with the same leading identities takes them at admission instead of
+// computing them (cached_tokens()). Prompt blocks carry the prefix hashes the trace gives;
+// under a budget every other full block (generated tokens, prompt blocks the trace does not
+// identify) carries an identity only its own request can produce (own_block_hash), so a
+// request preempted by recompute finds its prompt and its generated tokens again, as in
+// vLLM, until they are evicted. Unbounded nothing is preempted, so those blocks could never
+// be found again and are not cached. Each request's Footprint still counts every block it
 // references as its own; shared_positions() reports the blocks several live requests hold.
 //
 // With both (the sliding-window allocator with prefix caching), vLLM's hybrid rules
@@ -79,6 +84,7 @@ class PagedAllocator final : public Allocator {
     std::int64_t n = 1;
     std::int64_t tokens = 0;      // as of the last grow
     std::int64_t blocks = 0;      // logical blocks per sequence (ceil(tokens / block))
+    std::int64_t resumed = 0;     // generated tokens recomputed after a preemption (AdmitInfo)
   };
   // One request's tables for one group. Before the fork, `shared` is the only sequence's
   // table. After it, `shared` holds the prompt's full blocks (referenced by every sample)
@@ -133,12 +139,20 @@ class PagedAllocator final : public Allocator {
   std::int64_t range_bytes(const Request& r, std::size_t g, std::int64_t from, std::int64_t to) const;
 
   // Prefix caching's side of admit, grow and release; see the .cc for vLLM's rules.
-  // Leading prompt blocks whose hashes are cached in every group, at most
-  // floor((prompt - 1) / block) so that the last prompt token is computed.
+  // Leading blocks whose identities are cached in every group (and, past the prompt's full
+  // blocks of an n > 1 request, for every sample), at most
+  // floor((prompt + resumed - 1) / block) so that the last token is computed.
   std::int64_t hit_blocks(const AdmitInfo& info) const;
   void admit_cached(RequestSlot slot, Request& r, const AdmitInfo& info);
-  // Registers the prompt blocks that the last grow filled and that have a hash. Called by
-  // grow_step, the only path grow() takes with prefix caching.
+  // Makes the identities of logical blocks [0, upto) of every sequence known in the
+  // request's Prefix, as far as they have one; returns how many leading blocks do.
+  std::int64_t identify(RequestSlot slot, const Request& r, std::int64_t upto);
+  // The identity of logical block k of sample j. REQUIRES: identify() covered k.
+  std::uint64_t block_id(RequestSlot slot, const Request& r, std::int64_t k, std::int64_t j) const;
+  // The block of sample j's table at logical block k.
+  BlockId table_block(RequestSlot slot, const Request& r, std::size_t g, std::int64_t k, std::int64_t j) const;
+  // Registers the full blocks whose tokens the last grow computed and that have an
+  // identity. Called by grow_step, the only path grow() takes with prefix caching.
   void cache_full_blocks(RequestSlot slot, const Request& r);
   void release_cached(RequestSlot slot, const Request& r);
   // The sliding-window allocator's side (paged_allocator_window_prefix.cc). The longest hit,
@@ -168,10 +182,19 @@ class PagedAllocator final : public Allocator {
   std::int64_t copied_bytes_ = 0;
   std::int64_t bytes_per_block_all_groups_ = 0;  // one block in every group
   std::vector<std::int64_t> drop_to_;  // scratch for grow(): per group, blocks dropped after the step
-  // Prefix caching only, by slot: the request's prefix hashes (copied at admission) and how
-  // many leading blocks of its tables are cached (hits, then the blocks it registered).
+  // Under a budget, blocks the trace does not identify get an identity of their own request.
+  bool own_ids_;
+  // Prefix caching only, by slot: the identities of the request's blocks (the given prefix
+  // hashes copied at admission, then own identities as blocks fill) and how many leading
+  // logical blocks of its tables are cached (hits, then the blocks it registered), in every
+  // sequence alike.
   struct Prefix {
-    std::vector<std::uint64_t> hashes;
+    std::vector<std::uint64_t> hashes;                    // logical blocks of the shared table:
+                                                          // all of them for n == 1, the prompt's
+                                                          // full ones for n > 1
+    std::vector<std::vector<std::uint64_t>> sample_ids;  // n > 1: sample j's blocks from the
+                                                          // prompt's full blocks on
+    std::uint64_t key = 0;                                // AdmitInfo::request_key
     std::int64_t cached_blocks = 0;
   };
   std::vector<Prefix> prefixes_;

@@ -2,9 +2,19 @@
 // grow and release (vllm/v1/core/kv_cache_manager.py, single_type_kv_cache_manager.py),
 // apart from the plain allocator, which reaches them through one branch on a flag in
 // admit(), grow() and release().
+//
+// Identity. vLLM hashes every full block of a request, its generated tokens included
+// (request.block_hashes grows in append_output_token_ids as blocks fill, each hash chained
+// from the previous block's). Here a prompt block's identity is the prefix hash the trace
+// gives; any other full block (a generated one, or a prompt block past the given hashes)
+// gets own_block_hash, which only this request can produce: for n > 1, the prompt's full
+// blocks are the samples' common blocks and every later block is one sample's own (vLLM
+// runs the n samples as n child requests sharing the prompt's blocks). Own identities exist
+// only under a budget: unbounded, nothing is preempted, so nobody could find them again.
 #include <algorithm>
 #include <cstddef>
 
+#include "block_hash.h"
 #include "kvsim/error.h"
 #include "paged_allocator.h"
 
@@ -12,23 +22,56 @@ namespace kvsim::detail {
 
 std::int64_t PagedAllocator::hit_blocks(const AdmitInfo& info) const {
   if (info.prompt_tokens <= 0) return 0;
-  // kv_cache_manager.py get_computed_blocks: max_cache_hit_length = num_tokens - 1, so a
-  // prompt wholly cached still computes its last token (its last block, in whole blocks).
-  // num_tokens counts the generated tokens too: a request back from preemption recomputes
-  // them, so its whole prompt may hit.
-  const std::int64_t limit = std::min<std::int64_t>((info.prompt_tokens + info.resumed_tokens - 1) / block_tokens_,
-                                                    static_cast<std::int64_t>(info.prefix_hashes.size()));
-  // With sliding windows, vLLM's hybrid rules (paged_allocator_window_prefix.cc).
-  if (free_outside_window_) return window_hit_blocks(info.prefix_hashes, limit);
-  // single_type_kv_cache_manager.py find_longest_cache_hit: the leading run of hashes found,
-  // in every group (vLLM keys its map by hash and group).
+  // kv_cache_manager.py get_computed_blocks: max_cache_hit_length = request.num_tokens - 1,
+  // so a request wholly cached still computes its last token (its last block, in whole
+  // blocks). num_tokens counts the generated tokens too: a request back from preemption
+  // recomputes them, looks them up with its prompt, and may find both.
+  const std::int64_t limit = (info.prompt_tokens + info.resumed_tokens - 1) / block_tokens_;
+  const std::int64_t s = info.prompt_tokens / block_tokens_;
+  const auto given = std::min<std::int64_t>(static_cast<std::int64_t>(info.prefix_hashes.size()), s);
+  const auto everywhere = [&](std::uint64_t hash) {
+    for (std::size_t g = 0; g < groups_.size(); ++g) {
+      if (pool_.cached_block(g, hash) == kNullBlock) return false;
+    }
+    return true;
+  };
+  if (free_outside_window_) {
+    // With sliding windows, vLLM's hybrid rules (paged_allocator_window_prefix.cc) over the
+    // same chain of identities identify() builds: for an n > 1 request only its prompt's
+    // full blocks (each sample's own chain past them is not searched with windows).
+    std::vector<std::uint64_t> ids;
+    std::uint64_t parent = 0;
+    for (std::int64_t k = 0; k < limit && (k < s || info.n == 1); ++k) {
+      if (k < given) parent = info.prefix_hashes[static_cast<std::size_t>(k)];
+      else if (own_ids_) parent = own_block_hash(parent, info.request_key, 0, k);
+      else break;
+      ids.push_back(parent);
+    }
+    return window_hit_blocks(ids, static_cast<std::int64_t>(ids.size()));
+  }
+  // single_type_kv_cache_manager.py find_longest_cache_hit: the leading run of identities
+  // found, in every group (vLLM keys its map by hash and group), walking the same chain
+  // identify() builds.
   std::int64_t hits = 0;
-  while (hits < limit) {
-    const std::uint64_t hash = info.prefix_hashes[static_cast<std::size_t>(hits)];
-    bool everywhere = true;
-    for (std::size_t g = 0; g < groups_.size() && everywhere; ++g) everywhere = pool_.cached_block(g, hash) != kNullBlock;
-    if (!everywhere) break;
-    ++hits;
+  std::uint64_t parent = 0;
+  for (; hits < limit && (hits < s || info.n == 1); ++hits) {
+    std::uint64_t id;
+    if (hits < given) id = info.prefix_hashes[static_cast<std::size_t>(hits)];
+    else if (own_ids_) id = own_block_hash(parent, info.request_key, 0, hits);
+    else break;
+    if (!everywhere(id)) return hits;
+    parent = id;
+  }
+  if (hits < s || hits >= limit || !own_ids_) return hits;
+  // Past the prompt's full blocks of an n > 1 request: each sample's own chain, all of
+  // which must be found (the request's sequences advance together).
+  std::vector<std::uint64_t> parents(static_cast<std::size_t>(info.n), parent);
+  for (; hits < limit; ++hits) {
+    for (std::int64_t j = 0; j < info.n; ++j) {
+      auto& p = parents[static_cast<std::size_t>(j)];
+      p = own_block_hash(p, info.request_key, static_cast<std::uint64_t>(j), hits);
+      if (!everywhere(p)) return hits;
+    }
   }
   return hits;
 }
@@ -37,30 +80,88 @@ std::int64_t PagedAllocator::cached_tokens(const AdmitInfo& info) const {
   return prefix_caching_ ? hit_blocks(info) * block_tokens_ : 0;
 }
 
+std::int64_t PagedAllocator::identify(RequestSlot slot, const Request& r, std::int64_t upto) {
+  Prefix& p = prefixes_[slot];
+  const std::int64_t s = shared_blocks(r);
+  const std::int64_t shared_end = r.n > 1 ? std::min(upto, s) : upto;
+  while (static_cast<std::int64_t>(p.hashes.size()) < shared_end) {
+    if (!own_ids_) return static_cast<std::int64_t>(p.hashes.size());
+    const auto k = static_cast<std::int64_t>(p.hashes.size());
+    p.hashes.push_back(own_block_hash(k == 0 ? 0 : p.hashes.back(), p.key, 0, k));
+  }
+  if (upto <= shared_end) return upto;
+  if (!own_ids_) return s;
+  p.sample_ids.resize(static_cast<std::size_t>(r.n));
+  for (std::int64_t j = 0; j < r.n; ++j) {
+    auto& ids = p.sample_ids[static_cast<std::size_t>(j)];
+    while (s + static_cast<std::int64_t>(ids.size()) < upto) {
+      const std::uint64_t parent = !ids.empty() ? ids.back() : s == 0 ? 0 : p.hashes[static_cast<std::size_t>(s - 1)];
+      ids.push_back(own_block_hash(parent, p.key, static_cast<std::uint64_t>(j), s + static_cast<std::int64_t>(ids.size())));
+    }
+  }
+  return upto;
+}
+
+std::uint64_t PagedAllocator::block_id(RequestSlot slot, const Request& r, std::int64_t k, std::int64_t j) const {
+  const Prefix& p = prefixes_[slot];
+  const std::int64_t s = shared_blocks(r);
+  if (r.n == 1 || k < s) return p.hashes[static_cast<std::size_t>(k)];
+  return p.sample_ids[static_cast<std::size_t>(j)][static_cast<std::size_t>(k - s)];
+}
+
+BlockId PagedAllocator::table_block(RequestSlot slot, const Request& r, std::size_t g, std::int64_t k,
+                                    std::int64_t j) const {
+  const Tables& t = tables(slot, g);
+  const std::int64_t s = shared_blocks(r);
+  if (!r.forked || k < s) return t.shared[static_cast<std::size_t>(k)];
+  return t.samples[static_cast<std::size_t>(j)][static_cast<std::size_t>(k - s)];
+}
+
 void PagedAllocator::admit_cached(RequestSlot slot, Request& r, const AdmitInfo& info) {
   if (prefixes_.size() < requests_.size()) prefixes_.resize(requests_.size());
   Prefix& p = prefixes_[slot];
-  // Only full prompt blocks have an identity; a longer list is the caller's mistake, and
-  // the blocks past the prompt's full ones are never cached.
+  // Only full prompt blocks have a given identity; a longer list is the caller's mistake,
+  // and the blocks past the prompt's full ones get their own (identify()).
   const auto hashed = std::min<std::size_t>(info.prefix_hashes.size(), static_cast<std::size_t>(shared_blocks(r)));
   p.hashes.assign(info.prefix_hashes.begin(), info.prefix_hashes.begin() + static_cast<std::ptrdiff_t>(hashed));
+  p.sample_ids.clear();
+  p.key = info.request_key;
   // kv_cache_manager.py allocate_slots -> block_pool.py touch(): the hit blocks join the
   // request's table, leaving the free queue when nobody held them. They exist already, so
-  // they need no room: an evictable block just becomes allocated.
+  // they need no room: an evictable block just becomes allocated. A hit past the prompt's
+  // full blocks of an n > 1 request gives each sample its own blocks from there on: the
+  // request comes back forked, its prompt's full blocks referenced by every sample.
   const std::int64_t hits = hit_blocks(info);
+  identify(slot, r, hits);
+  const std::int64_t s = shared_blocks(r);
+  const bool forked = r.n > 1 && hits > s;
   for (std::size_t g = 0; g < groups_.size(); ++g) {
     Tables& t = tables(slot, g);
+    const std::int64_t shared_hits = forked ? s : hits;
     // add_local_computed_blocks: a sliding group takes none of the hit blocks wholly
     // before L - W + 1 (get_num_skipped_tokens); its table holds null there. 0 elsewhere.
-    const std::int64_t skipped = droppable_blocks(g, hits * block_tokens_);
+    const std::int64_t skipped = std::min(droppable_blocks(g, hits * block_tokens_), shared_hits);
     t.shared.assign(static_cast<std::size_t>(skipped), kNullBlock);
     t.dropped = skipped;
-    for (std::int64_t i = skipped; i < hits; ++i) {
-      const BlockId id = pool_.cached_block(g, p.hashes[static_cast<std::size_t>(i)]);
+    for (std::int64_t k = skipped; k < shared_hits; ++k) {
+      const BlockId id = pool_.cached_block(g, block_id(slot, r, k, 0));
       pool_.touch(g, id);
+      if (forked) pool_.share(g, id, static_cast<std::uint32_t>(r.n - 1));
       t.shared.push_back(id);
     }
+    if (!forked) continue;
+    t.samples.resize(static_cast<std::size_t>(r.n));
+    for (std::int64_t j = 0; j < r.n; ++j) {
+      auto& sample = t.samples[static_cast<std::size_t>(j)];
+      sample.clear();
+      for (std::int64_t k = s; k < hits; ++k) {
+        const BlockId id = pool_.cached_block(g, block_id(slot, r, k, j));
+        pool_.touch(g, id);
+        sample.push_back(id);
+      }
+    }
   }
+  r.forked = forked;
   p.cached_blocks = hits;
   r.tokens = hits * block_tokens_;
   r.blocks = hits;
@@ -70,18 +171,26 @@ void PagedAllocator::admit_cached(RequestSlot slot, Request& r, const AdmitInfo&
 }
 
 void PagedAllocator::cache_full_blocks(RequestSlot slot, const Request& r) {
-  // block_pool.py cache_full_blocks: each prompt block the request has filled and has a
-  // hash for enters the map, once (from its num_cached_blocks on). Blocks past the prompt's
-  // full ones have no hash: generated tokens carry no identity here.
+  // kv_cache_manager.py allocate_slots caches up to num_tokens_to_cache = min(computed +
+  // new tokens, request.num_tokens): the positions whose KV this step computes. The
+  // request holds one position more once it samples (the token sampled, whose KV the next
+  // step computes): past its prompt and the generated tokens it recomputes, its last
+  // position is not computed yet. single_type_kv_cache_manager.py cache_blocks ->
+  // block_pool.py cache_full_blocks: each full block with an identity enters the map,
+  // once (from num_cached_block on).
   Prefix& p = prefixes_[slot];
-  const std::int64_t full = std::min(r.tokens / block_tokens_, static_cast<std::int64_t>(p.hashes.size()));
+  const std::int64_t computed = r.tokens <= r.prompt_tokens + r.resumed ? r.tokens : r.tokens - 1;
+  const std::int64_t full = identify(slot, r, computed / block_tokens_);
   if (full <= p.cached_blocks) return;
+  const std::int64_t s = shared_blocks(r);
   for (std::size_t g = 0; g < groups_.size(); ++g) {
-    const Tables& t = tables(slot, g);
-    for (std::int64_t i = p.cached_blocks; i < full; ++i) {
-      // Null: freed behind a sliding window before it was registered, never cached.
-      const BlockId id = t.shared[static_cast<std::size_t>(i)];
-      if (id != kNullBlock) pool_.cache_block(g, id, p.hashes[static_cast<std::size_t>(i)]);
+    for (std::int64_t k = p.cached_blocks; k < full; ++k) {
+      const std::int64_t sequences = r.n > 1 && k >= s ? r.n : 1;
+      for (std::int64_t j = 0; j < sequences; ++j) {
+        // Null: freed behind a sliding window before it was registered, never cached.
+        const BlockId id = table_block(slot, r, g, k, j);
+        if (id != kNullBlock) pool_.cache_block(g, id, block_id(slot, r, k, j));
+      }
     }
   }
   p.cached_blocks = full;
@@ -95,13 +204,17 @@ void PagedAllocator::release_cached(RequestSlot slot, const Request& r) {
   // Blocks whose last reference goes join the back of the free queue; cached ones stay in
   // the map, evictable.
   const std::int64_t cached = prefixes_[slot].cached_blocks;
+  const std::int64_t s = shared_blocks(r);
   const auto shared_refs = static_cast<std::uint32_t>(r.forked ? r.n : 1);
   for (std::size_t g = 0; g < groups_.size(); ++g) {
     const Tables& t = tables(slot, g);
     if (r.forked) {
       for (const auto& sample : t.samples) {
-        for (auto it = sample.rbegin(); it != sample.rend(); ++it) {
-          if (*it != kNullBlock) pool_.drop(g, *it, 1);
+        for (auto i = static_cast<std::int64_t>(sample.size()) - 1; i >= 0; --i) {
+          const BlockId id = sample[static_cast<std::size_t>(i)];
+          if (id == kNullBlock) break;  // behind a sliding window: went already
+          if (s + i < cached) pool_.leave(g, id);
+          pool_.drop(g, id, 1);
         }
       }
     }

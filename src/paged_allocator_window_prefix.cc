@@ -80,7 +80,9 @@ void PagedAllocator::drop_range_cached(RequestSlot slot, std::size_t g, std::int
   for (auto& sample : t.samples) {
     for (std::int64_t i = to - 1; i >= std::max(from, s); --i) {
       BlockId& id = sample[static_cast<std::size_t>(i - s)];
-      if (id != kNullBlock) pool_.drop(g, id, 1);
+      if (id == kNullBlock) continue;
+      if (i < cached) pool_.leave(g, id);
+      pool_.drop(g, id, 1);
       id = kNullBlock;
     }
   }

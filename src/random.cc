@@ -16,13 +16,6 @@ constexpr double kLn2Lo = 1.90821492927058770002e-10;
 
 }  // namespace
 
-std::uint64_t splitmix64(std::uint64_t x) {
-  std::uint64_t z = x + kGolden;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  return z ^ (z >> 31);
-}
-
 Rng::Rng(std::uint64_t seed, std::uint64_t stream) {
   const std::uint64_t base = splitmix64(splitmix64(seed) ^ stream);
   for (int i = 0; i < 4; ++i) s_[i] = splitmix64(base + static_cast<std::uint64_t>(i) * kGolden);

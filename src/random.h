@@ -14,8 +14,14 @@
 
 namespace kvsim::detail {
 
-// One step of splitmix64: a bijective 64-bit mixer, used to seed and to hash.
-std::uint64_t splitmix64(std::uint64_t x);
+// One step of splitmix64: a bijective 64-bit mixer, used to seed and to hash. Inline: the
+// prefix hashes of a trace call it several times per block (block_hash.h).
+inline std::uint64_t splitmix64(std::uint64_t x) {
+  std::uint64_t z = x + 0x9E3779B97F4A7C15ULL;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
 
 // xoshiro256** (Blackman and Vigna, 2018). Different `stream` values give independent
 // sequences for the same seed, so that, e.g., adding a cancellation model to a generator

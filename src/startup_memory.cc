@@ -20,6 +20,10 @@ constexpr std::int64_t kMiB = std::int64_t{1} << 20;
 // tokens (vllm/envs.py, default 32768), so its intermediate caches stop growing there.
 constexpr std::int64_t kFusedMoeChunkTokens = 32768;
 
+// V0 enables chunked prefill by default for max_model_len above this (arg_utils.py
+// use_long_context).
+constexpr std::int64_t kVllmV0ChunkedPrefillAboveTokens = 32768;
+
 // Non-torch memory a profile run adds (vLLM's non_torch_increase). No closed form in vLLM's
 // code: CUDA loads kernel modules lazily (CUDA_MODULE_LOADING=LAZY) and libraries allocate
 // outside torch's allocator. Assumption: 100 MiB on one device, the order vLLM 0.7 logs show
@@ -28,7 +32,8 @@ constexpr std::int64_t kFusedMoeChunkTokens = 32768;
 // directions of its up to 32 channels (NCCL_MAX_NCHANNELS), 256 MiB.
 constexpr std::int64_t kNonTorchBytes = 100 * kMiB;
 constexpr std::int64_t kNcclBufferBytes = 4 * kMiB * 2 * 32;
-// vLLM 0.6.4 and earlier subtracted all non-torch memory, the CUDA context included.
+// vLLM 0.6.4 and earlier, and the v1 engine of 0.7.0 and 0.7.1, subtracted all non-torch
+// memory, the CUDA context included.
 // Assumption: 384 MiB, the context measured on an RTX 4090 in vllm-project/vllm#12059 (about
 // 520 MiB on an H100 there: it grows with the device).
 constexpr std::int64_t kCudaContextBytes = 384 * kMiB;
@@ -46,7 +51,8 @@ std::string fraction_name(ServingEngine e) {
   switch (e) {
     case ServingEngine::vllm:
     case ServingEngine::vllm_v0:
-    case ServingEngine::vllm_v0_legacy: return "gpu_memory_utilization";
+    case ServingEngine::vllm_v0_legacy:
+    case ServingEngine::vllm_v1_early: return "gpu_memory_utilization";
     case ServingEngine::sglang: return "mem_fraction_static";
     case ServingEngine::trtllm: return "free_gpu_memory_fraction";
   }
@@ -64,6 +70,7 @@ std::string_view serving_engine_name(ServingEngine engine) {
     case ServingEngine::vllm: return "vllm";
     case ServingEngine::vllm_v0: return "vllm-v0";
     case ServingEngine::vllm_v0_legacy: return "vllm-v0.6.4";
+    case ServingEngine::vllm_v1_early: return "vllm-v0.7.1";
     case ServingEngine::sglang: return "sglang";
     case ServingEngine::trtllm: return "trtllm";
   }
@@ -73,11 +80,12 @@ std::string_view serving_engine_name(ServingEngine engine) {
 ServingEngine parse_serving_engine(std::string_view text, std::string_view field) {
   const std::string key = lower(text);
   for (ServingEngine e : {ServingEngine::vllm, ServingEngine::vllm_v0, ServingEngine::vllm_v0_legacy,
-                          ServingEngine::sglang, ServingEngine::trtllm}) {
+                          ServingEngine::vllm_v1_early, ServingEngine::sglang, ServingEngine::trtllm}) {
     if (key == serving_engine_name(e)) return e;
   }
   throw InputError(Location{"", 0, std::string(field)},
-                   "expected vllm, vllm-v0, vllm-v0.6.4, sglang or trtllm, got \"" + std::string(text) + "\"");
+                   "expected vllm, vllm-v0, vllm-v0.6.4, vllm-v0.7.1, sglang or trtllm, got \"" + std::string(text) +
+                       "\"");
 }
 
 std::int64_t engine_device_total(const BudgetOptions& budget, std::string& source) {
@@ -103,7 +111,8 @@ std::int64_t default_memory_fraction_ppb(ServingEngine engine, std::int64_t tp) 
   switch (engine) {
     case ServingEngine::vllm:
     case ServingEngine::vllm_v0:
-    case ServingEngine::vllm_v0_legacy: return kDefaultGpuMemoryUtilizationPpb;  // CacheConfig.gpu_memory_utilization
+    case ServingEngine::vllm_v0_legacy:
+    case ServingEngine::vllm_v1_early: return kDefaultGpuMemoryUtilizationPpb;  // CacheConfig.gpu_memory_utilization
     case ServingEngine::sglang:
       // python/sglang/srt/server_args.py (v0.4): mem_fraction_static by tp_size.
       if (tp >= 16) return 790'000'000;
@@ -119,9 +128,12 @@ std::int64_t default_memory_fraction_ppb(ServingEngine engine, std::int64_t tp) 
 std::int64_t vllm_cuda_graph_sizes(ServingEngine engine, std::int64_t max_num_seqs) {
   // v1 (vllm/config/compilation.py, as vLLM 0.11 logs its cudagraph_capture_sizes): 1, 2, 4
   // and every multiple of 8 up to min(2 x max_num_seqs, 512); V0 (vllm/worker/model_runner.py
-  // _BATCH_SIZES_TO_CAPTURE): 1, 2, 4 and every multiple of 8 up to min(max_num_seqs, 256).
-  const std::int64_t largest = is_vllm_v0(engine) ? std::min<std::int64_t>(max_num_seqs, 256)
-                                                                : std::min<std::int64_t>(2 * max_num_seqs, 512);
+  // _BATCH_SIZES_TO_CAPTURE): 1, 2, 4 and every multiple of 8 up to min(max_num_seqs, 256);
+  // vllm-v0.7.1 (vllm/config.py VllmConfig._set_cudagraph_sizes, v1 branch): 1, 2, 4 and
+  // range(8, 513, 8), whatever max_num_seqs.
+  const std::int64_t largest = engine == ServingEngine::vllm_v1_early ? 512
+                               : is_vllm_v0(engine)                   ? std::min<std::int64_t>(max_num_seqs, 256)
+                                                                      : std::min<std::int64_t>(2 * max_num_seqs, 512);
   std::int64_t count = 0;
   for (std::int64_t s : {1, 2, 4}) count += s <= largest ? 1 : 0;
   return count + largest / 8;
@@ -144,6 +156,24 @@ std::int64_t vllm_cuda_graph_sizes(ServingEngine engine, std::int64_t max_num_se
 std::int64_t sampler_bytes_per_logit(ServingEngine engine, bool flashinfer, std::int64_t dtype_bytes) {
   if (is_vllm_v0(engine)) return dtype_bytes + 36;
   return dtype_bytes + (flashinfer ? 12 : 25);
+}
+
+// vllm-v0.7.1's profile_run (vllm/v1/worker/gpu_model_runner.py at 4078052f, the commit of
+// vllm#12569; the same from 0.7.0's release to 0.7.1's) runs no sampler ("TODO(woosuk):
+// Consider the memory usage of the sampler") but calls compute_logits on the hidden states of
+// all max_num_batched_tokens tokens. LogitsProcessor._get_logits
+// (vllm/model_executor/layers/logits_processor.py) keeps the logits in the model dtype and,
+// under V1, all-gathers them across tensor parallelism: GroupCoordinator.all_gather
+// (vllm/distributed/parallel_state.py) returns its input at tp 1, else allocates the gathered
+// tensor and copies it once more in the final reshape (movedim then reshape of the last dim),
+// with this device's slice still alive. Per token: the hidden states (H) plus the padded vocab
+// V, or V / tp + 2 V with tensor parallelism, all in the model dtype.
+std::int64_t all_token_logits_peak_bytes(const ModelSpec& m, const KvOptions& kv, std::int64_t tokens,
+                                         std::int64_t b) {
+  const std::int64_t vocab = padded_vocab(m.vocab_size);
+  const std::int64_t tp = kv.tensor_parallel;
+  const std::int64_t logits = tp > 1 ? add(ceil_div(vocab, tp), mul(2, vocab)) : vocab;
+  return mul(mul(tokens, add(m.hidden_size, logits)), b);
 }
 
 // The activations one device holds at the peak of a forward pass of `tokens` tokens, in the
@@ -208,14 +238,21 @@ StartupMemory startup_memory(const ModelSpec& model, const KvOptions& kv, const 
   }
   if (s.settings.max_num_batched_tokens == 0) {
     // vllm/config.py SchedulerConfig: without chunked prefill (V0's default up to 32K
-    // tokens) one step must hold a whole prompt: max(max_model_len, 2048).
-    s.settings.max_num_batched_tokens = is_vllm_v0(settings.engine)
-                                            ? std::max(s.max_model_len, kVllmMinNumBatchedTokensUnchunked)
-                                            : kVllmMaxNumBatchedTokens;
+    // tokens) one step must hold a whole prompt: max(max_model_len, 2048). V0 turns chunked
+    // prefill on by itself above 32K (vllm/engine/arg_utils.py create_engine_config:
+    // max_model_len > 32768 on CUDA, no sliding window, no speculative decoding, LoRA or
+    // prompt adapters; checked at vLLM 14ecab5b, 2025-02-11, 0.7.2), and then the step is
+    // SchedulerConfig's 2048.
+    const bool sliding = std::any_of(model.layer_window_tokens.begin(), model.layer_window_tokens.end(),
+                                     [](std::int64_t w) { return w > 0; });
+    const bool v0_chunked = s.max_model_len > kVllmV0ChunkedPrefillAboveTokens && !sliding;
+    s.settings.max_num_batched_tokens =
+        is_vllm_v0(settings.engine)
+            ? (v0_chunked ? kVllmMinNumBatchedTokensUnchunked : std::max(s.max_model_len, kVllmMinNumBatchedTokensUnchunked))
+            : kVllmMaxNumBatchedTokens;
   }
   const std::int64_t batch = s.settings.max_num_batched_tokens;
-  const bool vllm = settings.engine == ServingEngine::vllm || is_vllm_v0(settings.engine);
-  s.cuda_graphs = vllm && !settings.enforce_eager
+  s.cuda_graphs = is_vllm(settings.engine) && !settings.enforce_eager
                       ? vllm_cuda_graph_sizes(settings.engine, settings.max_num_seqs)
                       : 0;
   const std::int64_t b = settings.weights.dtype_bytes;
@@ -245,32 +282,46 @@ StartupMemory startup_memory(const ModelSpec& model, const KvOptions& kv, const 
     switch (settings.engine) {
       case ServingEngine::vllm:
       case ServingEngine::vllm_v0:
-      case ServingEngine::vllm_v0_legacy: {
+      case ServingEngine::vllm_v0_legacy:
+      case ServingEngine::vllm_v1_early: {
+        const bool early = settings.engine == ServingEngine::vllm_v1_early;
         st.forward_peak_bytes = forward_peak_bytes(model, kv, batch, b);
-        if (last) {
+        if (last && early) {
+          st.sampler_peak_bytes = all_token_logits_peak_bytes(model, kv, batch, b);
+        } else if (last) {
           // The last hidden states stay alive while the sampler runs.
           st.sampler_peak_bytes =
               add(mul(mul(batch, model.hidden_size), b),
                   mul(mul(requests, padded_vocab(model.vocab_size)), sampler_bytes_per_logit(settings.engine, settings.flashinfer_sampler, b)));
         }
         st.activation_peak_bytes = std::max(st.forward_peak_bytes, st.sampler_peak_bytes);
-        const bool legacy = settings.engine == ServingEngine::vllm_v0_legacy;
+        // Both subtracted all non-torch memory: vllm/worker/worker.py (0.6.4) and
+        // vllm/v1/worker/gpu_worker.py determine_available_memory (0.7.1): device used after
+        // the profile run minus torch's allocated bytes.
+        const bool legacy = settings.engine == ServingEngine::vllm_v0_legacy || early;
         st.non_torch_bytes = add(legacy ? kCudaContextBytes : kNonTorchBytes, kv.tensor_parallel > 1 ? kNcclBufferBytes : 0);
         st.terms.push_back({"x " + fname + " " + format_ppb(s.memory_fraction_ppb), usable,
                             "requested memory = total x utilisation",
-                            "vllm/v1/worker/gpu_worker.py (init_device: requested_memory)"});
+                            early ? "vllm/v1/worker/gpu_worker.py (0.7.1) determine_available_memory: "
+                                    "total_gpu_memory x gpu_memory_utilization"
+                                  : "vllm/v1/worker/gpu_worker.py (init_device: requested_memory)"});
         st.terms.push_back({"- weights", st.weights.bytes, "tensor by tensor (see below)",
                             "vllm/model_executor/model_loader; quantization/*.py create_weights"});
+        const char* activation_source =
+            settings.engine == ServingEngine::vllm
+                ? "vllm/v1/worker/gpu_model_runner.py profile_run (_dummy_run, _dummy_sampler_run); "
+                  "torch_peak_increase in vllm/utils memory_profiling"
+            : early ? "vllm/v1/worker/gpu_model_runner.py (0.7.1) profile_run: _dummy_run(max_num_tokens), then "
+                      "compute_logits of every token, no sampler; torch's allocated_bytes.all.peak"
+                    : "vllm/worker/model_runner.py profile_run (max_num_seqs dummy sequences, sampled); "
+                      "torch_peak_increase in vllm/utils memory_profiling";
         st.terms.push_back(
             {"- activation peak", st.activation_peak_bytes,
-             "max(forward of " + std::to_string(batch) + " tokens: " +
-                 with_commas(st.forward_peak_bytes) + ", sampler for " + std::to_string(requests) + " requests: " +
+             "max(forward of " + std::to_string(batch) + " tokens: " + with_commas(st.forward_peak_bytes) +
+                 (early ? ", hidden states and logits of all " + std::to_string(batch) + " tokens: "
+                        : ", sampler for " + std::to_string(requests) + " requests: ") +
                  with_commas(st.sampler_peak_bytes) + ")",
-             settings.engine == ServingEngine::vllm
-                 ? "vllm/v1/worker/gpu_model_runner.py profile_run (_dummy_run, _dummy_sampler_run); "
-                   "torch_peak_increase in vllm/utils memory_profiling"
-                 : "vllm/worker/model_runner.py profile_run (max_num_seqs dummy sequences, sampled); "
-                   "torch_peak_increase in vllm/utils memory_profiling"});
+             activation_source});
         st.terms.push_back({"- non-torch increase", st.non_torch_bytes,
                             std::string(legacy ? "the CUDA context, 384 MiB" : "100 MiB") +
                                 (kv.tensor_parallel > 1 ? " + NCCL buffers 256 MiB" : ""),

@@ -224,10 +224,16 @@ TEST_CASE("allocator contract: requests with shared prefixes, driven through the
       struct Live {
         bool live = false;
         std::int64_t tokens = 0, prompt = 0, final_tokens = 0;
+        // A request released by a failed grow (a preemption) comes back next time with the
+        // same identity and its generated tokens to recompute, which it may find cached.
+        AdmitInfo info;
+        std::vector<std::uint64_t> hashes;
+        bool preempted = false;
       };
       std::vector<Live> live(12);
       Lcg rng{2024};
       std::int64_t hits = 0;
+      std::int64_t resumed_hits = 0;
       const auto books = [&] {
         std::int64_t bytes = 0;
         for (std::size_t g = 0; g < layout.groups.size(); ++g) {
@@ -245,7 +251,28 @@ TEST_CASE("allocator contract: requests with shared prefixes, driven through the
       for (int op = 0; op < 1500; ++op) {
         const auto s = static_cast<RequestSlot>(rng.below(static_cast<std::int64_t>(live.size())));
         Live& r = live[s];
-        if (!r.live) {
+        if (!r.live && r.preempted) {
+          r.preempted = false;
+          AdmitInfo info = r.info;
+          info.prefix_hashes = r.hashes;
+          // Generated so far: every position past the prompt (the last one sampled, not yet
+          // computed), or what it was recomputing when it went again.
+          info.resumed_tokens = std::max(info.resumed_tokens, r.tokens - info.prompt_tokens);
+          r.info.resumed_tokens = info.resumed_tokens;
+          const std::int64_t target = info.prompt_tokens + info.resumed_tokens;
+          const std::int64_t cached = a->cached_tokens(info);
+          REQUIRE((cached == 0 || (block > 0 && cached % block == 0 && cached < target)));
+          if (a->admit(s, info) != kvsim::Outcome::ok) continue;
+          resumed_hits += cached;
+          r.live = true;
+          r.tokens = cached;
+          for (std::size_t g = 0; g < layout.groups.size(); ++g) {
+            const std::int64_t w = layout.groups[g].window_tokens;
+            REQUIRE(a->footprint(s, g, cached).allocated >= (w > 0 ? std::min(cached, w - 1) : cached));
+          }
+          // It recomputes up to its target (and samples), then decodes on as before.
+          r.prompt = target;  // the next grows prefill up to here, one chunk at a time
+        } else if (!r.live) {
           const std::int64_t prompt = 1 + rng.below(160);
           const std::int64_t family = rng.below(4);  // 3: no common prefix
           const std::int64_t common = family == 3 ? 0 : 2 + 3 * family;
@@ -255,12 +282,13 @@ TEST_CASE("allocator contract: requests with shared prefixes, driven through the
                                         : (static_cast<std::uint64_t>(op) << 20) + static_cast<std::uint64_t>(i));
           }
           AdmitInfo info{prompt, 40, 1 + rng.below(30), 1 + rng.below(4) / 3, hashes};
+          info.request_key = static_cast<std::uint64_t>(op) + 1;
           const std::int64_t cached = a->cached_tokens(info);
           REQUIRE(cached >= 0);
           REQUIRE((cached == 0 || (block > 0 && cached % block == 0 && cached < prompt)));
           if (a->admit(s, info) != kvsim::Outcome::ok) continue;
           hits += cached;
-          r = Live{true, cached, prompt, prompt + info.output_tokens};
+          r = Live{true, cached, prompt, prompt + info.output_tokens, info, hashes, false};
           // After admission the request holds the cached positions; on a sliding-window
           // group at least those its next token's window needs (vLLM keeps W - 1).
           for (std::size_t g = 0; g < layout.groups.size(); ++g) {
@@ -280,6 +308,7 @@ TEST_CASE("allocator contract: requests with shared prefixes, driven through the
           } else {
             a->release(s);
             r.live = false;
+            r.preempted = true;
           }
         }
         books();
@@ -290,6 +319,9 @@ TEST_CASE("allocator contract: requests with shared prefixes, driven through the
       const PoolState p = a->pool();
       CHECK(p.free_bytes == p.reserved_bytes);
       if (block > 0) CHECK(hits > 0);  // the traffic did exercise the cache
+      // Under the budget, requests back from a preemption found blocks again (their prompt's,
+      // and with vLLM's prefix caching their generated ones).
+      if (block > 0 && capacity_positions > 0) CHECK(resumed_hits > 0);
     }
   }
 }

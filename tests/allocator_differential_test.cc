@@ -324,6 +324,7 @@ class Driver {
 
  private:
   static constexpr RequestSlot kMaxLive = 10;
+  std::uint64_t request_keys_ = 0;
 
   // Reports a disagreement with everything needed to replay it.
   template <typename Describe>
@@ -371,6 +372,10 @@ class Driver {
     info.output_tokens = rng_.between(0, std::min<std::int64_t>(kMaxModelLen - info.prompt_tokens, rng_.percent(70) ? 60 : 400));
     info.planned_output_tokens = info.output_tokens + (rng_.percent(50) ? 0 : rng_.between(1, 200));
     info.n = rng_.percent(60) ? 1 : rng_.between(2, 4);
+    // As the engine does (the request's ordinal): no two requests share a key, so under a
+    // budget a prefix cache's own identities (own_block_hash) never let one request hit
+    // another's blocks.
+    info.request_key = ++request_keys_;
     const PoolState before = alloc_->pool();
     const Snapshot snapshot = bounded_ ? take_snapshot() : Snapshot{};
     RefRequest r = ref_.admit(info);

@@ -167,8 +167,10 @@ TEST_CASE("prefix cache: a preempted request's new lookup is counted apart, as v
   // the hit rate); a hit may cover the whole prompt, as vLLM's limit (num_tokens - 1) counts
   // the generated tokens being recomputed. First admissions: 32 tokens looked up, 2 full
   // blocks, nothing found. Evictions: A leaves [A's 3rd, 2nd, h11] in the queue behind h21,
-  // which B takes back; B's new blocks come from the head, and its fourth (for its 49th
-  // position: 16 + 40 positions in all) is h11: one block evicted, 16 bytes.
+  // which B takes back; B's new blocks come from the head: A's 3rd (partial, never cached),
+  // A's 2nd (positions 16-31, all generated: cached under A's own identity, as vLLM caches
+  // every full block, so taking it evicts it) and, for B's 49th position (16 + 40 positions
+  // in all), h11: two blocks evicted, 32 bytes.
   ReplayOptions o = steps(1);
   o.memory.kv_budget_bytes = 64;
   const auto r = run(kCaching, {with_prefix("a", 0, 16, 30, {11}), with_prefix("b", kMs / 2, 16, 40, {21})}, o);
@@ -181,6 +183,57 @@ TEST_CASE("prefix cache: a preempted request's new lookup is counted apart, as v
   CHECK(rep.prefix_hit_blocks == 0);
   CHECK(rep.prefix_preempted_queried_tokens == 31);
   CHECK(rep.prefix_preempted_hit_tokens == 16);
+  CHECK(rep.evicted_bytes == 32);
+  CHECK(rep.leak_free);
+}
+
+namespace {
+
+// The schedule the three tests below share, worked out by hand. A budget of 6 blocks of 16
+// (96 bytes), vLLM's policy, 1 ms a step plus 1 ms a token computed. A (prompt 16 = h11,
+// output `a_output`) is admitted at step 0 (17 ms: 16 tokens) and holds 17 + k positions
+// after step k; B (prompt 16 = h21, output 40, at 0.5 ms) is admitted at step 1 (17 ms) and
+// holds 16 + k; every later step is a 1 ms decode step until B comes back. A takes its 3rd
+// block at step 16, B at step 17: the pool is full. At step 32 A needs a 4th block (its
+// 49th position): B, the newest, is preempted, having generated 31 tokens (its first at
+// step 1, one a step since): 47 positions in blocks B0 (h21), B1 (positions 16-31, all
+// generated, full and computed, so cached under B's own identity, as vLLM caches every
+// full block) and B2 (32-46, partial). B frees them tail first: the free queue is [B2, B1,
+// B0], and A's 4th block is B2 (uncached). B cannot come back while A runs (it needs 3
+// blocks, only B1 and B0 are free), so A takes B1 at step 48 (its 65th position) and B0 at
+// step 64 (its 81st) if it lives that long, evicting them, tail first. A finishes after
+// step a_output - 1; B is re-admitted at the next step and looks up its prompt and its 31
+// generated tokens, 47 positions, at most floor(46 / 16) = 2 blocks (vLLM's
+// max_cache_hit_length = num_tokens - 1); it computes the rest of the 47 and samples its
+// 32nd token (a step of 1 + computed ms), then decodes its last 8 tokens in 8 steps.
+ReplayReport preempted_b(std::int64_t a_output) {
+  ReplayOptions o = steps(1, 1);
+  o.memory.kv_budget_bytes = 96;
+  return run(kCaching, {with_prefix("a", 0, 16, a_output, {11}), with_prefix("b", kMs / 2, 16, 40, {21})}, o).report;
+}
+
+}  // namespace
+
+TEST_CASE("prefix cache: a request preempted by recompute finds its prompt and its generated blocks again") {
+  // A output 34: A finishes after step 33, at 34 + 32 = 66 ms, never having needed B1 or
+  // B0. B comes back at step 34 and finds both: 32 tokens, its prompt block and its first
+  // generated block. It computes 47 - 32 = 15 tokens (16 ms, to 82 ms) and ends 8 steps
+  // later, at 90 ms. With prompt blocks alone cached it would find 16 and compute 31 (32
+  // ms), ending at 106 ms.
+  const ReplayReport rep = preempted_b(34);
+  CHECK(rep.completed == 2);
+  CHECK(rep.preemptions == 1);
+  CHECK(rep.prefix_queried_tokens == 32);  // first admissions: A's and B's prompts
+  CHECK(rep.prefix_hit_tokens == 0);
+  CHECK(rep.prefix_preempted_queried_tokens == 47);
+  CHECK(rep.prefix_preempted_hit_tokens == 32);
+  // Discarded at the preemption: 47 positions; found again: 32; computed again: 15.
+  CHECK(rep.recomputed_tokens == 15);
+  CHECK(rep.end_ns == 90 * kMs);
+  // A leaves its 4th block (partial), its 3rd and 2nd (its own generated blocks, cached) and
+  // its 1st (h11), in that order, behind B1 and B0 (which B takes back); B's new block at
+  // step 34 is A's 4th, and its 4th (for its 49th position, at step 35) is A's 3rd, cached:
+  // one block evicted, 16 bytes.
   CHECK(rep.evicted_bytes == 16);
   CHECK(rep.leak_free);
 }
@@ -214,4 +267,34 @@ TEST_CASE("prefix cache: the timeline carries cached and evicted bytes, step by 
   REQUIRE_FALSE(plain.rows.empty());
   CHECK(plain.rows.front().cached_bytes == -1);
   CHECK(plain.rows.front().evicted_bytes == -1);
+}
+
+TEST_CASE("prefix cache: a preempted request's generated tail is evicted before its prompt head") {
+  // A output 50: A takes B1 at step 48, evicting B's generated block, and finishes after
+  // step 49, at 34 + 48 = 82 ms; B0 (h21) was freed after B1, so it is still cached. B
+  // comes back at step 50 and finds 16 tokens (h21; B1 is gone, and a hit is a leading run):
+  // it computes 31 (32 ms, to 114 ms) and ends at 122 ms. Evicted: B1, then, for B's new
+  // blocks, A's 4th (its own generated positions 48-63: B's 2nd new block after A's
+  // partial 5th) and A's 3rd (B's 4th block, at its 49th position): 48 bytes.
+  const ReplayReport rep = preempted_b(50);
+  CHECK(rep.preemptions == 1);
+  CHECK(rep.prefix_preempted_queried_tokens == 47);
+  CHECK(rep.prefix_preempted_hit_tokens == 16);
+  CHECK(rep.recomputed_tokens == 31);
+  CHECK(rep.end_ns == 122 * kMs);
+  CHECK(rep.evicted_bytes == 48);
+  CHECK(rep.leak_free);
+}
+
+TEST_CASE("prefix cache: a preempted request whose blocks were all evicted meanwhile finds nothing") {
+  // A output 66: A also takes B0 at step 64, evicting h21, and finishes after step 65, at
+  // 34 + 64 = 98 ms. B comes back at step 66 and finds nothing: it computes all 47 tokens
+  // (48 ms, to 146 ms) and ends at 154 ms.
+  const ReplayReport rep = preempted_b(66);
+  CHECK(rep.preemptions == 1);
+  CHECK(rep.prefix_preempted_queried_tokens == 47);
+  CHECK(rep.prefix_preempted_hit_tokens == 0);
+  CHECK(rep.recomputed_tokens == 47);
+  CHECK(rep.end_ns == 154 * kMs);
+  CHECK(rep.leak_free);
 }

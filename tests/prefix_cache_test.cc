@@ -121,7 +121,9 @@ TEST_CASE("prefix cache: under a bounded pool, new blocks evict cached ones and 
   CHECK(a.pool().free_bytes == 0);
   a.release(1);
   CHECK(a.cached_tokens(prefix_info(40, 10, kTwo)) == 0);
-  CHECK(a.pool().evictable_bytes == 0);  // C's blocks had no hashes
+  // C's 4 full blocks had no given hashes, so under a budget they carry C's own identities
+  // (vLLM hashes every full block): cached, evictable, and found by C alone.
+  CHECK(a.pool().evictable_bytes == 64);
   a.check_invariants();
 }
 
@@ -296,4 +298,64 @@ TEST_CASE("prefix cache: the registry's parameter, its name, paged and sliding-w
   // which also has the one refusal left: under a budget, groups of different windows).
   CHECK(make_allocator(parse_allocator_spec("sliding-window:prefix-caching=on", "test"), layout)->name() ==
         "sliding-window:block=16,prefix-caching=on");
+}
+
+TEST_CASE("prefix cache: under a budget, generated blocks are cached per sample and found again by their request alone") {
+  // 10 blocks of 16. X: prompt 40 (h1, h2 + 8 positions), n = 2, request key 7. Prefilled
+  // with its first token (41): the samples fork, sample 1 copying the block holding the
+  // prompt's tail. Decoded to 49 positions: each sample takes its 4th block. Computed: 48
+  // positions (the 49th was just sampled), so logical block 2 (positions 32-47: 8 prompt
+  // tokens and 8 generated) is full in both samples and cached under each sample's own
+  // identity (vLLM caches every full block of each of the n child requests).
+  auto a = caching(160);
+  AdmitInfo x = prefix_info(40, 20, kTwo, 2);
+  x.request_key = 7;
+  REQUIRE(a.admit(0, x) == Outcome::ok);
+  REQUIRE(a.grow(0, 41, 41) == Outcome::ok);
+  REQUIRE(a.grow(0, 49, 1) == Outcome::ok);
+  CHECK(allocated(a) == 6 * kBlock);  // 2 shared + 2 per sample
+  a.check_invariants();
+  a.release(0);  // a preemption: blocks 0, 1 (h1, h2) and each sample's block 2 stay cached
+  CHECK(a.pool().evictable_bytes == 4 * kBlock);
+  // Back, it looks up its prompt and 9 generated tokens (49 positions), at most
+  // floor(48 / 16) = 3 blocks: all 3 found, in both samples.
+  x.resumed_tokens = 9;
+  CHECK(a.cached_tokens(x) == 48);
+  // Another request with the same prompt and as many tokens to recompute finds the prompt's
+  // 2 blocks only: the generated blocks' identity is X's.
+  AdmitInfo other = x;
+  other.request_key = 8;
+  CHECK(a.cached_tokens(other) == 32);
+  REQUIRE(a.admit(1, x) == Outcome::ok);
+  // It comes back forked: blocks 0, 1 referenced by both samples, each sample its own
+  // block 2. Footprint at 48: 32 + 2 x 16 = 64 allocated, of which the prompt's last 8
+  // positions in the second sample's block are a duplicate; nothing else is new.
+  const Footprint f = a.footprint(1, 0, 48);
+  CHECK(f.allocated == 64);
+  CHECK(f.duplicate == 8);
+  CHECK(f.tail == 0);
+  CHECK(allocated(a) == 4 * kBlock);
+  CHECK(a.pool().evictable_bytes == 0);
+  CHECK(a.block_table(1, 0, 0) != a.block_table(1, 0, 1));
+  a.check_invariants();
+  // It computes position 48 and samples the 50th: a new block per sample.
+  REQUIRE(a.grow(1, 50, 2) == Outcome::ok);
+  CHECK(allocated(a) == 6 * kBlock);
+  a.check_invariants();
+  a.release(1);
+  CHECK(allocated(a) == 0);
+  a.check_invariants();
+}
+
+TEST_CASE("prefix cache: unbounded, generated blocks are not cached (nothing is preempted to find them)") {
+  auto a = caching();
+  AdmitInfo x = prefix_info(40, 20, kTwo);
+  x.request_key = 7;
+  REQUIRE(a.admit(0, x) == Outcome::ok);
+  REQUIRE(a.grow(0, 41, 41) == Outcome::ok);
+  REQUIRE(a.grow(0, 49, 1) == Outcome::ok);  // block 2 (positions 32-47) full and computed
+  a.release(0);
+  CHECK(a.pool().evictable_bytes == 2 * kBlock);  // h1 and h2 only
+  x.resumed_tokens = 9;
+  CHECK(a.cached_tokens(x) == 32);
 }

@@ -162,6 +162,71 @@ TEST_CASE("the start-up subtraction, term by term") {
   CHECK(trt.kv_budget_bytes == (17'169'131'765 - st.weights.bytes - 276'824'064) * 9 / 10);
 }
 
+TEST_CASE("vllm-v0's profile batch: max(max_model_len, 2048), or 2048 when V0 chunks prefill above 32K") {
+  // vllm/engine/arg_utils.py (V0): chunked prefill is on by default when max_model_len >
+  // 32768 and no layer slides; SchedulerConfig then takes 2048 tokens, else max(max_model_len,
+  // 2048).
+  const ModelSpec qwen14 = load_hf_config(startup_file("deepseek-r1-distill-qwen-14b.json"));
+  EngineSettings e;
+  e.engine = ServingEngine::vllm_v0;
+  BudgetOptions device;
+  device.device_memory_bytes = 25'286'619'955;
+  KvOptions tp2;
+  tp2.tensor_parallel = 2;
+  CHECK(startup_memory(qwen14, tp2, e, device).settings.max_num_batched_tokens == 2048);  // 131,072 positions
+  e.max_model_len = 32768;
+  CHECK(startup_memory(qwen14, tp2, e, device).settings.max_num_batched_tokens == 32768);  // not above 32K
+  e.max_model_len = 1000;
+  CHECK(startup_memory(qwen14, tp2, e, device).settings.max_num_batched_tokens == 2048);
+  // Mistral-7B slides on every layer: no chunked prefill by default, the whole 40,000.
+  const ModelSpec mistral = load_hf_config(std::string(KVSIM_SOURCE_DIR) + "/tests/data/configs/mistral-7b-v0.1.json");
+  e.max_model_len = 40000;
+  device.device_memory_bytes = 85'017'755'648;
+  CHECK(startup_memory(mistral, KvOptions{}, e, device).settings.max_num_batched_tokens == 40000);
+}
+
+TEST_CASE("vllm-v0.7.1: logits of every batch token, no sampler, all non-torch memory") {
+  // vLLM 0.7.1's v1 profile_run (vllm/v1/worker/gpu_model_runner.py): compute_logits on the
+  // hidden states of all max_num_batched_tokens tokens, in the model dtype, no sampler run.
+  // Tiny model, 100 tokens, tp 1: 100 x (256 hidden + 1,024 padded vocab) x 2 = 256,000.
+  CHECK(all_token_logits_peak_bytes(tiny(""), KvOptions{}, 100, 2) == 256'000);
+  // tp 2: the local slice 512 + the all-gathered 1,024 + its reshaped copy 1,024
+  // (parallel_state.py GroupCoordinator.all_gather): 100 x (256 + 2,560) x 2 = 563,200.
+  KvOptions tp2;
+  tp2.tensor_parallel = 2;
+  CHECK(all_token_logits_peak_bytes(tiny(""), tp2, 100, 2) == 563'200);
+  // 67 CUDA graphs whatever max_num_seqs (config.py _set_cudagraph_sizes: [1, 2, 4] +
+  // range(8, 513, 8)).
+  CHECK(vllm_cuda_graph_sizes(ServingEngine::vllm_v1_early, 256) == 67);
+  CHECK(vllm_cuda_graph_sizes(ServingEngine::vllm_v1_early, 1) == 67);
+
+  // Llama-3.1-70B w8a8 on an H100 (85,017,755,648 bytes), 0.98, batch 2,048:
+  // usable = floor(85,017,755,648 x 0.98) = 83,317,400,535.
+  // forward: 2,048 x (3 x 8,192 + 3 x 28,672) x 2 = 452,984,832;
+  // logits: 2,048 x (8,192 + 128,256) x 2 = 558,891,008, the larger;
+  // non-torch: the CUDA context, 384 MiB = 402,653,184 (gpu_worker.py determine_available_memory
+  // adds all of device used - torch allocated).
+  const ModelSpec m = load_hf_config(startup_file("llama-3.1-70b-instruct-w8a8.json"));
+  EngineSettings e;
+  e.engine = ServingEngine::vllm_v1_early;
+  e.memory_fraction_ppb = 980'000'000;
+  e.max_num_batched_tokens = 2048;
+  BudgetOptions device;
+  device.device_memory_bytes = 85'017'755'648;
+  const StartupMemory s = startup_memory(m, KvOptions{}, e, device);
+  const StartupStage& st = s.stages[0];
+  CHECK(st.forward_peak_bytes == 452'984'832);
+  CHECK(st.sampler_peak_bytes == 558'891'008);
+  CHECK(st.activation_peak_bytes == 558'891'008);
+  CHECK(st.non_torch_bytes == 402'653'184);
+  CHECK(st.kv_budget_bytes == 83'317'400'535 - st.weights.bytes - 558'891'008 - 402'653'184);
+  CHECK(s.cuda_graphs == 67);
+  auto r = run_cli({"size", "--config", startup_file("llama-3.1-70b-instruct-w8a8.json"), "--device", "H100-80GB",
+                    "--engine", "vllm-v0.7.1", "--gpu-memory-utilization", "0.98", "--max-num-batched-tokens", "2048"});
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("at vllm-v0.7.1 start-up") && Catch::Contains("logits of all 2048 tokens"));
+}
+
 TEST_CASE("kvsim size --engine: options, the sheet and the JSON numbers") {
   auto r = run_cli({"size", "--config", startup_file("qwen2.5-7b-instruct-awq.json"), "--device-memory", "15.99GiB",
                     "--max-model-len", "32768", "--max-num-batched-tokens", "2048", "--engine", "vllm", "--json"});
@@ -198,7 +263,7 @@ TEST_CASE("kvsim size --engine: options, the sheet and the JSON numbers") {
   CHECK_THAT(r.err, Catch::Contains("--reserve"));
   r = run_cli({"size", "--model", "llama-3.1-8b", "--device", "H100-80GB", "--engine", "tgi"});
   CHECK(r.exit_code == 2);
-  CHECK_THAT(r.err, Catch::Contains("--engine") && Catch::Contains("vllm, vllm-v0, vllm-v0.6.4, sglang or trtllm"));
+  CHECK_THAT(r.err, Catch::Contains("--engine") && Catch::Contains("vllm, vllm-v0, vllm-v0.6.4, vllm-v0.7.1, sglang or trtllm"));
 
   // Every new option is in --help.
   r = run_cli({"size", "--help"});
@@ -212,14 +277,17 @@ TEST_CASE("kvsim size --engine: options, the sheet and the JSON numbers") {
 // The independent reference: real vLLM start-up logs (tests/data/startup/vllm_startup_logs.tsv,
 // sources in docs/size.md). kvsim is given what a user knows before start-up; the logged
 // "GPU KV cache size" (or # GPU blocks x 16) is what it must predict. docs/size.md states the
-// bound: within 3% in the median and 8% at worst over the logs kvsim's rules cover ("in"), and
-// too many tokens, for the reason given per log, on the others ("off").
+// bound: within 3% in the median and 8% at worst over the logs kvsim's rules cover ("in"), too
+// many tokens, for the reason given per log, on the others whose settings are known ("off",
+// "not-modelled"); logs whose settings are not shown ("settings-unknown") are run but in no
+// bound.
 TEST_CASE("kvsim size predicts the KV tokens of real vLLM start-up logs") {
   std::ifstream in(startup_file("vllm_startup_logs.tsv"));
   REQUIRE(in);
   std::vector<double> in_errors;
-  std::vector<double> all_errors;
+  std::vector<double> known_errors;  // settings fully shown and modelled: "in" and "off"
   std::size_t rows = 0;
+  std::size_t known_rows = 0;
   for (std::string line; std::getline(in, line);) {
     if (line.empty() || line[0] == '#') continue;
     std::vector<std::string> cols;
@@ -241,24 +309,31 @@ TEST_CASE("kvsim size predicts the KV tokens of real vLLM start-up logs") {
     const double logged = std::stod(cols[1]);
     const double error = (doc["kv_cache_tokens"].get<double>() - logged) / logged;
     INFO("predicted " << doc["kv_cache_tokens"].get<std::int64_t>() << ", logged " << cols[1] << ", error " << error);
-    all_errors.push_back(std::abs(error));
-    if (cols[2] == "in") {
+    const std::string& status = cols[2];
+    if (status == "in") {
       CHECK(std::abs(error) <= 0.08);
       in_errors.push_back(std::abs(error));
+      known_errors.push_back(std::abs(error));
+    } else if (status == "off") {
+      CHECK(error > 0.03);  // over-predicts, for the cause docs/size.md names
+      known_errors.push_back(std::abs(error));
+    } else if (status == "not-modelled") {
+      CHECK(error > 0.03);
     } else {
-      REQUIRE(cols[2] == "off");
-      CHECK(error > 0.03);  // each "off" log over-predicts, for the cause docs/size.md names
+      REQUIRE(status == "settings-unknown");
     }
+    known_rows += status == "in" || status == "off" ? 1 : 0;
     ++rows;
   }
-  CHECK(rows >= 10);
+  CHECK(rows >= 12);
+  CHECK(known_rows >= 10);  // the ten logs, counted over known settings only
   REQUIRE(!in_errors.empty());
   auto median = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());
     return v.size() % 2 == 1 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
   };
-  // Within 3% in the median over the covered logs and over all of them (docs/size.md: 0.44%
-  // and 0.68%).
+  // Within 3% in the median over the covered logs and over every log whose settings are known
+  // and modelled (docs/size.md: 0.54% and 0.68%).
   CHECK(median(in_errors) <= 0.03);
-  CHECK(median(all_errors) <= 0.03);
+  CHECK(median(known_errors) <= 0.03);
 }

@@ -46,6 +46,11 @@ struct AdmitInfo {
   // Tokens already generated that a re-admission after preemption computes again with the
   // prompt (0 on first admission): they count towards the tokens a cache hit may cover.
   std::int64_t resumed_tokens = 0;
+  // A number no other request of the run carries (the engine gives the request's ordinal).
+  // A prefix cache derives from it the identity of the blocks prefix_hashes does not name
+  // (generated tokens, prompt blocks past the given hashes), so that only this request can
+  // find them again: after a preemption by recompute, as vLLM's re-admitted request does.
+  std::uint64_t request_key = 0;
 };
 
 enum class Outcome {
@@ -159,11 +164,12 @@ class Allocator {
   // each request's prefix hashes at it), or 0 when the allocator shares nothing.
   virtual std::int64_t prefix_block_tokens() const { return 0; }
 
-  // Prompt positions per sequence a request admitted now with `info` would find cached: a
-  // multiple of prefix_block_tokens(), below info.prompt_tokens (the last prompt token is
-  // always computed, as vLLM does). admit() then takes exactly these blocks: the request
-  // holds that many positions, which the engine does not compute, and its first grow()
-  // continues from there. No side effects.
+  // Positions per sequence a request admitted now with `info` would find cached: a multiple
+  // of prefix_block_tokens(), below info.prompt_tokens + info.resumed_tokens (the last token
+  // is always computed, as vLLM does; a request back from preemption may find its generated
+  // tokens too, so this may exceed the prompt). admit() then takes exactly these blocks: the
+  // request holds that many positions, which the engine does not compute, and its first
+  // grow() continues from there. No side effects.
   virtual std::int64_t cached_tokens(const AdmitInfo& /*info*/) const { return 0; }
 
   // Positions of layer group `group` that the live requests' footprints count more than

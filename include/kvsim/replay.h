@@ -327,7 +327,8 @@ struct ReplayReport {
   std::int64_t preemptions = 0;
   std::int64_t preempted_requests = 0; // preempted at least once
   std::int64_t max_preemptions_per_request = 0;
-  std::int64_t recomputed_tokens = 0;  // positions computed again after preemption
+  std::int64_t recomputed_tokens = 0;  // positions computed again after preemption: those a
+                                       // preemption discarded, less those found cached again
   std::int64_t swapped_out_bytes = 0;
   std::int64_t swapped_in_bytes = 0;
   std::int64_t memory_bound_ns = 0;    // time in steps where an allocation was refused

@@ -38,14 +38,21 @@ namespace kvsim {
 // vLLM 0.6.5 to 0.10), whose profile run samples with logprobs and, without chunked prefill,
 // runs max(max_model_len, 2048) tokens. The subtraction is the same. vllm-v0.6.4: the V0
 // engine of vLLM 0.6.4 and earlier, which subtracted all of the process's non-torch memory,
-// the CUDA context included, not only what the profile run added.
-enum class ServingEngine { vllm, vllm_v0, vllm_v0_legacy, sglang, trtllm };
+// the CUDA context included, not only what the profile run added. vllm-v0.7.1: the first v1
+// engine (vLLM 0.7.0 and 0.7.1), whose profile run computed the logits of every token of the
+// batch and ran no sampler, and which, like 0.6.4, subtracted all non-torch memory.
+enum class ServingEngine { vllm, vllm_v0, vllm_v0_legacy, vllm_v1_early, sglang, trtllm };
 
 // Either of vLLM's V0 engines.
 inline bool is_vllm_v0(ServingEngine e) { return e == ServingEngine::vllm_v0 || e == ServingEngine::vllm_v0_legacy; }
 
-// "vllm", "vllm-v0", "vllm-v0.6.4", "sglang", "trtllm". parse_serving_engine throws InputError
-// naming `field`.
+// Any of vLLM's engines (they share gpu_memory_utilization and the profile-run subtraction).
+inline bool is_vllm(ServingEngine e) {
+  return e == ServingEngine::vllm || e == ServingEngine::vllm_v1_early || is_vllm_v0(e);
+}
+
+// "vllm", "vllm-v0", "vllm-v0.6.4", "vllm-v0.7.1", "sglang", "trtllm". parse_serving_engine
+// throws InputError naming `field`.
 std::string_view serving_engine_name(ServingEngine engine);
 ServingEngine parse_serving_engine(std::string_view text, std::string_view field);
 
@@ -111,11 +118,17 @@ std::int64_t engine_device_total(const BudgetOptions& budget, std::string& sourc
 std::int64_t default_memory_fraction_ppb(ServingEngine engine, std::int64_t tensor_parallel);
 
 // How many CUDA graphs vLLM captures by default for max_num_seqs: 1, 2, 4 and every multiple
-// of 8 up to min(2 x max_num_seqs, 512) (v1) or min(max_num_seqs, 256) (V0).
+// of 8 up to min(2 x max_num_seqs, 512) (v1) or min(max_num_seqs, 256) (V0); vllm-v0.7.1:
+// up to 512 whatever max_num_seqs (67).
 std::int64_t vllm_cuda_graph_sizes(ServingEngine engine, std::int64_t max_num_seqs);
 
 // Bytes per element of the sampler's tensors for one logit (see startup_memory.cc).
 std::int64_t sampler_bytes_per_logit(ServingEngine engine, bool flashinfer, std::int64_t dtype_bytes);
+
+// vllm-v0.7.1's profile run on the last stage: the hidden states of all `tokens` and their
+// logits, in the model dtype (see startup_memory.cc).
+std::int64_t all_token_logits_peak_bytes(const ModelSpec& model, const KvOptions& kv, std::int64_t tokens,
+                                         std::int64_t dtype_bytes);
 
 // The activation peak of vLLM's profile forward pass on one device: see startup_memory.cc.
 std::int64_t forward_peak_bytes(const ModelSpec& model, const KvOptions& kv, std::int64_t tokens,

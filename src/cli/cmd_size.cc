@@ -32,9 +32,9 @@ const CommandSpec kSpec{
     "at most W positions); for a budget (--device, or --kv-budget) each term of the subtraction\n"
     "device total x utilisation - weights - reserve, how many blocks and tokens fit, and vLLM's\n"
     "\"Maximum concurrency for T tokens per request\". With --engine (vllm, vllm-v0, vllm-v0.6.4,\n"
-    "sglang, trtllm) the budget is the engine's own start-up rule instead: weights tensor by\n"
-    "tensor, the profile run's activation peak, non-torch memory. Bytes are exact integers; GiB is\n"
-    "2^30 bytes, GB 10^9. The rules and their sources are in docs/size.md.",
+    "vllm-v0.7.1, sglang, trtllm) the budget is the engine's own start-up rule instead: weights\n"
+    "tensor by tensor, the profile run's activation peak, non-torch memory. Bytes are exact\n"
+    "integers; GiB is 2^30 bytes, GB 10^9. The rules and their sources are in docs/size.md.",
     "  kvsim size --model seed-example --dtype fp16 --seqs 6 --tokens 4096\n"
     "  kvsim size --model llama-3.1-8b --tokens 8192,32768 --device H100-80GB\n"
     "  kvsim size --model gemma-3-27b --tokens 32768 --device H100-80GB --json\n"
@@ -79,7 +79,7 @@ po::options_description size_options() {
   po::options_description engine_opts(
       "Engine start-up (with --device or --device-memory: the engine's own start-up budget instead of --reserve)");
   engine_opts.add_options()
-      (option_key(kOptEngine), po::value<std::string>(), "vllm (default; the v1 engine), vllm-v0 (V0, 0.6.5 to 0.10), vllm-v0.6.4 (V0, 0.6.4 and earlier), sglang or trtllm: whose start-up rule sizes the KV budget")
+      (option_key(kOptEngine), po::value<std::string>(), "vllm (default; the v1 engine), vllm-v0 (V0, 0.6.5 to 0.10), vllm-v0.6.4 (V0, 0.6.4 and earlier), vllm-v0.7.1 (the first v1, 0.7.0 and 0.7.1), sglang or trtllm: whose start-up rule sizes the KV budget")
       (option_key(kOptMaxNumSeqs), po::value<std::string>(), "vLLM's max_num_seqs: requests the sampler is profiled for (default 256)")
       (option_key(kOptMaxModelLen), po::value<std::string>(),
        "the engine's max_model_len: T of the concurrency line (default max_position_embeddings)")
@@ -167,7 +167,7 @@ std::optional<EngineSettings> engine_settings(const po::variables_map& vm, Paged
   EngineSettings e;
   if (const auto name = option_text(vm, option_key(kOptEngine))) e.engine = parse_serving_engine(*name, kOptEngine);
   // The fraction under the engine's own name; another engine's name is a mistake.
-  const char* own = e.engine == ServingEngine::vllm || is_vllm_v0(e.engine) ? kOptGpuMemoryUtilization
+  const char* own = is_vllm(e.engine) ? kOptGpuMemoryUtilization
                     : e.engine == ServingEngine::sglang ? kOptMemFractionStatic
                                                         : kOptFreeGpuMemoryFraction;
   for (const char* f : {kOptGpuMemoryUtilization, kOptMemFractionStatic, kOptFreeGpuMemoryFraction}) {
