@@ -63,7 +63,16 @@ std::unique_ptr<Allocator> make_paged_kind(AllocatorParams& p, const KvLayout& l
   if (caching == "on") o.prefix_caching = true;
   else if (caching != "off") p.fail("prefix-caching must be on or off, got \"" + caching + "\"");
   if (o.prefix_caching && free_outside_window) {
-    p.fail("prefix-caching=on is not supported with sliding-window yet (vLLM's hybrid cacheability rules); use paged");
+    for (const LayerGroup& g : layout.groups) {
+      if (g.window_tokens > 0 && (g.window_tokens - 1) % o.block_tokens == 0) {
+        // vLLM keeps the W - 1 positions before a hit's end (add_local_computed_blocks);
+        // kvsim's effective tokens count W. They differ in whole blocks only here.
+        p.fail("prefix-caching=on with sliding-window: layer group '" + g.name + "' has a window of " +
+               std::to_string(g.window_tokens) + " tokens, one more than a multiple of block=" +
+               std::to_string(o.block_tokens) + "; a hit would hold one position less than its window, which is "
+               "not modelled; use another block size or paged");
+      }
+    }
   }
   return std::make_unique<PagedAllocator>(layout, o);
 }
@@ -145,9 +154,12 @@ constexpr AllocatorKind kKinds[] = {
      "      reused by later requests with the same prefix; under a budget every other full\n"
      "      block (generated tokens) is kept too, for its own request after a preemption.\n",
      "block=16", make_paged},
-    {"sliding-window", "sliding-window[:block=16]",
+    {"sliding-window", "sliding-window[:block=16][,prefix-caching=off|on]",
      "      paged, and blocks that fall wholly behind a sliding-window group's window are freed\n"
-     "      as the sequence advances (vLLM's hybrid allocator); full-attention groups keep all.\n",
+     "      as the sequence advances (vLLM's hybrid allocator); full-attention groups keep all.\n"
+     "      prefix-caching=on: vLLM's hybrid prefix caching rules (a sliding group needs only\n"
+     "      the blocks of one window before a hit's end cached; freed blocks stay cached).\n"
+     "      Under a budget, groups of different windows draw on one free queue, as in vLLM.\n",
      "block=16", make_sliding_window},
     {"dense-static", "dense-static[:reserve=max-model-len|max-tokens|pow2|pow2-output|oracle][,placement=none|first-fit|buddy]",
      "      each sample reserves a fixed row at admission: the model's maximum length (default),\n"

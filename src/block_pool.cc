@@ -138,6 +138,15 @@ void BlockPool::check(const std::vector<std::vector<std::uint32_t>>& expected_re
       }
     }
     kvsim::check(evictable == evictable_bytes_, "block pool: evictable bytes do not match the cached free blocks");
+    if (cache_->one_queue) {
+      std::int64_t existing = 0;
+      for (std::size_t gi = 0; gi < groups_.size(); ++gi) {
+        existing += (static_cast<std::int64_t>(groups_[gi].refs.size()) -
+                     static_cast<std::int64_t>(cache_->groups[gi].retired.size())) * groups_[gi].block_bytes;
+      }
+      kvsim::check(existing == cache_->existing_bytes && existing <= capacity_bytes_,
+                   "block pool: the blocks of the one queue exceed the budget, or their count drifted");
+    }
     kvsim::check(capacity_bytes_ != 0 || allocated_bytes_ + evictable_bytes_ <= high_water_bytes_,
                  "block pool: the unbounded pool reserves less than it holds");
   }

@@ -14,7 +14,8 @@
 // block taken from it that still carries a hash is evicted then. Unbounded, the pool grows
 // instead of evicting, so nothing cached is ever lost, and reserved bytes count the
 // evictable blocks too. Every group keeps its own ids and map; the paged allocator
-// operates all groups alike, so their blocks and caches stay in step. Without caching
+// operates all groups alike, so their blocks and caches stay in step, unless sliding
+// windows of different sizes free them apart (then one queue serves all: one_queue). Without caching
 // none of this exists and the free list is last-in first-out, as before.
 #ifndef KVSIM_SRC_BLOCK_POOL_H_
 #define KVSIM_SRC_BLOCK_POOL_H_
@@ -73,7 +74,14 @@ class BlockPool {
   // groups are added and before any block is taken. Bounded, each group then holds at most
   // capacity / (one block of every group) blocks: the allocator takes the same count in
   // every group, and the byte budget allows no more.
-  void enable_prefix_caching();
+  //
+  // `one_queue` (bounded only): the groups do not take blocks in step (a sliding-window
+  // allocator whose groups have different windows), so instead of a share of the budget
+  // each, every group draws on the whole budget and a new block, once the budget is spent,
+  // comes from the least recently freed block of any group, as from vLLM's one
+  // FreeKVCacheBlockQueue of pages every group uses: a block of another group is evicted
+  // if cached and its bytes given back (its id kept for that group's later use).
+  void enable_prefix_caching(bool one_queue = false);
   bool prefix_caching() const { return cache_ != nullptr; }
   // The block of `group` cached under `hash` (the first cached, when two blocks computed
   // the same prefix), or kNullBlock.
@@ -125,6 +133,8 @@ class BlockPool {
     std::uint32_t requests = 0;           // live requests whose tables hold the block
     bool hashed = false;
     bool queued = false;
+    bool retired = false;                 // one_queue: its bytes went to another group
+    std::uint64_t freed_at = 0;           // one_queue: order of entering the queue
   };
   struct CacheGroup {
     std::vector<CacheEntry> entries;  // by id
@@ -132,12 +142,17 @@ class BlockPool {
     BlockId queue_tail = kNullBlock;
     HashTable<BlockId> by_hash;  // the first block cached under a hash
     std::int64_t shared_blocks = 0;
+    std::vector<BlockId> retired;  // one_queue: ids whose bytes another group took
   };
   struct Cache {
     std::vector<CacheGroup> groups;
     std::int64_t blocks_per_group = 0;  // bounded: ids each group may create
+    bool one_queue = false;
+    std::int64_t existing_bytes = 0;    // one_queue: bytes of every block not retired
+    std::uint64_t next_freed_at = 0;
   };
   BlockId take_cached(std::size_t group);
+  BlockId take_one_queue(std::size_t group);
   void release_cached(std::size_t group, BlockId id);
   static void enqueue(CacheGroup& c, BlockId id);
   static void dequeue(CacheGroup& c, BlockId id);

@@ -10,7 +10,7 @@
 
 namespace kvsim::detail {
 
-void BlockPool::enable_prefix_caching() {
+void BlockPool::enable_prefix_caching(bool one_queue) {
   std::int64_t row_bytes = 0;
   for (const Group& g : groups_) {
     kvsim::check(g.refs.empty(), "block pool: prefix caching enabled after blocks were taken");
@@ -19,9 +19,59 @@ void BlockPool::enable_prefix_caching() {
   cache_ = std::make_unique<Cache>();
   cache_->groups.resize(groups_.size());
   cache_->blocks_per_group = capacity_bytes_ != 0 && row_bytes > 0 ? capacity_bytes_ / row_bytes : 0;
+  cache_->one_queue = one_queue && capacity_bytes_ != 0;
+}
+
+BlockId BlockPool::take_one_queue(std::size_t group) {
+  Group& g = groups_[group];
+  CacheGroup& c = cache_->groups[group];
+  BlockId id = kNullBlock;
+  while (id == kNullBlock && cache_->existing_bytes + g.block_bytes > capacity_bytes_) {
+    // get_new_blocks: popleft from the one queue, the least recently freed of all groups.
+    std::size_t from = groups_.size();
+    for (std::size_t h = 0; h < groups_.size(); ++h) {
+      const CacheGroup& q = cache_->groups[h];
+      if (q.queue_head == kNullBlock) continue;
+      if (from == groups_.size() ||
+          q.entries[q.queue_head].freed_at < cache_->groups[from].entries[cache_->groups[from].queue_head].freed_at) {
+        from = h;
+      }
+    }
+    kvsim::check(from < groups_.size(), "block pool: no free block although the budget has room");
+    CacheGroup& v = cache_->groups[from];
+    const BlockId victim = v.queue_head;
+    dequeue(v, victim);
+    if (v.entries[victim].hashed) evict(from, victim);
+    if (from == group) {
+      id = victim;
+    } else {
+      v.entries[victim].retired = true;
+      v.retired.push_back(victim);
+      cache_->existing_bytes -= groups_[from].block_bytes;
+    }
+  }
+  if (id == kNullBlock) {  // room for one more block of this group: a retired id, or a new one
+    if (!c.retired.empty()) {
+      id = c.retired.back();
+      c.retired.pop_back();
+      c.entries[id].retired = false;
+    } else {
+      kvsim::check(g.refs.size() < kNullBlock, "block pool: block ids exhausted");
+      id = static_cast<BlockId>(g.refs.size());
+      g.refs.push_back(0);
+      c.entries.emplace_back();
+    }
+    cache_->existing_bytes += g.block_bytes;
+  }
+  g.refs[id] = 1;
+  ++g.live;
+  allocated_bytes_ += g.block_bytes;  // within the capacity: no overflow
+  high_water_bytes_ = std::max(high_water_bytes_, allocated_bytes_ + evictable_bytes_);
+  return id;
 }
 
 BlockId BlockPool::take_cached(std::size_t group) {
+  if (cache_->one_queue) return take_one_queue(group);
   Group& g = groups_[group];
   CacheGroup& c = cache_->groups[group];
   // vLLM's queue starts with every block in id order, so never-used blocks go first; here
@@ -60,6 +110,7 @@ void BlockPool::release_cached(std::size_t group, BlockId id) {
   if (hashed) evictable_bytes_ += g.block_bytes;
   // free_blocks: to the back of the queue, cached or not; unbounded, a cached block stays
   // out of it, as nothing is ever evicted.
+  c.entries[id].freed_at = cache_->next_freed_at++;
   if (capacity_bytes_ != 0 || !hashed) enqueue(c, id);
 }
 
@@ -153,7 +204,7 @@ void BlockPool::check_cache(std::size_t group, const std::vector<std::uint32_t>&
   const CacheGroup& c = cache_->groups[group];
   const std::size_t size = g.refs.size();
   kvsim::check(c.entries.size() == size, "block pool: cache entries and blocks disagree");
-  kvsim::check(capacity_bytes_ == 0 || static_cast<std::int64_t>(size) <= cache_->blocks_per_group,
+  kvsim::check(capacity_bytes_ == 0 || cache_->one_queue || static_cast<std::int64_t>(size) <= cache_->blocks_per_group,
                "block pool: more blocks than the budget holds");
   // The queue: well linked, free blocks only, each once.
   std::vector<char> in_queue(size, 0);
@@ -181,8 +232,9 @@ void BlockPool::check_cache(std::size_t group, const std::vector<std::uint32_t>&
     const CacheEntry& e = c.entries[id];
     kvsim::check(e.queued == (in_queue[id] == 1), "block pool: a block's queued flag is wrong");
     kvsim::check(e.hashed == (in_map[id] == 1), "block pool: a cached block is missing from the hash map");
+    kvsim::check(!e.retired || (g.refs[id] == 0 && !e.hashed && !e.queued), "block pool: a retired block is in use");
     if (g.refs[id] == 0) {
-      const bool should_queue = capacity_bytes_ != 0 || !e.hashed;
+      const bool should_queue = (capacity_bytes_ != 0 || !e.hashed) && !e.retired;
       kvsim::check(in_queue[id] == should_queue, "block pool: a free block is missing from the free queue, or an "
                                                  "unbounded pool queued a cached one");
     }

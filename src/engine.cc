@@ -48,13 +48,7 @@ Engine::Engine(TraceReader& trace, Allocator& allocator, const ReplayOptions& op
   prefix_block_ = allocator.prefix_block_tokens();
   if (sharing()) {
     recorder_.track_evictable();
-    for (const auto& g : options.layout.groups) {
-      if (g.window_tokens > 0) {
-        throw InputError(Location{"", 0, kOptAllocator},
-                         alloc_.name() + ": sharing prompt blocks across requests is not modelled for sliding-window "
-                                         "layers yet (layer group '" + g.name + "')");
-      }
-    }
+    setup_window_shares();
   }
   scheduler_ = make_scheduler(view_);
   scheduler_tracks_requests_ = scheduler_->tracks_requests();
@@ -364,6 +358,7 @@ void Engine::count_prefix_lookup(std::int64_t prompt, std::int64_t queried, std:
 }
 
 void Engine::hold_prefix(std::uint32_t slot, std::int64_t tokens) {
+  if (!window_shares_.empty()) hold_window_prefix(slot, tokens);
   Flight& f = flights_[slot];
   const auto& hashes = prefix_of_[f.ticket];
   const std::int64_t held = std::min<std::int64_t>(static_cast<std::int64_t>(hashes.size()),
@@ -374,6 +369,7 @@ void Engine::hold_prefix(std::uint32_t slot, std::int64_t tokens) {
 }
 
 void Engine::drop_prefix(std::uint32_t slot) {
+  if (!window_shares_.empty()) drop_window_prefix(slot);
   Flight& f = flights_[slot];
   const auto& hashes = prefix_of_[f.ticket];
   for (; f.held_prefix > 0; --f.held_prefix) {
@@ -396,13 +392,19 @@ void Engine::update_shared(std::int64_t correction_ns) {
                           " holds " + std::to_string(held_once) + " positions once for several requests, but only " +
                           std::to_string(counted_once) + " are the same prompt tokens");
     }
+    // On a sliding-window group the engine counts once what several windows keep alike
+    // (docs/replay.md); what the allocator holds once beyond that lies behind windows.
+    const std::int64_t once = group_window_.empty() ? counted_once : counted_once_in_window(g);
+    const std::int64_t duplicate = std::max<std::int64_t>(0, once - held_once);
+    const std::int64_t outside = std::min<std::int64_t>(0, once - held_once);
     const Contribution& old = recorder_.shared(g);
-    if (old.value[kAllocated] == -held_once && old.value[kEffective] == -counted_once) continue;
+    if (old.value[kAllocated] == -held_once && old.value[kEffective] == -once && old.value[kOutside] == outside) continue;
     Contribution c;
     c.step = step_;
     c.value[kAllocated] = -held_once;
-    c.value[kEffective] = -counted_once;
-    c.value[kDuplicate] = counted_once - held_once;
+    c.value[kEffective] = -once;
+    c.value[kDuplicate] = duplicate;
+    c.value[kOutside] = outside;
     recorder_.apply_shared(g, c, correction_ns);
   }
 }
@@ -430,6 +432,7 @@ std::int64_t Engine::schedule_next(std::uint32_t slot, std::int64_t tokens) {
     next = std::min(next, effective_share(tokens, f.prompt, f.n, g.window_tokens).next_change);
   }
   if (scheduler_tracks_requests_) next = std::min(next, scheduler_->next_event_tokens(f, tokens));
+  if (!window_shares_.empty()) next = std::min(next, window_prefix_next(f, tokens));
   if (next <= tokens) broken(f, "next event at " + std::to_string(next) + " tokens is not ahead of " + std::to_string(tokens));
   wheel_.push(step_ + (next - tokens), slot, f.generation);
   return next;

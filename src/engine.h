@@ -12,6 +12,7 @@
 #include <queue>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "kvsim/cost_model.h"
@@ -245,6 +246,16 @@ class Engine {
   // requests against what the engine counts once.
   void update_shared(std::int64_t correction_ns);
   bool sharing() const { return prefix_block_ > 0; }
+  // Sharing on sliding-window layer groups (engine_window_share.cc): per distinct window,
+  // the positions of each live prefix block inside the windows of the requests holding it,
+  // so that what several windows keep alike counts once. Kept up to date by hold_prefix and
+  // drop_prefix; window_prefix_next says when a decoding request's window next moves over
+  // its prefix blocks (the count changes every step while it does).
+  void setup_window_shares();
+  void hold_window_prefix(std::uint32_t slot, std::int64_t tokens);
+  void drop_window_prefix(std::uint32_t slot);
+  std::int64_t window_prefix_next(const Flight& f, std::int64_t tokens) const;
+  std::int64_t counted_once_in_window(std::size_t group) const;
   // Bounded by a budget or by the allocator's own bound (capacity_bytes_).
   bool bounded() const { return capacity_bytes_ > 0; }
   // Every request completed, was cancelled or was refused, once; else InternalError.
@@ -323,6 +334,19 @@ class Engine {
   std::vector<std::vector<std::uint64_t>> prefix_of_;  // by ticket
   HashTable<std::int64_t> live_prefix_;
   std::int64_t shared_prefix_blocks_ = 0;  // sum over live hashes of (holders - 1)
+  struct WindowKept {
+    std::int64_t sum = 0;                // positions kept, over the holders
+    std::multiset<std::int64_t> kept;    // each holder's, where > 0
+  };
+  struct WindowShare {
+    std::int64_t window = 0;
+    std::unordered_map<std::uint64_t, WindowKept> by_hash;
+    // By slot: the window start and prefix blocks entered as of the request's last refresh.
+    std::vector<std::pair<std::int64_t, std::int64_t>> at;
+    std::int64_t counted_once = 0;       // sum over hashes of (sum - the largest kept)
+  };
+  std::vector<WindowShare> window_shares_;  // one per distinct window; empty without sharing
+  std::vector<int> group_window_;           // by layer group: its window_shares_ index, or -1
   ReplayReport report_;
   // --per-request only (empty otherwise), by ticket: the trace's id, prompt tokens found
   // cached at first admission.

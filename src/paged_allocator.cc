@@ -22,9 +22,12 @@ PagedAllocator::PagedAllocator(const KvLayout& layout, const PagedAllocatorOptio
     bytes_per_block_all_groups_ += pool_.block_bytes(pool_.group_count() - 1);
   }
   if (prefix_caching_) {
-    // The factory refuses this with a message for the user; this guards other callers.
-    check(!free_outside_window_, "paged: prefix caching with sliding-window is not supported");
-    pool_.enable_prefix_caching();
+    // With sliding-window, groups of different windows do not take blocks in step: one
+    // free queue for all of them, as vLLM's (block_pool.h, one_queue).
+    const bool one_window = std::all_of(groups_.begin(), groups_.end(), [&](const Group& g) {
+      return g.window_tokens == groups_.front().window_tokens;
+    });
+    pool_.enable_prefix_caching(free_outside_window_ && !one_window);
   }
 }
 
@@ -154,7 +157,8 @@ std::int64_t PagedAllocator::plan_step(RequestSlot slot, const Request& r, std::
     const Tables& t = tables(slot, g);
     const std::int64_t block_bytes = pool_.block_bytes(g);
     drop_to_[g] = std::max(t.dropped, droppable_blocks(g, tokens_before));
-    freed_bytes += range_bytes(r, g, t.dropped, drop_to_[g]);
+    freed_bytes += prefix_caching_ ? range_bytes_cached(slot, g, t.dropped, drop_to_[g])
+                                   : range_bytes(r, g, t.dropped, drop_to_[g]);
     // The fork copies the block holding the prompt's partial tail, unless the window has
     // passed it by the end of this step's drop.
     if (fork && partial_prompt_block && s < r.blocks && drop_to_[g] <= s) need_bytes += (r.n - 1) * block_bytes;
@@ -179,7 +183,8 @@ void PagedAllocator::drop_behind_window(RequestSlot slot) {
   const Request& r = requests_[slot];
   for (std::size_t g = 0; g < groups_.size(); ++g) {
     Tables& t = tables(slot, g);
-    drop_range(r, t, g, t.dropped, drop_to_[g]);
+    if (prefix_caching_) drop_range_cached(slot, g, t.dropped, drop_to_[g]);
+    else drop_range(r, t, g, t.dropped, drop_to_[g]);
     t.dropped = drop_to_[g];
   }
 }
@@ -414,6 +419,7 @@ void PagedAllocator::check_invariants() const {
         const std::int64_t sequences = r.n > 1 && k >= prompt_full ? r.n : 1;
         for (std::int64_t j = 0; j < sequences; ++j) {
           const BlockId id = table_block(slot, r, g, k, j);
+          if (id == kNullBlock) continue;  // behind a sliding window: freed, checked above
           check(pool_.cached_as(g, id, block_id(slot, r, k, j)),
                 "paged: a request's leading block does not carry the request's identity");
           if (requests[g].size() <= id) requests[g].resize(id + 1, 0);

@@ -25,10 +25,19 @@
 // vLLM, until they are evicted. Unbounded nothing is preempted, so those blocks could never
 // be found again and are not cached. Each request's Footprint still counts every block it
 // references as its own; shared_positions() reports the blocks several live requests hold.
-// Not with `free_outside_window` (vLLM's hybrid cacheability rules are later work).
+//
+// With both (the sliding-window allocator with prefix caching), vLLM's hybrid rules
+// (paged_allocator_window_prefix.cc): a sliding-window group needs only the last
+// ceil((W - 1) / block) blocks before a hit's end cached, searched from the right; the
+// hit is the longest length every group accepts; a hit request holds no block of a
+// sliding group that is already behind its window; and blocks that fall behind the window
+// are freed into the free queue still cached, evictable. Under a capacity, groups of
+// different windows do not take blocks in step, and the pool then draws them all from one
+// queue, as vLLM does (BlockPool::enable_prefix_caching's one_queue).
 #ifndef KVSIM_SRC_PAGED_ALLOCATOR_H_
 #define KVSIM_SRC_PAGED_ALLOCATOR_H_
 
+#include <span>
 #include <vector>
 
 #include "block_pool.h"
@@ -146,6 +155,17 @@ class PagedAllocator final : public Allocator {
   // identity. Called by grow_step, the only path grow() takes with prefix caching.
   void cache_full_blocks(RequestSlot slot, const Request& r);
   void release_cached(RequestSlot slot, const Request& r);
+  // The sliding-window allocator's side (paged_allocator_window_prefix.cc). The longest hit,
+  // in blocks, of at most `limit` blocks that every group accepts (vLLM's
+  // HybridKVCacheCoordinator / UnitaryKVCacheCoordinator find_longest_cache_hit).
+  std::int64_t window_hit_blocks(std::span<const std::uint64_t> hashes, std::int64_t limit) const;
+  // One sliding-window group's longest hit of at most `limit` blocks (vLLM's
+  // SlidingWindowManager.find_longest_cache_hit).
+  std::int64_t group_window_hit(std::size_t g, std::span<const std::uint64_t> hashes, std::int64_t limit) const;
+  // With prefix caching, what drop_range() does, block by block in vLLM's free order, each
+  // cached block let go of first; and the bytes that frees (blocks no other request holds).
+  void drop_range_cached(RequestSlot slot, std::size_t g, std::int64_t from, std::int64_t to);
+  std::int64_t range_bytes_cached(RequestSlot slot, std::size_t g, std::int64_t from, std::int64_t to) const;
 
   struct Group {
     std::int64_t window_tokens;  // 0 = full attention

@@ -35,6 +35,20 @@ std::int64_t PagedAllocator::hit_blocks(const AdmitInfo& info) const {
     }
     return true;
   };
+  if (free_outside_window_) {
+    // With sliding windows, vLLM's hybrid rules (paged_allocator_window_prefix.cc) over the
+    // same chain of identities identify() builds: for an n > 1 request only its prompt's
+    // full blocks (each sample's own chain past them is not searched with windows).
+    std::vector<std::uint64_t> ids;
+    std::uint64_t parent = 0;
+    for (std::int64_t k = 0; k < limit && (k < s || info.n == 1); ++k) {
+      if (k < given) parent = info.prefix_hashes[static_cast<std::size_t>(k)];
+      else if (own_ids_) parent = own_block_hash(parent, info.request_key, 0, k);
+      else break;
+      ids.push_back(parent);
+    }
+    return window_hit_blocks(ids, static_cast<std::int64_t>(ids.size()));
+  }
   // single_type_kv_cache_manager.py find_longest_cache_hit: the leading run of identities
   // found, in every group (vLLM keys its map by hash and group), walking the same chain
   // identify() builds.
@@ -124,7 +138,12 @@ void PagedAllocator::admit_cached(RequestSlot slot, Request& r, const AdmitInfo&
   for (std::size_t g = 0; g < groups_.size(); ++g) {
     Tables& t = tables(slot, g);
     const std::int64_t shared_hits = forked ? s : hits;
-    for (std::int64_t k = 0; k < shared_hits; ++k) {
+    // add_local_computed_blocks: a sliding group takes none of the hit blocks wholly
+    // before L - W + 1 (get_num_skipped_tokens); its table holds null there. 0 elsewhere.
+    const std::int64_t skipped = std::min(droppable_blocks(g, hits * block_tokens_), shared_hits);
+    t.shared.assign(static_cast<std::size_t>(skipped), kNullBlock);
+    t.dropped = skipped;
+    for (std::int64_t k = skipped; k < shared_hits; ++k) {
       const BlockId id = pool_.cached_block(g, block_id(slot, r, k, 0));
       pool_.touch(g, id);
       if (forked) pool_.share(g, id, static_cast<std::uint32_t>(r.n - 1));
@@ -168,7 +187,9 @@ void PagedAllocator::cache_full_blocks(RequestSlot slot, const Request& r) {
     for (std::int64_t k = p.cached_blocks; k < full; ++k) {
       const std::int64_t sequences = r.n > 1 && k >= s ? r.n : 1;
       for (std::int64_t j = 0; j < sequences; ++j) {
-        pool_.cache_block(g, table_block(slot, r, g, k, j), block_id(slot, r, k, j));
+        // Null: freed behind a sliding window before it was registered, never cached.
+        const BlockId id = table_block(slot, r, g, k, j);
+        if (id != kNullBlock) pool_.cache_block(g, id, block_id(slot, r, k, j));
       }
     }
   }
@@ -191,6 +212,7 @@ void PagedAllocator::release_cached(RequestSlot slot, const Request& r) {
       for (const auto& sample : t.samples) {
         for (auto i = static_cast<std::int64_t>(sample.size()) - 1; i >= 0; --i) {
           const BlockId id = sample[static_cast<std::size_t>(i)];
+          if (id == kNullBlock) break;  // behind a sliding window: went already
           if (s + i < cached) pool_.leave(g, id);
           pool_.drop(g, id, 1);
         }
@@ -198,6 +220,7 @@ void PagedAllocator::release_cached(RequestSlot slot, const Request& r) {
     }
     for (auto i = static_cast<std::int64_t>(t.shared.size()) - 1; i >= 0; --i) {
       const BlockId id = t.shared[static_cast<std::size_t>(i)];
+      if (id == kNullBlock) break;  // the blocks behind a sliding window went already
       if (i < cached) pool_.leave(g, id);
       pool_.drop(g, id, shared_refs);
     }

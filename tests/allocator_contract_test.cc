@@ -19,6 +19,7 @@ const std::vector<std::string> kVariants = {
     "paged:block=1",
     "paged:block=64",
     "paged:block=16,prefix-caching=on",
+    "sliding-window:block=16,prefix-caching=on",
     "radix:page=16",
     "sliding-window:block=5",
     "dense-static:reserve=max-tokens",
@@ -126,11 +127,6 @@ TEST_CASE("allocator contract: every allocator, every layout, same schedule, not
       std::map<std::string, Run> runs;
       for (const auto& spec : kSpecs) {
         INFO(spec << " on " << layout_name << ", token budget " << budget);
-        if (shares_prefixes(spec) && layout_name != std::string("full")) {
-          // Sharing is not modelled on sliding-window layers: the run is refused, not wrong.
-          CHECK_THROWS_AS(replay_with(spec, reqs, layout, budget), InputError);
-          continue;
-        }
         Run out = replay_with(spec, reqs, layout, budget);
         const ReplayReport& r = out.report;
         CHECK(r.leak_free);
@@ -271,7 +267,8 @@ TEST_CASE("allocator contract: requests with shared prefixes, driven through the
           r.live = true;
           r.tokens = cached;
           for (std::size_t g = 0; g < layout.groups.size(); ++g) {
-            REQUIRE(a->footprint(s, g, cached).allocated >= cached);
+            const std::int64_t w = layout.groups[g].window_tokens;
+            REQUIRE(a->footprint(s, g, cached).allocated >= (w > 0 ? std::min(cached, w - 1) : cached));
           }
           // It recomputes up to its target (and samples), then decodes on as before.
           r.prompt = target;  // the next grows prefill up to here, one chunk at a time
@@ -292,9 +289,11 @@ TEST_CASE("allocator contract: requests with shared prefixes, driven through the
           if (a->admit(s, info) != kvsim::Outcome::ok) continue;
           hits += cached;
           r = Live{true, cached, prompt, prompt + info.output_tokens, info, hashes, false};
-          // After admission the request holds exactly the cached positions.
+          // After admission the request holds the cached positions; on a sliding-window
+          // group at least those its next token's window needs (vLLM keeps W - 1).
           for (std::size_t g = 0; g < layout.groups.size(); ++g) {
-            REQUIRE(a->footprint(s, g, cached).allocated >= cached);
+            const std::int64_t w = layout.groups[g].window_tokens;
+            REQUIRE(a->footprint(s, g, cached).allocated >= (w > 0 ? std::min(cached, w - 1) : cached));
           }
         } else if (r.tokens >= r.final_tokens || rng.below(25) == 0) {
           a->release(s);
@@ -344,28 +343,20 @@ TEST_CASE("allocator contract under a tight budget: every policy, every allocato
     if (info.supports_swap) policies.push_back({Policy{std::string(info.name)}, Preemption::swap, std::string(info.name) + " swap"});
   }
   REQUIRE(policies.size() >= 4);  // vllm, vllm swap, reserve, sglang at least
-  // Traffic with shared prompt prefixes on the full-attention layout: the sharing allocators
-  // share, evict and are preempted under every policy; the others ignore the hashes.
-  for (const std::string layout_name : {"full", "hybrid", "full, shared prefixes"}) {
-    const bool prefixes = layout_name == std::string("full, shared prefixes");
-    const KvLayout layout = layout_named(prefixes ? "full" : layout_name);
+  // Traffic with shared prompt prefixes: the sharing allocators share, evict and are
+  // preempted under every policy, on full attention and on sliding windows (whose windows,
+  // of 40 and 100, pass over the shared prefixes of prompts up to 300); the others ignore
+  // the hashes.
+  for (const std::string layout_name : {"full", "hybrid", "full, shared prefixes", "hybrid, shared prefixes",
+                                        "all-sliding, shared prefixes"}) {
+    const std::string base = layout_name.substr(0, layout_name.find(','));
+    const bool prefixes = base != layout_name;
+    const KvLayout layout = layout_named(base);
     const auto reqs = prefixes ? traffic_with_prefixes(11, 120) : traffic(11, 120);
     for (const auto& p : policies) {
       for (const std::string& spec : kSpecs) {
         for (std::int64_t budget_positions : {std::int64_t{600}, std::int64_t{2500}}) {
           INFO(spec << " on " << layout_name << ", policy " << p.name << ", budget " << budget_positions << " positions");
-          if (shares_prefixes(spec) && layout_name == std::string("hybrid")) {
-            // Sharing is not modelled on sliding-window layers: the run is refused, not wrong.
-            RequestVectorReader trace(reqs);
-            ReplayOptions o;
-            o.layout = layout;
-            o.memory.kv_budget_bytes = budget_positions * layout.bytes_per_token();
-            AllocatorLimits limits;
-            limits.capacity_bytes = o.memory.kv_budget_bytes;
-            auto allocator = make_allocator(parse_allocator_spec(spec, "test"), layout, limits);
-            CHECK_THROWS_AS(replay(trace, *allocator, o), InputError);
-            continue;
-          }
           RequestVectorReader trace(reqs);
           ReplayOptions o;
           o.layout = layout;

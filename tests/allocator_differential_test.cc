@@ -73,6 +73,10 @@ const Config kConfigs[] = {
     {"sliding-window:block=16", Kind::sliding, 16, {}, {}, 0, 9'000},
     {"sliding-window:block=5", Kind::sliding, 5, {}, {}, 0, 9'000},
     {"sliding-window:block=1", Kind::sliding, 1, {}, {}, 0, 9'000},
+    // With prefix caching on but no prefix hashes, the sliding-window allocator frees
+    // through the cache's queue, block by block, and must hold exactly what it holds
+    // without caching; under a budget its groups of different windows draw on one queue.
+    {"sliding-window:block=16,prefix-caching=on", Kind::sliding, 16, {}, {}, 0, 9'000},
     {"dense-static:reserve=max-model-len", Kind::dense, 0, Reserve::max_model_len, {}, 0, 10'000},
     {"dense-static:reserve=max-tokens", Kind::dense, 0, Reserve::max_tokens, {}, 0, 4'000},
     {"dense-static:reserve=pow2", Kind::dense, 0, Reserve::pow2, {}, 0, 4'000},
@@ -320,6 +324,7 @@ class Driver {
 
  private:
   static constexpr RequestSlot kMaxLive = 10;
+  std::uint64_t request_keys_ = 0;
 
   // Reports a disagreement with everything needed to replay it.
   template <typename Describe>
@@ -367,6 +372,10 @@ class Driver {
     info.output_tokens = rng_.between(0, std::min<std::int64_t>(kMaxModelLen - info.prompt_tokens, rng_.percent(70) ? 60 : 400));
     info.planned_output_tokens = info.output_tokens + (rng_.percent(50) ? 0 : rng_.between(1, 200));
     info.n = rng_.percent(60) ? 1 : rng_.between(2, 4);
+    // As the engine does (the request's ordinal): no two requests share a key, so under a
+    // budget a prefix cache's own identities (own_block_hash) never let one request hit
+    // another's blocks.
+    info.request_key = ++request_keys_;
     const PoolState before = alloc_->pool();
     const Snapshot snapshot = bounded_ ? take_snapshot() : Snapshot{};
     RefRequest r = ref_.admit(info);

@@ -1,0 +1,109 @@
+// The engine with prefix caching on sliding-window layer groups: effective tokens count
+// once what several requests' windows keep of a shared prefix (docs/replay.md, "Sharing
+// across requests"), on schedules worked out by hand. One layer group of window W = 40 at
+// one byte per position (a mistral-7b-v0.1-like model, every layer sliding), blocks of 16.
+#include <catch2/catch.hpp>
+
+#include "kvsim/replay.h"
+#include "test_support.h"
+
+using namespace kvsim;
+
+namespace {
+
+constexpr std::int64_t kMs = 1'000'000;
+
+ReplayOptions sliding_steps() {  // 1 ms a step
+  ReplayOptions o;
+  o.layout.groups = {test::group("sliding 40", 1, 40)};
+  o.layout.max_model_len = 4096;
+  o.cost.base_ps = kMs * 1000;
+  return o;
+}
+
+Request with_prefix(std::string id, std::int64_t arrival_ns, std::int64_t prompt, std::int64_t output,
+                    std::vector<std::uint64_t> hashes) {
+  Request r = test::request(std::move(id), arrival_ns, prompt, output);
+  r.prefix_block_tokens = 16;
+  r.prefix_hashes = std::move(hashes);
+  return r;
+}
+
+// A (prompt 40 = blocks h11, h12 + 8 positions, output 20) at 0: step 0 prefills it and
+// its first token, so after step k it holds 41 + k positions. B, the same prompt, at
+// 0.5 ms: admitted at step 1, it finds h11, h12 cached (at most min(2, floor(39 / 16)) = 2
+// blocks; W = 40 needs ceil(39 / 16) = 3 blocks, more than there are, so the sliding rule
+// takes the leading run), skips nothing (32 - 40 + 1 < 0), computes 8 tokens and holds
+// 40 + k positions after step k.
+std::vector<Request> two_sharing() {
+  return {with_prefix("a", 0, 40, 20, {11, 12}), with_prefix("b", kMs / 2, 40, 20, {11, 12})};
+}
+
+}  // namespace
+
+TEST_CASE("window prefix sharing: what two windows keep of one prefix counts once, as the windows slide") {
+  const auto r = test::replay_under_budget("sliding-window:block=16,prefix-caching=on", two_sharing(), sliding_steps());
+  const ReplayReport& rep = r.report;
+  CHECK(rep.completed == 2);
+  CHECK(rep.prefix_hit_tokens == 32);
+  CHECK(rep.leak_free);
+  REQUIRE(r.rows.size() >= 17);
+  // Each request keeps its last 40 positions: from s = t - 40, so of block 0 (positions
+  // 0..15) it keeps 16 - s, of block 1 all 16 while s <= 16. Counted once, the shared
+  // prefix is what the longer-kept of the two keeps.
+  // After step 1: A 42 (s = 2), B 41 (s = 1). Shared, once: block 0 from 1 (15) + block 1
+  // (16) = 31; A's own 32..41 (10), B's 32..40 (9): 50. Allocated: A's 3 blocks and B's 3,
+  // blocks 0 and 1 held once: 48 + 48 - 32 = 64 (nothing is behind a window yet: A's step
+  // started at 41, keeping from 41 - 40 + 1 = 2, in block 0).
+  CHECK(r.rows[1].effective_bytes == 50);
+  CHECK(r.rows[1].allocated_bytes == 64);
+  // After step 10: A 51 (s = 11), B 50 (s = 10): block 0 from 10 (6) + 16 + A's 32..50
+  // (19) + B's 32..49 (18) = 59. Each holds 4 blocks, 2 shared: 64 + 64 - 32 = 96.
+  CHECK(r.rows[10].effective_bytes == 59);
+  CHECK(r.rows[10].allocated_bytes == 96);
+  // After step 15: A 56 (its step started at 55: keeps from 16, so block 0 went), B 55
+  // (from 15: keeps block 0). Once: block 0 from 15 (1) + 16 + A's 32..55 (24) + B's
+  // 32..54 (23) = 64. Allocated: A's blocks 1..3 (48), B's 0..3 (64), block 1 once: 96.
+  CHECK(r.rows[15].effective_bytes == 64);
+  CHECK(r.rows[15].allocated_bytes == 96);
+  CHECK(r.rows[15].cached_bytes == 0);
+  // After step 16: A 57 (s = 17), B 56 (s = 16; its step started at 55, keeping from 16, so
+  // block 0 went: no request holds it, it stays cached, evictable). Once: block 1 from 16
+  // (16, B's) + A's 32..56 (25) + B's 32..55 (24) = 65. Allocated: blocks 1..3 each, block
+  // 1 once: 48 + 48 - 16 = 80.
+  CHECK(r.rows[16].effective_bytes == 65);
+  CHECK(r.rows[16].allocated_bytes == 80);
+  CHECK(r.rows[16].cached_bytes == 16);
+}
+
+TEST_CASE("window prefix sharing: paged holds the blocks behind the windows, once, as outside-window room") {
+  // The same run through paged, which keeps every block: effective tokens are the same
+  // (what the windows keep), allocated is every block, shared blocks once. After step 16:
+  // A holds blocks 0..3 (64), B 0..3 (64), blocks 0 and 1 held once: 128 - 32 = 96.
+  const auto r = test::replay_under_budget("paged:block=16,prefix-caching=on", two_sharing(), sliding_steps());
+  REQUIRE(r.rows.size() >= 17);
+  CHECK(r.rows[1].effective_bytes == 50);
+  CHECK(r.rows[10].effective_bytes == 59);
+  CHECK(r.rows[16].effective_bytes == 65);
+  CHECK(r.rows[16].allocated_bytes == 96);
+  // Of the 96: 65 effective; tails 64 - 57 = 7 and 64 - 56 = 8; outside the windows,
+  // block 0 (16, behind both) once and position 16 of block 1 is kept by B, so 16. Over
+  // the whole run the parts add up to allocated - effective (the engine checks it at every
+  // operation; here on the means).
+  CHECK(r.report.mean_bytes.total() == Approx(r.report.allocated_bytes.mean - r.report.effective_bytes.mean).margin(1e-9));
+  CHECK(r.report.mean_bytes.outside_window >= 0);
+  CHECK(r.report.leak_free);
+}
+
+TEST_CASE("window prefix sharing: the radix cache at page 16 holds and counts what paged does") {
+  // SGLang's radix cache stores sliding-window layers whole too: B matches A's two
+  // inserted pages, and after step 16 each holds 4 pages, 2 of them shared: 96; the
+  // windows keep the same 65 positions, counted once.
+  const auto r = test::replay_under_budget("radix:page=16", two_sharing(), sliding_steps());
+  REQUIRE(r.rows.size() >= 17);
+  CHECK(r.report.prefix_hit_tokens == 32);
+  CHECK(r.rows[1].effective_bytes == 50);
+  CHECK(r.rows[16].effective_bytes == 65);
+  CHECK(r.rows[16].allocated_bytes == 96);
+  CHECK(r.report.leak_free);
+}
