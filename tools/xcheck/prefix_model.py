@@ -2,7 +2,7 @@
 """Independent model of which prompt blocks vLLM's automatic prefix caching finds, checked
 against `kvsim replay --allocator paged:block=B,prefix-caching=on` without a budget.
 
-Usage: prefix_model.py --kvsim PATH SCRATCH_DIR
+Usage: prefix_model.py --kvsim PATH [--case K] [--block B] SCRATCH_DIR   (--cases: print how many)
 
 Written from docs/replay.md ("Sharing across requests"), not from the engine's code. Rules:
   * identity: block k (of B tokens) of a prompt of P tokens has an identity iff it is a full
@@ -204,10 +204,18 @@ def main():
         ("native, H=4, content hashes", os.path.join(scratch, "content4.csv"), native_trace, (6, 400, 4, False)),
         ("mooncake, H=512", os.path.join(scratch, "mooncake.jsonl"), mooncake_trace, (5, 300)),
     ]
+    if "--cases" in args:  # how many there are, for a caller that runs them apart
+        print(len(cases))
+        return 0
+    if "--case" in args:  # only case K (0-based): the cases are independent
+        cases = [cases[int(args[args.index("--case") + 1])]]
+    blocks = (1, 16, 32)
+    if "--block" in args:  # only block size B
+        blocks = (int(args[args.index("--block") + 1]),)
     failed = 0
     for name, path, make, params in cases:
         reqs = make(path, *params)
-        for B in (1, 16, 32):
+        for B in blocks:
             mine, mine_rows = model(reqs, B)
             theirs, their_rows = run(kvsim, path, B, scratch)
             diffs = [f"{k}: model {mine[k]}, kvsim {theirs[k]}" for k in mine if mine[k] != theirs[k]]
