@@ -4,9 +4,12 @@
 #include <catch2/catch.hpp>
 
 #include "kvsim/replay.h"
+#include "prefix_test_util.h"
 #include "test_support.h"
 
 using namespace kvsim;
+
+using kvsim::test::with_prefix;
 
 namespace {
 
@@ -24,15 +27,6 @@ ReplayOptions steps(std::int64_t base_ms, std::int64_t prefill_ms = 0) {
   o.cost.base_ps = base_ms * kMs * 1000;
   o.cost.prefill_token_ps = prefill_ms * kMs * 1000;
   return o;
-}
-
-// A request whose prompt's full blocks of 16 carry the given hashes.
-Request with_prefix(std::string id, std::int64_t arrival_ns, std::int64_t prompt, std::int64_t output,
-                    std::vector<std::uint64_t> hashes) {
-  Request r = test::request(std::move(id), arrival_ns, prompt, output);
-  r.prefix_block_tokens = 16;
-  r.prefix_hashes = std::move(hashes);
-  return r;
 }
 
 }  // namespace

@@ -5,9 +5,12 @@
 #include <catch2/catch.hpp>
 
 #include "kvsim/replay.h"
+#include "prefix_test_util.h"
 #include "test_support.h"
 
 using namespace kvsim;
+
+using kvsim::test::with_prefix;
 
 namespace {
 
@@ -19,14 +22,6 @@ ReplayOptions sliding_steps() {  // 1 ms a step
   o.layout.max_model_len = 4096;
   o.cost.base_ps = kMs * 1000;
   return o;
-}
-
-Request with_prefix(std::string id, std::int64_t arrival_ns, std::int64_t prompt, std::int64_t output,
-                    std::vector<std::uint64_t> hashes) {
-  Request r = test::request(std::move(id), arrival_ns, prompt, output);
-  r.prefix_block_tokens = 16;
-  r.prefix_hashes = std::move(hashes);
-  return r;
 }
 
 // A (prompt 40 = blocks h11, h12 + 8 positions, output 20) at 0: step 0 prefills it and
