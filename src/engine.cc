@@ -832,7 +832,9 @@ void Engine::deliver_step() {
   finishing_.clear();
 }
 
-void Engine::run_iteration() {
+void Engine::run_iteration() { end_step(begin_step()); }
+
+std::int64_t Engine::begin_step() {
   step_memory_bound_ = false;
   step_preempted_ = false;
   step_swap_bytes_ = 0;
@@ -858,7 +860,13 @@ void Engine::run_iteration() {
   step_work_.decode_seqs = decode_seqs;
   step_work_.context = context;
   step_work_.sampled += decode_seqs;
-  const std::int64_t duration = step_duration(step_work_);
+  step_decode_seqs_ = decode_seqs;
+  step_prefill_tokens_ = prefill_tokens;
+  return step_duration(step_work_);
+}
+
+void Engine::end_step(std::int64_t duration) {
+  const std::int64_t decode_seqs = step_decode_seqs_, prefill_tokens = step_prefill_tokens_;
   ++report_.iterations;
   recorder_.decode_step(duration, decode_seqs);
   // The progress guarantee, checked: a step that decodes nothing, prefills nothing and
@@ -941,6 +949,12 @@ void Engine::advance_before(std::int64_t t_ns) {
     if (now_ >= t_ns) return;
     run_iteration();
   }
+}
+
+void Engine::wait_until(std::int64_t t_ns) {
+  kvsim::check(running_ == 0 && t_ns >= now_, "engine: waiting with requests running, or back in time");
+  process_span_events(t_ns, true);
+  end_span(t_ns - now_);
 }
 
 ReplayReport Engine::finish() { return run_simulated(); }

@@ -157,6 +157,20 @@ class Engine {
   }
   std::int64_t now() const { return now_; }
 
+  // Aligned steps, for the data-parallel replicas of a mixture-of-experts model
+  // (replicas.cc), which take every step together: at_boundary() takes up what arrives or
+  // is cancelled at now(); has_work() says whether a step would run something; begin_step()
+  // schedules the step at now() and returns how long its own work takes; end_step(d) ends
+  // it after d >= that; wait_until(t) moves an engine that runs nothing to t, taking up what
+  // arrives before t (it waits for the next aligned step). next_arrival(): the arrival time
+  // of the next request routed here, or -1.
+  void at_boundary() { process_span_events(now_, false); }
+  bool has_work() const { return running_ != 0 || queued_ != 0 || !swapped_.empty(); }
+  std::int64_t next_arrival() const { return have_next_ ? next_.arrival_ns : -1; }
+  std::int64_t begin_step();
+  void end_step(std::int64_t duration_ns);
+  void wait_until(std::int64_t t_ns);
+
  private:
   ReplayReport run_simulated();
   ReplayReport run_measured();
@@ -312,6 +326,8 @@ class Engine {
   // The step in progress.
   bool step_memory_bound_ = false;    // an allocation was refused for memory
   bool step_preempted_ = false;
+  std::int64_t step_decode_seqs_ = 0;     // the step begun (begin_step) and not yet ended
+  std::int64_t step_prefill_tokens_ = 0;
   std::int64_t step_swap_bytes_ = 0;
   StepWork step_work_;  // the roofline's counts for the step under way (prefill chunks so far)
 

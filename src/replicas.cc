@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <limits>
 #include <memory>
 #include <string>
 
@@ -120,6 +121,51 @@ ReplayReport combine(std::vector<ReplayReport>& rs, std::int64_t waiting_at_last
   return t;
 }
 
+// Aligned steps (ReplayOptions::replicas_step_together): runs every step that starts before
+// `t_ns` on all replicas at once, from `clock` (the start of the next step, updated). Each step
+// lasts as long as the slowest busy replica's work; a replica with nothing to run takes no
+// step of its own (vLLM runs a dummy forward pass there, which never outlasts the others':
+// its token count is padded to theirs, and it computes no attention). A request that reaches
+// such a replica inside a step waits for the next one. A replica that stays idle keeps its
+// clock, so that its report ends at its last release.
+void advance_together_before(std::vector<std::unique_ptr<detail::Engine>>& engines, std::int64_t& clock,
+                             std::int64_t t_ns) {
+  std::vector<char> busy(engines.size(), 0);
+  for (;;) {
+    bool any = false;
+    for (std::size_t i = 0; i < engines.size(); ++i) {
+      detail::Engine& e = *engines[i];
+      const std::int64_t next = e.next_arrival();
+      if (e.now() < clock && next >= 0 && next <= clock) e.wait_until(clock);
+      busy[i] = 0;
+      if (e.now() != clock) continue;
+      e.at_boundary();
+      busy[i] = e.has_work() ? 1 : 0;
+      any = any || busy[i] != 0;
+    }
+    if (!any) {
+      // All idle: the next step starts at the next arrival routed to any of them.
+      std::int64_t next = -1;
+      for (const auto& e : engines) {
+        const std::int64_t a = e->next_arrival();
+        if (a >= 0 && (next < 0 || a < next)) next = a;
+      }
+      if (next < 0 || next >= t_ns) return;
+      clock = std::max(clock, next);
+      continue;
+    }
+    if (clock >= t_ns) return;
+    std::int64_t duration = 0;
+    for (std::size_t i = 0; i < engines.size(); ++i) {
+      if (busy[i] != 0) duration = std::max(duration, engines[i]->begin_step());
+    }
+    for (std::size_t i = 0; i < engines.size(); ++i) {
+      if (busy[i] != 0) engines[i]->end_step(duration);
+    }
+    clock += duration;
+  }
+}
+
 }  // namespace
 
 ReplicaRun replay_replicas(TraceReader& trace, const std::vector<Allocator*>& allocators, const ReplayOptions& options) {
@@ -165,6 +211,12 @@ ReplicaRun replay_replicas(TraceReader& trace, const std::vector<Allocator*>& al
     shares.push_back(std::make_unique<RoutedTrace>(trace));
     engines.push_back(std::make_unique<detail::Engine>(*shares[i], *allocators[i], per_engine[i]));
   }
+  const bool together = options.replicas_step_together && n > 1;
+  std::int64_t clock = 0;  // aligned steps: when the next one starts
+  const auto advance_before = [&](std::int64_t t_ns) {
+    if (together) advance_together_before(engines, clock, t_ns);
+    else for (auto& e : engines) e->advance_before(t_ns);
+  };
   Request r;
   bool started = false;
   std::size_t start_index = 0;  // vLLM's eng_start_index: client 0 of 1 starts at 0
@@ -173,9 +225,10 @@ ReplicaRun replay_replicas(TraceReader& trace, const std::vector<Allocator*>& al
   while (trace.next(r)) {
     if (!started) {
       for (auto& e : engines) e->begin_at(r.arrival_ns);
+      clock = r.arrival_ns;
       started = true;
     }
-    for (auto& e : engines) e->advance_before(r.arrival_ns);
+    advance_before(r.arrival_ns);
     // The lowest score wins; on a tie the first scanned from start_index (vLLM's strict <).
     // Scores in thousandths: 1000 x in flight + 6 x waiting x (usage per mille - 500).
     std::size_t best = start_index;
@@ -207,6 +260,7 @@ ReplicaRun replay_replicas(TraceReader& trace, const std::vector<Allocator*>& al
   if (!started) {
     for (auto& e : engines) e->begin_at(0);
   }
+  if (together) advance_before(std::numeric_limits<std::int64_t>::max());
   for (auto& e : engines) run.replicas.push_back(e->finish());
   run.total = combine(run.replicas, waiting_at_last_arrival);
   return run;

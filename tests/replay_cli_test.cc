@@ -109,6 +109,27 @@ TEST_CASE("replay: --timing-device times a device without a budget, and --replic
   CHECK_THAT(r.err, Catch::Contains("--expert-parallel"));
 }
 
+TEST_CASE("replay: an MoE model's replicas take every step together, a dense model's do not") {
+  // 10 ms per step plus 1 ms per prefill token. r1 (30 tokens) goes to replica 0 and is
+  // prefilled in 0-40 ms; r2 (1 token, at 1 ms) goes to replica 1. Dense (qwen3-32b): replica 1
+  // prefills r2 at once, 1-12 ms, a TTFT of 11 ms. MoE (qwen3-30b-a3b): r2 waits for the next
+  // aligned step, 40-51 ms (as long as its 11 ms prefill, longer than r1's 10 ms decode), a
+  // TTFT of 50 ms (tests/replicas_test.cc works the same case through the library).
+  const std::string trace =
+      test::write_file("aligned.csv", "id,arrival,prompt_tokens,output_tokens\nr1,0,30,2\nr2,0.001,1,3\n");
+  const auto ttft_of_replica_1 = [&](const std::string& model) {
+    const auto r = test::run_cli({"replay", trace, "--model", model, "--allocator", "paged", "--replicas", "2", "--cost",
+                                  "linear:base=10ms,prefill-token=1ms,decode-seq=0ms,context-token=0ms", "--json"});
+    REQUIRE(r.exit_code == 0);
+    const Json j = Json::parse(r.out);
+    REQUIRE(j["runs"].size() == 3);
+    CHECK(j["runs"][0]["latency"]["ttft"]["max_s"].get<double>() == Approx(0.040));
+    return j["runs"][1]["latency"]["ttft"]["max_s"].get<double>();
+  };
+  CHECK(ttft_of_replica_1("qwen3-32b") == Approx(0.011));
+  CHECK(ttft_of_replica_1("qwen3-30b-a3b") == Approx(0.050));
+}
+
 TEST_CASE("replay: the peak's time is trace time in every output, nothing measured is n/a, never 0") {
   // Arrival at 10 s, 1 ms steps: step k starts at 10 s + (k - 1) ms and writes position 100 + k.
   // Position 145 is the first of the 10th block of 16, so the peak starts at step 45: 10.044 s.

@@ -114,3 +114,51 @@ TEST_CASE("replicas: timeline rows tagged with their replica, per-request record
   std::sort(records.begin(), records.end());
   CHECK(records == std::vector<std::pair<std::string, std::int64_t>>{{"a", 1}, {"b", 2}, {"c", 3}, {"d", 4}});
 }
+
+TEST_CASE("replicas: an MoE model's replicas take every step together, as long as the slowest one's") {
+  // 10 ms per step plus 1 ms per prefill token. a (30-token prompt, 2 tokens out) at 0 ms goes
+  // to replica 0; b (1 token, 3 out) at 1 ms to replica 1 (0 has a in flight).
+  // Independent (a dense model): replica 0 prefills a in 0-40 ms and decodes it in 40-50;
+  // replica 1 starts b when it arrives: 1-12 ms, then tokens at 22 and 32 ms.
+  // Aligned (vLLM aligns an MoE model's data-parallel forward passes): b reaches replica 1
+  // during the first step (0-40 ms, replica 0's prefill) and waits for the next, 40 ms, which
+  // lasts as long as b's prefill (11 ms) rather than a's decode (10): a ends and b's first
+  // token comes at 51 ms; b's two decode steps end at 61 and 71 ms.
+  const auto run_with = [](bool together) {
+    RequestVectorReader trace({test::request("a", 0, 30, 2), test::request("b", 1 * kMs, 1, 3)});
+    ReplayOptions o;
+    o.layout = test::unit_layout();
+    o.cost.name = "test";
+    o.cost.base_ps = 10 * kMs * 1000;
+    o.cost.prefill_token_ps = 1 * kMs * 1000;
+    o.replicas_step_together = together;
+    std::vector<std::unique_ptr<Allocator>> owned;
+    std::vector<Allocator*> allocators;
+    for (int i = 0; i < 2; ++i) {
+      owned.push_back(make_allocator(parse_allocator_spec("paged:block=16", "test"), o.layout));
+      allocators.push_back(owned.back().get());
+    }
+    return replay_replicas(trace, allocators, o);
+  };
+  const ReplicaRun apart = run_with(false);
+  CHECK(apart.replica_of == std::vector<std::uint32_t>{0, 1});
+  CHECK(apart.replicas[0].ttft.max_ns == 40 * kMs);
+  CHECK(apart.replicas[0].end_ns == 50 * kMs);
+  CHECK(apart.replicas[1].ttft.max_ns == 11 * kMs);
+  CHECK(apart.replicas[1].e2e.max_ns == 31 * kMs);
+  CHECK(apart.replicas[1].end_ns == 32 * kMs);
+
+  const ReplicaRun together = run_with(true);
+  CHECK(together.replica_of == std::vector<std::uint32_t>{0, 1});
+  CHECK(together.replicas[0].ttft.max_ns == 40 * kMs);
+  CHECK(together.replicas[0].e2e.max_ns == 51 * kMs);
+  CHECK(together.replicas[0].end_ns == 51 * kMs);  // replica 0 idles after a: its report ends there
+  CHECK(together.replicas[0].iterations == 2);
+  CHECK(together.replicas[1].ttft.max_ns == 50 * kMs);  // 1 ms -> 51 ms
+  CHECK(together.replicas[1].e2e.max_ns == 70 * kMs);
+  CHECK(together.replicas[1].end_ns == 71 * kMs);
+  CHECK(together.replicas[1].iterations == 3);
+  CHECK(together.total.completed == 2);
+  CHECK(together.total.end_ns == 71 * kMs);
+  CHECK(together.total.leak_free);
+}

@@ -198,6 +198,10 @@ struct ReplayOptions {
   // Keep every request's latencies in ReplayReport::latency_samples (data-parallel replicas
   // merge them into the total's percentiles).
   bool keep_latency_samples = false;
+  // Data-parallel replicas (replay_replicas) take every step together, each lasting as long
+  // as the slowest replica's: vLLM aligns the forward passes of a mixture-of-experts model's
+  // data-parallel ranks (kvsim/replicas.h). `kvsim replay` sets it for MoE models.
+  bool replicas_step_together = false;
 };
 
 // A quantity over the run.

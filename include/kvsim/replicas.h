@@ -10,8 +10,15 @@
 // and the request goes to the first replica with the lowest score. vLLM reads waiting, running
 // and KV usage from its coordinator's snapshot (published every 100 ms) and keeps the in-flight
 // count itself; kvsim reads all of them from the replica at the instant the request arrives
-// (the state after the replica's last step began). Docs: docs/replay.md, "Data-parallel
-// replicas".
+// (the state after the replica's last step began).
+//
+// For a mixture-of-experts model (ReplayOptions::replicas_step_together) the replicas take
+// every step together, and a step lasts as long as the slowest replica's: vLLM aligns the
+// forward passes of an MoE model's data-parallel ranks, whose expert layers exchange tokens
+// in every pass (docs/serving/data_parallel_deployment.md; vllm/v1/worker/dp_utils.py
+// coordinate_batch_across_dp all-reduces the ranks' token counts each step and pads every
+// rank to the largest), and runs a dummy pass on a rank with nothing scheduled. Dense models'
+// replicas step independently. Docs: docs/replay.md, "Data-parallel replicas".
 #ifndef KVSIM_REPLICAS_H_
 #define KVSIM_REPLICAS_H_
 

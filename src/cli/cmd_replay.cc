@@ -107,7 +107,9 @@ po::options_description replay_option_descriptions(bool with_outputs) {
        "coefficient not given is the roofline's)")
       (option_key(kOptReplicas), po::value<std::string>(),
        "data-parallel replicas: this many engines, each with its own KV pool and scheduler, requests routed "
-       "as vLLM's load balancer routes them; per-replica and total columns (default 1)")
+       "as vLLM's load balancer routes them; per-replica and total columns (default 1). An MoE model's "
+       "replicas take every step together, each as long as the busiest replica's, as vLLM aligns their "
+       "forward passes")
       (option_key(kOptExpertParallel),
        "with --replicas: the MoE model's routed experts are spread over the replicas (vLLM "
        "--enable-expert-parallel), so each device reads 1/N of them per step")
@@ -215,6 +217,8 @@ ReplayOptions replay_options_from(const po::variables_map& vm, const ModelChoice
 
   ReplayOptions ro;
   ro.layout = layout;
+  // vLLM aligns the forward passes of an MoE model's data-parallel ranks (replicas.h).
+  ro.replicas_step_together = choice.model.moe.has_value();
   ro.schedule = parse_schedule(vm[option_key(kOptSchedule)].as<std::string>());
   ro.cost = parse_cost_model(vm[option_key(kOptCost)].as<std::string>(), roofline, kOptCost);
   if (const auto t = option_text(vm, option_key(kOptMaxBatchedTokens))) {
