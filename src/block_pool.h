@@ -66,6 +66,8 @@ class BlockPool {
   std::int64_t reserved_bytes() const { return capacity_bytes_ != 0 ? capacity_bytes_ : high_water_bytes_; }
   std::int64_t capacity_bytes() const { return capacity_bytes_; }
   std::int64_t live_blocks(std::size_t group) const { return groups_[group].live; }
+  // Ids of `group` handed out so far (live, free or cached): every id is below this.
+  std::size_t id_count(std::size_t group) const { return groups_[group].refs.size(); }
 
   // --- Prefix caching (cached_block, touch, cache_block and leave REQUIRE
   // enable_prefix_caching(); the counters read 0 without it).

@@ -368,8 +368,14 @@ std::vector<BlockId> PagedAllocator::block_table(RequestSlot slot, std::size_t g
 }
 
 void PagedAllocator::check_invariants() const {
+  // Sized to the ids the pool has handed out (an id past them still counts, and the pool's
+  // check names it), so that counting grows no vector.
   std::vector<std::vector<std::uint32_t>> refs(groups_.size());
   std::vector<std::vector<std::uint32_t>> requests(prefix_caching_ ? groups_.size() : 0);
+  for (std::size_t g = 0; g < groups_.size(); ++g) {
+    refs[g].assign(pool_.id_count(g), 0);
+    if (prefix_caching_) requests[g].assign(pool_.id_count(g), 0);
+  }
   auto count = [&](std::size_t g, BlockId id, std::uint32_t n) {
     if (id == kNullBlock) return;
     if (refs[g].size() <= id) refs[g].resize(id + 1, 0);
