@@ -941,7 +941,7 @@ void Engine::begin_at(std::int64_t start_ns) {
 void Engine::advance_before(std::int64_t t_ns) {
   for (;;) {
     process_span_events(now_, false);
-    if (running_ == 0 && queued_ == 0 && swapped_.empty()) {
+    if (!has_work()) {
       if (!have_next_ || next_.arrival_ns >= t_ns) return;
       end_span(next_.arrival_ns - now_);  // idle until the next arrival
       continue;
@@ -962,7 +962,7 @@ ReplayReport Engine::finish() { return run_simulated(); }
 ReplayReport Engine::run_simulated() {
   for (;;) {
     process_span_events(now_, false);
-    if (running_ == 0 && queued_ == 0 && swapped_.empty()) {
+    if (!has_work()) {
       if (!have_next_) break;
       end_span(next_.arrival_ns - now_);  // idle until the next arrival
       continue;

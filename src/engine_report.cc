@@ -8,7 +8,7 @@ ReplayReport Engine::finish_report() {
   report_.prefix_block_tokens = prefix_block_;
   recorder_.finish(report_, alloc_, running_, queued_);
   judge_overload(report_);
-  if (running_ == 0 && queued_ == 0 && swapped_.empty()) check_accounted();
+  if (!has_work()) check_accounted();
   return report_;
 }
 

@@ -16,6 +16,17 @@ namespace {
 
 constexpr std::int64_t kMs = 1'000'000;
 
+// `trace` through two replicas, each with its own paged:block=16 pool.
+ReplicaRun replay_two_paged(TraceReader& trace, const ReplayOptions& o) {
+  std::vector<std::unique_ptr<Allocator>> owned;
+  std::vector<Allocator*> allocators;
+  for (int i = 0; i < 2; ++i) {
+    owned.push_back(make_allocator(parse_allocator_spec("paged:block=16", "test"), o.layout));
+    allocators.push_back(owned.back().get());
+  }
+  return replay_replicas(trace, allocators, o);
+}
+
 }  // namespace
 
 TEST_CASE("replicas: four requests routed by vLLM's least-loaded rule, not round robin") {
@@ -34,13 +45,7 @@ TEST_CASE("replicas: four requests routed by vLLM's least-loaded rule, not round
   o.cost.name = "test";
   o.cost.base_ps = 10 * kMs * 1000;
   o.cost.prefill_token_ps = 0;
-  std::vector<std::unique_ptr<Allocator>> owned;
-  std::vector<Allocator*> allocators;
-  for (int i = 0; i < 2; ++i) {
-    owned.push_back(make_allocator(parse_allocator_spec("paged:block=16", "test"), o.layout));
-    allocators.push_back(owned.back().get());
-  }
-  const ReplicaRun run = replay_replicas(trace, allocators, o);
+  const ReplicaRun run = replay_two_paged(trace, o);
   REQUIRE(run.replicas.size() == 2);
   CHECK(run.routed == std::vector<std::int64_t>{3, 1});
   CHECK(run.replicas[0].completed == 3);
@@ -101,13 +106,7 @@ TEST_CASE("replicas: timeline rows tagged with their replica, per-request record
   };
   std::vector<std::pair<std::string, std::int64_t>> records;
   o.per_request = [&](const RequestRecord& r) { records.emplace_back(r.id, r.ordinal); };
-  std::vector<std::unique_ptr<Allocator>> owned;
-  std::vector<Allocator*> allocators;
-  for (int i = 0; i < 2; ++i) {
-    owned.push_back(make_allocator(parse_allocator_spec("paged:block=16", "test"), o.layout));
-    allocators.push_back(owned.back().get());
-  }
-  const ReplicaRun run = replay_replicas(trace, allocators, o);
+  const ReplicaRun run = replay_two_paged(trace, o);
   CHECK(run.replica_of == std::vector<std::uint32_t>{0, 1, 0, 0});
   CHECK(rows == std::vector<std::int64_t>{3, 100});
   CHECK(running_other_than_1 == std::vector<std::int64_t>{0, 0});
@@ -132,13 +131,7 @@ TEST_CASE("replicas: an MoE model's replicas take every step together, as long a
     o.cost.base_ps = 10 * kMs * 1000;
     o.cost.prefill_token_ps = 1 * kMs * 1000;
     o.replicas_step_together = together;
-    std::vector<std::unique_ptr<Allocator>> owned;
-    std::vector<Allocator*> allocators;
-    for (int i = 0; i < 2; ++i) {
-      owned.push_back(make_allocator(parse_allocator_spec("paged:block=16", "test"), o.layout));
-      allocators.push_back(owned.back().get());
-    }
-    return replay_replicas(trace, allocators, o);
+    return replay_two_paged(trace, o);
   };
   const ReplicaRun apart = run_with(false);
   CHECK(apart.replica_of == std::vector<std::uint32_t>{0, 1});
