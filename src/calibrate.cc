@@ -53,17 +53,23 @@ std::vector<CalibrationTick> busy_ticks(const MeasuredRun& run) {
     t.decoding_mean = decoding / run.tick_s;
     t.context_mean = context / run.tick_s;
     if (t.decoding_mean < 1 || t.generated_tokens <= 0) continue;
-    // With data parallelism, `dp` engines share the tick's requests, each with D / dp of
-    // them decoding: together they take dp x G / D steps in dp ticks of engine time.
+    // Every step decodes one token for each decoding request, so the tick held G / D steps;
+    // with data parallelism each of the dp engines, D / dp of them decoding on each, took
+    // (G / dp) / (D / dp) = G / D steps too.
     t.decoded_tokens = std::max(0.0, t.generated_tokens - first_tokens);
-    t.steps = static_cast<double>(run.data_parallel) * t.decoded_tokens / t.decoding_mean;
+    t.steps = t.decoded_tokens / t.decoding_mean;
     ticks.push_back(t);
   }
   return ticks;
 }
 
-std::vector<double> features(const CalibrationTick& t) {
-  return {t.steps, t.prompt_tokens, t.decoded_tokens, t.steps * t.context_mean};
+// One engine's tick: its steps, and its share of the tick's work. Each engine decodes G / dp
+// tokens over contexts of C / dp; independent engines each prefill P / dp of the prompt
+// tokens, while engines that step together wait for the one prefilling, so a step's length
+// carries all of P (prompts rarely reach two replicas in the same step).
+std::vector<double> features(const CalibrationTick& t, double engines, bool together) {
+  return {t.steps, together ? t.prompt_tokens : t.prompt_tokens / engines, t.decoded_tokens / engines,
+          t.steps * t.context_mean / engines};
 }
 
 struct Fit {
@@ -71,17 +77,18 @@ struct Fit {
   double rms = 0;
 };
 
-Fit fit_terms(const std::vector<CalibrationTick>& ticks, const bool use[kTerms], double tick_s, double engines) {
+Fit fit_terms(const std::vector<CalibrationTick>& ticks, const bool use[kTerms], double tick_s, double engines,
+              bool together) {
   std::vector<std::vector<double>> rows;
   std::vector<double> y;
   for (const CalibrationTick& t : ticks) {
-    const std::vector<double> f = features(t);
+    const std::vector<double> f = features(t, engines, together);
     std::vector<double> row;
     for (int k = 0; k < kTerms; ++k) {
       if (use[k]) row.push_back(f[static_cast<std::size_t>(k)]);
     }
     rows.push_back(row);
-    y.push_back(tick_s * engines);
+    y.push_back(tick_s);
   }
   const std::vector<double> x = least_squares(rows, y);
   Fit fit;
@@ -89,10 +96,10 @@ Fit fit_terms(const std::vector<CalibrationTick>& ticks, const bool use[kTerms],
   for (int k = 0; k < kTerms; ++k) fit.coef[k] = use[k] ? x[i++] : 0.0;
   double sse = 0;
   for (const CalibrationTick& t : ticks) {
-    const std::vector<double> f = features(t);
+    const std::vector<double> f = features(t, engines, together);
     double p = 0;
     for (int k = 0; k < kTerms; ++k) p += fit.coef[k] * f[static_cast<std::size_t>(k)];
-    sse += (p - tick_s * engines) * (p - tick_s * engines);
+    sse += (p - tick_s) * (p - tick_s);
   }
   fit.rms = std::sqrt(sse / static_cast<double>(ticks.size()));
   return fit;
@@ -152,8 +159,9 @@ std::vector<double> least_squares(const std::vector<std::vector<double>>& rows, 
   return x;
 }
 
-Calibration calibrate(const MeasuredRun& run) {
+Calibration calibrate(const MeasuredRun& run, bool replicas_step_together) {
   Calibration c;
+  c.steps_together = replicas_step_together && run.data_parallel > 1;
   c.tick_s = run.tick_s;
   c.ticks_in_run = static_cast<std::int64_t>(run.ticks.size());
   c.ticks = busy_ticks(run);
@@ -167,7 +175,7 @@ Calibration calibrate(const MeasuredRun& run) {
   // most negative one goes, and the rest are fitted again, until all are positive.
   const auto prune = [&](bool (&use)[kTerms], std::string (&why)[kTerms]) {
     for (;;) {
-      const Fit f = fit_terms(c.ticks, use, c.tick_s, engines);
+      const Fit f = fit_terms(c.ticks, use, c.tick_s, engines, c.steps_together);
       int worst = -1;
       for (int k = kPrefill; k < kTerms; ++k) {
         if (use[k] && f.coef[k] <= 0 && (worst < 0 || f.coef[k] < f.coef[worst])) worst = k;
@@ -202,10 +210,9 @@ Calibration calibrate(const MeasuredRun& run) {
   for (int k = 0; k < kTerms; ++k) c.terms.push_back({kTermNames[k], fit.coef[k], use[k], why[k]});
   double sse = 0, worst = 0;
   for (auto& t : c.ticks) {
-    const std::vector<double> f = features(t);
+    const std::vector<double> f = features(t, engines, c.steps_together);
     t.predicted_s = 0;
     for (int k = 0; k < kTerms; ++k) t.predicted_s += fit.coef[k] * f[static_cast<std::size_t>(k)];
-    t.predicted_s /= engines;  // each engine's share of the tick
     const double e = t.predicted_s - c.tick_s;
     sse += e * e;
     worst = std::max(worst, std::abs(e));

@@ -143,3 +143,37 @@ TEST_CASE("calibrate: recovers the coefficients a synthetic run was generated wi
   CHECK(back.context_token_ps == 0);
   CHECK_THAT(c.cost_spec, Catch::EndsWith(",context-token=0us"));
 }
+
+TEST_CASE("calibrate: two data-parallel engines, fitted per engine, stepping independently or together") {
+  // make_synthetic.py wrote both runs from the per-engine rule with the same coefficients
+  // (10 ms, 50 us, 200 us): each engine takes S = G / D steps a tick and decodes G / 2 of the
+  // tokens; it prefills P / 2 of the prompt tokens when the engines step independently, and
+  // its steps carry all P when they step together (an MoE model's replicas).
+  const auto check_fit = [](const Calibration& c) {
+    CHECK(c.terms[0].seconds == Approx(0.010).epsilon(1e-6));
+    CHECK(c.terms[1].seconds == Approx(50e-6).epsilon(1e-6));
+    CHECK(c.terms[2].seconds == Approx(200e-6).epsilon(1e-6));
+    CHECK_FALSE(c.terms[3].kept);
+    CHECK(c.residual_max_s < 1e-6);
+  };
+  const MeasuredRun independent = read_measured_run(kData + "/synthetic-dp2-independent", std::nullopt, false);
+  REQUIRE(independent.data_parallel == 2);
+  const Calibration apart = calibrate(independent, false);
+  CHECK_FALSE(apart.steps_together);
+  check_fit(apart);
+  const MeasuredRun together = read_measured_run(kData + "/synthetic-dp2-together", std::nullopt, false);
+  const Calibration aligned = calibrate(together, true);
+  CHECK(aligned.steps_together);
+  check_fit(aligned);
+  // Tick 2 (make_synthetic.py): P = 2,000, so each aligned step carries 2,000 x 50 us = 0.1 s of
+  // prefill, and S = G / D steps of 10 ms with G / 2 tokens of 200 us make up the other 0.9 s.
+  const CalibrationTick& t2 = aligned.ticks.front();
+  REQUIRE(t2.t_s == 2.0);
+  CHECK(t2.steps * 0.010 + t2.decoded_tokens / 2 * 200e-6 == Approx(0.9).epsilon(1e-9));
+  // The same run read as independent engines shares the prompt tokens out: the fit must
+  // then put twice the time on a prompt token to explain the same ticks.
+  const Calibration misread = calibrate(together, false);
+  CHECK(misread.terms[1].seconds == Approx(100e-6).epsilon(1e-6));
+  // One engine: stepping together means nothing.
+  CHECK_FALSE(calibrate(read_measured_run(kData + "/synthetic", std::nullopt, false), true).steps_together);
+}

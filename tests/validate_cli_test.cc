@@ -93,6 +93,28 @@ TEST_CASE("calibrate: the JSON's cost field is the spec the fit gives, and repla
   CHECK_THAT(missing.err, Catch::Contains("no-such-run"));
 }
 
+TEST_CASE("calibrate: data-parallel replicas of a model with experts are fitted as stepping together") {
+  // synthetic-dp2-together's meta.json names Qwen3-30B-A3B (experts): validate's table gives
+  // the preset, and the fit recovers make_synthetic.py's 50 us per prompt token only when the
+  // replicas' steps are aligned. --model with a dense preset reads the run as independent
+  // engines, which must put 100 us on a prompt token to explain the same ticks.
+  const auto moe = test::run_cli({"calibrate", kData + "/synthetic-dp2-together", "--json"});
+  REQUIRE(moe.exit_code == 0);
+  const Json doc = Json::parse(moe.out);
+  CHECK(doc["steps_together"] == true);
+  CHECK(doc["data_parallel"] == 2);
+  CHECK(doc["terms"][1]["seconds"].get<double>() == Approx(50e-6).epsilon(1e-6));
+  const auto table = test::run_cli({"calibrate", kData + "/synthetic-dp2-together"});
+  CHECK_THAT(table.out, Catch::Contains("per engine, 2 data-parallel engines stepping together"));
+  const auto dense = test::run_cli({"calibrate", kData + "/synthetic-dp2-together", "--model", "llama-3.1-8b", "--json"});
+  REQUIRE(dense.exit_code == 0);
+  CHECK(Json::parse(dense.out)["steps_together"] == false);
+  CHECK(Json::parse(dense.out)["terms"][1]["seconds"].get<double>() == Approx(100e-6).epsilon(1e-6));
+  const auto both = test::run_cli({"calibrate", kData + "/synthetic-dp2-together", "--model", "llama-3.1-8b",
+                                   "--config", "x.json"});
+  CHECK(both.exit_code == 2);
+}
+
 TEST_CASE("validate: measured against simulated for a hand-made run") {
   // tests/data/measured/tiny: measured (see measured_run_test.cc) TTFT 0.1 / 0.05 s, TPOT 0.1 s,
   // latency 0.3 / 0.45 s, makespan 0.95 s. Simulated with 10 ms steps and free prefill:

@@ -17,8 +17,17 @@
 // whose coefficient comes out non-positive is dropped (the most negative first) and the rest
 // fitted again; context_token is tried last and kept only when it lowers the residual RMS by
 // at least 5%. With data parallelism (dp engines, meta.json's data_parallel_size) the
-// timeseries sums the engines: each has D / dp requests decoding, so the tick holds
-// dp x G / D steps in dp ticks of engine time, and the fit is per engine.
+// timeseries sums the engines and the fit is per engine: each engine has D / dp requests
+// decoding over C / dp positions and decodes G / dp tokens in the tick, so it too takes
+// G / D steps, and
+//
+//   tick = S x base + P_e x prefill_token + (G / dp) x decode_seq + S x (C / dp) x context_token
+//
+// with P_e = P / dp for engines that step independently (each prefills its own share), and
+// P_e = P for the replicas of a mixture-of-experts model, which take every step together, a
+// step as long as the busier replica's (docs/replay.md, "Data-parallel replicas"): the
+// replica prefilling a prompt holds the other's step as long, and at these rates prompts
+// seldom reach both in the same step, so every prompt token lengthens a step of both.
 #ifndef KVSIM_CALIBRATE_H_
 #define KVSIM_CALIBRATE_H_
 
@@ -39,7 +48,7 @@ struct CalibrationTick {
   double decoded_tokens = 0;   // G: less the first tokens, which prefill steps produce
   double decoding_mean = 0;    // D
   double context_mean = 0;     // C
-  double steps = 0;            // S = G / D
+  double steps = 0;            // S = G / D: each engine's steps in the tick
   double predicted_s = 0;      // the fit's time for the tick
 };
 
@@ -55,15 +64,17 @@ struct Calibration {
   std::vector<CalibrationTick> ticks;   // the ticks fitted
   std::int64_t ticks_in_run = 0;
   double tick_s = 1.0;
+  bool steps_together = false;          // data-parallel replicas fitted as stepping together
   double residual_rms_s = 0;            // of predicted - tick, over the fitted ticks
   double residual_max_s = 0;            // largest |predicted - tick|
   CostModel cost;                       // name "calibrated (RUN_DIR)"
   std::string cost_spec;                // what --cost takes: "linear:base=...,..."
 };
 
-// Fits `run`. Throws InputError (naming the run's timeseries.csv) when fewer busy ticks than
+// Fits `run`; `replicas_step_together` when its model has experts (it matters only with data
+// parallelism). Throws InputError (naming the run's timeseries.csv) when fewer busy ticks than
 // terms remain, or the fit gives no positive per-step base.
-Calibration calibrate(const MeasuredRun& run);
+Calibration calibrate(const MeasuredRun& run, bool replicas_step_together = false);
 
 // Least squares: the x minimising |A x - y|, A given by rows. Columns are scaled to unit RMS
 // before the normal equations are solved. Throws InputError when A's columns are dependent.

@@ -6,8 +6,11 @@
 
 #include "cli.h"
 #include "kvsim/calibrate.h"
+#include "kvsim/error.h"
 #include "kvsim/measured_run.h"
+#include "kvsim/model.h"
 #include "model_options.h"
+#include "run_models.h"
 
 namespace kvsim::cli {
 namespace {
@@ -22,7 +25,12 @@ const CommandSpec kSpec{
     "decoded tokens = generated tokens less first tokens, and steps = decoded tokens / mean\n"
     "requests decoding. A term fitted non-positive is dropped; context-token is kept only when\n"
     "it lowers the residual RMS by 5% or more. Prints the fit, its residuals and the --cost\n"
-    "spec for 'kvsim replay' and 'kvsim validate'.",
+    "spec for 'kvsim replay' and 'kvsim validate'.\n\n"
+    "With data parallelism the fit is per engine, each taking its share of the tick's decodes;\n"
+    "the prompt tokens are shared out too, except for a mixture-of-experts model, whose\n"
+    "replicas take every step together (vLLM aligns their forward passes), so a replica's\n"
+    "prefill lengthens both replicas' steps. The model (meta.json's, by validate's table, or\n"
+    "--model / --config) says which.",
     "  kvsim calibrate ../shared/measured/rtxpro6000-llama-3.1-8b\n"
     "  kvsim validate ../shared/measured/rtxpro6000-llama-3.1-8b \\\n"
     "      --cost \"$(kvsim calibrate ../shared/measured/rtxpro6000-llama-3.1-8b --json | jq -r .cost)\""};
@@ -36,8 +44,13 @@ std::string unit_of(const std::string& term) {
 
 std::string table(const MeasuredRun& run, const Calibration& c) {
   std::string out = fmt::format("calibration of {} ({}, vLLM {})\n", run.dir, run.model, run.vllm_version);
-  out += fmt::format("ticks fitted: {} of {} (busy for the whole {} s tick)\n\n", c.ticks.size(), c.ticks_in_run,
+  out += fmt::format("ticks fitted: {} of {} (busy for the whole {} s tick)\n", c.ticks.size(), c.ticks_in_run,
                      c.tick_s);
+  if (run.data_parallel > 1) {
+    out += fmt::format("per engine, {} data-parallel engines {}\n", run.data_parallel,
+                       c.steps_together ? "stepping together (a model with experts)" : "stepping independently");
+  }
+  out += "\n";
   out += fmt::format("{:<15} {:>14}  {}\n", "term", "coefficient", "");
   for (const CalibrationTerm& t : c.terms) {
     if (t.kept) {
@@ -78,10 +91,26 @@ std::string json_of(const MeasuredRun& run, const Calibration& c) {
          {"ticks_in_run", c.ticks_in_run},
          {"ticks_fitted", c.ticks.size()},
          {"tick_s", c.tick_s},
+         {"data_parallel", run.data_parallel},
+         {"steps_together", c.steps_together},
          {"residual_rms_s", c.residual_rms_s},
          {"residual_max_s", c.residual_max_s},
          {"ticks", ticks}};
   return j.dump(2) + "\n";
+}
+
+// Whether the run's model is a mixture of experts: --config, --model, else meta.json's model
+// by validate's table (an InputError naming meta.json when it has no row).
+bool has_experts(const MeasuredRun& run, const po::variables_map& vm) {
+  if (const auto config = option_text(vm, "config")) return load_hf_config(*config).moe.has_value();
+  if (const auto model = option_text(vm, "model")) return find_model_preset(*model).moe.has_value();
+  const RunModelRow* row = run_model_row(run.model);
+  if (row == nullptr) {
+    throw InputError(Location{run.dir + "/meta.json", 0, "model"},
+                     "\"" + run.model + "\" has no kvsim preset in validate's table, and with data parallelism "
+                     "the fit needs to know whether it has experts; give --model PRESET or --config config.json");
+  }
+  return find_model_preset(row->preset).moe.has_value();
 }
 
 }  // namespace
@@ -90,6 +119,10 @@ int run_calibrate(const Invocation& inv) {
   po::options_description options("Options");
   options.add_options()
       ("workload", po::value<std::string>(), "the run's workload (not needed for the fit; checked to exist when given)")
+      ("model", po::value<std::string>(), "the model, a preset (default: meta.json's, by validate's table); it "
+                                           "matters only with data parallelism, where replicas of a model with "
+                                           "experts step together")
+      ("config", po::value<std::string>(), "the model as a Hugging Face config.json, instead of --model")
       ("json", "print the fit as JSON; its \"cost\" field is the --cost spec");
   po::options_description hidden;
   hidden.add_options()("run", po::value<std::string>());
@@ -99,8 +132,11 @@ int run_calibrate(const Invocation& inv) {
   if (!parse_options(inv, kSpec, options, positional, vm, &hidden)) return kExitOk;
   const auto dir = option_text(vm, "run");
   if (!dir) throw UsageError("a run directory is required\nUsage: " + kSpec.synopsis);
+  if (vm.count("model") && vm.count("config")) {
+    throw UsageError("give --model or --config, not both\nUsage: " + kSpec.synopsis);
+  }
   const MeasuredRun run = read_measured_run(*dir, option_text(vm, "workload"), false);
-  const Calibration c = calibrate(run);
+  const Calibration c = calibrate(run, run.data_parallel > 1 && has_experts(run, vm));
   fmt::print("{}", vm.count("json") ? json_of(run, c) : table(run, c));
   return kExitOk;
 }

@@ -26,46 +26,10 @@
 #include "model_options.h"
 #include "replay_output.h"
 #include "replay_plan.h"
+#include "run_models.h"
 
 namespace kvsim::cli {
 namespace {
-
-// meta.json's model (a Hugging Face name) -> kvsim's preset. max_model_len: the checkpoint's
-// max_position_embeddings where it differs from the preset's (another release of the same
-// geometry), the context vLLM allows when meta.json's max_model_len is null; 0: the preset's.
-struct ModelRow {
-  const char* hf_name;
-  const char* preset;
-  std::int64_t max_model_len = 0;
-};
-constexpr ModelRow kModels[] = {
-    {"meta-llama/Llama-3.1-8B", "llama-3.1-8b"},
-    {"meta-llama/Llama-3.1-8B-Instruct", "llama-3.1-8b"},
-    {"Qwen/Qwen3-32B", "qwen3-32b"},
-    // The preset is the 2507 release (262,144 positions); the original has 40,960.
-    {"Qwen/Qwen3-30B-A3B", "qwen3-30b-a3b", 40960},
-    {"Qwen/Qwen3-30B-A3B-Instruct-2507", "qwen3-30b-a3b"},
-};
-// peer_cluster_config.json's hardware -> kvsim's device preset.
-struct DeviceRow {
-  const char* hardware;
-  const char* preset;
-};
-constexpr DeviceRow kDevices[] = {
-    {"RTXPRO6000", "RTX-PRO-6000"}, {"H100", "H100-80GB"}, {"A100", "A100-80GB"}, {"L4", "L4"},
-};
-
-// The two tables, as --help lists them.
-std::string name_table() {
-  std::string out = "meta.json's model -> --model; peer_cluster_config.json's hardware -> --device:\n";
-  for (const ModelRow& r : kModels) {
-    out += "  " + std::string(r.hf_name) + " -> " + r.preset;
-    if (r.max_model_len > 0) out += fmt::format(" (--max-model-len {} when meta.json's is null)", r.max_model_len);
-    out += "\n";
-  }
-  for (const DeviceRow& r : kDevices) out += "  " + std::string(r.hardware) + " -> " + r.preset + "\n";
-  return out;
-}
 
 const CommandSpec kSpec{
     "kvsim validate RUN_DIR [replay options]",
@@ -82,7 +46,7 @@ const CommandSpec kSpec{
     "from peer_cluster_config.json (--device). Any replay option may be given; --cost takes the\n"
     "spec 'kvsim calibrate RUN_DIR' prints. Measured figures follow the run's README: TTFT =\n"
     "first_token - queued, TPOT = (last_token - first_token) / (output - 1), latency = last_token -\n"
-    "queued; percentiles interpolate linearly (numpy's default).\n\n" + name_table(),
+    "queued; percentiles interpolate linearly (numpy's default).\n\n" + run_name_table(),
     "  kvsim validate ../shared/measured/rtxpro6000-llama-3.1-8b --device-memory 96GB\n"
     "  kvsim validate RUN --device-memory 96GB --cost \"$(kvsim calibrate RUN --json | jq -r .cost)\" --json"};
 
@@ -109,9 +73,8 @@ void apply_run_settings(po::variables_map& vm, const MeasuredRun& run) {
   const std::string meta = run.dir + "/meta.json";
   default_to(vm, "trace", run.workload);
   if (!given(vm, option_key(kOptModel)) && !given(vm, "config")) {
-    const auto row = std::find_if(std::begin(kModels), std::end(kModels),
-                                  [&](const ModelRow& r) { return run.model == r.hf_name; });
-    if (row == std::end(kModels)) {
+    const RunModelRow* row = run_model_row(run.model);
+    if (row == nullptr) {
       throw InputError(Location{meta, 0, "model"}, "\"" + run.model +
                                                        "\" has no kvsim preset in validate's table; give --model "
                                                        "PRESET or --config config.json");
@@ -142,25 +105,24 @@ void apply_run_settings(po::variables_map& vm, const MeasuredRun& run) {
   default_to(vm, option_key(kOptSchedule), "simulate");
   if (!given(vm, option_key(kOptDevice)) && !given(vm, option_key(kOptDeviceMemory)) &&
       !given(vm, option_key(kOptKvBudget))) {
-    const auto row = std::find_if(std::begin(kDevices), std::end(kDevices),
-                                  [&](const DeviceRow& r) { return run.hardware == r.hardware; });
+    const char* preset = run_device_preset(run.hardware);
     const std::string where = run.dir + "/peer_cluster_config.json";
     if (run.hardware.empty()) {
       throw InputError(Location{where, 0, "hardware"},
                        "the run does not name its GPU; give --device, --device-memory or --kv-budget");
     }
-    if (row == std::end(kDevices)) {
+    if (preset == nullptr) {
       throw InputError(Location{where, 0, "hardware"}, "\"" + run.hardware +
                                                            "\" has no kvsim device preset in validate's table; give "
                                                            "--device, --device-memory or --kv-budget");
     }
-    if (!has_device_preset(row->preset)) {
+    if (!has_device_preset(preset)) {
       throw InputError(Location{where, 0, "hardware"},
-                       "\"" + run.hardware + "\" is the device preset " + row->preset +
+                       "\"" + run.hardware + "\" is the device preset " + preset +
                            ", which this kvsim does not have yet; give --device-memory (its memory, e.g. 96GB "
                            "for an RTX PRO 6000) or --kv-budget");
     }
-    default_to(vm, option_key(kOptDevice), row->preset);
+    default_to(vm, option_key(kOptDevice), preset);
   }
 }
 

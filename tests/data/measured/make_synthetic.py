@@ -11,6 +11,13 @@ requests (hence D) and each tick's prompt tokens P, G is solved for:
 and the timeseries' generated tokens are G plus the first tokens of the tick (F: those come
 from prefill steps).
 Coefficients: base 10 ms, prefill_token 50 us, decode_seq 200 us, context_token 0.
+
+Also writes synthetic-dp2-independent/ and synthetic-dp2-together/: the same requests served
+by two data-parallel engines, the fit being per engine. Each engine takes S = G / D steps a
+tick and decodes G / 2 of its tokens, and prefills P / 2 of the prompt tokens when the
+engines step independently, all P when they step together (a model with experts):
+    tick = S * base + P_e * prefill_token + (G / 2) * decode_seq,
+    G = (tick - P_e * prefill_token) / (base / D + decode_seq / 2).
 Run once by hand; the files are committed.
 """
 import json
@@ -19,8 +26,6 @@ import os
 BASE, PREFILL, DECODE = 0.010, 50e-6, 200e-6
 WALL0 = 1767225600.0        # 2026-01-01T00:00:00Z
 MONO0 = 1000.0              # vLLM's monotonic clock at the run's start
-here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "synthetic")
-os.makedirs(here, exist_ok=True)
 
 reqs = []
 for i in range(10):
@@ -31,24 +36,33 @@ for i in range(10):
 def decoding_mean(t0, t1):
     return sum(max(0.0, min(t1, r["last_token_ts"]) - max(t0, r["first_token_ts"])) for r in reqs) / (t1 - t0)
 
-rows = []
-for t in range(1, 14):
-    t0, t1 = MONO0 + t - 1, MONO0 + t
-    d = decoding_mean(t0, t1)
-    p = 1000.0 * (t % 3) + 300.0 * (t % 2)
-    g = (1.0 - p * PREFILL) / (BASE / d + DECODE) if d > 0 else 0.0
-    f = sum(1 for r in reqs if t0 < r["first_token_ts"] <= t1)
-    rows.append(f"{t}.0,{p!r},{g + f!r},10,0,0.0")
+def write_run(name, dp, together):
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), name)
+    os.makedirs(here, exist_ok=True)
+    rows = []
+    for t in range(1, 14):
+        t0, t1 = MONO0 + t - 1, MONO0 + t
+        d = decoding_mean(t0, t1)
+        p = 1000.0 * (t % 3) + 300.0 * (t % 2)
+        p_e = p if together or dp == 1 else p / dp
+        g = (1.0 - p_e * PREFILL) / (BASE / d + DECODE / dp) if d > 0 else 0.0
+        f = sum(1 for r in reqs if t0 < r["first_token_ts"] <= t1)
+        rows.append(f"{t}.0,{p!r},{g + f!r},10,0,0.0")
+    model = "Qwen/Qwen3-30B-A3B-Instruct-2507" if dp > 1 else "meta-llama/Llama-3.1-8B"
+    with open(os.path.join(here, "meta.json"), "w") as f:
+        json.dump({"model": model, "vllm_version": "0.19.0",
+                   "engine_kwargs": {"tensor_parallel_size": 1, "data_parallel_size": dp, "max_num_seqs": 128,
+                                     "max_num_batched_tokens": 2048, "max_model_len": None},
+                   "dataset_path": "workloads/none.jsonl", "started_at": "2026-01-01T00:00:00Z",
+                   "tick_seconds": 1.0}, f, indent=2)
+    with open(os.path.join(here, "requests.jsonl"), "w") as f:
+        for r in reqs:
+            f.write(json.dumps(r) + "\n")
+    with open(os.path.join(here, "timeseries.csv"), "w") as f:
+        f.write("t,prompt_throughput,gen_throughput,running,waiting,kv_cache_pct\n")
+        f.write("\n".join(rows) + "\n")
 
-with open(os.path.join(here, "meta.json"), "w") as f:
-    json.dump({"model": "meta-llama/Llama-3.1-8B", "vllm_version": "0.19.0",
-               "engine_kwargs": {"tensor_parallel_size": 1, "data_parallel_size": 1, "max_num_seqs": 128,
-                                 "max_num_batched_tokens": 2048, "max_model_len": None},
-               "dataset_path": "workloads/none.jsonl", "started_at": "2026-01-01T00:00:00Z",
-               "tick_seconds": 1.0}, f, indent=2)
-with open(os.path.join(here, "requests.jsonl"), "w") as f:
-    for r in reqs:
-        f.write(json.dumps(r) + "\n")
-with open(os.path.join(here, "timeseries.csv"), "w") as f:
-    f.write("t,prompt_throughput,gen_throughput,running,waiting,kv_cache_pct\n")
-    f.write("\n".join(rows) + "\n")
+
+write_run("synthetic", 1, False)
+write_run("synthetic-dp2-independent", 2, False)
+write_run("synthetic-dp2-together", 2, True)

@@ -1,0 +1,53 @@
+#include "run_models.h"
+
+#include <algorithm>
+#include <iterator>
+
+#include <fmt/format.h>
+
+namespace kvsim::cli {
+namespace {
+
+constexpr RunModelRow kModels[] = {
+    {"meta-llama/Llama-3.1-8B", "llama-3.1-8b"},
+    {"meta-llama/Llama-3.1-8B-Instruct", "llama-3.1-8b"},
+    {"Qwen/Qwen3-32B", "qwen3-32b"},
+    // The preset is the 2507 release (262,144 positions); the original has 40,960.
+    {"Qwen/Qwen3-30B-A3B", "qwen3-30b-a3b", 40960},
+    {"Qwen/Qwen3-30B-A3B-Instruct-2507", "qwen3-30b-a3b"},
+};
+
+struct DeviceRow {
+  const char* hardware;
+  const char* preset;
+};
+constexpr DeviceRow kDevices[] = {
+    {"RTXPRO6000", "RTX-PRO-6000"}, {"H100", "H100-80GB"}, {"A100", "A100-80GB"}, {"L4", "L4"},
+};
+
+}  // namespace
+
+const RunModelRow* run_model_row(std::string_view hf_name) {
+  const auto row = std::find_if(std::begin(kModels), std::end(kModels),
+                                [&](const RunModelRow& r) { return hf_name == r.hf_name; });
+  return row == std::end(kModels) ? nullptr : row;
+}
+
+const char* run_device_preset(std::string_view hardware) {
+  const auto row = std::find_if(std::begin(kDevices), std::end(kDevices),
+                                [&](const DeviceRow& r) { return hardware == r.hardware; });
+  return row == std::end(kDevices) ? nullptr : row->preset;
+}
+
+std::string run_name_table() {
+  std::string out = "meta.json's model -> --model; peer_cluster_config.json's hardware -> --device:\n";
+  for (const RunModelRow& r : kModels) {
+    out += "  " + std::string(r.hf_name) + " -> " + r.preset;
+    if (r.max_model_len > 0) out += fmt::format(" (--max-model-len {} when meta.json's is null)", r.max_model_len);
+    out += "\n";
+  }
+  for (const DeviceRow& r : kDevices) out += "  " + std::string(r.hardware) + " -> " + r.preset + "\n";
+  return out;
+}
+
+}  // namespace kvsim::cli
