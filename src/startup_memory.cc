@@ -34,9 +34,17 @@ constexpr std::int64_t kNonTorchBytes = 100 * kMiB;
 constexpr std::int64_t kNcclBufferBytes = 4 * kMiB * 2 * 32;
 // vLLM 0.6.4 and earlier, and the v1 engine of 0.7.0 and 0.7.1, subtracted all non-torch
 // memory, the CUDA context included.
-// Assumption: 384 MiB, the context measured on an RTX 4090 in vllm-project/vllm#12059 (about
-// 520 MiB on an H100 there: it grows with the device).
+// Assumption: 384 MiB, the context measured on an RTX 4090 in vllm-project/vllm#12059 (it
+// grows with the device: more on an H100, by a figure not documented there).
 constexpr std::int64_t kCudaContextBytes = 384 * kMiB;
+
+// PyTorch allocates cuBLAS's workspace through its caching allocator at the first matmul, and
+// keeps it (aten/src/ATen/cuda/CublasHandlePool.cpp parseChosenWorkspaceSize, the default of
+// CUBLAS_WORKSPACE_CONFIG): ":4096:8", 32 MiB, on compute capability 9.0 (Hopper), else
+// ":4096:2:16:8", 4,096 KiB x 2 + 16 KiB x 8. That is the rule of the PyTorch releases vLLM
+// 0.6 to 0.10 ran on; later ones also give Blackwell 32 MiB (not modelled).
+constexpr std::int64_t kCublasWorkspaceHopperBytes = 4096 * 8 * 1024;
+constexpr std::int64_t kCublasWorkspaceBytes = 4096 * 1024 * 2 + 16 * 1024 * 8;
 
 std::int64_t mul(std::int64_t a, std::int64_t b) { return checked_mul(a, b, "start-up bytes"); }
 std::int64_t add(std::int64_t a, std::int64_t b) { return checked_add(a, b, "start-up bytes"); }
@@ -105,6 +113,16 @@ std::int64_t engine_device_total(const BudgetOptions& budget, std::string& sourc
   source = std::string(d.name) + " preset (nvidia-smi memory.total: no CUDA total documented for it; pass " +
            kOptDeviceMemory + ")";
   return d.total_bytes;
+}
+
+std::int64_t cublas_workspace_bytes(const BudgetOptions& budget, std::string& rule) {
+  if (!budget.device.empty() && find_device_preset(budget.device).compute_capability / 10 == 9) {
+    rule = "cuBLAS workspace 32 MiB (:4096:8, compute capability 9.0)";
+    return kCublasWorkspaceHopperBytes;
+  }
+  rule = budget.device.empty() ? "cuBLAS workspace 8.125 MiB (:4096:2:16:8; no --device, so not Hopper's 32 MiB)"
+                               : "cuBLAS workspace 8.125 MiB (:4096:2:16:8)";
+  return kCublasWorkspaceBytes;
 }
 
 std::int64_t default_memory_fraction_ppb(ServingEngine engine, std::int64_t tp) {
@@ -295,6 +313,18 @@ StartupMemory startup_memory(const ModelSpec& model, const KvOptions& kv, const 
                   mul(mul(requests, padded_vocab(model.vocab_size)), sampler_bytes_per_logit(settings.engine, settings.flashinfer_sampler, b)));
         }
         st.activation_peak_bytes = std::max(st.forward_peak_bytes, st.sampler_peak_bytes);
+        // Tensors that stay allocated through the profile run besides the weights: cuBLAS's
+        // workspace, and in the first v1 engine the model runner's inputs_embeds buffer, which
+        // its __init__ allocated for every model (max_num_batched_tokens x hidden, model
+        // dtype; later versions only for multimodal models).
+        std::string buffers_rule;
+        st.buffer_bytes = cublas_workspace_bytes(budget, buffers_rule);
+        if (early) {
+          const std::int64_t embeds = mul(mul(batch, model.hidden_size), b);
+          st.buffer_bytes = add(st.buffer_bytes, embeds);
+          buffers_rule += " + inputs_embeds " + std::to_string(batch) + " x " + std::to_string(model.hidden_size) +
+                          " x " + std::to_string(b) + " = " + with_commas(embeds);
+        }
         // Both subtracted all non-torch memory: vllm/worker/worker.py (0.6.4) and
         // vllm/v1/worker/gpu_worker.py determine_available_memory (0.7.1): device used after
         // the profile run minus torch's allocated bytes.
@@ -322,11 +352,16 @@ StartupMemory startup_memory(const ModelSpec& model, const KvOptions& kv, const 
                         : ", sampler for " + std::to_string(requests) + " requests: ") +
                  with_commas(st.sampler_peak_bytes) + ")",
              activation_source});
+        st.terms.push_back({"- persistent buffers", st.buffer_bytes, buffers_rule,
+                            early ? "torch CublasHandlePool.cpp parseChosenWorkspaceSize; vllm/v1/worker/"
+                                    "gpu_model_runner.py (0.7.1) GPUModelRunner.__init__ inputs_embeds"
+                                  : "torch CublasHandlePool.cpp parseChosenWorkspaceSize (allocated at the profile "
+                                    "run's first matmul)"});
         st.terms.push_back({"- non-torch increase", st.non_torch_bytes,
                             std::string(legacy ? "the CUDA context, 384 MiB" : "100 MiB") +
                                 (kv.tensor_parallel > 1 ? " + NCCL buffers 256 MiB" : ""),
                             "assumption (no closed form in vLLM; docs/size.md)"});
-        st.kv_budget_bytes = usable - st.weights.bytes - st.activation_peak_bytes - st.non_torch_bytes;
+        st.kv_budget_bytes = usable - st.weights.bytes - st.activation_peak_bytes - st.buffer_bytes - st.non_torch_bytes;
         st.terms.push_back({"  (CUDA graphs: " + std::to_string(s.cuda_graphs) + " sizes)", 0,
                             s.cuda_graphs > 0 ? "captured after the KV cache is allocated: not subtracted"
                                               : "enforce_eager: none",
@@ -376,7 +411,7 @@ Budget startup_budget(const StartupMemory& s) {
   b.usable_bytes = apply_ppb(s.device_total_bytes, s.memory_fraction_ppb);
   b.parameter_source = "tensor by tensor";
   b.weights_bytes_per_device = st.weights.bytes;
-  b.reserve_bytes = st.activation_peak_bytes + st.non_torch_bytes;
+  b.reserve_bytes = st.activation_peak_bytes + st.buffer_bytes + st.non_torch_bytes;
   b.kv_budget_bytes = st.kv_budget_bytes;
   if (b.kv_budget_bytes <= 0) {
     std::string terms;

@@ -52,6 +52,9 @@ struct DevicePreset {
   // gpu_memory_utilization) as a published log prints it with the newest driver found; 0 when
   // none is documented (the start-up model then uses total_bytes and says so).
   std::int64_t cuda_total_bytes = 0;
+  // CUDA compute capability, major x 10 + minor (80 Ampere A100, 86/89 other Ampere and Ada,
+  // 90 Hopper, 100 and 120 Blackwell); 0 for a device that is not NVIDIA's.
+  std::int64_t compute_capability = 0;
 };
 
 // A100-40GB, A100-80GB, H100-80GB, H200-141GB, L4, RTX-4090, RTX-PRO-6000, L40S, A10G, H20,

@@ -7,6 +7,7 @@
 //        - torch peak increase of the profile run (activations of max_num_batched_tokens
 //          tokens, or the sampler's logits for min(max_num_seqs, max_num_batched_tokens)
 //          requests, whichever is larger)
+//        - persistent buffers (cuBLAS's workspace; the runner's input buffers in 0.7.1)
 //        - non-torch increase (memory CUDA allocates outside torch during the profile run)
 //   CUDA graphs are captured after the KV cache is allocated (compile_or_warm_up_model), so
 //   they come out of the (1 - utilisation) margin, not out of the KV cache.
@@ -90,6 +91,7 @@ struct StartupStage {
   std::int64_t forward_peak_bytes = 0;   // activations of the profile forward pass
   std::int64_t sampler_peak_bytes = 0;   // logits and sampler tensors (last stage only)
   std::int64_t activation_peak_bytes = 0;
+  std::int64_t buffer_bytes = 0;         // tensors kept besides the weights (cuBLAS workspace, ...)
   std::int64_t non_torch_bytes = 0;
   std::int64_t kv_budget_bytes = 0;      // may be <= 0: nothing left
   std::vector<StartupTerm> terms;
@@ -140,8 +142,8 @@ StartupMemory startup_memory(const ModelSpec& model, const KvOptions& kv, const 
                              const BudgetOptions& budget);
 
 // The Budget (kvsim/budget.h) the binding stage's terms amount to, for the paged pool:
-// reserve = activation peak + non-torch. Throws InputError, printing every term, when nothing
-// is left for the KV cache.
+// reserve = activation peak + persistent buffers + non-torch. Throws InputError, printing
+// every term, when nothing is left for the KV cache.
 Budget startup_budget(const StartupMemory& startup);
 
 }  // namespace kvsim

@@ -554,6 +554,7 @@ Json startup_json(const StartupMemory& m) {
                       {"forward_peak_bytes", st.forward_peak_bytes},
                       {"sampler_peak_bytes", st.sampler_peak_bytes},
                       {"activation_peak_bytes", st.activation_peak_bytes},
+                      {"buffer_bytes", st.buffer_bytes},
                       {"non_torch_bytes", st.non_torch_bytes},
                       {"kv_budget_bytes", st.kv_budget_bytes},
                       {"terms", terms}});
