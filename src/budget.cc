@@ -36,68 +36,94 @@ constexpr std::int64_t kTflops = 1'000'000'000'000;   // and decimal TFLOPS
 // 89.1%, the same share.
 constexpr std::int64_t kMemoryPermille = 900;
 
+// Links, for the roofline's collectives (DevicePreset::link_*). Between RTX PRO 6000 cards over
+// PCIe 5.0 x16, peer-to-peer writes sustain 53-56 GB/s one way of the link's 63 on one NUMA
+// node (voipmonitor/rtx6kpro, hardware/pcie-bandwidth.md, five systems), so 53 GB/s, 84%; on
+// the same page a one-shot all-reduce kernel (PCIe switches) takes 7.5 us for 1 KB, against
+// NCCL's 24 us. vLLM's own one-shot kernel is used below 8 MiB between two such cards. Devices
+// without such a measurement take their link's spec-sheet rate one way (NVLink: half the
+// bidirectional figure NVIDIA quotes; PCIe 4.0 x16: 32 GB/s) at the same 84%, and NVLink
+// devices 9 us for a small all-reduce (vLLM's custom all-reduce at tensor parallelism 2 on H100
+// SXM, sgl-project/sglang#2904).
+constexpr std::int64_t kLinkPermille = 840;
+constexpr std::int64_t kPcieLatencyNs = 7'500;
+constexpr std::int64_t kNvlinkLatencyNs = 9'000;
+constexpr std::int64_t link(std::int64_t spec_gb_per_s) { return spec_gb_per_s * kGBps / 1000 * kLinkPermille; }
+
 const std::vector<DevicePreset>& presets() {
   static const std::vector<DevicePreset> list = {
       {"A100-40GB", "NVIDIA A100-SXM4-40GB", 40960 * kMiB, 1555 * kGBps, 312 * kTflops,
        "total: nvidia-smi 40960MiB (modal-labs/modal-client PR #2797; CUDA reports 42,298,834,944 "
        "bytes under driver 12.2, bottlerocket-os/bottlerocket PR #3873 deviceQuery); NVIDIA A100 "
        "datasheet: 1,555 GB/s HBM2 (SXM4 40GB), 312 TFLOPS BF16 dense (624 with sparsity)",
-       869, kMemoryPermille, "compute: A100 SXM MAMF 271.2 of 312 TFLOPS (86.9%); memory: 90%", 42'298'834'944, 80},
+       869, kMemoryPermille, "compute: A100 SXM MAMF 271.2 of 312 TFLOPS (86.9%); memory: 90%", 42'298'834'944, 80,
+       link(300), kNvlinkLatencyNs, "NVLink 3: 600 GB/s both ways, 300 one way, at 84%"},
       {"A100-80GB", "NVIDIA A100-SXM4-80GB", 81920 * kMiB, 2039 * kGBps, 312 * kTflops,
        "total: nvidia-smi 81920MiB (modal-labs/modal-client PR #2797; CUDA reports 84,987,740,160 "
        "bytes under driver 12.2 and 85,100,068,864 under 12.5 in published deviceQuery logs); "
        "NVIDIA A100 datasheet: 2,039 GB/s HBM2e (SXM4 80GB), 312 TFLOPS BF16 dense",
-       869, kMemoryPermille, "compute: A100 SXM MAMF 271.2 of 312 TFLOPS (86.9%); memory: 90%", 85'100'068'864, 80},
+       869, kMemoryPermille, "compute: A100 SXM MAMF 271.2 of 312 TFLOPS (86.9%); memory: 90%", 85'100'068'864, 80,
+       link(300), kNvlinkLatencyNs, "NVLink 3: 600 GB/s both ways, 300 one way, at 84%"},
       {"H100-80GB", "NVIDIA H100 80GB HBM3", 81559 * kMiB, 3350 * kGBps, 989'500 * (kTflops / 1000),
        "total: nvidia-smi 81559MiB = 85,520,809,984 bytes (modal-labs/modal-client PR #2797; CUDA "
        "reports 85,045,477,376 under driver 12.7 and 85,017,755,648 under 13.0 in deviceQuery "
        "logs); NVIDIA H100 datasheet (SXM5): 3.35 TB/s HBM3, 1,979 TFLOPS BF16 with sparsity = "
        "989.5 dense",
-       803, kMemoryPermille, "compute: H100 SXM MAMF 794.5 of 989 TFLOPS (80.3%); memory: 90%", 85'017'755'648, 90},
+       803, kMemoryPermille, "compute: H100 SXM MAMF 794.5 of 989 TFLOPS (80.3%); memory: 90%", 85'017'755'648, 90,
+       link(450), kNvlinkLatencyNs, "NVLink 4: 900 GB/s both ways, 450 one way, at 84%"},
       {"H200-141GB", "NVIDIA H200", 143771 * kMiB, 4800 * kGBps, 989'500 * (kTflops / 1000),
        "total: nvidia-smi 143771MiB (nvidia-smi --query-gpu output quoted in many public logs); "
        "NVIDIA H200 datasheet (SXM): 4.8 TB/s HBM3e, 1,979 TFLOPS BF16 with sparsity = 989.5 dense",
-       803, kMemoryPermille, "compute: the MAMF table's H100 SXM row, 80.3% (\"H200 is the same\"); memory: 90%", 0, 90},
+       803, kMemoryPermille, "compute: the MAMF table's H100 SXM row, 80.3% (\"H200 is the same\"); memory: 90%", 0, 90,
+       link(450), kNvlinkLatencyNs, "NVLink 4: 900 GB/s both ways, 450 one way, at 84%"},
       {"L4", "NVIDIA L4", 23034 * kMiB, 300 * kGBps, 121 * kTflops,
        "total: nvidia-smi 23034MiB (modal-labs/modal-client PR #2797; CUDA reports 23,612,293,120 "
        "bytes under driver 12.0 in a published deviceQuery log); NVIDIA L4 datasheet: 300 GB/s "
        "GDDR6, 242 TFLOPS BF16 with sparsity = 121 dense",
-       803, kMemoryPermille, "compute: no Ada row in the MAMF table; H100 SXM's 80.3% stands in; memory: 90%", 23'612'293'120, 89},
+       803, kMemoryPermille, "compute: no Ada row in the MAMF table; H100 SXM's 80.3% stands in; memory: 90%", 23'612'293'120, 89,
+       link(32), kPcieLatencyNs, "PCIe 4.0 x16: 32 GB/s one way, at 84%"},
       {"RTX-4090", "NVIDIA GeForce RTX 4090", 24564 * kMiB, 1008 * kGBps, 165'200 * (kTflops / 1000),
        "total: nvidia-smi 24564MiB (nvidia-smi --query-gpu output quoted in public logs; CUDA "
        "reports 25,386,352,640 bytes on Linux under driver 12.4); NVIDIA Ada whitepaper: 1,008 GB/s "
        "GDDR6X (21 Gbps x 384 bit), 165.2 TFLOPS BF16 dense with FP32 accumulate",
        1000, kMemoryPermille,
        "compute: mamf-finder measures 178.5 TFLOPS (mag-/gpu_benchmark README), above the FP32-accumulate "
-       "spec, so 100%; memory: 90%", 25'386'352'640, 89},
+       "spec, so 100%; memory: 90%", 25'386'352'640, 89,
+       link(32), kPcieLatencyNs, "PCIe 4.0 x16: 32 GB/s one way, at 84% (GeForce cards have no peer-to-peer: NCCL goes through host memory, slower than this)"},
       {"RTX-PRO-6000", "NVIDIA RTX PRO 6000 Blackwell Workstation Edition", 97887 * kMiB, 1792 * kGBps,
        503'800 * (kTflops / 1000),
        "total: nvidia-smi 97887MiB (published nvidia-smi logs; 4 cards report 391,548 MiB); NVIDIA RTX "
        "PRO 6000 Blackwell datasheet: 96 GB GDDR7, 1,792 GB/s (28 Gbps x 512 bit), 4,000 AI TOPS "
        "(FP4 with sparsity) = 503.8 TFLOPS BF16 dense with FP32 accumulate; LLMServingSim's cluster "
        "config and issue 13 use 1,597 GB/s, which the 90% memory share gives within 1% (1,613)",
-       776, kMemoryPermille, "compute: no row for it; B200's 77.6%, the same Blackwell generation; memory: 90%", 0, 120},
+       776, kMemoryPermille, "compute: no row for it; B200's 77.6%, the same Blackwell generation; memory: 90%", 0, 120,
+       53 * kGBps, kPcieLatencyNs, "PCIe 5.0 x16: 53 GB/s one way measured between two cards (voipmonitor/rtx6kpro)"},
       {"L40S", "NVIDIA L40S", 46068 * kMiB, 864 * kGBps, 362'050 * (kTflops / 1000),
        "total: nvidia-smi 46068MiB (published nvidia-smi logs, e.g. AWS g6e.xlarge); NVIDIA L40S "
        "datasheet: 48 GB GDDR6, 864 GB/s, 362.05 TFLOPS BF16 dense (733 with sparsity)",
-       803, kMemoryPermille, "compute: no Ada row in the MAMF table; H100 SXM's 80.3% stands in; memory: 90%", 0, 89},
+       803, kMemoryPermille, "compute: no Ada row in the MAMF table; H100 SXM's 80.3% stands in; memory: 90%", 0, 89,
+       link(32), kPcieLatencyNs, "PCIe 4.0 x16: 32 GB/s one way, at 84%"},
       {"A10G", "NVIDIA A10G", 23028 * kMiB, 600 * kGBps, 70 * kTflops,
        "total: nvidia-smi 23028MiB (published nvidia-smi logs of AWS g5 instances); 24 GB GDDR6 at "
        "600 GB/s and 70 TFLOPS BF16 dense tensor (AWS's A10G variant of the A10, whose datasheet "
        "gives 125; Baseten, \"NVIDIA A10 vs A10G for ML model inference\")",
-       811, kMemoryPermille, "compute: A100 PCIe MAMF 252.9 of 312 (81.1%), the closest Ampere PCIe card; memory: 90%", 0, 86},
+       811, kMemoryPermille, "compute: A100 PCIe MAMF 252.9 of 312 (81.1%), the closest Ampere PCIe card; memory: 90%", 0, 86,
+       link(32), kPcieLatencyNs, "PCIe 4.0 x16: 32 GB/s one way, at 84%"},
       {"H20", "NVIDIA H20", 97871 * kMiB, 4000 * kGBps, 148 * kTflops,
        "total: nvidia-smi 97871MiB (published nvidia-smi logs); NVIDIA H20: 96 GB HBM3, 4.0 TB/s, "
        "148 TFLOPS BF16 dense (296 INT8 TOPS)",
-       803, kMemoryPermille, "compute: Hopper, the MAMF table's H100 SXM row, 80.3%; memory: 90%", 0, 90},
+       803, kMemoryPermille, "compute: Hopper, the MAMF table's H100 SXM row, 80.3%; memory: 90%", 0, 90,
+       link(450), kNvlinkLatencyNs, "NVLink: 900 GB/s both ways, 450 one way, at 84%"},
       {"B200", "NVIDIA B200", 183359 * kMiB, 8000 * kGBps, 2250 * kTflops,
        "total: nvidia-smi 183359MiB (published nvidia-smi logs); NVIDIA HGX B200 datasheet: 180 GB "
        "HBM3e per GPU at 8 TB/s, 2.25 PFLOPS BF16 dense (4.5 with sparsity)",
-       776, kMemoryPermille, "compute: B200 SXM MAMF 1745 of 2250 TFLOPS (77.6%); memory: 90%", 0, 100},
+       776, kMemoryPermille, "compute: B200 SXM MAMF 1745 of 2250 TFLOPS (77.6%); memory: 90%", 0, 100,
+       link(900), kNvlinkLatencyNs, "NVLink 5: 1.8 TB/s both ways, 900 one way, at 84%"},
       {"MI300X", "AMD Instinct MI300X", 205'822'885'888, 5300 * kGBps, 1'307'400 * (kTflops / 1000),
        "total: rocm-smi --showmeminfo vram 205,822,885,888 bytes (published logs); AMD Instinct "
        "MI300X datasheet: 192 GB HBM3, 5.3 TB/s, 1,307.4 TFLOPS BF16 dense (2,614.9 with sparsity)",
-       514, kMemoryPermille, "compute: MI300X MAMF 668.4 of 1300 TFLOPS (51.4%, ROCm 6.3, TunableOp on); memory: 90%", 0, 0},
+       514, kMemoryPermille, "compute: MI300X MAMF 668.4 of 1300 TFLOPS (51.4%, ROCm 6.3, TunableOp on); memory: 90%", 0, 0,
+       link(64), kPcieLatencyNs, "Infinity Fabric: 128 GB/s both ways per peer link, 64 one way, at 84% (one link: a larger group's mesh is faster)"},
   };
   return list;
 }

@@ -12,6 +12,7 @@
 #include "kvsim/option_names.h"
 #include "kvsim/parse.h"
 #include "kvsim/units.h"
+#include "kvsim/weights.h"
 
 namespace kvsim {
 namespace {
@@ -51,14 +52,20 @@ std::int64_t step_time_ps(const CostModel& c, const StepWork& w) {
     const Int128 matmul_memory = c.weights_ps;
     const Int128 attention_compute = Int128{c.attention_pair_ps} * (Int128{w.prefill_pairs} + w.context);
     const Int128 attention_memory = Int128{c.kv_position_ps} * (Int128{w.context} + w.prefill_context);
-    ps = Int128{c.overhead_ps} + std::max(matmul_compute, matmul_memory) + std::max(attention_compute, attention_memory);
+    const std::int64_t tokens = w.prefill_tokens + w.decode_seqs;
+    const Int128 collectives =
+        tokens > 0 ? Int128{c.collective_step_ps} + Int128{c.collective_token_ps} * tokens +
+                         Int128{c.collective_sample_ps} * w.sampled
+                   : 0;
+    ps = Int128{c.overhead_ps} + std::max(matmul_compute, matmul_memory) + std::max(attention_compute, attention_memory) +
+         collectives;
   }
   return ps > std::numeric_limits<std::int64_t>::max() ? std::numeric_limits<std::int64_t>::max()
                                                        : static_cast<std::int64_t>(ps);
 }
 
 CostModel roofline_cost_model(const ModelSpec& model, const KvLayout& layout, const DevicePreset& device,
-                              const ModelWeights& weights) {
+                              const ModelWeights& weights, const RooflineParallel& parallel) {
   check(device.hbm_bytes_per_second > 0 && device.bf16_dense_flops > 0 && device.compute_permille > 0 &&
             device.memory_permille > 0,
         "roofline: device without bandwidth or FLOP/s");
@@ -94,13 +101,40 @@ CostModel roofline_cost_model(const ModelSpec& model, const KvLayout& layout, co
   c.attention_pair_ps = ceil_ps(ceil_div(pair_flops, Int128{tp}) * kPsPerSecond, flops);
   c.weights_ps = ceil_ps(Int128{weights.weights_bytes_per_device} * kPsPerSecond, bandwidth);
   c.kv_position_ps = ceil_ps(Int128{layout.bytes_per_token()} * kPsPerSecond, bandwidth);
+  // Collectives over the device's link, activations in bf16 (2 bytes a value).
+  const Int128 link = device.link_bytes_per_second;
+  const bool collectives = link > 0 && model.hidden_size > 0 && model.vocab_size > 0;
+  const std::int64_t latency_ps = device.link_latency_ns * 1000;
+  if (collectives && parallel.tensor_parallel > 1) {
+    const std::int64_t p = parallel.tensor_parallel;
+    const std::int64_t stages = std::max<std::int64_t>(1, parallel.pipeline_parallel);
+    const std::int64_t all_reduces = 2 * ceil_div(model.num_hidden_layers, stages) + 1;
+    // A ring all-reduce sends 2 (p - 1) / p of the bytes over each device's link, an
+    // all-gather (p - 1) / p; the logits' all-gather adds one latency.
+    c.collective_step_ps = (all_reduces + 1) * latency_ps;
+    c.collective_token_ps =
+        ceil_ps(Int128{all_reduces} * 2 * (p - 1) * model.hidden_size * 2 * kPsPerSecond, Int128{p} * link);
+    c.collective_sample_ps =
+        ceil_ps(Int128{p - 1} * padded_vocab(model.vocab_size) * 2 * kPsPerSecond, Int128{p} * link);
+  }
+  if (collectives && parallel.moe_replicas > 1 && model.moe) {
+    const std::int64_t p = parallel.moe_replicas;
+    const std::int64_t ops = 2 * (model.num_hidden_layers - model.moe->dense_layers);  // gather and scatter
+    c.replica_collective_step_ps = ops * latency_ps;
+    c.replica_collective_token_ps =
+        ceil_ps(Int128{ops} * (p - 1) * model.hidden_size * 2 * kPsPerSecond, Int128{p} * link);
+  }
   // The linear model's four terms, for "--cost linear" and "constant" to start from: the
   // weights' read as the base, the matmuls per token, the KV read per position.
   c.base_ps = c.weights_ps;
   c.context_token_ps = c.kv_position_ps;
   c.name = "roofline " + c.device + " (per step: matmuls and attention, each the slower of its FLOPs at " +
            format_permille(device.compute_permille) + " of peak and its bytes at " +
-           format_permille(device.memory_permille) + " of bandwidth)";
+           format_permille(device.memory_permille) + " of bandwidth";
+  if (c.collective_token_ps > 0 || c.replica_collective_token_ps > 0) {
+    c.name += "; collectives over " + std::to_string(device.link_bytes_per_second / 1'000'000'000) + " GB/s links";
+  }
+  c.name += ")";
   return c;
 }
 

@@ -168,6 +168,8 @@ class Engine {
   bool has_work() const { return running_ != 0 || queued_ != 0 || !swapped_.empty(); }
   std::int64_t next_arrival() const { return have_next_ ? next_.arrival_ns : -1; }
   std::int64_t begin_step();
+  // The tokens of the step begun: its prompt (and recomputed) positions and its decodes.
+  std::int64_t step_tokens() const { return step_prefill_tokens_ + step_decode_seqs_; }
   void end_step(std::int64_t duration_ns);
   void wait_until(std::int64_t t_ns);
 

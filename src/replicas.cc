@@ -128,8 +128,8 @@ ReplayReport combine(std::vector<ReplayReport>& rs, std::int64_t waiting_at_last
 // its token count is padded to theirs, and it computes no attention). A request that reaches
 // such a replica inside a step waits for the next one. A replica that stays idle keeps its
 // clock, so that its report ends at its last release.
-void advance_together_before(std::vector<std::unique_ptr<detail::Engine>>& engines, std::int64_t& clock,
-                             std::int64_t t_ns) {
+void advance_together_before(std::vector<std::unique_ptr<detail::Engine>>& engines, const CostModel& cost,
+                             std::int64_t& clock, std::int64_t t_ns) {
   std::vector<char> busy(engines.size(), 0);
   for (;;) {
     bool any = false;
@@ -156,8 +156,19 @@ void advance_together_before(std::vector<std::unique_ptr<detail::Engine>>& engin
     }
     if (clock >= t_ns) return;
     std::int64_t duration = 0;
+    std::int64_t tokens = 0;
     for (std::size_t i = 0; i < engines.size(); ++i) {
-      if (busy[i] != 0) duration = std::max(duration, engines[i]->begin_step());
+      if (busy[i] == 0) continue;
+      duration = std::max(duration, engines[i]->begin_step());
+      tokens += engines[i]->step_tokens();
+    }
+    // Every MoE layer gathers all the replicas' hidden states and scatters the results back
+    // (CostModel::replica_collective_*: 0 unless a roofline over a known link), after the
+    // slowest replica's kernels.
+    if (tokens > 0 && (cost.replica_collective_step_ps > 0 || cost.replica_collective_token_ps > 0)) {
+      const detail::Int128 ps = detail::Int128{cost.replica_collective_step_ps} +
+                              detail::Int128{cost.replica_collective_token_ps} * tokens;
+      duration += static_cast<std::int64_t>((ps + 999) / 1000);
     }
     for (std::size_t i = 0; i < engines.size(); ++i) {
       if (busy[i] != 0) engines[i]->end_step(duration);
@@ -214,7 +225,7 @@ ReplicaRun replay_replicas(TraceReader& trace, const std::vector<Allocator*>& al
   const bool together = options.replicas_step_together && n > 1;
   std::int64_t clock = 0;  // aligned steps: when the next one starts
   const auto advance_before = [&](std::int64_t t_ns) {
-    if (together) advance_together_before(engines, clock, t_ns);
+    if (together) advance_together_before(engines, o.cost, clock, t_ns);
     else for (auto& e : engines) e->advance_before(t_ns);
   };
   Request r;

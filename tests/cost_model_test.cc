@@ -121,6 +121,59 @@ TEST_CASE("roofline: a step is overhead + max(matmuls, weights) + max(attention 
   CHECK_THROWS_AS(parse_cost_model("roofline:step=1ms", c, "--cost"), InputError);
 }
 
+TEST_CASE("roofline: tensor-parallel all-reduces and the replicas' gathers, over the device's link") {
+  // The tiny model on a device whose link carries 1e9 B/s one way (1 byte = 1,000 ps), 5 us a
+  // collective. Tensor parallelism 2: 2 x 2 layers + 1 (the embedding) = 5 all-reduces of 32 x
+  // 2 = 64 bytes per token, a ring sending 2 (2 - 1) / 2 = 1 times them: 5 x 64 x 1,000 =
+  // 320,000 ps per token; the logits' all-gather 1/2 of 128 (vocabulary 100 padded to 64s) x 2 =
+  // 128 bytes per sampled token, 128,000 ps; 5 + 1 collectives of 5 us per step.
+  const ModelSpec m = tiny_model();
+  const KvLayout layout = kv_layout(m, KvOptions{});
+  DevicePreset device = tiny_device();
+  device.link_bytes_per_second = 1'000'000'000;
+  device.link_latency_ns = 5'000;
+  const ModelWeights weights = model_weights(m, KvOptions{}, BudgetOptions{});
+  RooflineParallel tp2;
+  tp2.tensor_parallel = 2;
+  const CostModel c = roofline_cost_model(m, layout, device, weights, tp2);
+  CHECK(c.collective_step_ps == 6 * 5'000'000);
+  CHECK(c.collective_token_ps == 320'000);
+  CHECK(c.collective_sample_ps == 128'000);
+  CHECK(c.replica_collective_token_ps == 0);  // not an MoE model
+  // The memory-bound step of the test above (116,864,000 ps at tp 1) costs the same on one
+  // device of two here only if the weights and FLOPs are given as one device's; what is added is
+  // 30,000,000 + 13 tokens x 320,000 + 4 sampled x 128,000 = 34,672,000 ps.
+  StepWork w;
+  w.prefill_tokens = 10;
+  w.decode_seqs = 3;
+  w.context = 50;
+  w.prefill_pairs = 115;
+  w.prefill_context = 16;
+  w.sampled = 4;
+  CostModel without = c;
+  without.collective_step_ps = without.collective_token_ps = without.collective_sample_ps = 0;
+  CHECK(step_time_ps(c, w) - step_time_ps(without, w) == 34'672'000);
+  CHECK(step_time_ps(c, StepWork{}) == step_time_ps(without, StepWork{}));  // no tokens, no collectives
+  // Four devices: a ring sends 2 x 3 / 4 = 1.5 times the bytes: 5 x 64 x 1.5 x 1,000 = 480,000.
+  RooflineParallel tp4;
+  tp4.tensor_parallel = 4;
+  CHECK(roofline_cost_model(m, layout, device, weights, tp4).collective_token_ps == 480'000);
+  // One device, or a device with no known link: no collectives.
+  CHECK(roofline_cost_model(m, layout, device, weights).collective_token_ps == 0);
+  CHECK(roofline_cost_model(m, layout, tiny_device(), weights, tp2).collective_step_ps == 0);
+  // An MoE model's two replicas: every MoE layer (2, none dense) gathers the hidden states of
+  // all the replicas' tokens and scatters the results, each sending 1/2 of 64 bytes per token:
+  // 2 x 2 x 32 x 1,000 = 128,000 ps per token, 4 x 5 us per step.
+  ModelSpec moe = m;
+  moe.moe = MoeDims{4, 0, 16, 0, 2};
+  RooflineParallel replicas;
+  replicas.moe_replicas = 2;
+  const CostModel r = roofline_cost_model(moe, kv_layout(moe, KvOptions{}), device, weights, replicas);
+  CHECK(r.replica_collective_token_ps == 128'000);
+  CHECK(r.replica_collective_step_ps == 4 * 5'000'000);
+  CHECK(r.collective_token_ps == 0);
+}
+
 TEST_CASE("roofline: an MoE model's compute counts the experts a token uses, its weights all of them") {
   // Qwen3-30B-A3B (config.json): hidden 2048, 48 layers, 32 heads and 4 KV heads of 128,
   // 128 experts of 768, 8 per token, vocabulary 151,936, untied.

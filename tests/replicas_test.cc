@@ -155,3 +155,29 @@ TEST_CASE("replicas: an MoE model's replicas take every step together, as long a
   CHECK(together.total.end_ns == 71 * kMs);
   CHECK(together.total.leak_free);
 }
+
+TEST_CASE("replicas: aligned steps end with the MoE layers' gathers of all the replicas' tokens") {
+  // The setup above, aligned, with 1 ms per step and 0.1 ms per token of all the replicas'
+  // step for the gathers and scatters (CostModel::replica_collective_*), after the slowest
+  // replica's kernels:
+  //   0 ms: a's 30-token prefill (40 ms) + 1 + 30 x 0.1 = 44 ms; a's first token at 44.
+  //   44: a's decode (10) beside b's 1-token prefill (11) + 1 + 2 x 0.1 -> 56.2 ms: a ends,
+  //       b's first token (TTFT 55.2 ms).
+  //   56.2: b's decode alone: 10 + 1 + 0.1 -> 67.3; then 78.4 ms, b's third and last token.
+  RequestVectorReader trace({test::request("a", 0, 30, 2), test::request("b", 1 * kMs, 1, 3)});
+  ReplayOptions o;
+  o.layout = test::unit_layout();
+  o.cost.name = "test";
+  o.cost.base_ps = 10 * kMs * 1000;
+  o.cost.prefill_token_ps = 1 * kMs * 1000;
+  o.cost.replica_collective_step_ps = 1 * kMs * 1000;
+  o.cost.replica_collective_token_ps = kMs * 100;
+  o.replicas_step_together = true;
+  const ReplicaRun run = replay_two_paged(trace, o);
+  CHECK(run.replicas[0].ttft.max_ns == 44 * kMs);
+  CHECK(run.replicas[0].end_ns == 56'200'000);
+  CHECK(run.replicas[1].ttft.max_ns == 55'200'000);
+  CHECK(run.replicas[1].e2e.max_ns == 77'400'000);
+  CHECK(run.total.end_ns == 78'400'000);
+  CHECK(run.total.completed == 2);
+}

@@ -55,6 +55,12 @@ struct DevicePreset {
   // CUDA compute capability, major x 10 + minor (80 Ampere A100, 86/89 other Ampere and Ada,
   // 90 Hopper, 100 and 120 Blackwell); 0 for a device that is not NVIDIA's.
   std::int64_t compute_capability = 0;
+  // The link between two devices of a tensor- or expert-parallel group, for the roofline's
+  // collectives: the bandwidth one direction sustains (achievable, not the spec sheet's), the
+  // time of one small collective, and where both come from. 0: not known (no collective cost).
+  std::int64_t link_bytes_per_second = 0;
+  std::int64_t link_latency_ns = 0;
+  std::string_view link_source = "";
 };
 
 // A100-40GB, A100-80GB, H100-80GB, H200-141GB, L4, RTX-4090, RTX-PRO-6000, L40S, A10G, H20,

@@ -23,9 +23,10 @@ struct StepWork {
 
 // One step's time in picoseconds (not rounded), by the model's own rule (kvsim/replay.h): the
 // linear sum, or for a roofline overhead + max(matmul FLOPs, weights) + max(attention FLOPs,
-// KV bytes): the matmuls and attention are separate kernels run one after the other, each
-// bounded by whichever of compute and memory is slower for it. Saturates at the
-// largest int64 (the engine refuses a step that long).
+// KV bytes) + tensor-parallel collectives: the matmuls and attention are separate kernels run
+// one after the other, each bounded by whichever of compute and memory is slower for it, and
+// the all-reduces between them wait for them. Saturates at the largest int64 (the engine
+// refuses a step that long).
 std::int64_t step_time_ps(const CostModel& cost, const StepWork& work);
 
 // A roofline cost model for `model` served with `kv` on one `device`, each term from the
@@ -43,10 +44,25 @@ std::int64_t step_time_ps(const CostModel& cost, const StepWork& work);
 //     kv_position = KV bytes per token on the device / bandwidth, per position read or written
 //   overhead = 0 per step (vLLM overlaps scheduling with the GPU step, see docs/replay.md);
 //     "--cost roofline:overhead=..." sets one.
+//   collectives, over the device's link (DevicePreset::link_*), a ring's time for p devices
+//   being latency + 2 (p - 1) / p x bytes / bandwidth for an all-reduce and latency + (p - 1)
+//   / p x bytes / bandwidth for an all-gather or a reduce-scatter:
+//     tensor parallelism p = tp > 1 (vLLM's RowParallelLinear after attention and after the
+//       MLP, and VocabParallelEmbedding): 2 x layers per stage + 1 all-reduces of hidden x 2
+//       bytes per token (bf16 activations), and the logits' all-gather (LogitsProcessor),
+//       padded vocab x 2 bytes per sampled token, one more latency per step;
+//     an MoE model's data-parallel replicas p = replicas > 1 (vLLM's all-gather of the
+//       hidden states before each MoE layer and reduce-scatter after it): 2 per MoE layer of
+//       hidden x 2 bytes per token of all the replicas' step.
 // A config without hidden_size or vocab_size falls back to 2 x parameters per token (from
-// `weights`) and no LM-head or attention terms.
+// `weights`) and no LM-head, attention or collective terms.
+struct RooflineParallel {
+  std::int64_t tensor_parallel = 1;
+  std::int64_t pipeline_parallel = 1;
+  std::int64_t moe_replicas = 1;  // data-parallel replicas of an MoE model (they step together)
+};
 CostModel roofline_cost_model(const ModelSpec& model, const KvLayout& layout, const DevicePreset& device,
-                              const ModelWeights& weights);
+                              const ModelWeights& weights, const RooflineParallel& parallel = {});
 
 // Parses --cost: "roofline" (returns `roofline`), "roofline:overhead=1ms" (`roofline` with that
 // per-step overhead), "constant:step=20ms,prefill-token=100us",

@@ -55,6 +55,16 @@ struct CostModel {
   std::int64_t kv_position_ps = 0;         // roofline memory: one KV position read or written
   std::int64_t sample_token_ps = 0;        // roofline compute: the LM head, per sampled token
   std::int64_t attention_pair_ps = 0;      // roofline compute: one (query, key) pair, all layers
+  // Roofline collectives, outside the maxes (each waits for the kernels before it). Tensor
+  // parallelism: the all-reduces' latency per step and their bytes per token the step
+  // processes, and the logits' all-gather per sampled token. An MoE model's data-parallel
+  // replicas: the all-gather and reduce-scatter of every MoE layer, per step and per token of
+  // all the replicas' step (applied where the replicas step together, replicas.cc).
+  std::int64_t collective_step_ps = 0;
+  std::int64_t collective_token_ps = 0;
+  std::int64_t collective_sample_ps = 0;
+  std::int64_t replica_collective_step_ps = 0;
+  std::int64_t replica_collective_token_ps = 0;
 };
 
 // One row of --timeline: the state just after an iteration's operations.

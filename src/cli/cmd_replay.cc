@@ -213,7 +213,15 @@ ReplayOptions replay_options_from(const po::variables_map& vm, const ModelChoice
     weights.weights_bytes_per_device =
         ceil_div(std::max<std::int64_t>(0, weights.weights_bytes - spread_bytes), weights.devices);
   }
-  const CostModel roofline = roofline_cost_model(choice.model, layout, device, weights);
+  RooflineParallel parallel;
+  parallel.tensor_parallel = choice.kv.tensor_parallel;
+  parallel.pipeline_parallel = choice.kv.pipeline_parallel;
+  if (choice.model.moe) {
+    if (const auto replicas = option_text(vm, option_key(kOptReplicas))) {
+      parallel.moe_replicas = positive_integer(*replicas, kOptReplicas);
+    }
+  }
+  const CostModel roofline = roofline_cost_model(choice.model, layout, device, weights, parallel);
 
   ReplayOptions ro;
   ro.layout = layout;

@@ -154,6 +154,16 @@ std::string run_header(const ReplayContext& c, const std::vector<ReplayReport>& 
                          picoseconds(c.cost.overhead_ps), picoseconds(c.cost.prefill_token_ps),
                          picoseconds(c.cost.sample_token_ps), picoseconds(c.cost.weights_ps),
                          picoseconds(c.cost.attention_pair_ps), picoseconds(c.cost.kv_position_ps));
+      if (c.cost.collective_token_ps > 0) {
+        out += fmt::format("         + tensor-parallel collectives: {} per step + {} per token + {} per sampled token\n",
+                           picoseconds(c.cost.collective_step_ps), picoseconds(c.cost.collective_token_ps),
+                           picoseconds(c.cost.collective_sample_ps));
+      }
+      if (c.cost.replica_collective_token_ps > 0) {
+        out += fmt::format("         + the replicas' MoE gathers, per aligned step: {} + {} per token of all replicas\n",
+                           picoseconds(c.cost.replica_collective_step_ps),
+                           picoseconds(c.cost.replica_collective_token_ps));
+      }
     } else if (r.schedule == "simulated") {
       out += fmt::format("         a step costs {} + {} per prompt token + {} per decoding sequence + {} per position read\n",
                          picoseconds(c.cost.base_ps), picoseconds(c.cost.prefill_token_ps),
@@ -514,7 +524,12 @@ std::string replay_json(const ReplayContext& c, const std::vector<ReplayReport>&
                                        {"per_kv_position_ps", c.cost.kv_position_ps},
                                        {"per_token_ps", c.cost.prefill_token_ps},
                                        {"per_sampled_token_ps", c.cost.sample_token_ps},
-                                       {"per_attention_pair_ps", c.cost.attention_pair_ps}};
+                                       {"per_attention_pair_ps", c.cost.attention_pair_ps},
+                                       {"collective_step_ps", c.cost.collective_step_ps},
+                                       {"per_token_collective_ps", c.cost.collective_token_ps},
+                                       {"per_sampled_token_collective_ps", c.cost.collective_sample_ps},
+                                       {"replica_collective_step_ps", c.cost.replica_collective_step_ps},
+                                       {"per_replica_token_collective_ps", c.cost.replica_collective_token_ps}};
   }
   Json runs = Json::array();
   for (const auto& r : reports) runs.push_back(replay_run_json(r, any_placement(reports)));
