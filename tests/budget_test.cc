@@ -48,6 +48,22 @@ TEST_CASE("device presets carry nvidia-smi's totals and spec-sheet rates") {
   CHECK(find_device_preset("H100-80GB").compute_permille == 803);
   CHECK(find_device_preset("B200").compute_permille == 776);
   CHECK(device_presets().size() == 12);
+  // Links (budget.cc): RTX PRO 6000 over PCIe 5.0 as measured, 53 GB/s and 7.5 us; H100 SXM
+  // NVLink 4, 900 GB/s both ways = 450 one way, at 84% = 378 GB/s and 9 us; an L4 on PCIe 4.0
+  // x16, 32 GB/s at 84% = 26.88 GB/s. Compute capabilities: Hopper 9.0, Blackwell 12.0.
+  CHECK(pro.link_bytes_per_second == 53'000'000'000);
+  CHECK(pro.link_latency_ns == 7'500);
+  CHECK(pro.compute_capability == 120);
+  CHECK(find_device_preset("H100-80GB").link_bytes_per_second == 378'000'000'000);
+  CHECK(find_device_preset("H100-80GB").link_latency_ns == 9'000);
+  CHECK(find_device_preset("H100-80GB").compute_capability == 90);
+  CHECK(find_device_preset("L4").link_bytes_per_second == 26'880'000'000);
+  for (const DevicePreset& d : device_presets()) {
+    INFO(d.name);
+    CHECK(d.link_bytes_per_second > 0);
+    CHECK(d.link_latency_ns > 0);
+    CHECK_FALSE(d.link_source.empty());
+  }
   CHECK_THROWS_WITH(find_device_preset("B300"), Catch::Contains("H200-141GB") && Catch::Contains("--device"));
   CHECK_THROWS_WITH(find_device_preset("B300", "--timing-device"),
                     Catch::Contains("--timing-device") && !Catch::Contains("--device-memory"));
