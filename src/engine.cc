@@ -708,13 +708,20 @@ void Engine::admit_waiting(std::int64_t& budget, std::int64_t& prefill_tokens) {
       return sharing() ? alloc_.cached_tokens(admit_info_of(ticket)) : 0;
     });
   }
-  while (!queue_.empty() && (opt_.max_running == 0 || running_ < opt_.max_running)) {
+  // Asynchronous scheduling: this step was planned when the last one began, so it sees
+  // neither what arrived since then nor the places the last step's completions freed. Only
+  // while something else runs: otherwise vLLM's planned step is empty and it plans again at once.
+  const bool lagging = opt_.async_scheduling && last_step_end_ == now_ && running_ > 0;
+  const std::int64_t seen_until = lagging ? last_step_start_ : now_;
+  const std::int64_t held = lagging ? completed_in_last_step_ : 0;
+  while (!queue_.empty() && (opt_.max_running == 0 || running_ + held < opt_.max_running)) {
     const TicketRef ref = queue_.front();
     Ticket& t = tickets_[ref.ticket];
     if (t.generation != ref.generation || t.phase != Phase::queued) {
       queue_.pop_front();  // cancelled while waiting
       continue;
     }
+    if (t.arrival_ns > seen_until) break;  // arrived after this step was planned
     const std::int64_t target = t.prompt + t.base_generated;
     // Alone, the request has the whole budget and the whole step: what it cannot start
     // with now it can never start with (the progress guarantee: refused, not retried).
@@ -888,10 +895,14 @@ void Engine::end_step(std::int64_t duration) {
   recorder_.end_of_step_state(running_, queued_);
 
   // Arrivals and cancellations inside the iteration happen at their own instants.
+  last_step_start_ = now_;
   process_span_events(now_ + duration, true);
   end_span(duration);
   ++step_;
+  const std::int64_t completed_before = report_.completed;
   deliver_step();
+  last_step_end_ = now_;
+  completed_in_last_step_ = report_.completed - completed_before;
   if (opt_.progress && report_.iterations % 4096 == 0 && trace_.total_bytes() > 0) {
     opt_.progress(static_cast<double>(trace_.bytes_read()) / static_cast<double>(trace_.total_bytes()));
   }

@@ -328,6 +328,11 @@ class Engine {
   // The step in progress.
   bool step_memory_bound_ = false;    // an allocation was refused for memory
   bool step_preempted_ = false;
+  // Asynchronous scheduling (ReplayOptions::async_scheduling): when the last step began and
+  // ended, and the requests it completed (still holding their places in the running count).
+  std::int64_t last_step_start_ = -1;
+  std::int64_t last_step_end_ = -1;
+  std::int64_t completed_in_last_step_ = 0;
   std::int64_t step_decode_seqs_ = 0;     // the step begun (begin_step) and not yet ended
   std::int64_t step_prefill_tokens_ = 0;
   std::int64_t step_swap_bytes_ = 0;

@@ -245,8 +245,11 @@ TEST_CASE("validate: a data-parallel run is two engines behind vLLM's router, th
                                                        "0.23,0,0,4,1,0\n0.35,0,0,1,0,0\n0.45,0,0,0,0,0\n";
   }
   const std::string per_request = test::scratch_path("validate-dp-per-request.csv");
+  // The schedule above is synchronous (--async-scheduling off); the run's vLLM 0.19 would
+  // default to asynchronous scheduling, checked at the end.
   const auto r = test::run_cli({"validate", (base / "run").string(), "--kv-budget", "1GB", "--cost",
-                                "constant:step=10ms,prefill-token=0ps", "--per-request", per_request, "--json"});
+                                "constant:step=10ms,prefill-token=0ps", "--per-request", per_request, "--json",
+                                "--async-scheduling", "off"});
   INFO(r.err);
   REQUIRE(r.exit_code == 0);
   const Json doc = Json::parse(r.out);
@@ -270,5 +273,15 @@ TEST_CASE("validate: a data-parallel run is two engines behind vLLM's router, th
                        Catch::Contains(",4,0.205000000,0.210000000,0.220000000,0.310000000,"));
   CHECK(rows.find(",1,0.0") < rows.find(",2,0.1"));
   CHECK(rows.find(",3,0.155") < rows.find(",4,0.205"));
+  // By default, a vLLM 0.19 run is replayed with asynchronous scheduling: c (155 ms) and d
+  // (205 ms) arrive during a step of their replica's running request, whose next step was
+  // planned before they came, so each starts a step later, at 170 and 220 ms: TTFT 25 ms each
+  // (mean (10 + 10 + 25 + 25) / 4 = 17.5 ms) and latency 115 ms each (mean 207.5 ms).
+  const auto async = test::run_cli({"validate", (base / "run").string(), "--kv-budget", "1GB", "--cost",
+                                    "constant:step=10ms,prefill-token=0ps", "--json"});
+  REQUIRE(async.exit_code == 0);
+  const Json a = Json::parse(async.out);
+  CHECK(a["ttft"]["simulated"]["mean_s"].get<double>() == Approx(0.0175));
+  CHECK(a["latency"]["simulated"]["mean_s"].get<double>() == Approx(0.2075));
   std::filesystem::remove_all(base);
 }

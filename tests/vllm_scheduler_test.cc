@@ -92,3 +92,44 @@ TEST_CASE("vllm v1: a preempted request goes back to the front of the waiting qu
   CHECK(r.at("c").first_token_ns == 45 * kMs);
   CHECK(r.at("c").outcome == RequestRecord::Outcome::completed);
 }
+
+TEST_CASE("vllm v1: asynchronous scheduling plans a step while the previous one runs") {
+  // vllm/v1/engine/core.py step_with_batch_queue (batch queue of 2 with async scheduling, on
+  // by default in vLLM 0.19): step k + 1 is scheduled as soon as step k is launched, so it
+  // sees neither requests that arrive during step k nor what step k finishes; those reach the
+  // scheduler when step k's outputs are processed, in time for step k + 2.
+  ReplayOptions o = one_ms_steps();
+  o.async_scheduling = true;
+  SECTION("an arrival during a step starts two steps later") {
+    // C (prompt 10, output 10) prefills in step 0 (0-1 ms). B arrives at 0.5 ms: step 1 (1-2
+    // ms) was planned at 0 ms without it; step 2 (2-3 ms), planned at 1 ms, prefills it: first
+    // token at 3 ms, TTFT 2.5 ms (1.5 ms synchronously: started at 1 ms, token at 2 ms).
+    const auto r = records_of("paged:block=16", {test::request("c", 0, 10, 10), test::request("b", kMs / 2, 10, 2)}, o);
+    CHECK(r.at("b").first_scheduled_ns == 2 * kMs);
+    CHECK(r.at("b").first_token_ns == 3 * kMs);
+    o.async_scheduling = false;
+    const auto sync = records_of("paged:block=16", {test::request("c", 0, 10, 10), test::request("b", kMs / 2, 10, 2)}, o);
+    CHECK(sync.at("b").first_token_ns == 2 * kMs);
+  }
+  SECTION("a finished request holds its place under max_num_seqs one step longer") {
+    // max_num_seqs 2. A (output 2) and C (output 10) prefill in step 0 and decode in step 1;
+    // A's last token ends step 1 (2 ms). B, waiting since 0.1 ms, would start at step 2
+    // synchronously; step 2 was planned at 1 ms, while A still ran, so B starts in step 3
+    // (3-4 ms), planned at 2 ms after A's output: first token at 4 ms.
+    o.max_running = 2;
+    const auto r = records_of("paged:block=16",
+                              {test::request("a", 0, 10, 2), test::request("c", 0, 10, 10), test::request("b", kMs / 10, 10, 2)}, o);
+    CHECK(r.at("a").finish_ns == 2 * kMs);
+    CHECK(r.at("b").first_scheduled_ns == 3 * kMs);
+    CHECK(r.at("b").first_token_ns == 4 * kMs);
+  }
+  SECTION("with nothing else running there is no lag") {
+    // A (output 2) alone leaves at 2 ms; B arrives at 1.5 ms, during A's last step. vLLM's
+    // step planned at 1 ms holds nothing for A (it has reached max_tokens), so it plans again
+    // at once when A's output arrives: B starts at 2 ms, as synchronously.
+    o.max_running = 1;
+    const auto r = records_of("paged:block=16", {test::request("a", 0, 10, 2), test::request("b", 3 * kMs / 2, 10, 2)}, o);
+    CHECK(r.at("b").first_scheduled_ns == 2 * kMs);
+    CHECK(r.at("b").first_token_ns == 3 * kMs);
+  }
+}

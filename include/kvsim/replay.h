@@ -212,6 +212,12 @@ struct ReplayOptions {
   // as the slowest replica's: vLLM aligns the forward passes of a mixture-of-experts model's
   // data-parallel ranks (kvsim/replicas.h). `kvsim replay` sets it for MoE models.
   bool replicas_step_together = false;
+  // vLLM's asynchronous scheduling (on by default in vLLM 0.19): the scheduler plans step
+  // k + 1 while step k runs, so what step k changes is seen one step late. A request arriving
+  // while a step runs is first scheduled in the step after the next one, and a request that
+  // finishes in a step keeps its place under max_running through the next one (docs/replay.md,
+  // "Asynchronous scheduling"). No lag when nothing else runs: the engine schedules at once.
+  bool async_scheduling = false;
 };
 
 // A quantity over the run.

@@ -119,6 +119,11 @@ po::options_description replay_option_descriptions(bool with_outputs) {
       (option_key(kOptMaxBatchedTokens), po::value<std::string>(), max_batched_tokens_help.c_str())
       (option_key(kOptNoChunkedPrefill), "admit a prompt only when it fits a step's token budget whole")
       (option_key(kOptMaxRunning), po::value<std::string>(), max_running_help.c_str())
+      (option_key(kOptAsyncScheduling), po::value<std::string>()->default_value("off"),
+       "on: plan each step while the previous one runs, as vLLM 0.19 does by default (a request "
+       "arriving during a step starts in the step after the next, and a finished request holds its "
+       "place under --max-running one step longer); off: plan it when the previous one ends. "
+       "'kvsim validate' takes on for runs of vLLM 0.19 and later")
       (option_key(kOptDefaultMaxTokens), po::value<std::string>(),
        "the generation limit planned for requests whose trace gives no max_tokens (default: their real "
        "output length)");
@@ -234,6 +239,13 @@ ReplayOptions replay_options_from(const po::variables_map& vm, const ModelChoice
   }
   ro.chunked_prefill = vm.count(option_key(kOptNoChunkedPrefill)) == 0;
   if (const auto r = option_text(vm, option_key(kOptMaxRunning))) ro.max_running = positive_integer(*r, kOptMaxRunning);
+  {
+    const std::string async = vm[option_key(kOptAsyncScheduling)].as<std::string>();
+    if (async != "on" && async != "off") {
+      throw InputError(Location{"", 0, kOptAsyncScheduling}, "expected on or off, got \"" + async + "\"");
+    }
+    ro.async_scheduling = async == "on";
+  }
   if (const auto d = option_text(vm, option_key(kOptDefaultMaxTokens))) {
     ro.default_max_tokens = positive_integer(*d, kOptDefaultMaxTokens);
   }

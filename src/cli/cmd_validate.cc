@@ -12,6 +12,7 @@
 #include <cmath>
 #include <fstream>
 #include <limits>
+#include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "cli.h"
@@ -68,6 +69,16 @@ void default_to(po::variables_map& vm, const char* key, const std::string& value
   vm.insert({key, po::variable_value(boost::any(value), false)});
 }
 
+// Whether a version string ("0.19.0", "0.19.1rc1") is major.minor or later; false when it
+// does not start with two numbers.
+bool vllm_at_least(const std::string& version, int major, int minor) {
+  int a = 0, b = 0;
+  char dot = 0;
+  std::istringstream in(version);
+  if (!(in >> a >> dot >> b) || dot != '.') return false;
+  return a > major || (a == major && b >= minor);
+}
+
 // meta.json's settings as defaults of the replay options.
 void apply_run_settings(po::variables_map& vm, const MeasuredRun& run) {
   const std::string meta = run.dir + "/meta.json";
@@ -98,6 +109,9 @@ void apply_run_settings(po::variables_map& vm, const MeasuredRun& run) {
   }
   default_to(vm, option_key(kOptTp), std::to_string(run.tensor_parallel));
   default_to(vm, option_key(kOptMaxRunning), std::to_string(run.max_num_seqs));
+  // vLLM 0.19 schedules asynchronously by default (vllm/config/vllm.py: async_scheduling None
+  // -> True; vllm/v1/engine/core.py step_with_batch_queue), the version whose code was read.
+  if (vllm_at_least(run.vllm_version, 0, 19)) default_to(vm, option_key(kOptAsyncScheduling), "on");
   default_to(vm, option_key(kOptMaxBatchedTokens), std::to_string(run.max_num_batched_tokens));
   if (run.max_model_len > 0) default_to(vm, option_key(kOptMaxModelLen), std::to_string(run.max_model_len));
   // vLLM 0.19's defaults: 16-token blocks, prefix caching on.
