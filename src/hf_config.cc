@@ -190,7 +190,10 @@ json openelm_as_standard(const json& root) {
 // jamba.py, nemotron_h.py, granitemoehybrid.py, zamba2.py, qwen3_next.py).
 // `named_by` is the field (and its value) that named the first state layer, for the error
 // when the state's own fields are missing.
-StateDims read_state_dims(const Config& c, const std::pair<std::string, std::string>& named_by, ModelSpec& m) {
+// `lightning`: the state layers are MiniMax's lightning attention (attn_type_list, or a
+// MiniMax model_type's "linear_attention" layer_types).
+StateDims read_state_dims(const Config& c, const std::pair<std::string, std::string>& named_by, bool lightning,
+                          ModelSpec& m) {
   StateDims s;
   auto need_hidden = [&](const char* why) {
     if (m.hidden_size <= 0) c.fail("hidden_size", std::string("missing, and ") + why + " needs it");
@@ -200,7 +203,18 @@ StateDims read_state_dims(const Config& c, const std::pair<std::string, std::str
     if (a != 0 && b > std::numeric_limits<std::int64_t>::max() / a) c.fail(field, "the state size overflows 64 bits");
     return a * b;
   };
-  if (c.find("linear_num_value_heads") != nullptr) {  // Qwen3-Next: GatedDeltaNet
+  if (lightning) {
+    // MiniMax's lightning (linear) attention: per head, the running K^T V sum of head_dim x
+    // head_dim values and no conv state (vLLM linear_attention_state_shape:
+    // (num_attention_heads / tp, head_dim, head_dim), from minimax_text_01.py's
+    // get_mamba_state_shape_from_config; transformers' MiniMaxLightningAttention keeps the
+    // same tensor).
+    s.kind = "lightning attention";
+    s.conv_channels = 0;
+    s.conv_kernel = 1;
+    s.state_heads = m.num_attention_heads;
+    s.values_per_head = mul(m.head_dim, m.head_dim, "head_dim");
+  } else if (c.find("linear_num_value_heads") != nullptr) {  // Qwen3-Next: GatedDeltaNet
     s.kind = "gated deltanet";
     const std::int64_t k_heads = c.required_positive("linear_num_key_heads");
     const std::int64_t v_heads = c.required_positive("linear_num_value_heads");
@@ -261,8 +275,11 @@ StateDims read_state_dims(const Config& c, const std::pair<std::string, std::str
 //      and 'E' MoE holding nothing (Nemotron-H);
 //   3. attn_layer_period P and attn_layer_offset O: layer i is attention when i % P == O, the
 //      rest Mamba (JambaConfig.layers_block_type);
-//   4. layer_types with "mamba" (Granite-4.0-H) or "linear_attention" (Qwen3-Next) entries;
-//   5. full_attention_interval N: layer i is full attention when (i + 1) % N == 0, else linear
+//   4. attn_type_list: 1 softmax attention, 0 lightning (linear) attention per layer (MiniMax-
+//      Text-01, MiniMax-M1; vLLM's get_num_layers_by_block_type counts the 1s as attention);
+//   5. layer_types with "mamba" (Granite-4.0-H) or "linear_attention" (Qwen3-Next; MiniMax as
+//      transformers writes it) entries;
+//   6. full_attention_interval N: layer i is full attention when (i + 1) % N == 0, else linear
 //      attention (Qwen3NextConfig's default layer_types).
 // Then num_kv_shared_layers N: the last N layers reuse earlier layers' KV and hold none
 // (Gemma-3n; transformers' Gemma3nTextAttention.is_kv_shared_layer, vLLM's kv sharing).
@@ -272,6 +289,9 @@ void read_layer_kinds(const Config& c, ModelSpec& m) {
   const auto layers = static_cast<std::size_t>(m.num_hidden_layers);
   std::vector<LayerKind> kinds;
   std::pair<std::string, std::string> named_by;  // the first state layer's field and value
+  // MiniMax's linear layers: attn_type_list, or layer_types under a MiniMax model_type.
+  const std::string model_type = c.string("model_type").value_or("");
+  bool lightning = model_type.rfind("minimax", 0) == 0;
   auto note_state = [&](const std::string& field, const std::string& value) {
     if (named_by.first.empty()) named_by = {field, value};
   };
@@ -315,6 +335,21 @@ void read_layer_kinds(const Config& c, ModelSpec& m) {
       kinds.push_back(static_cast<std::int64_t>(i) % *period == offset ? LayerKind::attention : LayerKind::state);
     }
     note_state("attn_layer_period", std::to_string(*period));
+  } else if (const json* types = c.find("attn_type_list")) {
+    if (!types->is_array()) c.fail("attn_type_list", "expected a list of 0 (lightning attention) and 1 (softmax attention)");
+    length_check("attn_type_list", types->size());
+    for (std::size_t i = 0; i < types->size(); ++i) {
+      const json& t = (*types)[i];
+      const std::string field = "attn_type_list[" + std::to_string(i) + "]";
+      if (!t.is_number_integer() || (t.get<std::int64_t>() != 0 && t.get<std::int64_t>() != 1)) {
+        c.fail(field, t.dump() + " is not a layer type kvsim can size (expected 0, lightning attention, or 1, softmax "
+                                 "attention)");
+      }
+      const bool softmax = t.get<std::int64_t>() == 1;
+      if (!softmax) note_state(field, "0 (lightning attention)");
+      kinds.push_back(softmax ? LayerKind::attention : LayerKind::state);
+    }
+    lightning = true;
   } else if (const json* types = c.find("layer_types"); types != nullptr && types->is_array()) {
     bool any_state = false;
     for (std::size_t i = 0; i < types->size(); ++i) {
@@ -333,14 +368,14 @@ void read_layer_kinds(const Config& c, ModelSpec& m) {
   }
   bool any_state = false;
   for (LayerKind k : kinds) any_state = any_state || k == LayerKind::state || k == LayerKind::attention_and_state;
-  if (any_state) m.state = read_state_dims(c, named_by, m);
+  if (any_state) m.state = read_state_dims(c, named_by, lightning, m);
   if (!any_state) {
     for (const char* hint : {"mamba_d_state", "ssm_state_size", "mamba_d_conv", "linear_num_value_heads", "mamba_expand",
                              "mamba_n_heads", "mamba_num_heads"}) {
       if (c.find(hint) != nullptr) {
         c.fail(hint, "present, so this looks like a hybrid state-space model, but no field says which layers are "
-                     "attention (layers_block_type, hybrid_override_pattern, attn_layer_period, layer_types or "
-                     "full_attention_interval): kvsim cannot size it");
+                     "attention (layers_block_type, hybrid_override_pattern, attn_layer_period, attn_type_list, "
+                     "layer_types or full_attention_interval): kvsim cannot size it");
       }
     }
   }
