@@ -56,6 +56,11 @@ class Config {
     return nullptr;
   }
 
+  // Whether `key` is written at all, JSON null included (find() treats null as absent).
+  bool written(const char* key) const {
+    return (text_ != nullptr && text_->contains(key)) || root_.contains(key);
+  }
+
   [[noreturn]] void fail(const std::string& field, const std::string& problem) const {
     throw InputError(Location{path_, 0, "field '" + field + "'"}, problem);
   }
@@ -143,6 +148,9 @@ std::vector<std::int64_t> layer_windows(const Config& c, const std::string& mode
       } else if (name == "sliding_attention") {
         if (!window) c.fail("sliding_window", "missing, but " + field + " is \"sliding_attention\"");
         out.push_back(*window);
+      } else if (name == "chunked_attention") {
+        c.fail(field, "\"chunked_attention\": chunked local attention (Llama 4) is not modelled: those layers keep "
+                      "only part of the sequence, and how much depends on the engine; kvsim cannot size this model");
       } else {
         c.fail(field, "\"" + name + "\" is not a layer type kvsim can size (expected \"full_attention\", "
                       "\"sliding_attention\", \"attention\", \"mamba\" or \"linear_attention\")");
@@ -151,10 +159,28 @@ std::vector<std::int64_t> layer_windows(const Config& c, const std::string& mode
     return out;
   }
   const auto use_sliding = c.boolean("use_sliding_window");
-  if (!window || (use_sliding && !*use_sliding)) return std::vector<std::int64_t>(static_cast<std::size_t>(layers), 0);
   std::optional<std::int64_t> pattern = c.optional_positive("sliding_window_pattern");
   if (!pattern && (model_type == "gemma3" || model_type == "gemma3_text")) pattern = 6;
   if (!pattern && model_type == "gemma2") pattern = 2;
+  // A field that says layers slide, with no window written at all, would otherwise read as
+  // full attention: transformers then applies its class's default window (Gemma2Config,
+  // Gemma3TextConfig, Qwen2Config: 4096), which kvsim does not guess. An explicit null
+  // means no window, as in transformers.
+  if (!window && !c.written("sliding_window") && !(use_sliding && !*use_sliding)) {
+    if (const auto given = c.optional_positive("sliding_window_pattern")) {
+      c.fail("sliding_window", "missing, but sliding_window_pattern " + std::to_string(*given) +
+                                   " says which layers slide: give the window (or null for none)");
+    }
+    if (pattern) c.fail("sliding_window", "missing, but model_type " + model_type + " has sliding layers: give the window (or null for none)");
+    if (use_sliding && *use_sliding) c.fail("sliding_window", "missing, but use_sliding_window is true: give the window");
+  }
+  if (!window || (use_sliding && !*use_sliding)) return std::vector<std::int64_t>(static_cast<std::size_t>(layers), 0);
+  // max_window_layers is Qwen2's, whose use_sliding_window defaults to false (no window at
+  // all); without it the last rule below would make every layer slide.
+  if (!use_sliding && c.find("max_window_layers") != nullptr) {
+    c.fail("use_sliding_window", "missing, but sliding_window and max_window_layers are given: say whether the window "
+                                 "is used (Qwen2's default is false, no window)");
+  }
   std::vector<std::int64_t> out;
   if (pattern) {
     for (std::int64_t i = 0; i < layers; ++i) out.push_back((i + 1) % *pattern != 0 ? *window : 0);
@@ -166,6 +192,55 @@ std::vector<std::int64_t> layer_windows(const Config& c, const std::string& mode
     return out;
   }
   return std::vector<std::int64_t>(static_cast<std::size_t>(layers), *window);
+}
+
+// Fields that change what a model caches in ways kvsim does not model. Each would otherwise be
+// ignored and the model sized as plain decoder attention: a silent miscount. A field counts
+// when it is written with a value that turns the feature on (not null, false or empty).
+void refuse_unmodelled(const Config& c) {
+  struct Unmodelled {
+    const char* field;
+    const char* problem;
+  };
+  static const Unmodelled kUnmodelled[] = {
+      {"cross_attention_layers",
+       "lists cross-attention layers (Mllama): they cache the keys and values of the image tokens, which kvsim does "
+       "not model; it cannot size this model"},
+      {"attention_chunk_size",
+       "chunked local attention (Llama 4) is not modelled: the layers that no_rope_layers / nope_layer_interval "
+       "select keep only part of the sequence, and how much depends on the engine; kvsim cannot size this model"},
+      {"is_encoder_decoder",
+       "an encoder-decoder model: its decoder's cross-attention caches the encoder's tokens, which kvsim does not "
+       "model; it cannot size this model"},
+      {"linear_attn_config",
+       "linear-attention layers described by linear_attn_config (Kimi Linear) and their state are not modelled; "
+       "kvsim cannot size this model"},
+      {"index_topk",
+       "sparse attention with an indexer (DeepSeek-V3.2): the indexer caches a key per token beside the MLA latent, "
+       "which kvsim does not model; it cannot size this model"},
+      {"block_types",
+       "recurrent blocks (RecurrentGemma's RG-LRU layers) and their state are not modelled; kvsim cannot size this "
+       "model"},
+      {"use_cla",
+       "cross-layer attention (layers sharing the KV of cla_share_factor layers) is not modelled; kvsim cannot size "
+       "this model"},
+  };
+  auto on = [](const json& v) {
+    return !(v.is_null() || (v.is_boolean() && !v.get<bool>()) || ((v.is_array() || v.is_object()) && v.empty()));
+  };
+  for (const auto& [field, problem] : kUnmodelled) {
+    if (const json* v = c.find(field); v != nullptr && on(*v)) c.fail(field, problem);
+  }
+  // Falcon names its KV heads num_kv_heads (or multi_query: one KV head) where kvsim reads
+  // num_key_value_heads; without that, kvsim's default of one KV head per query head is wrong.
+  if (c.find("num_key_value_heads") == nullptr) {
+    for (const char* field : {"num_kv_heads", "multi_query"}) {
+      if (const json* v = c.find(field); v != nullptr && on(*v)) {
+        c.fail(field, "says how many KV heads there are in a field kvsim does not read (Falcon's num_kv_heads, "
+                      "multi_query); give num_key_value_heads");
+      }
+    }
+  }
 }
 
 // OpenELM (apple/OpenELM-*, configuration_openelm.py) names its fields its own way and lists
@@ -575,6 +650,7 @@ ModelSpec parse_hf_config(std::string_view json_text, const std::string& path) {
   ModelSpec m;
   m.name = path;
   const std::string model_type = c.string("model_type").value_or("");
+  refuse_unmodelled(c);
   m.source = path + (model_type.empty() ? "" : " (model_type " + model_type + ")");
   // Multimodal configs: the language model is what holds KV; its weights are all the
   // parameter estimate counts.

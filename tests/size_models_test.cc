@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "cli_util.h"
 #include "fuzz_checks.h"
@@ -232,6 +234,49 @@ TEST_CASE("configs kvsim cannot size are errors naming the file and the field") 
   check("hybrid-pattern-length.json", "hybrid_override_pattern");
   check("kv-heads-list-not-dividing.json", "num_key_value_heads[2]");
   check("kv-heads-list-length.json", "num_key_value_heads");
+  check("attn-type-list-value.json", "attn_type_list[2]");
+}
+
+TEST_CASE("fields that change what a model caches and kvsim does not model are refused, never ignored") {
+  // Each config below would otherwise be sized as plain decoder attention: the message names
+  // the field and says what is not modelled.
+  const std::vector<std::tuple<std::string, std::string, std::string>> cases = {
+      {"mllama-cross-attention.json", "cross_attention_layers", "image tokens"},
+      {"llama4-chunked-attention.json", "attention_chunk_size", "chunked local attention"},
+      {"layer-types-chunked.json", "layer_types[0]", "chunked local attention"},
+      {"encoder-decoder.json", "is_encoder_decoder", "cross-attention"},
+      {"kimi-linear.json", "linear_attn_config", "not modelled"},
+      {"deepseek-v32-indexer.json", "index_topk", "indexer"},
+      {"recurrent-gemma.json", "block_types", "recurrent"},
+      {"cross-layer-attention.json", "use_cla", "cross-layer attention"},
+      {"falcon-multi-query.json", "multi_query", "num_key_value_heads"},
+      {"sliding-pattern-without-window.json", "sliding_window", "sliding_window_pattern 6"},
+      {"window-layers-without-use-flag.json", "use_sliding_window", "max_window_layers"},
+  };
+  for (const auto& [file, field, what] : cases) {
+    const std::string path = config("bad/" + file);
+    const std::string message = load_error(path);
+    INFO(message);
+    CHECK(message.find(path) != std::string::npos);
+    CHECK(message.find("field '" + field + "'") != std::string::npos);
+    CHECK(message.find(what) != std::string::npos);
+  }
+  // Off is not on: null, false and an empty list are the feature absent.
+  const std::string base = R"({"num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 2,
+      "head_dim": 64, )";
+  for (const char* off : {R"("attention_chunk_size": null})", R"("is_encoder_decoder": false})",
+                          R"("cross_attention_layers": []})", R"("use_cla": false, "cla_share_factor": 1})",
+                          R"("multi_query": true, "num_kv_heads": 2})"}) {
+    INFO(off);
+    // 2 layers x 2 KV heads x (64 + 64) x 2 bytes = 1,024 bytes per token (multi_query is
+    // moot when num_key_value_heads is written).
+    CHECK(kv_layout(parse_hf_config(base + off, "off.json"), tp(1)).bytes_per_token() == 1'024);
+  }
+  // The same through the command line: exit 1, the file and the field named.
+  const auto r = run_cli({"size", "--config", config("bad/mllama-cross-attention.json")});
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("field 'cross_attention_layers'"));
+  CHECK(r.out.empty());
 }
 
 TEST_CASE("kvsim size shows the state beside the KV, and refuses what it cannot model") {
