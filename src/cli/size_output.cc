@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "kvsim/option_names.h"
 #include "kvsim/units.h"
 #include "layout_json.h"
 #include "sheet_table.h"
@@ -393,6 +394,15 @@ std::string stage_weights_lines(const SizeSheet& s) {
                      with_commas(s.stage_pools.front().pool.num_blocks));
 }
 
+// A start-up term's rule as the sheet prints it. Weights given with --weights-bytes are not
+// counted tensor by tensor (startup_memory() spreads the given total evenly): say where they
+// come from instead.
+std::string term_rule(const StartupMemory& m, const StartupTerm& term) {
+  if (term.name != "- weights" || !m.settings.weights_bytes) return term.rule;
+  return fmt::format("from {} ({} bytes, spread evenly over the devices)", kOptWeightsBytes,
+                     with_commas(*m.settings.weights_bytes));
+}
+
 // The engine's start-up terms on the binding stage, then its weights tensor group by group.
 std::string startup_table(const StartupMemory& m) {
   const StartupStage& st = m.stages[m.binding_stage];
@@ -401,7 +411,7 @@ std::string startup_table(const StartupMemory& m) {
   SheetTable t({"term", "bytes", "GiB", "rule", "source"}, {A::left, A::right, A::right, A::left, A::left});
   for (const StartupTerm& term : st.terms) {
     const bool shown = term.bytes != 0 || term.name.rfind("= ", 0) == 0 || term.name.rfind("- ", 0) == 0;
-    t.add({term.name, shown ? with_commas(term.bytes) : "", shown ? gib(term.bytes) : "", term.rule, term.source});
+    t.add({term.name, shown ? with_commas(term.bytes) : "", shown ? gib(term.bytes) : "", term_rule(m, term), term.source});
   }
   text += t.render();
   text += "\nWeights on one device of that stage\n";
@@ -639,7 +649,7 @@ Json startup_json(const StartupMemory& m) {
     }
     Json terms = Json::array();
     for (const StartupTerm& t : st.terms) {
-      terms.push_back({{"name", t.name}, {"bytes", t.bytes}, {"rule", t.rule}, {"source", t.source}});
+      terms.push_back({{"name", t.name}, {"bytes", t.bytes}, {"rule", term_rule(m, t)}, {"source", t.source}});
     }
     stages.push_back({{"stage", st.stage},
                       {"weights_bytes", st.weights.bytes},
