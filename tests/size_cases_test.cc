@@ -391,4 +391,9 @@ TEST_CASE("kvsim size --help lists every sizing option") {
     INFO(option);
     CHECK_THAT(r.out, Catch::Contains(option));
   }
+  // What the options do beyond their one-line descriptions, briefly.
+  CHECK_THAT(r.out, Catch::Contains("prints a row per length and their total"));
+  CHECK_THAT(r.out, Catch::Contains("--pp N places the\nweights per real stage"));
+  CHECK_THAT(r.out, Catch::Contains("hybrid attention/state-space configs"));
+  CHECK_THAT(r.out, Catch::Contains("docs/size.md"));
 }
