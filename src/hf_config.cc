@@ -56,6 +56,11 @@ class Config {
     return nullptr;
   }
 
+  // Whether `key` is written at all, JSON null included (find() treats null as absent).
+  bool written(const char* key) const {
+    return (text_ != nullptr && text_->contains(key)) || root_.contains(key);
+  }
+
   [[noreturn]] void fail(const std::string& field, const std::string& problem) const {
     throw InputError(Location{path_, 0, "field '" + field + "'"}, problem);
   }
@@ -143,6 +148,9 @@ std::vector<std::int64_t> layer_windows(const Config& c, const std::string& mode
       } else if (name == "sliding_attention") {
         if (!window) c.fail("sliding_window", "missing, but " + field + " is \"sliding_attention\"");
         out.push_back(*window);
+      } else if (name == "chunked_attention") {
+        c.fail(field, "\"chunked_attention\": chunked local attention (Llama 4) is not modelled: those layers keep "
+                      "only part of the sequence, and how much depends on the engine; kvsim cannot size this model");
       } else {
         c.fail(field, "\"" + name + "\" is not a layer type kvsim can size (expected \"full_attention\", "
                       "\"sliding_attention\", \"attention\", \"mamba\" or \"linear_attention\")");
@@ -151,10 +159,28 @@ std::vector<std::int64_t> layer_windows(const Config& c, const std::string& mode
     return out;
   }
   const auto use_sliding = c.boolean("use_sliding_window");
-  if (!window || (use_sliding && !*use_sliding)) return std::vector<std::int64_t>(static_cast<std::size_t>(layers), 0);
   std::optional<std::int64_t> pattern = c.optional_positive("sliding_window_pattern");
   if (!pattern && (model_type == "gemma3" || model_type == "gemma3_text")) pattern = 6;
   if (!pattern && model_type == "gemma2") pattern = 2;
+  // A field that says layers slide, with no window written at all, would otherwise read as
+  // full attention: transformers then applies its class's default window (Gemma2Config,
+  // Gemma3TextConfig, Qwen2Config: 4096), which kvsim does not guess. An explicit null
+  // means no window, as in transformers.
+  if (!window && !c.written("sliding_window") && !(use_sliding && !*use_sliding)) {
+    if (const auto given = c.optional_positive("sliding_window_pattern")) {
+      c.fail("sliding_window", "missing, but sliding_window_pattern " + std::to_string(*given) +
+                                   " says which layers slide: give the window (or null for none)");
+    }
+    if (pattern) c.fail("sliding_window", "missing, but model_type " + model_type + " has sliding layers: give the window (or null for none)");
+    if (use_sliding && *use_sliding) c.fail("sliding_window", "missing, but use_sliding_window is true: give the window");
+  }
+  if (!window || (use_sliding && !*use_sliding)) return std::vector<std::int64_t>(static_cast<std::size_t>(layers), 0);
+  // max_window_layers is Qwen2's, whose use_sliding_window defaults to false (no window at
+  // all); without it the last rule below would make every layer slide.
+  if (!use_sliding && c.find("max_window_layers") != nullptr) {
+    c.fail("use_sliding_window", "missing, but sliding_window and max_window_layers are given: say whether the window "
+                                 "is used (Qwen2's default is false, no window)");
+  }
   std::vector<std::int64_t> out;
   if (pattern) {
     for (std::int64_t i = 0; i < layers; ++i) out.push_back((i + 1) % *pattern != 0 ? *window : 0);
@@ -166,6 +192,55 @@ std::vector<std::int64_t> layer_windows(const Config& c, const std::string& mode
     return out;
   }
   return std::vector<std::int64_t>(static_cast<std::size_t>(layers), *window);
+}
+
+// Fields that change what a model caches in ways kvsim does not model. Each would otherwise be
+// ignored and the model sized as plain decoder attention: a silent miscount. A field counts
+// when it is written with a value that turns the feature on (not null, false or empty).
+void refuse_unmodelled(const Config& c) {
+  struct Unmodelled {
+    const char* field;
+    const char* problem;
+  };
+  static const Unmodelled kUnmodelled[] = {
+      {"cross_attention_layers",
+       "lists cross-attention layers (Mllama): they cache the keys and values of the image tokens, which kvsim does "
+       "not model; it cannot size this model"},
+      {"attention_chunk_size",
+       "chunked local attention (Llama 4) is not modelled: the layers that no_rope_layers / nope_layer_interval "
+       "select keep only part of the sequence, and how much depends on the engine; kvsim cannot size this model"},
+      {"is_encoder_decoder",
+       "an encoder-decoder model: its decoder's cross-attention caches the encoder's tokens, which kvsim does not "
+       "model; it cannot size this model"},
+      {"linear_attn_config",
+       "linear-attention layers described by linear_attn_config (Kimi Linear) and their state are not modelled; "
+       "kvsim cannot size this model"},
+      {"index_topk",
+       "sparse attention with an indexer (DeepSeek-V3.2): the indexer caches a key per token beside the MLA latent, "
+       "which kvsim does not model; it cannot size this model"},
+      {"block_types",
+       "recurrent blocks (RecurrentGemma's RG-LRU layers) and their state are not modelled; kvsim cannot size this "
+       "model"},
+      {"use_cla",
+       "cross-layer attention (layers sharing the KV of cla_share_factor layers) is not modelled; kvsim cannot size "
+       "this model"},
+  };
+  auto on = [](const json& v) {
+    return !(v.is_null() || (v.is_boolean() && !v.get<bool>()) || ((v.is_array() || v.is_object()) && v.empty()));
+  };
+  for (const auto& [field, problem] : kUnmodelled) {
+    if (const json* v = c.find(field); v != nullptr && on(*v)) c.fail(field, problem);
+  }
+  // Falcon names its KV heads num_kv_heads (or multi_query: one KV head) where kvsim reads
+  // num_key_value_heads; without that, kvsim's default of one KV head per query head is wrong.
+  if (c.find("num_key_value_heads") == nullptr) {
+    for (const char* field : {"num_kv_heads", "multi_query"}) {
+      if (const json* v = c.find(field); v != nullptr && on(*v)) {
+        c.fail(field, "says how many KV heads there are in a field kvsim does not read (Falcon's num_kv_heads, "
+                      "multi_query); give num_key_value_heads");
+      }
+    }
+  }
 }
 
 // OpenELM (apple/OpenELM-*, configuration_openelm.py) names its fields its own way and lists
@@ -190,7 +265,10 @@ json openelm_as_standard(const json& root) {
 // jamba.py, nemotron_h.py, granitemoehybrid.py, zamba2.py, qwen3_next.py).
 // `named_by` is the field (and its value) that named the first state layer, for the error
 // when the state's own fields are missing.
-StateDims read_state_dims(const Config& c, const std::pair<std::string, std::string>& named_by, ModelSpec& m) {
+// `lightning`: the state layers are MiniMax's lightning attention (attn_type_list, or a
+// MiniMax model_type's "linear_attention" layer_types).
+StateDims read_state_dims(const Config& c, const std::pair<std::string, std::string>& named_by, bool lightning,
+                          ModelSpec& m) {
   StateDims s;
   auto need_hidden = [&](const char* why) {
     if (m.hidden_size <= 0) c.fail("hidden_size", std::string("missing, and ") + why + " needs it");
@@ -200,7 +278,18 @@ StateDims read_state_dims(const Config& c, const std::pair<std::string, std::str
     if (a != 0 && b > std::numeric_limits<std::int64_t>::max() / a) c.fail(field, "the state size overflows 64 bits");
     return a * b;
   };
-  if (c.find("linear_num_value_heads") != nullptr) {  // Qwen3-Next: GatedDeltaNet
+  if (lightning) {
+    // MiniMax's lightning (linear) attention: per head, the running K^T V sum of head_dim x
+    // head_dim values and no conv state (vLLM linear_attention_state_shape:
+    // (num_attention_heads / tp, head_dim, head_dim), from minimax_text_01.py's
+    // get_mamba_state_shape_from_config; transformers' MiniMaxLightningAttention keeps the
+    // same tensor).
+    s.kind = "lightning attention";
+    s.conv_channels = 0;
+    s.conv_kernel = 1;
+    s.state_heads = m.num_attention_heads;
+    s.values_per_head = mul(m.head_dim, m.head_dim, "head_dim");
+  } else if (c.find("linear_num_value_heads") != nullptr) {  // Qwen3-Next: GatedDeltaNet
     s.kind = "gated deltanet";
     const std::int64_t k_heads = c.required_positive("linear_num_key_heads");
     const std::int64_t v_heads = c.required_positive("linear_num_value_heads");
@@ -261,8 +350,11 @@ StateDims read_state_dims(const Config& c, const std::pair<std::string, std::str
 //      and 'E' MoE holding nothing (Nemotron-H);
 //   3. attn_layer_period P and attn_layer_offset O: layer i is attention when i % P == O, the
 //      rest Mamba (JambaConfig.layers_block_type);
-//   4. layer_types with "mamba" (Granite-4.0-H) or "linear_attention" (Qwen3-Next) entries;
-//   5. full_attention_interval N: layer i is full attention when (i + 1) % N == 0, else linear
+//   4. attn_type_list: 1 softmax attention, 0 lightning (linear) attention per layer (MiniMax-
+//      Text-01, MiniMax-M1; vLLM's get_num_layers_by_block_type counts the 1s as attention);
+//   5. layer_types with "mamba" (Granite-4.0-H) or "linear_attention" (Qwen3-Next; MiniMax as
+//      transformers writes it) entries;
+//   6. full_attention_interval N: layer i is full attention when (i + 1) % N == 0, else linear
 //      attention (Qwen3NextConfig's default layer_types).
 // Then num_kv_shared_layers N: the last N layers reuse earlier layers' KV and hold none
 // (Gemma-3n; transformers' Gemma3nTextAttention.is_kv_shared_layer, vLLM's kv sharing).
@@ -272,6 +364,9 @@ void read_layer_kinds(const Config& c, ModelSpec& m) {
   const auto layers = static_cast<std::size_t>(m.num_hidden_layers);
   std::vector<LayerKind> kinds;
   std::pair<std::string, std::string> named_by;  // the first state layer's field and value
+  // MiniMax's linear layers: attn_type_list, or layer_types under a MiniMax model_type.
+  const std::string model_type = c.string("model_type").value_or("");
+  bool lightning = model_type.rfind("minimax", 0) == 0;
   auto note_state = [&](const std::string& field, const std::string& value) {
     if (named_by.first.empty()) named_by = {field, value};
   };
@@ -315,6 +410,21 @@ void read_layer_kinds(const Config& c, ModelSpec& m) {
       kinds.push_back(static_cast<std::int64_t>(i) % *period == offset ? LayerKind::attention : LayerKind::state);
     }
     note_state("attn_layer_period", std::to_string(*period));
+  } else if (const json* types = c.find("attn_type_list")) {
+    if (!types->is_array()) c.fail("attn_type_list", "expected a list of 0 (lightning attention) and 1 (softmax attention)");
+    length_check("attn_type_list", types->size());
+    for (std::size_t i = 0; i < types->size(); ++i) {
+      const json& t = (*types)[i];
+      const std::string field = "attn_type_list[" + std::to_string(i) + "]";
+      if (!t.is_number_integer() || (t.get<std::int64_t>() != 0 && t.get<std::int64_t>() != 1)) {
+        c.fail(field, t.dump() + " is not a layer type kvsim can size (expected 0, lightning attention, or 1, softmax "
+                                 "attention)");
+      }
+      const bool softmax = t.get<std::int64_t>() == 1;
+      if (!softmax) note_state(field, "0 (lightning attention)");
+      kinds.push_back(softmax ? LayerKind::attention : LayerKind::state);
+    }
+    lightning = true;
   } else if (const json* types = c.find("layer_types"); types != nullptr && types->is_array()) {
     bool any_state = false;
     for (std::size_t i = 0; i < types->size(); ++i) {
@@ -333,14 +443,14 @@ void read_layer_kinds(const Config& c, ModelSpec& m) {
   }
   bool any_state = false;
   for (LayerKind k : kinds) any_state = any_state || k == LayerKind::state || k == LayerKind::attention_and_state;
-  if (any_state) m.state = read_state_dims(c, named_by, m);
+  if (any_state) m.state = read_state_dims(c, named_by, lightning, m);
   if (!any_state) {
     for (const char* hint : {"mamba_d_state", "ssm_state_size", "mamba_d_conv", "linear_num_value_heads", "mamba_expand",
                              "mamba_n_heads", "mamba_num_heads"}) {
       if (c.find(hint) != nullptr) {
         c.fail(hint, "present, so this looks like a hybrid state-space model, but no field says which layers are "
-                     "attention (layers_block_type, hybrid_override_pattern, attn_layer_period, layer_types or "
-                     "full_attention_interval): kvsim cannot size it");
+                     "attention (layers_block_type, hybrid_override_pattern, attn_layer_period, attn_type_list, "
+                     "layer_types or full_attention_interval): kvsim cannot size it");
       }
     }
   }
@@ -540,6 +650,7 @@ ModelSpec parse_hf_config(std::string_view json_text, const std::string& path) {
   ModelSpec m;
   m.name = path;
   const std::string model_type = c.string("model_type").value_or("");
+  refuse_unmodelled(c);
   m.source = path + (model_type.empty() ? "" : " (model_type " + model_type + ")");
   // Multimodal configs: the language model is what holds KV; its weights are all the
   // parameter estimate counts.

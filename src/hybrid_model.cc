@@ -1,5 +1,5 @@
 // Hybrid models: the constant per-sequence state of state-space and linear-attention layers
-// (Jamba, Zamba2, Nemotron-H, Granite-4.0-H, Qwen3-Next). Only their attention layers hold KV
+// (Jamba, Zamba2, Nemotron-H, Granite-4.0-H, Qwen3-Next, MiniMax). Only their attention layers hold KV
 // (model.cc); the rest hold a state whose size does not depend on the sequence's length.
 //
 // The shapes are vLLM's MambaStateShapeCalculator
@@ -10,6 +10,8 @@
 //                    rounded up to tp when tp does not divide it (extra_groups_for_head_shards)
 //   gated deltanet:  conv (2 x k_heads x k_dim + v_heads x v_dim) / tp x (kernel - 1),
 //                    temporal (v_heads / tp) x v_dim x k_dim
+//   linear attention (MiniMax's lightning attention): no conv state, temporal
+//                    (heads / tp) x head_dim x head_dim
 // Both states take mamba_cache_dtype "auto", the model's dtype (MambaStateDtypeCalculator).
 #include <string>
 #include <utility>
@@ -83,7 +85,8 @@ void validate_layer_kinds(const ModelSpec& model, const std::string& file) {
   if (any_state && !model.state) fail("layer_types", "names state-space layers but their state dimensions are missing");
   if (model.state) {
     const StateDims& s = *model.state;
-    if (s.conv_channels <= 0) fail(s.kind + " conv channels", "expected a positive count");
+    // Lightning attention has no conv state: 0 channels.
+    if (s.conv_channels < 0) fail(s.kind + " conv channels", "expected a non-negative count");
     if (s.conv_kernel < 1) fail(s.kind + " conv kernel", "expected a positive width");
     if (s.state_heads <= 0) fail(s.kind + " state heads", "expected a positive count");
     if (s.values_per_head <= 0) fail(s.kind + " state size", "expected a positive size");

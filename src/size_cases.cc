@@ -45,11 +45,26 @@ RequestBytes request_bytes(const KvLayout& layout, const RequestShape& shape) {
   return r;
 }
 
+std::int64_t device_share(std::int64_t amount, std::int64_t host_share_ppb) {
+  __extension__ typedef __int128 Wide;
+  return amount - static_cast<std::int64_t>(Wide{amount} * host_share_ppb / 1'000'000'000);
+}
+
+std::int64_t most_that_fit(std::int64_t unit, std::int64_t available, std::int64_t host_share_ppb) {
+  __extension__ typedef __int128 Wide;
+  if (unit <= 0 || available < 0) return 0;
+  // device_share(x) = ceil(x (10^9 - share) / 10^9), and for an integer `available`,
+  // ceil(y) <= available exactly when y <= available.
+  const Wide most = Wide{available} * 1'000'000'000 / (Wide{unit} * (1'000'000'000 - host_share_ppb));
+  return most > Wide{std::numeric_limits<std::int64_t>::max()} ? std::numeric_limits<std::int64_t>::max()
+                                                               : static_cast<std::int64_t>(most);
+}
+
 OffloadSplit offload_split(std::int64_t bytes, std::int64_t host_share_ppb, std::int64_t link_bytes_per_second) {
   __extension__ typedef __int128 Wide;
   OffloadSplit o;
-  o.host_bytes = static_cast<std::int64_t>(Wide{bytes} * host_share_ppb / 1'000'000'000);
-  o.device_bytes = bytes - o.host_bytes;
+  o.device_bytes = device_share(bytes, host_share_ppb);
+  o.host_bytes = bytes - o.device_bytes;
   const Wide ns = (Wide{o.host_bytes} * 1'000'000'000 + link_bytes_per_second - 1) / link_bytes_per_second;
   if (ns > Wide{std::numeric_limits<std::int64_t>::max()}) {
     throw InputError("the transfer time per step overflows 64 bits of nanoseconds: give a faster link");

@@ -34,26 +34,55 @@ SequenceBytes sequence_bytes(const SizeSheet& sheet, std::int64_t tokens) {
   return r;
 }
 
-// A validation case against every stage's pool; the stage with the least room left reports.
+// The KV budget stage i's pool uses: its own with per-stage weights, else the budget's.
+std::int64_t stage_kv_budget(const SizeSheet& sheet, std::size_t i) {
+  return sheet.stage_weights.empty() ? sheet.budget->kv_budget_bytes : sheet.stage_weights[i].kv_budget_bytes;
+}
+
+// `units` copies of what unit(i) costs on stage i (blocks or bytes) against available(i), each
+// stage's device keeping device_share() of it; the stage with the least room left reports.
+template <typename Unit, typename Available>
+FitVerdict fit_verdict(const SizeSheet& sheet, std::int64_t units, Unit unit, Available available) {
+  FitVerdict v;
+  v.fits = true;
+  Wide least_room = 0;
+  for (std::size_t i = 0; i < sheet.stages.size(); ++i) {
+    const std::int64_t one = unit(i);
+    const std::int64_t room_for = available(i);
+    const std::int64_t need = checked_mul(one, units, "what the sequences need");
+    const std::int64_t on_device = device_share(need, sheet.offload_ppb);
+    const Wide room = Wide{room_for} - on_device;
+    if (i == 0 || room < least_room) {
+      least_room = room;
+      v.stage = i;
+      v.needed = need;
+      v.on_device = on_device;
+      v.available = room_for;
+    }
+    const std::int64_t most = most_that_fit(one, room_for, sheet.offload_ppb);
+    v.most = i == 0 ? most : std::min(v.most, most);
+    v.fits = v.fits && on_device <= room_for;
+  }
+  return v;
+}
+
+// Held to the context limit: a request longer than it is refused whatever the room.
+void hold_to_context(const SizeSheet& sheet, FitVerdict& v, std::int64_t longest_tokens) {
+  v.context_limit = sheet.context_limit;
+  v.over_context = v.context_limit > 0 && longest_tokens > v.context_limit;
+  v.fits = v.fits && !v.over_context;
+}
+
+// A validation case against every stage's pool.
 CheckResult check_case(const SizeSheet& sheet, const CheckCase& c) {
   CheckResult r;
   r.c = c;
   r.kv_bytes = checked_mul(kv_bytes_for_tokens(sheet.layout(), c.tokens), c.sequences, "KV bytes of the case");
-  r.fits = true;
-  Wide least_room = 0;
-  for (std::size_t i = 0; i < sheet.stages.size(); ++i) {
-    const PagedPool& pool = sheet.stage_pools[i].pool;
-    const std::int64_t need = checked_mul(request_blocks(sheet.stages[i], pool, c.tokens, sheet.paging), c.sequences,
-                                          "blocks of the case");
-    const Wide room = Wide{pool.num_blocks} - need;
-    if (i == 0 || room < least_room) {
-      least_room = room;
-      r.stage = i;
-      r.blocks_needed = need;
-      r.blocks_available = pool.num_blocks;
-    }
-    r.fits = r.fits && need <= pool.num_blocks;
-  }
+  r.fit = fit_verdict(
+      sheet, c.sequences,
+      [&](std::size_t i) { return request_blocks(sheet.stages[i], sheet.stage_pools[i].pool, c.tokens, sheet.paging); },
+      [&](std::size_t i) { return sheet.stage_pools[i].pool.num_blocks; });
+  hold_to_context(sheet, r.fit, c.tokens);
   return r;
 }
 
@@ -111,8 +140,11 @@ SizeSheet size_sheet(const ModelSpec& model, const KvOptions& kv, const SizeQuer
       sheet.budget = derive_budget(model, kv, *query.budget);
     }
     std::vector<std::int64_t> at = query.tokens;
+    const bool given_max_model_len = query.startup && query.startup->max_model_len > 0;
     const std::int64_t max_model_len =
         sheet.startup && sheet.startup->max_model_len > 0 ? sheet.startup->max_model_len : model.max_position_embeddings;
+    sheet.context_limit = max_model_len;
+    sheet.context_limit_source = given_max_model_len ? "max_model_len" : "max_position_embeddings";
     if (at.empty() && max_model_len > 0) at.push_back(max_model_len);
     // The flat budget's weights per pipeline stage; the start-up model sizes its stages itself
     // and gives the budget of the stage that binds.
@@ -120,8 +152,7 @@ SizeSheet size_sheet(const ModelSpec& model, const KvOptions& kv, const SizeQuer
     for (std::size_t i = 0; i < sheet.stages.size(); ++i) {
       const KvLayout& s = sheet.stages[i];
       // Each stage's own weights when they are known (embeddings first, LM head last).
-      const std::int64_t kv_budget =
-          sheet.stage_weights.empty() ? sheet.budget->kv_budget_bytes : sheet.stage_weights[i].kv_budget_bytes;
+      const std::int64_t kv_budget = stage_kv_budget(sheet, i);
       StagePool sp{paged_pool(s, kv_budget, query.paging), {}};
       for (std::int64_t t : at) sp.request_blocks.push_back(request_blocks(s, sp.pool, t, query.paging));
       sp.own_num_blocks = sp.pool.num_blocks;
@@ -138,7 +169,7 @@ SizeSheet size_sheet(const ModelSpec& model, const KvOptions& kv, const SizeQuer
     for (std::size_t k = 0; k < at.size(); ++k) {
       const std::size_t stage = least_concurrent_stage(sheet.stage_pools, k);
       const StagePool& w = sheet.stage_pools[stage];
-      sheet.concurrency.push_back({at[k], stage, w.pool.num_blocks, w.request_blocks[k]});
+      sheet.concurrency.push_back({at[k], stage, w.pool.num_blocks, w.request_blocks[k], {}});
     }
   }
   if (!query.checks.empty() && !query.budget) {
@@ -168,11 +199,40 @@ SizeSheet size_sheet(const ModelSpec& model, const KvOptions& kv, const SizeQuer
       sheet.offload_request = offload_split(sheet.request->kv_bytes, query.offload_ppb, query.link_bytes_per_second);
     }
   }
-  for (const CheckCase& c : query.checks) sheet.checks.push_back(check_case(sheet, c));
   if (query.static_cache_tokens > 0) {
     sheet.static_cache_tokens = query.static_cache_tokens;
     sheet.static_reserved_bytes = checked_mul(kv_bytes_for_tokens(sheet.layout(), query.static_cache_tokens), sheet.seqs,
                                               "static cache bytes");
+  }
+  if (!sheet.budget) return sheet;
+
+  // The verdicts, each on what stays on the device (all of it without offloading).
+  for (const CheckCase& c : query.checks) sheet.checks.push_back(check_case(sheet, c));
+  auto num_blocks = [&](std::size_t i) { return sheet.stage_pools[i].pool.num_blocks; };
+  for (std::size_t k = 0; k < sheet.concurrency.size(); ++k) {
+    Concurrency& c = sheet.concurrency[k];
+    c.seqs = fit_verdict(sheet, sheet.seqs, [&](std::size_t i) { return sheet.stage_pools[i].request_blocks[k]; },
+                         num_blocks);
+    hold_to_context(sheet, c.seqs, c.tokens);
+  }
+  if (query.tokens.size() > 1) {
+    // One request of each length, --seqs times: the blocks of every length summed.
+    sheet.total_fit = fit_verdict(
+        sheet, sheet.seqs,
+        [&](std::size_t i) {
+          std::int64_t blocks = 0;
+          for (std::int64_t b : sheet.stage_pools[i].request_blocks) blocks = checked_add(blocks, b, "blocks of all the lengths");
+          return blocks;
+        },
+        num_blocks);
+    hold_to_context(sheet, *sheet.total_fit, *std::max_element(query.tokens.begin(), query.tokens.end()));
+  }
+  if (sheet.static_cache_tokens > 0) {
+    // A static cache is not paged: its reservation against each stage's KV budget in bytes. (Its
+    // length is the user's max_cache_len, not a request: not held to the context limit.)
+    sheet.static_fit = fit_verdict(
+        sheet, sheet.seqs, [&](std::size_t i) { return kv_bytes_for_tokens(sheet.stages[i], sheet.static_cache_tokens); },
+        [&](std::size_t i) { return stage_kv_budget(sheet, i); });
   }
   return sheet;
 }

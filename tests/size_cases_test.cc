@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "cli_util.h"
 #include "kvsim/model.h"
@@ -193,6 +194,152 @@ TEST_CASE("kvsim size --check: the seed's three cases, which fit and what is ass
   CHECK_THAT(missing.err, Catch::Contains("expected all three cases"));
 }
 
+TEST_CASE("kvsim size --check: a case longer than the context limit says NO and why") {
+  // Llama-3.1-8B on an H100: KV budget 59,834,464,665 bytes, blocks of 32 layers x 16 tokens x
+  // 4,096 bytes = 2,097,152: 28,531 blocks. The long case, 200,000 tokens, needs 12,500 blocks
+  // and would fit them, but it is past max_position_embeddings 131,072: the engine refuses it.
+  const auto r = run_cli({"size", "--model", "llama-3.1-8b", "--device", "H100-80GB", "--check",
+                          "usual=2000,long=200000,concurrency=4", "--json"});
+  REQUIRE(r.exit_code == 0);
+  auto doc = nlohmann::json::parse(r.out);
+  REQUIRE(doc["checks"].size() == 3);
+  const auto& long_case = doc["checks"][1];
+  CHECK(long_case["blocks_needed"].get<std::int64_t>() == 12'500);
+  CHECK(long_case["blocks_available"].get<std::int64_t>() == 28'531);
+  CHECK_FALSE(long_case["fits"].get<bool>());
+  CHECK(long_case["exceeds_context"].get<bool>());
+  CHECK(long_case["context_limit"].get<std::int64_t>() == 131'072);
+  CHECK_THAT(long_case["why"].get<std::string>(),
+             Catch::Contains("200,000 tokens exceed the context limit (max_position_embeddings 131,072)"));
+  // usual: 2,000 tokens = 125 blocks; concurrency: 4 x 125 = 500 blocks. Both fit, no reason.
+  CHECK(doc["checks"][0]["fits"].get<bool>());
+  CHECK(doc["checks"][2]["blocks_needed"].get<std::int64_t>() == 500);
+  CHECK(doc["checks"][2]["fits"].get<bool>());
+  CHECK(doc["checks"][2]["why"] == "");
+  CHECK(doc["paged"]["context_limit"].get<std::int64_t>() == 131'072);
+  const auto table = run_cli({"size", "--model", "llama-3.1-8b", "--device", "H100-80GB", "--check",
+                              "usual=2000,long=200000,concurrency=4"});
+  REQUIRE(table.exit_code == 0);
+  CHECK_THAT(table.out, Catch::Contains("NO: longer than max_position_embeddings 131,072"));
+
+  // With the engine's max_model_len 8,192, a long input of 20,000 tokens (1,250 blocks) is
+  // refused by the engine whatever the pool holds.
+  const auto e = run_cli({"size", "--model", "llama-3.1-8b", "--device", "H100-80GB", "--engine", "vllm",
+                          "--max-model-len", "8192", "--check", "usual=2000,long=20000,concurrency=4", "--json"});
+  REQUIRE(e.exit_code == 0);
+  doc = nlohmann::json::parse(e.out);
+  CHECK(doc["checks"][1]["blocks_needed"].get<std::int64_t>() == 1'250);
+  CHECK_FALSE(doc["checks"][1]["fits"].get<bool>());
+  CHECK(doc["checks"][1]["context_limit"].get<std::int64_t>() == 8'192);
+  CHECK_THAT(doc["checks"][1]["why"].get<std::string>(), Catch::Contains("(max_model_len 8,192)"));
+  CHECK(doc["checks"][0]["fits"].get<bool>());
+  const auto et = run_cli({"size", "--model", "llama-3.1-8b", "--device", "H100-80GB", "--engine", "vllm",
+                           "--max-model-len", "8192", "--check", "usual=2000,long=20000,concurrency=4"});
+  REQUIRE(et.exit_code == 0);
+  CHECK_THAT(et.out, Catch::Contains("NO: longer than max_model_len 8,192"));
+  // --seqs at a length past the limit says so too, even for one sequence.
+  const auto seqs = run_cli({"size", "--model", "llama-3.1-8b", "--device", "H100-80GB", "--tokens", "200000"});
+  REQUIRE(seqs.exit_code == 0);
+  CHECK_THAT(seqs.out, Catch::Contains("--seqs 1 of 200,000 tokens: does NOT fit: 200,000 tokens exceed the context "
+                                       "limit (max_position_embeddings 131,072)"));
+}
+
+TEST_CASE("kvsim size --offload-fraction under a budget: the verdict counts what stays on the device") {
+  // seed-example fp16 on a 2 GiB budget: blocks of 40 layers x 16 tokens x 4,096 bytes =
+  // 2,621,440; 2,147,483,648 / 2,621,440 = 819 blocks. Six sequences of 4,096 tokens need
+  // 6 x 256 = 1,536 blocks (the whole pool could not hold them); with 0.75 on the host,
+  // floor(1,536 x 0.75) = 1,152 move and 384 stay: 384 of 819, it fits.
+  const std::vector<std::string> base = {"size", "--model", "seed-example", "--dtype", "fp16", "--tokens", "4096",
+                                         "--kv-budget", "2GiB", "--offload-fraction", "0.75", "--link-bandwidth", "32GB"};
+  auto args = base;
+  args.insert(args.end(), {"--seqs", "6"});
+  const auto r = run_cli(args);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("--seqs 6 of 4,096 tokens: fits (384 of 819 blocks: what stays on the device of "
+                                    "6 x 256 blocks, the host holding 0.75)"));
+  CHECK_THAT(r.out, Catch::Contains("the fit verdicts count only what stays on the device"));
+  args.push_back("--json");
+  auto doc = nlohmann::json::parse(run_cli(args).out);
+  const auto& v = doc["paged"]["concurrency"][0];
+  CHECK(v["seqs_fit"].get<bool>());
+  CHECK(v["seqs_verdict"]["needed"].get<std::int64_t>() == 1'536);
+  CHECK(v["seqs_verdict"]["on_device"].get<std::int64_t>() == 384);
+  CHECK(v["seqs_verdict"]["available"].get<std::int64_t>() == 819);
+  // The most that fit: the largest n with n x 256 - floor(n x 256 x 0.75) <= 819, that is
+  // floor(819 / (256 x 0.25)) = floor(12.8) = 12 (12 keep 768 blocks, 13 keep 832).
+  CHECK(v["max_seqs"].get<std::int64_t>() == 12);
+  // 13 sequences: 3,328 blocks, 832 stay, more than 819.
+  args = base;
+  args.insert(args.end(), {"--seqs", "13"});
+  const auto over = run_cli(args);
+  REQUIRE(over.exit_code == 0);
+  CHECK_THAT(over.out, Catch::Contains("--seqs 13 of 4,096 tokens: does NOT fit: of the 13 x 256 blocks they need, 832 "
+                                       "stay on the device (the host holds 0.75) and the pool has 819; at most 12 such "
+                                       "sequences fit"));
+  CHECK(most_that_fit(256, 819, 750'000'000) == 12);
+  CHECK(device_share(1'536, 750'000'000) == 384);
+  CHECK(most_that_fit(256, 819, 0) == 3);  // no offloading: 819 / 256
+}
+
+TEST_CASE("kvsim size --static-cache under a budget: the reservation fits or does NOT") {
+  // Llama-3.1-8B on an L4 (flat budget): usable floor(24,152,899,584 x 0.9) = 21,737,609,625;
+  // - weights 8,030,261,248 x 2 = 16,060,522,496 - reserve 1,073,741,824 = 4,603,345,305 bytes
+  // of KV budget. A static cache of 8,192 positions reserves 8,192 x 131,072 = 1,073,741,824
+  // bytes per sequence, 64 of them 68,719,476,736 (64 GiB): it does NOT fit; floor(4,603,345,305
+  // / 1,073,741,824) = 4 sequences would.
+  const auto r = run_cli({"size", "--model", "llama-3.1-8b", "--seqs", "64", "--tokens", "4000", "--static-cache", "8192",
+                          "--device", "L4"});
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("--seqs 64 x 8,192 positions reserved, against the KV budget: does NOT fit: they "
+                                    "need 68,719,476,736 bytes and the KV budget is 4,603,345,305; at most 4 such "
+                                    "sequences fit"));
+  const auto j = run_cli({"size", "--model", "llama-3.1-8b", "--seqs", "4", "--tokens", "4000", "--static-cache", "8192",
+                          "--device", "L4", "--json"});
+  REQUIRE(j.exit_code == 0);
+  const auto doc = nlohmann::json::parse(j.out);
+  // 4 x 1,073,741,824 = 4,294,967,296 <= 4,603,345,305: fits.
+  const auto& fit = doc["static_cache"]["fit"];
+  CHECK(fit["fits"].get<bool>());
+  CHECK(fit["unit"] == "bytes");
+  CHECK(fit["needed"].get<std::int64_t>() == 4'294'967'296);
+  CHECK(fit["available"].get<std::int64_t>() == 4'603'345'305);
+  CHECK(fit["max_seqs"].get<std::int64_t>() == 4);
+  // Without a budget there is no verdict.
+  const auto none = run_cli({"size", "--model", "llama-3.1-8b", "--static-cache", "8192", "--json"});
+  CHECK_FALSE(nlohmann::json::parse(none.out)["static_cache"].contains("fit"));
+}
+
+TEST_CASE("kvsim size --tokens T1,T2 under a budget: the total has a verdict of its own") {
+  // seed-example fp16 on 10 GiB: 4,096 blocks of 16 tokens. One request of 1,000 tokens takes
+  // ceil(1,000 / 16) = 63 blocks, one of 3,000 ceil(187.5) = 188: 251 for the pair. --seqs 16:
+  // 16 x 251 = 4,016 blocks, fits; --seqs 17: 4,267 does NOT, though each length alone fits
+  // (17 x 63 = 1,071 and 17 x 188 = 3,196 blocks). At most floor(4,096 / 251) = 16 pairs.
+  const auto fits = run_cli({"size", "--model", "seed-example", "--dtype", "fp16", "--kv-budget", "10GiB", "--seqs", "16",
+                             "--tokens", "1000,3000"});
+  REQUIRE(fits.exit_code == 0);
+  CHECK_THAT(fits.out, Catch::Contains("all the lengths at once, --seqs 16 of each (total 4,000 tokens): fits (4,016 of "
+                                       "4,096 blocks)"));
+  const auto over = run_cli({"size", "--model", "seed-example", "--dtype", "fp16", "--kv-budget", "10GiB", "--seqs", "17",
+                             "--tokens", "1000,3000"});
+  REQUIRE(over.exit_code == 0);
+  CHECK_THAT(over.out, Catch::Contains("all the lengths at once, --seqs 17 of each (total 4,000 tokens): does NOT fit: "
+                                       "they need 4,267 blocks and the pool has 4,096; at most 16 such sets of requests "
+                                       "fit"));
+  CHECK_THAT(over.out, Catch::Contains("--seqs 17 of 3,000 tokens: fits (3,196 of 4,096 blocks)"));
+  const auto j = run_cli({"size", "--model", "seed-example", "--dtype", "fp16", "--kv-budget", "10GiB", "--seqs", "17",
+                          "--tokens", "1000,3000", "--json"});
+  const auto doc = nlohmann::json::parse(j.out);
+  const auto& total = doc["paged"]["total"];
+  CHECK_FALSE(total["fits"].get<bool>());
+  CHECK(total["needed"].get<std::int64_t>() == 4'267);
+  CHECK(total["available"].get<std::int64_t>() == 4'096);
+  CHECK(total["max_seqs"].get<std::int64_t>() == 16);
+  CHECK(total["tokens"].get<std::int64_t>() == 4'000);
+  // One length: no total.
+  const auto one = run_cli({"size", "--model", "seed-example", "--kv-budget", "10GiB", "--tokens", "1000", "--json"});
+  CHECK_FALSE(nlohmann::json::parse(one.out)["paged"].contains("total"));
+}
+
 TEST_CASE("pipeline stages hold their own weights: embeddings first, LM head last") {
   // Llama-3.1-8B (8,030,261,248 published parameters; vocab 128,256 x hidden 4,096 =
   // 525,336,576 per embedding matrix, untied), --pp 2: 16 + 16 layers of
@@ -244,4 +391,9 @@ TEST_CASE("kvsim size --help lists every sizing option") {
     INFO(option);
     CHECK_THAT(r.out, Catch::Contains(option));
   }
+  // What the options do beyond their one-line descriptions, briefly.
+  CHECK_THAT(r.out, Catch::Contains("prints a row per length and their total"));
+  CHECK_THAT(r.out, Catch::Contains("--pp N places the\nweights per real stage"));
+  CHECK_THAT(r.out, Catch::Contains("hybrid attention/state-space configs"));
+  CHECK_THAT(r.out, Catch::Contains("docs/size.md"));
 }

@@ -141,6 +141,29 @@ TEST_CASE("kvsim size: a budget, its terms and vLLM's concurrency line") {
   CHECK_THAT(r.out, Catch::Contains("13,000,000,000 params (--params)"));
 }
 
+TEST_CASE("kvsim size --engine vllm --weights-bytes: the weights row says where the weights come from") {
+  // 16GB = 16,000,000,000 bytes on one device: the weights term is that total, given, not
+  // counted tensor by tensor.
+  const auto r = run_cli({"size", "--model", "llama-3.1-8b", "--device", "H100-80GB", "--engine", "vllm",
+                          "--weights-bytes", "16GB"});
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("16,000,000,000") &&
+                        Catch::Contains("from --weights-bytes (16,000,000,000 bytes, spread evenly over the devices)"));
+  CHECK_THAT(r.out, !Catch::Contains("tensor by tensor (see below)"));
+  const auto j = run_cli({"size", "--model", "llama-3.1-8b", "--device", "H100-80GB", "--engine", "vllm",
+                          "--weights-bytes", "16GB", "--json"});
+  REQUIRE(j.exit_code == 0);
+  for (const auto& term : nlohmann::json::parse(j.out)["startup"]["stages"][0]["terms"]) {
+    if (term["name"] != "- weights") continue;
+    CHECK(term["bytes"].get<std::int64_t>() == 16'000'000'000);
+    CHECK_THAT(term["rule"].get<std::string>(), Catch::StartsWith("from --weights-bytes"));
+  }
+  // Counted from the config, the row still says so.
+  const auto counted = run_cli({"size", "--model", "llama-3.1-8b", "--device", "H100-80GB", "--engine", "vllm"});
+  REQUIRE(counted.exit_code == 0);
+  CHECK_THAT(counted.out, Catch::Contains("tensor by tensor (see below)"));
+}
+
 TEST_CASE("kvsim size and models: help, usage errors and input errors") {
   auto r = run_cli({"size", "--help"});
   CHECK(r.exit_code == 0);

@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "cli_util.h"
 #include "fuzz_checks.h"
@@ -118,6 +120,53 @@ TEST_CASE("Qwen3-Next: every 4th layer is full attention, the rest Gated DeltaNe
   CHECK(l.state_bytes_per_sequence() == 36LL * 1'097'728);
 }
 
+TEST_CASE("MiniMax: attn_type_list 1 is softmax attention (KV), 0 lightning attention (a state)") {
+  const ModelSpec m = load_hf_config(config("minimax-m1-small8.json"));
+  // attn_type_list [0 x 7, 1]: layer 7 alone is softmax attention.
+  REQUIRE(m.layer_kinds.size() == 8);
+  for (std::size_t i = 0; i < 8; ++i) {
+    INFO(i);
+    CHECK((m.layer_kinds[i] == LayerKind::attention) == (i == 7));
+  }
+  const KvLayout l = kv_layout(m, tp(1));
+  // One softmax layer: 8 KV heads x (128 + 128) values x 2 bytes = 4,096 bytes per token. Read
+  // as 8 attention layers (what kvsim did before) it was 32,768: the 80-layer model's 327,680
+  // instead of 40,960, 8 times too many.
+  CHECK(l.bytes_per_token() == 4'096);
+  // Lightning attention (vLLM linear_attention_state_shape): num_attention_heads 64 x head_dim
+  // 128 x 128 values x 2 bytes (bf16) = 2,097,152 per layer, no conv state; 7 layers:
+  // 14,680,064 bytes per sequence, at any length.
+  CHECK(l.state_layers == 7);
+  CHECK(l.conv_state_bytes_per_layer == 0);
+  CHECK(l.temporal_state_bytes_per_layer == 2'097'152);
+  CHECK(l.state_bytes_per_sequence() == 14'680'064);
+  // TP 8: 1 KV head per device, 1 x 256 x 2 = 512 bytes per token; 64 / 8 = 8 heads of
+  // state, 8 x 128 x 128 x 2 = 262,144 bytes per layer.
+  const KvLayout l8 = kv_layout(m, tp(8));
+  CHECK(l8.bytes_per_token() == 512);
+  CHECK(l8.temporal_state_bytes_per_layer == 262'144);
+  // TP 3 splits neither the 8 KV heads nor the 64 state heads.
+  CHECK_THROWS_AS(kv_layout(m, tp(3)), InputError);
+
+  // The same layers as transformers' MiniMaxConfig writes them: layer_types, under a MiniMax
+  // model_type, with "linear_attention" meaning lightning attention.
+  const ModelSpec hf = parse_hf_config(R"({"model_type": "minimax", "num_hidden_layers": 2, "num_attention_heads": 4,
+      "num_key_value_heads": 2, "head_dim": 16, "torch_dtype": "bfloat16",
+      "layer_types": ["linear_attention", "full_attention"]})", "minimax.json");
+  const KvLayout h = kv_layout(hf, tp(1));
+  CHECK(h.bytes_per_token() == 2 * 32 * 2);                    // 1 layer x 2 heads x (16 + 16) x 2 bytes
+  CHECK(h.temporal_state_bytes_per_layer == 4 * 16 * 16 * 2);  // 2,048
+
+  const auto r = run_cli({"size", "--config", config("minimax-m1-small8.json"), "--tokens", "4096", "--json"});
+  REQUIRE(r.exit_code == 0);
+  const auto doc = nlohmann::json::parse(r.out);
+  CHECK(doc["bytes_per_token"].get<std::int64_t>() == 4'096);
+  CHECK(doc["layers_without_kv"]["state"]["kind"] == "lightning attention");
+  CHECK(doc["layers_without_kv"]["state"]["bytes_per_sequence"].get<std::int64_t>() == 14'680'064);
+  // 4,096 tokens x 4,096 bytes = 16,777,216 of KV.
+  CHECK(doc["sequences"]["rows"][0]["bytes"].get<std::int64_t>() == 16'777'216);
+}
+
 TEST_CASE("Gemma-3n: the last num_kv_shared_layers reuse KV and hold none") {
   const ModelSpec m = load_hf_config(config("gemma-3n-e2b.json"));
   CHECK(m.source.find("vision/audio tower weights not counted") != std::string::npos);
@@ -185,6 +234,49 @@ TEST_CASE("configs kvsim cannot size are errors naming the file and the field") 
   check("hybrid-pattern-length.json", "hybrid_override_pattern");
   check("kv-heads-list-not-dividing.json", "num_key_value_heads[2]");
   check("kv-heads-list-length.json", "num_key_value_heads");
+  check("attn-type-list-value.json", "attn_type_list[2]");
+}
+
+TEST_CASE("fields that change what a model caches and kvsim does not model are refused, never ignored") {
+  // Each config below would otherwise be sized as plain decoder attention: the message names
+  // the field and says what is not modelled.
+  const std::vector<std::tuple<std::string, std::string, std::string>> cases = {
+      {"mllama-cross-attention.json", "cross_attention_layers", "image tokens"},
+      {"llama4-chunked-attention.json", "attention_chunk_size", "chunked local attention"},
+      {"layer-types-chunked.json", "layer_types[0]", "chunked local attention"},
+      {"encoder-decoder.json", "is_encoder_decoder", "cross-attention"},
+      {"kimi-linear.json", "linear_attn_config", "not modelled"},
+      {"deepseek-v32-indexer.json", "index_topk", "indexer"},
+      {"recurrent-gemma.json", "block_types", "recurrent"},
+      {"cross-layer-attention.json", "use_cla", "cross-layer attention"},
+      {"falcon-multi-query.json", "multi_query", "num_key_value_heads"},
+      {"sliding-pattern-without-window.json", "sliding_window", "sliding_window_pattern 6"},
+      {"window-layers-without-use-flag.json", "use_sliding_window", "max_window_layers"},
+  };
+  for (const auto& [file, field, what] : cases) {
+    const std::string path = config("bad/" + file);
+    const std::string message = load_error(path);
+    INFO(message);
+    CHECK(message.find(path) != std::string::npos);
+    CHECK(message.find("field '" + field + "'") != std::string::npos);
+    CHECK(message.find(what) != std::string::npos);
+  }
+  // Off is not on: null, false and an empty list are the feature absent.
+  const std::string base = R"({"num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 2,
+      "head_dim": 64, )";
+  for (const char* off : {R"("attention_chunk_size": null})", R"("is_encoder_decoder": false})",
+                          R"("cross_attention_layers": []})", R"("use_cla": false, "cla_share_factor": 1})",
+                          R"("multi_query": true, "num_kv_heads": 2})"}) {
+    INFO(off);
+    // 2 layers x 2 KV heads x (64 + 64) x 2 bytes = 1,024 bytes per token (multi_query is
+    // moot when num_key_value_heads is written).
+    CHECK(kv_layout(parse_hf_config(base + off, "off.json"), tp(1)).bytes_per_token() == 1'024);
+  }
+  // The same through the command line: exit 1, the file and the field named.
+  const auto r = run_cli({"size", "--config", config("bad/mllama-cross-attention.json")});
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("field 'cross_attention_layers'"));
+  CHECK(r.out.empty());
 }
 
 TEST_CASE("kvsim size shows the state beside the KV, and refuses what it cannot model") {

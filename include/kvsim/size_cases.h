@@ -15,6 +15,7 @@
 #ifndef KVSIM_SIZE_CASES_H_
 #define KVSIM_SIZE_CASES_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -57,6 +58,32 @@ struct OffloadSplit {
 // REQUIRES: bytes >= 0, 0 <= host_share_ppb <= 10^9, link_bytes_per_second > 0.
 OffloadSplit offload_split(std::int64_t bytes, std::int64_t host_share_ppb, std::int64_t link_bytes_per_second);
 
+// What stays on the device of `amount` (bytes or blocks) when a share of it lives on the host:
+// amount - floor(amount x share), the rule offload_split() applies to bytes.
+// REQUIRES: amount >= 0, 0 <= host_share_ppb <= 10^9.
+std::int64_t device_share(std::int64_t amount, std::int64_t host_share_ppb);
+
+// The most copies of `unit` (blocks or bytes) whose device share fits in `available`:
+// the largest n with device_share(n x unit) <= available, which is
+// floor(available x 10^9 / (unit x (10^9 - share))). 0 when unit <= 0 or available < 0.
+// REQUIRES: 0 <= host_share_ppb < 10^9.
+std::int64_t most_that_fit(std::int64_t unit, std::int64_t available, std::int64_t host_share_ppb);
+
+// Whether sequences fit what the device keeps for the KV cache: the paged pool's blocks (as
+// vLLM allocates them) or, for a static cache, bytes of the KV budget. Under offloading only
+// what stays on the device counts (device_share()); a request longer than the context limit
+// (max_model_len, else max_position_embeddings) never fits, whatever the room.
+struct FitVerdict {
+  std::size_t stage = 0;            // the pipeline stage with the least room left
+  std::int64_t needed = 0;          // on `stage`: blocks (bytes for a static cache) of all the sequences
+  std::int64_t on_device = 0;       // needed less the host share (needed itself without offloading)
+  std::int64_t available = 0;       // on `stage`: blocks in the pool (bytes of its KV budget)
+  std::int64_t most = 0;            // the most such sequences (sets of requests) whose device share fits every stage
+  std::int64_t context_limit = 0;   // the limit the requests are held to; 0 when the model gives none
+  bool over_context = false;        // some request is longer than context_limit
+  bool fits = false;                // !over_context and on_device <= available on every stage
+};
+
 // One of the seed guide's validation cases: `sequences` requests of `tokens` tokens each held
 // at once (the usual input, the long input, the maximum concurrency).
 struct CheckCase {
@@ -65,15 +92,13 @@ struct CheckCase {
   std::int64_t tokens = 0;
 };
 
-// A case against vLLM's paged pool on every pipeline stage: it fits when every stage has the
-// blocks all its sequences need (`stage` is the one with the least room left).
+// A case against vLLM's paged pool on every pipeline stage: it fits when it is no longer than
+// the context limit and every stage has the blocks all its sequences need (fit.needed:
+// sequences x blocks per request).
 struct CheckResult {
   CheckCase c;
   std::int64_t kv_bytes = 0;          // effective bytes of all its sequences on the binding stage's device
-  std::size_t stage = 0;
-  std::int64_t blocks_needed = 0;     // on `stage`: sequences x blocks per request
-  std::int64_t blocks_available = 0;  // on `stage`: the pool's blocks
-  bool fits = false;
+  FitVerdict fit;
 };
 
 }  // namespace kvsim

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "kvsim/budget.h"
@@ -66,6 +67,7 @@ struct Concurrency {
   std::size_t stage = 0;                 // the stage that binds at T
   std::int64_t num_blocks = 0;
   std::int64_t blocks_per_request = 0;
+  FitVerdict seqs;                       // --seqs B requests of T tokens held at once
 };
 
 struct SizeSheet {
@@ -96,6 +98,8 @@ struct SizeSheet {
   // Hugging Face StaticCache: seqs x static_cache_tokens positions (min(W, L) on a sliding
   // layer) reserved on every layer up front, whatever the sequences hold (binding stage).
   std::int64_t static_reserved_bytes = 0;
+  // With a budget: the reservation against each stage's KV budget in bytes (not paged).
+  std::optional<FitVerdict> static_fit;
   // The rest only with a budget.
   std::optional<Budget> budget;
   std::optional<StartupMemory> startup;  // set when SizeQuery::startup was
@@ -109,6 +113,13 @@ struct SizeSheet {
   // At each SizeQuery::tokens or, when none was asked, at max_position_embeddings (as vLLM
   // logs it; none when the model does not say).
   std::vector<Concurrency> concurrency;
+  // With a budget and several --tokens: the rows' requests all held at once, --seqs of each
+  // (the blocks of every length summed) against the pool.
+  std::optional<FitVerdict> total_fit;
+  // The longest request the engine takes: --max-model-len when given, else the model's
+  // max_position_embeddings (0: unknown); every fit verdict holds requests to it.
+  std::int64_t context_limit = 0;
+  std::string context_limit_source;      // "max_model_len" or "max_position_embeddings"
 
   const KvLayout& layout() const { return stages[binding_stage]; }
 };

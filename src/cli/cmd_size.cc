@@ -34,7 +34,15 @@ const CommandSpec kSpec{
     "\"Maximum concurrency for T tokens per request\". With --engine (vllm, vllm-v0, vllm-v0.6.4,\n"
     "vllm-v0.7.1, sglang, trtllm) the budget is the engine's own start-up rule instead: weights\n"
     "tensor by tensor, the profile run's activation peak, non-torch memory. Bytes are exact\n"
-    "integers; GiB is 2^30 bytes, GB 10^9. The rules and their sources are in docs/size.md.",
+    "integers; GiB is 2^30 bytes, GB 10^9.\n"
+    "\n"
+    "A list of token counts (--tokens 1000,3000) prints a row per length and their total, the\n"
+    "requests held at once, with a fits / does NOT fit line under a budget. --pp N places the\n"
+    "weights per real stage (embeddings on the first, LM head on the last) and sizes each\n"
+    "stage's pool from its own budget. --config reads hybrid attention/state-space configs (only\n"
+    "attention layers hold KV; the others a constant state per sequence), multimodal configs\n"
+    "(text_config), per-layer KV head lists and layers that reuse another layer's KV; a field\n"
+    "kvsim does not model is an error naming it. The rules and their sources are in docs/size.md.",
     "  kvsim size --model seed-example --dtype fp16 --seqs 6 --tokens 4096\n"
     "  kvsim size --model llama-3.1-8b --tokens 8192,32768 --device H100-80GB\n"
     "  kvsim size --model gemma-3-27b --tokens 32768 --device H100-80GB --json\n"

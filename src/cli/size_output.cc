@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "kvsim/option_names.h"
 #include "kvsim/units.h"
 #include "layout_json.h"
 #include "sheet_table.h"
@@ -37,6 +38,41 @@ std::string gb(std::int64_t bytes) { return human(bytes, kBytesPerGB, "GB"); }
 Json decimal_number(const std::string& text) { return Json::parse(text); }
 
 std::string dims(std::int64_t d) { return d == 0 ? "-" : std::to_string(d); }
+
+// What a fit verdict counts and against what: the paged pool's blocks, or (a static cache)
+// bytes of the KV budget.
+struct VerdictTerms {
+  std::string need;    // what they need, spelled as the sheet computes it: "112 x 256 blocks"
+  const char* unit;    // "blocks" or "bytes"
+  const char* room;    // "the pool has" or "the KV budget is"
+  const char* many;    // what "at most N such ..." counts: "sequences", "sets of requests"
+};
+
+// Why a verdict is NO (empty when it fits): a request past the context limit, or not enough
+// room for what stays on the device.
+std::string why_not(const SizeSheet& s, const FitVerdict& v, const VerdictTerms& t, std::int64_t longest_tokens) {
+  if (v.fits) return "";
+  if (v.over_context) {
+    return fmt::format("{} tokens exceed the context limit ({} {}): the engine refuses such a request",
+                       with_commas(longest_tokens), s.context_limit_source, with_commas(v.context_limit));
+  }
+  const std::string held =
+      s.offload_ppb == 0 ? fmt::format("they need {}", t.need)
+                         : fmt::format("of the {} they need, {} stay on the device (the host holds {})", t.need,
+                                       with_commas(v.on_device), format_ppb(s.offload_ppb));
+  return fmt::format("{} and {} {}; at most {} such {} fit", held, t.room, with_commas(v.available),
+                     with_commas(v.most), t.many);
+}
+
+// "fits (384 of 819 blocks)" or "does NOT fit: <why_not>", and the stage that binds under
+// pipeline parallelism.
+std::string verdict_words(const SizeSheet& s, const FitVerdict& v, const VerdictTerms& t, std::int64_t longest_tokens) {
+  const std::string stage = s.stages.size() > 1 ? fmt::format(" (stage {})", v.stage) : "";
+  if (!v.fits) return "does NOT fit" + stage + ": " + why_not(s, v, t, longest_tokens);
+  if (s.offload_ppb == 0) return fmt::format("fits ({} of {} {}){}", with_commas(v.on_device), with_commas(v.available), t.unit, stage);
+  return fmt::format("fits ({} of {} {}: what stays on the device of {}, the host holding {}){}", with_commas(v.on_device),
+                     with_commas(v.available), t.unit, t.need, format_ppb(s.offload_ppb), stage);
+}
 
 // ---- text sheet ---------------------------------------------------------------------------
 
@@ -222,6 +258,13 @@ std::string static_cache_lines(const SizeSheet& s) {
                           format_ratio(100 * (s.static_reserved_bytes - r.bytes), s.static_reserved_bytes, 1) + "%");
     }
   }
+  if (s.static_fit) {
+    // Against the KV budget below, in bytes: a static cache is allocated whole, not paged.
+    const FitVerdict& v = *s.static_fit;
+    text += fmt::format("  --seqs {} x {} positions reserved, against the KV budget: {}\n", with_commas(s.seqs),
+                        with_commas(s.static_cache_tokens),
+                        verdict_words(s, v, {with_commas(v.needed) + " bytes", "bytes", "the KV budget is", "sequences"}, 0));
+  }
   return text;
 }
 
@@ -236,6 +279,9 @@ std::string offload_lines(const SizeSheet& s) {
                                  s.devices > 1 ? "; per device" : "");
   text += "  every decode step moves the host share to the device and back (Hugging Face OffloadedCache's prefetch "
           "and evict), so a step waits at least host bytes / bandwidth\n";
+  if (s.budget) {
+    text += "  the fit verdicts count only what stays on the device: the blocks (or bytes) needed less the host share\n";
+  }
   SheetTable t({"workload", "on device", "on host", "transfer per step"}, {A::left, A::right, A::right, A::right});
   const std::string n = s.seqs == 1 ? "1 seq" : fmt::format("{} seqs", s.seqs);
   for (std::size_t i = 0; i < s.offload_rows.size(); ++i) {
@@ -254,14 +300,31 @@ std::string offload_lines(const SizeSheet& s) {
 std::string check_lines(const SizeSheet& s) {
   if (s.checks.empty()) return "";
   std::string text = "\nValidation cases (the seed guide's three, against vLLM's paged pool on this budget)\n";
-  SheetTable t({"case", "sequences", "tokens each", "KV bytes", "blocks needed", "blocks in pool", "fits"},
-               {A::left, A::right, A::right, A::right, A::right, A::right, A::left});
+  const bool offload = s.offload_ppb > 0;
+  std::vector<std::string> headers = {"case", "sequences", "tokens each", "KV bytes", "blocks needed"};
+  if (offload) headers.push_back("on device");
+  headers.insert(headers.end(), {"blocks in pool", "fits"});
+  std::vector<A> align(headers.size(), A::right);
+  align.front() = A::left;
+  align.back() = A::left;
+  SheetTable t(headers, align);
   for (const CheckResult& r : s.checks) {
-    t.add({r.c.name, with_commas(r.c.sequences), with_commas(r.c.tokens), with_commas(r.kv_bytes),
-           with_commas(r.blocks_needed), with_commas(r.blocks_available),
-           std::string(r.fits ? "yes" : "NO") + (s.stages.size() > 1 ? fmt::format(" (stage {})", r.stage) : "")});
+    const FitVerdict& v = r.fit;
+    std::vector<std::string> row = {r.c.name, with_commas(r.c.sequences), with_commas(r.c.tokens), with_commas(r.kv_bytes),
+                                    with_commas(v.needed)};
+    if (offload) row.push_back(with_commas(v.on_device));
+    // A case past the context limit says why in the table itself; a lack of blocks shows in
+    // the columns beside it.
+    const std::string stage = s.stages.size() > 1 ? fmt::format(" (stage {})", v.stage) : "";
+    const std::string fits =
+        v.fits ? "yes" + stage
+        : v.over_context ? fmt::format("NO: longer than {} {}", s.context_limit_source, with_commas(v.context_limit))
+                         : "NO" + stage;
+    row.insert(row.end(), {with_commas(v.available), fits});
+    t.add(row);
   }
   text += t.render();
+  if (offload) text += "  on device: the blocks needed less the host share; the verdict counts only those\n";
   const Budget& b = *s.budget;
   text += "  what this rests on:\n";
   text += "    computed exactly: KV bytes per token and blocks per request, from the model's config\n";
@@ -331,6 +394,15 @@ std::string stage_weights_lines(const SizeSheet& s) {
                      with_commas(s.stage_pools.front().pool.num_blocks));
 }
 
+// A start-up term's rule as the sheet prints it. Weights given with --weights-bytes are not
+// counted tensor by tensor (startup_memory() spreads the given total evenly): say where they
+// come from instead.
+std::string term_rule(const StartupMemory& m, const StartupTerm& term) {
+  if (term.name != "- weights" || !m.settings.weights_bytes) return term.rule;
+  return fmt::format("from {} ({} bytes, spread evenly over the devices)", kOptWeightsBytes,
+                     with_commas(*m.settings.weights_bytes));
+}
+
 // The engine's start-up terms on the binding stage, then its weights tensor group by group.
 std::string startup_table(const StartupMemory& m) {
   const StartupStage& st = m.stages[m.binding_stage];
@@ -339,7 +411,7 @@ std::string startup_table(const StartupMemory& m) {
   SheetTable t({"term", "bytes", "GiB", "rule", "source"}, {A::left, A::right, A::right, A::left, A::left});
   for (const StartupTerm& term : st.terms) {
     const bool shown = term.bytes != 0 || term.name.rfind("= ", 0) == 0 || term.name.rfind("- ", 0) == 0;
-    t.add({term.name, shown ? with_commas(term.bytes) : "", shown ? gib(term.bytes) : "", term.rule, term.source});
+    t.add({term.name, shown ? with_commas(term.bytes) : "", shown ? gib(term.bytes) : "", term_rule(m, term), term.source});
   }
   text += t.render();
   text += "\nWeights on one device of that stage\n";
@@ -349,12 +421,6 @@ std::string startup_table(const StartupMemory& m) {
   }
   w.add({"total", "", with_commas(st.weights.bytes), gib(st.weights.bytes), ""});
   return text + w.render();
-}
-
-// Whether --seqs sequences of c.tokens each fit the pool at once (the product is wide: it
-// never wraps).
-bool seqs_fit(const SizeSheet& s, const Concurrency& c) {
-  return Wide{s.seqs} * c.blocks_per_request <= c.num_blocks;
 }
 
 // The binding stage's paged pool and vLLM's concurrency line at each T.
@@ -381,22 +447,29 @@ std::string paged_lines(const SizeSheet& s) {
                         : s.startup && s.startup->settings.max_model_len > 0 ? "; T = max_model_len"
                                                                             : "; T = max_position_embeddings",
                         s.stages.size() > 1 ? fmt::format("; stage {}", c.stage) : "");
-    if (!s.sequences.empty() && s.seqs > 1) {
-      const std::int64_t most = c.blocks_per_request > 0 ? c.num_blocks / c.blocks_per_request : 0;
-      text += seqs_fit(s, c)
-                  ? fmt::format("  --seqs {} of {} tokens: fits ({} of {} blocks)\n", with_commas(s.seqs),
-                                with_commas(c.tokens), with_commas(s.seqs * c.blocks_per_request),
-                                with_commas(c.num_blocks))
-                  : fmt::format("  --seqs {} of {} tokens: does NOT fit: they need {} x {} blocks and the pool has {}; "
-                                "at most {} such sequences fit\n",
-                                with_commas(s.seqs), with_commas(c.tokens), with_commas(s.seqs),
-                                with_commas(c.blocks_per_request), with_commas(c.num_blocks), with_commas(most));
+    // One sequence has a verdict of its own under offloading (what stays may fit where the
+    // whole would not) and past the context limit; otherwise the concurrency line says it.
+    if (!s.sequences.empty() && (s.seqs > 1 || s.offload_ppb > 0 || c.seqs.over_context)) {
+      const VerdictTerms terms{fmt::format("{} x {} blocks", with_commas(s.seqs), with_commas(c.seqs.needed / s.seqs)),
+                               "blocks", "the pool has", "sequences"};
+      text += fmt::format("  --seqs {} of {} tokens: {}\n", with_commas(s.seqs), with_commas(c.tokens),
+                          verdict_words(s, c.seqs, terms, c.tokens));
     }
     if (c.num_blocks < c.blocks_per_request) {
       text += fmt::format("  note: less than one request of {} tokens fits; vLLM refuses to start with "
                           "max_model_len {} on this budget\n",
                           with_commas(c.tokens), with_commas(c.tokens));
     }
+  }
+  if (s.total_fit && s.total) {
+    // The rows' requests held at once (the "total" row above), in blocks as vLLM allocates them.
+    const FitVerdict& v = *s.total_fit;
+    std::int64_t longest = 0;
+    for (const auto& r : s.sequences) longest = std::max(longest, r.tokens);
+    text += fmt::format("  all the lengths at once, --seqs {} of each (total {} tokens): {}\n", with_commas(s.seqs),
+                        with_commas(s.total->tokens),
+                        verdict_words(s, v, {with_commas(v.needed) + " blocks", "blocks", "the pool has", "sets of requests"},
+                                      longest));
   }
   return text;
 }
@@ -508,6 +581,20 @@ Json budget_json(const Budget& budget) {
           {"kv_budget_bytes", budget.kv_budget_bytes}};
 }
 
+// A fit verdict's numbers, the same keys wherever one appears; `why` is empty when it fits.
+Json verdict_json(const SizeSheet& s, const FitVerdict& v, const VerdictTerms& t, std::int64_t longest_tokens) {
+  return {{"fits", v.fits},
+          {"why", why_not(s, v, t, longest_tokens)},
+          {"unit", t.unit},
+          {"stage", v.stage},
+          {"needed", v.needed},
+          {"on_device", v.on_device},
+          {"available", v.available},
+          {"max_seqs", v.most},
+          {"context_limit", v.context_limit},
+          {"exceeds_context", v.over_context}};
+}
+
 Json paged_json(const SizeSheet& s) {
   const PagedPool& p = s.stage_pools[s.binding_stage].pool;
   Json conc = Json::array();
@@ -518,13 +605,24 @@ Json paged_json(const SizeSheet& s) {
                     {"blocks_per_request", c.blocks_per_request},
                     {"max_concurrency", decimal_number(format_ratio(c.num_blocks, c.blocks_per_request, 2))}});
     if (!s.sequences.empty()) {
-      // --seqs B at this T: B x blocks per request must fit the pool.
+      // --seqs B at this T: what stays on the device of B x blocks per request must fit the pool.
       conc.back()["seqs"] = s.seqs;
-      conc.back()["seqs_fit"] = seqs_fit(s, c);
-      conc.back()["max_seqs"] = c.blocks_per_request > 0 ? c.num_blocks / c.blocks_per_request : 0;
+      conc.back()["seqs_fit"] = c.seqs.fits;
+      conc.back()["max_seqs"] = c.seqs.most;
+      conc.back()["seqs_verdict"] =
+          verdict_json(s, c.seqs, {with_commas(c.seqs.needed) + " blocks", "blocks", "the pool has", "sequences"}, c.tokens);
     }
   }
-  return {{"block_tokens", s.paging.block_tokens},
+  Json total;
+  if (s.total_fit && s.total) {
+    std::int64_t longest = 0;
+    for (const auto& r : s.sequences) longest = std::max(longest, r.tokens);
+    total = verdict_json(s, *s.total_fit,
+                         {with_commas(s.total_fit->needed) + " blocks", "blocks", "the pool has", "sets of requests"}, longest);
+    total["tokens"] = s.total->tokens;
+    total["seqs"] = s.seqs;
+  }
+  Json out = {{"block_tokens", s.paging.block_tokens},
           {"max_num_batched_tokens", s.paging.max_num_batched_tokens},
           {"page_bytes", p.page_bytes},
           {"group_size", p.group_size},
@@ -534,7 +632,12 @@ Json paged_json(const SizeSheet& s) {
           {"num_blocks", p.num_blocks},
           {"kv_cache_tokens", p.kv_cache_tokens},
           {"uniform_page", p.uniform_page},
+          {"context_limit", s.context_limit},
+          {"context_limit_source", s.context_limit_source},
           {"concurrency", conc}};
+  // The rows' requests all at once (several --tokens).
+  if (!total.is_null()) out["total"] = total;
+  return out;
 }
 
 Json startup_json(const StartupMemory& m) {
@@ -546,7 +649,7 @@ Json startup_json(const StartupMemory& m) {
     }
     Json terms = Json::array();
     for (const StartupTerm& t : st.terms) {
-      terms.push_back({{"name", t.name}, {"bytes", t.bytes}, {"rule", t.rule}, {"source", t.source}});
+      terms.push_back({{"name", t.name}, {"bytes", t.bytes}, {"rule", term_rule(m, t)}, {"source", t.source}});
     }
     stages.push_back({{"stage", st.stage},
                       {"weights_bytes", st.weights.bytes},
@@ -638,9 +741,13 @@ std::string size_json(const SizeSheet& sheet, const std::string& dtype_reason) {
   if (!sheet.checks.empty()) {
     Json cases = Json::array();
     for (const CheckResult& r : sheet.checks) {
+      const FitVerdict& v = r.fit;
       cases.push_back({{"case", r.c.name}, {"sequences", r.c.sequences}, {"tokens", r.c.tokens},
-                       {"kv_bytes", r.kv_bytes}, {"stage", r.stage}, {"blocks_needed", r.blocks_needed},
-                       {"blocks_available", r.blocks_available}, {"fits", r.fits}});
+                       {"kv_bytes", r.kv_bytes}, {"stage", v.stage}, {"blocks_needed", v.needed},
+                       {"blocks_on_device", v.on_device}, {"blocks_available", v.available}, {"fits", v.fits},
+                       {"context_limit", v.context_limit}, {"exceeds_context", v.over_context},
+                       {"why", why_not(sheet, v, {with_commas(v.needed) + " blocks", "blocks", "the pool has", "sequences"},
+                                       r.c.tokens)}});
     }
     out["checks"] = cases;
   }
@@ -651,6 +758,11 @@ std::string size_json(const SizeSheet& sheet, const std::string& dtype_reason) {
   }
   if (sheet.static_cache_tokens > 0) {
     out["static_cache"] = {{"max_cache_len", sheet.static_cache_tokens}, {"reserved_bytes", sheet.static_reserved_bytes}};
+    if (sheet.static_fit) {
+      const FitVerdict& v = *sheet.static_fit;
+      out["static_cache"]["fit"] =
+          verdict_json(sheet, v, {with_commas(v.needed) + " bytes", "bytes", "the KV budget is", "sequences"}, 0);
+    }
   }
   if (sheet.budget) {
     out["budget"] = budget_json(*sheet.budget);
