@@ -167,6 +167,9 @@ inline EngineCase decode_engine_case(const std::uint8_t* data, std::size_t size)
     }
     c.requests.push_back(std::move(r));
   }
+  // Read last, so that the inputs kept before it decode to the same case (with it off, as the
+  // input runs out).
+  o.async_scheduling = in.flip();
   return c;
 }
 

@@ -32,6 +32,19 @@ DevicePreset tiny_device() {
   return DevicePreset{"tiny", "tiny", 1'000'000'000, 1'000'000'000, 1'000'000'000'000, "test", 500, 500, "test"};
 }
 
+// A 10-token chunk after 6 cached, beside 3 sequences decoding over 50 positions; the chunk
+// completes its prompt, so 1 + 3 tokens sample.
+StepWork mixed_step() {
+  StepWork w;
+  w.prefill_tokens = 10;
+  w.decode_seqs = 3;
+  w.context = 50;
+  w.prefill_pairs = 10 * 6 + 10 * 11 / 2;  // 115
+  w.prefill_context = 6 + 10;
+  w.sampled = 1 + 3;
+  return w;
+}
+
 CostModel tiny_roofline() {
   const ModelSpec m = tiny_model();
   const KvLayout layout = kv_layout(m, KvOptions{});
@@ -69,13 +82,7 @@ TEST_CASE("roofline: every coefficient of a two-layer model, by hand") {
 TEST_CASE("roofline: a step is overhead + max(matmuls, weights) + max(attention FLOPs, KV bytes)") {
   const CostModel c = tiny_roofline();
   SECTION("memory-bound: a 10-token chunk after 6 cached, and 3 sequences decoding over 50 positions") {
-    StepWork w;
-    w.prefill_tokens = 10;
-    w.decode_seqs = 3;
-    w.context = 50;
-    w.prefill_pairs = 10 * 6 + 10 * 11 / 2;  // 115
-    w.prefill_context = 6 + 10;
-    w.sampled = 1 + 3;                        // the chunk completes its prompt
+    const StepWork w = mixed_step();
     // matmuls: max(73,728 x 13 + 12,800 x 4 = 1,009,664; weights 99,968,000) = 99,968,000
     // attention: max(512 x (115 + 50) = 84,480; 256,000 x (50 + 16) = 16,896,000) = 16,896,000
     CHECK(step_time_ps(c, w) == 116'864'000);
@@ -140,16 +147,9 @@ TEST_CASE("roofline: tensor-parallel all-reduces and the replicas' gathers, over
   CHECK(c.collective_token_ps == 320'000);
   CHECK(c.collective_sample_ps == 128'000);
   CHECK(c.replica_collective_token_ps == 0);  // not an MoE model
-  // The memory-bound step of the test above (116,864,000 ps at tp 1) costs the same on one
-  // device of two here only if the weights and FLOPs are given as one device's; what is added is
-  // 30,000,000 + 13 tokens x 320,000 + 4 sampled x 128,000 = 34,672,000 ps.
-  StepWork w;
-  w.prefill_tokens = 10;
-  w.decode_seqs = 3;
-  w.context = 50;
-  w.prefill_pairs = 115;
-  w.prefill_context = 16;
-  w.sampled = 4;
+  // The memory-bound step of the test above gains 6 x 5 us + 13 tokens x 320,000 + 4 sampled x
+  // 128,000 = 34,672,000 ps of collectives.
+  const StepWork w = mixed_step();
   CostModel without = c;
   without.collective_step_ps = without.collective_token_ps = without.collective_sample_ps = 0;
   CHECK(step_time_ps(c, w) - step_time_ps(without, w) == 34'672'000);

@@ -114,6 +114,21 @@ TEST_CASE("replicas: timeline rows tagged with their replica, per-request record
   CHECK(records == std::vector<std::pair<std::string, std::int64_t>>{{"a", 1}, {"b", 2}, {"c", 3}, {"d", 4}});
 }
 
+namespace {
+
+// 10 ms per step plus 1 ms per prefill token, the replicas stepping together or not.
+ReplayOptions ten_ms_steps(bool together) {
+  ReplayOptions o;
+  o.layout = test::unit_layout();
+  o.cost.name = "test";
+  o.cost.base_ps = 10 * kMs * 1000;
+  o.cost.prefill_token_ps = 1 * kMs * 1000;
+  o.replicas_step_together = together;
+  return o;
+}
+
+}  // namespace
+
 TEST_CASE("replicas: an MoE model's replicas take every step together, as long as the slowest one's") {
   // 10 ms per step plus 1 ms per prefill token. a (30-token prompt, 2 tokens out) at 0 ms goes
   // to replica 0; b (1 token, 3 out) at 1 ms to replica 1 (0 has a in flight).
@@ -125,13 +140,7 @@ TEST_CASE("replicas: an MoE model's replicas take every step together, as long a
   // token comes at 51 ms; b's two decode steps end at 61 and 71 ms.
   const auto run_with = [](bool together) {
     RequestVectorReader trace({test::request("a", 0, 30, 2), test::request("b", 1 * kMs, 1, 3)});
-    ReplayOptions o;
-    o.layout = test::unit_layout();
-    o.cost.name = "test";
-    o.cost.base_ps = 10 * kMs * 1000;
-    o.cost.prefill_token_ps = 1 * kMs * 1000;
-    o.replicas_step_together = together;
-    return replay_two_paged(trace, o);
+    return replay_two_paged(trace, ten_ms_steps(together));
   };
   const ReplicaRun apart = run_with(false);
   CHECK(apart.replica_of == std::vector<std::uint32_t>{0, 1});
@@ -165,14 +174,9 @@ TEST_CASE("replicas: aligned steps end with the MoE layers' gathers of all the r
   //       b's first token (TTFT 55.2 ms).
   //   56.2: b's decode alone: 10 + 1 + 0.1 -> 67.3; then 78.4 ms, b's third and last token.
   RequestVectorReader trace({test::request("a", 0, 30, 2), test::request("b", 1 * kMs, 1, 3)});
-  ReplayOptions o;
-  o.layout = test::unit_layout();
-  o.cost.name = "test";
-  o.cost.base_ps = 10 * kMs * 1000;
-  o.cost.prefill_token_ps = 1 * kMs * 1000;
+  ReplayOptions o = ten_ms_steps(true);
   o.cost.replica_collective_step_ps = 1 * kMs * 1000;
   o.cost.replica_collective_token_ps = kMs * 100;
-  o.replicas_step_together = true;
   const ReplicaRun run = replay_two_paged(trace, o);
   CHECK(run.replicas[0].ttft.max_ns == 44 * kMs);
   CHECK(run.replicas[0].end_ns == 56'200'000);
