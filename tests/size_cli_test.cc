@@ -153,11 +153,15 @@ TEST_CASE("kvsim size --engine vllm --weights-bytes: the weights row says where 
   const auto j = run_cli({"size", "--model", "llama-3.1-8b", "--device", "H100-80GB", "--engine", "vllm",
                           "--weights-bytes", "16GB", "--json"});
   REQUIRE(j.exit_code == 0);
-  for (const auto& term : nlohmann::json::parse(j.out)["startup"]["stages"][0]["terms"]) {
+  const auto doc = nlohmann::json::parse(j.out);  // kept: the loop below walks into it
+  int weights_rows = 0;
+  for (const auto& term : doc["startup"]["stages"][0]["terms"]) {
     if (term["name"] != "- weights") continue;
+    ++weights_rows;
     CHECK(term["bytes"].get<std::int64_t>() == 16'000'000'000);
     CHECK_THAT(term["rule"].get<std::string>(), Catch::StartsWith("from --weights-bytes"));
   }
+  CHECK(weights_rows == 1);
   // Counted from the config, the row still says so.
   const auto counted = run_cli({"size", "--model", "llama-3.1-8b", "--device", "H100-80GB", "--engine", "vllm"});
   REQUIRE(counted.exit_code == 0);
