@@ -9,6 +9,7 @@
 #include "kvsim/error.h"
 #include "kvsim/measured_run.h"
 #include "kvsim/model.h"
+#include "kvsim/option_names.h"
 #include "model_options.h"
 #include "run_models.h"
 
@@ -102,8 +103,8 @@ std::string json_of(const MeasuredRun& run, const Calibration& c) {
 // Whether the run's model is a mixture of experts: --config, --model, else meta.json's model
 // by validate's table (an InputError naming meta.json when it has no row).
 bool has_experts(const MeasuredRun& run, const po::variables_map& vm) {
-  if (const auto config = option_text(vm, "config")) return load_hf_config(*config).moe.has_value();
-  if (const auto model = option_text(vm, "model")) return find_model_preset(*model).moe.has_value();
+  if (const auto config = option_text(vm, option_key(kOptConfig))) return load_hf_config(*config).moe.has_value();
+  if (const auto model = option_text(vm, option_key(kOptModel))) return find_model_preset(*model).moe.has_value();
   const RunModelRow* row = run_model_row(run.model);
   if (row == nullptr) {
     throw InputError(Location{run.dir + "/meta.json", 0, "model"},
@@ -119,10 +120,10 @@ int run_calibrate(const Invocation& inv) {
   po::options_description options("Options");
   options.add_options()
       ("workload", po::value<std::string>(), "the run's workload (not needed for the fit; checked to exist when given)")
-      ("model", po::value<std::string>(), "the model, a preset (default: meta.json's, by validate's table); it "
+      (option_key(kOptModel), po::value<std::string>(), "the model, a preset (default: meta.json's, by validate's table); it "
                                            "matters only with data parallelism, where replicas of a model with "
                                            "experts step together")
-      ("config", po::value<std::string>(), "the model as a Hugging Face config.json, instead of --model")
+      (option_key(kOptConfig), po::value<std::string>(), "the model as a Hugging Face config.json, instead of --model")
       ("json", "print the fit as JSON; its \"cost\" field is the --cost spec");
   po::options_description hidden;
   hidden.add_options()("run", po::value<std::string>());
@@ -132,7 +133,7 @@ int run_calibrate(const Invocation& inv) {
   if (!parse_options(inv, kSpec, options, positional, vm, &hidden)) return kExitOk;
   const auto dir = option_text(vm, "run");
   if (!dir) throw UsageError("a run directory is required\nUsage: " + kSpec.synopsis);
-  if (vm.count("model") && vm.count("config")) {
+  if (vm.count(option_key(kOptModel)) && vm.count(option_key(kOptConfig))) {
     throw UsageError("give --model or --config, not both\nUsage: " + kSpec.synopsis);
   }
   const MeasuredRun run = read_measured_run(*dir, option_text(vm, "workload"), false);

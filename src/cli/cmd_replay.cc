@@ -202,30 +202,26 @@ ReplayOptions replay_options_from(const po::variables_map& vm, const ModelChoice
   if (const auto d = option_text(vm, option_key(kOptTimingDevice))) device_name = *d;
   const DevicePreset& device = find_device_preset(device_name, kOptTimingDevice);
   ModelWeights weights = model_weights(choice.model, choice.kv, budget_options_given.value_or(BudgetOptions{}));
+  const auto replicas_text = option_text(vm, option_key(kOptReplicas));
+  const std::int64_t replicas = replicas_text ? positive_integer(*replicas_text, kOptReplicas) : 1;
   // Expert parallelism across data-parallel replicas (vLLM --enable-expert-parallel with
   // --data-parallel-size N): each replica's device holds 1/N of the routed experts and all
   // the rest, so it reads that much per step.
   if (vm.count(option_key(kOptExpertParallel)) != 0) {
-    const auto replicas = option_text(vm, option_key(kOptReplicas));
-    const std::int64_t n = replicas ? positive_integer(*replicas, kOptReplicas) : 1;
-    if (!choice.model.moe || n < 2) {
+    if (!choice.model.moe || replicas < 2) {
       throw InputError(Location{"", 0, kOptExpertParallel}, std::string("spreads an MoE model's experts over ") +
                                                                 kOptReplicas + " N >= 2 replicas");
     }
     const std::int64_t experts = split_parameters(choice.model).routed_experts;
     const std::int64_t bits = weights.weight_bits > 0 ? weights.weight_bits : 16;
-    const std::int64_t spread_bytes = ceil_div(checked_mul(experts - experts / n, bits, "expert bits"), 8);
+    const std::int64_t spread_bytes = ceil_div(checked_mul(experts - experts / replicas, bits, "expert bits"), 8);
     weights.weights_bytes_per_device =
         ceil_div(std::max<std::int64_t>(0, weights.weights_bytes - spread_bytes), weights.devices);
   }
   RooflineParallel parallel;
   parallel.tensor_parallel = choice.kv.tensor_parallel;
   parallel.pipeline_parallel = choice.kv.pipeline_parallel;
-  if (choice.model.moe) {
-    if (const auto replicas = option_text(vm, option_key(kOptReplicas))) {
-      parallel.moe_replicas = positive_integer(*replicas, kOptReplicas);
-    }
-  }
+  if (choice.model.moe) parallel.moe_replicas = replicas;
   const CostModel roofline = roofline_cost_model(choice.model, layout, device, weights, parallel);
 
   ReplayOptions ro;
