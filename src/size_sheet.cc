@@ -69,6 +69,7 @@ FitVerdict fit_verdict(const SizeSheet& sheet, std::int64_t units, Unit unit, Av
 // Held to the context limit: a request longer than it is refused whatever the room.
 void hold_to_context(const SizeSheet& sheet, FitVerdict& v, std::int64_t longest_tokens) {
   v.context_limit = sheet.context_limit;
+  v.longest_tokens = longest_tokens;
   v.over_context = v.context_limit > 0 && longest_tokens > v.context_limit;
   v.fits = v.fits && !v.over_context;
 }

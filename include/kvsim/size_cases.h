@@ -80,6 +80,7 @@ struct FitVerdict {
   std::int64_t available = 0;       // on `stage`: blocks in the pool (bytes of its KV budget)
   std::int64_t most = 0;            // the most such sequences (sets of requests) whose device share fits every stage
   std::int64_t context_limit = 0;   // the limit the requests are held to; 0 when the model gives none
+  std::int64_t longest_tokens = 0;  // the longest request held to it (0: not held, a static cache)
   bool over_context = false;        // some request is longer than context_limit
   bool fits = false;                // !over_context and on_device <= available on every stage
 };

@@ -48,13 +48,22 @@ struct VerdictTerms {
   const char* many;    // what "at most N such ..." counts: "sequences", "sets of requests"
 };
 
+// A verdict in the paged pool's blocks ("many": what "at most N such ..." counts), or in bytes
+// of the KV budget (a static cache).
+VerdictTerms pool_terms(const FitVerdict& v, const char* many) {
+  return {with_commas(v.needed) + " blocks", "blocks", "the pool has", many};
+}
+VerdictTerms budget_terms(const FitVerdict& v) {
+  return {with_commas(v.needed) + " bytes", "bytes", "the KV budget is", "sequences"};
+}
+
 // Why a verdict is NO (empty when it fits): a request past the context limit, or not enough
 // room for what stays on the device.
-std::string why_not(const SizeSheet& s, const FitVerdict& v, const VerdictTerms& t, std::int64_t longest_tokens) {
+std::string why_not(const SizeSheet& s, const FitVerdict& v, const VerdictTerms& t) {
   if (v.fits) return "";
   if (v.over_context) {
     return fmt::format("{} tokens exceed the context limit ({} {}): the engine refuses such a request",
-                       with_commas(longest_tokens), s.context_limit_source, with_commas(v.context_limit));
+                       with_commas(v.longest_tokens), s.context_limit_source, with_commas(v.context_limit));
   }
   const std::string held =
       s.offload_ppb == 0 ? fmt::format("they need {}", t.need)
@@ -66,9 +75,9 @@ std::string why_not(const SizeSheet& s, const FitVerdict& v, const VerdictTerms&
 
 // "fits (384 of 819 blocks)" or "does NOT fit: <why_not>", and the stage that binds under
 // pipeline parallelism.
-std::string verdict_words(const SizeSheet& s, const FitVerdict& v, const VerdictTerms& t, std::int64_t longest_tokens) {
+std::string verdict_words(const SizeSheet& s, const FitVerdict& v, const VerdictTerms& t) {
   const std::string stage = s.stages.size() > 1 ? fmt::format(" (stage {})", v.stage) : "";
-  if (!v.fits) return "does NOT fit" + stage + ": " + why_not(s, v, t, longest_tokens);
+  if (!v.fits) return "does NOT fit" + stage + ": " + why_not(s, v, t);
   if (s.offload_ppb == 0) return fmt::format("fits ({} of {} {}){}", with_commas(v.on_device), with_commas(v.available), t.unit, stage);
   return fmt::format("fits ({} of {} {}: what stays on the device of {}, the host holding {}){}", with_commas(v.on_device),
                      with_commas(v.available), t.unit, t.need, format_ppb(s.offload_ppb), stage);
@@ -263,7 +272,7 @@ std::string static_cache_lines(const SizeSheet& s) {
     const FitVerdict& v = *s.static_fit;
     text += fmt::format("  --seqs {} x {} positions reserved, against the KV budget: {}\n", with_commas(s.seqs),
                         with_commas(s.static_cache_tokens),
-                        verdict_words(s, v, {with_commas(v.needed) + " bytes", "bytes", "the KV budget is", "sequences"}, 0));
+                        verdict_words(s, v, budget_terms(v)));
   }
   return text;
 }
@@ -453,7 +462,7 @@ std::string paged_lines(const SizeSheet& s) {
       const VerdictTerms terms{fmt::format("{} x {} blocks", with_commas(s.seqs), with_commas(c.seqs.needed / s.seqs)),
                                "blocks", "the pool has", "sequences"};
       text += fmt::format("  --seqs {} of {} tokens: {}\n", with_commas(s.seqs), with_commas(c.tokens),
-                          verdict_words(s, c.seqs, terms, c.tokens));
+                          verdict_words(s, c.seqs, terms));
     }
     if (c.num_blocks < c.blocks_per_request) {
       text += fmt::format("  note: less than one request of {} tokens fits; vLLM refuses to start with "
@@ -464,12 +473,8 @@ std::string paged_lines(const SizeSheet& s) {
   if (s.total_fit && s.total) {
     // The rows' requests held at once (the "total" row above), in blocks as vLLM allocates them.
     const FitVerdict& v = *s.total_fit;
-    std::int64_t longest = 0;
-    for (const auto& r : s.sequences) longest = std::max(longest, r.tokens);
     text += fmt::format("  all the lengths at once, --seqs {} of each (total {} tokens): {}\n", with_commas(s.seqs),
-                        with_commas(s.total->tokens),
-                        verdict_words(s, v, {with_commas(v.needed) + " blocks", "blocks", "the pool has", "sets of requests"},
-                                      longest));
+                        with_commas(s.total->tokens), verdict_words(s, v, pool_terms(v, "sets of requests")));
   }
   return text;
 }
@@ -582,9 +587,9 @@ Json budget_json(const Budget& budget) {
 }
 
 // A fit verdict's numbers, the same keys wherever one appears; `why` is empty when it fits.
-Json verdict_json(const SizeSheet& s, const FitVerdict& v, const VerdictTerms& t, std::int64_t longest_tokens) {
+Json verdict_json(const SizeSheet& s, const FitVerdict& v, const VerdictTerms& t) {
   return {{"fits", v.fits},
-          {"why", why_not(s, v, t, longest_tokens)},
+          {"why", why_not(s, v, t)},
           {"unit", t.unit},
           {"stage", v.stage},
           {"needed", v.needed},
@@ -609,16 +614,12 @@ Json paged_json(const SizeSheet& s) {
       conc.back()["seqs"] = s.seqs;
       conc.back()["seqs_fit"] = c.seqs.fits;
       conc.back()["max_seqs"] = c.seqs.most;
-      conc.back()["seqs_verdict"] =
-          verdict_json(s, c.seqs, {with_commas(c.seqs.needed) + " blocks", "blocks", "the pool has", "sequences"}, c.tokens);
+      conc.back()["seqs_verdict"] = verdict_json(s, c.seqs, pool_terms(c.seqs, "sequences"));
     }
   }
   Json total;
   if (s.total_fit && s.total) {
-    std::int64_t longest = 0;
-    for (const auto& r : s.sequences) longest = std::max(longest, r.tokens);
-    total = verdict_json(s, *s.total_fit,
-                         {with_commas(s.total_fit->needed) + " blocks", "blocks", "the pool has", "sets of requests"}, longest);
+    total = verdict_json(s, *s.total_fit, pool_terms(*s.total_fit, "sets of requests"));
     total["tokens"] = s.total->tokens;
     total["seqs"] = s.seqs;
   }
@@ -746,8 +747,7 @@ std::string size_json(const SizeSheet& sheet, const std::string& dtype_reason) {
                        {"kv_bytes", r.kv_bytes}, {"stage", v.stage}, {"blocks_needed", v.needed},
                        {"blocks_on_device", v.on_device}, {"blocks_available", v.available}, {"fits", v.fits},
                        {"context_limit", v.context_limit}, {"exceeds_context", v.over_context},
-                       {"why", why_not(sheet, v, {with_commas(v.needed) + " blocks", "blocks", "the pool has", "sequences"},
-                                       r.c.tokens)}});
+                       {"why", why_not(sheet, v, pool_terms(v, "sequences"))}});
     }
     out["checks"] = cases;
   }
@@ -760,8 +760,7 @@ std::string size_json(const SizeSheet& sheet, const std::string& dtype_reason) {
     out["static_cache"] = {{"max_cache_len", sheet.static_cache_tokens}, {"reserved_bytes", sheet.static_reserved_bytes}};
     if (sheet.static_fit) {
       const FitVerdict& v = *sheet.static_fit;
-      out["static_cache"]["fit"] =
-          verdict_json(sheet, v, {with_commas(v.needed) + " bytes", "bytes", "the KV budget is", "sequences"}, 0);
+      out["static_cache"]["fit"] = verdict_json(sheet, v, budget_terms(v));
     }
   }
   if (sheet.budget) {
