@@ -92,6 +92,20 @@ TEST_CASE("replay: --timing-device times a device without a budget, and --replic
   CHECK_THAT(j["budget"].get<std::string>(), Catch::Contains("none"));
   // 90% of 1,792 GB/s = 1.6128e12 B/s: 131,072 B per position -> ceil(81.269...) ns = 81,270 ps.
   CHECK(j["cost_model"]["roofline"]["per_kv_position_ps"] == 81'270);
+  CHECK(j["cost_model"]["roofline"]["per_token_collective_ps"] == 0);  // one device: no collectives
+  // Tensor parallelism 2 over the preset's link (53 GB/s one way, 7.5 us a collective):
+  // 2 x 32 layers + 1 = 65 all-reduces of 4,096 x 2 = 8,192 bytes per token, a ring of two
+  // sending them once: 532,480 B / 53e9 B/s = 10,046,792.45 ps, rounded up; the logits'
+  // all-gather, half of 128,256 x 2 bytes per sampled token: 128,256 / 53e9 s = 2,419,924.53
+  // ps, rounded up; 65 + 1 collectives of 7.5 us per step: 495,000,000 ps.
+  r = test::run_cli({"replay", trace, "--model", "llama-3.1-8b", "--allocator", "paged", "--timing-device",
+                     "RTX-PRO-6000", "--tp", "2", "--json"});
+  REQUIRE(r.exit_code == 0);
+  j = Json::parse(r.out);
+  CHECK(j["cost_model"]["roofline"]["per_token_collective_ps"] == 10'046'793);
+  CHECK(j["cost_model"]["roofline"]["per_sampled_token_collective_ps"] == 2'419'925);
+  CHECK(j["cost_model"]["roofline"]["collective_step_ps"] == 495'000'000);
+  CHECK(j["cost_model"]["roofline"]["per_replica_token_collective_ps"] == 0);  // not an MoE model's replicas
   r = test::run_cli({"replay", trace, "--model", "llama-3.1-8b", "--allocator", "paged", "--replicas", "2", "--json"});
   REQUIRE(r.exit_code == 0);
   j = Json::parse(r.out);
