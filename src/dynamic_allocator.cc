@@ -7,6 +7,7 @@
 #include "footprint.h"
 #include "kvsim/error.h"
 #include "kvsim/units.h"
+#include "invariant_checks.h"
 
 namespace kvsim::detail {
 namespace {
@@ -110,7 +111,7 @@ Outcome DynamicAllocator::grow(RequestSlot slot, std::int64_t tokens, std::int64
   }
   r.tokens = tokens;
 #if KVSIM_EXPENSIVE_CHECKS
-  check_invariants();
+  if (invariant_checks_on()) check_invariants();
 #endif
   return Outcome::ok;
 }
@@ -124,7 +125,7 @@ void DynamicAllocator::release(RequestSlot slot) {
   }
   r.live = false;
 #if KVSIM_EXPENSIVE_CHECKS
-  check_invariants();
+  if (invariant_checks_on()) check_invariants();
 #endif
 }
 

@@ -18,6 +18,7 @@
 #include "kvsim/error.h"
 #include "kvsim/option_names.h"
 #include "kvsim/units.h"
+#include "invariant_checks.h"
 
 namespace kvsim {
 namespace detail {
@@ -312,7 +313,7 @@ void Engine::after_op(std::int64_t correction_ns) {
   if (sharing()) update_shared(correction_ns);
   recorder_.after_op(alloc_, op_transient_bytes_);
 #if KVSIM_EXPENSIVE_CHECKS
-  alloc_.check_invariants();
+  if (invariant_checks_on()) alloc_.check_invariants();
 #endif
 }
 

@@ -6,6 +6,7 @@
 #include "footprint.h"
 #include "kvsim/error.h"
 #include "kvsim/units.h"
+#include "invariant_checks.h"
 
 namespace kvsim::detail {
 
@@ -107,7 +108,7 @@ Outcome PagedAllocator::grow(RequestSlot slot, std::int64_t tokens, std::int64_t
       step_tokens == 1 && decode_shortcut_ && (r.forked || r.n == 1 || tokens <= r.prompt_tokens);
   const Outcome outcome = plain_decode ? grow_decode(slot, r, tokens) : grow_step(slot, r, tokens, step_tokens);
 #if KVSIM_EXPENSIVE_CHECKS
-  if (outcome == Outcome::ok) check_invariants();
+  if (outcome == Outcome::ok && invariant_checks_on()) check_invariants();
 #endif
   return outcome;
 }
@@ -256,7 +257,7 @@ void PagedAllocator::release(RequestSlot slot) {
   }
   r.live = false;
 #if KVSIM_EXPENSIVE_CHECKS
-  check_invariants();
+  if (invariant_checks_on()) check_invariants();
 #endif
 }
 

@@ -17,6 +17,7 @@
 #include "block_hash.h"
 #include "kvsim/error.h"
 #include "paged_allocator.h"
+#include "invariant_checks.h"
 
 namespace kvsim::detail {
 
@@ -166,7 +167,7 @@ void PagedAllocator::admit_cached(RequestSlot slot, Request& r, const AdmitInfo&
   r.tokens = hits * block_tokens_;
   r.blocks = hits;
 #if KVSIM_EXPENSIVE_CHECKS
-  check_invariants();
+  if (invariant_checks_on()) check_invariants();
 #endif
 }
 

@@ -10,6 +10,7 @@
 #include "footprint.h"
 #include "kvsim/error.h"
 #include "kvsim/units.h"
+#include "invariant_checks.h"
 
 namespace kvsim::detail {
 
@@ -267,7 +268,7 @@ Outcome RadixAllocator::admit(RequestSlot slot, const AdmitInfo& info) {
   r.tree_pages = matched;
   r.tokens = matched * page_tokens_;
 #if KVSIM_EXPENSIVE_CHECKS
-  check_invariants();
+  if (invariant_checks_on()) check_invariants();
 #endif
   return Outcome::ok;
 }
@@ -295,7 +296,7 @@ Outcome RadixAllocator::grow(RequestSlot slot, std::int64_t tokens, std::int64_t
   // A prefill step (one that started inside the prompt): cache_unfinished_req.
   if (prefill) cache_prompt(r);
 #if KVSIM_EXPENSIVE_CHECKS
-  check_invariants();
+  if (invariant_checks_on()) check_invariants();
 #endif
   return Outcome::ok;
 }
@@ -327,7 +328,7 @@ void RadixAllocator::release(RequestSlot slot) {
   r.hashes.clear();
   note_high_water();
 #if KVSIM_EXPENSIVE_CHECKS
-  check_invariants();
+  if (invariant_checks_on()) check_invariants();
 #endif
 }
 

@@ -1,0 +1,26 @@
+#pragma once
+
+// Whether the allocators walk their whole books after every operation. Only a build with
+// KVSIM_EXPENSIVE_CHECKS has the walks at all; in such a build they run unless the
+// environment says KVSIM_INVARIANT_CHECKS=off, read once per process.
+//
+// The switch exists for the sanitizer stage of tools/run-tests: its xcheck replays are the
+// very replays the checked stage has already walked after every operation (the same GCC
+// code, the same inputs, and kvsim is deterministic), so walking them again under
+// AddressSanitizer proves nothing new and cost most of that stage (a walk is O(pool) per
+// operation: 484 s of a 2 s replay). The sanitizers still watch every operation.
+
+#include <cstdlib>
+#include <string_view>
+
+namespace kvsim::detail {
+
+inline bool invariant_checks_on() {
+  static const bool on = [] {
+    const char* value = std::getenv("KVSIM_INVARIANT_CHECKS");
+    return value == nullptr || std::string_view(value) != "off";
+  }();
+  return on;
+}
+
+}  // namespace kvsim::detail
