@@ -5,9 +5,9 @@
 #include <string>
 
 #include "footprint.h"
+#include "invariant_checks.h"
 #include "kvsim/error.h"
 #include "kvsim/units.h"
-#include "invariant_checks.h"
 
 namespace kvsim::detail {
 namespace {
@@ -110,9 +110,7 @@ Outcome DynamicAllocator::grow(RequestSlot slot, std::int64_t tokens, std::int64
     b = Buffer{m.offset, m.capacity};
   }
   r.tokens = tokens;
-#if KVSIM_EXPENSIVE_CHECKS
-  if (invariant_checks_on()) check_invariants();
-#endif
+  check_after_operation(*this);
   return Outcome::ok;
 }
 
@@ -124,9 +122,7 @@ void DynamicAllocator::release(RequestSlot slot) {
     if (b.offset >= 0) arena_.free(b.offset, b.capacity * groups_[i / static_cast<std::size_t>(r.n)].bytes_per_position);
   }
   r.live = false;
-#if KVSIM_EXPENSIVE_CHECKS
-  if (invariant_checks_on()) check_invariants();
-#endif
+  check_after_operation(*this);
 }
 
 Footprint DynamicAllocator::footprint(RequestSlot slot, std::size_t group, std::int64_t tokens) const {

@@ -15,10 +15,10 @@
 
 #include "effective.h"
 #include "footprint.h"
+#include "invariant_checks.h"
 #include "kvsim/error.h"
 #include "kvsim/option_names.h"
 #include "kvsim/units.h"
-#include "invariant_checks.h"
 
 namespace kvsim {
 namespace detail {
@@ -312,9 +312,7 @@ void Engine::refresh(std::uint32_t slot, std::int64_t tokens, bool with_slopes) 
 void Engine::after_op(std::int64_t correction_ns) {
   if (sharing()) update_shared(correction_ns);
   recorder_.after_op(alloc_, op_transient_bytes_);
-#if KVSIM_EXPENSIVE_CHECKS
-  if (invariant_checks_on()) alloc_.check_invariants();
-#endif
+  check_after_operation(alloc_);
 }
 
 void Engine::drop_holding(std::uint32_t slot, std::int64_t correction_ns) {

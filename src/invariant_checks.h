@@ -23,4 +23,15 @@ inline bool invariant_checks_on() {
   return on;
 }
 
+// At the end of an allocator operation: its books walked, when this build has the walks and
+// this run has not turned them off. Nothing at all in other builds.
+template <class Books>
+void check_after_operation(const Books& books) {
+#if KVSIM_EXPENSIVE_CHECKS
+  if (invariant_checks_on()) books.check_invariants();
+#else
+  (void)books;
+#endif
+}
+
 }  // namespace kvsim::detail

@@ -4,9 +4,9 @@
 #include <string>
 
 #include "footprint.h"
+#include "invariant_checks.h"
 #include "kvsim/error.h"
 #include "kvsim/units.h"
-#include "invariant_checks.h"
 
 namespace kvsim::detail {
 
@@ -107,9 +107,7 @@ Outcome PagedAllocator::grow(RequestSlot slot, std::int64_t tokens, std::int64_t
   const bool plain_decode =
       step_tokens == 1 && decode_shortcut_ && (r.forked || r.n == 1 || tokens <= r.prompt_tokens);
   const Outcome outcome = plain_decode ? grow_decode(slot, r, tokens) : grow_step(slot, r, tokens, step_tokens);
-#if KVSIM_EXPENSIVE_CHECKS
-  if (outcome == Outcome::ok && invariant_checks_on()) check_invariants();
-#endif
+  if (outcome == Outcome::ok) check_after_operation(*this);
   return outcome;
 }
 
@@ -256,9 +254,7 @@ void PagedAllocator::release(RequestSlot slot) {
     }
   }
   r.live = false;
-#if KVSIM_EXPENSIVE_CHECKS
-  if (invariant_checks_on()) check_invariants();
-#endif
+  check_after_operation(*this);
 }
 
 Footprint PagedAllocator::footprint(RequestSlot slot, std::size_t group, std::int64_t tokens) const {

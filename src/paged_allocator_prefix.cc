@@ -15,9 +15,9 @@
 #include <cstddef>
 
 #include "block_hash.h"
+#include "invariant_checks.h"
 #include "kvsim/error.h"
 #include "paged_allocator.h"
-#include "invariant_checks.h"
 
 namespace kvsim::detail {
 
@@ -166,9 +166,7 @@ void PagedAllocator::admit_cached(RequestSlot slot, Request& r, const AdmitInfo&
   p.cached_blocks = hits;
   r.tokens = hits * block_tokens_;
   r.blocks = hits;
-#if KVSIM_EXPENSIVE_CHECKS
-  if (invariant_checks_on()) check_invariants();
-#endif
+  check_after_operation(*this);
 }
 
 void PagedAllocator::cache_full_blocks(RequestSlot slot, const Request& r) {

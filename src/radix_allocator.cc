@@ -8,9 +8,9 @@
 
 #include "allocator_registry.h"
 #include "footprint.h"
+#include "invariant_checks.h"
 #include "kvsim/error.h"
 #include "kvsim/units.h"
-#include "invariant_checks.h"
 
 namespace kvsim::detail {
 
@@ -267,9 +267,7 @@ Outcome RadixAllocator::admit(RequestSlot slot, const AdmitInfo& info) {
   inc_lock_ref(r.last_node);
   r.tree_pages = matched;
   r.tokens = matched * page_tokens_;
-#if KVSIM_EXPENSIVE_CHECKS
-  if (invariant_checks_on()) check_invariants();
-#endif
+  check_after_operation(*this);
   return Outcome::ok;
 }
 
@@ -295,9 +293,7 @@ Outcome RadixAllocator::grow(RequestSlot slot, std::int64_t tokens, std::int64_t
   note_high_water();
   // A prefill step (one that started inside the prompt): cache_unfinished_req.
   if (prefill) cache_prompt(r);
-#if KVSIM_EXPENSIVE_CHECKS
-  if (invariant_checks_on()) check_invariants();
-#endif
+  check_after_operation(*this);
   return Outcome::ok;
 }
 
@@ -327,9 +323,7 @@ void RadixAllocator::release(RequestSlot slot) {
   r.live = false;
   r.hashes.clear();
   note_high_water();
-#if KVSIM_EXPENSIVE_CHECKS
-  if (invariant_checks_on()) check_invariants();
-#endif
+  check_after_operation(*this);
 }
 
 Footprint RadixAllocator::footprint(RequestSlot slot, std::size_t group, std::int64_t tokens) const {
