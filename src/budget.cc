@@ -293,7 +293,15 @@ ModelWeights model_weights(const ModelSpec& model, const KvOptions& kv, const Bu
     }
     w.weights_bytes = ceil_div(checked_mul(w.parameter_count, w.weight_bits, "weight bits"), 8);
   }
-  w.weights_bytes_per_device = ceil_div(w.weights_bytes, w.devices);
+  // Expert parallelism: a device holds 1/N of the routed experts, rounded down as the
+  // experts are whole, and all the rest.
+  std::int64_t spread_bytes = 0;
+  if (o.expert_parallel_ranks > 1 && model.moe) {
+    const std::int64_t experts = split_parameters(model).routed_experts;
+    const std::int64_t bits = w.weight_bits > 0 ? w.weight_bits : 16;
+    spread_bytes = ceil_div(checked_mul(experts - experts / o.expert_parallel_ranks, bits, "expert bits"), 8);
+  }
+  w.weights_bytes_per_device = ceil_div(std::max<std::int64_t>(0, w.weights_bytes - spread_bytes), w.devices);
   return w;
 }
 

@@ -147,6 +147,26 @@ TEST_CASE("budget terms: devices share the weights, options override the model")
   CHECK(b.weights_bytes_per_device == 684'531'386'000 / 8 + 0);  // divides exactly: 85,566,423,250
 }
 
+TEST_CASE("expert parallelism: each rank holds its share of the routed experts, the rest whole") {
+  // Qwen3-30B-A3B: 48 MoE layers of 128 routed experts, each 3 x 2048 x 768 parameters:
+  // 48 x 128 x 4,718,592 = 28,991,029,248 routed, of 30,532,110,336 (model_presets.cc), bf16.
+  // Over 2 ranks a device holds 64 experts a layer: 61,064,220,672 - 28,991,029,248 bytes.
+  const ModelSpec& qwen = find_model_preset("qwen3-30b-a3b");
+  BudgetOptions o = on("RTX-PRO-6000");
+  CHECK(derive_budget(qwen, KvOptions{}, o).weights_bytes_per_device == 61'064'220'672);
+  o.expert_parallel_ranks = 2;
+  const Budget b = derive_budget(qwen, KvOptions{}, o);
+  CHECK(b.weights_bytes == 61'064'220'672);  // all of them, over all ranks
+  CHECK(b.weights_bytes_per_device == 61'064'220'672 - 28'991'029'248);
+  // 3 ranks: kvsim keeps floor(routed / 3) = 9,663,676,416 routed parameters a device and
+  // spreads 19,327,352,832 away (x 2 bytes); vLLM gives a rank 43 or 42 of a layer's 128.
+  o.expert_parallel_ranks = 3;
+  CHECK(derive_budget(qwen, KvOptions{}, o).weights_bytes_per_device == 61'064'220'672 - 2 * 19'327'352'832);
+  // A dense model has no experts to spread.
+  CHECK(derive_budget(find_model_preset("llama-3.1-8b"), KvOptions{}, o).weights_bytes_per_device ==
+        derive_budget(find_model_preset("llama-3.1-8b"), KvOptions{}, on("RTX-PRO-6000")).weights_bytes_per_device);
+}
+
 TEST_CASE("a budget that is not positive is an error that shows the terms") {
   KvOptions tp8;
   tp8.tensor_parallel = 8;

@@ -88,6 +88,10 @@ struct BudgetOptions {
   std::int64_t weight_bits = 0;        // bits per weight; 0: what the model stores
   std::optional<std::int64_t> weights_bytes;   // all weights on all devices; overrides the two above
   std::int64_t reserve_bytes = kDefaultReserveBytes;  // per device
+  // vLLM --enable-expert-parallel over this many data-parallel ranks: an MoE model's routed
+  // experts are spread over them (each device holds 1/N of them: FusedMoE's local experts,
+  // vllm/model_executor/layers/fused_moe/layer.py), everything else is on every rank.
+  std::int64_t expert_parallel_ranks = 1;
   std::optional<std::int64_t> kv_budget_bytes;        // per device; skips the subtraction
 };
 

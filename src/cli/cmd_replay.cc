@@ -67,14 +67,6 @@ Preemption parse_preemption(const std::string& text) {
   throw InputError(Location{"", 0, kOptPreemption}, "expected recompute or swap, got \"" + text + "\"");
 }
 
-std::string budget_description(const Budget& b) {
-  if (b.direct) return format_gib(b.kv_budget_bytes) + " (" + with_commas(b.kv_budget_bytes) + " bytes, --kv-budget)";
-  return format_gib(b.kv_budget_bytes) + " (" + with_commas(b.kv_budget_bytes) + " bytes) on " +
-         (b.device.empty() ? std::string("the device") : b.device) + ": " + with_commas(b.device_total_bytes) +
-         " x " + format_ppb(b.gpu_memory_utilization_ppb) + " - weights " + with_commas(b.weights_bytes_per_device) +
-         " - reserve " + with_commas(b.reserve_bytes);
-}
-
 Schedule parse_schedule(const std::string& text) {
   if (text == "auto") return Schedule::automatic;
   if (text == "simulate") return Schedule::simulate;
@@ -83,6 +75,14 @@ Schedule parse_schedule(const std::string& text) {
 }
 
 }  // namespace
+
+std::string budget_description(const Budget& b) {
+  if (b.direct) return format_gib(b.kv_budget_bytes) + " (" + with_commas(b.kv_budget_bytes) + " bytes, --kv-budget)";
+  return format_gib(b.kv_budget_bytes) + " (" + with_commas(b.kv_budget_bytes) + " bytes) on " +
+         (b.device.empty() ? std::string("the device") : b.device) + ": " + with_commas(b.device_total_bytes) +
+         " x " + format_ppb(b.gpu_memory_utilization_ppb) + " - weights " + with_commas(b.weights_bytes_per_device) +
+         " - reserve " + with_commas(b.reserve_bytes);
+}
 
 po::options_description replay_option_descriptions(bool with_outputs) {
   po::options_description alloc_opts("Allocators and schedule");
@@ -192,6 +192,19 @@ po::options_description replay_option_descriptions(bool with_outputs) {
 namespace {
 
 // The engine's options: layout, schedule, cost model and limits, and serving under a budget.
+// --expert-parallel with --replicas N (vLLM --enable-expert-parallel with
+// --data-parallel-size N): the ranks an MoE model's routed experts are spread over; 1 without.
+std::int64_t expert_parallel_ranks(const po::variables_map& vm, const ModelChoice& choice) {
+  if (vm.count(option_key(kOptExpertParallel)) == 0) return 1;
+  const auto replicas_text = option_text(vm, option_key(kOptReplicas));
+  const std::int64_t replicas = replicas_text ? positive_integer(*replicas_text, kOptReplicas) : 1;
+  if (!choice.model.moe || replicas < 2) {
+    throw InputError(Location{"", 0, kOptExpertParallel}, std::string("spreads an MoE model's experts over ") +
+                                                              kOptReplicas + " N >= 2 replicas");
+  }
+  return replicas;
+}
+
 // The model's roofline on the budget's device (or kDefaultDevice) is the cost model's default.
 ReplayOptions replay_options_from(const po::variables_map& vm, const ModelChoice& choice, const KvLayout& layout,
                                   const std::optional<BudgetOptions>& budget_options_given,
@@ -201,23 +214,12 @@ ReplayOptions replay_options_from(const po::variables_map& vm, const ModelChoice
       budget_options_given && !budget_options_given->device.empty() ? budget_options_given->device : kDefaultDevice;
   if (const auto d = option_text(vm, option_key(kOptTimingDevice))) device_name = *d;
   const DevicePreset& device = find_device_preset(device_name, kOptTimingDevice);
-  ModelWeights weights = model_weights(choice.model, choice.kv, budget_options_given.value_or(BudgetOptions{}));
+  BudgetOptions weight_options = budget_options_given.value_or(BudgetOptions{});
+  weight_options.expert_parallel_ranks = expert_parallel_ranks(vm, choice);
+  // With expert parallelism a device reads only its own experts per step.
+  const ModelWeights weights = model_weights(choice.model, choice.kv, weight_options);
   const auto replicas_text = option_text(vm, option_key(kOptReplicas));
   const std::int64_t replicas = replicas_text ? positive_integer(*replicas_text, kOptReplicas) : 1;
-  // Expert parallelism across data-parallel replicas (vLLM --enable-expert-parallel with
-  // --data-parallel-size N): each replica's device holds 1/N of the routed experts and all
-  // the rest, so it reads that much per step.
-  if (vm.count(option_key(kOptExpertParallel)) != 0) {
-    if (!choice.model.moe || replicas < 2) {
-      throw InputError(Location{"", 0, kOptExpertParallel}, std::string("spreads an MoE model's experts over ") +
-                                                                kOptReplicas + " N >= 2 replicas");
-    }
-    const std::int64_t experts = split_parameters(choice.model).routed_experts;
-    const std::int64_t bits = weights.weight_bits > 0 ? weights.weight_bits : 16;
-    const std::int64_t spread_bytes = ceil_div(checked_mul(experts - experts / replicas, bits, "expert bits"), 8);
-    weights.weights_bytes_per_device =
-        ceil_div(std::max<std::int64_t>(0, weights.weights_bytes - spread_bytes), weights.devices);
-  }
   RooflineParallel parallel;
   parallel.tensor_parallel = choice.kv.tensor_parallel;
   parallel.pipeline_parallel = choice.kv.pipeline_parallel;
@@ -365,8 +367,12 @@ ReplayPlan plan_replay(const po::variables_map& vm, bool open_trace_now) {
   }
 
   // A budget bounds every allocator; the cost model runs on the budget's device.
-  const std::optional<BudgetOptions> budget_options_given = resolve_budget(vm);
-  if (budget_options_given) plan.budget = derive_budget(plan.choice.model, plan.choice.kv, *budget_options_given);
+  std::optional<BudgetOptions> budget_options_given = resolve_budget(vm);
+  if (budget_options_given) {
+    // Each replica's device holds only its share of the experts (expert parallelism).
+    budget_options_given->expert_parallel_ranks = expert_parallel_ranks(vm, plan.choice);
+    plan.budget = derive_budget(plan.choice.model, plan.choice.kv, *budget_options_given);
+  }
   plan.options = replay_options_from(vm, plan.choice, layout, budget_options_given, plan.budget);
   plan.trace = trace_options_from(vm);
   if (plan.options.schedule == Schedule::measured && plan.trace.rate_scale_ppb != TraceOptions{}.rate_scale_ppb) {

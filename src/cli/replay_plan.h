@@ -42,6 +42,10 @@ struct ReplayPlan {
   std::shared_ptr<const TraceInMemory> trace_in_memory;
 };
 
+// One line on where the KV budget comes from: "70.08 GiB (75,243,498,700 bytes) on
+// RTX-PRO-6000: total x 0.9 - weights ... - reserve ...", or "... bytes, --kv-budget".
+std::string budget_description(const Budget& b);
+
 // Every option `kvsim replay` declares (the trace is the hidden positional "trace").
 // Without `with_outputs`, those that shape one replay's output (--json, --csv, --timeline,
 // --per-request, --sample-every, --jobs, --quiet) are left out: `kvsim sweep` has its own.
