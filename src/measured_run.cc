@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <sstream>
@@ -68,6 +69,55 @@ std::string string_member(const json& obj, const char* key, const std::string& p
   return v.get<std::string>();
 }
 
+// Whether `obj` gives `key` a value (absent and null leave the engine's default).
+bool gives(const json& obj, const char* key) { return obj.contains(key) && !obj[key].is_null(); }
+
+bool bool_member(const json& obj, const char* key, const std::string& path) {
+  const json& v = member(obj, key, path, 0);
+  if (!v.is_boolean()) throw InputError(Location{path, 0, key}, "expected true or false, got " + v.dump());
+  return v.get<bool>();
+}
+
+// engine_kwargs beyond the ones read_meta() requires. Every key is either used, known to
+// change neither the schedule nor the KV budget, or listed in run.unmodelled_settings.
+void read_engine_settings(MeasuredRun& run, const json& kw, const std::string& path) {
+  if (gives(kw, "block_size")) run.block_size = integer_member(kw, "block_size", path, 0, 1);
+  if (gives(kw, "enable_prefix_caching")) run.prefix_caching = bool_member(kw, "enable_prefix_caching", path);
+  if (gives(kw, "enable_chunked_prefill")) run.chunked_prefill = bool_member(kw, "enable_chunked_prefill", path);
+  if (gives(kw, "gpu_memory_utilization")) {
+    run.gpu_memory_utilization = number_member(kw, "gpu_memory_utilization", path, 0);
+    if (!(run.gpu_memory_utilization > 0 && run.gpu_memory_utilization <= 1)) {
+      throw InputError(Location{path, 0, "gpu_memory_utilization"},
+                       "expected a fraction in (0, 1], got " + kw["gpu_memory_utilization"].dump());
+    }
+  }
+  if (gives(kw, "dtype")) run.dtype = string_member(kw, "dtype", path, 0);
+  if (gives(kw, "kv_cache_dtype")) run.kv_cache_dtype = string_member(kw, "kv_cache_dtype", path, 0);
+  if (gives(kw, "num_gpu_blocks_override")) {
+    run.num_gpu_blocks_override = integer_member(kw, "num_gpu_blocks_override", path, 0, 1);
+  }
+  if (gives(kw, "kv_cache_memory_bytes")) {
+    run.kv_cache_memory_bytes = integer_member(kw, "kv_cache_memory_bytes", path, 0, 1);
+  }
+  if (gives(kw, "enforce_eager")) run.enforce_eager = bool_member(kw, "enforce_eager", path);
+  // Read above or by read_meta(), or known to change neither the schedule nor the KV
+  // budget (where the weights come from, logging, the sampling seed, the served name).
+  static const char* const kKnown[] = {
+      "model", "tensor_parallel_size", "data_parallel_size", "enable_expert_parallel", "max_num_seqs",
+      "max_num_batched_tokens", "max_model_len", "block_size", "enable_prefix_caching", "enable_chunked_prefill",
+      "gpu_memory_utilization", "dtype", "kv_cache_dtype", "num_gpu_blocks_override", "kv_cache_memory_bytes",
+      "enforce_eager", "seed", "tokenizer", "tokenizer_mode", "revision", "tokenizer_revision", "code_revision",
+      "trust_remote_code", "download_dir", "load_format", "served_model_name", "disable_log_stats",
+      "disable_log_requests", "enable_log_requests"};
+  for (const auto& [key, value] : kw.items()) {
+    if (value.is_null()) continue;
+    if (std::find_if(std::begin(kKnown), std::end(kKnown), [&](const char* k) { return key == k; }) != std::end(kKnown)) {
+      continue;
+    }
+    run.unmodelled_settings.push_back(key + "=" + value.dump());
+  }
+}
+
 void read_meta(MeasuredRun& run, bool find_workload) {
   const std::string path = join(run.dir, "meta.json");
   std::ifstream in = open_file(path);
@@ -89,6 +139,7 @@ void read_meta(MeasuredRun& run, bool find_workload) {
   if (kw.contains("max_model_len") && !kw["max_model_len"].is_null()) {
     run.max_model_len = integer_member(kw, "max_model_len", path, 0, 1);
   }
+  read_engine_settings(run, kw, path);
   if (meta.contains("tick_seconds")) {
     run.tick_s = number_member(meta, "tick_seconds", path, 0);
     if (run.tick_s <= 0) throw InputError(Location{path, 0, "tick_seconds"}, "expected a positive number");

@@ -199,6 +199,73 @@ TEST_CASE("validate: what it cannot map is an error naming the file and field") 
   std::filesystem::remove_all(dir.parent_path());
 }
 
+TEST_CASE("validate: meta.json's engine settings are replayed, and the ones it cannot model are named") {
+  // The tiny run with engine_kwargs a memory-bound run might set. Llama-3.1-8B stores
+  // 32 layers x 8 KV heads x 128 dims x 2 (K and V) = 65,536 values a token: 131,072 bytes
+  // in bf16, 65,536 in fp8. 400 blocks of 32 tokens in fp8: 400 x 32 x 65,536 = 838,860,800
+  // bytes per device, the pool vLLM sizes for num_gpu_blocks_override. block_size 32 and
+  // prefix caching off make the allocator paged:block=32; chunked prefill off is kept (a
+  // step's 4,096 tokens hold a whole prompt of max_model_len, as vLLM then requires);
+  // swap_space and a made-up key are neither modelled nor known to be harmless: named.
+  const auto base = test::scratch_dir("validate-settings");
+  const auto dir = base / "run";
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy(kData + "/tiny/run", dir,
+                        std::filesystem::copy_options::recursive | std::filesystem::copy_options::overwrite_existing);
+  const std::string workload = kData + "/tiny/workloads/tiny.jsonl";
+  const auto write_meta = [&](const std::string& extra) {
+    std::ofstream(dir / "meta.json") << R"({"model": "meta-llama/Llama-3.1-8B", "vllm_version": "0.19.0",
+  "engine_kwargs": {"tensor_parallel_size": 1, "data_parallel_size": 1, "max_num_seqs": 128,
+    "max_num_batched_tokens": 4096, "max_model_len": 4096, "seed": 42)" + extra + R"(},
+  "dataset_path": "workloads/tiny.jsonl", "started_at": "2026-01-01T00:00:00Z", "tick_seconds": 0.25})";
+    std::ofstream(dir / "peer_cluster_config.json")
+        << R"({"nodes": [{"instances": [{"hardware": "RTXPRO6000"}]}]})";
+  };
+  write_meta(R"(, "block_size": 32, "enable_prefix_caching": false, "enable_chunked_prefill": false,
+    "kv_cache_dtype": "fp8", "num_gpu_blocks_override": 400, "swap_space": 4, "made_up": "x")");
+  auto r = test::run_cli({"validate", dir.string(), "--workload", workload, "--json"});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  Json doc = Json::parse(r.out);
+  CHECK(doc["kvsim"]["allocator"] == "paged:block=32");
+  CHECK(doc["kvsim"]["chunked_prefill"] == false);
+  CHECK(doc["kvsim"]["kv_budget_bytes"] == 838860800);
+  CHECK_THAT(doc["kvsim"]["kv_budget"].get<std::string>(), Catch::Contains("num_gpu_blocks_override"));
+  CHECK(doc["unmodelled_settings"] == Json::array({"made_up=\"x\"", "swap_space=4"}));
+  // The table says the same.
+  r = test::run_cli({"validate", dir.string(), "--workload", workload});
+  CHECK_THAT(r.out, Catch::Contains("(no chunked prefill)") && Catch::Contains("838,860,800 bytes") &&
+                        Catch::Contains("not modelled (meta.json engine_kwargs): made_up=\"x\", swap_space=4"));
+
+  // gpu_memory_utilization 0.5 on the RTX PRO 6000 preset (102,641,958,912 bytes): the
+  // subtraction starts from 51,320,979,456 bytes. kv_cache_memory_bytes fixes the budget.
+  write_meta(R"(, "gpu_memory_utilization": 0.5)");
+  r = test::run_cli({"validate", dir.string(), "--workload", workload});
+  CHECK_THAT(r.out, Catch::Contains("102,641,958,912 x 0.5 - weights"));
+  write_meta(R"(, "kv_cache_memory_bytes": 123456789, "dtype": "bfloat16")");
+  r = test::run_cli({"validate", dir.string(), "--workload", workload, "--json"});
+  REQUIRE(r.exit_code == 0);
+  doc = Json::parse(r.out);
+  CHECK(doc["kvsim"]["kv_budget_bytes"] == 123456789);
+  CHECK(doc["kvsim"]["allocator"] == "paged:block=16,prefix-caching=on");
+  CHECK(doc["unmodelled_settings"].empty());
+
+  // What it cannot read is an error naming the file and the field.
+  write_meta(R"(, "kv_cache_dtype": "int3")");
+  r = test::run_cli({"validate", dir.string(), "--workload", workload});
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("meta.json") && Catch::Contains("kv_cache_dtype"));
+  write_meta(R"(, "gpu_memory_utilization": 1.5)");
+  r = test::run_cli({"validate", dir.string(), "--workload", workload});
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("gpu_memory_utilization"));
+  write_meta(R"(, "block_size": "16")");
+  r = test::run_cli({"validate", dir.string(), "--workload", workload});
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("block_size"));
+  std::filesystem::remove_all(base);
+}
+
 TEST_CASE("validate: a data-parallel run is two engines behind vLLM's router, their states summed") {
   // meta.json: data_parallel_size 2, so --replicas 2. 10 ms steps, free prefill, so a request
   // arriving at an idle replica has its first token one step later. The router

@@ -56,6 +56,20 @@ struct MeasuredRun {
   std::int64_t max_num_seqs = 0;
   std::int64_t max_num_batched_tokens = 0;
   std::int64_t max_model_len = 0;    // 0: null in meta.json (the model's own)
+  // Further engine_kwargs that change what a replay of the run must model, when meta.json
+  // gives them (absent or null: vLLM's default).
+  std::int64_t block_size = 0;                 // 0: vLLM's 16
+  std::optional<bool> prefix_caching;          // enable_prefix_caching (vLLM v1: on)
+  std::optional<bool> chunked_prefill;         // enable_chunked_prefill (vLLM v1: on)
+  double gpu_memory_utilization = 0;           // 0: vLLM's 0.9
+  std::string dtype;                           // the weights' ("auto", "bfloat16", ...), "" when absent
+  std::string kv_cache_dtype;                  // "auto", "fp8", ..., "" when absent
+  std::int64_t num_gpu_blocks_override = 0;    // 0: none; else the KV pool's blocks per device
+  std::int64_t kv_cache_memory_bytes = 0;      // 0: none; else the KV budget per device
+  bool enforce_eager = false;                  // no CUDA graphs
+  // engine_kwargs kvsim does not model and that are not known to leave the schedule and the
+  // KV budget alone, as "key=value" (validate names them rather than ignore them silently).
+  std::vector<std::string> unmodelled_settings;
   std::string workload;              // the path the workload was found at ("" when not looked up)
   double started_at_s = 0;           // meta.json started_at (wall clock, s); else the first arrival
   double tick_s = 1.0;

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <sstream>
 #include <nlohmann/json.hpp>
 
@@ -24,6 +25,7 @@
 #include "kvsim/replay.h"
 #include "kvsim/replicas.h"
 #include "kvsim/trace.h"
+#include "kvsim/units.h"
 #include "model_options.h"
 #include "replay_output.h"
 #include "replay_plan.h"
@@ -79,8 +81,42 @@ bool vllm_at_least(const std::string& version, int major, int minor) {
   return a > major || (a == major && b >= minor);
 }
 
-// meta.json's settings as defaults of the replay options.
-void apply_run_settings(po::variables_map& vm, const MeasuredRun& run) {
+// The KV dtype meta.json implies (kvsim's --dtype), or nothing for the model's own:
+// kv_cache_dtype "auto" stores the KV cache in the model's dtype (vllm/config/cache.py).
+std::optional<std::string> run_kv_dtype(const MeasuredRun& run, const std::string& meta) {
+  const auto pick = [&](const std::string& name, const char* field) -> std::optional<std::string> {
+    if (name.empty() || name == "auto") return std::nullopt;
+    if (name == "bfloat16") return "bf16";
+    if (name == "float16" || name == "half") return "fp16";
+    if (name == "float32" || name == "float") return "fp32";
+    // vLLM's FP8 KV caches (e4m3, e5m2, Intel Gaudi's, DeepSeek's MLA layout): a byte a value.
+    if (name == "fp8" || name == "fp8_e4m3" || name == "fp8_e5m2" || name == "fp8_inc" || name == "fp8_ds_mla") {
+      return "fp8";
+    }
+    throw InputError(Location{meta, 0, field}, "\"" + name + "\" is not a dtype validate knows; give --dtype");
+  };
+  if (!run.kv_cache_dtype.empty() && run.kv_cache_dtype != "auto") return pick(run.kv_cache_dtype, "kv_cache_dtype");
+  return pick(run.dtype, "dtype");
+}
+
+// The KV budget per device meta.json fixes, or 0 when vLLM derives it from the device:
+// kv_cache_memory_bytes, or num_gpu_blocks_override blocks of the run's block size (vLLM
+// sizes the KV tensors for exactly that many; vllm/v1/core/kv_cache_utils.py). The block's
+// bytes are the model's per token on one device times the block size (one KV-cache group;
+// models whose layer groups differ are sized by kvsim's layout the same way).
+std::int64_t run_kv_budget_bytes(const po::variables_map& vm, const MeasuredRun& run) {
+  if (run.kv_cache_memory_bytes > 0) return run.kv_cache_memory_bytes;
+  if (run.num_gpu_blocks_override == 0) return 0;
+  const ModelChoice choice = resolve_model(vm, kSpec.synopsis, "");
+  const std::int64_t block = run.block_size > 0 ? run.block_size : 16;
+  return checked_mul(checked_mul(run.num_gpu_blocks_override, block, "num_gpu_blocks_override"),
+                     choice.layout().bytes_per_token(), "num_gpu_blocks_override");
+}
+
+// meta.json's settings as defaults of the replay options. Returns where a KV budget that
+// meta.json fixes comes from ("" when it does not).
+std::string apply_run_settings(po::variables_map& vm, const MeasuredRun& run) {
+  std::string budget_source;
   const std::string meta = run.dir + "/meta.json";
   default_to(vm, "trace", run.workload);
   if (!given(vm, option_key(kOptModel)) && !given(vm, "config")) {
@@ -114,8 +150,15 @@ void apply_run_settings(po::variables_map& vm, const MeasuredRun& run) {
   if (vllm_at_least(run.vllm_version, 0, 19)) default_to(vm, option_key(kOptAsyncScheduling), "on");
   default_to(vm, option_key(kOptMaxBatchedTokens), std::to_string(run.max_num_batched_tokens));
   if (run.max_model_len > 0) default_to(vm, option_key(kOptMaxModelLen), std::to_string(run.max_model_len));
-  // vLLM 0.19's defaults: 16-token blocks, prefix caching on.
-  default_to(vm, option_key(kOptAllocator), "paged:block=16,prefix-caching=on");
+  // vLLM's defaults unless meta.json says otherwise: 16-token blocks, prefix caching on,
+  // chunked prefill on (vllm/config/cache.py, scheduler.py).
+  default_to(vm, option_key(kOptAllocator),
+             fmt::format("paged:block={}{}", run.block_size > 0 ? run.block_size : 16,
+                         run.prefix_caching.value_or(true) ? ",prefix-caching=on" : ""));
+  if (run.chunked_prefill == false && !vm.count(option_key(kOptNoChunkedPrefill))) {
+    vm.insert({option_key(kOptNoChunkedPrefill), po::variable_value(boost::any(), false)});
+  }
+  if (const auto dtype = run_kv_dtype(run, meta)) default_to(vm, option_key(kOptDtype), *dtype);
   default_to(vm, option_key(kOptSchedule), "simulate");
   if (!given(vm, option_key(kOptDevice)) && !given(vm, option_key(kOptDeviceMemory)) &&
       !given(vm, option_key(kOptKvBudget))) {
@@ -136,8 +179,23 @@ void apply_run_settings(po::variables_map& vm, const MeasuredRun& run) {
                            ", which this kvsim does not have yet; give --device-memory (its memory, e.g. 96GB "
                            "for an RTX PRO 6000) or --kv-budget");
     }
-    default_to(vm, option_key(kOptDevice), preset);
+    const std::int64_t direct = run_kv_budget_bytes(vm, run);
+    if (direct > 0) {
+      // The pool's size is given: the device only times the steps.
+      default_to(vm, option_key(kOptTimingDevice), preset);
+      default_to(vm, option_key(kOptKvBudget), std::to_string(direct));
+      budget_source = run.kv_cache_memory_bytes > 0
+                          ? std::string("meta.json kv_cache_memory_bytes")
+                          : fmt::format("meta.json num_gpu_blocks_override: {} blocks of {} tokens",
+                                        run.num_gpu_blocks_override, run.block_size > 0 ? run.block_size : 16);
+    } else {
+      default_to(vm, option_key(kOptDevice), preset);
+      if (run.gpu_memory_utilization > 0) {
+        default_to(vm, option_key(kOptGpuMemoryUtilization), fmt::format("{}", run.gpu_memory_utilization));
+      }
+    }
   }
+  return budget_source;
 }
 
 struct Sample {
@@ -266,15 +324,31 @@ Result compare(const MeasuredRun& run, const ReplayPlan& plan, const ReplayRepor
   return r;
 }
 
-std::string table(const MeasuredRun& run, const ReplayPlan& plan, const ReplayReport& report, const Result& r) {
+std::string budget_text(const ReplayPlan& plan, const std::string& source) {
+  if (!plan.budget) return "none (unbounded)";
+  if (source.empty()) return budget_description(*plan.budget);
+  return fmt::format("{} ({} bytes, {})", format_gib(plan.budget->kv_budget_bytes), with_commas(plan.budget->kv_budget_bytes),
+                     source);
+}
+
+std::string table(const MeasuredRun& run, const ReplayPlan& plan, const std::string& budget_source, const ReplayReport& report,
+                  const Result& r) {
   std::string out = fmt::format("validation of {} ({}, vLLM {})\n", run.dir, run.model, run.vllm_version);
   out += fmt::format("workload {}: {} requests, {} completed in the simulation, {} preemptions\n", plan.trace_path,
                      r.requests, r.completed, r.preemptions);
   out += fmt::format("kvsim: model {} (tp {}{}), {}, cost {}\n", plan.choice.model.name, plan.choice.kv.tensor_parallel,
                      plan.replicas > 1 ? fmt::format(", {} data-parallel replicas", plan.replicas) : std::string(),
                      report.allocator, report.cost_model);
-  out += fmt::format("       max running {}, max batched tokens {}, policy {}\n\n", plan.options.max_running,
-                     plan.options.max_batched_tokens, report.policy);
+  out += fmt::format("       max running {}, max batched tokens {}{}, policy {}\n", plan.options.max_running,
+                     plan.options.max_batched_tokens, plan.options.chunked_prefill ? "" : " (no chunked prefill)",
+                     report.policy);
+  out += fmt::format("       KV budget per device {}\n", budget_text(plan, budget_source));
+  if (!run.unmodelled_settings.empty()) {
+    std::string list;
+    for (const std::string& setting : run.unmodelled_settings) list += (list.empty() ? "" : ", ") + setting;
+    out += "       not modelled (meta.json engine_kwargs): " + list + "\n";
+  }
+  out += "\n";
   out += fmt::format("{:<24} {:>12} {:>12} {:>9}\n", "Metric", "measured", "kvsim", "Diff%");
   out += std::string(59, '-') + "\n";
   const auto block = [&](const char* name, const Comparison& c) {
@@ -310,7 +384,8 @@ std::string table(const MeasuredRun& run, const ReplayPlan& plan, const ReplayRe
   return out;
 }
 
-std::string json_of(const MeasuredRun& run, const ReplayPlan& plan, const ReplayReport& report, const Result& r) {
+std::string json_of(const MeasuredRun& run, const ReplayPlan& plan, const std::string& budget_source,
+                    const ReplayReport& report, const Result& r) {
   using Json = nlohmann::ordered_json;
   // No samples: null figures, never 0.
   const auto dist = [](const Distribution& d) {
@@ -340,7 +415,11 @@ std::string json_of(const MeasuredRun& run, const ReplayPlan& plan, const Replay
                         {"cost_model", report.cost_model},
                         {"max_running", plan.options.max_running},
                         {"max_batched_tokens", plan.options.max_batched_tokens},
-                        {"policy", report.policy}}},
+                        {"chunked_prefill", plan.options.chunked_prefill},
+                        {"policy", report.policy},
+                        {"kv_budget_bytes", plan.budget ? Json(plan.budget->kv_budget_bytes) : Json(nullptr)},
+                        {"kv_budget", budget_text(plan, budget_source)}}},
+         {"unmodelled_settings", run.unmodelled_settings},
          {"requests", r.requests},
          {"completed", r.completed},
          {"preemptions", r.preemptions},
@@ -380,7 +459,7 @@ int run_validate(const Invocation& inv) {
     }
   }
   const MeasuredRun run = read_measured_run(*dir, option_text(vm, "workload"), true);
-  apply_run_settings(vm, run);
+  const std::string budget_source = apply_run_settings(vm, run);
   ReplayPlan plan = plan_replay(vm);
   if (plan.allocators.size() != 1) throw UsageError("validate replays one allocator\nUsage: " + kSpec.synopsis);
 
@@ -425,7 +504,8 @@ int run_validate(const Invocation& inv) {
   }
   const std::vector<EngineState> states = engine_states(std::move(samples), records, replica_of);
   const Result result = compare(run, plan, report, std::move(records), states);
-  fmt::print("{}", plan.json ? json_of(run, plan, report, result) : table(run, plan, report, result));
+  fmt::print("{}", plan.json ? json_of(run, plan, budget_source, report, result)
+                         : table(run, plan, budget_source, report, result));
   return kExitOk;
 }
 
