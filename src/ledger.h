@@ -75,10 +75,15 @@ class TimeHistogram {
   // The bucket width quantile() works at, the pending span included: a large last value
   // widens the buckets when it is committed.
   std::int64_t resolution() const { return std::int64_t{1} << settled_shift(); }
+  // The buckets, the pending span included, and their width 2^shift: what add_buckets()
+  // of another histogram takes (the inter-token latencies of data-parallel replicas).
+  std::vector<std::int64_t> buckets(int& shift) const;
+  void add_buckets(const std::vector<std::int64_t>& weights, int shift);
 
  private:
   void commit();
   int settled_shift() const;
+  void coarsen_to(int shift);
 
   std::vector<std::int64_t> weight_ns_ = std::vector<std::int64_t>(kBuckets, 0);
   int shift_ = 0;

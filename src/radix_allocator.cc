@@ -377,6 +377,7 @@ PoolState RadixAllocator::pool() const {
   p.free_bytes = p.reserved_bytes - (own_pages_ + tree_pages_ - evictable_pages_) * bytes_per_page_;
   p.largest_free_extent_bytes = p.free_bytes;  // any free slot serves any request
   p.evictable_bytes = evictable_pages_ * bytes_per_page_;
+  p.evicted_bytes = checked_mul(evicted_pages_, bytes_per_page_, "evicted bytes");
   return p;
 }
 

@@ -213,7 +213,10 @@ void Recorder::finish(ReplayReport& r, const Allocator& allocator, std::int64_t 
   r.places_reservations = pool.places_reservations;
   r.copied_bytes = pool.copied_bytes;
   r.evicted_bytes = pool.evicted_bytes;
-  if (opt_.keep_latency_samples) r.latency_samples = LatencySamples{ttft_, e2e_, waiting_};
+  if (opt_.keep_latency_samples) {
+    r.latency_samples = LatencySamples{ttft_, e2e_, waiting_, tpot_, {}, 0};
+    r.latency_samples.itl_buckets = itl_hist_.buckets(r.latency_samples.itl_shift);
+  }
   r.ttft = summarize(ttft_);
   r.e2e = summarize(e2e_);
   r.waiting = summarize(waiting_);

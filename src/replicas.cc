@@ -52,10 +52,26 @@ double combined_mean(const std::vector<ReplayReport>& rs, double ReplayReport::*
   return integral / static_cast<double>(span_ns);
 }
 
+// A replica's share of a time-weighted mean over the combined span.
+double span_share(double mean, std::int64_t part_span_ns, std::int64_t span_ns) {
+  return span_ns > 0 ? mean * static_cast<double>(part_span_ns) / static_cast<double>(span_ns) : 0;
+}
+
 void add_occupancy(Occupancy& total, const Occupancy& part, std::int64_t part_span_ns, std::int64_t span_ns) {
-  if (span_ns > 0) total.mean += part.mean * static_cast<double>(part_span_ns) / static_cast<double>(span_ns);
+  total.mean += span_share(part.mean, part_span_ns, span_ns);
   total.peak += part.peak;  // an upper bound: the replicas' peaks need not coincide
   total.at_end += part.at_end;
+  // When the sum peaked, and its quantiles over time, are not the replicas' figures added.
+  total.peak_at_ns = total.p50 = total.p99 = -1;
+  total.quantile_resolution = std::max(total.quantile_resolution, part.quantile_resolution);
+}
+
+void add_fragmentation(Fragmentation& total, const Fragmentation& part, double weight) {
+  total.tail += part.tail * weight;
+  total.reservation += part.reservation * weight;
+  total.padding += part.padding * weight;
+  total.duplicate += part.duplicate * weight;
+  total.outside_window += part.outside_window * weight;
 }
 
 ReplayReport combine(std::vector<ReplayReport>& rs, std::int64_t waiting_at_last_arrival) {
@@ -71,6 +87,8 @@ ReplayReport combine(std::vector<ReplayReport>& rs, std::int64_t waiting_at_last
   t.end_ns = first.end_ns;
   t.leak_free = true;
   LatencySamples all;
+  detail::TimeHistogram itl;  // the replicas' inter-token latency histograms, added up
+  double itl_sum = 0;
   for (auto& r : rs) {
     t.requests += r.requests;
     t.completed += r.completed;
@@ -86,6 +104,15 @@ ReplayReport combine(std::vector<ReplayReport>& rs, std::int64_t waiting_at_last
     t.iterations += r.iterations;
     t.prefix_queried_tokens += r.prefix_queried_tokens;
     t.prefix_hit_tokens += r.prefix_hit_tokens;
+    t.prefix_queried_blocks += r.prefix_queried_blocks;
+    t.prefix_hit_blocks += r.prefix_hit_blocks;
+    t.prefix_preempted_queried_tokens += r.prefix_preempted_queried_tokens;
+    t.prefix_preempted_hit_tokens += r.prefix_preempted_hit_tokens;
+    t.evicted_bytes += r.evicted_bytes;
+    t.failed_placements += r.failed_placements;
+    t.copied_bytes += r.copied_bytes;
+    t.places_reservations = t.places_reservations || r.places_reservations;
+    t.external_fragmentation_max = std::max(t.external_fragmentation_max, r.external_fragmentation_max);
     t.capacity_bytes += r.capacity_bytes;
     t.preemptions += r.preemptions;
     t.preempted_requests += r.preempted_requests;
@@ -93,23 +120,66 @@ ReplayReport combine(std::vector<ReplayReport>& rs, std::int64_t waiting_at_last
     t.recomputed_tokens += r.recomputed_tokens;
     t.swapped_out_bytes += r.swapped_out_bytes;
     t.swapped_in_bytes += r.swapped_in_bytes;
-    t.memory_bound_ns += r.memory_bound_ns;
+    t.memory_bound_ns += r.memory_bound_ns;  // divided by the replicas below: their mean
     t.queue_max = std::max(t.queue_max, r.queue_max);
     t.start_ns = std::min(t.start_ns, r.start_ns);
     t.end_ns = std::max(t.end_ns, r.end_ns);
     t.last_arrival_ns = std::max(t.last_arrival_ns, r.last_arrival_ns);
     t.leak_free = t.leak_free && r.leak_free;
     t.allocated_bytes_at_end += r.allocated_bytes_at_end;
-    for (auto v : {&LatencySamples::ttft_ns, &LatencySamples::e2e_ns, &LatencySamples::waiting_ns}) {
+    for (auto v : {&LatencySamples::ttft_ns, &LatencySamples::e2e_ns, &LatencySamples::waiting_ns,
+                   &LatencySamples::tpot_ns}) {
       (all.*v).insert((all.*v).end(), (r.latency_samples.*v).begin(), (r.latency_samples.*v).end());
       (r.latency_samples.*v).clear();
     }
+    if (!r.latency_samples.itl_buckets.empty()) itl.add_buckets(r.latency_samples.itl_buckets, r.latency_samples.itl_shift);
+    r.latency_samples.itl_buckets.clear();
+    if (r.itl.count > 0) {
+      itl_sum += r.itl.mean_ns * static_cast<double>(r.itl.count);
+      t.itl.count += r.itl.count;
+      t.itl.max_ns = std::max(t.itl.max_ns, r.itl.max_ns);
+    }
   }
+  t.memory_bound_ns /= static_cast<std::int64_t>(rs.size());
   const std::int64_t span = t.end_ns - t.start_ns;
+  // Ratios of time integrals, each replica's integral being its mean times its own span.
+  double effective_integral = 0, allocated_integral = 0, capacity_integral = 0;
   for (const auto& r : rs) {
-    add_occupancy(t.effective_bytes, r.effective_bytes, r.end_ns - r.start_ns, span);
-    add_occupancy(t.allocated_bytes, r.allocated_bytes, r.end_ns - r.start_ns, span);
-    add_occupancy(t.reserved_bytes, r.reserved_bytes, r.end_ns - r.start_ns, span);
+    const std::int64_t own = r.end_ns - r.start_ns;
+    add_occupancy(t.effective_bytes, r.effective_bytes, own, span);
+    add_occupancy(t.allocated_bytes, r.allocated_bytes, own, span);
+    add_occupancy(t.reserved_bytes, r.reserved_bytes, own, span);
+    add_occupancy(t.evictable_bytes, r.evictable_bytes, own, span);
+    add_fragmentation(t.mean_bytes, r.mean_bytes, span > 0 ? static_cast<double>(own) / static_cast<double>(span) : 0);
+    // Each replica at its own peak, as the peak is the sum of theirs.
+    add_fragmentation(t.at_peak_bytes, r.at_peak_bytes, 1.0);
+    t.external_fragmentation_mean += span_share(r.external_fragmentation_mean, own, span);
+    t.external_fragmentation_bytes_mean += span_share(r.external_fragmentation_bytes_mean, own, span);
+    effective_integral += r.effective_bytes.mean * static_cast<double>(own);
+    allocated_integral += r.allocated_bytes.mean * static_cast<double>(own);
+    if (r.block_usage > 0) capacity_integral += r.allocated_bytes.mean * static_cast<double>(own) / r.block_usage;
+  }
+  // Per layer group, as for the totals (every replica serves the same model).
+  t.groups = rs.front().groups;
+  for (GroupReport& g : t.groups) g = GroupReport{g.group, {}, {}, {}, {}};
+  for (const auto& r : rs) {
+    const std::int64_t own = r.end_ns - r.start_ns;
+    for (std::size_t k = 0; k < t.groups.size() && k < r.groups.size(); ++k) {
+      GroupReport& g = t.groups[k];
+      add_occupancy(g.effective_tokens, r.groups[k].effective_tokens, own, span);
+      add_occupancy(g.allocated_slots, r.groups[k].allocated_slots, own, span);
+      add_fragmentation(g.mean_slots, r.groups[k].mean_slots,
+                        span > 0 ? static_cast<double>(own) / static_cast<double>(span) : 0);
+      add_fragmentation(g.at_peak_slots, r.groups[k].at_peak_slots, 1.0);
+    }
+  }
+  t.token_usage = allocated_integral > 0 ? effective_integral / allocated_integral : 0;
+  t.block_usage = capacity_integral > 0 ? allocated_integral / capacity_integral : 0;
+  t.tpot = detail::summarize(all.tpot_ns);
+  if (t.itl.count > 0) {
+    t.itl.mean_ns = itl_sum / static_cast<double>(t.itl.count);
+    t.itl.p50_ns = itl.quantile(50);
+    t.itl.p99_ns = itl.quantile(99);
   }
   t.queue_mean = combined_mean(rs, &ReplayReport::queue_mean, span);
   t.generated_tokens_per_s = span > 0 ? static_cast<double>(t.generated_tokens) * 1e9 / static_cast<double>(span) : 0;

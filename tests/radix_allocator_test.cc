@@ -127,6 +127,7 @@ TEST_CASE("radix: under a bounded pool a new request evicts the cached prefix, w
   REQUIRE(a.admit(1, info_of(60, {})) == Outcome::ok);
   REQUIRE(a.grow(1, 60, 60) == Outcome::ok);
   CHECK(a.evicted_pages() == 41);
+  CHECK(a.pool().evicted_bytes == 41);  // what the report and the timeline read
   CHECK(a.tree_pages() == 0);
   CHECK(a.pool().evictable_bytes == 0);
   CHECK(a.cached_tokens(info_of(40, h)) == 0);  // a miss after eviction

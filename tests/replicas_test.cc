@@ -64,6 +64,31 @@ TEST_CASE("replicas: four requests routed by vLLM's least-loaded rule, not round
   CHECK(run.total.e2e.max_ns == 1'000 * kMs);
   CHECK(run.total.generated_tokens == 103);
   CHECK(run.total.leak_free);
+  // Only b has two tokens or more: TPOT (1,001 - 11 ms) / 99 = 10 ms, and its 99 decode steps
+  // of 10 ms are the inter-token samples; a, c and d have only the token their prefill gives.
+  CHECK(run.total.tpot.count == 1);
+  CHECK(run.total.tpot.p50_ns == 10 * kMs);
+  CHECK(run.total.itl.count == 99);
+  CHECK(run.total.itl.mean_ns == Approx(10.0 * kMs));
+  CHECK(run.total.itl.max_ns == 10 * kMs);
+  CHECK(run.total.itl.p50_ns <= 10 * kMs);  // a bucket's edge at or below the 10 ms every sample has
+  CHECK(run.total.itl.p50_ns == run.replicas[1].itl.p50_ns);
+  // The sums keep the report's identity: allocated = effective + internal fragmentation, as
+  // time-weighted means over the combined span, each replica weighted by its own span.
+  const double span = 1'001.0 * kMs;
+  double effective = 0, allocated = 0;
+  for (const ReplayReport& r : run.replicas) {
+    effective += r.effective_bytes.mean * static_cast<double>(r.end_ns - r.start_ns) / span;
+    allocated += r.allocated_bytes.mean * static_cast<double>(r.end_ns - r.start_ns) / span;
+  }
+  CHECK(run.total.effective_bytes.mean == Approx(effective));
+  CHECK(run.total.allocated_bytes.mean == Approx(allocated));
+  CHECK(run.total.allocated_bytes.mean == Approx(run.total.effective_bytes.mean + run.total.mean_bytes.total()));
+  CHECK(run.total.token_usage == Approx(effective / allocated));
+  // When the sum peaked and its quantiles over time are not the replicas' figures added.
+  CHECK(run.total.allocated_bytes.peak == run.replicas[0].allocated_bytes.peak + run.replicas[1].allocated_bytes.peak);
+  CHECK(run.total.allocated_bytes.peak_at_ns == -1);
+  CHECK(run.total.allocated_bytes.p50 == -1);
 }
 
 TEST_CASE("replicas: one replica is the plain replay") {

@@ -224,9 +224,10 @@ struct ReplayOptions {
 struct Occupancy {
   double mean = 0;                    // time-weighted over the run's duration
   std::int64_t peak = 0;              // includes transients (a buffer copied on growth)
-  std::int64_t peak_at_ns = 0;
+  std::int64_t peak_at_ns = 0;        // -1: unknown (replicas' sum: their peaks need not coincide)
   std::int64_t p50 = 0;               // time-weighted quantiles: the smallest value v such
   std::int64_t p99 = 0;               // that the quantity was <= v for that share of time,
+                                      // -1: unknown (replicas' sum: quantiles do not add up)
   std::int64_t quantile_resolution = 1;  // rounded up to a multiple of this
   std::int64_t at_end = 0;
 };
@@ -271,6 +272,11 @@ struct LatencySamples {
   std::vector<std::int64_t> ttft_ns;
   std::vector<std::int64_t> e2e_ns;
   std::vector<std::int64_t> waiting_ns;
+  std::vector<std::int64_t> tpot_ns;
+  // The inter-token latency histogram: sequence-weighted step durations in buckets of
+  // 2^itl_shift ns (ReplayReport::itl), so that replicas' histograms add up.
+  std::vector<std::int64_t> itl_buckets;
+  int itl_shift = 0;
 };
 
 struct ReplayReport {

@@ -603,6 +603,16 @@ int run_replay(const Invocation& inv) {
   if (!parse_trace_command(inv, kSpec, options, vm)) return kExitOk;
 
   ReplayPlan plan = plan_replay(vm);
+  // The replicas' runs keep neither records nor series: say so instead of writing a file
+  // with a header only (kvsim validate gives each request of a data-parallel run).
+  if (plan.replicas > 1) {
+    for (const char* output : {"per-request", "html"}) {
+      if (option_text(vm, output)) {
+        throw InputError(Location{"", 0, kOptReplicas},
+                         std::string("--") + output + " follows one engine; give it without --replicas");
+      }
+    }
+  }
   TimelineScratch scratch(plan.allocators.size());
   std::vector<std::vector<RequestRecord>> per_request;
   std::vector<HtmlRun> html_runs;

@@ -276,7 +276,7 @@ std::string occupancy_charts(const std::vector<HtmlRun>& runs) {
       c.add(band_path(reduce_series(r.timeline, range, &HtmlPoint::cached, &HtmlPoint::cached, unit), c.y(), "s4 dash"));
       c.legend("s4", "cached (evictable)", true);
     }
-    if (r.allocated_peak > 0) {
+    if (r.allocated_peak > 0 && r.allocated_peak_at_ns >= 0) {
       const double px_x = c.x()(static_cast<double>(r.allocated_peak_at_ns) / 1e9);
       const double px_y = c.y()(gib(static_cast<double>(r.allocated_peak)));
       const bool right_half = px_x > kLeft + kPlotWidth / 2.0;

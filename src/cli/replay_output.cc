@@ -46,9 +46,11 @@ Json occupancy_json(const Occupancy& o, const char* unit) {
   j["mean"] = rounded(o.mean);
   j["peak"] = o.peak;
   // Trace time, as the arrivals and the timeline; null when the quantity never rose above 0.
-  j["peak_at_s"] = o.peak > 0 ? Json(static_cast<double>(o.peak_at_ns) / 1e9) : Json(nullptr);
-  j["p50"] = o.p50;
-  j["p99"] = o.p99;
+  // Null too where it is unknown (-1: a sum over replicas, whose peaks and quantiles over
+  // time do not add up).
+  j["peak_at_s"] = o.peak > 0 && o.peak_at_ns >= 0 ? Json(static_cast<double>(o.peak_at_ns) / 1e9) : Json(nullptr);
+  j["p50"] = o.p50 >= 0 ? Json(o.p50) : Json(nullptr);
+  j["p99"] = o.p99 >= 0 ? Json(o.p99) : Json(nullptr);
   j["quantile_resolution"] = o.quantile_resolution;
   j["at_end"] = o.at_end;
   j["unit"] = unit;
@@ -221,11 +223,14 @@ void memory_rows(RunColumns& t) {
   t.row("  effective tokens, mean", [](const ReplayReport& r) { return gib(r.effective_bytes.mean); });
   t.row("  effective tokens, peak", [](const ReplayReport& r) { return gib(r.effective_bytes.peak); });
   t.row("  allocated slots, mean", [](const ReplayReport& r) { return gib(r.allocated_bytes.mean); });
-  t.row("  allocated slots, p50 over time", [](const ReplayReport& r) { return gib(r.allocated_bytes.p50); });
-  t.row("  allocated slots, p99 over time", [](const ReplayReport& r) { return gib(r.allocated_bytes.p99); });
+  // -1: unknown (a sum over replicas).
+  const auto known_gib = [](std::int64_t bytes) { return bytes >= 0 ? gib(bytes) : std::string("n/a"); };
+  t.row("  allocated slots, p50 over time", [known_gib](const ReplayReport& r) { return known_gib(r.allocated_bytes.p50); });
+  t.row("  allocated slots, p99 over time", [known_gib](const ReplayReport& r) { return known_gib(r.allocated_bytes.p99); });
   t.row("  allocated slots, peak", [](const ReplayReport& r) { return gib(r.allocated_bytes.peak); });
   t.row("    peak at, s (trace time)", [](const ReplayReport& r) {
-    return r.allocated_bytes.peak > 0 ? seconds(r.allocated_bytes.peak_at_ns) : std::string("n/a");
+    return r.allocated_bytes.peak > 0 && r.allocated_bytes.peak_at_ns >= 0 ? seconds(r.allocated_bytes.peak_at_ns)
+                                                                           : std::string("n/a");
   });
   t.row("  reserved slots, peak", [](const ReplayReport& r) { return gib(r.reserved_bytes.peak); });
 }
@@ -570,11 +575,18 @@ std::vector<std::pair<const char*, Cell>> csv_columns(const CsvShape& shape) {
       {"effective_bytes_mean", decimal([](const ReplayReport& r) { return r.effective_bytes.mean; }, 3)},
       {"effective_bytes_peak", [](const ReplayReport& r) { return std::to_string(r.effective_bytes.peak); }},
       {"allocated_bytes_mean", decimal([](const ReplayReport& r) { return r.allocated_bytes.mean; }, 3)},
-      {"allocated_bytes_p50", [](const ReplayReport& r) { return std::to_string(r.allocated_bytes.p50); }},
-      {"allocated_bytes_p99", [](const ReplayReport& r) { return std::to_string(r.allocated_bytes.p99); }},
+      // Empty where unknown (-1: a sum over replicas).
+      {"allocated_bytes_p50", [](const ReplayReport& r) {
+         return r.allocated_bytes.p50 >= 0 ? std::to_string(r.allocated_bytes.p50) : std::string();
+       }},
+      {"allocated_bytes_p99", [](const ReplayReport& r) {
+         return r.allocated_bytes.p99 >= 0 ? std::to_string(r.allocated_bytes.p99) : std::string();
+       }},
       {"allocated_bytes_peak", [](const ReplayReport& r) { return std::to_string(r.allocated_bytes.peak); }},
       {"allocated_bytes_peak_at_s", [](const ReplayReport& r) {
-         return r.allocated_bytes.peak > 0 ? format_seconds(r.allocated_bytes.peak_at_ns, 9) : std::string();
+         return r.allocated_bytes.peak > 0 && r.allocated_bytes.peak_at_ns >= 0
+                    ? format_seconds(r.allocated_bytes.peak_at_ns, 9)
+                    : std::string();
        }},
       {"reserved_bytes_peak", [](const ReplayReport& r) { return std::to_string(r.reserved_bytes.peak); }},
       {"internal_frag_tail_bytes_mean", decimal([](const ReplayReport& r) { return r.mean_bytes.tail; }, 3)},
