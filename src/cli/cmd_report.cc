@@ -93,7 +93,12 @@ void read_replay_json(const Json& j, const std::string& path, HtmlPage& page) {
     run.effective_mean = number(r, {"memory_bytes", "effective_tokens", "mean"}, path);
     run.allocated_mean = number(r, {"memory_bytes", "allocated_slots", "mean"}, path);
     run.allocated_peak = to_int(number(r, {"memory_bytes", "allocated_slots", "peak"}, path));
-    run.allocated_peak_at_ns = to_ns(number(r, {"memory_bytes", "allocated_slots", "peak_at_s"}, path, true));
+    // Null: unknown (replicas' sum) or no peak; -1 keeps the chart from marking one.
+    const bool peak_at_known = r.contains("memory_bytes") && r["memory_bytes"].contains("allocated_slots") &&
+                               r["memory_bytes"]["allocated_slots"].contains("peak_at_s") &&
+                               !r["memory_bytes"]["allocated_slots"]["peak_at_s"].is_null();
+    run.allocated_peak_at_ns =
+        peak_at_known ? to_ns(number(r, {"memory_bytes", "allocated_slots", "peak_at_s"}, path, true)) : -1;
     run.reserved_peak = to_int(number(r, {"memory_bytes", "reserved_slots", "peak"}, path));
     const auto part = [&](const char* name) { return number(r, {"internal_fragmentation_bytes", "mean", name}, path); };
     run.internal_mean = Fragmentation{part("tail"), part("reservation"), part("padding"), part("duplicate"),
