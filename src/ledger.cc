@@ -14,8 +14,8 @@ int TimeHistogram::settled_shift() const {
   return shift;
 }
 
-void TimeHistogram::commit() {
-  if (pending_ns_ <= 0) return;
+// commit() for a value beyond the buckets as they are (or negative, which is a bug).
+void TimeHistogram::commit_widening() {
   check(pending_value_ >= 0, "histogram: negative quantity");
   const int target = settled_shift();
   while (shift_ < target) {
