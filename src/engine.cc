@@ -6,7 +6,9 @@
 // waiting requests are admitted. The iteration lasts what the cost model gives; arrivals and
 // cancellations inside it happen at their own instants, and the requests that produced
 // their last token are released at its end. A decoding request is touched only at its
-// events; in between its figures follow the slopes it reported (ledger.h).
+// events; in between its figures follow the slopes it reported (ledger.h). A step in which
+// nothing but decoding happens (quiet_step_ahead) skips the scheduling passes, which would
+// find nothing to do; it is timed and ended as every step is.
 #include "engine.h"
 
 #include <algorithm>
@@ -840,11 +842,52 @@ void Engine::deliver_step() {
 
 void Engine::run_iteration() { end_step(begin_step()); }
 
-std::int64_t Engine::begin_step() {
+void Engine::open_step() {
   step_memory_bound_ = false;
   step_preempted_ = false;
   step_swap_bytes_ = 0;
   step_work_ = StepWork{};
+}
+
+std::int64_t Engine::time_step(std::int64_t decode_seqs, std::int64_t prefill_tokens, std::int64_t context) {
+  step_work_.prefill_tokens = prefill_tokens;
+  step_work_.decode_seqs = decode_seqs;
+  step_work_.context = context;
+  step_work_.sampled += decode_seqs;
+  step_decode_seqs_ = decode_seqs;
+  step_prefill_tokens_ = prefill_tokens;
+  return step_duration(step_work_);
+}
+
+bool Engine::quiet_step_ahead() const {
+  // Stale entries (a cancelled prefill or waiting request) make a step look busy: the full
+  // path drops them.
+  return decoding_seqs_ > 0 && prefilling_.empty() && queue_.empty() && swapped_.empty() &&
+         !scheduler_tracks_requests_ && !wheel_.due(step_);
+}
+
+std::int64_t Engine::run_quiet_steps(std::int64_t start_before_ns) {
+  std::int64_t steps = 0;
+  while (now_ < start_before_ns && quiet_step_ahead()) {
+    open_step();
+    const std::int64_t duration = time_step(decoding_seqs_, 0, context_base_ + context_slope_ * step_);
+    // What arrives or is cancelled within the step (or at its start: the loop around takes
+    // up those at a boundary) leaves it to the full path, which times it the same way.
+    const std::int64_t end_ns = now_ + duration;
+    if ((have_next_ && next_.arrival_ns < end_ns) || (!cancellations_.empty() && cancellations_.top().at_ns < end_ns)) {
+      break;
+    }
+    wheel_.take(step_, due_);  // nothing due: the wheel only moves on to the next step
+    // Nothing is delivered at its end (first tokens and completions come from events and
+    // prefills), but the rest of ending a step is the same for every step.
+    end_step(duration);
+    ++steps;
+  }
+  return steps;
+}
+
+std::int64_t Engine::begin_step() {
+  open_step();
   // Requests whose next event falls on this step.
   wheel_.take(step_, due_);
   for (const StepEvent& e : due_) {
@@ -862,13 +905,7 @@ std::int64_t Engine::begin_step() {
     if (swapped_.empty()) admit_waiting(budget, prefill_tokens);
   }
 
-  step_work_.prefill_tokens = prefill_tokens;
-  step_work_.decode_seqs = decode_seqs;
-  step_work_.context = context;
-  step_work_.sampled += decode_seqs;
-  step_decode_seqs_ = decode_seqs;
-  step_prefill_tokens_ = prefill_tokens;
-  return step_duration(step_work_);
+  return time_step(decode_seqs, prefill_tokens, context);
 }
 
 void Engine::end_step(std::int64_t duration) {
@@ -957,7 +994,7 @@ void Engine::advance_before(std::int64_t t_ns) {
       continue;
     }
     if (now_ >= t_ns) return;
-    run_iteration();
+    if (run_quiet_steps(t_ns) == 0) run_iteration();
   }
 }
 
@@ -977,7 +1014,7 @@ ReplayReport Engine::run_simulated() {
       end_span(next_.arrival_ns - now_);  // idle until the next arrival
       continue;
     }
-    run_iteration();
+    if (run_quiet_steps(kUnlimited) == 0) run_iteration();
   }
   report_.end_ns = now_;
   return finish_report();

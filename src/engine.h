@@ -201,6 +201,19 @@ class Engine {
 
   // --- one iteration
   void run_iteration();
+  // A quiet step only decodes: no request has an event on it, no prefill is under way,
+  // nobody waits or is swapped out, and the policy keeps no per-request books. Most steps
+  // of a long generation are quiet, and all begin_step() would do for one is time its
+  // decoding batch.
+  bool quiet_step_ahead() const;
+  // Runs steps that start before `start_before_ns` while they are quiet and nothing
+  // arrives or is cancelled before they end (the full path takes those up at their own
+  // instants). Returns how many it ran.
+  std::int64_t run_quiet_steps(std::int64_t start_before_ns);
+  // begin_step()'s first and last parts, shared with quiet steps: a step starts with none
+  // of the previous step's flags, and its work and duration are fixed from its batch.
+  void open_step();
+  std::int64_t time_step(std::int64_t decode_seqs, std::int64_t prefill_tokens, std::int64_t context);
   // The step has ended (now_ is its end): first tokens are timed, and the requests that
   // produced their last token complete and leave.
   [[gnu::always_inline]] inline void deliver_step();

@@ -14,8 +14,8 @@ int TimeHistogram::settled_shift() const {
   return shift;
 }
 
-void TimeHistogram::commit() {
-  if (pending_ns_ <= 0) return;
+// commit() for a value beyond the buckets as they are (or negative, which is a bug).
+void TimeHistogram::commit_widening() {
   check(pending_value_ >= 0, "histogram: negative quantity");
   coarsen_to(settled_shift());
   weight_ns_[static_cast<std::size_t>(pending_value_ >> shift_)] += pending_ns_;

@@ -81,7 +81,19 @@ class TimeHistogram {
   void add_buckets(const std::vector<std::int64_t>& weights, int shift);
 
  private:
-  void commit();
+  // The pending span into its bucket. Inline for the common case, where the value fits the
+  // buckets as they are; the rest (widening, the check for a negative value) out of line.
+  void commit() {
+    if (pending_ns_ <= 0) return;
+    const auto bucket = static_cast<std::uint64_t>(pending_value_ >> shift_);  // negative: huge
+    if (bucket >= kBuckets) {
+      commit_widening();
+      return;
+    }
+    weight_ns_[bucket] += pending_ns_;
+    pending_ns_ = 0;
+  }
+  void commit_widening();
   int settled_shift() const;
   void coarsen_to(int shift);
 

@@ -33,6 +33,13 @@ class StepWheel {
     else far_.push(e);
   }
 
+  // Whether any event falls on `step`, the next step to be taken. (Far events within reach
+  // of the next step have joined the wheel when the step before it was taken.)
+  bool due(std::int64_t step) const {
+    check(step == next_, "step wheel: steps taken out of order");
+    return !buckets_[static_cast<std::size_t>(step % kSpan)].empty();
+  }
+
   // Moves the events of `step` into `out` (replacing its contents). Steps must be taken
   // one after another, each once.
   void take(std::int64_t step, std::vector<StepEvent>& out) {

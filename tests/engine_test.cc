@@ -1,4 +1,6 @@
 // The replay engine, on schedules worked out by hand.
+#include <algorithm>
+
 #include <catch2/catch.hpp>
 
 #include "kvsim/replay.h"
@@ -165,6 +167,50 @@ TEST_CASE("engine: requests longer than the model's maximum length are refused")
                      options(test::unit_layout(4096), fixed_step(kMs)));
   CHECK(r.report.rejected_too_long == 1);
   CHECK(r.report.completed == 1);
+}
+
+TEST_CASE("engine: a stretch of decoding-only steps is timed step by step, and an arrival cuts it") {
+  // a: arrival 0, prompt 100, output 40; b: arrival 55 ms, prompt 50, output 3. Linear cost:
+  // 10 ms a step plus 1.5 ns per position the decoding sequences hold, rounded up to whole
+  // ns. Step 0 prefills a (nothing decodes: 10 ms). In step k >= 1, a holds 101 + k
+  // positions. b arrives inside step 5, is admitted and prefilled in step 6 (its prefill adds
+  // no context), and holds 51 + (k - 6) positions in steps 7 and 8, the last of which
+  // completes it. Most of a's 39 decoding steps are quiet (no block boundary, nothing
+  // waiting): the engine runs those on its fast path, which must time them exactly so.
+  CostModel c = fixed_step(10 * kMs);
+  c.context_token_ps = 1'500;
+  const auto ceil_1_5 = [](std::int64_t positions) { return (3 * positions + 1) / 2; };
+  std::vector<std::int64_t> itl;  // one gap per sequence decoded in a step
+  std::int64_t t = 10 * kMs, b_first = 0, b_end = 0;
+  for (std::int64_t k = 1; k <= 39; ++k) {
+    const std::int64_t b_positions = k == 7 || k == 8 ? 51 + (k - 6) : 0;
+    const std::int64_t d = 10 * kMs + ceil_1_5(101 + k + b_positions);
+    t += d;
+    itl.push_back(d);
+    if (b_positions > 0) itl.push_back(d);
+    if (k == 6) b_first = t;
+    if (k == 8) b_end = t;
+  }
+  const auto r = run("paged:block=16", {test::request("a", 0, 100, 40), test::request("b", 55 * kMs, 50, 3)},
+                     options(test::unit_layout(), c));
+  const ReplayReport& rep = r.report;
+  CHECK(rep.iterations == 40);
+  CHECK(rep.completed == 2);
+  CHECK(rep.end_ns == t);
+  CHECK(rep.ttft.max_ns == b_first - 55 * kMs);
+  CHECK(rep.e2e.p50_ns == b_end - 55 * kMs);
+  CHECK(rep.e2e.max_ns == t);
+  REQUIRE(itl.size() == 41);
+  CHECK(rep.itl.count == 41);
+  CHECK(rep.itl.max_ns == 10 * kMs + ceil_1_5(109 + 53));  // step 8: a and b decode
+  std::int64_t sum = 0;
+  for (std::int64_t d : itl) sum += d;
+  CHECK(rep.itl.mean_ns == Approx(static_cast<double>(sum) / 41).epsilon(1e-15));
+  // Gaps near 10^7 ns sit in buckets of 256 ns (10^7 >> 8 < 2^16 buckets); the median is the
+  // 21st of 41 gaps.
+  std::sort(itl.begin(), itl.end());
+  CHECK(rep.itl.p50_ns == itl[20] / 256 * 256);
+  CHECK(rep.leak_free);
 }
 
 TEST_CASE("engine: the same inputs give the same report") {
