@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iomanip>
 #include <iterator>
 #include <nlohmann/json.hpp>
 #include <numeric>
@@ -144,12 +145,17 @@ void read_meta(MeasuredRun& run, bool find_workload) {
     run.tick_s = number_member(meta, "tick_seconds", path, 0);
     if (run.tick_s <= 0) throw InputError(Location{path, 0, "tick_seconds"}, "expected a positive number");
   }
-  if (meta.contains("started_at")) {
+  for (const auto& [key, field] : {std::pair{"started_at", &MeasuredRun::started_at_s},
+                                    std::pair{"finished_at", &MeasuredRun::finished_at_s}}) {
+    if (!meta.contains(key)) continue;
     std::int64_t ns = 0;
-    if (!meta["started_at"].is_string() || !detail::parse_datetime_ns(meta["started_at"].get<std::string>(), ns)) {
-      throw InputError(Location{path, 0, "started_at"}, "expected a UTC datetime such as \"2026-04-25T18:47:18.27Z\"");
+    if (!meta[key].is_string() || !detail::parse_datetime_ns(meta[key].get<std::string>(), ns)) {
+      throw InputError(Location{path, 0, key}, "expected a UTC datetime such as \"2026-04-25T18:47:18.27Z\"");
     }
-    run.started_at_s = static_cast<double>(ns) / 1e9;
+    run.*field = static_cast<double>(ns) / 1e9;
+  }
+  if (run.started_at_s != 0 && run.finished_at_s != 0 && run.finished_at_s < run.started_at_s) {
+    throw InputError(Location{path, 0, "finished_at"}, "before started_at");
   }
   if (find_workload && run.workload.empty()) {
     const std::string dataset = string_member(meta, "dataset_path", path, 0);
@@ -195,6 +201,7 @@ void read_requests(MeasuredRun& run) {
     if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
     const json r = parse_json(text, path, line);
     MeasuredRequest m;
+    m.line = line;
     m.id = string_member(r, "request_id", path, line);
     m.input_tokens = integer_member(r, "input_toks", path, line, 0);
     m.output_tokens = integer_member(r, "output_toks", path, line, 1);
@@ -210,6 +217,28 @@ void read_requests(MeasuredRun& run) {
     run.requests.push_back(std::move(m));
   }
   if (run.requests.empty()) throw InputError(Location{path, 0, ""}, "no requests");
+}
+
+// No request outlasts the run that recorded it: a latency longer than started_at to
+// finished_at (plus a second for the clocks' mapping and the recorder's own start and stop)
+// is a damaged timestamp, which would otherwise pass into every figure.
+std::string short_number(double v) {
+  std::ostringstream out;
+  out << std::setprecision(6) << v;
+  return out.str();
+}
+
+void check_within_run(const MeasuredRun& run) {
+  if (run.started_at_s == 0 || run.finished_at_s == 0) return;
+  const double longest = run.finished_at_s - run.started_at_s + 1.0;
+  for (const MeasuredRequest& r : run.requests) {
+    if (r.last_token_s - r.queued_s > longest) {
+      throw InputError(Location{join(run.dir, "requests.jsonl"), r.line, "last_token_ts"},
+                       "the request would last " + short_number(r.last_token_s - r.queued_s) +
+                           " s, longer than the run (meta.json started_at to finished_at, " +
+                           short_number(longest - 1.0) + " s)");
+    }
+  }
 }
 
 double csv_number(const std::string& cell, const std::string& path, std::int64_t line, const std::string& column) {
@@ -246,6 +275,7 @@ void read_ticks(MeasuredRun& run) {
     return cells;
   };
   if (!std::getline(in, text)) throw InputError(Location{path, 1, ""}, "empty file: expected a header line");
+  if (text.rfind("\xEF\xBB\xBF", 0) == 0) text.erase(0, 3);  // a UTF-8 byte order mark, as trace files allow
   const std::vector<std::string> header = split(text);
   std::vector<std::size_t> at(wanted.size());
   for (std::size_t i = 0; i < wanted.size(); ++i) {
@@ -291,6 +321,7 @@ MeasuredRun read_measured_run(const std::string& dir, const std::optional<std::s
   read_meta(run, find_workload);
   read_hardware(run);
   read_requests(run);
+  check_within_run(run);
   read_ticks(run);
   if (run.started_at_s == 0) {
     run.started_at_s = run.requests.front().arrival_time_s;

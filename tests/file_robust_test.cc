@@ -140,6 +140,19 @@ TEST_CASE("OUT that is the input under another name (a hard link) is refused, th
                                " alias.csv is the same file as the input in.csv: write the output elsewhere\n",
                            0) == 0);
   }
+  // Two outputs to one file, by the same path or by two names of it: refused, or the one
+  // written last would replace the other.
+  fs::copy_file(kChat, dir / "out.csv");
+  fs::create_hard_link(dir / "out.csv", dir / "out-alias.csv");
+  for (const char* timeline : {"out.csv", "./out.csv", "out-alias.csv"}) {
+    const auto both = run_sh(dir, std::string("$KVSIM replay in.csv --model llama-3.1-8b --csv out.csv --timeline ") +
+                                      timeline);
+    CHECK(both.exit_code == 2);
+    CHECK(both.err.rfind(std::string("kvsim replay: --timeline and --csv both write ") + timeline, 0) == 0);
+  }
+  CHECK(slurp(dir / "out.csv") == slurp(kChat));  // untouched
+  fs::remove(dir / "out.csv");
+  fs::remove(dir / "out-alias.csv");
   const auto gen = run_sh(dir, "$KVSIM trace gen --lengths-from in.csv -o alias.csv");
   CHECK(gen.exit_code == 2);
   CHECK(gen.err.rfind("kvsim trace gen: --out alias.csv is the same file as the input in.csv", 0) == 0);

@@ -192,6 +192,24 @@ TEST_CASE("validate: what it cannot map is an error naming the file and field") 
   r = test::run_cli({"validate", dir.string(), "--workload", workload, "--kv-budget", "1GB"});
   CHECK(r.exit_code == 1);
   CHECK_THAT(r.err, Catch::Contains("model") && Catch::Contains("--config"));
+  rewrite_meta("example/unknown-model", "meta-llama/Llama-3.1-8B");
+  rewrite_meta("\"0.19.0\"", "\"banana\"");
+  r = test::run_cli({"validate", dir.string(), "--workload", workload, "--kv-budget", "1GB"});
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("meta.json") && Catch::Contains("vllm_version"));
+  // A timestamp no run of started_at to finished_at (1 s here) could have recorded: bench-1's
+  // last token 100 s after it was queued.
+  rewrite_meta("\"banana\"", "\"0.19.0\"");
+  rewrite_meta("\"tick_seconds\"", "\"finished_at\": \"2026-01-01T00:00:01Z\", \"tick_seconds\"");
+  {
+    std::string requests = test::slurp(dir / "requests.jsonl");
+    requests.replace(requests.find("500.95"), 6, "600.5");
+    std::ofstream(dir / "requests.jsonl") << requests;
+  }
+  r = test::run_cli({"validate", dir.string(), "--workload", workload, "--kv-budget", "1GB"});
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("requests.jsonl:2: last_token_ts") && Catch::Contains("longer than the run"));
+  rewrite_meta("\"meta-llama/Llama-3.1-8B\"", "\"example/unknown-model\"");
   // The dataset is not beside the run nor above it.
   r = test::run_cli({"validate", dir.string(), "--kv-budget", "1GB"});
   CHECK(r.exit_code == 1);

@@ -33,6 +33,7 @@ struct MeasuredRequest {
   double scheduled_s = 0;
   double first_token_s = 0;
   double last_token_s = 0;
+  std::int64_t line = 0;  // in requests.jsonl, for messages
 };
 
 // One row of timeseries.csv: the state at `t_s` seconds after the run's start.
@@ -72,6 +73,7 @@ struct MeasuredRun {
   std::vector<std::string> unmodelled_settings;
   std::string workload;              // the path the workload was found at ("" when not looked up)
   double started_at_s = 0;           // meta.json started_at (wall clock, s); else the first arrival
+  double finished_at_s = 0;          // meta.json finished_at (wall clock, s); 0 when absent
   double tick_s = 1.0;
   std::vector<MeasuredRequest> requests;
   std::vector<MeasuredTick> ticks;

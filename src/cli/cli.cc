@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <filesystem>
 #include <iostream>
 #include <sstream>
 
@@ -102,6 +103,19 @@ int dispatch(const Invocation& inv, const std::string& description,
 
 void refuse_output_over_input(const std::vector<std::pair<std::string, std::string>>& outputs,
                               const std::vector<std::string>& inputs, const std::string& synopsis) {
+  // Two outputs to one file: the one written last would replace the other without a word.
+  // The same path, or (when it exists) the same file under another name.
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    for (std::size_t k = i + 1; k < outputs.size(); ++k) {
+      const std::string& a = outputs[i].second;
+      const std::string& b = outputs[k].second;
+      if (a == "-" || b == "-") continue;
+      if (std::filesystem::path(a).lexically_normal() == std::filesystem::path(b).lexically_normal() || same_file(a, b)) {
+        throw UsageError(outputs[i].first + " and " + outputs[k].first + " both write " + printable(a) +
+                         ": give each its own file\nUsage: " + synopsis);
+      }
+    }
+  }
   for (const auto& [name, out] : outputs) {
     for (const auto& in : inputs) {
       if (same_file(out, in)) {

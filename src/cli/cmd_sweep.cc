@@ -40,7 +40,7 @@ const CommandSpec kSpec{
     "max-running, max-batched-tokens, policy, rate-scale, time-window, requests, ...; block\n"
     "size through the allocator spec, e.g. allocator=paged:block=16,paged:block=32); a switch\n"
     "(no-chunked-prefill, sort, ...) takes the values on and off. A value that holds commas goes\n"
-    "in square brackets: allocator=[paged:block=16,prefix=on],paged. Values are checked as\n"
+    "in square brackets: allocator=[paged:block=16,prefix-caching=on],paged. Values are checked as\n"
     "replay checks them, every point before any replay; an option may not be both fixed and\n"
     "varied.\n\n"
     "Spec file (--spec): one axis a line, 'NAME = V1, V2, ...', '#' starts a comment. Its axes\n"

@@ -147,6 +147,10 @@ std::string apply_run_settings(po::variables_map& vm, const MeasuredRun& run) {
   default_to(vm, option_key(kOptMaxRunning), std::to_string(run.max_num_seqs));
   // vLLM 0.19 schedules asynchronously by default (vllm/config/vllm.py: async_scheduling None
   // -> True; vllm/v1/engine/core.py step_with_batch_queue), the version whose code was read.
+  if (!run.vllm_version.empty() && !vllm_at_least(run.vllm_version, 0, 0)) {
+    throw InputError(Location{meta, 0, "vllm_version"},
+                     "\"" + run.vllm_version + "\" is not a version such as \"0.19.0\"");
+  }
   if (vllm_at_least(run.vllm_version, 0, 19)) default_to(vm, option_key(kOptAsyncScheduling), "on");
   default_to(vm, option_key(kOptMaxBatchedTokens), std::to_string(run.max_num_batched_tokens));
   if (run.max_model_len > 0) default_to(vm, option_key(kOptMaxModelLen), std::to_string(run.max_model_len));
@@ -377,10 +381,19 @@ std::string table(const MeasuredRun& run, const ReplayPlan& plan, const std::str
   block("Latency", r.latency);
   out += fmt::format("{:<24} {:>12.2f} {:>12.2f} {:>+8.1f}%\n", "Makespan (s)", r.measured_makespan_s,
                      r.simulated_makespan_s, diff_percent(r.measured_makespan_s, r.simulated_makespan_s));
-  out += fmt::format("running, MAE per tick     {:.2f} requests over {} ticks\n", r.running_mae, r.ticks);
-  out += fmt::format("waiting, MAE per tick     {:.2f} requests\n", r.waiting_mae);
+  if (r.ticks > 0) {
+    out += fmt::format("running, MAE per tick     {:.2f} requests over {} ticks\n", r.running_mae, r.ticks);
+    out += fmt::format("waiting, MAE per tick     {:.2f} requests\n", r.waiting_mae);
+  } else {
+    out += "running, waiting MAE      n/a: no tick of timeseries.csv falls inside the run\n";
+  }
   out += r.kv_recorded ? fmt::format("KV usage, MAE per tick    {:.2f} percentage points\n", r.kv_mae_percent)
                        : std::string("KV usage                  not recorded in this run\n");
+  if (r.completed < r.requests) {
+    out += fmt::format("WARNING: {} of {} requests did not complete in the simulation: the figures above are over "
+                       "the rest only\n",
+                       r.requests - r.completed, r.requests);
+  }
   return out;
 }
 
@@ -430,8 +443,8 @@ std::string json_of(const MeasuredRun& run, const ReplayPlan& plan, const std::s
                              {"simulated", r.simulated_makespan_s},
                              {"diff_percent", diff_percent(r.measured_makespan_s, r.simulated_makespan_s)}}},
          {"ticks", r.ticks},
-         {"running_mae", r.running_mae},
-         {"waiting_mae", r.waiting_mae},
+         {"running_mae", r.ticks > 0 ? Json(r.running_mae) : Json(nullptr)},
+         {"waiting_mae", r.ticks > 0 ? Json(r.waiting_mae) : Json(nullptr)},
          {"kv_usage_mae_percent", r.kv_recorded ? Json(r.kv_mae_percent) : Json(nullptr)}};
   return j.dump(2) + "\n";
 }
@@ -439,11 +452,15 @@ std::string json_of(const MeasuredRun& run, const ReplayPlan& plan, const std::s
 }  // namespace
 
 int run_validate(const Invocation& inv) {
-  po::options_description options = replay_option_descriptions();
+  // replay's options but its outputs: validate prints its own comparison.
+  po::options_description options = replay_option_descriptions(false);
   po::options_description own("Validation");
   own.add_options()(
       "workload", po::value<std::string>(),
-      "the run's workload (default: meta.json's dataset_path, relative to the folder above the run)");
+      "the run's workload (default: meta.json's dataset_path, relative to the folder above the run)")(
+      "json", "print the comparison as JSON instead of the table")(
+      "per-request", po::value<std::string>(),
+      "write the simulated requests to this CSV file, one row each (as replay --per-request)");
   options.add(own);
   po::options_description hidden;
   hidden.add_options()("run", po::value<std::string>())("trace", po::value<std::string>());
@@ -453,11 +470,6 @@ int run_validate(const Invocation& inv) {
   if (!parse_options(inv, kSpec, options, positional, vm, &hidden)) return kExitOk;
   const auto dir = option_text(vm, "run");
   if (!dir) throw UsageError("a run directory is required\nUsage: " + kSpec.synopsis);
-  for (const char* unused : {"csv", "timeline", "html", option_key(kOptJobs)}) {
-    if (vm.count(unused)) {
-      throw UsageError(std::string("--") + unused + " is not used by validate\nUsage: " + kSpec.synopsis);
-    }
-  }
   const MeasuredRun run = read_measured_run(*dir, option_text(vm, "workload"), true);
   const std::string budget_source = apply_run_settings(vm, run);
   ReplayPlan plan = plan_replay(vm);

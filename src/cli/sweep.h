@@ -20,7 +20,7 @@ namespace kvsim::cli {
 // One varied option: a replay option's long name and its values, in order.
 struct SweepAxis {
   std::string name;                 // "kv-budget", as the option is declared
-  std::vector<std::string> values;  // as given: "20GiB", "[paged:block=16,prefix=on]" without brackets
+  std::vector<std::string> values;  // as given: "20GiB", "[paged:block=16,prefix-caching=on]" without brackets
   std::string file;                 // the spec file it came from, "" for --vary
   std::int64_t line = 0;            // its line there
 };
