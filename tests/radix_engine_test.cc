@@ -132,6 +132,16 @@ TEST_CASE("sglang lpm: --schedule-policy takes fcfs or lpm, with the sglang poli
   r = test::run_cli({"replay", trace, "--policy", "sglang", "--schedule-policy", "lpm"});
   CHECK(r.exit_code == 2);
   CHECK_THAT(r.err, Catch::Contains("memory budget"));
+  // Without a prefix cache every prefix is 0 and lpm would be FCFS under another name; the
+  // watermark is vLLM's rule: both refused rather than silently without effect.
+  r = test::run_cli({"replay", trace, "--kv-budget", "2GiB", "--allocator", "paged", "--policy", "sglang",
+                     "--schedule-policy", "lpm"});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("--schedule-policy") && Catch::Contains("caches any"));
+  r = test::run_cli({"replay", trace, "--kv-budget", "2GiB", "--allocator", "paged", "--policy", "sglang",
+                     "--watermark", "0.5"});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("--watermark") && Catch::Contains("vllm policy only"));
   r = test::run_cli({"replay", "--help"});
   CHECK_THAT(r.out, Catch::Contains("--schedule-policy") && Catch::Contains("radix[:page=1]"));
 }

@@ -273,6 +273,9 @@ ReplayOptions replay_options_from(const po::variables_map& vm, const ModelChoice
     throw InputError(Location{"", 0, kOptSchedulePolicy}, "applies to the sglang policy only (--policy sglang)");
   }
   ro.memory.watermark_ppb = parse_fraction_ppb(vm[option_key(kOptWatermark)].as<std::string>(), kOptWatermark);
+  if (!vm[option_key(kOptWatermark)].defaulted() && policy.name != "vllm") {
+    throw InputError(Location{"", 0, kOptWatermark}, "applies to the vllm policy only (--policy vllm)");
+  }
   ro.memory.swap_bytes_per_second =
       parse_byte_size(vm[option_key(kOptSwapBandwidth)].as<std::string>(), kOptSwapBandwidth);
   if (ro.memory.swap_bytes_per_second <= 0) {
@@ -387,6 +390,15 @@ ReplayPlan plan_replay(const po::variables_map& vm, bool open_trace_now) {
   AllocatorLimits limits;
   limits.capacity_bytes = plan.options.memory.kv_budget_bytes;
   for (const auto& spec : specs) plan.allocators.push_back(make_allocator(spec, layout, limits));
+  // SGLang orders by the prefix its radix cache holds; with no allocator sharing prompts every
+  // prefix is 0 and the order FCFS (SGLang itself falls back to fcfs without its cache).
+  if (plan.options.memory.sglang_lpm &&
+      std::none_of(plan.allocators.begin(), plan.allocators.end(),
+                   [](const std::unique_ptr<Allocator>& a) { return a->prefix_block_tokens() > 0; })) {
+    throw InputError(Location{"", 0, kOptSchedulePolicy},
+                     "lpm orders by cached prefixes, and none of these allocators caches any: give radix or "
+                     "paged:prefix-caching=on");
+  }
   if (const auto n = option_text(vm, option_key(kOptReplicas))) plan.replicas = positive_integer(*n, kOptReplicas);
   if (plan.replicas > 1) {
     if (option_text(vm, "timeline")) {
