@@ -1,4 +1,5 @@
 // The text forms of the generator's options (see kvsim/trace_gen.h for the grammar).
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <tuple>
@@ -310,6 +311,11 @@ MaxTokensPolicy parse_max_tokens_policy(std::string_view text, std::string_view 
     p.kind = MaxTokensPolicy::Kind::cap;
     p.cap = parse_count_distribution(spec.kind == "fixed" ? text : spec.body, field);
     if (p.cap.kind == CountDistribution::Kind::empirical) bad(field, "cap: an empirical cap is not supported");
+    // A limit of 0 would leave requests nothing to generate (engines require max_tokens >= 1).
+    const bool zero = (p.cap.kind == CountDistribution::Kind::constant && p.cap.value == 0) ||
+                      (p.cap.kind == CountDistribution::Kind::uniform && p.cap.low == 0) ||
+                      std::any_of(p.cap.choices.begin(), p.cap.choices.end(), [](const auto& c) { return c.first == 0; });
+    if (zero) bad(field, "a generation limit of 0 tokens: engines require max_tokens >= 1");
   } else {
     bad(field, "expected none, output, factor:1.5, fixed:1024 or cap:<count>, got \"" + std::string(text) + "\"");
   }

@@ -121,6 +121,15 @@ TEST_CASE("an input named like the old temporary (OUT.kvsim-tmp) is left alone",
   CHECK(slurp(dir / "out.csv") == converted_chat());
 }
 
+TEST_CASE("trace gen that generates no request fails and writes no file", "[files]") {
+  // Poisson arrivals at 1 a second: the first falls after 1 ns with certainty up to 1e-9.
+  const auto dir = fresh_dir("gen-none");
+  const auto r = run_sh(dir, "$KVSIM trace gen --duration 1ns --arrivals poisson:rate=1 -o none.csv");
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("none.csv: no request was generated"));
+  CHECK(names_in(dir).empty());
+}
+
 TEST_CASE("OUT that is the input under another name (a hard link) is refused, the input untouched", "[files]") {
   const auto dir = fresh_dir("same-file");
   fs::copy_file(kChat, dir / "in.csv");

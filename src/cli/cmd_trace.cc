@@ -349,6 +349,11 @@ int run_gen(const Invocation& inv) {
       writer.write(r);
       ++count;
     }
+    // A header alone is a trace no command accepts: say why here, where the options are, and
+    // write nothing.
+    if (count == 0) {
+      throw InputError(Location{out, 0, ""}, "no request was generated: does any arrival fall inside --duration?");
+    }
   });
   if (out != "-") fmt::print(stderr, "kvsim: wrote {} requests to {}\n", with_commas(count), printable(out));
   return kExitOk;
