@@ -160,8 +160,11 @@ const CommandSpec kConvertSpec{
     "and find which optional columns it uses, then to write (a pipe or FIFO is read once\n"
     "and its requests kept in memory). Nothing is written when the input has a bad row, and\n"
     "OUT is replaced only once complete. The conversion is lossless: converting the output\n"
-    "again gives the same requests, and the same bytes. --time-window, --requests and\n"
-    "--rate-scale write the requests they keep, at their scaled times (docs/replay.md).",
+    "again gives the same requests, and the same bytes. One exception, said on stderr: a\n"
+    "token-id trace's ids become prefix hashes of --hash-block-tokens blocks (16), so the\n"
+    "output shares prompts at those blocks' boundaries only (radix:page=1 matches token by\n"
+    "token on the ids). --time-window, --requests and --rate-scale write the requests they\n"
+    "keep, at their scaled times (docs/replay.md).",
     "  kvsim trace convert ../shared/traces/azure2023/AzureLLMInferenceTrace_conv.csv azure-conv.csv\n"
     "  kvsim trace convert traces/chat-mix.csv chat-mix.jsonl\n"
     "  kvsim trace convert traces/chat-mix.csv first-100-at-2x.csv --requests 100 --rate-scale 2"};
@@ -217,6 +220,12 @@ int run_convert(const Invocation& inv) {
     Request r;
     while (reader->next(r)) writer.write(r);
   });
+  if (in_format == TraceFormat::token_ids) {
+    fmt::print(stderr,
+               "kvsim: note: the token ids became prefix hashes of {}-token blocks: replays of {} share prompts at "
+               "those blocks' boundaries only (give --hash-block-tokens for another size)\n",
+               trace.hash_block_tokens, printable(out));
+  }
   if (out != "-") {
     fmt::print(stderr, "kvsim: converted {} requests: {} ({}) -> {} ({})\n", with_commas(count), printable(in),
                trace_format_name(in_format), printable(out),
