@@ -110,7 +110,9 @@ void read_engine_settings(MeasuredRun& run, const json& kw, const std::string& p
       "enforce_eager", "seed", "tokenizer", "tokenizer_mode", "revision", "tokenizer_revision", "code_revision",
       "trust_remote_code", "download_dir", "load_format", "served_model_name", "disable_log_stats",
       "disable_log_requests", "enable_log_requests"};
-  for (const auto& [key, value] : kw.items()) {
+  for (auto it = kw.begin(); it != kw.end(); ++it) {
+    const std::string& key = it.key();
+    const json& value = it.value();
     if (value.is_null()) continue;
     if (std::find_if(std::begin(kKnown), std::end(kKnown), [&](const char* k) { return key == k; }) != std::end(kKnown)) {
       continue;
