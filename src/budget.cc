@@ -293,8 +293,8 @@ ModelWeights model_weights(const ModelSpec& model, const KvOptions& kv, const Bu
     }
     w.weights_bytes = ceil_div(checked_mul(w.parameter_count, w.weight_bits, "weight bits"), 8);
   }
-  // Expert parallelism: a device holds 1/N of the routed experts, rounded down as the
-  // experts are whole, and all the rest.
+  // Expert parallelism: a device holds floor(routed parameters / N) of the routed experts'
+  // parameters, and all the rest.
   std::int64_t spread_bytes = 0;
   if (o.expert_parallel_ranks > 1 && model.moe) {
     const std::int64_t experts = split_parameters(model).routed_experts;

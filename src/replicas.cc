@@ -66,13 +66,45 @@ void add_occupancy(Occupancy& total, const Occupancy& part, std::int64_t part_sp
   total.quantile_resolution = std::max(total.quantile_resolution, part.quantile_resolution);
 }
 
-void add_fragmentation(Fragmentation& total, const Fragmentation& part, double weight) {
-  total.tail += part.tail * weight;
-  total.reservation += part.reservation * weight;
-  total.padding += part.padding * weight;
-  total.duplicate += part.duplicate * weight;
-  total.outside_window += part.outside_window * weight;
+// Each part of `part`, through `f` (a span share, or as it is), added to `total`.
+template <class F>
+void add_fragmentation(Fragmentation& total, const Fragmentation& part, F f) {
+  total.tail += f(part.tail);
+  total.reservation += f(part.reservation);
+  total.padding += f(part.padding);
+  total.duplicate += f(part.duplicate);
+  total.outside_window += f(part.outside_window);
 }
+
+// Figures of a replica's report that add up over the replicas as they are.
+constexpr std::int64_t ReplayReport::*kSummed[] = {
+    &ReplayReport::requests,
+    &ReplayReport::completed,
+    &ReplayReport::cancelled_queued,
+    &ReplayReport::cancelled_running,
+    &ReplayReport::rejected_too_long,
+    &ReplayReport::rejected_too_large,
+    &ReplayReport::prompt_tokens,
+    &ReplayReport::generated_tokens,
+    &ReplayReport::iterations,
+    &ReplayReport::prefix_queried_tokens,
+    &ReplayReport::prefix_hit_tokens,
+    &ReplayReport::prefix_queried_blocks,
+    &ReplayReport::prefix_hit_blocks,
+    &ReplayReport::prefix_preempted_queried_tokens,
+    &ReplayReport::prefix_preempted_hit_tokens,
+    &ReplayReport::evicted_bytes,
+    &ReplayReport::failed_placements,
+    &ReplayReport::copied_bytes,
+    &ReplayReport::capacity_bytes,
+    &ReplayReport::preemptions,
+    &ReplayReport::preempted_requests,
+    &ReplayReport::recomputed_tokens,
+    &ReplayReport::swapped_out_bytes,
+    &ReplayReport::swapped_in_bytes,
+    &ReplayReport::memory_bound_ns,  // divided by the replicas afterwards: their mean
+    &ReplayReport::allocated_bytes_at_end,
+};
 
 ReplayReport combine(std::vector<ReplayReport>& rs, std::int64_t waiting_at_last_arrival) {
   ReplayReport t;
@@ -90,43 +122,18 @@ ReplayReport combine(std::vector<ReplayReport>& rs, std::int64_t waiting_at_last
   detail::TimeHistogram itl;  // the replicas' inter-token latency histograms, added up
   double itl_sum = 0;
   for (auto& r : rs) {
-    t.requests += r.requests;
-    t.completed += r.completed;
-    t.cancelled_queued += r.cancelled_queued;
-    t.cancelled_running += r.cancelled_running;
-    t.rejected_too_long += r.rejected_too_long;
-    t.rejected_too_large += r.rejected_too_large;
+    for (const auto field : kSummed) t.*field += r.*field;
     if (r.shortest_request_tokens > 0 && (t.shortest_request_tokens == 0 || r.shortest_request_tokens < t.shortest_request_tokens)) {
       t.shortest_request_tokens = r.shortest_request_tokens;
     }
-    t.prompt_tokens += r.prompt_tokens;
-    t.generated_tokens += r.generated_tokens;
-    t.iterations += r.iterations;
-    t.prefix_queried_tokens += r.prefix_queried_tokens;
-    t.prefix_hit_tokens += r.prefix_hit_tokens;
-    t.prefix_queried_blocks += r.prefix_queried_blocks;
-    t.prefix_hit_blocks += r.prefix_hit_blocks;
-    t.prefix_preempted_queried_tokens += r.prefix_preempted_queried_tokens;
-    t.prefix_preempted_hit_tokens += r.prefix_preempted_hit_tokens;
-    t.evicted_bytes += r.evicted_bytes;
-    t.failed_placements += r.failed_placements;
-    t.copied_bytes += r.copied_bytes;
     t.places_reservations = t.places_reservations || r.places_reservations;
     t.external_fragmentation_max = std::max(t.external_fragmentation_max, r.external_fragmentation_max);
-    t.capacity_bytes += r.capacity_bytes;
-    t.preemptions += r.preemptions;
-    t.preempted_requests += r.preempted_requests;
     t.max_preemptions_per_request = std::max(t.max_preemptions_per_request, r.max_preemptions_per_request);
-    t.recomputed_tokens += r.recomputed_tokens;
-    t.swapped_out_bytes += r.swapped_out_bytes;
-    t.swapped_in_bytes += r.swapped_in_bytes;
-    t.memory_bound_ns += r.memory_bound_ns;  // divided by the replicas below: their mean
     t.queue_max = std::max(t.queue_max, r.queue_max);
     t.start_ns = std::min(t.start_ns, r.start_ns);
     t.end_ns = std::max(t.end_ns, r.end_ns);
     t.last_arrival_ns = std::max(t.last_arrival_ns, r.last_arrival_ns);
     t.leak_free = t.leak_free && r.leak_free;
-    t.allocated_bytes_at_end += r.allocated_bytes_at_end;
     for (auto v : {&LatencySamples::ttft_ns, &LatencySamples::e2e_ns, &LatencySamples::waiting_ns,
                    &LatencySamples::tpot_ns}) {
       (all.*v).insert((all.*v).end(), (r.latency_samples.*v).begin(), (r.latency_samples.*v).end());
@@ -144,34 +151,31 @@ ReplayReport combine(std::vector<ReplayReport>& rs, std::int64_t waiting_at_last
   const std::int64_t span = t.end_ns - t.start_ns;
   // Ratios of time integrals, each replica's integral being its mean times its own span.
   double effective_integral = 0, allocated_integral = 0, capacity_integral = 0;
+  // Per layer group as for the totals (every replica serves the same model).
+  t.groups = rs.front().groups;
+  for (GroupReport& g : t.groups) g = GroupReport{g.group, {}, {}, {}, {}};
+  const auto as_is = [](double v) { return v; };  // at the peak: each replica at its own
   for (const auto& r : rs) {
     const std::int64_t own = r.end_ns - r.start_ns;
+    const auto share = [&](double mean) { return span_share(mean, own, span); };
     add_occupancy(t.effective_bytes, r.effective_bytes, own, span);
     add_occupancy(t.allocated_bytes, r.allocated_bytes, own, span);
     add_occupancy(t.reserved_bytes, r.reserved_bytes, own, span);
     add_occupancy(t.evictable_bytes, r.evictable_bytes, own, span);
-    add_fragmentation(t.mean_bytes, r.mean_bytes, span > 0 ? static_cast<double>(own) / static_cast<double>(span) : 0);
-    // Each replica at its own peak, as the peak is the sum of theirs.
-    add_fragmentation(t.at_peak_bytes, r.at_peak_bytes, 1.0);
-    t.external_fragmentation_mean += span_share(r.external_fragmentation_mean, own, span);
-    t.external_fragmentation_bytes_mean += span_share(r.external_fragmentation_bytes_mean, own, span);
-    effective_integral += r.effective_bytes.mean * static_cast<double>(own);
-    allocated_integral += r.allocated_bytes.mean * static_cast<double>(own);
-    if (r.block_usage > 0) capacity_integral += r.allocated_bytes.mean * static_cast<double>(own) / r.block_usage;
-  }
-  // Per layer group, as for the totals (every replica serves the same model).
-  t.groups = rs.front().groups;
-  for (GroupReport& g : t.groups) g = GroupReport{g.group, {}, {}, {}, {}};
-  for (const auto& r : rs) {
-    const std::int64_t own = r.end_ns - r.start_ns;
+    add_fragmentation(t.mean_bytes, r.mean_bytes, share);
+    add_fragmentation(t.at_peak_bytes, r.at_peak_bytes, as_is);
     for (std::size_t k = 0; k < t.groups.size() && k < r.groups.size(); ++k) {
       GroupReport& g = t.groups[k];
       add_occupancy(g.effective_tokens, r.groups[k].effective_tokens, own, span);
       add_occupancy(g.allocated_slots, r.groups[k].allocated_slots, own, span);
-      add_fragmentation(g.mean_slots, r.groups[k].mean_slots,
-                        span > 0 ? static_cast<double>(own) / static_cast<double>(span) : 0);
-      add_fragmentation(g.at_peak_slots, r.groups[k].at_peak_slots, 1.0);
+      add_fragmentation(g.mean_slots, r.groups[k].mean_slots, share);
+      add_fragmentation(g.at_peak_slots, r.groups[k].at_peak_slots, as_is);
     }
+    t.external_fragmentation_mean += share(r.external_fragmentation_mean);
+    t.external_fragmentation_bytes_mean += share(r.external_fragmentation_bytes_mean);
+    effective_integral += r.effective_bytes.mean * static_cast<double>(own);
+    allocated_integral += r.allocated_bytes.mean * static_cast<double>(own);
+    if (r.block_usage > 0) capacity_integral += r.allocated_bytes.mean * static_cast<double>(own) / r.block_usage;
   }
   t.token_usage = allocated_integral > 0 ? effective_integral / allocated_integral : 0;
   t.block_usage = capacity_integral > 0 ? allocated_integral / capacity_integral : 0;

@@ -59,7 +59,7 @@ struct MeasuredRun {
   std::int64_t max_model_len = 0;    // 0: null in meta.json (the model's own)
   // Further engine_kwargs that change what a replay of the run must model, when meta.json
   // gives them (absent or null: vLLM's default).
-  std::int64_t block_size = 0;                 // 0: vLLM's 16
+  std::int64_t block_size = 16;                // vLLM's default when meta.json gives none
   std::optional<bool> prefix_caching;          // enable_prefix_caching (vLLM v1: on)
   std::optional<bool> chunked_prefill;         // enable_chunked_prefill (vLLM v1: on)
   double gpu_memory_utilization = 0;           // 0: vLLM's 0.9

@@ -76,8 +76,11 @@ Schedule parse_schedule(const std::string& text) {
 
 }  // namespace
 
-std::string budget_description(const Budget& b) {
-  if (b.direct) return format_gib(b.kv_budget_bytes) + " (" + with_commas(b.kv_budget_bytes) + " bytes, --kv-budget)";
+std::string budget_description(const Budget& b, std::string_view direct_source) {
+  if (b.direct) {
+    return format_gib(b.kv_budget_bytes) + " (" + with_commas(b.kv_budget_bytes) + " bytes, " +
+           std::string(direct_source) + ")";
+  }
   return format_gib(b.kv_budget_bytes) + " (" + with_commas(b.kv_budget_bytes) + " bytes) on " +
          (b.device.empty() ? std::string("the device") : b.device) + ": " + with_commas(b.device_total_bytes) +
          " x " + format_ppb(b.gpu_memory_utilization_ppb) + " - weights " + with_commas(b.weights_bytes_per_device) +

@@ -108,8 +108,7 @@ std::int64_t run_kv_budget_bytes(const po::variables_map& vm, const MeasuredRun&
   if (run.kv_cache_memory_bytes > 0) return run.kv_cache_memory_bytes;
   if (run.num_gpu_blocks_override == 0) return 0;
   const ModelChoice choice = resolve_model(vm, kSpec.synopsis, "");
-  const std::int64_t block = run.block_size > 0 ? run.block_size : 16;
-  return checked_mul(checked_mul(run.num_gpu_blocks_override, block, "num_gpu_blocks_override"),
+  return checked_mul(checked_mul(run.num_gpu_blocks_override, run.block_size, "num_gpu_blocks_override"),
                      choice.layout().bytes_per_token(), "num_gpu_blocks_override");
 }
 
@@ -157,7 +156,7 @@ std::string apply_run_settings(po::variables_map& vm, const MeasuredRun& run) {
   // vLLM's defaults unless meta.json says otherwise: 16-token blocks, prefix caching on,
   // chunked prefill on (vllm/config/cache.py, scheduler.py).
   default_to(vm, option_key(kOptAllocator),
-             fmt::format("paged:block={}{}", run.block_size > 0 ? run.block_size : 16,
+             fmt::format("paged:block={}{}", run.block_size,
                          run.prefix_caching.value_or(true) ? ",prefix-caching=on" : ""));
   if (run.chunked_prefill == false && !vm.count(option_key(kOptNoChunkedPrefill))) {
     vm.insert({option_key(kOptNoChunkedPrefill), po::variable_value(boost::any(), false)});
@@ -191,7 +190,7 @@ std::string apply_run_settings(po::variables_map& vm, const MeasuredRun& run) {
       budget_source = run.kv_cache_memory_bytes > 0
                           ? std::string("meta.json kv_cache_memory_bytes")
                           : fmt::format("meta.json num_gpu_blocks_override: {} blocks of {} tokens",
-                                        run.num_gpu_blocks_override, run.block_size > 0 ? run.block_size : 16);
+                                        run.num_gpu_blocks_override, run.block_size);
     } else {
       default_to(vm, option_key(kOptDevice), preset);
       if (run.gpu_memory_utilization > 0) {
@@ -330,9 +329,7 @@ Result compare(const MeasuredRun& run, const ReplayPlan& plan, const ReplayRepor
 
 std::string budget_text(const ReplayPlan& plan, const std::string& source) {
   if (!plan.budget) return "none (unbounded)";
-  if (source.empty()) return budget_description(*plan.budget);
-  return fmt::format("{} ({} bytes, {})", format_gib(plan.budget->kv_budget_bytes), with_commas(plan.budget->kv_budget_bytes),
-                     source);
+  return source.empty() ? budget_description(*plan.budget) : budget_description(*plan.budget, source);
 }
 
 std::string table(const MeasuredRun& run, const ReplayPlan& plan, const std::string& budget_source, const ReplayReport& report,

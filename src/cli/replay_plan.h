@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cli.h"
@@ -43,8 +44,9 @@ struct ReplayPlan {
 };
 
 // One line on where the KV budget comes from: "70.08 GiB (75,243,498,700 bytes) on
-// RTX-PRO-6000: total x 0.9 - weights ... - reserve ...", or "... bytes, --kv-budget".
-std::string budget_description(const Budget& b);
+// RTX-PRO-6000: total x 0.9 - weights ... - reserve ...", or for a budget given directly
+// "... bytes, <direct_source>)".
+std::string budget_description(const Budget& b, std::string_view direct_source = "--kv-budget");
 
 // Every option `kvsim replay` declares (the trace is the hidden positional "trace").
 // Without `with_outputs`, those that shape one replay's output (--json, --csv, --timeline,
