@@ -221,7 +221,9 @@ TEST_CASE("validate: meta.json's engine settings are replayed, and the ones it c
   // The tiny run with engine_kwargs a memory-bound run might set. Llama-3.1-8B stores
   // 32 layers x 8 KV heads x 128 dims x 2 (K and V) = 65,536 values a token: 131,072 bytes
   // in bf16, 65,536 in fp8. 400 blocks of 32 tokens in fp8: 400 x 32 x 65,536 = 838,860,800
-  // bytes per device, the pool vLLM sizes for num_gpu_blocks_override. block_size 32 and
+  // bytes per device, the pool vLLM sizes for num_gpu_blocks_override, of which the first
+  // block is its null block (vllm/v1/core/block_pool.py), never handed out: 399 blocks,
+  // 838,860,800 - 32 x 65,536 = 836,763,648 bytes to replay. block_size 32 and
   // prefix caching off make the allocator paged:block=32; chunked prefill off is kept (a
   // step's 4,096 tokens hold a whole prompt of max_model_len, as vLLM then requires);
   // swap_space and a made-up key are neither modelled nor known to be harmless: named.
@@ -247,24 +249,38 @@ TEST_CASE("validate: meta.json's engine settings are replayed, and the ones it c
   Json doc = Json::parse(r.out);
   CHECK(doc["kvsim"]["allocator"] == "paged:block=32");
   CHECK(doc["kvsim"]["chunked_prefill"] == false);
-  CHECK(doc["kvsim"]["kv_budget_bytes"] == 838860800);
-  CHECK_THAT(doc["kvsim"]["kv_budget"].get<std::string>(), Catch::Contains("num_gpu_blocks_override"));
+  CHECK(doc["kvsim"]["kv_budget_bytes"] == 836763648);
+  CHECK_THAT(doc["kvsim"]["kv_budget"].get<std::string>(),
+             Catch::Contains("num_gpu_blocks_override") && Catch::Contains("less the null block (2,097,152 bytes)"));
   CHECK(doc["unmodelled_settings"] == Json::array({"made_up=\"x\"", "swap_space=4"}));
   // The table says the same.
   r = test::run_cli({"validate", dir.string(), "--workload", workload});
-  CHECK_THAT(r.out, Catch::Contains("(no chunked prefill)") && Catch::Contains("838,860,800 bytes") &&
+  CHECK_THAT(r.out, Catch::Contains("(no chunked prefill)") && Catch::Contains("836,763,648 bytes") &&
                         Catch::Contains("not modelled (meta.json engine_kwargs): made_up=\"x\", swap_space=4"));
 
   // gpu_memory_utilization 0.5 on the RTX PRO 6000 preset (102,641,958,912 bytes): the
-  // subtraction starts from 51,320,979,456 bytes. kv_cache_memory_bytes fixes the budget.
+  // subtraction starts from 51,320,979,456 bytes. The rest is vLLM's start-up rule, which
+  // `kvsim size --engine vllm` prints with the run's settings (its own tests check it against
+  // vLLM's logs); validate replays that pool less the null block: one 16-token block of
+  // 131,072 bf16 bytes a token, 2,097,152 bytes.
   write_meta(R"(, "gpu_memory_utilization": 0.5)");
-  r = test::run_cli({"validate", dir.string(), "--workload", workload});
-  CHECK_THAT(r.out, Catch::Contains("102,641,958,912 x 0.5 - weights"));
+  r = test::run_cli({"validate", dir.string(), "--workload", workload, "--json"});
+  REQUIRE(r.exit_code == 0);
+  doc = Json::parse(r.out);
+  CHECK_THAT(doc["kvsim"]["kv_budget"].get<std::string>(),
+             Catch::Contains("vLLM's start-up rule on RTX-PRO-6000: total 102,641,958,912 x 0.5 - weights"));
+  const auto sized = test::run_cli({"size", "--model", "llama-3.1-8b", "--engine", "vllm", "--device", "RTX-PRO-6000",
+                                    "--gpu-memory-utilization", "0.5", "--max-num-seqs", "128",
+                                    "--max-num-batched-tokens", "4096", "--max-model-len", "4096", "--json"});
+  REQUIRE(sized.exit_code == 0);
+  CHECK(doc["kvsim"]["kv_budget_bytes"] == Json::parse(sized.out)["budget"]["kv_budget_bytes"].get<std::int64_t>() - 2097152);
+  // kv_cache_memory_bytes fixes the memory: floor(123,456,789 / 2,097,152) = 58 blocks, of
+  // which 57 are handed out; 123,456,789 - 2,097,152 = 121,359,637 bytes hold exactly 57.
   write_meta(R"(, "kv_cache_memory_bytes": 123456789, "dtype": "bfloat16")");
   r = test::run_cli({"validate", dir.string(), "--workload", workload, "--json"});
   REQUIRE(r.exit_code == 0);
   doc = Json::parse(r.out);
-  CHECK(doc["kvsim"]["kv_budget_bytes"] == 123456789);
+  CHECK(doc["kvsim"]["kv_budget_bytes"] == 121359637);
   CHECK(doc["kvsim"]["allocator"] == "paged:block=16,prefix-caching=on");
   CHECK(doc["unmodelled_settings"].empty());
 

@@ -24,6 +24,7 @@
 #include "kvsim/option_names.h"
 #include "kvsim/replay.h"
 #include "kvsim/replicas.h"
+#include "kvsim/startup_memory.h"
 #include "kvsim/trace.h"
 #include "kvsim/units.h"
 #include "model_options.h"
@@ -44,12 +45,15 @@ const CommandSpec kSpec{
     "From meta.json, unless given: --model (a preset, by the table at the end), --tp, --max-running\n"
     "(max_num_seqs), --max-batched-tokens, --max-model-len, --replicas (data_parallel_size; the\n"
     "running and waiting counts are the replicas' summed), --expert-parallel\n"
-    "(enable_expert_parallel), --allocator\n"
-    "paged:block=16,prefix-caching=on (vLLM's defaults) and --schedule simulate; the device\n"
-    "from peer_cluster_config.json (--device). Any replay option may be given; --cost takes the\n"
-    "spec 'kvsim calibrate RUN_DIR' prints. Measured figures follow the run's README: TTFT =\n"
-    "first_token - queued, TPOT = (last_token - first_token) / (output - 1), latency = last_token -\n"
-    "queued; percentiles interpolate linearly (numpy's default).\n\n" + run_name_table(),
+    "(enable_expert_parallel), --allocator paged:block=16,prefix-caching=on (vLLM's defaults)\n"
+    "and --schedule simulate; the device from peer_cluster_config.json (--timing-device), and\n"
+    "its KV pool by vLLM's start-up rule (as 'kvsim size --engine vllm') or meta.json's\n"
+    "kv_cache_memory_bytes or num_gpu_blocks_override, less vLLM's null block (--kv-budget,\n"
+    "--device-memory or --reserve instead: used as given). Any replay option may be given;\n"
+    "--cost takes the spec 'kvsim calibrate RUN_DIR' prints. Measured figures follow the run's\n"
+    "README: TTFT = first_token - queued, TPOT = (last_token - first_token) / (output - 1),\n"
+    "latency = last_token - queued; percentiles interpolate linearly (numpy's default).\n\n" +
+        run_name_table(),
     "  kvsim validate ../shared/measured/rtxpro6000-llama-3.1-8b --device-memory 96GB\n"
     "  kvsim validate RUN --device-memory 96GB --cost \"$(kvsim calibrate RUN --json | jq -r .cost)\" --json"};
 
@@ -110,6 +114,60 @@ std::int64_t run_kv_budget_bytes(const po::variables_map& vm, const MeasuredRun&
   const ModelChoice choice = resolve_model(vm, kSpec.synopsis, "");
   return checked_mul(checked_mul(run.num_gpu_blocks_override, run.block_size, "num_gpu_blocks_override"),
                      choice.layout().bytes_per_token(), "num_gpu_blocks_override");
+}
+
+// vLLM's first block is its null block (vllm/v1/core/block_pool.py: BlockPool.__init__ takes
+// it off the free queue, a placeholder that is never allocated; get_usage divides by
+// num_gpu_blocks - 1): the pool holds one block fewer than its memory does. The bytes of one
+// block of every layer, which a budget of `bytes` loses to it; `bytes` itself below one block.
+std::int64_t null_block_bytes(const ModelChoice& choice, std::int64_t block_tokens) {
+  return checked_mul(block_tokens, choice.layout().bytes_per_token(), "block bytes");
+}
+
+// The run's KV pool by vLLM's own start-up rule (vllm/v1/worker/gpu_worker.py
+// determine_available_memory, as `kvsim size --engine vllm` computes it: device total x
+// gpu_memory_utilization - weights - the profile run's activation peak - persistent buffers -
+// non-torch memory), with meta.json's settings; nothing when the rule cannot follow the run:
+// the user gave a term of the budget, or experts are spread over ranks (the tensor-by-tensor
+// weights do not split them; the budget then falls back to replay's rule, which does).
+struct StartupPool {
+  std::int64_t bytes = 0;
+  std::string source;
+};
+std::optional<StartupPool> vllm_startup_pool(const po::variables_map& vm, const MeasuredRun& run, const char* preset) {
+  for (const char* user : {kOptReserve, kOptParams, kOptWeightsBytes, kOptWeightDtype}) {
+    if (given(vm, option_key(user))) return std::nullopt;
+  }
+  if (run.expert_parallel) return std::nullopt;
+  const ModelChoice choice = resolve_model(vm, kSpec.synopsis, "");
+  BudgetOptions device;
+  device.device = preset;
+  EngineSettings settings;
+  settings.engine = ServingEngine::vllm;
+  if (const auto u = option_text(vm, option_key(kOptGpuMemoryUtilization))) {
+    settings.memory_fraction_ppb = parse_gpu_memory_utilization(*u, kOptGpuMemoryUtilization);
+  }
+  settings.max_num_batched_tokens = run.max_num_batched_tokens;
+  settings.max_num_seqs = run.max_num_seqs;
+  if (const auto n = option_text(vm, option_key(kOptMaxModelLen))) settings.max_model_len = positive_integer(*n, kOptMaxModelLen);
+  settings.enforce_eager = run.enforce_eager;
+  const StartupMemory startup = startup_memory(choice.model, choice.kv, settings, device);
+  const Budget budget = startup_budget(startup);
+  const std::int64_t null_block = null_block_bytes(choice, run.block_size);
+  if (budget.kv_budget_bytes < 2 * null_block) {
+    throw InputError(Location{run.dir + "/meta.json", 0, "engine_kwargs"},
+                     "vLLM's start-up rule leaves " + with_commas(budget.kv_budget_bytes) +
+                         " bytes for the KV cache on " + preset + ", less than two blocks; give --kv-budget");
+  }
+  return StartupPool{budget.kv_budget_bytes - null_block,
+                     fmt::format("vLLM's start-up rule on {}: total {} x {} - weights {} - activation peak {} - "
+                                 "buffers {} - non-torch {} = {} bytes, less the null block ({} bytes)",
+                                 preset, with_commas(budget.device_total_bytes), format_ppb(budget.gpu_memory_utilization_ppb),
+                                 with_commas(budget.weights_bytes_per_device),
+                                 with_commas(startup.stages[startup.binding_stage].activation_peak_bytes),
+                                 with_commas(startup.stages[startup.binding_stage].buffer_bytes),
+                                 with_commas(startup.stages[startup.binding_stage].non_torch_bytes),
+                                 with_commas(budget.kv_budget_bytes), with_commas(null_block))};
 }
 
 // meta.json's settings as defaults of the replay options. Returns where a KV budget that
@@ -182,20 +240,36 @@ std::string apply_run_settings(po::variables_map& vm, const MeasuredRun& run) {
                            ", which this kvsim does not have yet; give --device-memory (its memory, e.g. 96GB "
                            "for an RTX PRO 6000) or --kv-budget");
     }
+    if (run.gpu_memory_utilization > 0) {
+      default_to(vm, option_key(kOptGpuMemoryUtilization), fmt::format("{}", run.gpu_memory_utilization));
+    }
     const std::int64_t direct = run_kv_budget_bytes(vm, run);
-    if (direct > 0) {
-      // The pool's size is given: the device only times the steps.
+    std::optional<StartupPool> startup;
+    if (direct == 0) startup = vllm_startup_pool(vm, run, preset);
+    if (direct > 0 || startup) {
+      // The pool's size is known: the device only times the steps.
+      std::int64_t pool = 0;
+      if (direct > 0) {
+        const std::int64_t null_block = null_block_bytes(resolve_model(vm, kSpec.synopsis, ""), run.block_size);
+        if (direct < 2 * null_block) {
+          throw InputError(Location{meta, 0, run.kv_cache_memory_bytes > 0 ? "kv_cache_memory_bytes" : "num_gpu_blocks_override"},
+                           "holds less than two blocks (one is vLLM's null block)");
+        }
+        pool = direct - null_block;
+        budget_source = (run.kv_cache_memory_bytes > 0
+                             ? std::string("meta.json kv_cache_memory_bytes")
+                             : fmt::format("meta.json num_gpu_blocks_override: {} blocks of {} tokens",
+                                           run.num_gpu_blocks_override, run.block_size)) +
+                        fmt::format(", less the null block ({} bytes)", with_commas(null_block));
+      } else {
+        pool = startup->bytes;
+        budget_source = startup->source;
+      }
+      vm.erase(option_key(kOptGpuMemoryUtilization));
       default_to(vm, option_key(kOptTimingDevice), preset);
-      default_to(vm, option_key(kOptKvBudget), std::to_string(direct));
-      budget_source = run.kv_cache_memory_bytes > 0
-                          ? std::string("meta.json kv_cache_memory_bytes")
-                          : fmt::format("meta.json num_gpu_blocks_override: {} blocks of {} tokens",
-                                        run.num_gpu_blocks_override, run.block_size);
+      default_to(vm, option_key(kOptKvBudget), std::to_string(pool));
     } else {
       default_to(vm, option_key(kOptDevice), preset);
-      if (run.gpu_memory_utilization > 0) {
-        default_to(vm, option_key(kOptGpuMemoryUtilization), fmt::format("{}", run.gpu_memory_utilization));
-      }
     }
   }
   return budget_source;
