@@ -130,6 +130,10 @@ struct Tally {
     parameters = mul(parameters, n);
     bytes = mul(bytes, n);
   }
+  void plus(const Tally& other) {
+    parameters = add(parameters, other.parameters);
+    bytes = add(bytes, other.bytes);
+  }
 };
 
 }  // namespace
@@ -196,12 +200,24 @@ std::vector<DeviceWeights> device_weights(const ModelSpec& m, const KvOptions& k
   }
   if (m.moe) {
     const MoeDims& e = *m.moe;
-    const std::int64_t inter = shard(need(e.expert_intermediate_size, "moe_intermediate_size"), tp, "moe_intermediate_size");
-    Tally one;
-    one.linear(hidden, 2 * inter, rule_for("experts"));            // w13 of one expert
-    one.linear(inter, hidden, rule_for("experts"));                // w2
-    one.times(e.routed_experts + e.shared_experts);
-    experts = one;
+    const std::int64_t ep = std::max<std::int64_t>(1, serving.expert_parallel_ranks);
+    const std::int64_t full = need(e.expert_intermediate_size, "moe_intermediate_size");
+    const auto expert_tally = [&](std::int64_t width, std::int64_t count) {
+      Tally one;
+      if (count == 0) return one;
+      one.linear(hidden, 2 * width, rule_for("experts"));          // w13 of one expert
+      one.linear(width, hidden, rule_for("experts"));              // w2
+      one.times(count);
+      return one;
+    };
+    // With expert parallelism FusedMoE does not split an expert by tensor parallelism: each of
+    // the ep ranks holds whole experts, routed / ep of them, the first routed % ep ranks one
+    // more (vllm/model_executor/layers/fused_moe/config.py FusedMoEParallelConfig.make,
+    // layer.py determine_expert_map); this device, rank 0, holds the most. Shared experts sit
+    // outside FusedMoE and keep their tensor-parallel slices.
+    const auto sliced = [&] { return shard(full, tp, "moe_intermediate_size"); };
+    experts = ep > 1 ? expert_tally(full, ceil_div(e.routed_experts, ep)) : expert_tally(sliced(), e.routed_experts);
+    if (e.shared_experts > 0) experts.plus(expert_tally(sliced(), e.shared_experts));
     // The router (FusedMoE's gate) is a ReplicatedLinear built without quant_config.
     experts.plain(mul(e.routed_experts, hidden), b);
   }

@@ -103,6 +103,38 @@ TEST_CASE("tensor parallelism shards every projection and the padded vocabulary"
   CHECK(padded_vocab(151655) == 151680);
 }
 
+TEST_CASE("expert parallelism gives each rank whole experts, the first ranks one more") {
+  // A tiny MoE: hidden 256, 2 layers, 10 routed experts of intermediate 128 and one shared
+  // expert of the same width (model_type qwen2_moe: shared_expert_intermediate_size 128). One
+  // whole expert is gate and up 256 x 2 x 128 + down 128 x 256 = 98,304 parameters, 196,608
+  // bytes in fp16; its slice under tensor parallelism 2 half that, 98,304.
+  const ModelSpec moe = parse_hf_config(R"({"model_type": "qwen2_moe", "hidden_size": 256,
+    "intermediate_size": 512, "moe_intermediate_size": 128, "shared_expert_intermediate_size": 128,
+    "num_experts": 10, "num_experts_per_tok": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "num_hidden_layers": 2, "vocab_size": 1000, "max_position_embeddings": 2048,
+    "tie_word_embeddings": false, "torch_dtype": "float16"})", "moe.json");
+  REQUIRE(moe.moe);
+  REQUIRE(moe.moe->routed_experts == 10);
+  REQUIRE(moe.moe->shared_experts == 1);
+  const std::int64_t router = 10 * 256 * 2;  // the gate, 10 x 256 fp16, on every device
+  KvOptions kv;
+  WeightServing serving;
+  // No expert parallelism, one device: 11 whole experts a layer.
+  CHECK(group_bytes(device_weights(moe, kv, serving)[0], "experts") == 2 * (11 * 196'608 + router));
+  // Three ranks (vLLM's determine_expert_map: 10 / 3 = 3 each, the first 10 % 3 = 1 rank one
+  // more): rank 0 holds 4 routed experts and the shared one.
+  serving.expert_parallel_ranks = 3;
+  CHECK(group_bytes(device_weights(moe, kv, serving)[0], "experts") == 2 * (5 * 196'608 + router));
+  // Tensor parallelism 2 with expert parallelism over 2 ranks: 5 whole routed experts, and
+  // the shared expert sliced in two.
+  kv.tensor_parallel = 2;
+  serving.expert_parallel_ranks = 2;
+  CHECK(group_bytes(device_weights(moe, kv, serving)[0], "experts") == 2 * (5 * 196'608 + 98'304 + router));
+  // Without it: a slice of every expert.
+  serving.expert_parallel_ranks = 1;
+  CHECK(group_bytes(device_weights(moe, kv, serving)[0], "experts") == 2 * (11 * 98'304 + router));
+}
+
 TEST_CASE("the activation peak of the profile forward pass") {
   // Tiny model, 100 tokens: per token 3 x 256 (residual, input, output) + max(attention:
   // q 256 + k, v 2 x 128 + output 256 = 768, MLP: 3 x 512 = 1,536) = 2,304 values of 2 bytes.

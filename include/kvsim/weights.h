@@ -48,6 +48,9 @@ struct WeightServing {
   // Bits per weight for every tensor instead of the checkpoint's scheme (--weight-dtype); 0:
   // the checkpoint's quantization_config, else dtype_bytes.
   std::int64_t override_bits = 0;
+  // Ranks the routed experts are spread over (vLLM's enable_expert_parallel: data x tensor
+  // parallel ranks); 1: none, every device holds a tensor-parallel slice of every expert.
+  std::int64_t expert_parallel_ranks = 1;
 };
 
 // The weights one device of each pipeline stage holds, stage 0 first. Throws InputError

@@ -127,9 +127,9 @@ std::int64_t null_block_bytes(const ModelChoice& choice, std::int64_t block_toke
 // The run's KV pool by vLLM's own start-up rule (vllm/v1/worker/gpu_worker.py
 // determine_available_memory, as `kvsim size --engine vllm` computes it: device total x
 // gpu_memory_utilization - weights - the profile run's activation peak - persistent buffers -
-// non-torch memory), with meta.json's settings; nothing when the rule cannot follow the run:
-// the user gave a term of the budget, or experts are spread over ranks (the tensor-by-tensor
-// weights do not split them; the budget then falls back to replay's rule, which does).
+// non-torch memory), with meta.json's settings (with expert parallelism each device holds its
+// share of the routed experts: data x tensor parallel ranks share them); nothing when the user
+// gave a term of the budget (replay's rule then takes it).
 struct StartupPool {
   std::int64_t bytes = 0;
   std::string source;
@@ -138,7 +138,6 @@ std::optional<StartupPool> vllm_startup_pool(const po::variables_map& vm, const 
   for (const char* user : {kOptReserve, kOptParams, kOptWeightsBytes, kOptWeightDtype}) {
     if (given(vm, option_key(user))) return std::nullopt;
   }
-  if (run.expert_parallel) return std::nullopt;
   const ModelChoice choice = resolve_model(vm, kSpec.synopsis, "");
   BudgetOptions device;
   device.device = preset;
@@ -151,6 +150,7 @@ std::optional<StartupPool> vllm_startup_pool(const po::variables_map& vm, const 
   settings.max_num_seqs = run.max_num_seqs;
   if (const auto n = option_text(vm, option_key(kOptMaxModelLen))) settings.max_model_len = positive_integer(*n, kOptMaxModelLen);
   settings.enforce_eager = run.enforce_eager;
+  if (run.expert_parallel) settings.weights.expert_parallel_ranks = checked_mul(run.data_parallel, run.tensor_parallel, "ranks");
   const StartupMemory startup = startup_memory(choice.model, choice.kv, settings, device);
   const Budget budget = startup_budget(startup);
   const std::int64_t null_block = null_block_bytes(choice, run.block_size);
