@@ -27,8 +27,8 @@ constexpr std::int64_t kVllmV0ChunkedPrefillAboveTokens = 32768;
 // Non-torch memory a profile run adds (vLLM's non_torch_increase). No closed form in vLLM's
 // code: CUDA loads kernel modules lazily (CUDA_MODULE_LOADING=LAZY) and libraries allocate
 // outside torch's allocator. Assumption: 100 MiB on one device, the order vLLM 0.7 logs show
-// at tensor parallelism 1 (0.05-0.11 GiB, docs/size.md); with tensor parallelism, NCCL's
-// buffers in addition: NCCL_BUFFSIZE (4 MiB, NCCL's documented default) for each of the two
+// at tensor parallelism 1 (0.05-0.11 GiB, docs/size.md); with tensor or expert parallelism
+// (whose all-to-all also goes through NCCL communicators), NCCL's buffers in addition: NCCL_BUFFSIZE (4 MiB, NCCL's documented default) for each of the two
 // directions of its up to 32 channels (NCCL_MAX_NCHANNELS), 256 MiB.
 constexpr std::int64_t kNonTorchBytes = 100 * kMiB;
 constexpr std::int64_t kNcclBufferBytes = 4 * kMiB * 2 * 32;
@@ -329,7 +329,8 @@ StartupMemory startup_memory(const ModelSpec& model, const KvOptions& kv, const 
         // vllm/v1/worker/gpu_worker.py determine_available_memory (0.7.1): device used after
         // the profile run minus torch's allocated bytes.
         const bool legacy = settings.engine == ServingEngine::vllm_v0_legacy || early;
-        st.non_torch_bytes = add(legacy ? kCudaContextBytes : kNonTorchBytes, kv.tensor_parallel > 1 ? kNcclBufferBytes : 0);
+        const bool nccl = kv.tensor_parallel > 1 || settings.weights.expert_parallel_ranks > 1;
+        st.non_torch_bytes = add(legacy ? kCudaContextBytes : kNonTorchBytes, nccl ? kNcclBufferBytes : 0);
         st.terms.push_back({"x " + fname + " " + format_ppb(s.memory_fraction_ppb), usable,
                             "requested memory = total x utilisation",
                             early ? "vllm/v1/worker/gpu_worker.py (0.7.1) determine_available_memory: "
@@ -359,7 +360,7 @@ StartupMemory startup_memory(const ModelSpec& model, const KvOptions& kv, const 
                                     "run's first matmul)"});
         st.terms.push_back({"- non-torch increase", st.non_torch_bytes,
                             std::string(legacy ? "the CUDA context, 384 MiB" : "100 MiB") +
-                                (kv.tensor_parallel > 1 ? " + NCCL buffers 256 MiB" : ""),
+                                (nccl ? " + NCCL buffers 256 MiB" : ""),
                             "assumption (no closed form in vLLM; docs/size.md)"});
         st.kv_budget_bytes = usable - st.weights.bytes - st.activation_peak_bytes - st.buffer_bytes - st.non_torch_bytes;
         st.terms.push_back({"  (CUDA graphs: " + std::to_string(s.cuda_graphs) + " sizes)", 0,

@@ -273,7 +273,35 @@ TEST_CASE("validate: meta.json's engine settings are replayed, and the ones it c
                                     "--gpu-memory-utilization", "0.5", "--max-num-seqs", "128",
                                     "--max-num-batched-tokens", "4096", "--max-model-len", "4096", "--json"});
   REQUIRE(sized.exit_code == 0);
-  CHECK(doc["kvsim"]["kv_budget_bytes"] == Json::parse(sized.out)["budget"]["kv_budget_bytes"].get<std::int64_t>() - 2097152);
+  const std::int64_t startup = Json::parse(sized.out)["budget"]["kv_budget_bytes"].get<std::int64_t>();
+  CHECK(doc["kvsim"]["kv_budget_bytes"] == startup - 2097152);
+  // The options given win over meta.json's, in the start-up rule too: a step of 8,192 tokens
+  // profiles a larger activation peak, as size says. A 32-token block's null block is twice
+  // the bytes; an allocator that is not vLLM's paged pool has none.
+  r = test::run_cli({"validate", dir.string(), "--workload", workload, "--json", "--max-batched-tokens", "8192",
+                     "--no-chunked-prefill", "--allocator", "paged:block=32"});
+  REQUIRE(r.exit_code == 0);
+  const auto sized_8k = test::run_cli({"size", "--model", "llama-3.1-8b", "--engine", "vllm", "--device", "RTX-PRO-6000",
+                                       "--gpu-memory-utilization", "0.5", "--max-num-seqs", "128",
+                                       "--max-num-batched-tokens", "8192", "--max-model-len", "4096", "--json"});
+  REQUIRE(sized_8k.exit_code == 0);
+  const std::int64_t startup_8k = Json::parse(sized_8k.out)["budget"]["kv_budget_bytes"].get<std::int64_t>();
+  CHECK(startup_8k < startup);
+  CHECK(Json::parse(r.out)["kvsim"]["kv_budget_bytes"] == startup_8k - 2 * 2097152);
+  r = test::run_cli({"validate", dir.string(), "--workload", workload, "--json", "--allocator", "dynamic"});
+  REQUIRE(r.exit_code == 0);
+  CHECK(Json::parse(r.out)["kvsim"]["kv_budget_bytes"] == startup);
+  // A pool given on the command line is replayed as given, timed on the run's GPU.
+  r = test::run_cli({"validate", dir.string(), "--workload", workload, "--kv-budget", "1GB"});
+  CHECK_THAT(r.out, Catch::Contains("1,000,000,000 bytes, --kv-budget") && Catch::Contains("cost roofline RTX-PRO-6000"));
+  // The start-up rule that leaves nothing names where the utilisation came from.
+  r = test::run_cli({"validate", dir.string(), "--workload", workload, "--gpu-memory-utilization", "0.1"});
+  CHECK(r.exit_code == 2);  // an option's value: a usage error
+  CHECK_THAT(r.err, Catch::Contains("--gpu-memory-utilization") && Catch::Contains("leaves nothing for the KV cache"));
+  write_meta(R"(, "gpu_memory_utilization": 0.1)");
+  r = test::run_cli({"validate", dir.string(), "--workload", workload});
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("meta.json") && Catch::Contains("gpu_memory_utilization"));
   // kv_cache_memory_bytes fixes the memory: floor(123,456,789 / 2,097,152) = 58 blocks, of
   // which 57 are handed out; 123,456,789 - 2,097,152 = 121,359,637 bytes hold exactly 57.
   write_meta(R"(, "kv_cache_memory_bytes": 123456789, "dtype": "bfloat16")");

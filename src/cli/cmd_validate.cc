@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli.h"
+#include "kvsim/allocator.h"
 #include "kvsim/budget.h"
 #include "kvsim/error.h"
 #include "kvsim/measured_run.h"
@@ -47,9 +48,9 @@ const CommandSpec kSpec{
     "running and waiting counts are the replicas' summed), --expert-parallel\n"
     "(enable_expert_parallel), --allocator paged:block=16,prefix-caching=on (vLLM's defaults)\n"
     "and --schedule simulate; the device from peer_cluster_config.json (--timing-device), and\n"
-    "its KV pool by vLLM's start-up rule (as 'kvsim size --engine vllm') or meta.json's\n"
-    "kv_cache_memory_bytes or num_gpu_blocks_override, less vLLM's null block (--kv-budget,\n"
-    "--device-memory or --reserve instead: used as given). Any replay option may be given;\n"
+    "its KV pool by vLLM's start-up rule (as 'kvsim size --engine vllm', with the replay's\n"
+    "options) or meta.json's kv_cache_memory_bytes or num_gpu_blocks_override, less vLLM's null\n"
+    "block (--kv-budget: that pool; --reserve or --params: replay's rule). Any option may be given;\n"
     "--cost takes the spec 'kvsim calibrate RUN_DIR' prints. Measured figures follow the run's\n"
     "README: TTFT = first_token - queued, TPOT = (last_token - first_token) / (output - 1),\n"
     "latency = last_token - queued; percentiles interpolate linearly (numpy's default).\n\n" +
@@ -117,63 +118,87 @@ std::int64_t run_kv_budget_bytes(const po::variables_map& vm, const MeasuredRun&
 }
 
 // vLLM's first block is its null block (vllm/v1/core/block_pool.py: BlockPool.__init__ takes
-// it off the free queue, a placeholder that is never allocated; get_usage divides by
-// num_gpu_blocks - 1): the pool holds one block fewer than its memory does. The bytes of one
-// block of every layer, which a budget of `bytes` loses to it; `bytes` itself below one block.
-std::int64_t null_block_bytes(const ModelChoice& choice, std::int64_t block_tokens) {
-  return checked_mul(block_tokens, choice.layout().bytes_per_token(), "block bytes");
+// it off the free queue, a placeholder never handed out; get_usage divides by
+// num_gpu_blocks - 1), so its pool holds one block fewer than its memory does. The bytes of
+// that block when the replayed allocator is vLLM's paged pool: one block id's pages in every
+// layer of a KV-cache group (paged_pool(): page x group size); 0 for any other allocator.
+std::int64_t null_block_bytes(const po::variables_map& vm, const ModelChoice& choice) {
+  const auto text = option_text(vm, option_key(kOptAllocator));
+  if (!text) return 0;
+  const std::vector<AllocatorSpec> specs = parse_allocator_list(*text, kOptAllocator);
+  if (specs.size() != 1 || specs[0].kind != "paged") return 0;
+  PagedOptions paging;
+  for (const auto& [key, value] : specs[0].params) {
+    if (key == "block") paging.block_tokens = positive_integer(value, kOptAllocator);
+  }
+  return paged_pool(choice.layout(), 0, paging).block_bytes;
+}
+
+// A pool validate sized itself, less the null block; `what` names where it came from.
+std::int64_t less_null_block(std::int64_t pool, std::int64_t null_block, const Location& what) {
+  if (null_block > 0 && pool < 2 * null_block) {
+    throw InputError(what, fmt::format("leaves {} bytes for the KV cache, less than two blocks of {} (one is "
+                                       "vLLM's null block); give --kv-budget",
+                                       with_commas(pool), with_commas(null_block)));
+  }
+  return pool - null_block;
+}
+
+std::string null_block_text(std::int64_t null_block) {
+  return null_block > 0 ? fmt::format(", less the null block ({} bytes)", with_commas(null_block)) : "";
 }
 
 // The run's KV pool by vLLM's own start-up rule (vllm/v1/worker/gpu_worker.py
 // determine_available_memory, as `kvsim size --engine vllm` computes it: device total x
 // gpu_memory_utilization - weights - the profile run's activation peak - persistent buffers -
-// non-torch memory), with meta.json's settings (with expert parallelism each device holds its
-// share of the routed experts: data x tensor parallel ranks share them); nothing when the user
-// gave a term of the budget (replay's rule then takes it).
+// non-torch memory), with the replay's settings as they stand after meta.json's defaults
+// (the user's options win): device, utilisation, weights, max_num_batched_tokens,
+// max_num_seqs, max_model_len, and with expert parallelism each device's share of the routed
+// experts (data x tensor parallel ranks share them).
 struct StartupPool {
   std::int64_t bytes = 0;
   std::string source;
 };
-std::optional<StartupPool> vllm_startup_pool(const po::variables_map& vm, const MeasuredRun& run, const char* preset) {
-  for (const char* user : {kOptReserve, kOptParams, kOptWeightsBytes, kOptWeightDtype}) {
-    if (given(vm, option_key(user))) return std::nullopt;
-  }
+StartupPool vllm_startup_pool(const po::variables_map& vm, const MeasuredRun& run, const Location& utilisation_from) {
   const ModelChoice choice = resolve_model(vm, kSpec.synopsis, "");
-  BudgetOptions device;
-  device.device = preset;
+  const BudgetOptions device = resolve_budget(vm).value();
   EngineSettings settings;
   settings.engine = ServingEngine::vllm;
-  if (const auto u = option_text(vm, option_key(kOptGpuMemoryUtilization))) {
-    settings.memory_fraction_ppb = parse_gpu_memory_utilization(*u, kOptGpuMemoryUtilization);
-  }
-  settings.max_num_batched_tokens = run.max_num_batched_tokens;
-  settings.max_num_seqs = run.max_num_seqs;
+  settings.memory_fraction_ppb = device.gpu_memory_utilization_ppb;
+  if (device.weights_bytes) settings.weights_bytes = device.weights_bytes;
+  if (device.weight_bits > 0) settings.weights.override_bits = device.weight_bits;
+  if (run.dtype == "float32" || run.dtype == "float") settings.weights.dtype_bytes = 4;
+  settings.max_num_batched_tokens = positive_integer(*option_text(vm, option_key(kOptMaxBatchedTokens)), kOptMaxBatchedTokens);
+  settings.max_num_seqs = positive_integer(*option_text(vm, option_key(kOptMaxRunning)), kOptMaxRunning);
   if (const auto n = option_text(vm, option_key(kOptMaxModelLen))) settings.max_model_len = positive_integer(*n, kOptMaxModelLen);
   settings.enforce_eager = run.enforce_eager;
-  if (run.expert_parallel) settings.weights.expert_parallel_ranks = checked_mul(run.data_parallel, run.tensor_parallel, "ranks");
-  const StartupMemory startup = startup_memory(choice.model, choice.kv, settings, device);
-  const Budget budget = startup_budget(startup);
-  const std::int64_t null_block = null_block_bytes(choice, run.block_size);
-  if (budget.kv_budget_bytes < 2 * null_block) {
-    throw InputError(Location{run.dir + "/meta.json", 0, "engine_kwargs"},
-                     "vLLM's start-up rule leaves " + with_commas(budget.kv_budget_bytes) +
-                         " bytes for the KV cache on " + preset + ", less than two blocks; give --kv-budget");
+  if (vm.count(option_key(kOptExpertParallel)) != 0) {
+    const auto replicas = option_text(vm, option_key(kOptReplicas));
+    settings.weights.expert_parallel_ranks =
+        checked_mul(replicas ? positive_integer(*replicas, kOptReplicas) : 1, choice.kv.tensor_parallel, "ranks");
   }
-  return StartupPool{budget.kv_budget_bytes - null_block,
-                     fmt::format("vLLM's start-up rule on {}: total {} x {} - weights {} - activation peak {} - "
-                                 "buffers {} - non-torch {} = {} bytes, less the null block ({} bytes)",
-                                 preset, with_commas(budget.device_total_bytes), format_ppb(budget.gpu_memory_utilization_ppb),
-                                 with_commas(budget.weights_bytes_per_device),
-                                 with_commas(startup.stages[startup.binding_stage].activation_peak_bytes),
-                                 with_commas(startup.stages[startup.binding_stage].buffer_bytes),
-                                 with_commas(startup.stages[startup.binding_stage].non_torch_bytes),
-                                 with_commas(budget.kv_budget_bytes), with_commas(null_block))};
+  const StartupMemory startup = startup_memory(choice.model, choice.kv, settings, device);
+  const StartupStage& st = startup.stages[startup.binding_stage];
+  const std::string terms =
+      fmt::format("vLLM's start-up rule on {}: total {} x {} - weights {} - activation peak {} - buffers {} - "
+                  "non-torch {} = {} bytes",
+                  device.device.empty() ? std::string("the device") : device.device, with_commas(startup.device_total_bytes),
+                  format_ppb(startup.memory_fraction_ppb), with_commas(st.weights.bytes),
+                  with_commas(st.activation_peak_bytes), with_commas(st.buffer_bytes), with_commas(st.non_torch_bytes),
+                  with_commas(st.kv_budget_bytes));
+  if (st.kv_budget_bytes <= 0) {
+    throw InputError(utilisation_from,
+                     "vLLM's start-up rule leaves nothing for the KV cache (" + terms + "); give --kv-budget");
+  }
+  const std::int64_t null_block = null_block_bytes(vm, choice);
+  return StartupPool{less_null_block(st.kv_budget_bytes, null_block, utilisation_from),
+                     terms + null_block_text(null_block)};
 }
 
-// meta.json's settings as defaults of the replay options. Returns where a KV budget that
-// meta.json fixes comes from ("" when it does not).
+// meta.json's settings as defaults of the replay options. Returns where the KV pool validate
+// sized comes from ("" when the user's options size it: --kv-budget, or replay's rule with
+// --reserve or --params).
 std::string apply_run_settings(po::variables_map& vm, const MeasuredRun& run) {
-  std::string budget_source;
   const std::string meta = run.dir + "/meta.json";
   default_to(vm, "trace", run.workload);
   if (!given(vm, option_key(kOptModel)) && !given(vm, "config")) {
@@ -221,9 +246,13 @@ std::string apply_run_settings(po::variables_map& vm, const MeasuredRun& run) {
   }
   if (const auto dtype = run_kv_dtype(run, meta)) default_to(vm, option_key(kOptDtype), *dtype);
   default_to(vm, option_key(kOptSchedule), "simulate");
-  if (!given(vm, option_key(kOptDevice)) && !given(vm, option_key(kOptDeviceMemory)) &&
-      !given(vm, option_key(kOptKvBudget))) {
-    const char* preset = run_device_preset(run.hardware);
+  // The run's GPU times the steps, unless --device or --timing-device names another.
+  const char* preset = run_device_preset(run.hardware);
+  const bool known = preset != nullptr && has_device_preset(preset);
+  if (known && !given(vm, option_key(kOptDevice))) default_to(vm, option_key(kOptTimingDevice), preset);
+  if (given(vm, option_key(kOptKvBudget))) return "";  // the pool as given
+  const bool user_device = given(vm, option_key(kOptDevice)) || given(vm, option_key(kOptDeviceMemory));
+  if (!user_device) {
     const std::string where = run.dir + "/peer_cluster_config.json";
     if (run.hardware.empty()) {
       throw InputError(Location{where, 0, "hardware"},
@@ -234,45 +263,41 @@ std::string apply_run_settings(po::variables_map& vm, const MeasuredRun& run) {
                                                            "\" has no kvsim device preset in validate's table; give "
                                                            "--device, --device-memory or --kv-budget");
     }
-    if (!has_device_preset(preset)) {
+    if (!known) {
       throw InputError(Location{where, 0, "hardware"},
                        "\"" + run.hardware + "\" is the device preset " + preset +
                            ", which this kvsim does not have yet; give --device-memory (its memory, e.g. 96GB "
                            "for an RTX PRO 6000) or --kv-budget");
     }
-    if (run.gpu_memory_utilization > 0) {
-      default_to(vm, option_key(kOptGpuMemoryUtilization), fmt::format("{}", run.gpu_memory_utilization));
-    }
-    const std::int64_t direct = run_kv_budget_bytes(vm, run);
-    std::optional<StartupPool> startup;
-    if (direct == 0) startup = vllm_startup_pool(vm, run, preset);
-    if (direct > 0 || startup) {
-      // The pool's size is known: the device only times the steps.
-      std::int64_t pool = 0;
-      if (direct > 0) {
-        const std::int64_t null_block = null_block_bytes(resolve_model(vm, kSpec.synopsis, ""), run.block_size);
-        if (direct < 2 * null_block) {
-          throw InputError(Location{meta, 0, run.kv_cache_memory_bytes > 0 ? "kv_cache_memory_bytes" : "num_gpu_blocks_override"},
-                           "holds less than two blocks (one is vLLM's null block)");
-        }
-        pool = direct - null_block;
-        budget_source = (run.kv_cache_memory_bytes > 0
-                             ? std::string("meta.json kv_cache_memory_bytes")
-                             : fmt::format("meta.json num_gpu_blocks_override: {} blocks of {} tokens",
-                                           run.num_gpu_blocks_override, run.block_size)) +
-                        fmt::format(", less the null block ({} bytes)", with_commas(null_block));
-      } else {
-        pool = startup->bytes;
-        budget_source = startup->source;
-      }
-      vm.erase(option_key(kOptGpuMemoryUtilization));
-      default_to(vm, option_key(kOptTimingDevice), preset);
+    // The pool's size, when meta.json fixes it.
+    if (const std::int64_t direct = run_kv_budget_bytes(vm, run); direct > 0) {
+      const char* field = run.kv_cache_memory_bytes > 0 ? "kv_cache_memory_bytes" : "num_gpu_blocks_override";
+      const std::int64_t null_block = null_block_bytes(vm, resolve_model(vm, kSpec.synopsis, ""));
+      const std::int64_t pool = less_null_block(direct, null_block, Location{meta, 0, field});
       default_to(vm, option_key(kOptKvBudget), std::to_string(pool));
-    } else {
-      default_to(vm, option_key(kOptDevice), preset);
+      return (run.kv_cache_memory_bytes > 0 ? std::string("meta.json kv_cache_memory_bytes")
+                                            : fmt::format("meta.json num_gpu_blocks_override: {} blocks of {} tokens",
+                                                          run.num_gpu_blocks_override, run.block_size)) +
+             null_block_text(null_block);
     }
+    default_to(vm, option_key(kOptDevice), preset);
   }
-  return budget_source;
+  // Where the utilisation comes from, for an error: the user's option, else meta.json's (or
+  // vLLM's default where meta.json has none).
+  const Location utilisation_from = given(vm, option_key(kOptGpuMemoryUtilization))
+                                        ? Location{"", 0, kOptGpuMemoryUtilization}
+                                        : Location{meta, 0, "gpu_memory_utilization"};
+  if (run.gpu_memory_utilization > 0) {
+    default_to(vm, option_key(kOptGpuMemoryUtilization), fmt::format("{}", run.gpu_memory_utilization));
+  }
+  // A term of replay's own rule given: that rule, as given.
+  if (given(vm, option_key(kOptReserve)) || given(vm, option_key(kOptParams))) return "";
+  const StartupPool pool = vllm_startup_pool(vm, run, utilisation_from);
+  // The pool replaces the terms it was computed from; the device (if any) still times the steps.
+  vm.erase(option_key(kOptDeviceMemory));
+  vm.erase(option_key(kOptGpuMemoryUtilization));
+  default_to(vm, option_key(kOptKvBudget), std::to_string(pool.bytes));
+  return pool.source;
 }
 
 struct Sample {
