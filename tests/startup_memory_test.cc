@@ -135,6 +135,36 @@ TEST_CASE("expert parallelism gives each rank whole experts, the first ranks one
   CHECK(group_bytes(device_weights(moe, kv, serving)[0], "experts") == 2 * (11 * 98'304 + router));
 }
 
+TEST_CASE("kvsim size --expert-ranks: each device holds its share of the routed experts") {
+  // Qwen3-30B-A3B: 48 layers of 128 routed experts, each gate, up and down of 2,048 x 768:
+  // 3 x 2,048 x 768 x 2 bytes = 9,437,184 bytes. Over 2 ranks a device holds 64 a layer, so
+  // 64 x 48 x 9,437,184 = 28,991,029,248 bytes fewer; and NCCL's 256 MiB (268,435,456) of
+  // buffers join the non-torch term, as with tensor parallelism. The KV budget grows by
+  // 28,991,029,248 - 268,435,456 = 28,722,593,792.
+  const auto size = [](std::vector<std::string> extra) {
+    std::vector<std::string> args = {"size", "--model", "qwen3-30b-a3b", "--engine", "vllm", "--device",
+                                     "RTX-PRO-6000", "--max-num-seqs", "128", "--max-num-batched-tokens", "2048",
+                                     "--json"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const auto r = run_cli(args);
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+    return nlohmann::json::parse(r.out)["budget"];
+  };
+  const auto whole = size({});
+  const auto spread = size({"--expert-ranks", "2"});
+  CHECK(whole["weights_bytes_per_device"].get<std::int64_t>() - spread["weights_bytes_per_device"].get<std::int64_t>() ==
+        28'991'029'248);
+  CHECK(spread["kv_budget_bytes"].get<std::int64_t>() - whole["kv_budget_bytes"].get<std::int64_t>() == 28'722'593'792);
+  // Nothing to spread, or nothing it would change: said, not ignored.
+  auto r = run_cli({"size", "--model", "llama-3.1-8b", "--device", "RTX-PRO-6000", "--expert-ranks", "2"});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("--expert-ranks") && Catch::Contains("has none"));
+  r = run_cli({"size", "--model", "qwen3-30b-a3b", "--expert-ranks", "2"});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("--expert-ranks") && Catch::Contains("give --device"));
+}
+
 TEST_CASE("the activation peak of the profile forward pass") {
   // Tiny model, 100 tokens: per token 3 x 256 (residual, input, output) + max(attention:
   // q 256 + k, v 2 x 128 + output 256 = 768, MLP: 3 x 512 = 1,536) = 2,304 values of 2 bytes.

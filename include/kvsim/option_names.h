@@ -56,6 +56,7 @@ inline constexpr char kOptEnforceEager[] = "--enforce-eager";
 inline constexpr char kOptFlashinferSampler[] = "--flashinfer-sampler";
 inline constexpr char kOptMemFractionStatic[] = "--mem-fraction-static";          // SGLang's name
 inline constexpr char kOptFreeGpuMemoryFraction[] = "--free-gpu-memory-fraction";  // TensorRT-LLM's name
+inline constexpr char kOptExpertRanks[] = "--expert-ranks";  // size: ranks an MoE model's experts are spread over
 
 // Replay: allocators, schedule and serving under a budget.
 inline constexpr char kOptAllocator[] = "--allocator";

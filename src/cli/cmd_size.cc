@@ -94,7 +94,10 @@ po::options_description size_options() {
       (option_key(kOptEnforceEager), "vLLM's enforce_eager: no CUDA graphs")
       (option_key(kOptFlashinferSampler), "vLLM samples with FlashInfer (installed, VLLM_USE_FLASHINFER_SAMPLER not 0)")
       (option_key(kOptMemFractionStatic), po::value<std::string>(), "SGLang's mem_fraction_static (default by --tp: 0.88 .. 0.79)")
-      (option_key(kOptFreeGpuMemoryFraction), po::value<std::string>(), "TensorRT-LLM's free_gpu_memory_fraction (default 0.9)");
+      (option_key(kOptFreeGpuMemoryFraction), po::value<std::string>(), "TensorRT-LLM's free_gpu_memory_fraction (default 0.9)")
+      (option_key(kOptExpertRanks), po::value<std::string>(),
+       "vLLM's expert parallelism over N ranks (data x tensor parallel size): an MoE model's routed experts are "
+       "spread over them, whole, so a device holds its share (default 1: every device a slice of every expert)");
   po::options_description output_opts("Output");
   output_opts.add_options()("json", "print the sheet as JSON (integers as JSON integers)");
   po::options_description options;
@@ -268,6 +271,18 @@ SizeQuery size_query(const po::variables_map& vm, const ModelSpec& model) {
     }
   }
   q.budget = resolve_budget(vm);
+  if (const auto ranks = option_text(vm, option_key(kOptExpertRanks))) {
+    const std::int64_t n = positive_integer(*ranks, kOptExpertRanks);
+    if (!model.moe) {
+      throw InputError(Location{"", 0, kOptExpertRanks}, "spreads an MoE model's experts; " + model.name + " has none");
+    }
+    if (!q.budget || q.budget->kv_budget_bytes) {
+      throw InputError(Location{"", 0, kOptExpertRanks},
+                       std::string("changes only the weights a device holds: give --device or --device-memory"));
+    }
+    q.budget->expert_parallel_ranks = n;
+    if (q.startup) q.startup->weights.expert_parallel_ranks = n;
+  }
   if (q.startup && q.budget) {
     if (q.budget->weights_bytes) q.startup->weights_bytes = q.budget->weights_bytes;
     if (q.budget->weight_bits > 0) q.startup->weights.override_bits = q.budget->weight_bits;
