@@ -28,8 +28,9 @@ constexpr std::int64_t kVllmV0ChunkedPrefillAboveTokens = 32768;
 // code: CUDA loads kernel modules lazily (CUDA_MODULE_LOADING=LAZY) and libraries allocate
 // outside torch's allocator. Assumption: 100 MiB on one device, the order vLLM 0.7 logs show
 // at tensor parallelism 1 (0.05-0.11 GiB, docs/size.md); with tensor or expert parallelism
-// (whose all-to-all also goes through NCCL communicators), NCCL's buffers in addition: NCCL_BUFFSIZE (4 MiB, NCCL's documented default) for each of the two
-// directions of its up to 32 channels (NCCL_MAX_NCHANNELS), 256 MiB.
+// (whose all-to-all also goes through NCCL communicators), NCCL's buffers in addition:
+// NCCL_BUFFSIZE (4 MiB, NCCL's documented default) for each of the two directions of its up
+// to 32 channels (NCCL_MAX_NCHANNELS), 256 MiB.
 constexpr std::int64_t kNonTorchBytes = 100 * kMiB;
 constexpr std::int64_t kNcclBufferBytes = 4 * kMiB * 2 * 32;
 // vLLM 0.6.4 and earlier, and the v1 engine of 0.7.0 and 0.7.1, subtracted all non-torch
@@ -401,6 +402,14 @@ StartupMemory startup_memory(const ModelSpec& model, const KvOptions& kv, const 
   }
   s.kv_budget_bytes = s.stages[s.binding_stage].kv_budget_bytes;
   return s;
+}
+
+void take_weight_options(EngineSettings& settings, const BudgetOptions& budget, std::int64_t tensor_parallel) {
+  if (budget.weights_bytes) settings.weights_bytes = budget.weights_bytes;
+  if (budget.weight_bits > 0) settings.weights.override_bits = budget.weight_bits;
+  if (budget.expert_parallel_ranks > 1) {
+    settings.weights.expert_parallel_ranks = mul(budget.expert_parallel_ranks, tensor_parallel);
+  }
 }
 
 Budget startup_budget(const StartupMemory& s) {

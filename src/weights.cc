@@ -204,7 +204,6 @@ std::vector<DeviceWeights> device_weights(const ModelSpec& m, const KvOptions& k
     const std::int64_t full = need(e.expert_intermediate_size, "moe_intermediate_size");
     const auto expert_tally = [&](std::int64_t width, std::int64_t count) {
       Tally one;
-      if (count == 0) return one;
       one.linear(hidden, 2 * width, rule_for("experts"));          // w13 of one expert
       one.linear(width, hidden, rule_for("experts"));              // w2
       one.times(count);

@@ -156,8 +156,19 @@ TEST_CASE("kvsim size --expert-ranks: each device holds its share of the routed 
   CHECK(whole["weights_bytes_per_device"].get<std::int64_t>() - spread["weights_bytes_per_device"].get<std::int64_t>() ==
         28'991'029'248);
   CHECK(spread["kv_budget_bytes"].get<std::int64_t>() - whole["kv_budget_bytes"].get<std::int64_t>() == 28'722'593'792);
+  // Without --engine, replay's flat rule counts the ranks beyond tensor parallelism: 4 ranks
+  // at --tp 2 are 2 data-parallel ranks. Its 28,991,029,248 routed parameters (budget_test),
+  // 16-bit, half of them on another rank: (61,064,220,672 - 28,991,029,248) / 2 devices =
+  // 16,036,595,712 bytes a device. A rank count tensor parallelism does not divide is refused.
+  auto r = run_cli({"size", "--model", "qwen3-30b-a3b", "--device", "RTX-PRO-6000", "--tp", "2", "--expert-ranks", "4",
+                    "--json"});
+  REQUIRE(r.exit_code == 0);
+  CHECK(nlohmann::json::parse(r.out)["budget"]["weights_bytes_per_device"] == 16'036'595'712);
+  r = run_cli({"size", "--model", "qwen3-30b-a3b", "--device", "RTX-PRO-6000", "--tp", "2", "--expert-ranks", "3"});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("multiple of --tp"));
   // Nothing to spread, or nothing it would change: said, not ignored.
-  auto r = run_cli({"size", "--model", "llama-3.1-8b", "--device", "RTX-PRO-6000", "--expert-ranks", "2"});
+  r = run_cli({"size", "--model", "llama-3.1-8b", "--device", "RTX-PRO-6000", "--expert-ranks", "2"});
   CHECK(r.exit_code == 2);
   CHECK_THAT(r.err, Catch::Contains("--expert-ranks") && Catch::Contains("has none"));
   r = run_cli({"size", "--model", "qwen3-30b-a3b", "--expert-ranks", "2"});

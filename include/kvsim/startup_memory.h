@@ -136,6 +136,10 @@ std::int64_t all_token_logits_peak_bytes(const ModelSpec& model, const KvOptions
 std::int64_t forward_peak_bytes(const ModelSpec& model, const KvOptions& kv, std::int64_t tokens,
                                 std::int64_t dtype_bytes);
 
+// The weights `budget` describes, for the start-up rule: --weights-bytes, --weight-dtype, and
+// expert parallelism (its data-parallel ranks x `tensor_parallel`: vLLM's ep_size).
+void take_weight_options(EngineSettings& settings, const BudgetOptions& budget, std::int64_t tensor_parallel);
+
 // The start-up terms of `model` served as `kv` and `settings` say on the device `budget`
 // names. Throws InputError when the device or the weights cannot be known.
 StartupMemory startup_memory(const ModelSpec& model, const KvOptions& kv, const EngineSettings& settings,

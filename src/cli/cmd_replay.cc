@@ -192,11 +192,6 @@ po::options_description replay_option_descriptions(bool with_outputs) {
 }
 
 
-namespace {
-
-// The engine's options: layout, schedule, cost model and limits, and serving under a budget.
-// --expert-parallel with --replicas N (vLLM --enable-expert-parallel with
-// --data-parallel-size N): the ranks an MoE model's routed experts are spread over; 1 without.
 std::int64_t expert_parallel_ranks(const po::variables_map& vm, const ModelChoice& choice) {
   if (vm.count(option_key(kOptExpertParallel)) == 0) return 1;
   const auto replicas_text = option_text(vm, option_key(kOptReplicas));
@@ -208,6 +203,9 @@ std::int64_t expert_parallel_ranks(const po::variables_map& vm, const ModelChoic
   return replicas;
 }
 
+namespace {
+
+// The engine's options: layout, schedule, cost model and limits, and serving under a budget.
 // The model's roofline on the budget's device (or kDefaultDevice) is the cost model's default.
 ReplayOptions replay_options_from(const po::variables_map& vm, const ModelChoice& choice, const KvLayout& layout,
                                   const std::optional<BudgetOptions>& budget_options_given,

@@ -96,7 +96,7 @@ po::options_description size_options() {
       (option_key(kOptMemFractionStatic), po::value<std::string>(), "SGLang's mem_fraction_static (default by --tp: 0.88 .. 0.79)")
       (option_key(kOptFreeGpuMemoryFraction), po::value<std::string>(), "TensorRT-LLM's free_gpu_memory_fraction (default 0.9)")
       (option_key(kOptExpertRanks), po::value<std::string>(),
-       "vLLM's expert parallelism over N ranks (data x tensor parallel size): an MoE model's routed experts are "
+       "vLLM's expert parallelism over N ranks (data x tensor parallel size, a multiple of --tp): an MoE model's routed experts are "
        "spread over them, whole, so a device holds its share (default 1: every device a slice of every expert)");
   po::options_description output_opts("Output");
   output_opts.add_options()("json", "print the sheet as JSON (integers as JSON integers)");
@@ -209,7 +209,7 @@ std::optional<EngineSettings> engine_settings(const po::variables_map& vm, Paged
 }
 
 // The workload, paging and budget options, checked in the order the user reads about them.
-SizeQuery size_query(const po::variables_map& vm, const ModelSpec& model) {
+SizeQuery size_query(const po::variables_map& vm, const ModelSpec& model, std::int64_t tensor_parallel) {
   SizeQuery q;
   const auto seqs_text = option_text(vm, "seqs");
   const auto tokens_text = option_text(vm, "tokens");
@@ -280,12 +280,15 @@ SizeQuery size_query(const po::variables_map& vm, const ModelSpec& model) {
       throw InputError(Location{"", 0, kOptExpertRanks},
                        std::string("changes only the weights a device holds: give --device or --device-memory"));
     }
-    q.budget->expert_parallel_ranks = n;
-    if (q.startup) q.startup->weights.expert_parallel_ranks = n;
+    // vLLM's ep_size is data x tensor parallel size; the budget counts the data-parallel part.
+    if (n % tensor_parallel != 0) {
+      throw InputError(Location{"", 0, kOptExpertRanks},
+                       "expected a multiple of " + std::string(kOptTp) + " (data x tensor parallel ranks)");
+    }
+    q.budget->expert_parallel_ranks = n / tensor_parallel;
   }
   if (q.startup && q.budget) {
-    if (q.budget->weights_bytes) q.startup->weights_bytes = q.budget->weights_bytes;
-    if (q.budget->weight_bits > 0) q.startup->weights.override_bits = q.budget->weight_bits;
+    take_weight_options(*q.startup, *q.budget, tensor_parallel);
   }
   return q;
 }
@@ -297,7 +300,7 @@ int run_size(const Invocation& inv) {
   po::variables_map vm;
   if (!parse_options(inv, kSpec, options, {}, vm)) return kExitOk;
   const ModelChoice choice = resolve_model(vm, kSpec.synopsis, "");
-  const SizeQuery query = size_query(vm, choice.model);
+  const SizeQuery query = size_query(vm, choice.model, choice.kv.tensor_parallel);
   SizeSheet sheet;
   try {
     sheet = size_sheet(choice.model, choice.kv, query);

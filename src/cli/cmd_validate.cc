@@ -165,18 +165,14 @@ StartupPool vllm_startup_pool(const po::variables_map& vm, const MeasuredRun& ru
   EngineSettings settings;
   settings.engine = ServingEngine::vllm;
   settings.memory_fraction_ppb = device.gpu_memory_utilization_ppb;
-  if (device.weights_bytes) settings.weights_bytes = device.weights_bytes;
-  if (device.weight_bits > 0) settings.weights.override_bits = device.weight_bits;
+  BudgetOptions weights = device;
+  weights.expert_parallel_ranks = expert_parallel_ranks(vm, choice);
+  take_weight_options(settings, weights, choice.kv.tensor_parallel);
   if (run.dtype == "float32" || run.dtype == "float") settings.weights.dtype_bytes = 4;
   settings.max_num_batched_tokens = positive_integer(*option_text(vm, option_key(kOptMaxBatchedTokens)), kOptMaxBatchedTokens);
   settings.max_num_seqs = positive_integer(*option_text(vm, option_key(kOptMaxRunning)), kOptMaxRunning);
   if (const auto n = option_text(vm, option_key(kOptMaxModelLen))) settings.max_model_len = positive_integer(*n, kOptMaxModelLen);
   settings.enforce_eager = run.enforce_eager;
-  if (vm.count(option_key(kOptExpertParallel)) != 0) {
-    const auto replicas = option_text(vm, option_key(kOptReplicas));
-    settings.weights.expert_parallel_ranks =
-        checked_mul(replicas ? positive_integer(*replicas, kOptReplicas) : 1, choice.kv.tensor_parallel, "ranks");
-  }
   const StartupMemory startup = startup_memory(choice.model, choice.kv, settings, device);
   const StartupStage& st = startup.stages[startup.binding_stage];
   const std::string terms =

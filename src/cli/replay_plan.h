@@ -48,6 +48,12 @@ struct ReplayPlan {
 // "... bytes, <direct_source>)".
 std::string budget_description(const Budget& b, std::string_view direct_source = "--kv-budget");
 
+// --expert-parallel with --replicas N (vLLM --enable-expert-parallel with
+// --data-parallel-size N): the data-parallel ranks an MoE model's routed experts are spread
+// over, beyond tensor parallelism (BudgetOptions::expert_parallel_ranks); 1 without. Throws
+// InputError for a model without experts or fewer than 2 replicas.
+std::int64_t expert_parallel_ranks(const po::variables_map& vm, const ModelChoice& choice);
+
 // Every option `kvsim replay` declares (the trace is the hidden positional "trace").
 // Without `with_outputs`, those that shape one replay's output (--json, --csv, --timeline,
 // --per-request, --sample-every, --jobs, --quiet) are left out: `kvsim sweep` has its own.
