@@ -109,7 +109,7 @@ void read_engine_settings(MeasuredRun& run, const json& kw, const std::string& p
       "gpu_memory_utilization", "dtype", "kv_cache_dtype", "num_gpu_blocks_override", "kv_cache_memory_bytes",
       "enforce_eager", "seed", "tokenizer", "tokenizer_mode", "revision", "tokenizer_revision", "code_revision",
       "trust_remote_code", "download_dir", "load_format", "served_model_name", "disable_log_stats",
-      "disable_log_requests", "enable_log_requests"};
+      "disable_log_requests", "enable_log_requests", "skip_tokenizer_init"};
   for (auto it = kw.begin(); it != kw.end(); ++it) {
     const std::string& key = it.key();
     const json& value = it.value();
@@ -118,6 +118,54 @@ void read_engine_settings(MeasuredRun& run, const json& kw, const std::string& p
       continue;
     }
     run.unmodelled_settings.push_back(key + "=" + value.dump());
+  }
+}
+
+// meta.json's "kv_cache": what vLLM resolved at start-up (cache_config after boot). Where
+// engine_kwargs is silent it also gives the settings vLLM ran with; where engine_kwargs sets
+// one, the two must agree. Absent, null or {} (the recorder could not read the engine): nothing.
+void read_resolved_cache(MeasuredRun& run, const json& meta, const json& kw, const std::string& path) {
+  if (!gives(meta, "kv_cache")) return;
+  const json& kv = meta["kv_cache"];
+  if (!kv.is_object()) throw InputError(Location{path, 0, "kv_cache"}, "expected a JSON object, got " + kv.dump());
+  if (gives(kv, "num_gpu_blocks")) {
+    // vLLM's pool needs its null block and at least one block to hand out.
+    run.resolved_gpu_blocks = integer_member(kv, "num_gpu_blocks", path, 0, 2);
+  }
+  if (gives(kv, "block_size")) {
+    const std::int64_t block = integer_member(kv, "block_size", path, 0, 1);
+    if (gives(kw, "block_size") && block != run.block_size) {
+      throw InputError(Location{path, 0, "kv_cache.block_size"},
+                       "is " + std::to_string(block) + " but engine_kwargs.block_size is " +
+                           std::to_string(run.block_size));
+    }
+    run.block_size = block;
+  }
+  if (gives(kv, "enable_prefix_caching") && !gives(kw, "enable_prefix_caching")) {
+    run.prefix_caching = bool_member(kv, "enable_prefix_caching", path);
+  }
+  if (gives(kv, "gpu_memory_utilization") && !gives(kw, "gpu_memory_utilization")) {
+    const double u = number_member(kv, "gpu_memory_utilization", path, 0);
+    if (!(u > 0 && u <= 1)) {
+      throw InputError(Location{path, 0, "kv_cache.gpu_memory_utilization"},
+                       "expected a fraction in (0, 1], got " + kv["gpu_memory_utilization"].dump());
+    }
+    run.gpu_memory_utilization = u;
+  }
+  if (gives(kv, "kv_cache_memory_bytes") && !gives(kw, "kv_cache_memory_bytes")) {
+    run.kv_cache_memory_bytes = integer_member(kv, "kv_cache_memory_bytes", path, 0, 1);
+  }
+}
+
+// meta.json's "hardware" (newer runs): the GPU as CUDA reported it. Absent, null or without
+// the fields (the recorder found no GPU): nothing.
+void read_recorded_device(MeasuredRun& run, const json& meta, const std::string& path) {
+  if (!gives(meta, "hardware")) return;
+  const json& hw = meta["hardware"];
+  if (!hw.is_object()) throw InputError(Location{path, 0, "hardware"}, "expected a JSON object, got " + hw.dump());
+  if (gives(hw, "device_name")) run.device_name = string_member(hw, "device_name", path, 0);
+  if (gives(hw, "device_total_memory_bytes")) {
+    run.device_total_bytes = integer_member(hw, "device_total_memory_bytes", path, 0, 1);
   }
 }
 
@@ -143,6 +191,8 @@ void read_meta(MeasuredRun& run, bool find_workload) {
     run.max_model_len = integer_member(kw, "max_model_len", path, 0, 1);
   }
   read_engine_settings(run, kw, path);
+  read_resolved_cache(run, meta, kw, path);
+  read_recorded_device(run, meta, path);
   if (meta.contains("tick_seconds")) {
     run.tick_s = number_member(meta, "tick_seconds", path, 0);
     if (run.tick_s <= 0) throw InputError(Location{path, 0, "tick_seconds"}, "expected a positive number");

@@ -414,3 +414,91 @@ TEST_CASE("validate: a data-parallel run is two engines behind vLLM's router, th
   CHECK(a["latency"]["simulated"]["mean_s"].get<double>() == Approx(0.2075));
   std::filesystem::remove_all(base);
 }
+
+TEST_CASE("validate: what vLLM resolved at start-up, as newer runs record it in meta.json, sizes the pool") {
+  // Newer recorders add to meta.json what vLLM resolved after boot: "kv_cache" (its
+  // cache_config: num_gpu_blocks, block_size, ...) and "hardware" (the GPU as CUDA names it,
+  // its total memory), and a "resolved_config" validate does not need. num_gpu_blocks is the
+  // pool vLLM allocated, null block included: 300 blocks of 16 tokens x 131,072 bytes a token
+  // (Llama-3.1-8B in bf16) = 629,145,600 bytes, of which 299 blocks, 627,048,448 bytes, are
+  // handed out. It wins over the kv_cache_memory_bytes it was derived from.
+  const auto base = test::scratch_dir("validate-resolved");
+  const auto dir = base / "run";
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy(kData + "/tiny/run", dir,
+                        std::filesystem::copy_options::recursive | std::filesystem::copy_options::overwrite_existing);
+  std::filesystem::remove(dir / "peer_cluster_config.json");
+  const std::string workload = kData + "/tiny/workloads/tiny.jsonl";
+  const auto write_meta = [&](const std::string& kwargs, const std::string& top) {
+    std::ofstream(dir / "meta.json") << R"({"model": "meta-llama/Llama-3.1-8B", "vllm_version": "0.19.0",
+  "engine_kwargs": {"tensor_parallel_size": 1, "data_parallel_size": 1, "max_num_seqs": 128,
+    "max_num_batched_tokens": 4096, "max_model_len": 4096, "seed": 42, "skip_tokenizer_init": false,
+    "compilation_config": {"pass_config": {"fuse_allreduce_rms": false}})" + kwargs + R"(},
+  "dataset_path": "workloads/tiny.jsonl", "started_at": "2026-01-01T00:00:00Z", "tick_seconds": 0.25,
+  "resolved_config": {"cache_config": {"block_size": 16, "cache_dtype": "auto"}, "model_config": "<ModelConfig>"})" +
+                                           top + "}";
+  };
+  const std::string rtx4090 =
+      R"(, "hardware": {"torch_version": "2.9.0", "device_count": 1, "device_name": "NVIDIA GeForce RTX 4090",
+    "device_total_memory_bytes": 25000000000, "device_capability": "8.9"})";
+  write_meta(R"(, "kv_cache_memory_bytes": 123456789)",
+             R"(, "kv_cache": {"num_gpu_blocks": 300, "num_cpu_blocks": null, "block_size": 16,
+    "gpu_memory_utilization": 0.9, "enable_prefix_caching": true, "kv_cache_memory_bytes": 123456789,
+    "num_kv_tokens": 4800})" + rtx4090);
+  auto r = test::run_cli({"validate", dir.string(), "--workload", workload, "--json"});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  Json doc = Json::parse(r.out);
+  CHECK(doc["kvsim"]["kv_budget_bytes"] == 627048448);
+  CHECK_THAT(doc["kvsim"]["kv_budget"].get<std::string>(),
+             Catch::Contains("kv_cache.num_gpu_blocks") && Catch::Contains("300 blocks of 16 tokens"));
+  // No peer_cluster_config.json: the recorded device name finds the preset that times the steps.
+  CHECK_THAT(doc["kvsim"]["cost_model"].get<std::string>(), Catch::Contains("RTX-4090"));
+  // Nested settings are named, not misread; skip_tokenizer_init changes nothing.
+  CHECK(doc["unmodelled_settings"] == Json::array({R"(compilation_config={"pass_config":{"fuse_allreduce_rms":false}})"}));
+
+  // Without kv_cache, vLLM's start-up rule from the device total CUDA reported (25,000,000,000
+  // bytes, not the preset's), as `kvsim size --engine vllm` computes it for that total, less
+  // the 2,097,152-byte null block.
+  write_meta("", rtx4090);
+  r = test::run_cli({"validate", dir.string(), "--workload", workload, "--json"});
+  REQUIRE(r.exit_code == 0);
+  doc = Json::parse(r.out);
+  CHECK_THAT(doc["kvsim"]["kv_budget"].get<std::string>(),
+             Catch::Contains("start-up rule on RTX-4090: total 25,000,000,000 x 0.9") &&
+                 Catch::Contains("hardware.device_total_memory_bytes"));
+  const auto sized = test::run_cli({"size", "--model", "llama-3.1-8b", "--engine", "vllm", "--device", "RTX-4090",
+                                    "--device-memory", "25000000000", "--max-num-seqs", "128",
+                                    "--max-num-batched-tokens", "4096", "--max-model-len", "4096", "--json"});
+  REQUIRE(sized.exit_code == 0);
+  CHECK(doc["kvsim"]["kv_budget_bytes"] ==
+        Json::parse(sized.out)["budget"]["kv_budget_bytes"].get<std::int64_t>() - 2097152);
+
+  // peer_cluster_config.json's name for the card, as LLMServingSim's configs write it.
+  write_meta("", "");
+  std::ofstream(dir / "peer_cluster_config.json") << R"({"nodes": [{"instances": [{"hardware": "RTX4090"}]}]})";
+  r = test::run_cli({"validate", dir.string(), "--workload", workload, "--json"});
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(Json::parse(r.out)["kvsim"]["kv_budget"].get<std::string>(), Catch::Contains("start-up rule on RTX-4090"));
+  std::filesystem::remove(dir / "peer_cluster_config.json");
+
+  // What contradicts engine_kwargs, or cannot be a pool, or names no known GPU: an error
+  // naming the file and the field.
+  write_meta(R"(, "block_size": 16)", R"(, "kv_cache": {"num_gpu_blocks": 300, "block_size": 32})" + rtx4090);
+  r = test::run_cli({"validate", dir.string(), "--workload", workload});
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("meta.json") && Catch::Contains("kv_cache.block_size"));
+  write_meta("", R"(, "kv_cache": {"num_gpu_blocks": 1})" + rtx4090);
+  r = test::run_cli({"validate", dir.string(), "--workload", workload});
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("meta.json") && Catch::Contains("num_gpu_blocks"));
+  write_meta("", R"(, "kv_cache": [])");
+  r = test::run_cli({"validate", dir.string(), "--workload", workload});
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("kv_cache") && Catch::Contains("object"));
+  write_meta("", R"(, "hardware": {"device_name": "Example GPU 9000"})");
+  r = test::run_cli({"validate", dir.string(), "--workload", workload});
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("hardware.device_name") && Catch::Contains("--device-memory"));
+  std::filesystem::remove_all(base);
+}

@@ -68,6 +68,15 @@ struct MeasuredRun {
   std::int64_t num_gpu_blocks_override = 0;    // 0: none; else the KV pool's blocks per device
   std::int64_t kv_cache_memory_bytes = 0;      // 0: none; else the KV budget per device
   bool enforce_eager = false;                  // no CUDA graphs
+  // What vLLM resolved at start-up, when meta.json records it (newer runs: its "kv_cache"
+  // object, read from the engine's cache_config after boot): the blocks of the KV pool on each
+  // device, its null block included; 0 when not recorded.
+  std::int64_t resolved_gpu_blocks = 0;
+  // The GPU as CUDA reported it (meta.json "hardware", newer runs): its name
+  // (torch.cuda.get_device_name) and total memory (get_device_properties().total_memory);
+  // "" and 0 when not recorded.
+  std::string device_name;
+  std::int64_t device_total_bytes = 0;
   // engine_kwargs kvsim does not model and that are not known to leave the schedule and the
   // KV budget alone, as "key=value" (validate names them rather than ignore them silently).
   std::vector<std::string> unmodelled_settings;

@@ -9,6 +9,7 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <fstream>
 #include <limits>
@@ -49,8 +50,10 @@ const CommandSpec kSpec{
     "(enable_expert_parallel), --allocator paged:block=16,prefix-caching=on (vLLM's defaults)\n"
     "and --schedule simulate; the device from peer_cluster_config.json (--timing-device), and\n"
     "its KV pool by vLLM's start-up rule (as 'kvsim size --engine vllm', with the replay's\n"
-    "options) or meta.json's kv_cache_memory_bytes or num_gpu_blocks_override, less vLLM's null\n"
-    "block (--kv-budget: that pool; --reserve or --params: replay's rule). Any option may be given;\n"
+    "options; the device's total as meta.json's hardware records it) or as meta.json fixes it\n"
+    "(kv_cache.num_gpu_blocks, what vLLM allocated; kv_cache_memory_bytes; num_gpu_blocks_override),\n"
+    "less vLLM's null block (--kv-budget: that pool; --reserve or --params: replay's rule). The\n"
+    "device may also come from meta.json's hardware.device_name. Any option may be given;\n"
     "--cost takes the spec 'kvsim calibrate RUN_DIR' prints. Measured figures follow the run's\n"
     "README: TTFT = first_token - queued, TPOT = (last_token - first_token) / (output - 1),\n"
     "latency = last_token - queued; percentiles interpolate linearly (numpy's default).\n\n" +
@@ -109,12 +112,42 @@ std::optional<std::string> run_kv_dtype(const MeasuredRun& run, const std::strin
 // sizes the KV tensors for exactly that many; vllm/v1/core/kv_cache_utils.py). The block's
 // bytes are the model's per token on one device times the block size (one KV-cache group;
 // models whose layer groups differ are sized by kvsim's layout the same way).
+// When meta.json records what vLLM resolved at start-up (kv_cache.num_gpu_blocks), that
+// count wins over both: it is the pool vLLM allocated, whatever derived it.
 std::int64_t run_kv_budget_bytes(const po::variables_map& vm, const MeasuredRun& run) {
-  if (run.kv_cache_memory_bytes > 0) return run.kv_cache_memory_bytes;
-  if (run.num_gpu_blocks_override == 0) return 0;
+  const std::int64_t blocks = run.resolved_gpu_blocks > 0 ? run.resolved_gpu_blocks : run.num_gpu_blocks_override;
+  if (run.resolved_gpu_blocks == 0 && run.kv_cache_memory_bytes > 0) return run.kv_cache_memory_bytes;
+  if (blocks == 0) return 0;
+  const char* field = run.resolved_gpu_blocks > 0 ? "kv_cache.num_gpu_blocks" : "num_gpu_blocks_override";
   const ModelChoice choice = resolve_model(vm, kSpec.synopsis, "");
-  return checked_mul(checked_mul(run.num_gpu_blocks_override, run.block_size, "num_gpu_blocks_override"),
-                     choice.layout().bytes_per_token(), "num_gpu_blocks_override");
+  return checked_mul(checked_mul(blocks, run.block_size, field), choice.layout().bytes_per_token(), field);
+}
+
+// Where run_kv_budget_bytes() took the pool from, for the report.
+std::string run_kv_budget_source(const MeasuredRun& run) {
+  if (run.resolved_gpu_blocks > 0) {
+    return fmt::format("meta.json kv_cache.num_gpu_blocks (what vLLM allocated): {} blocks of {} tokens",
+                       run.resolved_gpu_blocks, run.block_size);
+  }
+  if (run.kv_cache_memory_bytes > 0) return "meta.json kv_cache_memory_bytes";
+  return fmt::format("meta.json num_gpu_blocks_override: {} blocks of {} tokens", run.num_gpu_blocks_override,
+                     run.block_size);
+}
+
+// The kvsim preset of the run's GPU: peer_cluster_config.json's hardware by validate's table,
+// else meta.json's recorded device name (hardware.device_name, as CUDA names it) matched
+// against the presets' product names; nullptr when neither names one.
+const char* run_device(const MeasuredRun& run) {
+  if (const char* preset = run_device_preset(run.hardware)) return preset;
+  if (run.device_name.empty()) return nullptr;
+  const auto& all = device_presets();
+  const auto same = [](std::string_view a, std::string_view b) {
+    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+             return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
+           });
+  };
+  const auto it = std::find_if(all.begin(), all.end(), [&](const DevicePreset& d) { return same(d.product, run.device_name); });
+  return it == all.end() ? nullptr : it->name.data();
 }
 
 // vLLM's first block is its null block (vllm/v1/core/block_pool.py: BlockPool.__init__ takes
@@ -243,14 +276,19 @@ std::string apply_run_settings(po::variables_map& vm, const MeasuredRun& run) {
   if (const auto dtype = run_kv_dtype(run, meta)) default_to(vm, option_key(kOptDtype), *dtype);
   default_to(vm, option_key(kOptSchedule), "simulate");
   // The run's GPU times the steps, unless --device or --timing-device names another.
-  const char* preset = run_device_preset(run.hardware);
+  const char* preset = run_device(run);
   const bool known = preset != nullptr && has_device_preset(preset);
   if (known && !given(vm, option_key(kOptDevice))) default_to(vm, option_key(kOptTimingDevice), preset);
   if (given(vm, option_key(kOptKvBudget))) return "";  // the pool as given
   const bool user_device = given(vm, option_key(kOptDevice)) || given(vm, option_key(kOptDeviceMemory));
   if (!user_device) {
     const std::string where = run.dir + "/peer_cluster_config.json";
-    if (run.hardware.empty()) {
+    if (run.hardware.empty() && preset == nullptr) {
+      if (!run.device_name.empty()) {
+        throw InputError(Location{meta, 0, "hardware.device_name"},
+                         "\"" + run.device_name + "\" is not the product name of any kvsim device preset; give "
+                         "--device, --device-memory or --kv-budget");
+      }
       throw InputError(Location{where, 0, "hardware"},
                        "the run does not name its GPU; give --device, --device-memory or --kv-budget");
     }
@@ -267,16 +305,17 @@ std::string apply_run_settings(po::variables_map& vm, const MeasuredRun& run) {
     }
     // The pool's size, when meta.json fixes it.
     if (const std::int64_t direct = run_kv_budget_bytes(vm, run); direct > 0) {
-      const char* field = run.kv_cache_memory_bytes > 0 ? "kv_cache_memory_bytes" : "num_gpu_blocks_override";
+      const char* field = run.resolved_gpu_blocks > 0      ? "kv_cache.num_gpu_blocks"
+                          : run.kv_cache_memory_bytes > 0 ? "kv_cache_memory_bytes"
+                                                          : "num_gpu_blocks_override";
       const std::int64_t null_block = null_block_bytes(vm, resolve_model(vm, kSpec.synopsis, ""));
       const std::int64_t pool = less_null_block(direct, null_block, Location{meta, 0, field});
       default_to(vm, option_key(kOptKvBudget), std::to_string(pool));
-      return (run.kv_cache_memory_bytes > 0 ? std::string("meta.json kv_cache_memory_bytes")
-                                            : fmt::format("meta.json num_gpu_blocks_override: {} blocks of {} tokens",
-                                                          run.num_gpu_blocks_override, run.block_size)) +
-             null_block_text(null_block);
+      return run_kv_budget_source(run) + null_block_text(null_block);
     }
     default_to(vm, option_key(kOptDevice), preset);
+    // The device's total as CUDA reported it in the run, rather than the preset's.
+    if (run.device_total_bytes > 0) default_to(vm, option_key(kOptDeviceMemory), std::to_string(run.device_total_bytes));
   }
   // Where the utilisation comes from, for an error: the user's option, else meta.json's (or
   // vLLM's default where meta.json has none).
@@ -288,7 +327,9 @@ std::string apply_run_settings(po::variables_map& vm, const MeasuredRun& run) {
   }
   // A term of replay's own rule given: that rule, as given.
   if (given(vm, option_key(kOptReserve)) || given(vm, option_key(kOptParams))) return "";
-  const StartupPool pool = vllm_startup_pool(vm, run, utilisation_from);
+  const bool recorded_total = run.device_total_bytes > 0 && !user_device;
+  StartupPool pool = vllm_startup_pool(vm, run, utilisation_from);
+  if (recorded_total) pool.source += "; the device total as meta.json hardware.device_total_memory_bytes records it";
   // The pool replaces the terms it was computed from; the device (if any) still times the steps.
   vm.erase(option_key(kOptDeviceMemory));
   vm.erase(option_key(kOptGpuMemoryUtilization));

@@ -22,7 +22,8 @@ struct DeviceRow {
   const char* preset;
 };
 constexpr DeviceRow kDevices[] = {
-    {"RTXPRO6000", "RTX-PRO-6000"}, {"H100", "H100-80GB"}, {"A100", "A100-80GB"}, {"L4", "L4"},
+    {"RTXPRO6000", "RTX-PRO-6000"}, {"RTX4090", "RTX-4090"}, {"H100", "H100-80GB"}, {"A100", "A100-80GB"},
+    {"L4", "L4"},
 };
 
 }  // namespace
