@@ -28,7 +28,8 @@ std::vector<CalibrationTick> busy_ticks(const MeasuredRun& run) {
     last_token = std::max(last_token, r.last_token_s);
   }
   std::vector<CalibrationTick> ticks;
-  for (const MeasuredTick& m : run.ticks) {
+  for (std::size_t i = 0; i < run.ticks.size(); ++i) {
+    const MeasuredTick& m = run.ticks[i];
     const double t1 = origin + m.t_s, t0 = t1 - run.tick_s;
     // The engine must have had work for the whole tick.
     if (t0 < first_queued || t1 > last_token || m.running == 0) continue;
@@ -52,6 +53,22 @@ std::vector<CalibrationTick> busy_ticks(const MeasuredRun& run) {
     }
     t.decoding_mean = decoding / run.tick_s;
     t.context_mean = context / run.tick_s;
+    // Every decoding request is in vLLM's running list, so no more decode than ran: a request
+    // preempted between its first and last token waits, without decoding, for part of that
+    // span. The larger running count at the tick's two ends (the row before, when it
+    // directly precedes this one; without it, no bound) bounds the mean (the larger, not their mean: the count is
+    // a snapshot, and between the two it need not move in a straight line); above it, the
+    // decoders and their context are scaled down to it, the preempted taken to hold the mean
+    // context. A run that never preempts is never above it.
+    const bool previous = i > 0 && std::abs(run.ticks[i - 1].t_s - (m.t_s - run.tick_s)) < 1e-6 * run.tick_s;
+    // The snapshot is the tick's last iteration, which can be a step before its end, so the
+    // bound allows one request more.
+    const auto cap = static_cast<double>(std::max(m.running, previous ? run.ticks[i - 1].running : 0)) + 1;
+    if (previous && t.decoding_mean > cap) {
+      t.context_mean *= cap / t.decoding_mean;
+      t.decoding_mean = cap;
+      t.bounded_by_running = true;
+    }
     if (t.decoding_mean < 1 || t.generated_tokens <= 0) continue;
     // Every step decodes one token for each decoding request, so the tick held G / D steps;
     // with data parallelism each of the dp engines, D / dp of them decoding on each, took

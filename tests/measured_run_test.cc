@@ -4,6 +4,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iomanip>
 
 #include "cli_util.h"
 #include "kvsim/calibrate.h"
@@ -176,4 +177,56 @@ TEST_CASE("calibrate: two data-parallel engines, fitted per engine, stepping ind
   CHECK(misread.terms[1].seconds == Approx(100e-6).epsilon(1e-6));
   // One engine: stepping together means nothing.
   CHECK_FALSE(calibrate(read_measured_run(kData + "/synthetic", std::nullopt, false), true).steps_together);
+}
+
+TEST_CASE("calibrate: a request preempted between its first and last token is not counted as decoding") {
+  // Four requests, all queued at 0 (monotonic 1000), first token at 0.5 s, last at 10.5 s.
+  // From 5 s on, two of them are preempted and wait: vLLM's running count (timeseries.csv) is
+  // 4 up to the tick ending at 5 s and 2 after. Each tick's generated tokens follow the rule
+  //   1 s = S x 10 ms + P x 50 us,  S = (1 - P x 50 us) / 10 ms steps,  G = S x (requests decoding),
+  // with 4 decoding from 1 s to 6 s (the tick ending at 6 s starts with 4 running) and 3 after: the
+  // bound is the larger running count at a tick's two ends plus one (the snapshot can be a
+  // step old), 2 + 1. The ticks' spans say 4 throughout; bounded at 3, the fit gives back
+  // 10 ms and 50 us exactly; read as 4 it would see a third fewer steps in ticks 7 to 10.
+  const auto dir = test::scratch_dir("calibrate-preempted");
+  std::filesystem::create_directories(dir);
+  {
+    std::ofstream meta(dir / "meta.json");
+    meta << R"({"model": "meta-llama/Llama-3.1-8B", "vllm_version": "0.19.0",
+  "engine_kwargs": {"tensor_parallel_size": 1, "data_parallel_size": 1, "max_num_seqs": 128,
+    "max_num_batched_tokens": 2048, "max_model_len": null},
+  "dataset_path": "workloads/none.jsonl", "started_at": "2026-01-01T00:00:00Z", "tick_seconds": 1.0})";
+    std::ofstream requests(dir / "requests.jsonl");
+    for (int i = 0; i < 4; ++i) {
+      requests << R"({"request_id": "p-)" << i << R"(", "input_toks": 100, "output_toks": 101, "arrival_time": 1767225600.0, "queued_ts": 1000.0, "scheduled_ts": 1000.0, "first_token_ts": 1000.5, "last_token_ts": 1010.5})" "\n";
+    }
+    std::ofstream ticks(dir / "timeseries.csv");
+    ticks << "t,prompt_throughput,gen_throughput,running,waiting,kv_cache_pct\n";
+    for (int t = 1; t <= 10; ++t) {
+      const double p = 1000.0 * (t % 3) + 300.0 * (t % 2);
+      const double decoding = t == 1 ? 2 : t <= 6 ? 4 : 3;  // tick 1: 4 decode from 0.5 s
+      const double steps = (1.0 - p * 50e-6) / 0.010;
+      const double first_tokens = t == 1 ? 4 : 0;
+      ticks << t << ".0," << p << "," << std::setprecision(17) << steps * decoding + first_tokens << ","
+            << (t <= 5 ? 4 : 2) << "," << (t <= 5 ? 0 : 2) << ",0.0\n";
+    }
+  }
+  const MeasuredRun run = read_measured_run(dir.string(), std::nullopt, false);
+  const Calibration c = calibrate(run);
+  // Every tick is busy throughout; in the first, 4 decode for half of it.
+  REQUIRE(c.ticks.size() == 10);
+  CHECK(c.ticks[0].decoding_mean == Approx(2.0));
+  for (const CalibrationTick& t : c.ticks) {
+    if (t.t_s == 1) continue;
+    INFO("tick ending at " << t.t_s);
+    CHECK(t.decoding_mean == Approx(t.t_s <= 6 ? 4.0 : 3.0));
+    CHECK(t.bounded_by_running == (t.t_s > 6));
+    // Context: 100 prompt tokens + 1 + 100 x (mid-tick - 0.5) / 10 per request, for the
+    // decoders counted (tick ending at 8: 100 + 1 + 100 x 7 / 10 = 171, x 3).
+    CHECK(t.context_mean == Approx(t.decoding_mean * (101 + 10 * (t.t_s - 0.5 - 0.5))));
+  }
+  CHECK(c.terms[0].seconds == Approx(0.010).epsilon(1e-6));
+  CHECK(c.terms[1].seconds == Approx(50e-6).epsilon(1e-6));
+  CHECK(c.residual_max_s < 1e-6);
+  std::filesystem::remove_all(dir);
 }

@@ -12,7 +12,11 @@
 // first tokens of requests (a prefill step produces those), D the mean number of requests
 // decoding and C the mean sum of their context lengths over the tick (from
 // requests.jsonl: a request decodes from its first token to its last, its context growing
-// by one position a token), and S = G / D the steps the tick held. Least squares over the
+// by one position a token), and S = G / D the steps the tick held. A request preempted
+// between its first and last token waits for part of that span without decoding, and every
+// decoding request is in vLLM's running list: where D exceeds the larger running count at the
+// tick's two ends (timeseries.csv) by more than one request (the count is a snapshot of the
+// tick's last iteration), D is lowered to that count plus one and C with it in proportion. Least squares over the
 // busy ticks gives the coefficients. A term stays only when the data supports it: a term
 // whose coefficient comes out non-positive is dropped (the most negative first) and the rest
 // fitted again; context_token is tried last and kept only when it lowers the residual RMS by
@@ -49,6 +53,7 @@ struct CalibrationTick {
   double decoding_mean = 0;    // D
   double context_mean = 0;     // C
   double steps = 0;            // S = G / D: each engine's steps in the tick
+  bool bounded_by_running = false;  // D lowered to the running count (requests preempted)
   double predicted_s = 0;      // the fit's time for the tick
 };
 
