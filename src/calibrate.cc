@@ -35,7 +35,10 @@ std::vector<CalibrationTick> busy_ticks(const MeasuredRun& run) {
     if (t0 < first_queued || t1 > last_token || m.running == 0) continue;
     CalibrationTick t;
     t.t_s = m.t_s;
-    t.prompt_tokens = m.prompt_tokens_per_s * run.tick_s;
+    // The prompt tokens computed, where the run says (newer recorders): prompt_throughput
+    // also credits what the prefix cache served, which no step computes.
+    t.prompt_tokens =
+        (m.computed_prompt_tokens_per_s >= 0 ? m.computed_prompt_tokens_per_s : m.prompt_tokens_per_s) * run.tick_s;
     t.generated_tokens = m.generated_tokens_per_s * run.tick_s;
     double decoding = 0, context = 0;  // integrals over the tick
     double first_tokens = 0;           // produced by prefill steps, not by decodes

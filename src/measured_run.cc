@@ -335,6 +335,14 @@ void read_ticks(MeasuredRun& run) {
     if (it == header.end()) throw InputError(Location{path, 1, wanted[i]}, "missing column");
     at[i] = static_cast<std::size_t>(it - header.begin());
   }
+  // Optional columns (newer recorders): their index, or -1.
+  const auto optional_column = [&](const char* name) {
+    const auto it = std::find(header.begin(), header.end(), name);
+    return it == header.end() ? std::ptrdiff_t{-1} : it - header.begin();
+  };
+  const std::ptrdiff_t computed_at = optional_column("prompt_compute_throughput");
+  const std::ptrdiff_t preempted_at = optional_column("preempted");
+  run.preemptions_recorded = preempted_at >= 0;
   double last_t = -1;
   for (std::int64_t line = 2; std::getline(in, text); ++line) {
     if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
@@ -356,6 +364,18 @@ void read_ticks(MeasuredRun& run) {
     t.waiting = csv_count(cells[at[4]], path, line, wanted[4]);
     t.kv_cache_percent = csv_number(cells[at[5]], path, line, wanted[5]);
     if (t.kv_cache_percent > 0) run.kv_usage_recorded = true;
+    if (computed_at >= 0) {
+      t.computed_prompt_tokens_per_s =
+          csv_number(cells[static_cast<std::size_t>(computed_at)], path, line, "prompt_compute_throughput");
+      if (t.computed_prompt_tokens_per_s < 0 || t.computed_prompt_tokens_per_s > t.prompt_tokens_per_s + 0.5) {
+        throw InputError(Location{path, line, "prompt_compute_throughput"},
+                         "expected between 0 and prompt_throughput (the computed part of those prompts)");
+      }
+    }
+    if (preempted_at >= 0) {
+      t.preempted = csv_count(cells[static_cast<std::size_t>(preempted_at)], path, line, "preempted");
+      run.preemptions += t.preempted;
+    }
     run.ticks.push_back(t);
   }
 }

@@ -201,17 +201,23 @@ TEST_CASE("calibrate: a request preempted between its first and last token is no
       requests << R"({"request_id": "p-)" << i << R"(", "input_toks": 100, "output_toks": 101, "arrival_time": 1767225600.0, "queued_ts": 1000.0, "scheduled_ts": 1000.0, "first_token_ts": 1000.5, "last_token_ts": 1010.5})" "\n";
     }
     std::ofstream ticks(dir / "timeseries.csv");
-    ticks << "t,prompt_throughput,gen_throughput,running,waiting,kv_cache_pct\n";
+    // Written as newer recorders write it: prompt_throughput also credits the 700 tokens a
+    // tick the prefix cache served (prompt_cached_throughput); only the computed ones
+    // (prompt_compute_throughput) take step time. The two preemptions are in the tick ending at 6 s.
+    ticks << "t,prompt_throughput,prompt_compute_throughput,prompt_cached_throughput,gen_throughput,running,waiting,"
+             "preempted,kv_cache_pct\n";
     for (int t = 1; t <= 10; ++t) {
       const double p = 1000.0 * (t % 3) + 300.0 * (t % 2);
       const double decoding = t == 1 ? 2 : t <= 6 ? 4 : 3;  // tick 1: 4 decode from 0.5 s
       const double steps = (1.0 - p * 50e-6) / 0.010;
       const double first_tokens = t == 1 ? 4 : 0;
-      ticks << t << ".0," << p << "," << std::setprecision(17) << steps * decoding + first_tokens << ","
-            << (t <= 5 ? 4 : 2) << "," << (t <= 5 ? 0 : 2) << ",0.0\n";
+      ticks << t << ".0," << p + 700 << "," << p << ",700," << std::setprecision(17) << steps * decoding + first_tokens
+            << "," << (t <= 5 ? 4 : 2) << "," << (t <= 5 ? 0 : 2) << "," << (t == 6 ? 2 : 0) << ",0.0\n";
     }
   }
   const MeasuredRun run = read_measured_run(dir.string(), std::nullopt, false);
+  CHECK(run.preemptions_recorded);
+  CHECK(run.preemptions == 2);
   const Calibration c = calibrate(run);
   // Every tick is busy throughout; in the first, 4 decode for half of it.
   REQUIRE(c.ticks.size() == 10);

@@ -144,6 +144,7 @@ TEST_CASE("validate: measured against simulated for a hand-made run") {
   CHECK(doc["running_mae"].get<double>() == Approx(2.0 / 3.0));
   CHECK(doc["waiting_mae"].get<double>() == Approx(0.0));
   CHECK(doc["kv_usage_mae_percent"].is_null());
+  CHECK(doc["preemptions_measured"].is_null());  // no preempted column in this run
   const auto table = test::run_cli({"validate", kData + "/tiny/run", "--kv-budget", "1GB"});
   CHECK(table.exit_code == 0);
   CHECK_THAT(table.out, Catch::Contains("TTFT Mean (ms)") && Catch::Contains("not recorded"));
@@ -454,6 +455,20 @@ TEST_CASE("validate: what vLLM resolved at start-up, as newer runs record it in 
              Catch::Contains("kv_cache.num_gpu_blocks") && Catch::Contains("300 blocks of 16 tokens"));
   // No peer_cluster_config.json: the recorded device name finds the preset that times the steps.
   CHECK_THAT(doc["kvsim"]["cost_model"].get<std::string>(), Catch::Contains("RTX-4090"));
+  // The run's timeseries has no preempted column, so none is claimed; with one (newer
+  // recorders), the table and the JSON set its sum beside kvsim's count.
+  CHECK(doc["preemptions_measured"].is_null());
+  std::ofstream(dir / "timeseries.csv")
+      << "t,prompt_throughput,prompt_compute_throughput,prompt_cached_throughput,gen_throughput,running,waiting,"
+         "preempted,kv_cache_pct\n0.25,400.0,400.0,0.0,8.0,1,0,3,0.0\n0.75,80.0,80.0,0.0,12.0,1,0,0,0.0\n"
+         "1.0,0.0,0.0,0.0,0.0,0,0,2,0.0\n";
+  r = test::run_cli({"validate", dir.string(), "--workload", workload, "--json"});
+  REQUIRE(r.exit_code == 0);
+  doc = Json::parse(r.out);
+  CHECK(doc["preemptions_measured"] == 5);
+  CHECK(doc["preemptions"] == 0);
+  r = test::run_cli({"validate", dir.string(), "--workload", workload});
+  CHECK_THAT(r.out, Catch::Contains("Preemptions                         5            0"));
   // Nested settings are named, not misread; skip_tokenizer_init changes nothing.
   CHECK(doc["unmodelled_settings"] == Json::array({R"(compilation_config={"pass_config":{"fuse_allreduce_rms":false}})"}));
 

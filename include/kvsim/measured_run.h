@@ -44,6 +44,12 @@ struct MeasuredTick {
   std::int64_t running = 0;
   std::int64_t waiting = 0;
   double kv_cache_percent = 0;
+  // Columns newer recorders add (-1 when the file has none): the prompt tokens computed rather
+  // than served by the prefix cache (prompt_compute_throughput, credited like
+  // prompt_throughput at a request's first token), and the preemptions in the tick, summed
+  // over the engines (preempted).
+  double computed_prompt_tokens_per_s = -1;
+  std::int64_t preempted = -1;
 };
 
 struct MeasuredRun {
@@ -87,6 +93,8 @@ struct MeasuredRun {
   std::vector<MeasuredRequest> requests;
   std::vector<MeasuredTick> ticks;
   bool kv_usage_recorded = false;    // some tick has kv_cache_pct > 0
+  bool preemptions_recorded = false; // timeseries.csv has a preempted column
+  std::int64_t preemptions = 0;      // its sum
 };
 
 // Reads `dir`. With `find_workload`, the workload is `workload` when given, else meta.json's

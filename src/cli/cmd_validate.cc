@@ -514,6 +514,9 @@ std::string table(const MeasuredRun& run, const ReplayPlan& plan, const std::str
   block("Latency", r.latency);
   out += fmt::format("{:<24} {:>12.2f} {:>12.2f} {:>+8.1f}%\n", "Makespan (s)", r.measured_makespan_s,
                      r.simulated_makespan_s, diff_percent(r.measured_makespan_s, r.simulated_makespan_s));
+  if (run.preemptions_recorded) {
+    out += fmt::format("{:<24} {:>12} {:>12}\n", "Preemptions", run.preemptions, r.preemptions);
+  }
   if (r.ticks > 0) {
     out += fmt::format("running, MAE per tick     {:.2f} requests over {} ticks\n", r.running_mae, r.ticks);
     out += fmt::format("waiting, MAE per tick     {:.2f} requests\n", r.waiting_mae);
@@ -569,6 +572,7 @@ std::string json_of(const MeasuredRun& run, const ReplayPlan& plan, const std::s
          {"requests", r.requests},
          {"completed", r.completed},
          {"preemptions", r.preemptions},
+         {"preemptions_measured", run.preemptions_recorded ? Json(run.preemptions) : Json(nullptr)},
          {"ttft", cmp(r.ttft)},
          {"tpot", cmp(r.tpot)},
          {"latency", cmp(r.latency)},
