@@ -63,11 +63,15 @@ std::vector<CalibrationTick> busy_ticks(const MeasuredRun& run) {
     // a snapshot, and between the two it need not move in a straight line); above it, the
     // decoders and their context are scaled down to it, the preempted taken to hold the mean
     // context. A run that never preempts is never above it.
-    const bool previous = i > 0 && std::abs(run.ticks[i - 1].t_s - (m.t_s - run.tick_s)) < 1e-6 * run.tick_s;
-    // The snapshot is the tick's last iteration, which can be a step before its end, so the
-    // bound allows one request more.
-    const auto cap = static_cast<double>(std::max(m.running, previous ? run.ticks[i - 1].running : 0)) + 1;
-    if (previous && t.decoding_mean > cap) {
+    // A run whose timeseries counts preemptions (newer recorders) and has none needs no bound.
+    // Rows are t rounded to milliseconds.
+    const bool previous = i > 0 && std::abs(run.ticks[i - 1].t_s - (m.t_s - run.tick_s)) < 2e-3;
+    const bool may_preempt = !run.preemptions_recorded || run.preemptions > 0;
+    // The snapshot is the tick's last iteration, which can be a step before its end, on each
+    // engine, so the bound allows one request more an engine.
+    const auto cap = static_cast<double>(std::max(m.running, previous ? run.ticks[i - 1].running : 0) +
+                                         run.data_parallel);
+    if (previous && may_preempt && t.decoding_mean > cap) {
       t.context_mean *= cap / t.decoding_mean;
       t.decoding_mean = cap;
       t.bounded_by_running = true;

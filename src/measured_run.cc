@@ -122,8 +122,8 @@ void read_engine_settings(MeasuredRun& run, const json& kw, const std::string& p
 }
 
 // meta.json's "kv_cache": what vLLM resolved at start-up (cache_config after boot). Where
-// engine_kwargs is silent it also gives the settings vLLM ran with; where engine_kwargs sets
-// one, the two must agree. Absent, null or {} (the recorder could not read the engine): nothing.
+// engine_kwargs is silent it also gives the settings vLLM ran with, and its block size is the
+// one vLLM used. Absent, null or {} (the recorder could not read the engine): nothing.
 void read_resolved_cache(MeasuredRun& run, const json& meta, const json& kw, const std::string& path) {
   if (!gives(meta, "kv_cache")) return;
   const json& kv = meta["kv_cache"];
@@ -132,15 +132,9 @@ void read_resolved_cache(MeasuredRun& run, const json& meta, const json& kw, con
     // vLLM's pool needs its null block and at least one block to hand out.
     run.resolved_gpu_blocks = integer_member(kv, "num_gpu_blocks", path, 0, 2);
   }
-  if (gives(kv, "block_size")) {
-    const std::int64_t block = integer_member(kv, "block_size", path, 0, 1);
-    if (gives(kw, "block_size") && block != run.block_size) {
-      throw InputError(Location{path, 0, "kv_cache.block_size"},
-                       "is " + std::to_string(block) + " but engine_kwargs.block_size is " +
-                           std::to_string(run.block_size));
-    }
-    run.block_size = block;
-  }
+  // The block size vLLM ran with wins over the one asked for: vLLM may change it (an attention
+  // backend's own, a hybrid model's common page size).
+  if (gives(kv, "block_size")) run.block_size = integer_member(kv, "block_size", path, 0, 1);
   if (gives(kv, "enable_prefix_caching") && !gives(kw, "enable_prefix_caching")) {
     run.prefix_caching = bool_member(kv, "enable_prefix_caching", path);
   }

@@ -186,7 +186,8 @@ TEST_CASE("calibrate: a request preempted between its first and last token is no
   //   1 s = S x 10 ms + P x 50 us,  S = (1 - P x 50 us) / 10 ms steps,  G = S x (requests decoding),
   // with 4 decoding from 1 s to 6 s (the tick ending at 6 s starts with 4 running) and 3 after: the
   // bound is the larger running count at a tick's two ends plus one (the snapshot can be a
-  // step old), 2 + 1. The ticks' spans say 4 throughout; bounded at 3, the fit gives back
+  // step old), 2 + 1; the ticks are generated at that bound, as if one of the two resumed
+  // after each snapshot, so that the fit is exact. The ticks' spans say 4 throughout; bounded at 3, the fit gives back
   // 10 ms and 50 us exactly; read as 4 it would see a third fewer steps in ticks 7 to 10.
   const auto dir = test::scratch_dir("calibrate-preempted");
   std::filesystem::create_directories(dir);
@@ -234,5 +235,22 @@ TEST_CASE("calibrate: a request preempted between its first and last token is no
   CHECK(c.terms[0].seconds == Approx(0.010).epsilon(1e-6));
   CHECK(c.terms[1].seconds == Approx(50e-6).epsilon(1e-6));
   CHECK(c.residual_max_s < 1e-6);
+  // The same timeseries saying no request was ever preempted: no bound, the spans count.
+  {
+    std::string text = test::slurp(dir / "timeseries.csv");
+    std::string out;
+    std::istringstream lines(text);
+    for (std::string line; std::getline(lines, line);) {
+      if (line.rfind("6.0,", 0) == 0) line.replace(line.rfind(",2,"), 3, ",0,");
+      out += line + "\n";
+    }
+    std::ofstream(dir / "timeseries.csv") << out;
+  }
+  const MeasuredRun calm = read_measured_run(dir.string(), std::nullopt, false);
+  CHECK(calm.preemptions == 0);
+  for (const CalibrationTick& t : calibrate(calm).ticks) {
+    CHECK_FALSE(t.bounded_by_running);
+    if (t.t_s > 1) CHECK(t.decoding_mean == Approx(4.0));
+  }
   std::filesystem::remove_all(dir);
 }

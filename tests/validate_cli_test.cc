@@ -430,9 +430,9 @@ TEST_CASE("validate: what vLLM resolved at start-up, as newer runs record it in 
                         std::filesystem::copy_options::recursive | std::filesystem::copy_options::overwrite_existing);
   std::filesystem::remove(dir / "peer_cluster_config.json");
   const std::string workload = kData + "/tiny/workloads/tiny.jsonl";
-  const auto write_meta = [&](const std::string& kwargs, const std::string& top) {
+  const auto write_meta = [&](const std::string& kwargs, const std::string& top, int dp = 1) {
     std::ofstream(dir / "meta.json") << R"({"model": "meta-llama/Llama-3.1-8B", "vllm_version": "0.19.0",
-  "engine_kwargs": {"tensor_parallel_size": 1, "data_parallel_size": 1, "max_num_seqs": 128,
+  "engine_kwargs": {"tensor_parallel_size": 1, "data_parallel_size": )" + std::to_string(dp) + R"(, "max_num_seqs": 128,
     "max_num_batched_tokens": 4096, "max_model_len": 4096, "seed": 42, "skip_tokenizer_init": false,
     "compilation_config": {"pass_config": {"fuse_allreduce_rms": false}})" + kwargs + R"(},
   "dataset_path": "workloads/tiny.jsonl", "started_at": "2026-01-01T00:00:00Z", "tick_seconds": 0.25,
@@ -469,6 +469,15 @@ TEST_CASE("validate: what vLLM resolved at start-up, as newer runs record it in 
   CHECK(doc["preemptions"] == 0);
   r = test::run_cli({"validate", dir.string(), "--workload", workload});
   CHECK_THAT(r.out, Catch::Contains("Preemptions                         5            0"));
+  // The user's terms of a rule win over the recorded pool: --gpu-memory-utilization the
+  // start-up rule's, --reserve replay's own.
+  r = test::run_cli({"validate", dir.string(), "--workload", workload, "--json", "--gpu-memory-utilization", "0.95"});
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(Json::parse(r.out)["kvsim"]["kv_budget"].get<std::string>(),
+             Catch::Contains("start-up rule on RTX-4090: total 25,000,000,000 x 0.95"));
+  r = test::run_cli({"validate", dir.string(), "--workload", workload, "--json", "--reserve", "1GiB"});
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(Json::parse(r.out)["kvsim"]["kv_budget"].get<std::string>(), !Catch::Contains("num_gpu_blocks"));
   // Nested settings are named, not misread; skip_tokenizer_init changes nothing.
   CHECK(doc["unmodelled_settings"] == Json::array({R"(compilation_config={"pass_config":{"fuse_allreduce_rms":false}})"}));
 
@@ -497,12 +506,36 @@ TEST_CASE("validate: what vLLM resolved at start-up, as newer runs record it in 
   CHECK_THAT(Json::parse(r.out)["kvsim"]["kv_budget"].get<std::string>(), Catch::Contains("start-up rule on RTX-4090"));
   std::filesystem::remove(dir / "peer_cluster_config.json");
 
-  // What contradicts engine_kwargs, or cannot be a pool, or names no known GPU: an error
-  // naming the file and the field.
+  // The block size vLLM ran with wins over the one asked for: 300 blocks of 32 tokens,
+  // 1,258,291,200 bytes, less a 32-token null block of 4,194,304.
   write_meta(R"(, "block_size": 16)", R"(, "kv_cache": {"num_gpu_blocks": 300, "block_size": 32})" + rtx4090);
-  r = test::run_cli({"validate", dir.string(), "--workload", workload});
-  CHECK(r.exit_code == 1);
-  CHECK_THAT(r.err, Catch::Contains("meta.json") && Catch::Contains("kv_cache.block_size"));
+  r = test::run_cli({"validate", dir.string(), "--workload", workload, "--json"});
+  REQUIRE(r.exit_code == 0);
+  doc = Json::parse(r.out);
+  CHECK(doc["kvsim"]["allocator"] == "paged:block=32,prefix-caching=on");
+  CHECK(doc["kvsim"]["kv_budget_bytes"] == 1254096896);
+  // With data parallelism vLLM's front end records the engines' sum (vllm/v1/engine/utils.py:
+  // "Sum values from all engines in DP case"): 600 over two engines is 300 each, as above.
+  write_meta("", R"(, "kv_cache": {"num_gpu_blocks": 600, "block_size": 16})" + rtx4090, 2);
+  r = test::run_cli({"validate", dir.string(), "--workload", workload, "--json"});
+  REQUIRE(r.exit_code == 0);
+  doc = Json::parse(r.out);
+  CHECK(doc["kvsim"]["replicas"] == 2);
+  CHECK(doc["kvsim"]["kv_budget_bytes"] == 627048448);
+  CHECK_THAT(doc["kvsim"]["kv_budget"].get<std::string>(), Catch::Contains("300 an engine"));
+  // CUDA's name for the server card is not the preset's product name, but the same card.
+  write_meta("", R"(, "hardware": {"device_name": "NVIDIA RTX PRO 6000 Blackwell Server Edition"})");
+  r = test::run_cli({"validate", dir.string(), "--workload", workload, "--json"});
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(Json::parse(r.out)["kvsim"]["kv_budget"].get<std::string>(), Catch::Contains("start-up rule on RTX-PRO-6000"));
+  // A GPU kvsim has no preset for, with the pool recorded: the pool is replayed (the default
+  // timing device, named in the cost line); without the pool, an error (below).
+  write_meta("", R"(, "kv_cache": {"num_gpu_blocks": 300}, "hardware": {"device_name": "Example GPU 9000"})");
+  r = test::run_cli({"validate", dir.string(), "--workload", workload, "--json"});
+  REQUIRE(r.exit_code == 0);
+  CHECK(Json::parse(r.out)["kvsim"]["kv_budget_bytes"] == 627048448);
+
+  // What cannot be a pool, or names no known GPU: an error naming the file and the field.
   write_meta("", R"(, "kv_cache": {"num_gpu_blocks": 1})" + rtx4090);
   r = test::run_cli({"validate", dir.string(), "--workload", workload});
   CHECK(r.exit_code == 1);

@@ -15,8 +15,9 @@
 // by one position a token), and S = G / D the steps the tick held. A request preempted
 // between its first and last token waits for part of that span without decoding, and every
 // decoding request is in vLLM's running list: where D exceeds the larger running count at the
-// tick's two ends (timeseries.csv) by more than one request (the count is a snapshot of the
-// tick's last iteration), D is lowered to that count plus one and C with it in proportion. Least squares over the
+// tick's two ends (timeseries.csv) by more than one request an engine (the count is a
+// snapshot of each engine's last iteration in the tick), D is lowered to that count plus the
+// engines and C with it in proportion; not when the timeseries counts preemptions and has none. Least squares over the
 // busy ticks gives the coefficients. A term stays only when the data supports it: a term
 // whose coefficient comes out non-positive is dropped (the most negative first) and the rest
 // fitted again; context_token is tried last and kept only when it lowers the residual RMS by

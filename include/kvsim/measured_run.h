@@ -75,8 +75,9 @@ struct MeasuredRun {
   std::int64_t kv_cache_memory_bytes = 0;      // 0: none; else the KV budget per device
   bool enforce_eager = false;                  // no CUDA graphs
   // What vLLM resolved at start-up, when meta.json records it (newer runs: its "kv_cache"
-  // object, read from the engine's cache_config after boot): the blocks of the KV pool on each
-  // device, its null block included; 0 when not recorded.
+  // object, read from the front end's cache_config after boot): the blocks of the KV pool on
+  // each device, null block included, summed over the data-parallel engines (vLLM's start-up
+  // handshake adds theirs up); 0 when not recorded.
   std::int64_t resolved_gpu_blocks = 0;
   // The GPU as CUDA reported it (meta.json "hardware", newer runs): its name
   // (torch.cuda.get_device_name) and total memory (get_device_properties().total_memory);

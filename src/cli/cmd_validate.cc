@@ -113,9 +113,13 @@ std::optional<std::string> run_kv_dtype(const MeasuredRun& run, const std::strin
 // bytes are the model's per token on one device times the block size (one KV-cache group;
 // models whose layer groups differ are sized by kvsim's layout the same way).
 // When meta.json records what vLLM resolved at start-up (kv_cache.num_gpu_blocks), that
-// count wins over both: it is the pool vLLM allocated, whatever derived it.
+// count wins over both: it is the pool vLLM allocated, whatever derived it. With data
+// parallelism it is the engines' sum (vllm/v1/engine/utils.py, the start-up handshake: "Sum
+// values from all engines in DP case"), so each engine's pool is the sum / dp (the engines
+// size theirs alike; a remainder is dropped).
 std::int64_t run_kv_budget_bytes(const po::variables_map& vm, const MeasuredRun& run) {
-  const std::int64_t blocks = run.resolved_gpu_blocks > 0 ? run.resolved_gpu_blocks : run.num_gpu_blocks_override;
+  const std::int64_t blocks = run.resolved_gpu_blocks > 0 ? run.resolved_gpu_blocks / run.data_parallel
+                                                          : run.num_gpu_blocks_override;
   if (run.resolved_gpu_blocks == 0 && run.kv_cache_memory_bytes > 0) return run.kv_cache_memory_bytes;
   if (blocks == 0) return 0;
   const char* field = run.resolved_gpu_blocks > 0 ? "kv_cache.num_gpu_blocks" : "num_gpu_blocks_override";
@@ -125,6 +129,12 @@ std::int64_t run_kv_budget_bytes(const po::variables_map& vm, const MeasuredRun&
 
 // Where run_kv_budget_bytes() took the pool from, for the report.
 std::string run_kv_budget_source(const MeasuredRun& run) {
+  if (run.resolved_gpu_blocks > 0 && run.data_parallel > 1) {
+    return fmt::format("meta.json kv_cache.num_gpu_blocks (what vLLM allocated, summed over its {} data-parallel "
+                       "engines): {} blocks, {} an engine, of {} tokens",
+                       run.data_parallel, run.resolved_gpu_blocks, run.resolved_gpu_blocks / run.data_parallel,
+                       run.block_size);
+  }
   if (run.resolved_gpu_blocks > 0) {
     return fmt::format("meta.json kv_cache.num_gpu_blocks (what vLLM allocated): {} blocks of {} tokens",
                        run.resolved_gpu_blocks, run.block_size);
@@ -136,10 +146,12 @@ std::string run_kv_budget_source(const MeasuredRun& run) {
 
 // The kvsim preset of the run's GPU: peer_cluster_config.json's hardware by validate's table,
 // else meta.json's recorded device name (hardware.device_name, as CUDA names it) matched
-// against the presets' product names; nullptr when neither names one.
+// against the presets' product names (case aside) and a few other names CUDA gives the same
+// cards; nullptr when neither names one.
 const char* run_device(const MeasuredRun& run) {
   if (const char* preset = run_device_preset(run.hardware)) return preset;
   if (run.device_name.empty()) return nullptr;
+  if (const char* preset = run_cuda_device_alias(run.device_name)) return preset;
   const auto& all = device_presets();
   const auto same = [](std::string_view a, std::string_view b) {
     return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
@@ -281,6 +293,22 @@ std::string apply_run_settings(po::variables_map& vm, const MeasuredRun& run) {
   if (known && !given(vm, option_key(kOptDevice))) default_to(vm, option_key(kOptTimingDevice), preset);
   if (given(vm, option_key(kOptKvBudget))) return "";  // the pool as given
   const bool user_device = given(vm, option_key(kOptDevice)) || given(vm, option_key(kOptDeviceMemory));
+  // A term of replay's own rule (--reserve, --params) or of the start-up rule
+  // (--gpu-memory-utilization) given: the pool is derived, not the one meta.json fixes.
+  const bool user_rule = given(vm, option_key(kOptReserve)) || given(vm, option_key(kOptParams));
+  const bool user_terms = user_device || user_rule || given(vm, option_key(kOptGpuMemoryUtilization));
+  // The pool's size, when meta.json fixes it: it needs no device (one named times the steps).
+  if (!user_terms) {
+    if (const std::int64_t direct = run_kv_budget_bytes(vm, run); direct > 0) {
+      const char* field = run.resolved_gpu_blocks > 0      ? "kv_cache.num_gpu_blocks"
+                          : run.kv_cache_memory_bytes > 0 ? "kv_cache_memory_bytes"
+                                                          : "num_gpu_blocks_override";
+      const std::int64_t null_block = null_block_bytes(vm, resolve_model(vm, kSpec.synopsis, ""));
+      const std::int64_t pool = less_null_block(direct, null_block, Location{meta, 0, field});
+      default_to(vm, option_key(kOptKvBudget), std::to_string(pool));
+      return run_kv_budget_source(run) + null_block_text(null_block);
+    }
+  }
   if (!user_device) {
     const std::string where = run.dir + "/peer_cluster_config.json";
     if (run.hardware.empty() && preset == nullptr) {
@@ -303,16 +331,6 @@ std::string apply_run_settings(po::variables_map& vm, const MeasuredRun& run) {
                            ", which this kvsim does not have yet; give --device-memory (its memory, e.g. 96GB "
                            "for an RTX PRO 6000) or --kv-budget");
     }
-    // The pool's size, when meta.json fixes it.
-    if (const std::int64_t direct = run_kv_budget_bytes(vm, run); direct > 0) {
-      const char* field = run.resolved_gpu_blocks > 0      ? "kv_cache.num_gpu_blocks"
-                          : run.kv_cache_memory_bytes > 0 ? "kv_cache_memory_bytes"
-                                                          : "num_gpu_blocks_override";
-      const std::int64_t null_block = null_block_bytes(vm, resolve_model(vm, kSpec.synopsis, ""));
-      const std::int64_t pool = less_null_block(direct, null_block, Location{meta, 0, field});
-      default_to(vm, option_key(kOptKvBudget), std::to_string(pool));
-      return run_kv_budget_source(run) + null_block_text(null_block);
-    }
     default_to(vm, option_key(kOptDevice), preset);
     // The device's total as CUDA reported it in the run, rather than the preset's.
     if (run.device_total_bytes > 0) default_to(vm, option_key(kOptDeviceMemory), std::to_string(run.device_total_bytes));
@@ -326,7 +344,7 @@ std::string apply_run_settings(po::variables_map& vm, const MeasuredRun& run) {
     default_to(vm, option_key(kOptGpuMemoryUtilization), fmt::format("{}", run.gpu_memory_utilization));
   }
   // A term of replay's own rule given: that rule, as given.
-  if (given(vm, option_key(kOptReserve)) || given(vm, option_key(kOptParams))) return "";
+  if (user_rule) return "";
   const bool recorded_total = run.device_total_bytes > 0 && !user_device;
   StartupPool pool = vllm_startup_pool(vm, run, utilisation_from);
   if (recorded_total) pool.source += "; the device total as meta.json hardware.device_total_memory_bytes records it";
