@@ -181,6 +181,14 @@ const DevicePreset& find_device_preset(std::string_view name, std::string_view f
                    "no device named \"" + std::string(name) + "\" (known: " + known + or_memory + ")");
 }
 
+const DevicePreset* find_device_preset_by_product(std::string_view product) {
+  const std::string key = lower(product);
+  for (const auto& d : presets()) {
+    if (lower(d.product) == key) return &d;
+  }
+  return nullptr;
+}
+
 std::int64_t parse_gpu_memory_utilization(std::string_view text, std::string_view field) {
   const Location where{"", 0, std::string(field)};
   std::int64_t ppb = 0;

@@ -27,6 +27,8 @@ std::vector<CalibrationTick> busy_ticks(const MeasuredRun& run) {
     first_queued = std::min(first_queued, r.queued_s);
     last_token = std::max(last_token, r.last_token_s);
   }
+  // A run whose timeseries counts preemptions and has none needs no bound on D (below).
+  const bool may_preempt = !run.preemptions_recorded || run.preemptions > 0;
   std::vector<CalibrationTick> ticks;
   for (std::size_t i = 0; i < run.ticks.size(); ++i) {
     const MeasuredTick& m = run.ticks[i];
@@ -56,19 +58,14 @@ std::vector<CalibrationTick> busy_ticks(const MeasuredRun& run) {
     }
     t.decoding_mean = decoding / run.tick_s;
     t.context_mean = context / run.tick_s;
-    // Every decoding request is in vLLM's running list, so no more decode than ran: a request
-    // preempted between its first and last token waits, without decoding, for part of that
-    // span. The larger running count at the tick's two ends (the row before, when it
-    // directly precedes this one; without it, no bound) bounds the mean (the larger, not their mean: the count is
-    // a snapshot, and between the two it need not move in a straight line); above it, the
-    // decoders and their context are scaled down to it, the preempted taken to hold the mean
-    // context. A run that never preempts is never above it.
-    // A run whose timeseries counts preemptions (newer recorders) and has none needs no bound.
-    // Rows are t rounded to milliseconds.
+    // Every decoding request is in vLLM's running list: a request preempted between its first
+    // and last token waits, without decoding, for part of that span. The larger running count
+    // at the tick's two ends (the row before, when it directly precedes this one, t being
+    // rounded to milliseconds; without it, no bound) bounds the mean, plus one request an
+    // engine: each engine's count is a snapshot of its last iteration in the tick, which can
+    // be a step before its end. Above the bound, the decoders and their context are scaled
+    // down to it, the preempted taken to hold the mean context.
     const bool previous = i > 0 && std::abs(run.ticks[i - 1].t_s - (m.t_s - run.tick_s)) < 2e-3;
-    const bool may_preempt = !run.preemptions_recorded || run.preemptions > 0;
-    // The snapshot is the tick's last iteration, which can be a step before its end, on each
-    // engine, so the bound allows one request more an engine.
     const auto cap = static_cast<double>(std::max(m.running, previous ? run.ticks[i - 1].running : 0) +
                                          run.data_parallel);
     if (previous && may_preempt && t.decoding_mean > cap) {

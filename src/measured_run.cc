@@ -79,19 +79,22 @@ bool bool_member(const json& obj, const char* key, const std::string& path) {
   return v.get<bool>();
 }
 
+// obj's gpu_memory_utilization, a fraction in (0, 1]; `field` names it in an error.
+double utilisation_member(const json& obj, const std::string& path, const char* field) {
+  const double u = number_member(obj, "gpu_memory_utilization", path, 0);
+  if (!(u > 0 && u <= 1)) {
+    throw InputError(Location{path, 0, field}, "expected a fraction in (0, 1], got " + obj["gpu_memory_utilization"].dump());
+  }
+  return u;
+}
+
 // engine_kwargs beyond the ones read_meta() requires. Every key is either used, known to
 // change neither the schedule nor the KV budget, or listed in run.unmodelled_settings.
 void read_engine_settings(MeasuredRun& run, const json& kw, const std::string& path) {
   if (gives(kw, "block_size")) run.block_size = integer_member(kw, "block_size", path, 0, 1);
   if (gives(kw, "enable_prefix_caching")) run.prefix_caching = bool_member(kw, "enable_prefix_caching", path);
   if (gives(kw, "enable_chunked_prefill")) run.chunked_prefill = bool_member(kw, "enable_chunked_prefill", path);
-  if (gives(kw, "gpu_memory_utilization")) {
-    run.gpu_memory_utilization = number_member(kw, "gpu_memory_utilization", path, 0);
-    if (!(run.gpu_memory_utilization > 0 && run.gpu_memory_utilization <= 1)) {
-      throw InputError(Location{path, 0, "gpu_memory_utilization"},
-                       "expected a fraction in (0, 1], got " + kw["gpu_memory_utilization"].dump());
-    }
-  }
+  if (gives(kw, "gpu_memory_utilization")) run.gpu_memory_utilization = utilisation_member(kw, path, "gpu_memory_utilization");
   if (gives(kw, "dtype")) run.dtype = string_member(kw, "dtype", path, 0);
   if (gives(kw, "kv_cache_dtype")) run.kv_cache_dtype = string_member(kw, "kv_cache_dtype", path, 0);
   if (gives(kw, "num_gpu_blocks_override")) {
@@ -139,12 +142,7 @@ void read_resolved_cache(MeasuredRun& run, const json& meta, const json& kw, con
     run.prefix_caching = bool_member(kv, "enable_prefix_caching", path);
   }
   if (gives(kv, "gpu_memory_utilization") && !gives(kw, "gpu_memory_utilization")) {
-    const double u = number_member(kv, "gpu_memory_utilization", path, 0);
-    if (!(u > 0 && u <= 1)) {
-      throw InputError(Location{path, 0, "kv_cache.gpu_memory_utilization"},
-                       "expected a fraction in (0, 1], got " + kv["gpu_memory_utilization"].dump());
-    }
-    run.gpu_memory_utilization = u;
+    run.gpu_memory_utilization = utilisation_member(kv, path, "kv_cache.gpu_memory_utilization");
   }
   if (gives(kv, "kv_cache_memory_bytes") && !gives(kw, "kv_cache_memory_bytes")) {
     run.kv_cache_memory_bytes = integer_member(kv, "kv_cache_memory_bytes", path, 0, 1);

@@ -71,6 +71,10 @@ const std::vector<DevicePreset>& device_presets();
 // the name came from, --device unless said) and listing the known names.
 const DevicePreset& find_device_preset(std::string_view name, std::string_view field = kOptDevice);
 
+// The preset whose product name (as nvidia-smi and CUDA name the card) is `product`, case
+// aside; nullptr when none is.
+const DevicePreset* find_device_preset_by_product(std::string_view product);
+
 inline constexpr std::int64_t kPartsPerBillion = 1'000'000'000;
 // vLLM's default --gpu-memory-utilization, 0.9.
 inline constexpr std::int64_t kDefaultGpuMemoryUtilizationPpb = 900'000'000;

@@ -9,7 +9,6 @@
 #include <fmt/core.h>
 
 #include <algorithm>
-#include <cctype>
 #include <cmath>
 #include <fstream>
 #include <limits>
@@ -107,41 +106,49 @@ std::optional<std::string> run_kv_dtype(const MeasuredRun& run, const std::strin
   return pick(run.dtype, "dtype");
 }
 
-// The KV budget per device meta.json fixes, or 0 when vLLM derives it from the device:
-// kv_cache_memory_bytes, or num_gpu_blocks_override blocks of the run's block size (vLLM
-// sizes the KV tensors for exactly that many; vllm/v1/core/kv_cache_utils.py). The block's
-// bytes are the model's per token on one device times the block size (one KV-cache group;
-// models whose layer groups differ are sized by kvsim's layout the same way).
-// When meta.json records what vLLM resolved at start-up (kv_cache.num_gpu_blocks), that
-// count wins over both: it is the pool vLLM allocated, whatever derived it. With data
-// parallelism it is the engines' sum (vllm/v1/engine/utils.py, the start-up handshake: "Sum
-// values from all engines in DP case"), so each engine's pool is the sum / dp (the engines
-// size theirs alike; a remainder is dropped).
-std::int64_t run_kv_budget_bytes(const po::variables_map& vm, const MeasuredRun& run) {
-  const std::int64_t blocks = run.resolved_gpu_blocks > 0 ? run.resolved_gpu_blocks / run.data_parallel
-                                                          : run.num_gpu_blocks_override;
-  if (run.resolved_gpu_blocks == 0 && run.kv_cache_memory_bytes > 0) return run.kv_cache_memory_bytes;
-  if (blocks == 0) return 0;
-  const char* field = run.resolved_gpu_blocks > 0 ? "kv_cache.num_gpu_blocks" : "num_gpu_blocks_override";
-  const ModelChoice choice = resolve_model(vm, kSpec.synopsis, "");
-  return checked_mul(checked_mul(blocks, run.block_size, field), choice.layout().bytes_per_token(), field);
-}
-
-// Where run_kv_budget_bytes() took the pool from, for the report.
-std::string run_kv_budget_source(const MeasuredRun& run) {
-  if (run.resolved_gpu_blocks > 0 && run.data_parallel > 1) {
-    return fmt::format("meta.json kv_cache.num_gpu_blocks (what vLLM allocated, summed over its {} data-parallel "
-                       "engines): {} blocks, {} an engine, of {} tokens",
-                       run.data_parallel, run.resolved_gpu_blocks, run.resolved_gpu_blocks / run.data_parallel,
-                       run.block_size);
-  }
+// The KV budget per device meta.json fixes (bytes 0 when vLLM derives it from the device),
+// the field it comes from and how the report says so: kv_cache_memory_bytes, or
+// num_gpu_blocks_override blocks of the run's block size (vLLM sizes the KV tensors for
+// exactly that many; vllm/v1/core/kv_cache_utils.py). The block's bytes are the model's per
+// token on one device times the block size (one KV-cache group; models whose layer groups
+// differ are sized by kvsim's layout the same way). When meta.json records what vLLM
+// resolved at start-up (kv_cache.num_gpu_blocks), that count wins over both: it is the pool
+// vLLM allocated, whatever derived it. With data parallelism it is the engines' sum
+// (vllm/v1/engine/utils.py, the start-up handshake: "Sum values from all engines in DP
+// case"), so each engine's pool is the sum / dp (the engines size theirs alike; a remainder
+// is dropped).
+struct FixedPool {
+  std::int64_t bytes = 0;
+  const char* field = "";
+  std::string source;
+};
+FixedPool run_fixed_pool(const po::variables_map& vm, const MeasuredRun& run) {
+  FixedPool pool;
+  std::int64_t blocks = 0;
   if (run.resolved_gpu_blocks > 0) {
-    return fmt::format("meta.json kv_cache.num_gpu_blocks (what vLLM allocated): {} blocks of {} tokens",
-                       run.resolved_gpu_blocks, run.block_size);
+    blocks = run.resolved_gpu_blocks / run.data_parallel;
+    pool.field = "kv_cache.num_gpu_blocks";
+    pool.source = run.data_parallel > 1
+                      ? fmt::format("meta.json kv_cache.num_gpu_blocks (what vLLM allocated, summed over its {} "
+                                    "data-parallel engines): {} blocks, {} an engine, of {} tokens",
+                                    run.data_parallel, run.resolved_gpu_blocks, blocks, run.block_size)
+                      : fmt::format("meta.json kv_cache.num_gpu_blocks (what vLLM allocated): {} blocks of {} tokens",
+                                    run.resolved_gpu_blocks, run.block_size);
+  } else if (run.kv_cache_memory_bytes > 0) {
+    pool.bytes = run.kv_cache_memory_bytes;
+    pool.field = "kv_cache_memory_bytes";
+    pool.source = "meta.json kv_cache_memory_bytes";
+    return pool;
+  } else if (run.num_gpu_blocks_override > 0) {
+    blocks = run.num_gpu_blocks_override;
+    pool.field = "num_gpu_blocks_override";
+    pool.source = fmt::format("meta.json num_gpu_blocks_override: {} blocks of {} tokens", blocks, run.block_size);
+  } else {
+    return pool;
   }
-  if (run.kv_cache_memory_bytes > 0) return "meta.json kv_cache_memory_bytes";
-  return fmt::format("meta.json num_gpu_blocks_override: {} blocks of {} tokens", run.num_gpu_blocks_override,
-                     run.block_size);
+  const ModelChoice choice = resolve_model(vm, kSpec.synopsis, "");
+  pool.bytes = checked_mul(checked_mul(blocks, run.block_size, pool.field), choice.layout().bytes_per_token(), pool.field);
+  return pool;
 }
 
 // The kvsim preset of the run's GPU: peer_cluster_config.json's hardware by validate's table,
@@ -152,14 +159,8 @@ const char* run_device(const MeasuredRun& run) {
   if (const char* preset = run_device_preset(run.hardware)) return preset;
   if (run.device_name.empty()) return nullptr;
   if (const char* preset = run_cuda_device_alias(run.device_name)) return preset;
-  const auto& all = device_presets();
-  const auto same = [](std::string_view a, std::string_view b) {
-    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-             return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
-           });
-  };
-  const auto it = std::find_if(all.begin(), all.end(), [&](const DevicePreset& d) { return same(d.product, run.device_name); });
-  return it == all.end() ? nullptr : it->name.data();
+  const DevicePreset* preset = find_device_preset_by_product(run.device_name);
+  return preset == nullptr ? nullptr : preset->name.data();
 }
 
 // vLLM's first block is its null block (vllm/v1/core/block_pool.py: BlockPool.__init__ takes
@@ -299,14 +300,11 @@ std::string apply_run_settings(po::variables_map& vm, const MeasuredRun& run) {
   const bool user_terms = user_device || user_rule || given(vm, option_key(kOptGpuMemoryUtilization));
   // The pool's size, when meta.json fixes it: it needs no device (one named times the steps).
   if (!user_terms) {
-    if (const std::int64_t direct = run_kv_budget_bytes(vm, run); direct > 0) {
-      const char* field = run.resolved_gpu_blocks > 0      ? "kv_cache.num_gpu_blocks"
-                          : run.kv_cache_memory_bytes > 0 ? "kv_cache_memory_bytes"
-                                                          : "num_gpu_blocks_override";
+    if (const FixedPool fixed = run_fixed_pool(vm, run); fixed.bytes > 0) {
       const std::int64_t null_block = null_block_bytes(vm, resolve_model(vm, kSpec.synopsis, ""));
-      const std::int64_t pool = less_null_block(direct, null_block, Location{meta, 0, field});
+      const std::int64_t pool = less_null_block(fixed.bytes, null_block, Location{meta, 0, fixed.field});
       default_to(vm, option_key(kOptKvBudget), std::to_string(pool));
-      return run_kv_budget_source(run) + null_block_text(null_block);
+      return fixed.source + null_block_text(null_block);
     }
   }
   if (!user_device) {
