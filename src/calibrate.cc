@@ -22,11 +22,7 @@ double overlap(double a0, double a1, double b0, double b1) { return std::max(0.0
 // The busy ticks with their P, G, D, C and S.
 std::vector<CalibrationTick> busy_ticks(const MeasuredRun& run) {
   const double origin = tick_origin_monotonic_s(run);
-  double first_queued = run.requests.front().queued_s, last_token = run.requests.front().last_token_s;
-  for (const MeasuredRequest& r : run.requests) {
-    first_queued = std::min(first_queued, r.queued_s);
-    last_token = std::max(last_token, r.last_token_s);
-  }
+  const auto [first_queued, last_token] = measured_span_s(run);
   // A run whose timeseries counts preemptions and has none needs no bound on D (below).
   const bool may_preempt = !run.preemptions_recorded || run.preemptions > 0;
   std::vector<CalibrationTick> ticks;
@@ -45,6 +41,7 @@ std::vector<CalibrationTick> busy_ticks(const MeasuredRun& run) {
     double decoding = 0, context = 0;  // integrals over the tick
     double first_tokens = 0;           // produced by prefill steps, not by decodes
     for (const MeasuredRequest& r : run.requests) {
+      if (!r.timed) continue;
       if (r.first_token_s > t0 && r.first_token_s <= t1) ++first_tokens;
       const double span = r.last_token_s - r.first_token_s;
       const double o0 = std::max(t0, r.first_token_s), o1 = std::min(t1, r.last_token_s);

@@ -9,9 +9,11 @@
 #include <fstream>
 #include <iomanip>
 #include <iterator>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <sstream>
+#include <utility>
 
 #include "civil_time.h"
 #include "kvsim/error.h"
@@ -249,6 +251,18 @@ void read_requests(MeasuredRun& run) {
     m.id = string_member(r, "request_id", path, line);
     m.input_tokens = integer_member(r, "input_toks", path, line, 0);
     m.output_tokens = integer_member(r, "output_toks", path, line, 1);
+    // The recorder writes every timestamp null when vLLM returned no metrics for a request: it
+    // was served (and is replayed) but is in no measured figure. Some null and some not is a
+    // damaged record.
+    const char* const stamps[] = {"arrival_time", "queued_ts", "scheduled_ts", "first_token_ts", "last_token_ts"};
+    const auto nulls = std::count_if(std::begin(stamps), std::end(stamps),
+                                     [&](const char* key) { return member(r, key, path, line).is_null(); });
+    if (nulls == std::ssize(stamps)) {
+      m.timed = false;
+      ++run.untimed_requests;
+      run.requests.push_back(std::move(m));
+      continue;
+    }
     m.arrival_time_s = number_member(r, "arrival_time", path, line);
     m.queued_s = number_member(r, "queued_ts", path, line);
     m.scheduled_s = number_member(r, "scheduled_ts", path, line);
@@ -261,6 +275,9 @@ void read_requests(MeasuredRun& run) {
     run.requests.push_back(std::move(m));
   }
   if (run.requests.empty()) throw InputError(Location{path, 0, ""}, "no requests");
+  if (run.untimed_requests == std::ssize(run.requests)) {
+    throw InputError(Location{path, 0, "first_token_ts"}, "no request carries timestamps (all are null)");
+  }
 }
 
 // No request outlasts the run that recorded it: a latency longer than started_at to
@@ -276,7 +293,7 @@ void check_within_run(const MeasuredRun& run) {
   if (run.started_at_s == 0 || run.finished_at_s == 0) return;
   const double longest = run.finished_at_s - run.started_at_s + 1.0;
   for (const MeasuredRequest& r : run.requests) {
-    if (r.last_token_s - r.queued_s > longest) {
+    if (r.timed && r.last_token_s - r.queued_s > longest) {
       throw InputError(Location{join(run.dir, "requests.jsonl"), r.line, "last_token_ts"},
                        "the request would last " + short_number(r.last_token_s - r.queued_s) +
                            " s, longer than the run (meta.json started_at to finished_at, " +
@@ -388,8 +405,10 @@ MeasuredRun read_measured_run(const std::string& dir, const std::optional<std::s
   check_within_run(run);
   read_ticks(run);
   if (run.started_at_s == 0) {
-    run.started_at_s = run.requests.front().arrival_time_s;
-    for (const MeasuredRequest& r : run.requests) run.started_at_s = std::min(run.started_at_s, r.arrival_time_s);
+    run.started_at_s = std::numeric_limits<double>::infinity();
+    for (const MeasuredRequest& r : run.requests) {
+      if (r.timed) run.started_at_s = std::min(run.started_at_s, r.arrival_time_s);
+    }
   }
   return run;
 }
@@ -417,6 +436,7 @@ Distribution distribution(std::vector<double> samples) {
 MeasuredLatencies measured_latencies(const MeasuredRun& run) {
   MeasuredLatencies s;
   for (const MeasuredRequest& r : run.requests) {
+    if (!r.timed) continue;
     s.ttft.push_back(r.first_token_s - r.queued_s);
     if (r.output_tokens >= 2) {
       s.tpot.push_back((r.last_token_s - r.first_token_s) / static_cast<double>(r.output_tokens - 1));
@@ -428,18 +448,26 @@ MeasuredLatencies measured_latencies(const MeasuredRun& run) {
 
 double monotonic_to_wall_s(const MeasuredRun& run) {
   double sum = 0;
-  for (const MeasuredRequest& r : run.requests) sum += r.arrival_time_s - r.queued_s;
-  return sum / static_cast<double>(run.requests.size());
+  for (const MeasuredRequest& r : run.requests) sum += r.timed ? r.arrival_time_s - r.queued_s : 0.0;
+  return sum / static_cast<double>(timed_requests(run));
 }
+
+std::int64_t timed_requests(const MeasuredRun& run) { return std::ssize(run.requests) - run.untimed_requests; }
 
 double tick_origin_monotonic_s(const MeasuredRun& run) { return run.started_at_s - monotonic_to_wall_s(run); }
 
-double measured_makespan_s(const MeasuredRun& run) {
-  double first = run.requests.front().queued_s, last = run.requests.front().last_token_s;
+std::pair<double, double> measured_span_s(const MeasuredRun& run) {
+  double first = std::numeric_limits<double>::infinity(), last = -first;
   for (const MeasuredRequest& r : run.requests) {
+    if (!r.timed) continue;
     first = std::min(first, r.queued_s);
     last = std::max(last, r.last_token_s);
   }
+  return {first, last};
+}
+
+double measured_makespan_s(const MeasuredRun& run) {
+  const auto [first, last] = measured_span_s(run);
   return last - first;
 }
 

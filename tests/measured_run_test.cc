@@ -88,6 +88,46 @@ TEST_CASE("measured run: a bad file is an error naming the file, line and field"
     CHECK(e.where().line == 1);
     CHECK(e.where().field == "last_token_ts");
   }
+  // Every timestamp null (vLLM returned no metrics): a request in no figure. Some null and
+  // some not: a damaged record. All of them null: nothing to measure.
+  {
+    std::ofstream out(dir / "requests.jsonl");
+    out << R"({"request_id": "a", "input_toks": 1, "output_toks": 2, "arrival_time": 1, "queued_ts": 1, "scheduled_ts": 1, "first_token_ts": 2, "last_token_ts": 3})" "\n"
+        << R"({"request_id": "b", "input_toks": 1, "output_toks": 2, "arrival_time": null, "queued_ts": null, "scheduled_ts": null, "first_token_ts": null, "last_token_ts": null})" "\n";
+  }
+  {
+    const MeasuredRun run = read_measured_run(dir.string(), std::nullopt, false);
+    REQUIRE(run.requests.size() == 2);
+    CHECK(run.requests[0].timed);
+    CHECK_FALSE(run.requests[1].timed);
+    CHECK(run.untimed_requests == 1);
+    CHECK(timed_requests(run) == 1);
+    CHECK(measured_latencies(run).ttft == std::vector<double>{1.0});
+    CHECK(measured_makespan_s(run) == Approx(2.0));
+    CHECK(monotonic_to_wall_s(run) == Approx(0.0));
+  }
+  {
+    std::ofstream out(dir / "requests.jsonl");
+    out << R"({"request_id": "a", "input_toks": 1, "output_toks": 2, "arrival_time": 1, "queued_ts": 1, "scheduled_ts": 1, "first_token_ts": 2, "last_token_ts": 3})" "\n"
+        << R"({"request_id": "b", "input_toks": 1, "output_toks": 2, "arrival_time": 1, "queued_ts": 1, "scheduled_ts": 1, "first_token_ts": null, "last_token_ts": 3})" "\n";
+  }
+  try {
+    read_measured_run(dir.string(), std::nullopt, false);
+    FAIL("no error");
+  } catch (const InputError& e) {
+    CHECK(e.where().line == 2);
+    CHECK(e.where().field == "first_token_ts");
+  }
+  {
+    std::ofstream out(dir / "requests.jsonl");
+    out << R"({"request_id": "b", "input_toks": 1, "output_toks": 2, "arrival_time": null, "queued_ts": null, "scheduled_ts": null, "first_token_ts": null, "last_token_ts": null})" "\n";
+  }
+  try {
+    read_measured_run(dir.string(), std::nullopt, false);
+    FAIL("no error");
+  } catch (const InputError& e) {
+    CHECK_THAT(e.what(), Catch::Contains("no request carries timestamps"));
+  }
   std::filesystem::copy(kData + "/tiny/run/requests.jsonl", dir / "requests.jsonl",
                         std::filesystem::copy_options::recursive | std::filesystem::copy_options::overwrite_existing);
   {
@@ -143,6 +183,20 @@ TEST_CASE("calibrate: recovers the coefficients a synthetic run was generated wi
   CHECK(back.decode_seq_ps == c.cost.decode_seq_ps);
   CHECK(back.context_token_ps == 0);
   CHECK_THAT(c.cost_spec, Catch::EndsWith(",context-token=0us"));
+
+  // A record without timestamps (vLLM returned no metrics) is in no tick's decoding count:
+  // the same run with one more, untimed, gives the same fit, and says it has one.
+  const auto dir = test::scratch_dir("calibrate-untimed");
+  std::filesystem::copy(kData + "/synthetic", dir,
+                        std::filesystem::copy_options::recursive | std::filesystem::copy_options::overwrite_existing);
+  std::ofstream(dir / "requests.jsonl", std::ios::app)
+      << R"({"request_id": "x", "input_toks": 50, "output_toks": 9, "arrival_time": null, "queued_ts": null, "scheduled_ts": null, "first_token_ts": null, "last_token_ts": null})" "\n";
+  const Calibration u = calibrate(read_measured_run(dir.string(), std::nullopt, false));
+  CHECK(u.cost_spec == c.cost_spec);
+  CHECK(u.ticks.size() == c.ticks.size());
+  const auto cli = test::run_cli({"calibrate", dir.string()});
+  CHECK_THAT(cli.out, Catch::Contains("1 of 11 requests carry no timestamps"));
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("calibrate: two data-parallel engines, fitted per engine, stepping independently or together") {

@@ -550,3 +550,76 @@ TEST_CASE("validate: what vLLM resolved at start-up, as newer runs record it in 
   CHECK_THAT(r.err, Catch::Contains("hardware.device_name") && Catch::Contains("--device-memory"));
   std::filesystem::remove_all(base);
 }
+
+TEST_CASE("validate: KV usage per tick as vLLM counts it, the pool less its null block, cached blocks free") {
+  // vLLM's kv_cache_usage is 1 - free blocks / (num_gpu_blocks - 1) (vllm/v1/core/block_pool.py
+  // get_usage), a block cached but unreferenced counting as free. meta.json's
+  // kv_cache.num_gpu_blocks 11 leaves 10 blocks of 16 tokens to hand out. With 10 ms steps:
+  //   bench-0 (100 prompt tokens, 3 output) holds ceil(100 / 16) = 7 blocks from 0 to 30 ms
+  //   (its context never passes 102 tokens, 7 blocks' 112), then they stay cached, free;
+  //   bench-1 (20 prompt tokens, 5 output) holds 2 blocks from 500 to 550 ms (24 tokens at most).
+  // Ticks at 25 ms (70%), 525 ms (20%, bench-0's cached blocks free) and 1 s (0%) against a
+  // recorded 75, 20 and 0: MAE (5 + 0 + 0) / 3 = 5/3 percentage points.
+  const auto base = test::scratch_dir("validate-kv-usage");
+  const auto dir = base / "run";
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy(kData + "/tiny/run", dir,
+                        std::filesystem::copy_options::recursive | std::filesystem::copy_options::overwrite_existing);
+  std::ofstream(dir / "meta.json") << R"({"model": "meta-llama/Llama-3.1-8B", "vllm_version": "0.19.0",
+  "engine_kwargs": {"tensor_parallel_size": 1, "data_parallel_size": 1, "max_num_seqs": 128,
+    "max_num_batched_tokens": 2048, "max_model_len": null},
+  "kv_cache": {"num_gpu_blocks": 11, "block_size": 16},
+  "dataset_path": "workloads/tiny.jsonl", "started_at": "2026-01-01T00:00:00Z", "tick_seconds": 0.25})";
+  std::ofstream(dir / "timeseries.csv") << "t,prompt_throughput,gen_throughput,running,waiting,kv_cache_pct\n"
+                                           "0.025,0,0,1,0,75.0\n0.525,0,0,1,0,20.0\n1.0,0,0,0,0,0.0\n";
+  const auto r = test::run_cli({"validate", dir.string(), "--workload", kData + "/tiny/workloads/tiny.jsonl", "--cost",
+                                "constant:step=10ms,prefill-token=0ps", "--json"});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  const Json doc = Json::parse(r.out);
+  CHECK(doc["kvsim"]["kv_budget_bytes"] == 10 * 2097152);
+  CHECK(doc["running_mae"].get<double>() == Approx(0.0));
+  CHECK(doc["kv_usage_mae_percent"].get<double>() == Approx(5.0 / 3.0));
+  const auto table = test::run_cli({"validate", dir.string(), "--workload", kData + "/tiny/workloads/tiny.jsonl",
+                                    "--cost", "constant:step=10ms,prefill-token=0ps"});
+  CHECK_THAT(table.out, Catch::Contains("KV usage, MAE per tick    1.67 percentage points"));
+  std::filesystem::remove_all(base);
+}
+
+TEST_CASE("validate: a request vLLM returned no metrics for is replayed but in no measured figure") {
+  // LLMServingSim's recorder writes every timestamp null when vLLM gave a request no metrics.
+  // tiny's two requests plus bench-2 (20 prompt tokens, 2 output, at 0.7 s), untimed. With
+  // 10 ms steps bench-2 runs from 0.70 to 0.72 s in the replay; the figures stay those of the
+  // other two (measured_run_test.cc, and "measured against simulated" above): TTFT 75 ms
+  // measured, 10 ms simulated; makespan 0.95 s and 0.55 s (not bench-2's 0.72 s). The clocks'
+  // mapping is over the two timed requests, so the ticks land as before: running MAE 2/3.
+  const auto base = test::scratch_dir("validate-untimed");
+  std::filesystem::create_directories(base / "run");
+  std::filesystem::create_directories(base / "workloads");
+  std::filesystem::copy(kData + "/tiny/run", base / "run",
+                        std::filesystem::copy_options::recursive | std::filesystem::copy_options::overwrite_existing);
+  std::filesystem::copy(kData + "/tiny/workloads/tiny.jsonl", base / "workloads" / "tiny.jsonl");
+  std::ofstream(base / "run" / "requests.jsonl", std::ios::app)
+      << R"({"request_id": "bench-2", "input_toks": 20, "output_toks": 2, "arrival_time": null, "queued_ts": null, "scheduled_ts": null, "first_token_ts": null, "last_token_ts": null})" "\n";
+  std::ofstream(base / "workloads" / "tiny.jsonl", std::ios::app)
+      << R"({"input_toks": 20, "output_toks": 2, "arrival_time_ns": 700000000})" "\n";
+  const auto r = test::run_cli({"validate", (base / "run").string(), "--kv-budget", "1GB", "--cost",
+                                "constant:step=10ms,prefill-token=0ps", "--json"});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  const Json doc = Json::parse(r.out);
+  CHECK(doc["requests"] == 3);
+  CHECK(doc["completed"] == 3);
+  CHECK(doc["untimed_requests"] == 1);
+  CHECK(doc["ttft"]["measured"]["count"] == 2);
+  CHECK(doc["ttft"]["simulated"]["count"] == 2);
+  CHECK(doc["ttft"]["measured"]["mean_s"].get<double>() == Approx(0.075));
+  CHECK(doc["ttft"]["simulated"]["mean_s"].get<double>() == Approx(0.010));
+  CHECK(doc["makespan_s"]["measured"].get<double>() == Approx(0.95));
+  CHECK(doc["makespan_s"]["simulated"].get<double>() == Approx(0.55));
+  CHECK(doc["running_mae"].get<double>() == Approx(2.0 / 3.0));
+  const auto table = test::run_cli({"validate", (base / "run").string(), "--kv-budget", "1GB", "--cost",
+                                    "constant:step=10ms,prefill-token=0ps"});
+  CHECK_THAT(table.out, Catch::Contains("1 of 3 requests carry no timestamps") && !Catch::Contains("WARNING"));
+  std::filesystem::remove_all(base);
+}

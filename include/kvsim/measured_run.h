@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace kvsim {
@@ -34,6 +35,10 @@ struct MeasuredRequest {
   double first_token_s = 0;
   double last_token_s = 0;
   std::int64_t line = 0;  // in requests.jsonl, for messages
+  // False when every timestamp is null: the recorder writes that when vLLM returned no
+  // metrics for the request. It was served (a replay includes it) but is in no measured
+  // figure, and its timestamps above are 0.
+  bool timed = true;
 };
 
 // One row of timeseries.csv: the state at `t_s` seconds after the run's start.
@@ -92,6 +97,7 @@ struct MeasuredRun {
   double finished_at_s = 0;          // meta.json finished_at (wall clock, s); 0 when absent
   double tick_s = 1.0;
   std::vector<MeasuredRequest> requests;
+  std::int64_t untimed_requests = 0; // of them, the ones without timestamps (never all)
   std::vector<MeasuredTick> ticks;
   bool kv_usage_recorded = false;    // some tick has kv_cache_pct > 0
   bool preemptions_recorded = false; // timeseries.csv has a preempted column
@@ -113,19 +119,23 @@ Distribution distribution(std::vector<double> samples);
 // The p-th percentile (0..100) of sorted samples, linearly interpolated; samples non-empty.
 double percentile_sorted(const std::vector<double>& sorted, double p);
 
-// Per-request latencies of a run, seconds, in request order (TPOT over requests with two or
-// more output tokens only).
+// Per-request latencies of a run, seconds, in request order, over the timed requests (TPOT
+// over those with two or more output tokens only).
 struct MeasuredLatencies {
   std::vector<double> ttft, tpot, latency;
 };
 MeasuredLatencies measured_latencies(const MeasuredRun& run);
 
+// The requests that carry timestamps.
+std::int64_t timed_requests(const MeasuredRun& run);
 // The run's wall-clock time of its monotonic clock's zero: the mean of arrival_time - queued_ts
-// (the README's clock mapping).
+// over the timed requests (the README's clock mapping).
 double monotonic_to_wall_s(const MeasuredRun& run);
 // Where timeseries.csv's t = 0 falls on vLLM's monotonic clock: the run's start.
 double tick_origin_monotonic_s(const MeasuredRun& run);
-// From the first request queued to the last token, seconds.
+// The first timed request queued and the last token, on vLLM's monotonic clock (s), and the
+// makespan between them.
+std::pair<double, double> measured_span_s(const MeasuredRun& run);
 double measured_makespan_s(const MeasuredRun& run);
 
 }  // namespace kvsim

@@ -47,6 +47,11 @@ std::string table(const MeasuredRun& run, const Calibration& c) {
   std::string out = fmt::format("calibration of {} ({}, vLLM {})\n", run.dir, run.model, run.vllm_version);
   out += fmt::format("ticks fitted: {} of {} (busy for the whole {} s tick)\n", c.ticks.size(), c.ticks_in_run,
                      c.tick_s);
+  if (run.untimed_requests > 0) {
+    out += fmt::format("{} of {} requests carry no timestamps (vLLM returned no metrics): their decodes are not "
+                       "counted among the decoding, so the steps come out short by about their share\n",
+                       run.untimed_requests, run.requests.size());
+  }
   if (run.data_parallel > 1) {
     out += fmt::format("per engine, {} data-parallel engines {}\n", run.data_parallel,
                        c.steps_together ? "stepping together (a model with experts)" : "stepping independently");
@@ -91,6 +96,7 @@ std::string json_of(const MeasuredRun& run, const Calibration& c) {
          {"terms", terms},
          {"ticks_in_run", c.ticks_in_run},
          {"ticks_fitted", c.ticks.size()},
+         {"untimed_requests", run.untimed_requests},
          {"tick_s", c.tick_s},
          {"data_parallel", run.data_parallel},
          {"steps_together", c.steps_together},

@@ -404,6 +404,9 @@ std::vector<EngineState> engine_states(std::vector<std::vector<Sample>> samples,
 // The engine's running and waiting counts and allocated bytes at `at_ns`. The timeline
 // samples the state as each iteration begins (admissions and preemptions done); after that,
 // until the next iteration, requests only arrive (and wait) or complete at the iteration's end.
+// Completions after the last sample mean the engine went idle (a busy engine begins its next
+// iteration, and samples, as the last one ends): with nothing running nothing holds KV (a
+// waiting request holds none, a cached block is free), as vLLM's usage falls to 0 then.
 Sample state_at(const EngineState& e, std::int64_t at_ns) {
   const auto count_in = [](const std::vector<std::int64_t>& v, std::int64_t after, std::int64_t upto) {
     return static_cast<std::int64_t>(std::upper_bound(v.begin(), v.end(), upto) -
@@ -413,8 +416,8 @@ Sample state_at(const EngineState& e, std::int64_t at_ns) {
                                    [](std::int64_t x, const Sample& s) { return x < s.time_ns; });
   Sample s{std::numeric_limits<std::int64_t>::min(), 0, 0, 0};
   if (it != e.samples.begin()) s = *(it - 1);
-  return {at_ns, s.running - count_in(e.finishes, s.time_ns, at_ns), s.queued + count_in(e.arrivals, s.time_ns, at_ns),
-          s.allocated_bytes};
+  const std::int64_t running = s.running - count_in(e.finishes, s.time_ns, at_ns);
+  return {at_ns, running, s.queued + count_in(e.arrivals, s.time_ns, at_ns), running > 0 ? s.allocated_bytes : 0};
 }
 
 Result compare(const MeasuredRun& run, const ReplayPlan& plan, const ReplayReport& report,
@@ -431,11 +434,15 @@ Result compare(const MeasuredRun& run, const ReplayPlan& plan, const ReplayRepor
   MeasuredLatencies simulated;
   double first_arrival = 0, last_finish = 0, wall_offset = 0;
   bool any = false;
+  // Like with like: the simulated figures are over the requests the measured ones are over
+  // (those with timestamps).
   for (std::size_t i = 0; i < records.size(); ++i) {
     const RequestRecord& q = records[i];
+    const bool completed = q.outcome == RequestRecord::Outcome::completed;
+    r.completed += completed ? 1 : 0;
+    if (!run.requests[i].timed) continue;
     wall_offset += run.requests[i].arrival_time_s - static_cast<double>(q.arrival_ns) / 1e9;
-    if (q.outcome != RequestRecord::Outcome::completed) continue;
-    ++r.completed;
+    if (!completed) continue;
     const double arrival = static_cast<double>(q.arrival_ns) / 1e9, finish = static_cast<double>(q.finish_ns) / 1e9;
     const double first = static_cast<double>(q.first_token_ns) / 1e9;
     simulated.ttft.push_back(first - arrival);
@@ -446,7 +453,7 @@ Result compare(const MeasuredRun& run, const ReplayPlan& plan, const ReplayRepor
     any = true;
   }
   // The workload's clock against the wall clock: the mean offset of the arrivals.
-  wall_offset /= static_cast<double>(records.size());
+  wall_offset /= static_cast<double>(timed_requests(run));
   r.ttft = {distribution(measured.ttft), distribution(simulated.ttft)};
   r.tpot = {distribution(measured.tpot), distribution(simulated.tpot)};
   r.latency = {distribution(measured.latency), distribution(simulated.latency)};
@@ -541,6 +548,11 @@ std::string table(const MeasuredRun& run, const ReplayPlan& plan, const std::str
   }
   out += r.kv_recorded ? fmt::format("KV usage, MAE per tick    {:.2f} percentage points\n", r.kv_mae_percent)
                        : std::string("KV usage                  not recorded in this run\n");
+  if (run.untimed_requests > 0) {
+    out += fmt::format("NOTE: {} of {} requests carry no timestamps in requests.jsonl (vLLM returned no metrics): "
+                       "replayed, but the latencies and the makespan above are over the other {}\n",
+                       run.untimed_requests, r.requests, timed_requests(run));
+  }
   if (r.completed < r.requests) {
     out += fmt::format("WARNING: {} of {} requests did not complete in the simulation: the figures above are over "
                        "the rest only\n",
@@ -587,6 +599,7 @@ std::string json_of(const MeasuredRun& run, const ReplayPlan& plan, const std::s
          {"unmodelled_settings", run.unmodelled_settings},
          {"requests", r.requests},
          {"completed", r.completed},
+         {"untimed_requests", run.untimed_requests},
          {"preemptions", r.preemptions},
          {"preemptions_measured", run.preemptions_recorded ? Json(run.preemptions) : Json(nullptr)},
          {"ttft", cmp(r.ttft)},
