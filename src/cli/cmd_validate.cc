@@ -32,6 +32,7 @@
 #include "replay_output.h"
 #include "replay_plan.h"
 #include "run_models.h"
+#include "run_replay.h"
 
 namespace kvsim::cli {
 namespace {
@@ -59,299 +60,6 @@ const CommandSpec kSpec{
         run_name_table(),
     "  kvsim validate ../shared/measured/rtxpro6000-llama-3.1-8b --device-memory 96GB\n"
     "  kvsim validate RUN --device-memory 96GB --cost \"$(kvsim calibrate RUN --json | jq -r .cost)\" --json"};
-
-bool has_model_preset(std::string_view name) {
-  const auto& all = model_presets();
-  return std::any_of(all.begin(), all.end(), [&](const ModelSpec& m) { return m.name == name; });
-}
-bool has_device_preset(std::string_view name) {
-  const auto& all = device_presets();
-  return std::any_of(all.begin(), all.end(), [&](const DevicePreset& d) { return d.name == name; });
-}
-
-bool given(const po::variables_map& vm, const char* key) { return vm.count(key) != 0 && !vm[key].defaulted(); }
-
-// The option takes `value` unless the user gave it.
-void default_to(po::variables_map& vm, const char* key, const std::string& value) {
-  if (given(vm, key)) return;
-  vm.erase(key);
-  vm.insert({key, po::variable_value(boost::any(value), false)});
-}
-
-// Whether a version string ("0.19.0", "0.19.1rc1") is major.minor or later; false when it
-// does not start with two numbers.
-bool vllm_at_least(const std::string& version, int major, int minor) {
-  int a = 0, b = 0;
-  char dot = 0;
-  std::istringstream in(version);
-  if (!(in >> a >> dot >> b) || dot != '.') return false;
-  return a > major || (a == major && b >= minor);
-}
-
-// The KV dtype meta.json implies (kvsim's --dtype), or nothing for the model's own:
-// kv_cache_dtype "auto" stores the KV cache in the model's dtype (vllm/config/cache.py).
-std::optional<std::string> run_kv_dtype(const MeasuredRun& run, const std::string& meta) {
-  const auto pick = [&](const std::string& name, const char* field) -> std::optional<std::string> {
-    if (name.empty() || name == "auto") return std::nullopt;
-    if (name == "bfloat16") return "bf16";
-    if (name == "float16" || name == "half") return "fp16";
-    if (name == "float32" || name == "float") return "fp32";
-    // vLLM's FP8 KV caches (e4m3, e5m2, Intel Gaudi's, DeepSeek's MLA layout): a byte a value.
-    if (name == "fp8" || name == "fp8_e4m3" || name == "fp8_e5m2" || name == "fp8_inc" || name == "fp8_ds_mla") {
-      return "fp8";
-    }
-    throw InputError(Location{meta, 0, field}, "\"" + name + "\" is not a dtype validate knows; give --dtype");
-  };
-  if (!run.kv_cache_dtype.empty() && run.kv_cache_dtype != "auto") return pick(run.kv_cache_dtype, "kv_cache_dtype");
-  return pick(run.dtype, "dtype");
-}
-
-// The KV budget per device meta.json fixes (bytes 0 when vLLM derives it from the device),
-// the field it comes from and how the report says so: kv_cache_memory_bytes, or
-// num_gpu_blocks_override blocks of the run's block size (vLLM sizes the KV tensors for
-// exactly that many; vllm/v1/core/kv_cache_utils.py). The block's bytes are the model's per
-// token on one device times the block size (one KV-cache group; models whose layer groups
-// differ are sized by kvsim's layout the same way). When meta.json records what vLLM
-// resolved at start-up (kv_cache.num_gpu_blocks), that count wins over both: it is the pool
-// vLLM allocated, whatever derived it. With data parallelism it is the engines' sum
-// (vllm/v1/engine/utils.py, the start-up handshake: "Sum values from all engines in DP
-// case"), so each engine's pool is the sum / dp (the engines size theirs alike; a remainder
-// is dropped).
-struct FixedPool {
-  std::int64_t bytes = 0;
-  const char* field = "";
-  std::string source;
-};
-FixedPool run_fixed_pool(const po::variables_map& vm, const MeasuredRun& run) {
-  FixedPool pool;
-  std::int64_t blocks = 0;
-  if (run.resolved_gpu_blocks > 0) {
-    blocks = run.resolved_gpu_blocks / run.data_parallel;
-    pool.field = "kv_cache.num_gpu_blocks";
-    pool.source = run.data_parallel > 1
-                      ? fmt::format("meta.json kv_cache.num_gpu_blocks (what vLLM allocated, summed over its {} "
-                                    "data-parallel engines): {} blocks, {} an engine, of {} tokens",
-                                    run.data_parallel, run.resolved_gpu_blocks, blocks, run.block_size)
-                      : fmt::format("meta.json kv_cache.num_gpu_blocks (what vLLM allocated): {} blocks of {} tokens",
-                                    run.resolved_gpu_blocks, run.block_size);
-  } else if (run.kv_cache_memory_bytes > 0) {
-    pool.bytes = run.kv_cache_memory_bytes;
-    pool.field = "kv_cache_memory_bytes";
-    pool.source = "meta.json kv_cache_memory_bytes";
-    return pool;
-  } else if (run.num_gpu_blocks_override > 0) {
-    blocks = run.num_gpu_blocks_override;
-    pool.field = "num_gpu_blocks_override";
-    pool.source = fmt::format("meta.json num_gpu_blocks_override: {} blocks of {} tokens", blocks, run.block_size);
-  } else {
-    return pool;
-  }
-  const ModelChoice choice = resolve_model(vm, kSpec.synopsis, "");
-  pool.bytes = checked_mul(checked_mul(blocks, run.block_size, pool.field), choice.layout().bytes_per_token(), pool.field);
-  return pool;
-}
-
-// The kvsim preset of the run's GPU: peer_cluster_config.json's hardware by validate's table,
-// else meta.json's recorded device name (hardware.device_name, as CUDA names it) matched
-// against the presets' product names (case aside) and a few other names CUDA gives the same
-// cards; nullptr when neither names one.
-const char* run_device(const MeasuredRun& run) {
-  if (const char* preset = run_device_preset(run.hardware)) return preset;
-  if (run.device_name.empty()) return nullptr;
-  if (const char* preset = run_cuda_device_alias(run.device_name)) return preset;
-  const DevicePreset* preset = find_device_preset_by_product(run.device_name);
-  return preset == nullptr ? nullptr : preset->name.data();
-}
-
-// vLLM's first block is its null block (vllm/v1/core/block_pool.py: BlockPool.__init__ takes
-// it off the free queue, a placeholder never handed out; get_usage divides by
-// num_gpu_blocks - 1), so its pool holds one block fewer than its memory does. The bytes of
-// that block when the replayed allocator is vLLM's paged pool: one block id's pages in every
-// layer of a KV-cache group (paged_pool(): page x group size); 0 for any other allocator.
-std::int64_t null_block_bytes(const po::variables_map& vm, const ModelChoice& choice) {
-  const auto text = option_text(vm, option_key(kOptAllocator));
-  if (!text) return 0;
-  const std::vector<AllocatorSpec> specs = parse_allocator_list(*text, kOptAllocator);
-  if (specs.size() != 1 || specs[0].kind != "paged") return 0;
-  PagedOptions paging;
-  for (const auto& [key, value] : specs[0].params) {
-    if (key == "block") paging.block_tokens = positive_integer(value, kOptAllocator);
-  }
-  return paged_pool(choice.layout(), 0, paging).block_bytes;
-}
-
-// A pool validate sized itself, less the null block; `what` names where it came from.
-std::int64_t less_null_block(std::int64_t pool, std::int64_t null_block, const Location& what) {
-  if (null_block > 0 && pool < 2 * null_block) {
-    throw InputError(what, fmt::format("leaves {} bytes for the KV cache, less than two blocks of {} (one is "
-                                       "vLLM's null block); give --kv-budget",
-                                       with_commas(pool), with_commas(null_block)));
-  }
-  return pool - null_block;
-}
-
-std::string null_block_text(std::int64_t null_block) {
-  return null_block > 0 ? fmt::format(", less the null block ({} bytes)", with_commas(null_block)) : "";
-}
-
-// The run's KV pool by vLLM's own start-up rule (vllm/v1/worker/gpu_worker.py
-// determine_available_memory, as `kvsim size --engine vllm` computes it: device total x
-// gpu_memory_utilization - weights - the profile run's activation peak - persistent buffers -
-// non-torch memory), with the replay's settings as they stand after meta.json's defaults
-// (the user's options win): device, utilisation, weights, max_num_batched_tokens,
-// max_num_seqs, max_model_len, and with expert parallelism each device's share of the routed
-// experts (data x tensor parallel ranks share them).
-struct StartupPool {
-  std::int64_t bytes = 0;
-  std::string source;
-};
-StartupPool vllm_startup_pool(const po::variables_map& vm, const MeasuredRun& run, const Location& utilisation_from) {
-  const ModelChoice choice = resolve_model(vm, kSpec.synopsis, "");
-  const BudgetOptions device = resolve_budget(vm).value();
-  EngineSettings settings;
-  settings.engine = ServingEngine::vllm;
-  settings.memory_fraction_ppb = device.gpu_memory_utilization_ppb;
-  BudgetOptions weights = device;
-  weights.expert_parallel_ranks = expert_parallel_ranks(vm, choice);
-  take_weight_options(settings, weights, choice.kv.tensor_parallel);
-  if (run.dtype == "float32" || run.dtype == "float") settings.weights.dtype_bytes = 4;
-  settings.max_num_batched_tokens = positive_integer(*option_text(vm, option_key(kOptMaxBatchedTokens)), kOptMaxBatchedTokens);
-  settings.max_num_seqs = positive_integer(*option_text(vm, option_key(kOptMaxRunning)), kOptMaxRunning);
-  if (const auto n = option_text(vm, option_key(kOptMaxModelLen))) settings.max_model_len = positive_integer(*n, kOptMaxModelLen);
-  settings.enforce_eager = run.enforce_eager;
-  const StartupMemory startup = startup_memory(choice.model, choice.kv, settings, device);
-  const StartupStage& st = startup.stages[startup.binding_stage];
-  const std::string terms =
-      fmt::format("vLLM's start-up rule on {}: total {} x {} - weights {} - activation peak {} - buffers {} - "
-                  "non-torch {} = {} bytes",
-                  device.device.empty() ? std::string("the device") : device.device, with_commas(startup.device_total_bytes),
-                  format_ppb(startup.memory_fraction_ppb), with_commas(st.weights.bytes),
-                  with_commas(st.activation_peak_bytes), with_commas(st.buffer_bytes), with_commas(st.non_torch_bytes),
-                  with_commas(st.kv_budget_bytes));
-  if (st.kv_budget_bytes <= 0) {
-    throw InputError(utilisation_from,
-                     "vLLM's start-up rule leaves nothing for the KV cache (" + terms + "); give --kv-budget");
-  }
-  const std::int64_t null_block = null_block_bytes(vm, choice);
-  return StartupPool{less_null_block(st.kv_budget_bytes, null_block, utilisation_from),
-                     terms + null_block_text(null_block)};
-}
-
-// meta.json's settings as defaults of the replay options. Returns where the KV pool validate
-// sized comes from ("" when the user's options size it: --kv-budget, or replay's rule with
-// --reserve or --params).
-std::string apply_run_settings(po::variables_map& vm, const MeasuredRun& run) {
-  const std::string meta = run.dir + "/meta.json";
-  default_to(vm, "trace", run.workload);
-  if (!given(vm, option_key(kOptModel)) && !given(vm, "config")) {
-    const RunModelRow* row = run_model_row(run.model);
-    if (row == nullptr) {
-      throw InputError(Location{meta, 0, "model"}, "\"" + run.model +
-                                                       "\" has no kvsim preset in validate's table; give --model "
-                                                       "PRESET or --config config.json");
-    }
-    if (!has_model_preset(row->preset)) {
-      throw InputError(Location{meta, 0, "model"}, "\"" + run.model + "\" is the preset " + row->preset +
-                                                       ", which this kvsim does not have yet; give --config "
-                                                       "config.json (the model's Hugging Face config)");
-    }
-    default_to(vm, option_key(kOptModel), row->preset);
-    if (run.max_model_len == 0 && row->max_model_len > 0) {
-      default_to(vm, option_key(kOptMaxModelLen), std::to_string(row->max_model_len));
-    }
-  }
-  // Data parallelism: one engine per replica behind vLLM's router (replay --replicas).
-  if (run.data_parallel > 1) {
-    default_to(vm, option_key(kOptReplicas), std::to_string(run.data_parallel));
-    if (run.expert_parallel && !given(vm, option_key(kOptExpertParallel))) {
-      vm.insert({option_key(kOptExpertParallel), po::variable_value(boost::any(), false)});
-    }
-  }
-  default_to(vm, option_key(kOptTp), std::to_string(run.tensor_parallel));
-  default_to(vm, option_key(kOptMaxRunning), std::to_string(run.max_num_seqs));
-  // vLLM 0.19 schedules asynchronously by default (vllm/config/vllm.py: async_scheduling None
-  // -> True; vllm/v1/engine/core.py step_with_batch_queue), the version whose code was read.
-  if (!run.vllm_version.empty() && !vllm_at_least(run.vllm_version, 0, 0)) {
-    throw InputError(Location{meta, 0, "vllm_version"},
-                     "\"" + run.vllm_version + "\" is not a version such as \"0.19.0\"");
-  }
-  if (vllm_at_least(run.vllm_version, 0, 19)) default_to(vm, option_key(kOptAsyncScheduling), "on");
-  default_to(vm, option_key(kOptMaxBatchedTokens), std::to_string(run.max_num_batched_tokens));
-  if (run.max_model_len > 0) default_to(vm, option_key(kOptMaxModelLen), std::to_string(run.max_model_len));
-  // vLLM's defaults unless meta.json says otherwise: 16-token blocks, prefix caching on,
-  // chunked prefill on (vllm/config/cache.py, scheduler.py).
-  default_to(vm, option_key(kOptAllocator),
-             fmt::format("paged:block={}{}", run.block_size,
-                         run.prefix_caching.value_or(true) ? ",prefix-caching=on" : ""));
-  if (run.chunked_prefill == false && !vm.count(option_key(kOptNoChunkedPrefill))) {
-    vm.insert({option_key(kOptNoChunkedPrefill), po::variable_value(boost::any(), false)});
-  }
-  if (const auto dtype = run_kv_dtype(run, meta)) default_to(vm, option_key(kOptDtype), *dtype);
-  default_to(vm, option_key(kOptSchedule), "simulate");
-  // The run's GPU times the steps, unless --device or --timing-device names another.
-  const char* preset = run_device(run);
-  const bool known = preset != nullptr && has_device_preset(preset);
-  if (known && !given(vm, option_key(kOptDevice))) default_to(vm, option_key(kOptTimingDevice), preset);
-  if (given(vm, option_key(kOptKvBudget))) return "";  // the pool as given
-  const bool user_device = given(vm, option_key(kOptDevice)) || given(vm, option_key(kOptDeviceMemory));
-  // A term of replay's own rule (--reserve, --params) or of the start-up rule
-  // (--gpu-memory-utilization) given: the pool is derived, not the one meta.json fixes.
-  const bool user_rule = given(vm, option_key(kOptReserve)) || given(vm, option_key(kOptParams));
-  const bool user_terms = user_device || user_rule || given(vm, option_key(kOptGpuMemoryUtilization));
-  // The pool's size, when meta.json fixes it: it needs no device (one named times the steps).
-  if (!user_terms) {
-    if (const FixedPool fixed = run_fixed_pool(vm, run); fixed.bytes > 0) {
-      const std::int64_t null_block = null_block_bytes(vm, resolve_model(vm, kSpec.synopsis, ""));
-      const std::int64_t pool = less_null_block(fixed.bytes, null_block, Location{meta, 0, fixed.field});
-      default_to(vm, option_key(kOptKvBudget), std::to_string(pool));
-      return fixed.source + null_block_text(null_block);
-    }
-  }
-  if (!user_device) {
-    const std::string where = run.dir + "/peer_cluster_config.json";
-    if (run.hardware.empty() && preset == nullptr) {
-      if (!run.device_name.empty()) {
-        throw InputError(Location{meta, 0, "hardware.device_name"},
-                         "\"" + run.device_name + "\" is not the product name of any kvsim device preset; give "
-                         "--device, --device-memory or --kv-budget");
-      }
-      throw InputError(Location{where, 0, "hardware"},
-                       "the run does not name its GPU; give --device, --device-memory or --kv-budget");
-    }
-    if (preset == nullptr) {
-      throw InputError(Location{where, 0, "hardware"}, "\"" + run.hardware +
-                                                           "\" has no kvsim device preset in validate's table; give "
-                                                           "--device, --device-memory or --kv-budget");
-    }
-    if (!known) {
-      throw InputError(Location{where, 0, "hardware"},
-                       "\"" + run.hardware + "\" is the device preset " + preset +
-                           ", which this kvsim does not have yet; give --device-memory (its memory, e.g. 96GB "
-                           "for an RTX PRO 6000) or --kv-budget");
-    }
-    default_to(vm, option_key(kOptDevice), preset);
-    // The device's total as CUDA reported it in the run, rather than the preset's.
-    if (run.device_total_bytes > 0) default_to(vm, option_key(kOptDeviceMemory), std::to_string(run.device_total_bytes));
-  }
-  // Where the utilisation comes from, for an error: the user's option, else meta.json's (or
-  // vLLM's default where meta.json has none).
-  const Location utilisation_from = given(vm, option_key(kOptGpuMemoryUtilization))
-                                        ? Location{"", 0, kOptGpuMemoryUtilization}
-                                        : Location{meta, 0, "gpu_memory_utilization"};
-  if (run.gpu_memory_utilization > 0) {
-    default_to(vm, option_key(kOptGpuMemoryUtilization), fmt::format("{}", run.gpu_memory_utilization));
-  }
-  // A term of replay's own rule given: that rule, as given.
-  if (user_rule) return "";
-  const bool recorded_total = run.device_total_bytes > 0 && !user_device;
-  StartupPool pool = vllm_startup_pool(vm, run, utilisation_from);
-  if (recorded_total) pool.source += "; the device total as meta.json hardware.device_total_memory_bytes records it";
-  // The pool replaces the terms it was computed from; the device (if any) still times the steps.
-  vm.erase(option_key(kOptDeviceMemory));
-  vm.erase(option_key(kOptGpuMemoryUtilization));
-  default_to(vm, option_key(kOptKvBudget), std::to_string(pool.bytes));
-  return pool.source;
-}
 
 struct Sample {
   std::int64_t time_ns;
@@ -637,53 +345,24 @@ int run_validate(const Invocation& inv) {
   const auto dir = option_text(vm, "run");
   if (!dir) throw UsageError("a run directory is required\nUsage: " + kSpec.synopsis);
   const MeasuredRun run = read_measured_run(*dir, option_text(vm, "workload"), true);
-  const std::string budget_source = apply_run_settings(vm, run);
-  ReplayPlan plan = plan_replay(vm);
-  if (plan.allocators.size() != 1) throw UsageError("validate replays one allocator\nUsage: " + kSpec.synopsis);
-
-  ReplayOptions options_run = plan.options;
-  std::vector<RequestRecord> records;
-  const std::size_t engines = plan.replicas > 1 ? static_cast<std::size_t>(plan.replicas) : 1;
-  std::vector<std::vector<Sample>> samples(engines);
-  options_run.per_request = [&](const RequestRecord& r) { records.push_back(r); };
-  options_run.timeline = [&](const TimelineRow& row) {
-    samples.at(static_cast<std::size_t>(row.replica)).push_back({row.time_ns, row.running, row.queued, row.allocated_bytes});
-  };
-  TraceOptions trace_options = plan.trace;
-  if (plan.allocators[0]->prefix_block_tokens() > 0) {
-    trace_options.hash_block_tokens = plan.allocators[0]->prefix_block_tokens();
-  }
-  auto trace = open_trace(plan.trace_path, trace_options);
-  ReplayReport report;
-  std::vector<std::uint32_t> replica_of;  // empty: one engine
-  if (engines > 1) {
-    std::vector<Allocator*> allocators;
-    for (auto& a : plan.replica_allocators.at(0)) allocators.push_back(a.get());
-    ReplicaRun dp = replay_replicas(*trace, allocators, options_run);
-    report = std::move(dp.total);
-    replica_of = std::move(dp.replica_of);
-  } else {
-    report = replay(*trace, *plan.allocators[0], options_run);
-  }
-  // One record per request of the trace, from whichever engine served it.
-  in_trace_order(records);
-  for (std::size_t k = 0; k < records.size(); ++k) {
-    if (records[k].ordinal != static_cast<std::int64_t>(k) + 1) {
-      throw InternalError(fmt::format("validate: request #{} of the trace has no per-request record, or two", k + 1));
-    }
-  }
-  if (!replica_of.empty() && replica_of.size() != records.size()) {
-    throw InternalError(fmt::format("validate: {} requests routed, {} recorded", replica_of.size(), records.size()));
-  }
+  std::vector<std::vector<Sample>> samples;  // per engine
+  RunReplay r = replay_run(vm, run, kSpec.synopsis, [&](const TimelineRow& row) {
+    const auto replica = static_cast<std::size_t>(row.replica);
+    if (replica >= samples.size()) samples.resize(replica + 1);
+    samples[replica].push_back({row.time_ns, row.running, row.queued, row.allocated_bytes});
+  });
+  const ReplayPlan& plan = r.plan;
   if (plan.per_request_path) {
     std::ofstream out(*plan.per_request_path, std::ios::binary);
     if (!out) throw InputError(Location{*plan.per_request_path, 0, ""}, "cannot write the per-request file");
-    out << per_request_header() << per_request_rows(report.allocator, records);
+    out << per_request_header() << per_request_rows(r.report.allocator, r.records);
   }
-  const std::vector<EngineState> states = engine_states(std::move(samples), records, replica_of);
-  const Result result = compare(run, plan, report, std::move(records), states);
-  fmt::print("{}", plan.json ? json_of(run, plan, budget_source, report, result)
-                         : table(run, plan, budget_source, report, result));
+  // An engine that never stepped has no samples.
+  samples.resize(std::max<std::size_t>(samples.size(), plan.replicas > 1 ? static_cast<std::size_t>(plan.replicas) : 1));
+  const std::vector<EngineState> states = engine_states(std::move(samples), r.records, r.replica_of);
+  const Result result = compare(run, plan, r.report, std::move(r.records), states);
+  fmt::print("{}", plan.json ? json_of(run, plan, r.budget_source, r.report, result)
+                         : table(run, plan, r.budget_source, r.report, result));
   return kExitOk;
 }
 

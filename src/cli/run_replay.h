@@ -1,0 +1,42 @@
+// A measured run (kvsim/measured_run.h) replayed as kvsim validate replays it: the run's
+// engine settings from meta.json (model, parallelism, max_num_seqs, max_num_batched_tokens,
+// max_model_len, block size, prefix caching, asynchronous scheduling from vLLM 0.19) and its
+// KV pool (what meta.json records vLLM allocated, else vLLM's start-up rule on the run's GPU,
+// less the null block) become the defaults of replay's options; whatever the user gives wins.
+// kvsim validate compares the replay with the run; kvsim calibrate replays the run with its
+// fit to learn which prompt tokens the prefix cache served.
+#ifndef KVSIM_SRC_CLI_RUN_REPLAY_H_
+#define KVSIM_SRC_CLI_RUN_REPLAY_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kvsim/measured_run.h"
+#include "kvsim/replay.h"
+#include "replay_plan.h"
+
+namespace kvsim::cli {
+
+// meta.json's settings as defaults of the replay options in `vm`. Returns where the KV pool
+// comes from ("" when the user's options size it: --kv-budget, or replay's rule with
+// --reserve or --params). `usage` ends usage errors.
+std::string apply_run_settings(po::variables_map& vm, const MeasuredRun& run, const std::string& usage);
+
+struct RunReplay {
+  ReplayPlan plan;
+  std::string budget_source;              // apply_run_settings' answer
+  ReplayReport report;                    // all replicas' together
+  std::vector<RequestRecord> records;     // one per request, in trace order
+  std::vector<std::uint32_t> replica_of;  // the replica each request went to; empty: one engine
+};
+
+// Replays `run`'s workload with `vm` (replay's options, parsed) and the run's settings as
+// their defaults; `timeline`, when set, gets every engine's every step.
+RunReplay replay_run(po::variables_map vm, const MeasuredRun& run, const std::string& usage,
+                     const std::function<void(const TimelineRow&)>& timeline = {});
+
+}  // namespace kvsim::cli
+
+#endif  // KVSIM_SRC_CLI_RUN_REPLAY_H_
