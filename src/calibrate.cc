@@ -20,7 +20,8 @@ const char* const kTermNames[kTerms] = {"base", "prefill-token", "decode-seq", "
 double overlap(double a0, double a1, double b0, double b1) { return std::max(0.0, std::min(a1, b1) - std::max(a0, b0)); }
 
 // The busy ticks with their P, G, D, C and S.
-std::vector<CalibrationTick> busy_ticks(const MeasuredRun& run) {
+std::vector<CalibrationTick> busy_ticks(const MeasuredRun& run, const std::vector<std::int64_t>& served_by_cache) {
+  const bool take_out_cached = !served_by_cache.empty() && credits_cached_prompt_tokens(run);
   const double origin = tick_origin_monotonic_s(run);
   const auto [first_queued, last_token] = measured_span_s(run);
   // A run whose timeseries counts preemptions and has none needs no bound on D (below).
@@ -40,9 +41,14 @@ std::vector<CalibrationTick> busy_ticks(const MeasuredRun& run) {
     t.generated_tokens = m.generated_tokens_per_s * run.tick_s;
     double decoding = 0, context = 0;  // integrals over the tick
     double first_tokens = 0;           // produced by prefill steps, not by decodes
-    for (const MeasuredRequest& r : run.requests) {
+    for (std::size_t k = 0; k < run.requests.size(); ++k) {
+      const MeasuredRequest& r = run.requests[k];
       if (!r.timed) continue;
-      if (r.first_token_s > t0 && r.first_token_s <= t1) ++first_tokens;
+      if (r.first_token_s > t0 && r.first_token_s <= t1) {
+        ++first_tokens;
+        // vLLM credits a prompt at its first token, what the prefix cache served included.
+        if (take_out_cached) t.prompt_tokens = std::max(0.0, t.prompt_tokens - static_cast<double>(served_by_cache[k]));
+      }
       const double span = r.last_token_s - r.first_token_s;
       const double o0 = std::max(t0, r.first_token_s), o1 = std::min(t1, r.last_token_s);
       const double len = overlap(t0, t1, r.first_token_s, r.last_token_s);
@@ -177,12 +183,23 @@ std::vector<double> least_squares(const std::vector<std::vector<double>>& rows, 
   return x;
 }
 
-Calibration calibrate(const MeasuredRun& run, bool replicas_step_together) {
+bool credits_cached_prompt_tokens(const MeasuredRun& run) {
+  return std::none_of(run.ticks.begin(), run.ticks.end(),
+                      [](const MeasuredTick& t) { return t.computed_prompt_tokens_per_s >= 0; });
+}
+
+Calibration calibrate(const MeasuredRun& run, bool replicas_step_together,
+                      const std::vector<std::int64_t>& served_by_cache) {
+  if (!served_by_cache.empty() && served_by_cache.size() != run.requests.size()) {
+    throw InputError(Location{run.dir + "/requests.jsonl", 0, ""},
+                     "prefix-cache hits for " + std::to_string(served_by_cache.size()) + " requests, but the run has " +
+                         std::to_string(run.requests.size()));
+  }
   Calibration c;
   c.steps_together = replicas_step_together && run.data_parallel > 1;
   c.tick_s = run.tick_s;
   c.ticks_in_run = static_cast<std::int64_t>(run.ticks.size());
-  c.ticks = busy_ticks(run);
+  c.ticks = busy_ticks(run, served_by_cache);
   const std::string where = run.dir + "/timeseries.csv";
   if (c.ticks.size() < kTerms + 2) {
     throw InputError(Location{where, 0, ""}, "only " + std::to_string(c.ticks.size()) +

@@ -203,19 +203,18 @@ void read_meta(MeasuredRun& run, bool find_workload) {
   if (run.started_at_s != 0 && run.finished_at_s != 0 && run.finished_at_s < run.started_at_s) {
     throw InputError(Location{path, 0, "finished_at"}, "before started_at");
   }
+  if (meta.contains("dataset_path") && meta["dataset_path"].is_string()) run.dataset_path = meta["dataset_path"];
   if (find_workload && run.workload.empty()) {
-    const std::string dataset = string_member(meta, "dataset_path", path, 0);
-    // Relative to the folder above the run; else the same name beside the run.
-    const fs::path above = fs::path(run.dir).parent_path() / dataset;
-    const fs::path beside = fs::path(run.dir) / fs::path(dataset).filename();
-    if (fs::exists(above)) run.workload = above.string();
-    else if (fs::exists(beside)) run.workload = beside.string();
-    else {
-      throw InputError(Location{path, 0, "dataset_path"},
-                       "the workload \"" + dataset + "\" is neither at " + above.string() + " nor at " +
-                           beside.string() + "; give it with --workload");
-    }
+    string_member(meta, "dataset_path", path, 0);  // present, a string
+    run.workload = locate_workload(run);
+    if (run.workload.empty()) throw InputError(Location{path, 0, "dataset_path"}, workload_not_found(run));
   }
+}
+
+// The places a workload named dataset_path is looked for: relative to the folder above the
+// run, else the same name beside the run.
+std::pair<fs::path, fs::path> workload_places(const MeasuredRun& run) {
+  return {fs::path(run.dir).parent_path() / run.dataset_path, fs::path(run.dir) / fs::path(run.dataset_path).filename()};
 }
 
 void read_hardware(MeasuredRun& run) {
@@ -411,6 +410,21 @@ MeasuredRun read_measured_run(const std::string& dir, const std::optional<std::s
     }
   }
   return run;
+}
+
+std::string locate_workload(const MeasuredRun& run) {
+  if (run.dataset_path.empty()) return "";
+  const auto [above, beside] = workload_places(run);
+  if (fs::exists(above)) return above.string();
+  if (fs::exists(beside)) return beside.string();
+  return "";
+}
+
+std::string workload_not_found(const MeasuredRun& run) {
+  if (run.dataset_path.empty()) return "meta.json names no workload (dataset_path); give it with --workload";
+  const auto [above, beside] = workload_places(run);
+  return "the workload \"" + run.dataset_path + "\" is neither at " + above.string() + " nor at " + beside.string() +
+         "; give it with --workload";
 }
 
 double percentile_sorted(const std::vector<double>& sorted, double p) {

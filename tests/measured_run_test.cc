@@ -199,6 +199,30 @@ TEST_CASE("calibrate: recovers the coefficients a synthetic run was generated wi
   std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("calibrate: prompt tokens the prefix cache served take no step time, though the timeseries credits them") {
+  // tests/data/measured/make_synthetic.py wrote synthetic-cached/ by the rule of the test
+  // above (10 ms, 50 us, 200 us), with requests 0.3 s apart whose first 96 prompt tokens are
+  // the same: the prefix cache serves them to every request but the first, and no step
+  // computes them, yet the timeseries credits each whole prompt at its first token, as vLLM's
+  // prompt throughput does (ticks 2, 3 and 4 hold 4, 3 and 1 such first tokens: 384, 288 and
+  // 96 tokens too many). Taken as computed they make the fit wrong; taken out, it is exact.
+  const MeasuredRun run = read_measured_run(kData + "/synthetic-cached", std::nullopt, false);
+  REQUIRE(credits_cached_prompt_tokens(run));
+  const Calibration credited = calibrate(run);
+  CHECK(credited.residual_rms_s > 1e-3);
+  CHECK(std::abs(credited.terms[2].seconds - 200e-6) > 10e-6);
+  const std::vector<std::int64_t> served = {0, 96, 96, 96, 96, 96, 96, 96, 96, 96};
+  const Calibration c = calibrate(run, false, served);
+  CHECK(c.terms[0].seconds == Approx(0.010).epsilon(1e-6));
+  CHECK(c.terms[1].seconds == Approx(50e-6).epsilon(1e-6));
+  CHECK(c.terms[2].seconds == Approx(200e-6).epsilon(1e-6));
+  CHECK_FALSE(c.terms[3].kept);
+  CHECK(c.residual_max_s < 1e-6);
+  REQUIRE(c.ticks.front().t_s == 2.0);
+  CHECK(c.ticks.front().prompt_tokens == Approx(2000.0));  // 2,384 credited, 4 x 96 served
+  CHECK_THROWS_AS(calibrate(run, false, {0, 96}), InputError);  // not one per request
+}
+
 TEST_CASE("calibrate: two data-parallel engines, fitted per engine, stepping independently or together") {
   // make_synthetic.py wrote both runs from the per-engine rule with the same coefficients
   // (10 ms, 50 us, 200 us): each engine takes S = G / D steps a tick and decodes G / 2 of the

@@ -93,6 +93,36 @@ TEST_CASE("calibrate: the JSON's cost field is the spec the fit gives, and repla
   CHECK_THAT(missing.err, Catch::Contains("no-such-run"));
 }
 
+TEST_CASE("calibrate: a replay of the run finds the prompt tokens the prefix cache served, and the fit leaves them out") {
+  // synthetic-cached (make_synthetic.py; measured_run_test.cc): requests 0.3 s apart sharing
+  // their first 96 prompt tokens. calibrate replays the run (meta.json's settings, its
+  // workload) with its fit: each request after the first finds 6 blocks of 16 cached, 9 x 96 =
+  // 864 of the 100 + 110 + ... + 190 = 1,450 prompt tokens, and the fit without them gives back
+  // the rule's 10 ms, 50 us and 200 us.
+  auto r = test::run_cli({"calibrate", kData + "/synthetic-cached", "--json"});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  Json doc = Json::parse(r.out);
+  CHECK(doc["prefix_cache_hits"]["served_prompt_tokens"] == 864);
+  CHECK(doc["prefix_cache_hits"]["prompt_tokens"] == 1450);
+  CHECK_THAT(doc["prefix_cache_hits"]["source"].get<std::string>(), Catch::Contains("replay"));
+  CHECK(doc["terms"][0]["seconds"].get<double>() == Approx(0.010).epsilon(1e-6));
+  CHECK(doc["terms"][1]["seconds"].get<double>() == Approx(50e-6).epsilon(1e-6));
+  CHECK(doc["terms"][2]["seconds"].get<double>() == Approx(200e-6).epsilon(1e-6));
+  // Without the workload the hits are not estimated, and the table says the prompt tokens
+  // count as computed (the fit is then the wrong one the library test shows).
+  const auto base = test::scratch_dir("calibrate-no-workload");
+  std::filesystem::copy(kData + "/synthetic-cached", base / "run", std::filesystem::copy_options::recursive);
+  r = test::run_cli({"calibrate", (base / "run").string()});
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("not estimated (the workload") && Catch::Contains("count as computed"));
+  // calibrate's replay uses its fit: a --cost is refused, not ignored.
+  r = test::run_cli({"calibrate", kData + "/synthetic-cached", "--cost", "roofline"});
+  CHECK(r.exit_code != 0);
+  CHECK_THAT(r.err, Catch::Contains("--cost is what calibrate fits"));
+  std::filesystem::remove_all(base);
+}
+
 TEST_CASE("calibrate: data-parallel replicas of a model with experts are fitted as stepping together") {
   // synthetic-dp2-together's meta.json names Qwen3-30B-A3B (experts): validate's table gives
   // the preset, and the fit recovers make_synthetic.py's 50 us per prompt token only when the

@@ -77,10 +77,20 @@ struct Calibration {
   std::string cost_spec;                // what --cost takes: "linear:base=...,..."
 };
 
+// Whether the run's prompt throughput credits the prompt tokens vLLM's prefix cache served
+// (vLLM's num_prompt_tokens counts a whole prompt at its first token): true unless the
+// timeseries has newer recorders' prompt_compute_throughput column, which leaves them out.
+bool credits_cached_prompt_tokens(const MeasuredRun& run);
+
 // Fits `run`; `replicas_step_together` when its model has experts (it matters only with data
-// parallelism). Throws InputError (naming the run's timeseries.csv) when fewer busy ticks than
-// terms remain, or the fit gives no positive per-step base.
-Calibration calibrate(const MeasuredRun& run, bool replicas_step_together = false);
+// parallelism). `served_by_cache`, when given (one per request of run.requests, in order):
+// the prompt tokens the prefix cache served each request at its first admission, which take
+// no step's time; where the run credits them (above), each is taken out of the prompt tokens
+// of the tick its request's first token fell in. Throws InputError (naming the run's
+// timeseries.csv) when fewer busy ticks than terms remain, or the fit gives no positive
+// per-step base.
+Calibration calibrate(const MeasuredRun& run, bool replicas_step_together = false,
+                      const std::vector<std::int64_t>& served_by_cache = {});
 
 // Least squares: the x minimising |A x - y|, A given by rows. Columns are scaled to unit RMS
 // before the normal equations are solved. Throws InputError when A's columns are dependent.

@@ -92,6 +92,7 @@ struct MeasuredRun {
   // engine_kwargs kvsim does not model and that are not known to leave the schedule and the
   // KV budget alone, as "key=value" (validate names them rather than ignore them silently).
   std::vector<std::string> unmodelled_settings;
+  std::string dataset_path;          // meta.json's, "" when absent
   std::string workload;              // the path the workload was found at ("" when not looked up)
   double started_at_s = 0;           // meta.json started_at (wall clock, s); else the first arrival
   double finished_at_s = 0;          // meta.json finished_at (wall clock, s); 0 when absent
@@ -108,6 +109,10 @@ struct MeasuredRun {
 // dataset_path relative to the folder above the run, else the same file name beside the run
 // (an InputError when none exists). Throws InputError.
 MeasuredRun read_measured_run(const std::string& dir, const std::optional<std::string>& workload, bool find_workload);
+// Where meta.json's dataset_path is found (as above), "" when nowhere; and the message saying
+// where it was looked for.
+std::string locate_workload(const MeasuredRun& run);
+std::string workload_not_found(const MeasuredRun& run);
 
 // Mean and percentiles of samples, in their own unit. Percentiles interpolate linearly
 // between order statistics (numpy.percentile's default).

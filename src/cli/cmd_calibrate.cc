@@ -11,7 +11,9 @@
 #include "kvsim/model.h"
 #include "kvsim/option_names.h"
 #include "model_options.h"
+#include "replay_plan.h"
 #include "run_models.h"
+#include "run_replay.h"
 
 namespace kvsim::cli {
 namespace {
@@ -31,7 +33,14 @@ const CommandSpec kSpec{
     "the prompt tokens are shared out too, except for a mixture-of-experts model, whose\n"
     "replicas take every step together (vLLM aligns their forward passes), so a replica's\n"
     "prefill lengthens both replicas' steps. The model (meta.json's, by validate's table, or\n"
-    "--model / --config) says which.",
+    "--model / --config) says which.\n\n"
+    "vLLM's prompt throughput credits a whole prompt at its first token, the tokens its prefix\n"
+    "cache served included, which no step computes. Unless the timeseries has newer recorders'\n"
+    "prompt_compute_throughput, calibrate replays the run as 'kvsim validate' does (meta.json's\n"
+    "settings; the replay options below change them) with its fit, takes the tokens each\n"
+    "request found cached out of the tick that credits its prompt, and fits again until the\n"
+    "hits settle. Without the workload (meta.json's dataset_path, or --workload) it says the\n"
+    "hits were not estimated.",
     "  kvsim calibrate ../shared/measured/rtxpro6000-llama-3.1-8b\n"
     "  kvsim validate ../shared/measured/rtxpro6000-llama-3.1-8b \\\n"
     "      --cost \"$(kvsim calibrate ../shared/measured/rtxpro6000-llama-3.1-8b --json | jq -r .cost)\""};
@@ -43,7 +52,15 @@ std::string unit_of(const std::string& term) {
   return "per context position";
 }
 
-std::string table(const MeasuredRun& run, const Calibration& c) {
+// The prompt tokens vLLM's prefix cache served each request, as kvsim's replay of the run
+// finds them (vLLM's rule: src/paged_allocator_prefix.cc).
+struct CacheEstimate {
+  std::vector<std::int64_t> served;  // per request, in requests.jsonl's order
+  std::int64_t served_total = 0, prompt_total = 0;
+  int replays = 0;
+};
+
+std::string table(const MeasuredRun& run, const Calibration& c, const CacheEstimate& cache, const std::string& cache_note) {
   std::string out = fmt::format("calibration of {} ({}, vLLM {})\n", run.dir, run.model, run.vllm_version);
   out += fmt::format("ticks fitted: {} of {} (busy for the whole {} s tick)\n", c.ticks.size(), c.ticks_in_run,
                      c.tick_s);
@@ -55,6 +72,17 @@ std::string table(const MeasuredRun& run, const Calibration& c) {
   if (run.data_parallel > 1) {
     out += fmt::format("per engine, {} data-parallel engines {}\n", run.data_parallel,
                        c.steps_together ? "stepping together (a model with experts)" : "stepping independently");
+  }
+  if (cache.replays > 0) {
+    out += fmt::format("prompt tokens the prefix cache served: {} of {} ({:.1f}%), {}; taken out of the ticks "
+                       "that credit them\n",
+                       cache.served_total, cache.prompt_total,
+                       cache.prompt_total > 0 ? 100.0 * static_cast<double>(cache.served_total) /
+                                                    static_cast<double>(cache.prompt_total)
+                                              : 0.0,
+                       cache_note);
+  } else {
+    out += "prompt tokens the prefix cache served: " + cache_note + "\n";
   }
   out += "\n";
   out += fmt::format("{:<15} {:>14}  {}\n", "term", "coefficient", "");
@@ -76,7 +104,8 @@ std::string table(const MeasuredRun& run, const Calibration& c) {
   return out;
 }
 
-std::string json_of(const MeasuredRun& run, const Calibration& c) {
+std::string json_of(const MeasuredRun& run, const Calibration& c, const CacheEstimate& cache,
+                    const std::string& cache_note) {
   using Json = nlohmann::ordered_json;
   Json terms = Json::array();
   for (const CalibrationTerm& t : c.terms) {
@@ -97,6 +126,9 @@ std::string json_of(const MeasuredRun& run, const Calibration& c) {
          {"ticks_in_run", c.ticks_in_run},
          {"ticks_fitted", c.ticks.size()},
          {"untimed_requests", run.untimed_requests},
+         {"prefix_cache_hits", Json{{"source", cache_note},
+                                    {"served_prompt_tokens", cache.replays > 0 ? Json(cache.served_total) : Json(nullptr)},
+                                    {"prompt_tokens", cache.replays > 0 ? Json(cache.prompt_total) : Json(nullptr)}}},
          {"tick_s", c.tick_s},
          {"data_parallel", run.data_parallel},
          {"steps_together", c.steps_together},
@@ -120,19 +152,54 @@ bool has_experts(const MeasuredRun& run, const po::variables_map& vm) {
   return find_model_preset(row->preset).moe.has_value();
 }
 
+// The fit made again without the prefix cache's hits, as a replay of the run with the fit
+// finds them, until the hits settle; the final fit, and the hits it was made with.
+Calibration fit_with_cache_hits(const MeasuredRun& run, const po::variables_map& vm, bool together,
+                                Calibration c, CacheEstimate& estimate) {
+  // Each replay's hits give the next fit; they depend on the fit only through the schedule
+  // (what was computed before a request was admitted, and evictions), so they settle at once
+  // on runs that do not evict. Four rounds at most.
+  constexpr int kMaxReplays = 4;
+  while (estimate.replays < kMaxReplays) {
+    po::variables_map v = vm;
+    v.erase(option_key(kOptCost));
+    v.insert({option_key(kOptCost), po::variable_value(c.cost_spec, false)});
+    const RunReplay replayed = replay_run(v, run, kSpec.synopsis);
+    ++estimate.replays;
+    if (replayed.records.size() != run.requests.size()) {
+      throw InputError(Location{replayed.plan.trace_path, 0, ""},
+                       fmt::format("the workload has {} requests but {}/requests.jsonl has {}: not this run's workload",
+                                   replayed.records.size(), run.dir, run.requests.size()));
+    }
+    std::vector<std::int64_t> served;
+    estimate.served_total = estimate.prompt_total = 0;
+    for (const RequestRecord& r : replayed.records) {
+      served.push_back(r.cached_prompt_tokens);
+      estimate.served_total += r.cached_prompt_tokens;
+      estimate.prompt_total += r.prompt_tokens;
+    }
+    if (served == estimate.served) break;
+    estimate.served = std::move(served);
+    c = calibrate(run, together, estimate.served);
+  }
+  return c;
+}
+
 }  // namespace
 
 int run_calibrate(const Invocation& inv) {
-  po::options_description options("Options");
-  options.add_options()
-      ("workload", po::value<std::string>(), "the run's workload (not needed for the fit; checked to exist when given)")
-      (option_key(kOptModel), po::value<std::string>(), "the model, a preset (default: meta.json's, by validate's table); it "
-                                           "matters only with data parallelism, where replicas of a model with "
-                                           "experts step together")
-      (option_key(kOptConfig), po::value<std::string>(), "the model as a Hugging Face config.json, instead of --model")
+  // The replay options say how the run is replayed to learn the prefix cache's hits (as
+  // validate replays it: meta.json's settings by default).
+  po::options_description options = replay_option_descriptions(false);
+  po::options_description own("Calibration");
+  own.add_options()
+      ("workload", po::value<std::string>(), "the run's workload (default: meta.json's dataset_path, relative to the "
+                                             "folder above the run); without it the prefix cache's hits are not "
+                                             "estimated")
       ("json", "print the fit as JSON; its \"cost\" field is the --cost spec");
+  options.add(own);
   po::options_description hidden;
-  hidden.add_options()("run", po::value<std::string>());
+  hidden.add_options()("run", po::value<std::string>())("trace", po::value<std::string>());
   po::positional_options_description positional;
   positional.add("run", 1);
   po::variables_map vm;
@@ -142,9 +209,32 @@ int run_calibrate(const Invocation& inv) {
   if (vm.count(option_key(kOptModel)) && vm.count(option_key(kOptConfig))) {
     throw UsageError("give --model or --config, not both\nUsage: " + kSpec.synopsis);
   }
-  const MeasuredRun run = read_measured_run(*dir, option_text(vm, "workload"), false);
-  const Calibration c = calibrate(run, run.data_parallel > 1 && has_experts(run, vm));
-  fmt::print("{}", vm.count("json") ? json_of(run, c) : table(run, c));
+  if (!vm[option_key(kOptCost)].defaulted()) {
+    throw UsageError(std::string(kOptCost) + " is what calibrate fits; its replay uses the fit\nUsage: " +
+                     kSpec.synopsis);
+  }
+  MeasuredRun run = read_measured_run(*dir, option_text(vm, "workload"), false);
+  const bool together = run.data_parallel > 1 && has_experts(run, vm);
+  Calibration c = calibrate(run, together);
+  // Where the timeseries credits the prompt tokens the prefix cache served, the fit is made
+  // again without them, as a replay of the run finds them.
+  CacheEstimate estimate;
+  std::string cache_note;
+  if (!credits_cached_prompt_tokens(run)) {
+    cache_note = "prompt_compute_throughput: the timeseries counts the prompt tokens computed";
+  } else if (!run.prefix_caching.value_or(true)) {
+    cache_note = "none: the run had prefix caching off";
+  } else {
+    if (run.workload.empty()) run.workload = locate_workload(run);
+    if (run.workload.empty()) {
+      cache_note = "not estimated (" + workload_not_found(run) +
+                   "): the prompt tokens the prefix cache served count as computed";
+    } else {
+      c = fit_with_cache_hits(run, vm, together, std::move(c), estimate);
+      cache_note = fmt::format("kvsim's replay of the run with this fit ({} replays)", estimate.replays);
+    }
+  }
+  fmt::print("{}", vm.count("json") ? json_of(run, c, estimate, cache_note) : table(run, c, estimate, cache_note));
   return kExitOk;
 }
 
