@@ -20,7 +20,8 @@ const char* const kTermNames[kTerms] = {"base", "prefill-token", "decode-seq", "
 double overlap(double a0, double a1, double b0, double b1) { return std::max(0.0, std::min(a1, b1) - std::max(a0, b0)); }
 
 // The busy ticks with their P, G, D, C and S.
-std::vector<CalibrationTick> busy_ticks(const MeasuredRun& run, const std::vector<std::int64_t>& served_by_cache) {
+std::vector<CalibrationTick> busy_ticks(const MeasuredRun& run, const ReplayEstimate& estimate) {
+  const std::vector<std::int64_t>& served_by_cache = estimate.served_by_cache;
   const bool take_out_cached = !served_by_cache.empty() && credits_cached_prompt_tokens(run);
   const double origin = tick_origin_monotonic_s(run);
   const auto [first_queued, last_token] = measured_span_s(run);
@@ -38,6 +39,7 @@ std::vector<CalibrationTick> busy_ticks(const MeasuredRun& run, const std::vecto
     // also credits what the prefix cache served, which no step computes.
     t.prompt_tokens =
         (m.computed_prompt_tokens_per_s >= 0 ? m.computed_prompt_tokens_per_s : m.prompt_tokens_per_s) * run.tick_s;
+    if (!estimate.recomputed.empty()) t.prompt_tokens += static_cast<double>(estimate.recomputed[i]);
     t.generated_tokens = m.generated_tokens_per_s * run.tick_s;
     double decoding = 0, context = 0;  // integrals over the tick
     double first_tokens = 0;           // produced by prefill steps, not by decodes
@@ -188,18 +190,22 @@ bool credits_cached_prompt_tokens(const MeasuredRun& run) {
                       [](const MeasuredTick& t) { return t.computed_prompt_tokens_per_s >= 0; });
 }
 
-Calibration calibrate(const MeasuredRun& run, bool replicas_step_together,
-                      const std::vector<std::int64_t>& served_by_cache) {
-  if (!served_by_cache.empty() && served_by_cache.size() != run.requests.size()) {
+Calibration calibrate(const MeasuredRun& run, bool replicas_step_together, const ReplayEstimate& estimate) {
+  if (!estimate.served_by_cache.empty() && estimate.served_by_cache.size() != run.requests.size()) {
     throw InputError(Location{run.dir + "/requests.jsonl", 0, ""},
-                     "prefix-cache hits for " + std::to_string(served_by_cache.size()) + " requests, but the run has " +
-                         std::to_string(run.requests.size()));
+                     "prefix-cache hits for " + std::to_string(estimate.served_by_cache.size()) +
+                         " requests, but the run has " + std::to_string(run.requests.size()));
+  }
+  if (!estimate.recomputed.empty() && estimate.recomputed.size() != run.ticks.size()) {
+    throw InputError(Location{run.dir + "/timeseries.csv", 0, ""},
+                     "recomputed tokens for " + std::to_string(estimate.recomputed.size()) + " ticks, but the run has " +
+                         std::to_string(run.ticks.size()));
   }
   Calibration c;
   c.steps_together = replicas_step_together && run.data_parallel > 1;
   c.tick_s = run.tick_s;
   c.ticks_in_run = static_cast<std::int64_t>(run.ticks.size());
-  c.ticks = busy_ticks(run, served_by_cache);
+  c.ticks = busy_ticks(run, estimate);
   const std::string where = run.dir + "/timeseries.csv";
   if (c.ticks.size() < kTerms + 2) {
     throw InputError(Location{where, 0, ""}, "only " + std::to_string(c.ticks.size()) +

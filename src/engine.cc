@@ -538,13 +538,18 @@ bool Engine::prefill(std::uint32_t slot, std::int64_t positions, bool may_preemp
       return false;
     }
   }
-  // The prompt counts once, however often a preemption makes it be computed again.
+  // The prompt counts once, however often a preemption makes it be computed again; the rest
+  // of the chunk's cost is computed again (the timeline's recomputed tokens).
   Ticket& ticket = ticket_of(f);
   const std::int64_t prompt_done = std::min(prefilled, f.prompt);
+  // Of the chunk's prompt positions, those never computed before (not those a cache hit
+  // skipped in between).
+  const std::int64_t first_time = std::max<std::int64_t>(0, prompt_done - std::max(ticket.prompt_counted, f.prefilled));
   if (prompt_done > ticket.prompt_counted) {
     report_.prompt_tokens += prompt_done - ticket.prompt_counted;
     ticket.prompt_counted = prompt_done;
   }
+  recorder_.recomputed(prefill_cost({f.prompt, f.n, f.target, f.prefilled}, f.prefilled, prefilled) - first_time);
   // Attention of a chunk of `positions` after `f.prefilled` cached: each query attends to the
   // cached positions and to the chunk's own up to itself.
   step_work_.prefill_pairs += positions * f.prefilled + positions * (positions + 1) / 2;

@@ -103,6 +103,8 @@ void Recorder::sample(std::int64_t running, std::int64_t queued) {
   row.effective_bytes = effective_bytes_.at(step_);
   row.allocated_bytes = allocated_bytes_.at(step_);
   row.reserved_bytes = reserved_bytes_.at(step_);
+  row.recomputed_tokens = recomputed_since_row_;
+  recomputed_since_row_ = 0;
   if (track_evictable_) {
     row.cached_bytes = evictable_bytes_.at(step_);
     row.evicted_bytes = evicted_bytes_;
@@ -145,6 +147,7 @@ void Recorder::merge_held_rows() {
     }
     HeldRow merged = std::move(held_[i + 1]);
     merged.row.allocated_bytes_max = std::max(merged.row.allocated_bytes_max, held_[i].row.allocated_bytes_max);
+    merged.row.recomputed_tokens += held_[i].row.recomputed_tokens;
     merged.integral += held_[i].integral;
     merged.span_ns += held_[i].span_ns;
     merged.row.allocated_bytes_mean = interval_mean(merged.integral, merged.span_ns, merged.row.allocated_bytes);

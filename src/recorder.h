@@ -100,6 +100,8 @@ class Recorder {
       unsampled_ = true;
     }
   }
+  // A prefill computed `positions` again that a preemption by recompute had discarded.
+  void recomputed(std::int64_t positions) { recomputed_since_row_ += positions; }
   // The waiting queue held `queued` requests until `at_ns`.
   void queue_until(std::int64_t at_ns, std::int64_t queued);
 
@@ -134,6 +136,7 @@ class Recorder {
   // `old` becomes `next`, and the sums, totals and integrals follow.
   inline void update(Contribution& old, std::size_t group, const Contribution& next, std::int64_t correction_ns);
 
+  std::int64_t recomputed_since_row_ = 0;  // positions computed again since the last timeline row
   const ReplayOptions& opt_;
   const std::int64_t& now_;
   const std::int64_t& step_;

@@ -212,7 +212,7 @@ TEST_CASE("calibrate: prompt tokens the prefix cache served take no step time, t
   CHECK(credited.residual_rms_s > 1e-3);
   CHECK(std::abs(credited.terms[2].seconds - 200e-6) > 10e-6);
   const std::vector<std::int64_t> served = {0, 96, 96, 96, 96, 96, 96, 96, 96, 96};
-  const Calibration c = calibrate(run, false, served);
+  const Calibration c = calibrate(run, false, ReplayEstimate{served, {}});
   CHECK(c.terms[0].seconds == Approx(0.010).epsilon(1e-6));
   CHECK(c.terms[1].seconds == Approx(50e-6).epsilon(1e-6));
   CHECK(c.terms[2].seconds == Approx(200e-6).epsilon(1e-6));
@@ -220,7 +220,30 @@ TEST_CASE("calibrate: prompt tokens the prefix cache served take no step time, t
   CHECK(c.residual_max_s < 1e-6);
   REQUIRE(c.ticks.front().t_s == 2.0);
   CHECK(c.ticks.front().prompt_tokens == Approx(2000.0));  // 2,384 credited, 4 x 96 served
-  CHECK_THROWS_AS(calibrate(run, false, {0, 96}), InputError);  // not one per request
+  CHECK_THROWS_AS(calibrate(run, false, ReplayEstimate{{0, 96}, {}}), InputError);  // not one per request
+}
+
+TEST_CASE("calibrate: positions a preemption makes vLLM compute again are credited nowhere, and are added back") {
+  // vLLM's prompt throughput counts a prompt once, at its first token, so what a preemption
+  // by recompute computes again is in no column. The synthetic run's ticks 5, 6 and 7 (rows
+  // 4 to 6) are given 500 fewer prompt tokens than they computed by the rule (2,300, 1,000 and
+  // 1,300 computed), as such a run would record them: taken as they are, the fit is wrong;
+  // with 500 recomputed positions in each of those ticks, exact again.
+  MeasuredRun run = read_measured_run(kData + "/synthetic", std::nullopt, false);
+  REQUIRE(run.tick_s == 1.0);
+  for (std::size_t i = 4; i <= 6; ++i) run.ticks[i].prompt_tokens_per_s -= 500;
+  const Calibration uncounted = calibrate(run);
+  CHECK(uncounted.residual_rms_s > 1e-3);
+  ReplayEstimate recomputed;
+  recomputed.recomputed.assign(run.ticks.size(), 0);
+  for (std::size_t i = 4; i <= 6; ++i) recomputed.recomputed[i] = 500;
+  const Calibration c = calibrate(run, false, recomputed);
+  CHECK(c.terms[0].seconds == Approx(0.010).epsilon(1e-6));
+  CHECK(c.terms[1].seconds == Approx(50e-6).epsilon(1e-6));
+  CHECK(c.terms[2].seconds == Approx(200e-6).epsilon(1e-6));
+  CHECK(c.residual_max_s < 1e-6);
+  recomputed.recomputed.pop_back();
+  CHECK_THROWS_AS(calibrate(run, false, recomputed), InputError);  // not one per tick
 }
 
 TEST_CASE("calibrate: two data-parallel engines, fitted per engine, stepping independently or together") {

@@ -62,6 +62,12 @@ TEST_CASE("budget: vLLM preempts the newest, reserve admits fewer, SGLang retrac
     const auto r = run("paged:block=16", trace, o);
     CHECK(r.report.preemptions == 1);
     CHECK(r.report.recomputed_tokens == 32);
+    // The timeline says when: all 32 in step 50, the one that starts at 50 ms.
+    std::vector<std::pair<std::int64_t, std::int64_t>> recomputed;  // (step start, positions)
+    for (const TimelineRow& row : r.rows) {
+      if (row.recomputed_tokens != 0) recomputed.emplace_back(row.time_ns, row.recomputed_tokens);
+    }
+    CHECK(recomputed == std::vector<std::pair<std::int64_t, std::int64_t>>{{50 * kMs, 32}});
     CHECK(r.report.completed == 2);
     // A (41 + k positions) finishes at 90 at step 49, 50 ms. B then recomputes 32 positions
     // and its 13th token at step 50 (33 positions, 3 blocks) and its 20th at step 57: 58 ms.

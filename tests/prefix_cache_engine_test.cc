@@ -199,11 +199,19 @@ namespace {
 // step a_output - 1; B is re-admitted at the next step and looks up its prompt and its 31
 // generated tokens, 47 positions, at most floor(46 / 16) = 2 blocks (vLLM's
 // max_cache_hit_length = num_tokens - 1); it computes the rest of the 47 and samples its
-// 32nd token (a step of 1 + computed ms), then decodes its last 8 tokens in 8 steps.
+// 32nd token (a step of 1 + computed ms), then decodes its last 8 tokens in 8 steps. The
+// positions computed again are all in that one step, and the timeline's row for it says so
+// (kvsim calibrate reads them from there).
 ReplayReport preempted_b(std::int64_t a_output) {
   ReplayOptions o = steps(1, 1);
   o.memory.kv_budget_bytes = 96;
-  return run(kCaching, {with_prefix("a", 0, 16, a_output, {11}), with_prefix("b", kMs / 2, 16, 40, {21})}, o).report;
+  const auto r = run(kCaching, {with_prefix("a", 0, 16, a_output, {11}), with_prefix("b", kMs / 2, 16, 40, {21})}, o);
+  std::vector<std::int64_t> recomputed;
+  for (const TimelineRow& row : r.rows) {
+    if (row.recomputed_tokens != 0) recomputed.push_back(row.recomputed_tokens);
+  }
+  CHECK(recomputed == std::vector<std::int64_t>{r.report.recomputed_tokens});
+  return r.report;
 }
 
 }  // namespace

@@ -103,9 +103,13 @@ TEST_CASE("calibrate: a replay of the run finds the prompt tokens the prefix cac
   INFO(r.err);
   REQUIRE(r.exit_code == 0);
   Json doc = Json::parse(r.out);
-  CHECK(doc["prefix_cache_hits"]["served_prompt_tokens"] == 864);
-  CHECK(doc["prefix_cache_hits"]["prompt_tokens"] == 1450);
-  CHECK_THAT(doc["prefix_cache_hits"]["source"].get<std::string>(), Catch::Contains("replay"));
+  const Json& found = doc["replay_estimate"];
+  CHECK(found["cached_prompt_tokens"] == 864);
+  CHECK(found["prompt_tokens"] == 1450);
+  CHECK(found["cached_taken_out"] == true);
+  CHECK(found["recomputed_tokens"] == 0);  // 1,000 blocks: nothing is preempted
+  CHECK(found["replays"] == 2);            // the second finds what the first did
+  CHECK(found["settled"] == true);
   CHECK(doc["terms"][0]["seconds"].get<double>() == Approx(0.010).epsilon(1e-6));
   CHECK(doc["terms"][1]["seconds"].get<double>() == Approx(50e-6).epsilon(1e-6));
   CHECK(doc["terms"][2]["seconds"].get<double>() == Approx(200e-6).epsilon(1e-6));
@@ -115,7 +119,7 @@ TEST_CASE("calibrate: a replay of the run finds the prompt tokens the prefix cac
   std::filesystem::copy(kData + "/synthetic-cached", base / "run", std::filesystem::copy_options::recursive);
   r = test::run_cli({"calibrate", (base / "run").string()});
   REQUIRE(r.exit_code == 0);
-  CHECK_THAT(r.out, Catch::Contains("not estimated (the workload") && Catch::Contains("count as computed"));
+  CHECK_THAT(r.out, Catch::Contains("recomputation after preemption: not estimated (the workload"));
   // calibrate's replay uses its fit: a --cost is refused, not ignored.
   r = test::run_cli({"calibrate", kData + "/synthetic-cached", "--cost", "roofline"});
   CHECK(r.exit_code != 0);

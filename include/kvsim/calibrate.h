@@ -82,15 +82,25 @@ struct Calibration {
 // timeseries has newer recorders' prompt_compute_throughput column, which leaves them out.
 bool credits_cached_prompt_tokens(const MeasuredRun& run);
 
+// What the timeseries does not show, estimated by a replay of the run (kvsim calibrate):
+//   served_by_cache: one per request of run.requests, in order: the prompt tokens the prefix
+//     cache served it at its first admission, which take no step's time; where the run
+//     credits them (above), each is taken out of the prompt tokens of the tick its request's
+//     first token fell in;
+//   recomputed: one per tick of run.ticks: the prefill positions computed again after
+//     preemptions by recompute in the tick, which vLLM's prompt throughput never credits (a
+//     prompt counts once, at its first token); added to the tick's prompt tokens.
+// Either may be empty (nothing known).
+struct ReplayEstimate {
+  std::vector<std::int64_t> served_by_cache;
+  std::vector<std::int64_t> recomputed;
+};
+
 // Fits `run`; `replicas_step_together` when its model has experts (it matters only with data
-// parallelism). `served_by_cache`, when given (one per request of run.requests, in order):
-// the prompt tokens the prefix cache served each request at its first admission, which take
-// no step's time; where the run credits them (above), each is taken out of the prompt tokens
-// of the tick its request's first token fell in. Throws InputError (naming the run's
-// timeseries.csv) when fewer busy ticks than terms remain, or the fit gives no positive
-// per-step base.
-Calibration calibrate(const MeasuredRun& run, bool replicas_step_together = false,
-                      const std::vector<std::int64_t>& served_by_cache = {});
+// parallelism). Throws InputError (naming the run's timeseries.csv) when fewer busy ticks than
+// terms remain, or the fit gives no positive per-step base; and when `estimate`'s vectors
+// have another length than the run's requests and ticks.
+Calibration calibrate(const MeasuredRun& run, bool replicas_step_together = false, const ReplayEstimate& estimate = {});
 
 // Least squares: the x minimising |A x - y|, A given by rows. Columns are scaled to unit RMS
 // before the normal equations are solved. Throws InputError when A's columns are dependent.

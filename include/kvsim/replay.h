@@ -90,6 +90,10 @@ struct TimelineRow {
   // of the run caches.
   std::int64_t cached_bytes = -1;
   std::int64_t evicted_bytes = -1;
+  // Prefill positions computed again, after preemptions by recompute, since the previous row
+  // (without sampling: in the row's step), a prompt position counted n times for n samples of
+  // a generated one, as the cost model charges them. Not a --timeline column.
+  std::int64_t recomputed_tokens = 0;
 };
 
 // One request's stay, for --per-request: what happened to it and when (ns on the trace's

@@ -2,6 +2,10 @@
 // states the rule), printed with its residuals and the --cost spec that replays it.
 #include <fmt/core.h>
 
+#include <algorithm>
+#include <utility>
+#include <vector>
+
 #include <nlohmann/json.hpp>
 
 #include "cli.h"
@@ -34,13 +38,15 @@ const CommandSpec kSpec{
     "replicas take every step together (vLLM aligns their forward passes), so a replica's\n"
     "prefill lengthens both replicas' steps. The model (meta.json's, by validate's table, or\n"
     "--model / --config) says which.\n\n"
-    "vLLM's prompt throughput credits a whole prompt at its first token, the tokens its prefix\n"
-    "cache served included, which no step computes. Unless the timeseries has newer recorders'\n"
-    "prompt_compute_throughput, calibrate replays the run as 'kvsim validate' does (meta.json's\n"
-    "settings; the replay options below change them) with its fit, takes the tokens each\n"
-    "request found cached out of the tick that credits its prompt, and fits again until the\n"
-    "hits settle. Without the workload (meta.json's dataset_path, or --workload) it says the\n"
-    "hits were not estimated.",
+    "vLLM's prompt throughput credits a whole prompt once, at its first token: the tokens its\n"
+    "prefix cache served included, which no step computes, and never what a preemption by\n"
+    "recompute makes it compute again. calibrate replays the run as 'kvsim validate' does\n"
+    "(meta.json's settings; the replay options below change them) with its fit, takes the\n"
+    "tokens each request found cached out of the tick that credits its prompt (unless the\n"
+    "timeseries has newer recorders' prompt_compute_throughput, which leaves them out), adds\n"
+    "the positions computed again to the ticks that computed them, and fits again, until a\n"
+    "replay finds what the one before did (four at most). Without the workload (meta.json's\n"
+    "dataset_path, or --workload) it says neither was estimated.",
     "  kvsim calibrate ../shared/measured/rtxpro6000-llama-3.1-8b\n"
     "  kvsim validate ../shared/measured/rtxpro6000-llama-3.1-8b \\\n"
     "      --cost \"$(kvsim calibrate ../shared/measured/rtxpro6000-llama-3.1-8b --json | jq -r .cost)\""};
@@ -52,15 +58,22 @@ std::string unit_of(const std::string& term) {
   return "per context position";
 }
 
-// The prompt tokens vLLM's prefix cache served each request, as kvsim's replay of the run
-// finds them (vLLM's rule: src/paged_allocator_prefix.cc).
-struct CacheEstimate {
-  std::vector<std::int64_t> served;  // per request, in requests.jsonl's order
-  std::int64_t served_total = 0, prompt_total = 0;
+// What kvsim's replay of the run with the fit finds that the timeseries does not show: the
+// prompt tokens vLLM's prefix cache served (vLLM's rule: src/paged_allocator_prefix.cc) and
+// the positions computed again after preemptions.
+struct ReplayFindings {
+  ReplayEstimate estimate;
+  std::int64_t served_total = 0, prompt_total = 0, recomputed_total = 0;
   int replays = 0;
+  bool settled = false;  // the last replay found what the one before did
+  std::string not_estimated;  // why there was no replay
 };
 
-std::string table(const MeasuredRun& run, const Calibration& c, const CacheEstimate& cache, const std::string& cache_note) {
+double share(std::int64_t part, std::int64_t whole) {
+  return whole > 0 ? 100.0 * static_cast<double>(part) / static_cast<double>(whole) : 0.0;
+}
+
+std::string table(const MeasuredRun& run, const Calibration& c, const ReplayFindings& f) {
   std::string out = fmt::format("calibration of {} ({}, vLLM {})\n", run.dir, run.model, run.vllm_version);
   out += fmt::format("ticks fitted: {} of {} (busy for the whole {} s tick)\n", c.ticks.size(), c.ticks_in_run,
                      c.tick_s);
@@ -73,16 +86,17 @@ std::string table(const MeasuredRun& run, const Calibration& c, const CacheEstim
     out += fmt::format("per engine, {} data-parallel engines {}\n", run.data_parallel,
                        c.steps_together ? "stepping together (a model with experts)" : "stepping independently");
   }
-  if (cache.replays > 0) {
-    out += fmt::format("prompt tokens the prefix cache served: {} of {} ({:.1f}%), {}; taken out of the ticks "
-                       "that credit them\n",
-                       cache.served_total, cache.prompt_total,
-                       cache.prompt_total > 0 ? 100.0 * static_cast<double>(cache.served_total) /
-                                                    static_cast<double>(cache.prompt_total)
-                                              : 0.0,
-                       cache_note);
+  if (f.replays > 0) {
+    out += fmt::format("kvsim's replay of the run with this fit ({} replays{}):\n", f.replays,
+                       f.settled ? "" : ", the last two disagreeing");
+    out += fmt::format("  the prefix cache served {} of {} prompt tokens ({:.1f}%){}\n", f.served_total,
+                       f.prompt_total, share(f.served_total, f.prompt_total),
+                       credits_cached_prompt_tokens(run) ? ", taken out of the ticks that credit them"
+                                                         : ", which prompt_compute_throughput leaves out already");
+    out += fmt::format("  preemptions had {} prompt positions computed again, added to the ticks that computed them\n",
+                       f.recomputed_total);
   } else {
-    out += "prompt tokens the prefix cache served: " + cache_note + "\n";
+    out += "prefix-cache hits and recomputation after preemption: " + f.not_estimated + "\n";
   }
   out += "\n";
   out += fmt::format("{:<15} {:>14}  {}\n", "term", "coefficient", "");
@@ -104,8 +118,7 @@ std::string table(const MeasuredRun& run, const Calibration& c, const CacheEstim
   return out;
 }
 
-std::string json_of(const MeasuredRun& run, const Calibration& c, const CacheEstimate& cache,
-                    const std::string& cache_note) {
+std::string json_of(const MeasuredRun& run, const Calibration& c, const ReplayFindings& f) {
   using Json = nlohmann::ordered_json;
   Json terms = Json::array();
   for (const CalibrationTerm& t : c.terms) {
@@ -126,9 +139,14 @@ std::string json_of(const MeasuredRun& run, const Calibration& c, const CacheEst
          {"ticks_in_run", c.ticks_in_run},
          {"ticks_fitted", c.ticks.size()},
          {"untimed_requests", run.untimed_requests},
-         {"prefix_cache_hits", Json{{"source", cache_note},
-                                    {"served_prompt_tokens", cache.replays > 0 ? Json(cache.served_total) : Json(nullptr)},
-                                    {"prompt_tokens", cache.replays > 0 ? Json(cache.prompt_total) : Json(nullptr)}}},
+         {"replay_estimate",
+          Json{{"replays", f.replays},
+               {"settled", f.settled},
+               {"not_estimated", f.replays > 0 ? Json(nullptr) : Json(f.not_estimated)},
+               {"prompt_tokens", f.replays > 0 ? Json(f.prompt_total) : Json(nullptr)},
+               {"cached_prompt_tokens", f.replays > 0 ? Json(f.served_total) : Json(nullptr)},
+               {"cached_taken_out", f.replays > 0 && credits_cached_prompt_tokens(run)},
+               {"recomputed_tokens", f.replays > 0 ? Json(f.recomputed_total) : Json(nullptr)}}},
          {"tick_s", c.tick_s},
          {"data_parallel", run.data_parallel},
          {"steps_together", c.steps_together},
@@ -152,35 +170,60 @@ bool has_experts(const MeasuredRun& run, const po::variables_map& vm) {
   return find_model_preset(row->preset).moe.has_value();
 }
 
-// The fit made again without the prefix cache's hits, as a replay of the run with the fit
-// finds them, until the hits settle; the final fit, and the hits it was made with.
-Calibration fit_with_cache_hits(const MeasuredRun& run, const po::variables_map& vm, bool together,
-                                Calibration c, CacheEstimate& estimate) {
-  // Each replay's hits give the next fit; they depend on the fit only through the schedule
-  // (what was computed before a request was admitted, and evictions), so they settle at once
-  // on runs that do not evict. Four rounds at most.
+// The index of the tick of `run` a replay's step that began `workload_s` into the workload
+// falls in, or -1: the clocks mapped as validate maps them (by the mean offset of the timed
+// requests' arrivals, `wall_offset`), a tick covering (t - tick, t].
+std::ptrdiff_t tick_of(const MeasuredRun& run, double wall_offset, double workload_s) {
+  const double t = workload_s + wall_offset - run.started_at_s;
+  const auto it = std::lower_bound(run.ticks.begin(), run.ticks.end(), t,
+                                   [](const MeasuredTick& m, double x) { return m.t_s < x; });
+  if (it == run.ticks.end() || t <= it->t_s - run.tick_s) return -1;
+  return it - run.ticks.begin();
+}
+
+// The fit made again with what a replay of the run with the fit finds (cached prompt tokens
+// per request, recomputed positions per tick), until a replay finds what the one before
+// did; four replays at most. Cached hits depend on the fit only through the schedule (what
+// was computed before a request came, what was evicted), so without preemptions they settle
+// at once.
+Calibration refit_with_replay(const MeasuredRun& run, const po::variables_map& vm, bool together, Calibration c,
+                              ReplayFindings& f) {
   constexpr int kMaxReplays = 4;
-  while (estimate.replays < kMaxReplays) {
+  while (f.replays < kMaxReplays) {
     po::variables_map v = vm;
     v.erase(option_key(kOptCost));
     v.insert({option_key(kOptCost), po::variable_value(c.cost_spec, false)});
-    const RunReplay replayed = replay_run(v, run, kSpec.synopsis);
-    ++estimate.replays;
+    std::vector<std::pair<std::int64_t, std::int64_t>> recomputed_at;  // (step start, positions)
+    const RunReplay replayed = replay_run(v, run, kSpec.synopsis, [&](const TimelineRow& row) {
+      if (row.recomputed_tokens != 0) recomputed_at.emplace_back(row.time_ns, row.recomputed_tokens);
+    });
+    ++f.replays;
     if (replayed.records.size() != run.requests.size()) {
       throw InputError(Location{replayed.plan.trace_path, 0, ""},
                        fmt::format("the workload has {} requests but {}/requests.jsonl has {}: not this run's workload",
                                    replayed.records.size(), run.dir, run.requests.size()));
     }
-    std::vector<std::int64_t> served;
-    estimate.served_total = estimate.prompt_total = 0;
-    for (const RequestRecord& r : replayed.records) {
-      served.push_back(r.cached_prompt_tokens);
-      estimate.served_total += r.cached_prompt_tokens;
-      estimate.prompt_total += r.prompt_tokens;
+    ReplayEstimate next;
+    f.served_total = f.prompt_total = f.recomputed_total = 0;
+    double wall_offset = 0;
+    for (std::size_t k = 0; k < replayed.records.size(); ++k) {
+      const RequestRecord& r = replayed.records[k];
+      next.served_by_cache.push_back(r.cached_prompt_tokens);
+      f.served_total += r.cached_prompt_tokens;
+      f.prompt_total += r.prompt_tokens;
+      if (run.requests[k].timed) wall_offset += run.requests[k].arrival_time_s - static_cast<double>(r.arrival_ns) / 1e9;
     }
-    if (served == estimate.served) break;
-    estimate.served = std::move(served);
-    c = calibrate(run, together, estimate.served);
+    wall_offset /= static_cast<double>(timed_requests(run));
+    next.recomputed.assign(run.ticks.size(), 0);
+    for (const auto& [at_ns, positions] : recomputed_at) {
+      f.recomputed_total += positions;
+      const std::ptrdiff_t i = tick_of(run, wall_offset, static_cast<double>(at_ns) / 1e9);
+      if (i >= 0) next.recomputed[static_cast<std::size_t>(i)] += positions;
+    }
+    f.settled = next.served_by_cache == f.estimate.served_by_cache && next.recomputed == f.estimate.recomputed;
+    if (f.settled) break;
+    f.estimate = std::move(next);
+    c = calibrate(run, together, f.estimate);
   }
   return c;
 }
@@ -216,25 +259,17 @@ int run_calibrate(const Invocation& inv) {
   MeasuredRun run = read_measured_run(*dir, option_text(vm, "workload"), false);
   const bool together = run.data_parallel > 1 && has_experts(run, vm);
   Calibration c = calibrate(run, together);
-  // Where the timeseries credits the prompt tokens the prefix cache served, the fit is made
-  // again without them, as a replay of the run finds them.
-  CacheEstimate estimate;
-  std::string cache_note;
-  if (!credits_cached_prompt_tokens(run)) {
-    cache_note = "prompt_compute_throughput: the timeseries counts the prompt tokens computed";
-  } else if (!run.prefix_caching.value_or(true)) {
-    cache_note = "none: the run had prefix caching off";
+  // What the timeseries does not show, a replay of the run finds: the prompt tokens the
+  // prefix cache served (where prompt_throughput credits them) and those computed again after
+  // preemptions (which nothing credits).
+  ReplayFindings findings;
+  if (run.workload.empty()) run.workload = locate_workload(run);
+  if (run.workload.empty()) {
+    findings.not_estimated = "not estimated (" + workload_not_found(run) + ")";
   } else {
-    if (run.workload.empty()) run.workload = locate_workload(run);
-    if (run.workload.empty()) {
-      cache_note = "not estimated (" + workload_not_found(run) +
-                   "): the prompt tokens the prefix cache served count as computed";
-    } else {
-      c = fit_with_cache_hits(run, vm, together, std::move(c), estimate);
-      cache_note = fmt::format("kvsim's replay of the run with this fit ({} replays)", estimate.replays);
-    }
+    c = refit_with_replay(run, vm, together, std::move(c), findings);
   }
-  fmt::print("{}", vm.count("json") ? json_of(run, c, estimate, cache_note) : table(run, c, estimate, cache_note));
+  fmt::print("{}", vm.count("json") ? json_of(run, c, findings) : table(run, c, findings));
   return kExitOk;
 }
 
