@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
+#include <iterator>
+#include <string>
 
 #include "cli_util.h"
 #include "trace_test_util.h"
@@ -120,6 +122,25 @@ TEST_CASE("calibrate: a replay of the run finds the prompt tokens the prefix cac
   r = test::run_cli({"calibrate", (base / "run").string()});
   REQUIRE(r.exit_code == 0);
   CHECK_THAT(r.out, Catch::Contains("recomputation after preemption: not estimated (the workload"));
+  // A run kvsim cannot replay as it is (here, meta.json names a model kvsim has no preset
+  // for) is still fitted, and the table says why nothing was estimated.
+  std::filesystem::remove_all(base / "run");
+  std::filesystem::copy(kData + "/synthetic-cached", base / "run", std::filesystem::copy_options::recursive);
+  std::filesystem::create_directories(base / "workloads");
+  std::filesystem::copy(kData + "/workloads/synthetic-cached.jsonl", base / "workloads" / "synthetic-cached.jsonl");
+  {
+    std::ifstream in(base / "run" / "meta.json");
+    std::string meta((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    meta.replace(meta.find("meta-llama/Llama-3.1-8B"), std::string("meta-llama/Llama-3.1-8B").size(), "acme/unknown-7b");
+    std::ofstream(base / "run" / "meta.json") << meta;
+  }
+  r = test::run_cli({"calibrate", (base / "run").string(), "--json"});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  doc = Json::parse(r.out);
+  CHECK(doc["replay_estimate"]["replays"] == 0);
+  CHECK_THAT(doc["replay_estimate"]["not_estimated"].get<std::string>(),
+             Catch::Contains("cannot be replayed") && Catch::Contains("acme/unknown-7b"));
   // calibrate's replay uses its fit: a --cost is refused, not ignored.
   r = test::run_cli({"calibrate", kData + "/synthetic-cached", "--cost", "roofline"});
   CHECK(r.exit_code != 0);

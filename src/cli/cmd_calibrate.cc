@@ -267,7 +267,18 @@ int run_calibrate(const Invocation& inv) {
   if (run.workload.empty()) {
     findings.not_estimated = "not estimated (" + workload_not_found(run) + ")";
   } else {
-    c = refit_with_replay(run, vm, together, std::move(c), findings);
+    try {
+      c = refit_with_replay(run, vm, together, std::move(c), findings);
+    } catch (const InputError& e) {
+      // The run cannot be replayed as it is (a model or GPU kvsim has no preset for, say):
+      // the fit stands without the estimate, and says why. A replay after the first one
+      // failing would be a bug, not the run's.
+      if (findings.replays > 0) throw;
+      findings = ReplayFindings{};
+      findings.not_estimated = std::string("not estimated (the run cannot be replayed: ") + e.what() +
+                               "; the replay options, as validate's, say how)";
+      c = calibrate(run, together);
+    }
   }
   fmt::print("{}", vm.count("json") ? json_of(run, c, findings) : table(run, c, findings));
   return kExitOk;
