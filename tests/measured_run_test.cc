@@ -92,7 +92,7 @@ TEST_CASE("measured run: a bad file is an error naming the file, line and field"
   // some not: a damaged record. All of them null: nothing to measure.
   {
     std::ofstream out(dir / "requests.jsonl");
-    out << R"({"request_id": "a", "input_toks": 1, "output_toks": 2, "arrival_time": 1, "queued_ts": 1, "scheduled_ts": 1, "first_token_ts": 2, "last_token_ts": 3})" "\n"
+    out << R"({"request_id": "a", "input_toks": 1, "output_toks": 2, "arrival_time": 101, "queued_ts": 1, "scheduled_ts": 1, "first_token_ts": 2, "last_token_ts": 3})" "\n"
         << R"({"request_id": "b", "input_toks": 1, "output_toks": 2, "arrival_time": null, "queued_ts": null, "scheduled_ts": null, "first_token_ts": null, "last_token_ts": null})" "\n";
   }
   {
@@ -104,7 +104,7 @@ TEST_CASE("measured run: a bad file is an error naming the file, line and field"
     CHECK(timed_requests(run) == 1);
     CHECK(measured_latencies(run).ttft == std::vector<double>{1.0});
     CHECK(measured_makespan_s(run) == Approx(2.0));
-    CHECK(monotonic_to_wall_s(run) == Approx(0.0));
+    CHECK(monotonic_to_wall_s(run) == Approx(100.0));  // a's 101 - 1 alone, not halved by b
   }
   {
     std::ofstream out(dir / "requests.jsonl");
@@ -225,18 +225,22 @@ TEST_CASE("calibrate: prompt tokens the prefix cache served take no step time, t
 
 TEST_CASE("calibrate: positions a preemption makes vLLM compute again are credited nowhere, and are added back") {
   // vLLM's prompt throughput counts a prompt once, at its first token, so what a preemption
-  // by recompute computes again is in no column. The synthetic run's ticks 5, 6 and 7 (rows
-  // 4 to 6) are given 500 fewer prompt tokens than they computed by the rule (2,300, 1,000 and
-  // 1,300 computed), as such a run would record them: taken as they are, the fit is wrong;
-  // with 500 recomputed positions in each of those ticks, exact again.
+  // by recompute computes again is in no column. The synthetic run's ticks 4, 5 and 7 (rows
+  // 3, 4 and 6), which computed 1,000, 2,300 and 1,300 prompt tokens by the rule, are given
+  // 500 fewer, as such a run would record them: taken as they are, the fit is wrong; with
+  // 500 recomputed positions in each of those ticks, exact again.
   MeasuredRun run = read_measured_run(kData + "/synthetic", std::nullopt, false);
   REQUIRE(run.tick_s == 1.0);
-  for (std::size_t i = 4; i <= 6; ++i) run.ticks[i].prompt_tokens_per_s -= 500;
+  const std::size_t rows[] = {3, 4, 6};
+  for (const std::size_t i : rows) {
+    REQUIRE(run.ticks[i].prompt_tokens_per_s >= 1000);
+    run.ticks[i].prompt_tokens_per_s -= 500;
+  }
   const Calibration uncounted = calibrate(run);
   CHECK(uncounted.residual_rms_s > 1e-3);
   ReplayEstimate recomputed;
   recomputed.recomputed.assign(run.ticks.size(), 0);
-  for (std::size_t i = 4; i <= 6; ++i) recomputed.recomputed[i] = 500;
+  for (const std::size_t i : rows) recomputed.recomputed[i] = 500;
   const Calibration c = calibrate(run, false, recomputed);
   CHECK(c.terms[0].seconds == Approx(0.010).epsilon(1e-6));
   CHECK(c.terms[1].seconds == Approx(50e-6).epsilon(1e-6));

@@ -141,10 +141,18 @@ TEST_CASE("calibrate: a replay of the run finds the prompt tokens the prefix cac
   CHECK(doc["replay_estimate"]["replays"] == 0);
   CHECK_THAT(doc["replay_estimate"]["not_estimated"].get<std::string>(),
              Catch::Contains("cannot be replayed") && Catch::Contains("acme/unknown-7b"));
-  // calibrate's replay uses its fit: a --cost is refused, not ignored.
+  // What the user gives is not swallowed: a bad replay option or workload is an error.
+  r = test::run_cli({"calibrate", kData + "/synthetic-cached", "--max-running", "0"});
+  CHECK(r.exit_code != 0);
+  CHECK_THAT(r.err, Catch::Contains("--max-running"));
+  std::ofstream(base / "bad.jsonl") << "{\"input_toks\": \n";
+  r = test::run_cli({"calibrate", kData + "/synthetic-cached", "--workload", (base / "bad.jsonl").string()});
+  CHECK(r.exit_code != 0);
+  CHECK_THAT(r.err, Catch::Contains("bad.jsonl"));
+  // calibrate's replay uses its fit: there is no --cost to give.
   r = test::run_cli({"calibrate", kData + "/synthetic-cached", "--cost", "roofline"});
   CHECK(r.exit_code != 0);
-  CHECK_THAT(r.err, Catch::Contains("--cost is what calibrate fits"));
+  CHECK_THAT(r.err, Catch::Contains("--cost"));
   std::filesystem::remove_all(base);
 }
 

@@ -91,8 +91,9 @@ struct TimelineRow {
   std::int64_t cached_bytes = -1;
   std::int64_t evicted_bytes = -1;
   // Prefill positions computed again, after preemptions by recompute, since the previous row
-  // (without sampling: in the row's step), a prompt position counted n times for n samples of
-  // a generated one, as the cost model charges them. Not a --timeline column.
+  // (without sampling: in the row's step), as the cost model charges them: a prompt position
+  // once, a generated position once for each of the request's n samples. Not a --timeline
+  // column.
   std::int64_t recomputed_tokens = 0;
 };
 

@@ -3,6 +3,7 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -79,7 +80,8 @@ std::string table(const MeasuredRun& run, const Calibration& c, const ReplayFind
                      c.tick_s);
   if (run.untimed_requests > 0) {
     out += fmt::format("{} of {} requests carry no timestamps (vLLM returned no metrics): their decodes are not "
-                       "counted among the decoding, so the steps come out short by about their share\n",
+                       "counted among the decoding, so the steps come out short by about their share, and the "
+                       "prefix cache's share of their prompts is not taken out\n",
                        run.untimed_requests, run.requests.size());
   }
   if (run.data_parallel > 1) {
@@ -87,8 +89,11 @@ std::string table(const MeasuredRun& run, const Calibration& c, const ReplayFind
                        c.steps_together ? "stepping together (a model with experts)" : "stepping independently");
   }
   if (f.replays > 0) {
-    out += fmt::format("kvsim's replay of the run with this fit ({} replays{}):\n", f.replays,
-                       f.settled ? "" : ", the last two disagreeing");
+    out += f.settled ? fmt::format("kvsim's replay of the run with this fit ({} replays, the last two agreeing) finds:\n",
+                                   f.replays)
+                     : fmt::format("kvsim's replays of the run ({}, the last two disagreeing; this fit is made with the "
+                                   "last one's findings) find:\n",
+                                   f.replays);
     out += fmt::format("  the prefix cache served {} of {} prompt tokens ({:.1f}%){}\n", f.served_total,
                        f.prompt_total, share(f.served_total, f.prompt_total),
                        credits_cached_prompt_tokens(run) ? ", taken out of the ticks that credit them"
@@ -170,6 +175,13 @@ bool has_experts(const MeasuredRun& run, const po::variables_map& vm) {
   return find_model_preset(row->preset).moe.has_value();
 }
 
+// Whether the user gave any replay option (all of calibrate's options are replay's but these).
+bool gives_replay_options(const po::variables_map& vm) {
+  return std::any_of(vm.begin(), vm.end(), [](const auto& kv) {
+    return !kv.second.defaulted() && kv.first != "run" && kv.first != "json" && kv.first != "workload";
+  });
+}
+
 // The index of the tick of `run` a replay's step that began `workload_s` into the workload
 // falls in, or -1: the clocks mapped as validate maps them (by the mean offset of the timed
 // requests' arrivals, `wall_offset`), a tick covering (t - tick, t].
@@ -191,7 +203,6 @@ Calibration refit_with_replay(const MeasuredRun& run, const po::variables_map& v
   constexpr int kMaxReplays = 4;
   while (f.replays < kMaxReplays) {
     po::variables_map v = vm;
-    v.erase(option_key(kOptCost));
     v.insert({option_key(kOptCost), po::variable_value(c.cost_spec, false)});
     std::vector<std::pair<std::int64_t, std::int64_t>> recomputed_at;  // (step start, positions)
     const RunReplay replayed = replay_run(v, run, kSpec.synopsis, [&](const TimelineRow& row) {
@@ -216,9 +227,11 @@ Calibration refit_with_replay(const MeasuredRun& run, const po::variables_map& v
     wall_offset /= static_cast<double>(timed_requests(run));
     next.recomputed.assign(run.ticks.size(), 0);
     for (const auto& [at_ns, positions] : recomputed_at) {
-      f.recomputed_total += positions;
+      // A step outside the run's ticks (before the first, after the last) counts in none.
       const std::ptrdiff_t i = tick_of(run, wall_offset, static_cast<double>(at_ns) / 1e9);
-      if (i >= 0) next.recomputed[static_cast<std::size_t>(i)] += positions;
+      if (i < 0) continue;
+      next.recomputed[static_cast<std::size_t>(i)] += positions;
+      f.recomputed_total += positions;
     }
     f.settled = next.served_by_cache == f.estimate.served_by_cache && next.recomputed == f.estimate.recomputed;
     if (f.settled) break;
@@ -231,14 +244,15 @@ Calibration refit_with_replay(const MeasuredRun& run, const po::variables_map& v
 }  // namespace
 
 int run_calibrate(const Invocation& inv) {
-  // The replay options say how the run is replayed to learn the prefix cache's hits (as
-  // validate replays it: meta.json's settings by default).
-  po::options_description options = replay_option_descriptions(false);
+  // The replay options say how the run is replayed to learn the prefix cache's hits and the
+  // recomputation after preemptions (as validate replays it: meta.json's settings by
+  // default); the replay's cost is the fit.
+  po::options_description options = replay_option_descriptions(false, false);
   po::options_description own("Calibration");
   own.add_options()
       ("workload", po::value<std::string>(), "the run's workload (default: meta.json's dataset_path, relative to the "
-                                             "folder above the run); without it the prefix cache's hits are not "
-                                             "estimated")
+                                             "folder above the run); without it the prefix cache's hits and the "
+                                             "recomputation after preemptions are not estimated")
       ("json", "print the fit as JSON; its \"cost\" field is the --cost spec");
   options.add(own);
   po::options_description hidden;
@@ -252,10 +266,6 @@ int run_calibrate(const Invocation& inv) {
   if (vm.count(option_key(kOptModel)) && vm.count(option_key(kOptConfig))) {
     throw UsageError("give --model or --config, not both\nUsage: " + kSpec.synopsis);
   }
-  if (!vm[option_key(kOptCost)].defaulted()) {
-    throw UsageError(std::string(kOptCost) + " is what calibrate fits; its replay uses the fit\nUsage: " +
-                     kSpec.synopsis);
-  }
   MeasuredRun run = read_measured_run(*dir, option_text(vm, "workload"), false);
   const bool together = run.data_parallel > 1 && has_experts(run, vm);
   Calibration c = calibrate(run, together);
@@ -267,17 +277,23 @@ int run_calibrate(const Invocation& inv) {
   if (run.workload.empty()) {
     findings.not_estimated = "not estimated (" + workload_not_found(run) + ")";
   } else {
-    try {
+    // A run whose meta.json names what kvsim has no preset for (a model, a GPU) cannot be
+    // replayed as it is: when the user gave nothing to replay it with, the fit stands without
+    // the estimate and says why. Anything else (a bad option, a bad workload) is an error.
+    std::optional<std::string> unreplayable;
+    if (!gives_replay_options(vm)) {
+      try {
+        po::variables_map v = vm;
+        apply_run_settings(v, run, kSpec.synopsis);
+      } catch (const InputError& e) {
+        unreplayable = e.what();
+      }
+    }
+    if (unreplayable) {
+      findings.not_estimated = "not estimated (the run cannot be replayed as meta.json describes it: " +
+                               *unreplayable + "; the replay options, as validate's, supply what is missing)";
+    } else {
       c = refit_with_replay(run, vm, together, std::move(c), findings);
-    } catch (const InputError& e) {
-      // The run cannot be replayed as it is (a model or GPU kvsim has no preset for, say):
-      // the fit stands without the estimate, and says why. A replay after the first one
-      // failing would be a bug, not the run's.
-      if (findings.replays > 0) throw;
-      findings = ReplayFindings{};
-      findings.not_estimated = std::string("not estimated (the run cannot be replayed: ") + e.what() +
-                               "; the replay options, as validate's, say how)";
-      c = calibrate(run, together);
     }
   }
   fmt::print("{}", vm.count("json") ? json_of(run, c, findings) : table(run, c, findings));

@@ -87,7 +87,7 @@ std::string budget_description(const Budget& b, std::string_view direct_source) 
          " - reserve " + with_commas(b.reserve_bytes);
 }
 
-po::options_description replay_option_descriptions(bool with_outputs) {
+po::options_description replay_option_descriptions(bool with_outputs, bool with_cost) {
   po::options_description alloc_opts("Allocators and schedule");
   const std::string max_batched_tokens_help = fmt::format(
       "tokens per iteration, decodes included (default: unlimited in demand mode; under a budget, as vLLM: "
@@ -102,12 +102,16 @@ po::options_description replay_option_descriptions(bool with_outputs) {
        "refuse requests longer than this (default: the model's max_position_embeddings); also "
        "dense-static's max-model-len reservation")
       (option_key(kOptSchedule), po::value<std::string>()->default_value("auto"),
-       "auto (measured when the trace has start/first_token/finish), simulate, or measured")
-      (option_key(kOptCost), po::value<std::string>()->default_value("roofline"),
-       "iteration cost: roofline (from the model on the timing device; roofline:overhead=.. adds a per-step "
-       "overhead), constant:step=..,prefill-token=.., or "
-       "linear:base=..,prefill-token=..,decode-seq=..,context-token=.. (units ps, ns, us, ms, s; a "
-       "coefficient not given is the roofline's)")
+       "auto (measured when the trace has start/first_token/finish), simulate, or measured");
+  if (with_cost) {
+    alloc_opts.add_options()(
+        option_key(kOptCost), po::value<std::string>()->default_value("roofline"),
+        "iteration cost: roofline (from the model on the timing device; roofline:overhead=.. adds a per-step "
+        "overhead), constant:step=..,prefill-token=.., or "
+        "linear:base=..,prefill-token=..,decode-seq=..,context-token=.. (units ps, ns, us, ms, s; a "
+        "coefficient not given is the roofline's)");
+  }
+  alloc_opts.add_options()
       (option_key(kOptReplicas), po::value<std::string>(),
        "data-parallel replicas: this many engines, each with its own KV pool and scheduler, requests routed "
        "as vLLM's load balancer routes them; per-replica and total columns (default 1). An MoE model's "

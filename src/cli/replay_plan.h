@@ -57,7 +57,9 @@ std::int64_t expert_parallel_ranks(const po::variables_map& vm, const ModelChoic
 // Every option `kvsim replay` declares (the trace is the hidden positional "trace").
 // Without `with_outputs`, those that shape one replay's output (--json, --csv, --timeline,
 // --per-request, --sample-every, --jobs, --quiet) are left out: `kvsim sweep` has its own.
-po::options_description replay_option_descriptions(bool with_outputs = true);
+// `with_cost`: false for a command that chooses the cost itself (kvsim calibrate replays with
+// its fit), which must then set --cost in the variables before plan_replay().
+po::options_description replay_option_descriptions(bool with_outputs = true, bool with_cost = true);
 
 // Reads the parsed options in the order their errors are reported, builds the allocators and
 // opens the trace once, so that every mistake fails before any work. Without

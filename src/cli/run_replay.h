@@ -4,7 +4,8 @@
 // KV pool (what meta.json records vLLM allocated, else vLLM's start-up rule on the run's GPU,
 // less the null block) become the defaults of replay's options; whatever the user gives wins.
 // kvsim validate compares the replay with the run; kvsim calibrate replays the run with its
-// fit to learn which prompt tokens the prefix cache served.
+// fit to learn what the timeseries does not show: the prompt tokens the prefix cache served
+// and the positions preemptions made the engine compute again.
 #ifndef KVSIM_SRC_CLI_RUN_REPLAY_H_
 #define KVSIM_SRC_CLI_RUN_REPLAY_H_
 
