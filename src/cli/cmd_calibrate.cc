@@ -183,8 +183,8 @@ bool gives_replay_options(const po::variables_map& vm) {
 }
 
 // The index of the tick of `run` a replay's step that began `workload_s` into the workload
-// falls in, or -1: the clocks mapped as validate maps them (by the mean offset of the timed
-// requests' arrivals, `wall_offset`), a tick covering (t - tick, t].
+// falls in, or -1: the clocks mapped as validate maps them (RunReplay::wall_offset_s), a tick
+// covering (t - tick, t].
 std::ptrdiff_t tick_of(const MeasuredRun& run, double wall_offset, double workload_s) {
   const double t = workload_s + wall_offset - run.started_at_s;
   const auto it = std::lower_bound(run.ticks.begin(), run.ticks.end(), t,
@@ -209,26 +209,17 @@ Calibration refit_with_replay(const MeasuredRun& run, const po::variables_map& v
       if (row.recomputed_tokens != 0) recomputed_at.emplace_back(row.time_ns, row.recomputed_tokens);
     });
     ++f.replays;
-    if (replayed.records.size() != run.requests.size()) {
-      throw InputError(Location{replayed.plan.trace_path, 0, ""},
-                       fmt::format("the workload has {} requests but {}/requests.jsonl has {}: not this run's workload",
-                                   replayed.records.size(), run.dir, run.requests.size()));
-    }
     ReplayEstimate next;
     f.served_total = f.prompt_total = f.recomputed_total = 0;
-    double wall_offset = 0;
-    for (std::size_t k = 0; k < replayed.records.size(); ++k) {
-      const RequestRecord& r = replayed.records[k];
+    for (const RequestRecord& r : replayed.records) {
       next.served_by_cache.push_back(r.cached_prompt_tokens);
       f.served_total += r.cached_prompt_tokens;
       f.prompt_total += r.prompt_tokens;
-      if (run.requests[k].timed) wall_offset += run.requests[k].arrival_time_s - static_cast<double>(r.arrival_ns) / 1e9;
     }
-    wall_offset /= static_cast<double>(timed_requests(run));
     next.recomputed.assign(run.ticks.size(), 0);
     for (const auto& [at_ns, positions] : recomputed_at) {
       // A step outside the run's ticks (before the first, after the last) counts in none.
-      const std::ptrdiff_t i = tick_of(run, wall_offset, static_cast<double>(at_ns) / 1e9);
+      const std::ptrdiff_t i = tick_of(run, replayed.wall_offset_s, static_cast<double>(at_ns) / 1e9);
       if (i < 0) continue;
       next.recomputed[static_cast<std::size_t>(i)] += positions;
       f.recomputed_total += positions;

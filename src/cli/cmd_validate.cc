@@ -128,19 +128,15 @@ Sample state_at(const EngineState& e, std::int64_t at_ns) {
   return {at_ns, running, s.queued + count_in(e.arrivals, s.time_ns, at_ns), running > 0 ? s.allocated_bytes : 0};
 }
 
-Result compare(const MeasuredRun& run, const ReplayPlan& plan, const ReplayReport& report,
-               std::vector<RequestRecord> records, const std::vector<EngineState>& engines) {
-  if (records.size() != run.requests.size()) {
-    throw InputError(Location{plan.trace_path, 0, ""},
-                     "the workload has " + std::to_string(records.size()) + " requests but " + run.dir +
-                         "/requests.jsonl has " + std::to_string(run.requests.size()) + ": not this run's workload");
-  }
+// `records` one per request of `run` (replay_run() checks), in its order.
+Result compare(const MeasuredRun& run, const ReplayReport& report, const std::vector<RequestRecord>& records,
+               double wall_offset, const std::vector<EngineState>& engines) {
   Result r;
   r.requests = static_cast<std::int64_t>(records.size());
   r.preemptions = report.preemptions;
   const MeasuredLatencies measured = measured_latencies(run);
   MeasuredLatencies simulated;
-  double first_arrival = 0, last_finish = 0, wall_offset = 0;
+  double first_arrival = 0, last_finish = 0;
   bool any = false;
   // Like with like: the simulated figures are over the requests the measured ones are over
   // (those with timestamps).
@@ -148,9 +144,7 @@ Result compare(const MeasuredRun& run, const ReplayPlan& plan, const ReplayRepor
     const RequestRecord& q = records[i];
     const bool completed = q.outcome == RequestRecord::Outcome::completed;
     r.completed += completed ? 1 : 0;
-    if (!run.requests[i].timed) continue;
-    wall_offset += run.requests[i].arrival_time_s - static_cast<double>(q.arrival_ns) / 1e9;
-    if (!completed) continue;
+    if (!run.requests[i].timed || !completed) continue;
     const double arrival = static_cast<double>(q.arrival_ns) / 1e9, finish = static_cast<double>(q.finish_ns) / 1e9;
     const double first = static_cast<double>(q.first_token_ns) / 1e9;
     simulated.ttft.push_back(first - arrival);
@@ -160,8 +154,6 @@ Result compare(const MeasuredRun& run, const ReplayPlan& plan, const ReplayRepor
     last_finish = any ? std::max(last_finish, finish) : finish;
     any = true;
   }
-  // The workload's clock against the wall clock: the mean offset of the arrivals.
-  wall_offset /= static_cast<double>(timed_requests(run));
   r.ttft = {distribution(measured.ttft), distribution(simulated.ttft)};
   r.tpot = {distribution(measured.tpot), distribution(simulated.tpot)};
   r.latency = {distribution(measured.latency), distribution(simulated.latency)};
@@ -360,7 +352,7 @@ int run_validate(const Invocation& inv) {
   // An engine that never stepped has no samples.
   samples.resize(std::max<std::size_t>(samples.size(), plan.replicas > 1 ? static_cast<std::size_t>(plan.replicas) : 1));
   const std::vector<EngineState> states = engine_states(std::move(samples), r.records, r.replica_of);
-  const Result result = compare(run, plan, r.report, std::move(r.records), states);
+  const Result result = compare(run, r.report, r.records, r.wall_offset_s, states);
   fmt::print("{}", plan.json ? json_of(run, plan, r.budget_source, r.report, result)
                          : table(run, plan, r.budget_source, r.report, result));
   return kExitOk;

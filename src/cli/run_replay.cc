@@ -356,6 +356,16 @@ RunReplay replay_run(po::variables_map vm, const MeasuredRun& run, const std::st
     throw InternalError(fmt::format("replay of {}: {} requests routed, {} recorded", run.dir, out.replica_of.size(),
                                     out.records.size()));
   }
+  if (out.records.size() != run.requests.size()) {
+    throw InputError(Location{plan.trace_path, 0, ""},
+                     fmt::format("the workload has {} requests but {}/requests.jsonl has {}: not this run's workload",
+                                 out.records.size(), run.dir, run.requests.size()));
+  }
+  for (std::size_t k = 0; k < out.records.size(); ++k) {
+    if (!run.requests[k].timed) continue;
+    out.wall_offset_s += run.requests[k].arrival_time_s - static_cast<double>(out.records[k].arrival_ns) / 1e9;
+  }
+  out.wall_offset_s /= static_cast<double>(timed_requests(run));
   return out;
 }
 

@@ -31,10 +31,15 @@ struct RunReplay {
   ReplayReport report;                    // all replicas' together
   std::vector<RequestRecord> records;     // one per request, in trace order
   std::vector<std::uint32_t> replica_of;  // the replica each request went to; empty: one engine
+  // The workload's clock against the wall clock, seconds: the mean over the timed requests of
+  // requests.jsonl's arrival_time less the workload's arrival. A replay instant w (s on the
+  // workload's clock) is timeseries.csv's t = w + wall_offset_s - run.started_at_s.
+  double wall_offset_s = 0;
 };
 
 // Replays `run`'s workload with `vm` (replay's options, parsed) and the run's settings as
-// their defaults; `timeline`, when set, gets every engine's every step.
+// their defaults; `timeline`, when set, gets every engine's every step. An InputError when the
+// workload has another number of requests than the run.
 RunReplay replay_run(po::variables_map vm, const MeasuredRun& run, const std::string& usage,
                      const std::function<void(const TimelineRow&)>& timeline = {});
 
