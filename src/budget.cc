@@ -32,8 +32,7 @@ constexpr std::int64_t kTflops = 1'000'000'000'000;   // and decimal TFLOPS
 // 1745/2250 = 77.6%, MI300X 668.4/1300 = 51.4%, A100 PCIe 252.9/312 = 81.1%. A device without
 // a row takes the measured device closest to it, named in its row. Memory: a streaming copy
 // sustains 90% of the spec bandwidth (H100 SXM: 3,024 GB/s device-to-device copy of 3,350,
-// 90.3%); LLMServingSim's RTX PRO 6000 configuration uses 1,597 of the datasheet's 1,792 GB/s,
-// 89.1%, the same share.
+// 90.3%).
 constexpr std::int64_t kMemoryPermille = 900;
 
 // Links, for the roofline's collectives (DevicePreset::link_*). Between RTX PRO 6000 cards over
@@ -90,12 +89,20 @@ const std::vector<DevicePreset>& presets() {
        "compute: mamf-finder measures 178.5 TFLOPS (mag-/gpu_benchmark README), above the FP32-accumulate "
        "spec, so 100%; memory: 90%", 25'386'352'640, 89,
        link(32), kPcieLatencyNs, "PCIe 4.0 x16: 32 GB/s one way, at 84% (GeForce cards have no peer-to-peer: NCCL goes through host memory, slower than this)"},
-      {"RTX-PRO-6000", "NVIDIA RTX PRO 6000 Blackwell Workstation Edition", 97887 * kMiB, 1792 * kGBps,
+      {"RTX-PRO-6000", "NVIDIA RTX PRO 6000 Blackwell Server Edition", 97887 * kMiB, 1597 * kGBps,
+       500 * kTflops,
+       "total: nvidia-smi 97887MiB (published nvidia-smi logs of the Server Edition); NVIDIA's RTX PRO "
+       "6000 Blackwell Server Edition product page: 96 GB GDDR7, 1,597 GB/s, FP16/BF16 tensor 1 PFLOPS "
+       "with sparsity = 500 TFLOPS dense. The passively cooled data-centre card that clouds rent (AWS "
+       "g7e) and the measured runs used (LLMServingSim's cluster config and issue 13: 1,597 GB/s)",
+       776, kMemoryPermille, "compute: no row for it; B200's 77.6%, the same Blackwell generation; memory: 90%", 0, 120,
+       53 * kGBps, kPcieLatencyNs, "PCIe 5.0 x16: 53 GB/s one way measured between two cards (voipmonitor/rtx6kpro)"},
+      {"RTX-PRO-6000-WS", "NVIDIA RTX PRO 6000 Blackwell Workstation Edition", 97887 * kMiB, 1792 * kGBps,
        503'800 * (kTflops / 1000),
        "total: nvidia-smi 97887MiB (published nvidia-smi logs; 4 cards report 391,548 MiB); NVIDIA RTX "
        "PRO 6000 Blackwell datasheet: 96 GB GDDR7, 1,792 GB/s (28 Gbps x 512 bit), 4,000 AI TOPS "
-       "(FP4 with sparsity) = 503.8 TFLOPS BF16 dense with FP32 accumulate; LLMServingSim's cluster "
-       "config and issue 13 use 1,597 GB/s, which the 90% memory share gives within 1% (1,613)",
+       "(FP4 with sparsity) = 503.8 TFLOPS BF16 dense with FP32 accumulate: the actively cooled "
+       "desk-side card, whose memory runs faster than the Server Edition's (RTX-PRO-6000)",
        776, kMemoryPermille, "compute: no row for it; B200's 77.6%, the same Blackwell generation; memory: 90%", 0, 120,
        53 * kGBps, kPcieLatencyNs, "PCIe 5.0 x16: 53 GB/s one way measured between two cards (voipmonitor/rtx6kpro)"},
       {"L40S", "NVIDIA L40S", 46068 * kMiB, 864 * kGBps, 362'050 * (kTflops / 1000),

@@ -31,14 +31,21 @@ TEST_CASE("device presets carry nvidia-smi's totals and spec-sheet rates") {
   CHECK(find_device_preset("H100-80GB").hbm_bytes_per_second == 3'350'000'000'000);
   CHECK(find_device_preset("H100-80GB").bf16_dense_flops == 1979'000'000'000'000 / 2);
   CHECK(find_device_preset("A100-80GB").bf16_dense_flops == 312'000'000'000'000);
-  // The measured runs' GPU: nvidia-smi 97,887 MiB, datasheet 1,792 GB/s and 4,000 sparse FP4
-  // TOPS = 503.8 dense BF16 TFLOPS; 90% of 1,792 is 1,612.8 GB/s, within 1% of the 1,597 the
-  // issue and LLMServingSim use.
+  // The measured runs' GPU, the Server Edition: nvidia-smi 97,887 MiB; NVIDIA's product page
+  // 1,597 GB/s (as the issue and LLMServingSim's config) and 1 PFLOPS sparse BF16 = 500 dense;
+  // 90% of 1,597 is 1,437.3 GB/s. The Workstation Edition: datasheet 1,792 GB/s and 4,000
+  // sparse FP4 TOPS = 503.8 dense BF16 TFLOPS.
   const DevicePreset& pro = find_device_preset("RTX-PRO-6000");
+  CHECK(pro.product == "NVIDIA RTX PRO 6000 Blackwell Server Edition");
   CHECK(pro.total_bytes == 97887 * kMiB);
-  CHECK(pro.hbm_bytes_per_second == 1'792'000'000'000);
-  CHECK(pro.bf16_dense_flops == 503'800'000'000'000);
-  CHECK(pro.hbm_bytes_per_second * pro.memory_permille / 1000 == 1'612'800'000'000);
+  CHECK(pro.hbm_bytes_per_second == 1'597'000'000'000);
+  CHECK(pro.bf16_dense_flops == 500'000'000'000'000);
+  CHECK(pro.hbm_bytes_per_second * pro.memory_permille / 1000 == 1'437'300'000'000);
+  const DevicePreset& workstation = find_device_preset("RTX-PRO-6000-WS");
+  CHECK(workstation.product == "NVIDIA RTX PRO 6000 Blackwell Workstation Edition");
+  CHECK(workstation.total_bytes == 97887 * kMiB);
+  CHECK(workstation.hbm_bytes_per_second == 1'792'000'000'000);
+  CHECK(workstation.bf16_dense_flops == 503'800'000'000'000);
   CHECK(find_device_preset("L40S").total_bytes == 46068 * kMiB);
   CHECK(find_device_preset("A10G").total_bytes == 23028 * kMiB);
   CHECK(find_device_preset("H20").total_bytes == 97871 * kMiB);
@@ -47,7 +54,7 @@ TEST_CASE("device presets carry nvidia-smi's totals and spec-sheet rates") {
   // MAMF / spec from the table named in budget.cc: H100 794.5 / 989, B200 1745 / 2250.
   CHECK(find_device_preset("H100-80GB").compute_permille == 803);
   CHECK(find_device_preset("B200").compute_permille == 776);
-  CHECK(device_presets().size() == 12);
+  CHECK(device_presets().size() == 13);
   // Links (budget.cc): RTX PRO 6000 over PCIe 5.0 as measured, 53 GB/s and 7.5 us; H100 SXM
   // NVLink 4, 900 GB/s both ways = 450 one way, at 84% = 378 GB/s and 9 us; an L4 on PCIe 4.0
   // x16, 32 GB/s at 84% = 26.88 GB/s. Compute capabilities: Hopper 9.0, Blackwell 12.0.

@@ -90,8 +90,8 @@ TEST_CASE("replay: --timing-device times a device without a budget, and --replic
   Json j = Json::parse(r.out);
   CHECK(j["cost_model"]["roofline"]["device"] == "RTX-PRO-6000");
   CHECK_THAT(j["budget"].get<std::string>(), Catch::Contains("none"));
-  // 90% of 1,792 GB/s = 1.6128e12 B/s: 131,072 B per position -> ceil(81.269...) ns = 81,270 ps.
-  CHECK(j["cost_model"]["roofline"]["per_kv_position_ps"] == 81'270);
+  // 90% of 1,597 GB/s = 1.4373e12 B/s: 131,072 B per position -> ceil(91,193.21...) ps.
+  CHECK(j["cost_model"]["roofline"]["per_kv_position_ps"] == 91'194);
   CHECK(j["cost_model"]["roofline"]["per_token_collective_ps"] == 0);  // one device: no collectives
   // Tensor parallelism 2 over the preset's link (53 GB/s one way, 7.5 us a collective):
   // 2 x 32 layers + 1 = 65 all-reduces of 4,096 x 2 = 8,192 bytes per token, a ring of two

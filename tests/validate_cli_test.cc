@@ -586,11 +586,16 @@ TEST_CASE("validate: what vLLM resolved at start-up, as newer runs record it in 
   CHECK(doc["kvsim"]["replicas"] == 2);
   CHECK(doc["kvsim"]["kv_budget_bytes"] == 627048448);
   CHECK_THAT(doc["kvsim"]["kv_budget"].get<std::string>(), Catch::Contains("300 an engine"));
-  // CUDA's name for the server card is not the preset's product name, but the same card.
+  // CUDA's names for the two RTX PRO 6000 cards are the two presets' product names: the
+  // server card (1,597 GB/s) and the workstation card (1,792 GB/s).
   write_meta("", R"(, "hardware": {"device_name": "NVIDIA RTX PRO 6000 Blackwell Server Edition"})");
   r = test::run_cli({"validate", dir.string(), "--workload", workload, "--json"});
   REQUIRE(r.exit_code == 0);
-  CHECK_THAT(Json::parse(r.out)["kvsim"]["kv_budget"].get<std::string>(), Catch::Contains("start-up rule on RTX-PRO-6000"));
+  CHECK_THAT(Json::parse(r.out)["kvsim"]["kv_budget"].get<std::string>(), Catch::Contains("start-up rule on RTX-PRO-6000:"));
+  write_meta("", R"(, "hardware": {"device_name": "NVIDIA RTX PRO 6000 Blackwell Workstation Edition"})");
+  r = test::run_cli({"validate", dir.string(), "--workload", workload, "--json"});
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(Json::parse(r.out)["kvsim"]["kv_budget"].get<std::string>(), Catch::Contains("start-up rule on RTX-PRO-6000-WS:"));
   // A GPU kvsim has no preset for, with the pool recorded: the pool is replayed (the default
   // timing device, named in the cost line); without the pool, an error (below).
   write_meta("", R"(, "kv_cache": {"num_gpu_blocks": 300}, "hardware": {"device_name": "Example GPU 9000"})");

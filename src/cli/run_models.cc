@@ -26,20 +26,7 @@ constexpr DeviceRow kDevices[] = {
     {"L4", "L4"},
 };
 
-// CUDA's names (meta.json hardware.device_name) for cards a preset describes under another
-// product name: the same memory, bandwidth and tensor throughput.
-constexpr DeviceRow kCudaNames[] = {
-    // The passively cooled server card: 96 GB GDDR7 at 1,792 GB/s, as the workstation card.
-    {"NVIDIA RTX PRO 6000 Blackwell Server Edition", "RTX-PRO-6000"},
-};
-
 }  // namespace
-
-const char* run_cuda_device_alias(std::string_view cuda_name) {
-  const auto row = std::find_if(std::begin(kCudaNames), std::end(kCudaNames),
-                                [&](const DeviceRow& r) { return cuda_name == r.hardware; });
-  return row == std::end(kCudaNames) ? nullptr : row->preset;
-}
 
 const RunModelRow* run_model_row(std::string_view hf_name) {
   const auto row = std::find_if(std::begin(kModels), std::end(kModels),

@@ -24,10 +24,6 @@ const RunModelRow* run_model_row(std::string_view hf_name);
 // peer_cluster_config.json's hardware -> kvsim's device preset, or nullptr.
 const char* run_device_preset(std::string_view hardware);
 
-// meta.json's hardware.device_name (CUDA's name) -> the preset, for the names that are not
-// a preset's own product name; nullptr otherwise.
-const char* run_cuda_device_alias(std::string_view cuda_name);
-
 // Both tables, as --help lists them.
 std::string run_name_table();
 

@@ -116,12 +116,10 @@ FixedPool run_fixed_pool(const po::variables_map& vm, const MeasuredRun& run, co
 
 // The kvsim preset of the run's GPU: peer_cluster_config.json's hardware by validate's table,
 // else meta.json's recorded device name (hardware.device_name, as CUDA names it) matched
-// against the presets' product names (case aside) and a few other names CUDA gives the same
-// cards; nullptr when neither names one.
+// against the presets' product names (case aside); nullptr when neither names one.
 const char* run_device(const MeasuredRun& run) {
   if (const char* preset = run_device_preset(run.hardware)) return preset;
   if (run.device_name.empty()) return nullptr;
-  if (const char* preset = run_cuda_device_alias(run.device_name)) return preset;
   const DevicePreset* preset = find_device_preset_by_product(run.device_name);
   return preset == nullptr ? nullptr : preset->name.data();
 }
