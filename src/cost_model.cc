@@ -33,9 +33,78 @@ std::string format_permille(std::int64_t permille) {
   return text;
 }
 
+std::int64_t tokens_of(const StepWork& w) { return w.prefill_tokens + w.decode_seqs; }
+
 // ceil(numerator / denominator) as int64, for durations in picoseconds.
 std::int64_t ceil_ps(Int128 numerator, Int128 denominator) {
   return static_cast<std::int64_t>((numerator + denominator - 1) / denominator);
+}
+
+// The activations a token moves through memory per step on one device, in bf16 values
+// (docs/replay.md, "Cost models"): what the matmuls read and write besides their weights
+// (`matmul_io`, on the matmuls' memory side) and what the element-wise kernels between them
+// read and write (`elementwise`), as vLLM's decoder layers run them (Llama's, which Qwen and
+// Mistral follow): two residual-add RMSNorms per layer (read the input and the residual,
+// write both), rotary embedding of q and k in place, SiLU-and-mul (read gate and up, write
+// one), and for an MoE layer the sum of the routed experts' outputs (read each, write one).
+// Hidden-sized tensors are whole on every tensor-parallel rank; head- and intermediate-sized
+// ones are split over them. Per sampled token: the LM head's input and its share of the
+// logits, and the sampler's float32 copy of the logits and its argmax (vLLM's Sampler:
+// read 2 + write 4 + read 4 bytes a logit).
+struct ActivationTraffic {
+  Int128 matmul_io = 0;        // values per token
+  Int128 elementwise = 0;      // values per token
+  Int128 matmul_io_sample = 0;  // values per sampled token
+  Int128 sampler_bytes = 0;    // bytes per sampled token
+};
+
+ActivationTraffic activation_traffic(const ModelSpec& m, std::int64_t devices, std::int64_t stages) {
+  const Int128 h = m.hidden_size;
+  const std::int64_t tp = std::max<std::int64_t>(1, devices / stages);
+  Int128 attention_io = 0;  // projections' inputs and outputs
+  Int128 rotary = 0;        // q and k read and written
+  if (m.mla) {
+    const MlaDims& d = *m.mla;
+    const Int128 q = Int128{m.num_attention_heads} * (d.qk_nope_head_dim + d.qk_rope_head_dim);
+    const Int128 o = Int128{m.num_attention_heads} * d.v_head_dim;
+    attention_io = 2 * h + (q + o) / tp + d.kv_lora_rank + d.qk_rope_head_dim + 2 * Int128{d.q_lora_rank};
+    rotary = 2 * (Int128{m.num_attention_heads} * d.qk_rope_head_dim / tp + d.qk_rope_head_dim);
+  } else {
+    const Int128 q = Int128{m.num_attention_heads} * m.head_dim;
+    const Int128 kv = Int128{m.num_key_value_heads} * m.head_dim;
+    attention_io = 2 * h + (2 * q + 2 * kv) / tp;
+    rotary = 2 * (q + kv) / tp;
+  }
+  const Int128 norms = 8 * h;
+  Int128 dense_io = 0;
+  Int128 dense_act = 0;
+  if (m.intermediate_size > 0) {
+    dense_io = 2 * h + Int128{3} * m.intermediate_size / tp;
+    dense_act = Int128{3} * m.intermediate_size / tp;
+  }
+  std::int64_t dense_layers = m.num_hidden_layers;
+  Int128 moe_io = 0;
+  Int128 moe_elementwise = 0;
+  if (m.moe) {
+    const MoeDims& e = *m.moe;
+    const std::int64_t used =
+        e.experts_per_token > 0 ? std::min(e.experts_per_token, e.routed_experts) : e.routed_experts;
+    const Int128 experts = Int128{used} + e.shared_experts;
+    moe_io = h + e.routed_experts + experts * (2 * h + Int128{3} * e.expert_intermediate_size / tp);
+    moe_elementwise = experts * 3 * e.expert_intermediate_size / tp + (Int128{used} + 1) * h;
+    dense_layers = std::clamp<std::int64_t>(e.dense_layers, 0, m.num_hidden_layers);
+  }
+  const std::int64_t moe_layers = m.num_hidden_layers - dense_layers;
+  ActivationTraffic t;
+  t.matmul_io = (Int128{dense_layers} * (attention_io + dense_io) + Int128{moe_layers} * (attention_io + moe_io)) / stages;
+  // Once a token: the embedding's gather (read and write a row, 2h) and the final
+  // residual-add norm (4h), less the 2h the first layer's input norm does not do (it has no
+  // residual yet: read and write the row only).
+  t.elementwise = (Int128{dense_layers} * (norms + rotary + dense_act) +
+                   Int128{moe_layers} * (norms + rotary + moe_elementwise)) / stages + 4 * h;
+  t.matmul_io_sample = h + Int128{padded_vocab(m.vocab_size)} / tp;
+  t.sampler_bytes = Int128{10} * m.vocab_size;
+  return t;
 }
 
 }  // namespace
@@ -49,16 +118,18 @@ std::int64_t step_time_ps(const CostModel& c, const StepWork& w) {
     // The matmuls and attention run one after the other, each bounded by its own roofline.
     const Int128 matmul_compute = Int128{c.prefill_token_ps} * w.prefill_tokens +
                                   Int128{c.decode_seq_ps} * w.decode_seqs + Int128{c.sample_token_ps} * w.sampled;
-    const Int128 matmul_memory = c.weights_ps;
+    const Int128 matmul_memory =
+        Int128{c.weights_ps} + Int128{c.matmul_io_token_ps} * tokens_of(w) + Int128{c.matmul_io_sample_ps} * w.sampled;
     const Int128 attention_compute = Int128{c.attention_pair_ps} * (Int128{w.prefill_pairs} + w.context);
     const Int128 attention_memory = Int128{c.kv_position_ps} * (Int128{w.context} + w.prefill_context);
-    const std::int64_t tokens = w.prefill_tokens + w.decode_seqs;
+    const std::int64_t tokens = tokens_of(w);
+    const Int128 elementwise = Int128{c.elementwise_token_ps} * tokens + Int128{c.elementwise_sample_ps} * w.sampled;
     const Int128 collectives =
         tokens > 0 ? Int128{c.collective_step_ps} + Int128{c.collective_token_ps} * tokens +
                          Int128{c.collective_sample_ps} * w.sampled
                    : 0;
     ps = Int128{c.overhead_ps} + std::max(matmul_compute, matmul_memory) + std::max(attention_compute, attention_memory) +
-         collectives;
+         elementwise + collectives;
   }
   return ps > std::numeric_limits<std::int64_t>::max() ? std::numeric_limits<std::int64_t>::max()
                                                        : static_cast<std::int64_t>(ps);
@@ -90,6 +161,12 @@ CostModel roofline_cost_model(const ModelSpec& model, const KvLayout& layout, co
     const std::int64_t qk = model.mla ? model.mla->qk_nope_head_dim + model.mla->qk_rope_head_dim : model.head_dim;
     const std::int64_t v = model.mla ? model.mla->v_head_dim : model.head_dim;
     pair_flops = Int128{2} * model.num_attention_heads * (qk + v) * model.num_hidden_layers;
+    const ActivationTraffic t =
+        activation_traffic(model, devices, std::max<std::int64_t>(1, parallel.pipeline_parallel));
+    c.matmul_io_token_ps = ceil_ps(t.matmul_io * 2 * kPsPerSecond, bandwidth);
+    c.matmul_io_sample_ps = ceil_ps(t.matmul_io_sample * 2 * kPsPerSecond, bandwidth);
+    c.elementwise_token_ps = ceil_ps(t.elementwise * 2 * kPsPerSecond, bandwidth);
+    c.elementwise_sample_ps = ceil_ps(t.sampler_bytes * kPsPerSecond, bandwidth);
   } else {
     per_token = weights.parameter_count > 0
                     ? weights.parameter_count

@@ -79,8 +79,14 @@ TEST_CASE("roofline: every coefficient of a two-layer model, by hand") {
   CHECK(c.overhead_ps == 0);
 }
 
+// The roofline's structure alone: the activations' traffic (tested on its own below) set to 0.
+CostModel without_activations(CostModel c) {
+  c.matmul_io_token_ps = c.matmul_io_sample_ps = c.elementwise_token_ps = c.elementwise_sample_ps = 0;
+  return c;
+}
+
 TEST_CASE("roofline: a step is overhead + max(matmuls, weights) + max(attention FLOPs, KV bytes)") {
-  const CostModel c = tiny_roofline();
+  const CostModel c = without_activations(tiny_roofline());
   SECTION("memory-bound: a 10-token chunk after 6 cached, and 3 sequences decoding over 50 positions") {
     const StepWork w = mixed_step();
     // matmuls: max(73,728 x 13 + 12,800 x 4 = 1,009,664; weights 99,968,000) = 99,968,000
@@ -126,6 +132,55 @@ TEST_CASE("roofline: a step is overhead + max(matmuls, weights) + max(attention 
     CHECK(step_time_ps(linear, w) == 1'000 + 2 * 10 + 3 * 3 + 4 * 50);
   }
   CHECK_THROWS_AS(parse_cost_model("roofline:step=1ms", c, "--cost"), InputError);
+}
+
+TEST_CASE("roofline: the activations the matmuls and the element-wise kernels move, by hand") {
+  // The tiny model (h 32, q 4 x 8 = 32, kv 2 x 8 = 16, MLP 64, 2 layers, vocabulary 100), in
+  // bf16 values per token, as vLLM's Llama layer runs:
+  //   matmuls' inputs and outputs per layer: qkv reads h, writes q + 2 kv; o reads q, writes h;
+  //     gate_up reads h, writes 2 x 64; down reads 64, writes h:
+  //     2h + 2q + 2kv + 2h + 3 x 64 = 64 + 64 + 32 + 64 + 192 = 416; 2 layers: 832 values
+  //   element-wise per layer: two residual-add norms 2 x 4h = 256, rotary on q and k read and
+  //     written 2 x (32 + 16) = 96, SiLU-and-mul 3 x 64 = 192: 544; 2 layers 1,088, plus once
+  //     the embedding's row (2h) and the final norm (4h) less the first norm's residual (2h):
+  //     1,088 + 4 x 32 = 1,216 values
+  //   per sampled token: the LM head reads h and writes the padded vocabulary (128): 160
+  //     values; the sampler reads 2 and writes 4 bytes a logit, then reads 4: 1,000 bytes.
+  // At 2,000 ps a byte (5e8 B/s):
+  const CostModel c = tiny_roofline();
+  CHECK(c.matmul_io_token_ps == 832 * 2 * 2'000);     // 3,328,000
+  CHECK(c.elementwise_token_ps == 1'216 * 2 * 2'000);  // 4,864,000
+  CHECK(c.matmul_io_sample_ps == 160 * 2 * 2'000);    // 640,000
+  CHECK(c.elementwise_sample_ps == 1'000 * 2'000);    // 2,000,000
+  // The mixed step (13 tokens, 4 sampled): matmuls max(1,009,664; 99,968,000 + 13 x 3,328,000
+  // + 4 x 640,000 = 145,792,000), attention 16,896,000 as before, element-wise 13 x 4,864,000
+  // + 4 x 2,000,000 = 71,232,000: 233,920,000 ps.
+  CHECK(step_time_ps(c, mixed_step()) == 233'920'000);
+  // Tensor parallelism 2 splits what is head- or intermediate-sized, not h: matmuls 2 x (2h +
+  // (2q + 2kv) / 2 + 2h + 3 x 64 / 2) = 2 x 272 = 544 values; element-wise 2 x (256 + 96 / 2 +
+  // 192 / 2) + 128 = 928; LM head 32 + 128 / 2 = 96; the sampler's pass over the whole logits
+  // (gathered on every rank) unchanged.
+  const ModelSpec m = tiny_model();
+  RooflineParallel tp2;
+  tp2.tensor_parallel = 2;
+  KvOptions kv2;
+  kv2.tensor_parallel = 2;
+  BudgetOptions b2;
+  const CostModel t = roofline_cost_model(m, kv_layout(m, kv2), tiny_device(), model_weights(m, kv2, b2), tp2);
+  CHECK(t.matmul_io_token_ps == 544 * 2 * 2'000);
+  CHECK(t.elementwise_token_ps == 928 * 2 * 2'000);
+  CHECK(t.matmul_io_sample_ps == 96 * 2 * 2'000);
+  CHECK(t.elementwise_sample_ps == 1'000 * 2'000);
+  // An MoE layer of 4 experts of 16, 2 a token: the router reads h and writes 4 logits; each
+  // expert reads h, writes 2 x 16 and reads 16, writes h: 32 + 4 + 2 x (64 + 48) = 260; the
+  // experts' SiLU-and-mul 2 x 3 x 16 = 96 and their sum (read 2 rows of h, write one) 96.
+  // Matmuls 2 x (160 + 260) = 840; element-wise 2 x (256 + 96 + 96 + 96) + 128 = 1,216.
+  ModelSpec moe = m;
+  moe.moe = MoeDims{4, 0, 16, 0, 2};
+  const CostModel e = roofline_cost_model(moe, kv_layout(moe, KvOptions{}), tiny_device(),
+                                          model_weights(moe, KvOptions{}, BudgetOptions{}));
+  CHECK(e.matmul_io_token_ps == 840 * 2 * 2'000);
+  CHECK(e.elementwise_token_ps == 1'216 * 2 * 2'000);
 }
 
 TEST_CASE("roofline: tensor-parallel all-reduces and the replicas' gathers, over the device's link") {

@@ -37,9 +37,12 @@ namespace kvsim {
 //        + context_token * (positions those sequences read)
 // "constant" is the case decode_seq = context_token = 0.
 // Roofline (`roofline` true; kvsim/cost_model.h derives the coefficients and says why):
-//   overhead + max(matmul compute, weights) + max(attention compute, KV memory), where
+//   overhead + max(matmul compute, matmul memory) + max(attention compute, KV memory)
+//   + element-wise kernels + collectives, where
 //   matmul compute    = prefill_token * prompt tokens + decode_seq * decoding sequences
 //                       + sample_token * sampled tokens
+//   matmul memory     = weights + matmul_io_token * tokens + matmul_io_sample * sampled tokens
+//   element-wise      = elementwise_token * tokens + elementwise_sample * sampled tokens
 //   attention compute = attention_pair * (query, key) pairs
 //   KV memory         = kv_position * KV positions read or written
 struct CostModel {
@@ -55,6 +58,13 @@ struct CostModel {
   std::int64_t kv_position_ps = 0;         // roofline memory: one KV position read or written
   std::int64_t sample_token_ps = 0;        // roofline compute: the LM head, per sampled token
   std::int64_t attention_pair_ps = 0;      // roofline compute: one (query, key) pair, all layers
+  // Roofline memory: the activations the matmuls read and write (beside the weights, on their
+  // memory side) per token and per sampled token, and the element-wise kernels' (norms,
+  // rotary, activation, the sampler's pass over the logits; outside the maxes).
+  std::int64_t matmul_io_token_ps = 0;
+  std::int64_t matmul_io_sample_ps = 0;
+  std::int64_t elementwise_token_ps = 0;
+  std::int64_t elementwise_sample_ps = 0;
   // Roofline collectives, outside the maxes (each waits for the kernels before it). Tensor
   // parallelism: the all-reduces' latency per step and their bytes per token the step
   // processes, and the logits' all-gather per sampled token. An MoE model's data-parallel

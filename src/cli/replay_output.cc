@@ -151,11 +151,14 @@ std::string run_header(const ReplayContext& c, const std::vector<ReplayReport>& 
                                               [](const auto& a, const auto& b) { return a.requests < b.requests; });
     out += fmt::format("schedule {}; cost model {}\n", r.schedule, r.cost_model);
     if (r.schedule == "simulated" && c.cost.roofline) {
-      out += fmt::format("         a step costs {} + max({} per token + {} per sampled token, {} of weights) + max({} "
-                         "per attention pair, {} per KV position)\n",
+      out += fmt::format("         a step costs {} + max({} per token + {} per sampled token, {} of weights + {} per "
+                         "token + {} per sampled token) + max({} per attention pair, {} per KV position)\n"
+                         "         + element-wise kernels: {} per token + {} per sampled token\n",
                          picoseconds(c.cost.overhead_ps), picoseconds(c.cost.prefill_token_ps),
                          picoseconds(c.cost.sample_token_ps), picoseconds(c.cost.weights_ps),
-                         picoseconds(c.cost.attention_pair_ps), picoseconds(c.cost.kv_position_ps));
+                         picoseconds(c.cost.matmul_io_token_ps), picoseconds(c.cost.matmul_io_sample_ps),
+                         picoseconds(c.cost.attention_pair_ps), picoseconds(c.cost.kv_position_ps),
+                         picoseconds(c.cost.elementwise_token_ps), picoseconds(c.cost.elementwise_sample_ps));
       if (c.cost.collective_token_ps > 0) {
         out += fmt::format("         + tensor-parallel collectives: {} per step + {} per token + {} per sampled token\n",
                            picoseconds(c.cost.collective_step_ps), picoseconds(c.cost.collective_token_ps),
@@ -530,6 +533,10 @@ std::string replay_json(const ReplayContext& c, const std::vector<ReplayReport>&
                                        {"per_token_ps", c.cost.prefill_token_ps},
                                        {"per_sampled_token_ps", c.cost.sample_token_ps},
                                        {"per_attention_pair_ps", c.cost.attention_pair_ps},
+                                       {"per_token_matmul_io_ps", c.cost.matmul_io_token_ps},
+                                       {"per_sampled_token_matmul_io_ps", c.cost.matmul_io_sample_ps},
+                                       {"per_token_elementwise_ps", c.cost.elementwise_token_ps},
+                                       {"per_sampled_token_elementwise_ps", c.cost.elementwise_sample_ps},
                                        {"collective_step_ps", c.cost.collective_step_ps},
                                        {"per_token_collective_ps", c.cost.collective_token_ps},
                                        {"per_sampled_token_collective_ps", c.cost.collective_sample_ps},
