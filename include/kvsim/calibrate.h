@@ -18,7 +18,10 @@
 // tick's two ends (timeseries.csv) by more than one request an engine (the count is a
 // snapshot of each engine's last iteration in the tick), D is lowered to that count plus the
 // engines and C with it in proportion; not when the timeseries counts preemptions and has
-// none. Least squares over the busy ticks gives the coefficients. A term stays only when the data supports it: a term
+// none. Least squares over the busy ticks' running sums (the busy time up to each tick against
+// the work done up to it) gives the coefficients: a tick counts whole steps, each in the tick
+// it ends in, and the errors that leaves at each end cancel in the sums. A term stays only
+// when the data supports it: a term
 // whose coefficient comes out non-positive is dropped (the most negative first) and the rest
 // fitted again; context_token is tried last and kept only when it lowers the residual RMS by
 // at least 5%. With data parallelism (dp engines, meta.json's data_parallel_size) the
