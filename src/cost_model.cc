@@ -58,9 +58,10 @@ struct ActivationTraffic {
   Int128 sampler_bytes = 0;    // bytes per sampled token
 };
 
-ActivationTraffic activation_traffic(const ModelSpec& m, std::int64_t devices, std::int64_t stages) {
+ActivationTraffic activation_traffic(const ModelSpec& m, const RooflineParallel& parallel) {
   const Int128 h = m.hidden_size;
-  const std::int64_t tp = std::max<std::int64_t>(1, devices / stages);
+  const std::int64_t tp = std::max<std::int64_t>(1, parallel.tensor_parallel);
+  const std::int64_t stages = std::max<std::int64_t>(1, parallel.pipeline_parallel);
   Int128 attention_io = 0;  // projections' inputs and outputs
   Int128 rotary = 0;        // q and k read and written
   if (m.mla) {
@@ -70,10 +71,12 @@ ActivationTraffic activation_traffic(const ModelSpec& m, std::int64_t devices, s
     attention_io = 2 * h + (q + o) / tp + d.kv_lora_rank + d.qk_rope_head_dim + 2 * Int128{d.q_lora_rank};
     rotary = 2 * (Int128{m.num_attention_heads} * d.qk_rope_head_dim / tp + d.qk_rope_head_dim);
   } else {
-    const Int128 q = Int128{m.num_attention_heads} * m.head_dim;
-    const Int128 kv = Int128{m.num_key_value_heads} * m.head_dim;
-    attention_io = 2 * h + (2 * q + 2 * kv) / tp;
-    rotary = 2 * (q + kv) / tp;
+    // Per rank: q / tp, and the KV heads split, but never below one whole head (vLLM
+    // replicates KV heads when there are fewer than ranks).
+    const Int128 q = Int128{m.num_attention_heads} * m.head_dim / tp;
+    const Int128 kv = Int128{std::max<std::int64_t>(1, m.num_key_value_heads / tp)} * m.head_dim;
+    attention_io = 2 * h + 2 * q + 2 * kv;
+    rotary = 2 * (q + kv);
   }
   const Int128 norms = 8 * h;
   Int128 dense_io = 0;
@@ -99,11 +102,12 @@ ActivationTraffic activation_traffic(const ModelSpec& m, std::int64_t devices, s
   t.matmul_io = (Int128{dense_layers} * (attention_io + dense_io) + Int128{moe_layers} * (attention_io + moe_io)) / stages;
   // Once a token: the embedding's gather (read and write a row, 2h) and the final
   // residual-add norm (4h), less the 2h the first layer's input norm does not do (it has no
-  // residual yet: read and write the row only).
+  // residual yet: read and write the row only). Like the rest of the roofline, everything is
+  // spread over the pipeline's stages (the LM head's FLOPs and weights too).
   t.elementwise = (Int128{dense_layers} * (norms + rotary + dense_act) +
-                   Int128{moe_layers} * (norms + rotary + moe_elementwise)) / stages + 4 * h;
-  t.matmul_io_sample = h + Int128{padded_vocab(m.vocab_size)} / tp;
-  t.sampler_bytes = Int128{10} * m.vocab_size;
+                   Int128{moe_layers} * (norms + rotary + moe_elementwise) + 4 * h) / stages;
+  t.matmul_io_sample = (h + Int128{padded_vocab(m.vocab_size)} / tp) / stages;
+  t.sampler_bytes = Int128{10} * m.vocab_size / stages;
   return t;
 }
 
@@ -161,8 +165,7 @@ CostModel roofline_cost_model(const ModelSpec& model, const KvLayout& layout, co
     const std::int64_t qk = model.mla ? model.mla->qk_nope_head_dim + model.mla->qk_rope_head_dim : model.head_dim;
     const std::int64_t v = model.mla ? model.mla->v_head_dim : model.head_dim;
     pair_flops = Int128{2} * model.num_attention_heads * (qk + v) * model.num_hidden_layers;
-    const ActivationTraffic t =
-        activation_traffic(model, devices, std::max<std::int64_t>(1, parallel.pipeline_parallel));
+    const ActivationTraffic t = activation_traffic(model, parallel);
     c.matmul_io_token_ps = ceil_ps(t.matmul_io * 2 * kPsPerSecond, bandwidth);
     c.matmul_io_sample_ps = ceil_ps(t.matmul_io_sample * 2 * kPsPerSecond, bandwidth);
     c.elementwise_token_ps = ceil_ps(t.elementwise * 2 * kPsPerSecond, bandwidth);

@@ -171,6 +171,27 @@ TEST_CASE("roofline: the activations the matmuls and the element-wise kernels mo
   CHECK(t.elementwise_token_ps == 928 * 2 * 2'000);
   CHECK(t.matmul_io_sample_ps == 96 * 2 * 2'000);
   CHECK(t.elementwise_sample_ps == 1'000 * 2'000);
+  // Four ranks for two KV heads: vLLM keeps a whole KV head on each rank, so k and v are 8
+  // values a rank, not 16 / 4; q is 32 / 4 = 8. Matmuls 2 x (64 + 2 x 8 + 2 x 8 + 64 + 192 /
+  // 4) = 416; element-wise 2 x (256 + 2 x (8 + 8) + 192 / 4) + 128 = 800.
+  RooflineParallel tp4;
+  tp4.tensor_parallel = 4;
+  KvOptions kv4;
+  kv4.tensor_parallel = 4;
+  const CostModel t4 = roofline_cost_model(m, kv_layout(m, kv4), tiny_device(), model_weights(m, kv4, b2), tp4);
+  CHECK(t4.matmul_io_token_ps == 416 * 2 * 2'000);
+  CHECK(t4.elementwise_token_ps == 800 * 2 * 2'000);
+  // Two pipeline stages: like the FLOPs and the weights, everything is spread over them, the
+  // once-a-token and per-sampled-token terms included: 832 / 2, 1,216 / 2, 160 / 2, 1,000 / 2.
+  RooflineParallel pp2;
+  pp2.pipeline_parallel = 2;
+  KvOptions kvp;
+  kvp.pipeline_parallel = 2;
+  const CostModel p = roofline_cost_model(m, kv_layout(m, kvp), tiny_device(), model_weights(m, kvp, b2), pp2);
+  CHECK(p.matmul_io_token_ps == 416 * 2 * 2'000);
+  CHECK(p.elementwise_token_ps == 608 * 2 * 2'000);
+  CHECK(p.matmul_io_sample_ps == 80 * 2 * 2'000);
+  CHECK(p.elementwise_sample_ps == 500 * 2'000);
   // An MoE layer of 4 experts of 16, 2 a token: the router reads h and writes 4 logits; each
   // expert reads h, writes 2 x 16 and reads 16, writes h: 32 + 4 + 2 x (64 + 48) = 260; the
   // experts' SiLU-and-mul 2 x 3 x 16 = 96 and their sum (read 2 rows of h, write one) 96.

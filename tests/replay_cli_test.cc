@@ -92,6 +92,17 @@ TEST_CASE("replay: --timing-device times a device without a budget, and --replic
   CHECK_THAT(j["budget"].get<std::string>(), Catch::Contains("none"));
   // 90% of 1,597 GB/s = 1.4373e12 B/s: 131,072 B per position -> ceil(91,193.21...) ps.
   CHECK(j["cost_model"]["roofline"]["per_kv_position_ps"] == 91'194);
+  // The activations (docs/replay.md), in bf16 values a token for Llama-3.1-8B's 32 layers
+  // (hidden 4,096, q 4,096, k and v 1,024 each, MLP 14,336): the matmuls' inputs and outputs
+  // 32 x (2 x 4,096 + 2 x 4,096 + 2 x 1,024 + 2 x 4,096 + 3 x 14,336) = 2,228,224 values,
+  // 4,456,448 B -> 3,100,569.1.. ps; the element-wise kernels 32 x (8 x 4,096 + 2 x 5,120 + 3 x
+  // 14,336) + 4 x 4,096 = 2,768,896 values -> 3,852,913.1.. ps; per sampled token the LM head's
+  // 4,096 + 128,256 values -> 184,167.5.. ps and the sampler's 10 x 128,256 bytes ->
+  // 892,339.8.. ps; each rounded up.
+  CHECK(j["cost_model"]["roofline"]["per_token_matmul_io_ps"] == 3'100'570);
+  CHECK(j["cost_model"]["roofline"]["per_token_elementwise_ps"] == 3'852'914);
+  CHECK(j["cost_model"]["roofline"]["per_sampled_token_matmul_io_ps"] == 184'168);
+  CHECK(j["cost_model"]["roofline"]["per_sampled_token_elementwise_ps"] == 892'340);
   CHECK(j["cost_model"]["roofline"]["per_token_collective_ps"] == 0);  // one device: no collectives
   // Tensor parallelism 2 over the preset's link (53 GB/s one way, 7.5 us a collective):
   // 2 x 32 layers + 1 = 65 all-reduces of 4,096 x 2 = 8,192 bytes per token, a ring of two

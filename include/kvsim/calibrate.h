@@ -23,8 +23,8 @@
 // it ends in, and the errors that leaves at each end cancel in the sums. A term stays only
 // when the data supports it: a term
 // whose coefficient comes out non-positive is dropped (the most negative first) and the rest
-// fitted again; context_token is tried last and kept only when it lowers the residual RMS by
-// at least 5%. With data parallelism (dp engines, meta.json's data_parallel_size) the
+// fitted again; context_token is tried last and kept only when it lowers the fit's residual
+// RMS by at least 5%. With data parallelism (dp engines, meta.json's data_parallel_size) the
 // timeseries sums the engines and the fit is per engine: each engine has D / dp requests
 // decoding over C / dp positions and decodes G / dp tokens in the tick, so it too takes
 // G / D steps, and

@@ -22,10 +22,11 @@ struct StepWork {
 };
 
 // One step's time in picoseconds (not rounded), by the model's own rule (kvsim/replay.h): the
-// linear sum, or for a roofline overhead + max(matmul FLOPs, weights) + max(attention FLOPs,
-// KV bytes) + tensor-parallel collectives: the matmuls and attention are separate kernels run
-// one after the other, each bounded by whichever of compute and memory is slower for it, and
-// the all-reduces between them wait for them. Saturates at the largest int64 (the engine
+// linear sum, or for a roofline overhead + max(matmul FLOPs, weights + matmul activations) +
+// max(attention FLOPs, KV bytes) + element-wise kernels + collectives: the matmuls and
+// attention are separate kernels run one after the other, each bounded by whichever of
+// compute and memory is slower for it, the element-wise kernels between them are
+// memory-bound, and the all-reduces wait for them. Saturates at the largest int64 (the engine
 // refuses a step that long).
 std::int64_t step_time_ps(const CostModel& cost, const StepWork& work);
 
@@ -42,6 +43,14 @@ std::int64_t step_time_ps(const CostModel& cost, const StepWork& work);
 //     weights     = weights on the device (all experts: every one is read when the batch
 //                   routes to it) / bandwidth, once per step
 //     kv_position = KV bytes per token on the device / bandwidth, per position read or written
+//     matmul_io_token, matmul_io_sample = the activations the matmuls read and write besides
+//       their weights (bf16), per token and per sampled token (LM head), on the matmuls'
+//       memory side
+//     elementwise_token, elementwise_sample = the element-wise kernels' reads and writes: two
+//       residual-add RMSNorms, rotary on q and k, SiLU-and-mul (and an MoE layer's sum of its
+//       experts' outputs) per layer, the embedding's row and the final norm once; the
+//       sampler's float32 copy of the logits and its argmax per sampled token. Hidden-sized
+//       tensors whole on every tensor-parallel rank, head- and intermediate-sized ones split.
 //   overhead = 0 per step (vLLM overlaps scheduling with the GPU step, see docs/replay.md);
 //     "--cost roofline:overhead=..." sets one.
 //   collectives, over the device's link (DevicePreset::link_*), a ring's time for p devices
