@@ -103,41 +103,56 @@ struct Fit {
   double rms = 0;
 };
 
+// Ticks per equation: the timeseries counts whole steps in a tick (a step across the tick's
+// end counts in the next one), so a tick's steps and tokens are off by up to a step at each
+// end, several percent when a tick holds a dozen steps. Those errors sit in the features, not
+// in the time (which is exact), and bias a fit made tick by tick: on the runs in
+// docs/fidelity.md its replays ran 2-5% fast. Summed over consecutive ticks, the errors
+// inside a block cancel and those at its two ends weigh less. A block holds at least
+// kCalibrationStepsPerBlock steps (by the ticks' median), its step count then right to about
+// 2%, while there stay at least twice as many blocks as terms. Running sums over the whole
+// run would cancel them all, but would also carry one stalled tick into every later equation.
+std::size_t block_ticks(const std::vector<CalibrationTick>& ticks) {
+  std::vector<double> steps;
+  for (const CalibrationTick& t : ticks) steps.push_back(t.steps);
+  if (steps.empty()) return 1;
+  std::nth_element(steps.begin(), steps.begin() + static_cast<std::ptrdiff_t>(steps.size() / 2), steps.end());
+  const double median = steps[steps.size() / 2];
+  const auto wanted = median > 0 ? static_cast<std::size_t>(std::ceil(kCalibrationStepsPerBlock / median)) : 1;
+  return std::clamp<std::size_t>(wanted, 1, std::max<std::size_t>(1, ticks.size() / (2 * kTerms)));
+}
+
+// Least squares over blocks of `block` consecutive busy ticks (the last may be shorter): each
+// equation is a block's length against the sum of its ticks' features. `rms` is the fit's own
+// residual, per tick of a block.
 Fit fit_terms(const std::vector<CalibrationTick>& ticks, const bool use[kTerms], double tick_s, double engines,
-              bool together) {
-  // One equation per busy tick, each the sum of the ticks up to it: time elapsed against the
-  // work done since the first busy tick. The timeseries counts whole steps in a tick (a step
-  // across the tick's end counts in the next one), so a tick's steps and tokens are off by up
-  // to a step at each end, several percent when a tick holds a dozen steps; in the running
-  // sums those errors cancel but for the last end, while the work grows with every tick. Tick
-  // by tick, the same errors sit in the features (not in the time, which is exact) and bias
-  // the fit: on the runs in docs/fidelity.md the replays then ran 2-5% fast.
+              bool together, std::size_t block) {
   std::vector<std::vector<double>> rows;
   std::vector<double> y;
-  std::vector<double> sums(kTerms, 0.0);
-  double elapsed = 0;
-  for (const CalibrationTick& t : ticks) {
-    const std::vector<double> f = features(t, engines, together);
-    elapsed += tick_s;
-    std::vector<double> row;
-    for (int k = 0; k < kTerms; ++k) {
-      const auto i = static_cast<std::size_t>(k);
-      sums[i] += f[i];
-      if (use[k]) row.push_back(sums[i]);
+  for (std::size_t first = 0; first < ticks.size(); first += block) {
+    std::vector<double> row(kTerms, 0.0);
+    double length = 0;
+    for (std::size_t j = first; j < std::min(ticks.size(), first + block); ++j) {
+      const std::vector<double> f = features(ticks[j], engines, together);
+      for (std::size_t k = 0; k < row.size(); ++k) row[k] += f[k];
+      length += tick_s;
     }
-    rows.push_back(row);
-    y.push_back(elapsed);
+    std::vector<double> used;
+    for (int k = 0; k < kTerms; ++k) {
+      if (use[k]) used.push_back(row[static_cast<std::size_t>(k)]);
+    }
+    rows.push_back(used);
+    y.push_back(length);
   }
   const std::vector<double> x = least_squares(rows, y);
   Fit fit;
   std::size_t i = 0;
   for (int k = 0; k < kTerms; ++k) fit.coef[k] = use[k] ? x[i++] : 0.0;
   double sse = 0;
-  for (const CalibrationTick& t : ticks) {
-    const std::vector<double> f = features(t, engines, together);
+  for (std::size_t r = 0; r < rows.size(); ++r) {
     double p = 0;
-    for (int k = 0; k < kTerms; ++k) p += fit.coef[k] * f[static_cast<std::size_t>(k)];
-    sse += (p - tick_s) * (p - tick_s);
+    for (std::size_t k = 0; k < rows[r].size(); ++k) p += x[k] * rows[r][k];
+    sse += (p - y[r]) * (p - y[r]);
   }
   fit.rms = std::sqrt(sse / static_cast<double>(ticks.size()));
   return fit;
@@ -224,11 +239,13 @@ Calibration calibrate(const MeasuredRun& run, bool replicas_step_together, const
                                                  " ticks were busy from start to end: too few to fit the cost model");
   }
   const auto engines = static_cast<double>(run.data_parallel);
+  c.block_ticks = static_cast<std::int64_t>(block_ticks(c.ticks));
   // A coefficient no rule allows to be negative means the data cannot see that term: the
   // most negative one goes, and the rest are fitted again, until all are positive.
   const auto prune = [&](bool (&use)[kTerms], std::string (&why)[kTerms]) {
     for (;;) {
-      const Fit f = fit_terms(c.ticks, use, c.tick_s, engines, c.steps_together);
+      const Fit f = fit_terms(c.ticks, use, c.tick_s, engines, c.steps_together,
+                              static_cast<std::size_t>(c.block_ticks));
       int worst = -1;
       for (int k = kPrefill; k < kTerms; ++k) {
         if (use[k] && f.coef[k] <= 0 && (worst < 0 || f.coef[k] < f.coef[worst])) worst = k;

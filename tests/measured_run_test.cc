@@ -292,8 +292,9 @@ TEST_CASE("calibrate: whole steps counted in the tick they end in do not make th
   // as vLLM's logger counts whole iterations, so a tick holds 19 or 20 steps, 20 or 21, ..:
   // its steps are off by up to one at each end. Fitted tick by tick, those errors sit in the
   // features: the terms came out 19.75 ms, 46.5 us and 5.13 ms (-1.2%, -7.1%, +2.6%).
-  // Fitted on the ticks' running sums, where they cancel but for the last end: 19.92 ms,
-  // 50.2 us and 5.02 ms, each within 0.5%.
+  // Fitted over blocks of consecutive ticks, where they cancel but at the blocks' ends: each
+  // within 0.5%. A block should hold 100 steps, 6 ticks here (the median tick holds 19), but
+  // the 29 busy ticks must make at least twice as many blocks as the 4 terms: 3 ticks a block.
   const auto dir = test::scratch_dir("calibrate-whole-steps");
   std::filesystem::create_directories(dir);
   const double base = 0.020, per_request = 0.005, per_prompt_token = 50e-6;
@@ -335,6 +336,8 @@ TEST_CASE("calibrate: whole steps counted in the tick they end in do not make th
     }
   }
   const Calibration c = calibrate(read_measured_run(dir.string(), std::nullopt, false));
+  CHECK(c.ticks.size() == 29);
+  CHECK(c.block_ticks == 3);
   CHECK(c.terms[0].seconds == Approx(base).epsilon(0.005));
   CHECK(c.terms[1].seconds == Approx(per_prompt_token).epsilon(0.005));
   CHECK(c.terms[2].seconds == Approx(per_request).epsilon(0.005));

@@ -18,10 +18,10 @@
 // tick's two ends (timeseries.csv) by more than one request an engine (the count is a
 // snapshot of each engine's last iteration in the tick), D is lowered to that count plus the
 // engines and C with it in proportion; not when the timeseries counts preemptions and has
-// none. Least squares over the busy ticks' running sums (the busy time up to each tick against
-// the work done up to it) gives the coefficients: a tick counts whole steps, each in the tick
-// it ends in, and the errors that leaves at each end cancel in the sums. A term stays only
-// when the data supports it: a term
+// none. Least squares gives the coefficients, over blocks of consecutive busy ticks (each
+// equation a block's length against the sum of its ticks' terms) holding at least 100 steps:
+// a tick counts whole steps, each in the tick it ends in, and the errors that leaves at its
+// ends cancel inside a block. A term stays only when the data supports it: a term
 // whose coefficient comes out non-positive is dropped (the most negative first) and the rest
 // fitted again; context_token is tried last and kept only when it lowers the fit's residual
 // RMS by at least 5%. With data parallelism (dp engines, meta.json's data_parallel_size) the
@@ -68,12 +68,17 @@ struct CalibrationTerm {
   std::string why;             // when not kept: the reason
 };
 
+// The steps a block of consecutive busy ticks holds at least (by the ticks' median), so that
+// the whole steps counted at its two ends put its step count off by about 2% at most.
+inline constexpr int kCalibrationStepsPerBlock = 100;
+
 struct Calibration {
   std::vector<CalibrationTerm> terms;   // in the order above
   std::vector<CalibrationTick> ticks;   // the ticks fitted
   std::int64_t ticks_in_run = 0;
   double tick_s = 1.0;
   bool steps_together = false;          // data-parallel replicas fitted as stepping together
+  std::int64_t block_ticks = 1;         // consecutive busy ticks summed into one equation
   double residual_rms_s = 0;            // of predicted - tick, over the fitted ticks
   double residual_max_s = 0;            // largest |predicted - tick|
   CostModel cost;                       // name "calibrated (RUN_DIR)"

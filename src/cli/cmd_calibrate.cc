@@ -31,8 +31,10 @@ const CommandSpec kSpec{
     "was busy throughout gives one equation: the tick's length = steps x base + prompt tokens x\n"
     "prefill-token + decoded tokens x decode-seq + steps x mean context x context-token, with\n"
     "decoded tokens = generated tokens less first tokens, and steps = decoded tokens / mean\n"
-    "requests decoding. The fit is over the equations' running sums (the busy time up to each\n"
-    "tick), in which the whole steps a tick counts at its ends cancel out. A term fitted\n"
+    "requests decoding. The fit sums consecutive ticks into blocks of at least 100 steps (by\n"
+    "the ticks' median; fewer when the run would make less than twice as many blocks as terms),\n"
+    "one equation a block: a tick counts whole steps, each in the tick it ends in, and the\n"
+    "errors that leaves at its ends cancel inside a block. A term fitted\n"
     "non-positive is dropped; context-token is kept only when it lowers the residual RMS per\n"
     "tick by 5% or more. Prints the fit, its residuals and the --cost spec for 'kvsim replay'\n"
     "and 'kvsim validate'.\n\n"
@@ -78,8 +80,8 @@ double share(std::int64_t part, std::int64_t whole) {
 
 std::string table(const MeasuredRun& run, const Calibration& c, const ReplayFindings& f) {
   std::string out = fmt::format("calibration of {} ({}, vLLM {})\n", run.dir, run.model, run.vllm_version);
-  out += fmt::format("ticks fitted: {} of {} (busy for the whole {} s tick)\n", c.ticks.size(), c.ticks_in_run,
-                     c.tick_s);
+  out += fmt::format("ticks fitted: {} of {} (busy for the whole {} s tick), summed {} to an equation\n",
+                     c.ticks.size(), c.ticks_in_run, c.tick_s, c.block_ticks);
   if (run.untimed_requests > 0) {
     out += fmt::format("{} of {} requests carry no timestamps (vLLM returned no metrics): their decodes are not "
                        "counted among the decoding, so the steps come out short by about their share, and the "
@@ -157,6 +159,7 @@ std::string json_of(const MeasuredRun& run, const Calibration& c, const ReplayFi
          {"tick_s", c.tick_s},
          {"data_parallel", run.data_parallel},
          {"steps_together", c.steps_together},
+         {"block_ticks", c.block_ticks},
          {"residual_rms_s", c.residual_rms_s},
          {"residual_max_s", c.residual_max_s},
          {"ticks", ticks}};
