@@ -241,7 +241,7 @@ ParameterSplit split_parameters(const ModelSpec& m) {
   const std::int64_t norms = mul(2, hidden);
 
   std::int64_t dense_mlp = 0;
-  std::int64_t dense_layers = m.num_hidden_layers;
+  const std::int64_t dense_layers = dense_mlp_layers(m);
   std::int64_t moe_mlp = 0;
   std::int64_t moe_mlp_per_token = 0;
   std::int64_t routed_expert_params = 0;  // per MoE layer
@@ -251,9 +251,7 @@ ParameterSplit split_parameters(const ModelSpec& m) {
     const std::int64_t router = mul(e.routed_experts, hidden);
     moe_mlp = add(mul(add(e.routed_experts, e.shared_experts), expert), router);
     routed_expert_params = mul(e.routed_experts, expert);
-    const std::int64_t used = e.experts_per_token > 0 ? std::min(e.experts_per_token, e.routed_experts) : e.routed_experts;
-    moe_mlp_per_token = add(mul(add(used, e.shared_experts), expert), router);
-    dense_layers = std::clamp<std::int64_t>(e.dense_layers, 0, m.num_hidden_layers);
+    moe_mlp_per_token = add(mul(add(routed_experts_used(e), e.shared_experts), expert), router);
     if (dense_layers > 0) dense_mlp = mul(3, mul(hidden, require_field(m.intermediate_size, "intermediate_size")));
   } else {
     dense_mlp = mul(3, mul(hidden, require_field(m.intermediate_size, "intermediate_size")));

@@ -71,10 +71,10 @@ ActivationTraffic activation_traffic(const ModelSpec& m, const RooflineParallel&
     attention_io = 2 * h + (q + o) / tp + d.kv_lora_rank + d.qk_rope_head_dim + 2 * Int128{d.q_lora_rank};
     rotary = 2 * (Int128{m.num_attention_heads} * d.qk_rope_head_dim / tp + d.qk_rope_head_dim);
   } else {
-    // Per rank: q / tp, and the KV heads split, but never below one whole head (vLLM
-    // replicates KV heads when there are fewer than ranks).
+    // Per rank: q / tp, and the KV heads as vLLM places them (one whole head, replicated,
+    // when there are fewer than ranks).
     const Int128 q = Int128{m.num_attention_heads} * m.head_dim / tp;
-    const Int128 kv = Int128{std::max<std::int64_t>(1, m.num_key_value_heads / tp)} * m.head_dim;
+    const Int128 kv = Int128{kv_heads_per_device(m.num_key_value_heads, m.num_attention_heads, tp)} * m.head_dim;
     attention_io = 2 * h + 2 * q + 2 * kv;
     rotary = 2 * (q + kv);
   }
@@ -85,17 +85,15 @@ ActivationTraffic activation_traffic(const ModelSpec& m, const RooflineParallel&
     dense_io = 2 * h + Int128{3} * m.intermediate_size / tp;
     dense_act = Int128{3} * m.intermediate_size / tp;
   }
-  std::int64_t dense_layers = m.num_hidden_layers;
+  const std::int64_t dense_layers = dense_mlp_layers(m);
   Int128 moe_io = 0;
   Int128 moe_elementwise = 0;
   if (m.moe) {
     const MoeDims& e = *m.moe;
-    const std::int64_t used =
-        e.experts_per_token > 0 ? std::min(e.experts_per_token, e.routed_experts) : e.routed_experts;
+    const std::int64_t used = routed_experts_used(e);
     const Int128 experts = Int128{used} + e.shared_experts;
     moe_io = h + e.routed_experts + experts * (2 * h + Int128{3} * e.expert_intermediate_size / tp);
     moe_elementwise = experts * 3 * e.expert_intermediate_size / tp + (Int128{used} + 1) * h;
-    dense_layers = std::clamp<std::int64_t>(e.dense_layers, 0, m.num_hidden_layers);
   }
   const std::int64_t moe_layers = m.num_hidden_layers - dense_layers;
   ActivationTraffic t;

@@ -224,7 +224,7 @@ std::vector<DeviceWeights> device_weights(const ModelSpec& m, const KvOptions& k
 
   std::vector<DeviceWeights> out;
   const auto stages = pipeline_stage_layers(m.num_hidden_layers, kv.pipeline_parallel);
-  const std::int64_t dense_until = m.moe ? std::clamp<std::int64_t>(m.moe->dense_layers, 0, m.num_hidden_layers) : m.num_hidden_layers;
+  const std::int64_t dense_until = dense_mlp_layers(m);
   for (std::size_t s = 0; s < stages.size(); ++s) {
     const auto [first, end] = stages[s];
     const bool first_stage = s == 0;

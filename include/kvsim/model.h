@@ -17,6 +17,7 @@
 #ifndef KVSIM_MODEL_H_
 #define KVSIM_MODEL_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -147,6 +148,18 @@ struct ModelSpec {
   std::optional<WeightQuantization> quantization = std::nullopt;
   bool attention_bias = false;           // q/k/v projections carry biases (Qwen2: qkv_bias)
 };
+
+// The routed experts a token goes through: num_experts_per_tok (at most every expert), or
+// every expert when the config does not say.
+inline std::int64_t routed_experts_used(const MoeDims& e) {
+  return e.experts_per_token > 0 ? std::min(e.experts_per_token, e.routed_experts) : e.routed_experts;
+}
+
+// The leading layers with a dense MLP: first_k_dense_replace for an MoE model (within the
+// layer count), every layer otherwise.
+inline std::int64_t dense_mlp_layers(const ModelSpec& m) {
+  return m.moe ? std::clamp<std::int64_t>(m.moe->dense_layers, 0, m.num_hidden_layers) : m.num_hidden_layers;
+}
 
 enum class MlaForm {
   latent,        // vLLM, SGLang, llama.cpp: kv_lora_rank + qk_rope_head_dim values, no V
