@@ -45,11 +45,18 @@ StepWork mixed_step() {
   return w;
 }
 
-CostModel tiny_roofline() {
-  const ModelSpec m = tiny_model();
-  const KvLayout layout = kv_layout(m, KvOptions{});
-  return roofline_cost_model(m, layout, tiny_device(), model_weights(m, KvOptions{}, BudgetOptions{}));
+// The roofline of `m` on the tiny device, its devices laid out as `tp` x `pp`.
+CostModel tiny_roofline(const ModelSpec& m, std::int64_t tp = 1, std::int64_t pp = 1) {
+  KvOptions kv;
+  kv.tensor_parallel = tp;
+  kv.pipeline_parallel = pp;
+  RooflineParallel parallel;
+  parallel.tensor_parallel = tp;
+  parallel.pipeline_parallel = pp;
+  return roofline_cost_model(m, kv_layout(m, kv), tiny_device(), model_weights(m, kv, BudgetOptions{}), parallel);
 }
+
+CostModel tiny_roofline() { return tiny_roofline(tiny_model()); }
 
 }  // namespace
 
@@ -161,12 +168,7 @@ TEST_CASE("roofline: the activations the matmuls and the element-wise kernels mo
   // 192 / 2) + 128 = 928; LM head 32 + 128 / 2 = 96; the sampler's pass over the whole logits
   // (gathered on every rank) unchanged.
   const ModelSpec m = tiny_model();
-  RooflineParallel tp2;
-  tp2.tensor_parallel = 2;
-  KvOptions kv2;
-  kv2.tensor_parallel = 2;
-  BudgetOptions b2;
-  const CostModel t = roofline_cost_model(m, kv_layout(m, kv2), tiny_device(), model_weights(m, kv2, b2), tp2);
+  const CostModel t = tiny_roofline(m, 2);
   CHECK(t.matmul_io_token_ps == 544 * 2 * 2'000);
   CHECK(t.elementwise_token_ps == 928 * 2 * 2'000);
   CHECK(t.matmul_io_sample_ps == 96 * 2 * 2'000);
@@ -174,20 +176,12 @@ TEST_CASE("roofline: the activations the matmuls and the element-wise kernels mo
   // Four ranks for two KV heads: vLLM keeps a whole KV head on each rank, so k and v are 8
   // values a rank, not 16 / 4; q is 32 / 4 = 8. Matmuls 2 x (64 + 2 x 8 + 2 x 8 + 64 + 192 /
   // 4) = 416; element-wise 2 x (256 + 2 x (8 + 8) + 192 / 4) + 128 = 800.
-  RooflineParallel tp4;
-  tp4.tensor_parallel = 4;
-  KvOptions kv4;
-  kv4.tensor_parallel = 4;
-  const CostModel t4 = roofline_cost_model(m, kv_layout(m, kv4), tiny_device(), model_weights(m, kv4, b2), tp4);
+  const CostModel t4 = tiny_roofline(m, 4);
   CHECK(t4.matmul_io_token_ps == 416 * 2 * 2'000);
   CHECK(t4.elementwise_token_ps == 800 * 2 * 2'000);
   // Two pipeline stages: like the FLOPs and the weights, everything is spread over them, the
   // once-a-token and per-sampled-token terms included: 832 / 2, 1,216 / 2, 160 / 2, 1,000 / 2.
-  RooflineParallel pp2;
-  pp2.pipeline_parallel = 2;
-  KvOptions kvp;
-  kvp.pipeline_parallel = 2;
-  const CostModel p = roofline_cost_model(m, kv_layout(m, kvp), tiny_device(), model_weights(m, kvp, b2), pp2);
+  const CostModel p = tiny_roofline(m, 1, 2);
   CHECK(p.matmul_io_token_ps == 416 * 2 * 2'000);
   CHECK(p.elementwise_token_ps == 608 * 2 * 2'000);
   CHECK(p.matmul_io_sample_ps == 80 * 2 * 2'000);
@@ -198,8 +192,7 @@ TEST_CASE("roofline: the activations the matmuls and the element-wise kernels mo
   // Matmuls 2 x (160 + 260) = 840; element-wise 2 x (256 + 96 + 96 + 96) + 128 = 1,216.
   ModelSpec moe = m;
   moe.moe = MoeDims{4, 0, 16, 0, 2};
-  const CostModel e = roofline_cost_model(moe, kv_layout(moe, KvOptions{}), tiny_device(),
-                                          model_weights(moe, KvOptions{}, BudgetOptions{}));
+  const CostModel e = tiny_roofline(moe);
   CHECK(e.matmul_io_token_ps == 840 * 2 * 2'000);
   CHECK(e.elementwise_token_ps == 1'216 * 2 * 2'000);
 }

@@ -18,6 +18,15 @@ namespace {
 
 const std::string kData = std::string(KVSIM_SOURCE_DIR) + "/tests/data/measured";
 
+// meta.json of a one-engine vLLM 0.19 run of Llama-3.1-8B with 1 s ticks, started at
+// 2026-01-01T00:00:00Z (arrival_time 1767225600 in requests.jsonl).
+void write_one_engine_meta(const std::filesystem::path& dir) {
+  std::ofstream(dir / "meta.json") << R"({"model": "meta-llama/Llama-3.1-8B", "vllm_version": "0.19.0",
+  "engine_kwargs": {"tensor_parallel_size": 1, "data_parallel_size": 1, "max_num_seqs": 128,
+    "max_num_batched_tokens": 2048, "max_model_len": null},
+  "dataset_path": "workloads/none.jsonl", "started_at": "2026-01-01T00:00:00Z", "tick_seconds": 1.0})";
+}
+
 }  // namespace
 
 TEST_CASE("measured run: TTFT, TPOT, latency and the clock mapping of a hand-made run") {
@@ -316,11 +325,7 @@ TEST_CASE("calibrate: whole steps counted in the tick they end in do not make th
     }
   }
   {
-    std::ofstream meta(dir / "meta.json");
-    meta << R"({"model": "meta-llama/Llama-3.1-8B", "vllm_version": "0.19.0",
-  "engine_kwargs": {"tensor_parallel_size": 1, "data_parallel_size": 1, "max_num_seqs": 128,
-    "max_num_batched_tokens": 2048, "max_model_len": null},
-  "dataset_path": "workloads/none.jsonl", "started_at": "2026-01-01T00:00:00Z", "tick_seconds": 1.0})";
+    write_one_engine_meta(dir);
     std::ofstream requests(dir / "requests.jsonl");
     for (std::size_t k = 0; k < 6; ++k) {
       requests << R"({"request_id": "w-)" << k << R"(", "input_toks": 100, "output_toks": )" << leave_after[k] + 1
@@ -357,11 +362,7 @@ TEST_CASE("calibrate: a request preempted between its first and last token is no
   const auto dir = test::scratch_dir("calibrate-preempted");
   std::filesystem::create_directories(dir);
   {
-    std::ofstream meta(dir / "meta.json");
-    meta << R"({"model": "meta-llama/Llama-3.1-8B", "vllm_version": "0.19.0",
-  "engine_kwargs": {"tensor_parallel_size": 1, "data_parallel_size": 1, "max_num_seqs": 128,
-    "max_num_batched_tokens": 2048, "max_model_len": null},
-  "dataset_path": "workloads/none.jsonl", "started_at": "2026-01-01T00:00:00Z", "tick_seconds": 1.0})";
+    write_one_engine_meta(dir);
     std::ofstream requests(dir / "requests.jsonl");
     for (int i = 0; i < 4; ++i) {
       requests << R"({"request_id": "p-)" << i << R"(", "input_toks": 100, "output_toks": 101, "arrival_time": 1767225600.0, "queued_ts": 1000.0, "scheduled_ts": 1000.0, "first_token_ts": 1000.5, "last_token_ts": 1010.5})" "\n";
