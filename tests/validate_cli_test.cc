@@ -651,6 +651,15 @@ TEST_CASE("validate: KV usage per tick as vLLM counts it, the pool less its null
   const auto table = test::run_cli({"validate", dir.string(), "--workload", kData + "/tiny/workloads/tiny.jsonl",
                                     "--cost", "constant:step=10ms,prefill-token=0ps"});
   CHECK_THAT(table.out, Catch::Contains("KV usage, MAE per tick    1.67 percentage points"));
+  // --per-tick: the three ticks side by side, the figures the MAEs above are the means of.
+  const std::string per_tick = (base / "ticks.csv").string();
+  const auto written = test::run_cli({"validate", dir.string(), "--workload", kData + "/tiny/workloads/tiny.jsonl",
+                                      "--cost", "constant:step=10ms,prefill-token=0ps", "--per-tick", per_tick});
+  REQUIRE(written.exit_code == 0);
+  CHECK(test::slurp(per_tick) ==
+        "t_s,measured_running,simulated_running,measured_waiting,simulated_waiting,measured_kv_usage_percent,"
+        "simulated_kv_usage_percent\n"
+        "0.025,1,1,0,0,75,70\n0.525,1,1,0,0,20,20\n1,0,0,0,0,0,0\n");
   std::filesystem::remove_all(base);
 }
 

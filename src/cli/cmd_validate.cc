@@ -80,8 +80,16 @@ double diff_percent(double measured, double simulated) {
   return measured != 0 ? (simulated - measured) / measured * 100 : 0;
 }
 
+// One tick of timeseries.csv beside the simulated state at its end (--per-tick).
+struct TickRow {
+  double t_s = 0;
+  std::int64_t measured_running = 0, simulated_running = 0, measured_waiting = 0, simulated_waiting = 0;
+  double measured_kv_percent = 0, simulated_kv_percent = 0;
+};
+
 struct Result {
   Comparison ttft, tpot, latency;
+  std::vector<TickRow> per_tick;
   double running_mae = 0, waiting_mae = 0;
   std::int64_t ticks = 0;
   bool kv_recorded = false;
@@ -172,9 +180,11 @@ Result compare(const MeasuredRun& run, const ReplayReport& report, const std::ve
       waiting += s.queued;
       allocated += s.allocated_bytes;
     }
+    const double kv_percent = capacity > 0 ? static_cast<double>(allocated) / capacity * 100 : 0;
     running_err += std::abs(static_cast<double>(running - t.running));
     waiting_err += std::abs(static_cast<double>(waiting - t.waiting));
-    if (capacity > 0) kv_err += std::abs(static_cast<double>(allocated) / capacity * 100 - t.kv_cache_percent);
+    kv_err += std::abs(kv_percent - t.kv_cache_percent);
+    r.per_tick.push_back({t.t_s, t.running, running, t.waiting, waiting, t.kv_cache_percent, kv_percent});
   }
   r.ticks = static_cast<std::int64_t>(run.ticks.size());
   if (r.ticks > 0) {
@@ -315,6 +325,20 @@ std::string json_of(const MeasuredRun& run, const ReplayPlan& plan, const std::s
   return j.dump(2) + "\n";
 }
 
+// --per-tick: one CSV row a tick of timeseries.csv, measured beside simulated (the replicas
+// summed), KV usage empty where the run did not record it.
+std::string per_tick_csv(const Result& r) {
+  std::string out =
+      "t_s,measured_running,simulated_running,measured_waiting,simulated_waiting,measured_kv_usage_percent,"
+      "simulated_kv_usage_percent\n";
+  for (const TickRow& t : r.per_tick) {
+    out += fmt::format("{},{},{},{},{},", t.t_s, t.measured_running, t.simulated_running, t.measured_waiting,
+                       t.simulated_waiting);
+    out += r.kv_recorded ? fmt::format("{},{}\n", t.measured_kv_percent, t.simulated_kv_percent) : ",\n";
+  }
+  return out;
+}
+
 }  // namespace
 
 int run_validate(const Invocation& inv) {
@@ -326,7 +350,10 @@ int run_validate(const Invocation& inv) {
       "the run's workload (default: meta.json's dataset_path, relative to the folder above the run)")(
       "json", "print the comparison as JSON instead of the table")(
       "per-request", po::value<std::string>(),
-      "write the simulated requests to this CSV file, one row each (as replay --per-request)");
+      "write the simulated requests to this CSV file, one row each (as replay --per-request)")(
+      "per-tick", po::value<std::string>(),
+      "write this CSV file: one row a tick of timeseries.csv, its running and waiting counts (and KV usage, "
+      "where recorded) measured beside simulated, the replicas summed");
   options.add(own);
   po::options_description hidden;
   hidden.add_options()("run", po::value<std::string>())("trace", po::value<std::string>());
@@ -353,6 +380,11 @@ int run_validate(const Invocation& inv) {
   samples.resize(std::max<std::size_t>(samples.size(), plan.replicas > 1 ? static_cast<std::size_t>(plan.replicas) : 1));
   const std::vector<EngineState> states = engine_states(std::move(samples), r.records, r.replica_of);
   const Result result = compare(run, r.report, r.records, r.wall_offset_s, states);
+  if (const auto path = option_text(vm, "per-tick")) {
+    std::ofstream out(*path, std::ios::binary);
+    if (!out) throw InputError(Location{*path, 0, ""}, "cannot write the per-tick file");
+    out << per_tick_csv(result);
+  }
   fmt::print("{}", plan.json ? json_of(run, plan, r.budget_source, r.report, result)
                          : table(run, plan, r.budget_source, r.report, result));
   return kExitOk;
