@@ -309,12 +309,17 @@ ModelWeights model_weights(const ModelSpec& model, const KvOptions& kv, const Bu
   // Expert parallelism: a device holds floor(routed parameters / N) of the routed experts'
   // parameters, and all the rest.
   std::int64_t spread_bytes = 0;
-  if (o.expert_parallel_ranks > 1 && model.moe) {
-    const std::int64_t experts = split_parameters(model).routed_experts;
-    const std::int64_t bits = w.weight_bits > 0 ? w.weight_bits : 16;
-    spread_bytes = ceil_div(checked_mul(experts - experts / o.expert_parallel_ranks, bits, "expert bits"), 8);
+  const std::int64_t experts = model.moe ? split_parameters(model).routed_experts : 0;
+  const std::int64_t bits = w.weight_bits > 0 ? w.weight_bits : 16;
+  const std::int64_t ranks = std::max<std::int64_t>(1, o.expert_parallel_ranks);
+  if (ranks > 1 && model.moe) {
+    spread_bytes = ceil_div(checked_mul(experts - experts / ranks, bits, "expert bits"), 8);
   }
   w.weights_bytes_per_device = ceil_div(std::max<std::int64_t>(0, w.weights_bytes - spread_bytes), w.devices);
+  if (w.parameter_count > 0 && experts > 0) {
+    w.routed_expert_bytes_per_device = std::min(
+        w.weights_bytes_per_device, ceil_div(ceil_div(checked_mul(experts / ranks, bits, "expert bits"), 8), w.devices));
+  }
   return w;
 }
 

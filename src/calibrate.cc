@@ -8,19 +8,40 @@
 
 #include <fmt/format.h>
 
+#include "kvsim/cost_model.h"
 #include "kvsim/error.h"
 
 namespace kvsim {
 namespace {
 
-enum Term { kBase, kPrefill, kDecode, kContext, kTerms };
-const char* const kTermNames[kTerms] = {"base", "prefill-token", "decode-seq", "context-token"};
+enum Term { kBase, kPrefill, kDecode, kContext, kExperts, kTerms };
+const char* const kTermNames[kTerms] = {"base", "prefill-token", "decode-seq", "context-token", "expert-weights"};
 
 // How much of [a0, a1] overlaps [b0, b1].
 double overlap(double a0, double a1, double b0, double b1) { return std::max(0.0, std::min(a1, b1) - std::max(a0, b0)); }
 
-// The busy ticks with their P, G, D, C and S.
-std::vector<CalibrationTick> busy_ticks(const MeasuredRun& run, const ReplayEstimate& estimate) {
+// X, the expected share of the device's routed experts the tick's steps reach, summed over
+// them: from the replay's steps in the tick where it has any (their mean share, times S),
+// else from the tick itself: min(S, first tokens) steps each prefill P / that many prompt
+// tokens beside the D decodes, and the rest decode D tokens. D counts every engine's decodes,
+// which is what each device's experts serve when the replicas step together (with
+// independent engines, the MoE model's each serves its own D / dp).
+double expert_steps(const CalibrationTick& t, const CalibrationModel& m, double engines, double replay_share) {
+  if (m.routed_experts <= 0) return 0;
+  if (replay_share >= 0) return t.steps * replay_share;
+  const double decoding = m.replicas_step_together ? t.decoding_mean : t.decoding_mean / engines;
+  const double prompts = m.replicas_step_together ? t.prompt_tokens : t.prompt_tokens / engines;
+  const auto share = [&](double tokens) {
+    return routed_expert_share(m.routed_experts, m.experts_per_token, std::llround(tokens));
+  };
+  const double prefill_steps = std::min(t.steps, t.generated_tokens - t.decoded_tokens);
+  if (prefill_steps <= 0) return t.steps * share(decoding);
+  return prefill_steps * share(decoding + prompts / prefill_steps) + (t.steps - prefill_steps) * share(decoding);
+}
+
+// The busy ticks with their P, G, D, C, S and X.
+std::vector<CalibrationTick> busy_ticks(const MeasuredRun& run, const CalibrationModel& model,
+                                        const ReplayEstimate& estimate) {
   const std::vector<std::int64_t>& served_by_cache = estimate.served_by_cache;
   const bool take_out_cached = !served_by_cache.empty() && credits_cached_prompt_tokens(run);
   const double origin = tick_origin_monotonic_s(run);
@@ -84,6 +105,8 @@ std::vector<CalibrationTick> busy_ticks(const MeasuredRun& run, const ReplayEsti
     // (G / dp) / (D / dp) = G / D steps too.
     t.decoded_tokens = std::max(0.0, t.generated_tokens - first_tokens);
     t.steps = t.decoded_tokens / t.decoding_mean;
+    if (!estimate.steps.empty()) t.from_replay = estimate.steps[i];
+    t.expert_steps = expert_steps(t, model, static_cast<double>(run.data_parallel), t.from_replay.expert_share);
     ticks.push_back(t);
   }
   return ticks;
@@ -94,8 +117,10 @@ std::vector<CalibrationTick> busy_ticks(const MeasuredRun& run, const ReplayEsti
 // tokens, while engines that step together wait for the one prefilling, so a step's length
 // carries all of P (prompts rarely reach two replicas in the same step).
 std::vector<double> features(const CalibrationTick& t, double engines, bool together) {
-  return {t.steps, together ? t.prompt_tokens : t.prompt_tokens / engines, t.decoded_tokens / engines,
-          t.steps * t.context_mean / engines};
+  const auto factor = [&](double f) { return together && f >= 0 ? f : 1.0; };
+  return {t.steps, together ? t.prompt_tokens * factor(t.from_replay.prompt_factor) : t.prompt_tokens / engines,
+          t.decoded_tokens / engines * factor(t.from_replay.decode_factor),
+          t.steps * t.context_mean / engines * factor(t.from_replay.context_factor), t.expert_steps};
 }
 
 struct Fit {
@@ -112,14 +137,14 @@ struct Fit {
 // kCalibrationStepsPerBlock steps (by the ticks' median), its step count then right to about
 // 2%, while there stay at least twice as many blocks as terms. Running sums over the whole
 // run would cancel them all, but would also carry one stalled tick into every later equation.
-std::size_t block_ticks(const std::vector<CalibrationTick>& ticks) {
+std::size_t block_ticks(const std::vector<CalibrationTick>& ticks, int terms) {
   std::vector<double> steps;
   for (const CalibrationTick& t : ticks) steps.push_back(t.steps);
   if (steps.empty()) return 1;
   std::nth_element(steps.begin(), steps.begin() + static_cast<std::ptrdiff_t>(steps.size() / 2), steps.end());
   const double median = steps[steps.size() / 2];
   const auto wanted = median > 0 ? static_cast<std::size_t>(std::ceil(kCalibrationStepsPerBlock / median)) : 1;
-  return std::clamp<std::size_t>(wanted, 1, std::max<std::size_t>(1, ticks.size() / (2 * kTerms)));
+  return std::clamp<std::size_t>(wanted, 1, std::max<std::size_t>(1, ticks.size() / (2 * static_cast<std::size_t>(terms))));
 }
 
 // Least squares over blocks of `block` consecutive busy ticks (the last may be shorter): each
@@ -217,29 +242,35 @@ bool credits_cached_prompt_tokens(const MeasuredRun& run) {
                       [](const MeasuredTick& t) { return t.computed_prompt_tokens_per_s >= 0; });
 }
 
-Calibration calibrate(const MeasuredRun& run, bool replicas_step_together, const ReplayEstimate& estimate) {
+Calibration calibrate(const MeasuredRun& run, const CalibrationModel& model, const ReplayEstimate& estimate) {
   if (!estimate.served_by_cache.empty() && estimate.served_by_cache.size() != run.requests.size()) {
     throw InputError(Location{run.dir + "/requests.jsonl", 0, ""},
                      "prefix-cache hits for " + std::to_string(estimate.served_by_cache.size()) +
                          " requests, but the run has " + std::to_string(run.requests.size()));
   }
-  if (!estimate.recomputed.empty() && estimate.recomputed.size() != run.ticks.size()) {
-    throw InputError(Location{run.dir + "/timeseries.csv", 0, ""},
-                     "recomputed tokens for " + std::to_string(estimate.recomputed.size()) + " ticks, but the run has " +
-                         std::to_string(run.ticks.size()));
+  for (const std::size_t size : {estimate.recomputed.size(), estimate.steps.size()}) {
+    if (size != 0 && size != run.ticks.size()) {
+      throw InputError(Location{run.dir + "/timeseries.csv", 0, ""},
+                       "replay estimates for " + std::to_string(size) + " ticks, but the run has " +
+                           std::to_string(run.ticks.size()));
+    }
   }
   Calibration c;
-  c.steps_together = replicas_step_together && run.data_parallel > 1;
+  c.steps_together = model.replicas_step_together && run.data_parallel > 1;
   c.tick_s = run.tick_s;
   c.ticks_in_run = static_cast<std::int64_t>(run.ticks.size());
-  c.ticks = busy_ticks(run, estimate);
+  CalibrationModel as_run = model;
+  as_run.replicas_step_together = c.steps_together;
+  c.ticks = busy_ticks(run, as_run, estimate);
   const std::string where = run.dir + "/timeseries.csv";
-  if (c.ticks.size() < kTerms + 2) {
+  // The terms this model can have: all but the experts' for a dense one.
+  const int terms = model.routed_experts > 0 ? kTerms : kExperts;
+  if (c.ticks.size() < static_cast<std::size_t>(terms) + 2) {
     throw InputError(Location{where, 0, ""}, "only " + std::to_string(c.ticks.size()) +
                                                  " ticks were busy from start to end: too few to fit the cost model");
   }
   const auto engines = static_cast<double>(run.data_parallel);
-  c.block_ticks = static_cast<std::int64_t>(block_ticks(c.ticks));
+  c.block_ticks = static_cast<std::int64_t>(block_ticks(c.ticks, terms));
   // A coefficient no rule allows to be negative means the data cannot see that term: the
   // most negative one goes, and the rest are fitted again, until all are positive.
   const auto prune = [&](bool (&use)[kTerms], std::string (&why)[kTerms]) {
@@ -255,29 +286,36 @@ Calibration calibrate(const MeasuredRun& run, bool replicas_step_together, const
       why[worst] = "fitted non-positive";
     }
   };
-  bool use[kTerms] = {true, true, true, false};
+  bool use[kTerms] = {true, true, true, false, false};
   std::string why[kTerms];
   Fit fit = prune(use, why);
-  // Context: only when it pays for itself.
-  bool use_context[kTerms] = {true, true, true, true};
-  std::string why_context[kTerms];
-  const Fit richer = prune(use_context, why_context);
-  if (fit.rms < 1e-9 * c.tick_s) {
-    why[kContext] = "the ticks are explained exactly without it";
-  } else if (!use_context[kContext]) {
-    why[kContext] = why_context[kContext];
-  } else if (richer.rms > 0.95 * fit.rms) {
-    why[kContext] = "lowers the residual RMS by less than 5%";
-  } else {
-    fit = richer;
-    std::copy(std::begin(use_context), std::end(use_context), std::begin(use));
-    std::copy(std::begin(why_context), std::end(why_context), std::begin(why));
+  // Context, then (for a model with routed experts) their share reached: each only when it
+  // pays for itself.
+  for (const int term : {kContext, kExperts}) {
+    if (term >= terms) continue;
+    bool use_more[kTerms];
+    std::copy(std::begin(use), std::end(use), std::begin(use_more));
+    use_more[term] = true;
+    std::string why_more[kTerms];
+    std::copy(std::begin(why), std::end(why), std::begin(why_more));
+    const Fit richer = prune(use_more, why_more);
+    if (fit.rms < 1e-9 * c.tick_s) {
+      why[term] = "the ticks are explained exactly without it";
+    } else if (!use_more[term]) {
+      why[term] = why_more[term];
+    } else if (richer.rms > 0.95 * fit.rms) {
+      why[term] = "lowers the residual RMS by less than 5%";
+    } else {
+      fit = richer;
+      std::copy(std::begin(use_more), std::end(use_more), std::begin(use));
+      std::copy(std::begin(why_more), std::end(why_more), std::begin(why));
+    }
   }
   if (fit.coef[kBase] <= 0) {
     throw InputError(Location{where, 0, ""}, "the fit gives no positive time per step; the ticks do not describe "
                                              "a busy engine");
   }
-  for (int k = 0; k < kTerms; ++k) c.terms.push_back({kTermNames[k], fit.coef[k], use[k], why[k]});
+  for (int k = 0; k < terms; ++k) c.terms.push_back({kTermNames[k], fit.coef[k], use[k], why[k]});
   double sse = 0, worst = 0;
   for (auto& t : c.ticks) {
     const std::vector<double> f = features(t, engines, c.steps_together);
@@ -297,9 +335,14 @@ Calibration calibrate(const MeasuredRun& run, bool replicas_step_together, const
   c.cost.prefill_token_ps = ps(fit.coef[kPrefill]);
   c.cost.decode_seq_ps = ps(fit.coef[kDecode]);
   c.cost.context_token_ps = ps(fit.coef[kContext]);
+  c.cost.expert_weights_ps = ps(fit.coef[kExperts]);
+  c.cost.routed_experts = model.routed_experts;
+  c.cost.experts_per_token = model.experts_per_token;
   c.cost_spec = "linear:base=" + microseconds(c.cost.base_ps) + ",prefill-token=" +
                 microseconds(c.cost.prefill_token_ps) + ",decode-seq=" + microseconds(c.cost.decode_seq_ps) +
                 ",context-token=" + microseconds(c.cost.context_token_ps);
+  // For an MoE model, named even when not kept, so that the roofline's never stands in.
+  if (model.routed_experts > 0) c.cost_spec += ",expert-weights=" + microseconds(c.cost.expert_weights_ps);
   return c;
 }
 

@@ -1,6 +1,7 @@
 #include "kvsim/cost_model.h"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -109,19 +110,40 @@ ActivationTraffic activation_traffic(const ModelSpec& m, const RooflineParallel&
   return t;
 }
 
+// The routed experts' read in a step: expert_weights_ps times the share of the experts the
+// step's tokens (and the other replicas', where they step together) reach, to the nearest ps.
+Int128 expert_weights_read(const CostModel& c, const StepWork& w) {
+  if (c.expert_weights_ps == 0) return 0;
+  const double share = routed_expert_share(c.routed_experts, c.experts_per_token, tokens_of(w) + w.peer_tokens);
+  return Int128{std::llround(static_cast<double>(c.expert_weights_ps) * share)};
+}
+
 }  // namespace
+
+double routed_expert_share(std::int64_t experts, std::int64_t per_token, std::int64_t tokens) {
+  if (tokens <= 0) return 0;
+  if (per_token >= experts) return 1;
+  // (1 - k / E)^T by squaring.
+  double base = static_cast<double>(experts - per_token) / static_cast<double>(experts);
+  double missed = 1;
+  for (std::int64_t t = tokens; t > 0; t >>= 1) {
+    if ((t & 1) != 0) missed *= base;
+    base *= base;
+  }
+  return 1 - missed;
+}
 
 std::int64_t step_time_ps(const CostModel& c, const StepWork& w) {
   Int128 ps = 0;
   if (!c.roofline) {
     ps = Int128{c.base_ps} + Int128{c.prefill_token_ps} * w.prefill_tokens + Int128{c.decode_seq_ps} * w.decode_seqs +
-         Int128{c.context_token_ps} * w.context;
+         Int128{c.context_token_ps} * w.context + expert_weights_read(c, w);
   } else {
     // The matmuls and attention run one after the other, each bounded by its own roofline.
     const Int128 matmul_compute = Int128{c.prefill_token_ps} * w.prefill_tokens +
                                   Int128{c.decode_seq_ps} * w.decode_seqs + Int128{c.sample_token_ps} * w.sampled;
-    const Int128 matmul_memory =
-        Int128{c.weights_ps} + Int128{c.matmul_io_token_ps} * tokens_of(w) + Int128{c.matmul_io_sample_ps} * w.sampled;
+    const Int128 matmul_memory = Int128{c.weights_ps} + expert_weights_read(c, w) +
+                                 Int128{c.matmul_io_token_ps} * tokens_of(w) + Int128{c.matmul_io_sample_ps} * w.sampled;
     const Int128 attention_compute = Int128{c.attention_pair_ps} * (Int128{w.prefill_pairs} + w.context);
     const Int128 attention_memory = Int128{c.kv_position_ps} * (Int128{w.context} + w.prefill_context);
     const std::int64_t tokens = tokens_of(w);
@@ -177,7 +199,13 @@ CostModel roofline_cost_model(const ModelSpec& model, const KvLayout& layout, co
   c.decode_seq_ps = c.prefill_token_ps;
   c.sample_token_ps = ceil_ps(Int128{2} * ceil_div(lm_head, devices) * kPsPerSecond, flops);
   c.attention_pair_ps = ceil_ps(ceil_div(pair_flops, Int128{tp}) * kPsPerSecond, flops);
-  c.weights_ps = ceil_ps(Int128{weights.weights_bytes_per_device} * kPsPerSecond, bandwidth);
+  c.weights_ps = ceil_ps(
+      Int128{weights.weights_bytes_per_device - weights.routed_expert_bytes_per_device} * kPsPerSecond, bandwidth);
+  if (model.moe && weights.routed_expert_bytes_per_device > 0) {
+    c.expert_weights_ps = ceil_ps(Int128{weights.routed_expert_bytes_per_device} * kPsPerSecond, bandwidth);
+    c.routed_experts = model.moe->routed_experts;
+    c.experts_per_token = routed_experts_used(*model.moe);
+  }
   c.kv_position_ps = ceil_ps(Int128{layout.bytes_per_token()} * kPsPerSecond, bandwidth);
   // Collectives over the device's link, activations in bf16 (2 bytes a value).
   const Int128 link = device.link_bytes_per_second;
@@ -202,8 +230,9 @@ CostModel roofline_cost_model(const ModelSpec& model, const KvLayout& layout, co
     c.replica_collective_token_ps =
         ceil_ps(Int128{ops} * (p - 1) * model.hidden_size * 2 * kPsPerSecond, Int128{p} * link);
   }
-  // The linear model's four terms, for "--cost linear" and "constant" to start from: the
-  // weights' read as the base, the matmuls per token, the KV read per position.
+  // The linear model's terms, for "--cost linear" and "constant" to start from: the read of
+  // the weights but the routed experts as the base, the matmuls per token, the KV read per
+  // position, and the routed experts' read as it is (expert_weights_ps).
   c.base_ps = c.weights_ps;
   c.context_token_ps = c.kv_position_ps;
   c.name = "roofline " + c.device + " (per step: matmuls and attention, each the slower of its FLOPs at " +
@@ -268,6 +297,9 @@ CostModel parse_cost_model(std::string_view text, const CostModel& roofline, std
   c.prefill_token_ps = roofline.prefill_token_ps;
   c.decode_seq_ps = kind == "linear" ? roofline.decode_seq_ps : 0;
   c.context_token_ps = kind == "linear" ? roofline.context_token_ps : 0;
+  c.expert_weights_ps = kind == "linear" ? roofline.expert_weights_ps : 0;
+  c.routed_experts = roofline.routed_experts;
+  c.experts_per_token = roofline.experts_per_token;
   const std::string_view rest = colon == std::string_view::npos ? std::string_view{} : text.substr(colon + 1);
   for (const auto& [key, value] : parse_key_values(rest, field)) {
     const std::int64_t ps = parse_duration_ps(value, std::string(field) + " " + std::string(key));
@@ -276,8 +308,17 @@ CostModel parse_cost_model(std::string_view text, const CostModel& roofline, std
     else if (key == "prefill-token") c.prefill_token_ps = ps;
     else if (kind == "linear" && key == "decode-seq") c.decode_seq_ps = ps;
     else if (kind == "linear" && key == "context-token") c.context_token_ps = ps;
+    else if (kind == "linear" && key == "expert-weights") {
+      if (c.routed_experts == 0 && ps != 0) {
+        throw InputError(where, "expert-weights is the read of a mixture-of-experts model's routed experts, and this "
+                                "model has none");
+      }
+      c.expert_weights_ps = ps;
+    }
     else throw InputError(where, "unknown parameter '" + std::string(key) + "' for " + std::string(kind) + " (" +
-                                     (kind == "constant" ? "step, prefill-token" : "base, prefill-token, decode-seq, context-token") + ")");
+                                     (kind == "constant" ? "step, prefill-token"
+                                                         : "base, prefill-token, decode-seq, context-token, expert-weights") +
+                                     ")");
   }
   // A step that takes no time would make every latency 0 and every rate infinite.
   if (c.base_ps <= 0) {

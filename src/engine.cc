@@ -847,6 +847,11 @@ void Engine::deliver_step() {
 
 void Engine::run_iteration() { end_step(begin_step()); }
 
+std::int64_t Engine::retime_step(std::int64_t peer_tokens) {
+  step_work_.peer_tokens = peer_tokens;
+  return step_duration(step_work_);
+}
+
 void Engine::open_step() {
   step_memory_bound_ = false;
   step_preempted_ = false;
@@ -933,7 +938,8 @@ void Engine::end_step(std::int64_t duration) {
   if (step_memory_bound_) report_.memory_bound_ns += duration;
   if (scheduler_tracks_requests_) scheduler_->end_step(view_, step_preempted_, decode_seqs);
 
-  recorder_.end_of_step_state(running_, queued_);
+  recorder_.end_of_step_state(running_, queued_,
+                              StepCounts{prefill_tokens, decode_seqs, step_work_.context, step_work_.peer_tokens});
 
   // Arrivals and cancellations inside the iteration happen at their own instants.
   last_step_start_ = now_;

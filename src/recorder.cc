@@ -93,7 +93,7 @@ void Recorder::queue_until(std::int64_t at_ns, std::int64_t queued) {
   }
 }
 
-void Recorder::sample(std::int64_t running, std::int64_t queued) {
+void Recorder::sample(std::int64_t running, std::int64_t queued, const StepCounts& work) {
   next_sample_ns_ = every_ns_ > 0 ? now_ + every_ns_ : now_;
   TimelineRow row;
   row.time_ns = now_;
@@ -105,6 +105,7 @@ void Recorder::sample(std::int64_t running, std::int64_t queued) {
   row.reserved_bytes = reserved_bytes_.at(step_);
   row.recomputed_tokens = recomputed_since_row_;
   recomputed_since_row_ = 0;
+  row.work = work;
   if (track_evictable_) {
     row.cached_bytes = evictable_bytes_.at(step_);
     row.evicted_bytes = evicted_bytes_;
@@ -160,7 +161,7 @@ void Recorder::merge_held_rows() {
 void Recorder::finish(ReplayReport& r, const Allocator& allocator, std::int64_t running, std::int64_t queued) {
   // Steps after the last sampled row: one more row, at the run's end, so that no interval's
   // maximum (the peak among them) is lost.
-  if (opt_.timeline && opt_.sample_every_ns > 0 && unsampled_) sample(running, queued);
+  if (opt_.timeline && opt_.sample_every_ns > 0 && unsampled_) sample(running, queued, StepCounts{});
   for (const HeldRow& h : held_) opt_.timeline(h.row);
   held_.clear();
   const double duration = static_cast<double>(clock_.duration_ns);

@@ -88,14 +88,15 @@ class Recorder {
   // The state stays as it is until `until_ns`: histograms and time integrals catch up.
   void flush(std::int64_t until_ns);
   // An iteration's state is final: offers the step's peaks and samples the timeline.
-  void end_of_step_state(std::int64_t running, std::int64_t queued) {
+  // `work`: what the step computed (TimelineRow::work).
+  void end_of_step_state(std::int64_t running, std::int64_t queued, const StepCounts& work) {
     effective_peak_.offer(effective_bytes_.at(step_), now_);
     for (auto& g : sums_) {
       g.effective_peak.offer(g.q[kEffective].at(step_), now_);
       g.allocated_peak.offer(g.q[kAllocated].at(step_), now_);
     }
     if (opt_.timeline && now_ >= next_sample_ns_) {
-      sample(running, queued);
+      sample(running, queued, work);
     } else {
       unsampled_ = true;
     }
@@ -130,7 +131,7 @@ class Recorder {
   void finish(ReplayReport& report, const Allocator& allocator, std::int64_t running, std::int64_t queued);
 
  private:
-  void sample(std::int64_t running, std::int64_t queued);
+  void sample(std::int64_t running, std::int64_t queued, const StepCounts& work);
   static double interval_mean(Int128 integral, Int128 span_ns, std::int64_t state);
   void merge_held_rows();
   // `old` becomes `next`, and the sums, totals and integrals follow.

@@ -1,6 +1,8 @@
 // The roofline cost model, derived by hand for a model small enough to count on paper.
 #include "kvsim/cost_model.h"
 
+#include <cmath>
+
 #include <catch2/catch.hpp>
 
 #include "kvsim/error.h"
@@ -279,4 +281,50 @@ TEST_CASE("roofline: the engine counts a chunked prompt's attention pairs") {
   const ReplayReport r = replay(trace, *allocator, o);
   CHECK(r.iterations == 3);
   CHECK(r.ttft.p50_ns == 55);
+}
+
+TEST_CASE("routed_expert_share: the expected share of the experts T tokens reach, k of E each") {
+  // One token reaches k of E: k / E. Two reach an expert unless both miss it: 1 - (1 - k/E)^2.
+  CHECK(routed_expert_share(128, 8, 0) == 0);
+  CHECK(routed_expert_share(128, 8, 1) == 0.0625);
+  CHECK(routed_expert_share(128, 8, 2) == 1 - 0.9375 * 0.9375);  // 0.12109375, exact in binary
+  CHECK(routed_expert_share(4, 2, 3) == 0.875);                   // 1 - 1/8
+  CHECK(routed_expert_share(8, 8, 5) == 1);                       // every token uses every expert
+  CHECK(routed_expert_share(128, 8, 300) == Approx(1 - std::pow(0.9375, 300)).epsilon(1e-12));
+}
+
+TEST_CASE("roofline and linear: an MoE step reads the routed experts its tokens (and the replicas') reach") {
+  // The tiny model with an MoE layer of 4 experts of 16, 2 a token, in both layers: an expert
+  // is 3 x 32 x 16 = 1,536 parameters, so the routed experts are 2 x 4 x 1,536 = 12,288
+  // parameters, 24,576 bytes in bf16, 49,152,000 ps at 0.5 GB/s. The rest of the weights
+  // stay in weights_ps: together they are the device's weights.
+  ModelSpec moe = tiny_model();
+  moe.moe = MoeDims{4, 0, 16, 0, 2};
+  const CostModel r = tiny_roofline(moe);
+  CHECK(r.expert_weights_ps == 49'152'000);
+  CHECK(r.routed_experts == 4);
+  CHECK(r.experts_per_token == 2);
+  const ModelWeights w = model_weights(moe, KvOptions{}, BudgetOptions{});
+  CHECK(r.weights_ps + r.expert_weights_ps == w.weights_bytes_per_device * 2'000);
+  // One decode reaches half the experts; with one more token of another replica, 3/4.
+  StepWork one;
+  one.decode_seqs = 1;
+  one.context = 10;
+  one.sampled = 1;
+  StepWork with_peer = one;
+  with_peer.peer_tokens = 1;
+  CHECK(step_time_ps(r, with_peer) - step_time_ps(r, one) == 49'152'000 / 4);
+  // The linear model: 1 ms + 4 ms x the share.
+  const CostModel l = parse_cost_model(
+      "linear:base=1ms,prefill-token=0ps,decode-seq=0ps,context-token=0ps,expert-weights=4ms", r, "--cost");
+  CHECK(step_time_ps(l, one) == 3'000'000'000);        // 1 + 4 x 1/2
+  CHECK(step_time_ps(l, with_peer) == 4'000'000'000);  // 1 + 4 x 3/4
+  StepWork three = one;
+  three.decode_seqs = 3;
+  CHECK(step_time_ps(l, three) == 4'500'000'000);      // 1 + 4 x 7/8
+  // Unnamed, the linear model takes the roofline's; constant has none; a dense model refuses it.
+  CHECK(parse_cost_model("linear:base=1ms", r, "--cost").expert_weights_ps == 49'152'000);
+  CHECK(parse_cost_model("constant:step=1ms", r, "--cost").expert_weights_ps == 0);
+  CHECK_THROWS_AS(parse_cost_model("linear:base=1ms,expert-weights=4ms", tiny_roofline(), "--cost"), InputError);
+  CHECK(tiny_roofline().expert_weights_ps == 0);
 }

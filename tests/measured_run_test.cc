@@ -221,7 +221,7 @@ TEST_CASE("calibrate: prompt tokens the prefix cache served take no step time, t
   CHECK(credited.residual_rms_s > 1e-3);
   CHECK(std::abs(credited.terms[2].seconds - 200e-6) > 10e-6);
   const std::vector<std::int64_t> served = {0, 96, 96, 96, 96, 96, 96, 96, 96, 96};
-  const Calibration c = calibrate(run, false, ReplayEstimate{served, {}});
+  const Calibration c = calibrate(run, {}, ReplayEstimate{served, {}, {}});
   CHECK(c.terms[0].seconds == Approx(0.010).epsilon(1e-6));
   CHECK(c.terms[1].seconds == Approx(50e-6).epsilon(1e-6));
   CHECK(c.terms[2].seconds == Approx(200e-6).epsilon(1e-6));
@@ -229,7 +229,7 @@ TEST_CASE("calibrate: prompt tokens the prefix cache served take no step time, t
   CHECK(c.residual_max_s < 1e-6);
   REQUIRE(c.ticks.front().t_s == 2.0);
   CHECK(c.ticks.front().prompt_tokens == Approx(2000.0));  // 2,384 credited, 4 x 96 served
-  CHECK_THROWS_AS(calibrate(run, false, ReplayEstimate{{0, 96}, {}}), InputError);  // not one per request
+  CHECK_THROWS_AS(calibrate(run, {}, ReplayEstimate{{0, 96}, {}, {}}), InputError);  // not one per request
 }
 
 TEST_CASE("calibrate: positions a preemption makes vLLM compute again are credited nowhere, and are added back") {
@@ -250,13 +250,13 @@ TEST_CASE("calibrate: positions a preemption makes vLLM compute again are credit
   ReplayEstimate recomputed;
   recomputed.recomputed.assign(run.ticks.size(), 0);
   for (const std::size_t i : rows) recomputed.recomputed[i] = 500;
-  const Calibration c = calibrate(run, false, recomputed);
+  const Calibration c = calibrate(run, {}, recomputed);
   CHECK(c.terms[0].seconds == Approx(0.010).epsilon(1e-6));
   CHECK(c.terms[1].seconds == Approx(50e-6).epsilon(1e-6));
   CHECK(c.terms[2].seconds == Approx(200e-6).epsilon(1e-6));
   CHECK(c.residual_max_s < 1e-6);
   recomputed.recomputed.pop_back();
-  CHECK_THROWS_AS(calibrate(run, false, recomputed), InputError);  // not one per tick
+  CHECK_THROWS_AS(calibrate(run, {}, recomputed), InputError);  // not one per tick
 }
 
 TEST_CASE("calibrate: two data-parallel engines, fitted per engine, stepping independently or together") {
@@ -273,11 +273,11 @@ TEST_CASE("calibrate: two data-parallel engines, fitted per engine, stepping ind
   };
   const MeasuredRun independent = read_measured_run(kData + "/synthetic-dp2-independent", std::nullopt, false);
   REQUIRE(independent.data_parallel == 2);
-  const Calibration apart = calibrate(independent, false);
+  const Calibration apart = calibrate(independent, {});
   CHECK_FALSE(apart.steps_together);
   check_fit(apart);
   const MeasuredRun together = read_measured_run(kData + "/synthetic-dp2-together", std::nullopt, false);
-  const Calibration aligned = calibrate(together, true);
+  const Calibration aligned = calibrate(together, {.replicas_step_together = true});
   CHECK(aligned.steps_together);
   check_fit(aligned);
   // Tick 2 (make_synthetic.py): P = 2,000, so each aligned step carries 2,000 x 50 us = 0.1 s of
@@ -287,10 +287,10 @@ TEST_CASE("calibrate: two data-parallel engines, fitted per engine, stepping ind
   CHECK(t2.steps * 0.010 + t2.decoded_tokens / 2 * 200e-6 == Approx(0.9).epsilon(1e-9));
   // The same run read as independent engines shares the prompt tokens out: the fit must
   // then put twice the time on a prompt token to explain the same ticks.
-  const Calibration misread = calibrate(together, false);
+  const Calibration misread = calibrate(together, {});
   CHECK(misread.terms[1].seconds == Approx(100e-6).epsilon(1e-6));
   // One engine: stepping together means nothing.
-  CHECK_FALSE(calibrate(read_measured_run(kData + "/synthetic", std::nullopt, false), true).steps_together);
+  CHECK_FALSE(calibrate(read_measured_run(kData + "/synthetic", std::nullopt, false), {.replicas_step_together = true}).steps_together);
 }
 
 TEST_CASE("calibrate: whole steps counted in the tick they end in do not make the fitted steps short") {
@@ -346,6 +346,80 @@ TEST_CASE("calibrate: whole steps counted in the tick they end in do not make th
   CHECK(c.terms[0].seconds == Approx(base).epsilon(0.005));
   CHECK(c.terms[1].seconds == Approx(per_prompt_token).epsilon(0.005));
   CHECK(c.terms[2].seconds == Approx(per_request).epsilon(0.005));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("calibrate: an MoE model's step reads the routed experts its tokens reach, a share fitted as a term") {
+  // The engine above for a model of 16 routed experts, 2 a token: a step lasts 10 ms + 50 us
+  // per prompt token + 16 ms x the share of the experts its tokens reach, 1 - (7/8)^T for T
+  // tokens (decodes and prompt tokens), so 3.5 ms more for one decode but 11.6 ms more for six,
+  // and 16 ms for a 500-token prompt chunk. Not linear in the decodes: the experts' term
+  // recovers all three coefficients, given the share of each tick's steps as calibrate's
+  // replay measures it (StepEstimate::expert_share, the mean over the steps that began in the
+  // tick).
+  const auto dir = test::scratch_dir("calibrate-experts");
+  std::filesystem::create_directories(dir);
+  const double base = 0.010, per_prompt_token = 50e-6, experts = 0.016;
+  const int leave_after[] = {200, 300, 400, 500, 600, 700};
+  std::vector<double> last_token(6, 0.0);
+  std::vector<double> tokens_in_tick(64, 0.0), prompt_in_tick(64, 0.0), share_sum(64, 0.0), steps_begun(64, 0.0);
+  double now = 0;
+  for (int step = 1;; ++step) {
+    int decoding = 0;
+    for (const int n : leave_after) decoding += step <= n ? 1 : 0;
+    if (decoding == 0) break;
+    const double prompt = step <= 300 && step % 3 == 0 ? 500 : 0;
+    const double share = 1 - std::pow(7.0 / 8.0, decoding + prompt);
+    const auto began = static_cast<std::size_t>(std::floor(now)) + 1;  // the tick (t - 1, t] it began in
+    share_sum[began] += share;
+    steps_begun[began] += 1;
+    now += base + per_prompt_token * prompt + experts * share;
+    const auto tick = static_cast<std::size_t>(std::ceil(now - 1e-12));
+    tokens_in_tick[tick] += decoding;
+    prompt_in_tick[tick] += prompt;
+    for (std::size_t k = 0; k < 6; ++k) {
+      if (step == leave_after[k]) last_token[k] = now;
+    }
+  }
+  std::size_t ticks_written = 0;
+  {
+    write_one_engine_meta(dir);
+    std::ofstream requests(dir / "requests.jsonl");
+    for (std::size_t k = 0; k < 6; ++k) {
+      requests << R"({"request_id": "e-)" << k << R"(", "input_toks": 100, "output_toks": )" << leave_after[k] + 1
+               << R"(, "arrival_time": 1767225600.0, "queued_ts": 1000.0, "scheduled_ts": 1000.0, "first_token_ts": 1000.0, "last_token_ts": )"
+               << std::setprecision(17) << 1000.0 + last_token[k] << "}\n";
+    }
+    std::ofstream ticks(dir / "timeseries.csv");
+    ticks << "t,prompt_throughput,gen_throughput,running,waiting,kv_cache_pct\n";
+    for (std::size_t t = 1; static_cast<double>(t) <= now + 1; ++t, ++ticks_written) {
+      int running = 0;
+      for (const double end : last_token) running += end > static_cast<double>(t) ? 1 : 0;
+      ticks << t << ".0," << prompt_in_tick[t] << ".0," << tokens_in_tick[t] << ".0," << running << ",0,0.0\n";
+    }
+  }
+  const MeasuredRun run = read_measured_run(dir.string(), std::nullopt, false);
+  REQUIRE(run.ticks.size() == ticks_written);
+  ReplayEstimate estimate;
+  for (std::size_t t = 1; t <= ticks_written; ++t) {
+    StepEstimate e;
+    if (steps_begun[t] > 0) e.expert_share = share_sum[t] / steps_begun[t];
+    estimate.steps.push_back(e);
+  }
+  const Calibration c = calibrate(run, {.replicas_step_together = false, .routed_experts = 16, .experts_per_token = 2},
+                                  estimate);
+  REQUIRE(c.terms.size() == 5);
+  CHECK(c.terms[4].name == "expert-weights");
+  CHECK(c.terms[4].kept);
+  CHECK(c.terms[0].seconds == Approx(base).epsilon(0.02));
+  CHECK(c.terms[1].seconds == Approx(per_prompt_token).epsilon(0.02));
+  CHECK(c.terms[4].seconds == Approx(experts).epsilon(0.02));
+  CHECK_THAT(c.cost_spec, Catch::EndsWith(",expert-weights=" + c.cost_spec.substr(c.cost_spec.rfind('=') + 1)));
+  // A dense model's fit has no such term, and its spec does not name it.
+  const Calibration dense = calibrate(run, {}, estimate);
+  CHECK(dense.terms.size() == 4);
+  CHECK_THAT(dense.cost_spec, !Catch::Contains("expert-weights"));
+  CHECK(dense.residual_rms_s > c.residual_rms_s);  // its decode-seq term is linear in the decodes
   std::filesystem::remove_all(dir);
 }
 

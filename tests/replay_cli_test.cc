@@ -1,5 +1,7 @@
 // kvsim replay through the real program: byte-exact figures for a hand-computed trace,
 // determinism, parallel runs equal to sequential ones, and its errors.
+#include <cmath>
+
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
@@ -144,7 +146,8 @@ TEST_CASE("replay: an MoE model's replicas take every step together, a dense mod
       test::write_file("aligned.csv", "id,arrival,prompt_tokens,output_tokens\nr1,0,30,2\nr2,0.001,1,3\n");
   const auto ttft_of_replica_1 = [&](const std::string& model) {
     const auto r = test::run_cli({"replay", trace, "--model", model, "--allocator", "paged", "--replicas", "2", "--cost",
-                                  "linear:base=10ms,prefill-token=1ms,decode-seq=0ms,context-token=0ms", "--json"});
+                                  "linear:base=10ms,prefill-token=1ms,decode-seq=0ms,context-token=0ms,expert-weights=0ms",
+                                  "--json"});
     REQUIRE(r.exit_code == 0);
     const Json j = Json::parse(r.out);
     REQUIRE(j["runs"].size() == 3);
@@ -153,6 +156,27 @@ TEST_CASE("replay: an MoE model's replicas take every step together, a dense mod
   };
   CHECK(ttft_of_replica_1("qwen3-32b") == Approx(0.011));
   CHECK(ttft_of_replica_1("qwen3-30b-a3b") == Approx(0.050));
+}
+
+TEST_CASE("replay: an MoE model's aligned step reads the experts all the replicas' tokens reach") {
+  // The case above with 16 ms to read all of a device's routed experts, charged by the share a
+  // step's tokens reach (Qwen3-30B-A3B: 8 of 128 experts a token). Step 1, replica 0 alone,
+  // 30 prompt tokens: 10 + 30 + 16 x (1 - (15/16)^30) ms. Step 2: replica 1 prefills r2 (1
+  // token) while replica 0 decodes r1 (1 token); each device's experts serve both tokens, a
+  // share of 1 - (15/16)^2, so replica 1's step lasts 10 + 1 + 16 x 0.12109375 = 12.9375 ms
+  // (12 ms if it counted its own token only), and r2, which arrived at 1 ms, waits out step 1.
+  const std::string trace =
+      test::write_file("aligned-experts.csv", "id,arrival,prompt_tokens,output_tokens\nr1,0,30,2\nr2,0.001,1,3\n");
+  const auto r = test::run_cli({"replay", trace, "--model", "qwen3-30b-a3b", "--allocator", "paged", "--replicas", "2",
+                                "--cost",
+                                "linear:base=10ms,prefill-token=1ms,decode-seq=0ms,context-token=0ms,expert-weights=16ms",
+                                "--json"});
+  REQUIRE(r.exit_code == 0);
+  const Json j = Json::parse(r.out);
+  REQUIRE(j["runs"].size() == 3);
+  const double step1 = 0.010 + 0.030 + 0.016 * (1 - std::pow(15.0 / 16.0, 30));
+  CHECK(j["runs"][0]["latency"]["ttft"]["max_s"].get<double>() == Approx(step1).epsilon(1e-6));
+  CHECK(j["runs"][1]["latency"]["ttft"]["max_s"].get<double>() == Approx(step1 + 0.0129375 - 0.001).epsilon(1e-6));
 }
 
 TEST_CASE("replay: the peak's time is trace time in every output, nothing measured is n/a, never 0") {

@@ -131,6 +131,10 @@ struct ModelWeights {
   std::int64_t weights_bytes = 0;      // all devices
   std::int64_t devices = 1;
   std::int64_t weights_bytes_per_device = 0;
+  // Of those, the routed experts of an MoE model (its parameters' share at the weights' bits:
+  // 1 / N of them a device with N expert-parallel ranks, else split over the devices); 0 for
+  // a dense model and when the weights were given in bytes (their split is not known).
+  std::int64_t routed_expert_bytes_per_device = 0;
 };
 ModelWeights model_weights(const ModelSpec& model, const KvOptions& kv, const BudgetOptions& options);
 

@@ -48,6 +48,20 @@
 
 namespace kvsim {
 
+// What a replay's steps show of one tick, that its counts cannot: -1 where no step began in it.
+struct StepEstimate {
+  // An MoE model: the mean share of the device's routed experts a step reached.
+  double expert_share = -1;
+  // Replicas that step together, each step as long as its slowest replica's work (under the
+  // fit being refined): that replica's prompt tokens against all the replicas', its decodes
+  // and its context against the replicas' mean, summed over the steps. The fit's per-engine
+  // terms are the tick's own counts times these.
+  double prompt_factor = -1;
+  double decode_factor = -1;
+  double context_factor = -1;
+  bool operator==(const StepEstimate&) const = default;
+};
+
 // One busy tick, as the fit sees it.
 struct CalibrationTick {
   double t_s = 0;              // timeseries.csv's t: the tick ends here
@@ -57,6 +71,8 @@ struct CalibrationTick {
   double decoding_mean = 0;    // D
   double context_mean = 0;     // C
   double steps = 0;            // S = G / D: each engine's steps in the tick
+  double expert_steps = 0;     // X: the share of the device's routed experts each step reaches, summed
+  StepEstimate from_replay;    // the replay's steps in the tick (-1: none)
   bool bounded_by_running = false;  // D lowered to the running count (requests preempted)
   double predicted_s = 0;      // the fit's time for the tick
 };
@@ -102,13 +118,26 @@ bool credits_cached_prompt_tokens(const MeasuredRun& run);
 struct ReplayEstimate {
   std::vector<std::int64_t> served_by_cache;
   std::vector<std::int64_t> recomputed;
+  //   steps: one per tick of run.ticks: what the replay's steps that began in the tick show
+  //     of them (StepEstimate).
+  std::vector<StepEstimate> steps;
 };
 
-// Fits `run`; `replicas_step_together` when its model has experts (it matters only with data
-// parallelism). Throws InputError (naming the run's timeseries.csv) when fewer busy ticks than
-// terms remain, or the fit gives no positive per-step base; and when `estimate`'s vectors
-// have another length than the run's requests and ticks.
-Calibration calibrate(const MeasuredRun& run, bool replicas_step_together = false, const ReplayEstimate& estimate = {});
+// What the fit needs to know of the run's model.
+struct CalibrationModel {
+  // Its data-parallel replicas take every step together (an MoE model's do; it matters only
+  // with data parallelism).
+  bool replicas_step_together = false;
+  // A mixture-of-experts model's routed experts and the experts a token is sent to (0 for a
+  // dense model): the expert-weights term is tried only with them.
+  std::int64_t routed_experts = 0;
+  std::int64_t experts_per_token = 0;
+};
+
+// Fits `run` of `model`. Throws InputError (naming the run's timeseries.csv) when fewer busy
+// ticks than terms remain, or the fit gives no positive per-step base; and when `estimate`'s
+// vectors have another length than the run's requests and ticks.
+Calibration calibrate(const MeasuredRun& run, const CalibrationModel& model = {}, const ReplayEstimate& estimate = {});
 
 // Least squares: the x minimising |A x - y|, A given by rows. Columns are scaled to unit RMS
 // before the normal equations are solved. Throws InputError when A's columns are dependent.

@@ -19,10 +19,20 @@ struct StepWork {
                                      // for a chunk of c positions after s already in the cache
   std::int64_t prefill_context = 0;  // KV positions the prefill chunks read and write: s + c each
   std::int64_t sampled = 0;          // tokens sampled: decoding sequences + prompts completed
+  std::int64_t peer_tokens = 0;      // an MoE model's replicas stepping together: the other
+                                     // replicas' tokens, which this device's experts serve too
 };
 
+// The expected share of an MoE layer's routed experts that `tokens` tokens reach, each token
+// sent to `per_token` distinct experts of `experts`, uniformly and independently of the
+// others: 1 - (1 - per_token / experts)^tokens (a given expert is among one token's choices
+// with probability per_token / experts). 0 for no tokens, 1 when a token uses every expert.
+// Computed by squaring, with multiplications only, so it is the same double on every machine.
+double routed_expert_share(std::int64_t experts, std::int64_t per_token, std::int64_t tokens);
+
 // One step's time in picoseconds (not rounded), by the model's own rule (kvsim/replay.h): the
-// linear sum, or for a roofline overhead + max(matmul FLOPs, weights + matmul activations) +
+// linear sum (with the routed experts the step reaches), or for a roofline overhead +
+// max(matmul FLOPs, weights + the routed experts reached + matmul activations) +
 // max(attention FLOPs, KV bytes) + element-wise kernels + collectives: the matmuls and
 // attention are separate kernels run one after the other, each bounded by whichever of
 // compute and memory is slower for it, the element-wise kernels between them are
@@ -40,8 +50,11 @@ std::int64_t step_time_ps(const CostModel& cost, const StepWork& work);
 //     attention_pair = 4 x heads x head_dim x layers / tensor_parallel: QK^T and PV for one
 //       (query, key) pair, so prefill is quadratic in the chunk
 //   memory, at memory_permille of the bandwidth:
-//     weights     = weights on the device (all experts: every one is read when the batch
-//                   routes to it) / bandwidth, once per step
+//     weights     = weights on the device but the routed experts / bandwidth, once per step
+//     expert_weights = the routed experts on the device / bandwidth, once per step times the
+//                   expected share of them the step's tokens reach (routed_expert_share; with
+//                   replicas that step together, all the replicas' tokens); 0 when the
+//                   weights were given as bytes, not parameters (then all are in `weights`)
 //     kv_position = KV bytes per token on the device / bandwidth, per position read or written
 //     matmul_io_token, matmul_io_sample = the activations the matmuls read and write besides
 //       their weights (bf16), per token and per sampled token (LM head), on the matmuls'
@@ -75,9 +88,11 @@ CostModel roofline_cost_model(const ModelSpec& model, const KvLayout& layout, co
 
 // Parses --cost: "roofline" (returns `roofline`), "roofline:overhead=1ms" (`roofline` with that
 // per-step overhead), "constant:step=20ms,prefill-token=100us",
-// or "linear:base=5ms,prefill-token=30us,decode-seq=30us,context-token=40ps". Durations take
-// the units ps, ns, us, ms and s. Unnamed coefficients are the roofline's (constant has only
-// step and prefill-token; its other two are zero). The step's base must be positive. Throws
+// or "linear:base=5ms,prefill-token=30us,decode-seq=30us,context-token=40ps,expert-weights=12ms".
+// Durations take the units ps, ns, us, ms and s. Unnamed coefficients are the roofline's
+// (constant has only step and prefill-token; its others are zero); expert-weights is the time
+// to read all the device's routed experts, charged by the share a step reaches, and is refused
+// for a model without routed experts. The step's base must be positive. Throws
 // InputError naming `field`.
 CostModel parse_cost_model(std::string_view text, const CostModel& roofline, std::string_view field);
 

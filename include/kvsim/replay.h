@@ -51,10 +51,18 @@ struct CostModel {
   std::int64_t prefill_token_ps = 100'000;   // 0.1 ms per prompt token
   std::int64_t decode_seq_ps = 0;
   std::int64_t context_token_ps = 0;
+  // A mixture-of-experts model's routed experts on the device, read only where the step's
+  // tokens reach them (vLLM's fused MoE kernels skip an expert no token is routed to): each
+  // step costs expert_weights_ps x the expected share of the experts its tokens reach,
+  // routed_expert_share() of the `routed_experts` and `experts_per_token` below. In both
+  // the linear sum and the roofline (on the matmuls' memory side); 0 for dense models.
+  std::int64_t expert_weights_ps = 0;
+  std::int64_t routed_experts = 0;
+  std::int64_t experts_per_token = 0;
   bool roofline = false;                   // the roofline rule below instead of the linear sum
   std::string device;                      // the device the timing assumes ("" for explicit models)
   std::int64_t overhead_ps = 0;            // roofline: per step, outside the max
-  std::int64_t weights_ps = 0;             // roofline memory: the weights, read once per step
+  std::int64_t weights_ps = 0;             // roofline memory: the weights but the routed experts, read once per step
   std::int64_t kv_position_ps = 0;         // roofline memory: one KV position read or written
   std::int64_t sample_token_ps = 0;        // roofline compute: the LM head, per sampled token
   std::int64_t attention_pair_ps = 0;      // roofline compute: one (query, key) pair, all layers
@@ -75,6 +83,15 @@ struct CostModel {
   std::int64_t collective_sample_ps = 0;
   std::int64_t replica_collective_step_ps = 0;
   std::int64_t replica_collective_token_ps = 0;
+};
+
+// What one engine step computed, as its cost model counts it (kvsim/cost_model.h's StepWork).
+struct StepCounts {
+  std::int64_t prefill_tokens = 0;  // prompt (and recomputed) positions
+  std::int64_t decode_seqs = 0;     // sequences decoding one token
+  std::int64_t context = 0;         // positions the decoding sequences attend to
+  std::int64_t peer_tokens = 0;     // replicas stepping together: the others' tokens, which
+                                    // this device's MoE experts serve too
 };
 
 // One row of --timeline: the state just after an iteration's operations.
@@ -105,6 +122,10 @@ struct TimelineRow {
   // once, a generated position once for each of the request's n samples. Not a --timeline
   // column.
   std::int64_t recomputed_tokens = 0;
+  // The work of the row's step (with sampling: of the last step before it; zeros in a row
+  // that closes the run), as the cost model charged it. Not --timeline columns: kvsim
+  // calibrate reads them.
+  StepCounts work;
 };
 
 // One request's stay, for --per-request: what happened to it and when (ns on the trace's

@@ -11,6 +11,7 @@
 
 #include "cli.h"
 #include "kvsim/calibrate.h"
+#include "kvsim/cost_model.h"
 #include "kvsim/error.h"
 #include "kvsim/measured_run.h"
 #include "kvsim/model.h"
@@ -43,6 +44,16 @@ const CommandSpec kSpec{
     "replicas take every step together (vLLM aligns their forward passes), so a replica's\n"
     "prefill lengthens both replicas' steps. The model (meta.json's, by validate's table, or\n"
     "--model / --config) says which.\n\n"
+    "A mixture-of-experts model reads only the routed experts a step's tokens reach (vLLM's\n"
+    "fused MoE kernels skip an expert no token is routed to). Its fit tries one more term,\n"
+    "expert-weights: the read of all the device's routed experts, charged per step by the\n"
+    "expected share its tokens reach, 1 - (1 - k/E)^T for T tokens sent to k of E experts each\n"
+    "(all the replicas' tokens when they step together); kept, like context-token, only when\n"
+    "it lowers the residual RMS by 5% or more. Where the replay below has steps in a tick, the\n"
+    "share is their mean, and for replicas that step together the prompt tokens, decodes and\n"
+    "context the fit charges are the slowest replica's in each of them (a step lasts as long\n"
+    "as its slowest replica's work), as fractions of the tick's own counts; elsewhere the tick\n"
+    "itself estimates the share.\n\n"
     "vLLM's prompt throughput credits a whole prompt once, at its first token: the tokens its\n"
     "prefix cache served included, which no step computes, and never what a preemption by\n"
     "recompute makes it compute again. calibrate replays the run as 'kvsim validate' does\n"
@@ -60,6 +71,7 @@ std::string unit_of(const std::string& term) {
   if (term == "base") return "per step";
   if (term == "prefill-token") return "per prompt token";
   if (term == "decode-seq") return "per decoding sequence";
+  if (term == "expert-weights") return "per step, x the share of the routed experts it reaches";
   return "per context position";
 }
 
@@ -166,18 +178,30 @@ std::string json_of(const MeasuredRun& run, const Calibration& c, const ReplayFi
   return j.dump(2) + "\n";
 }
 
-// Whether the run's model is a mixture of experts: --config, --model, else meta.json's model
-// by validate's table (an InputError naming meta.json when it has no row).
-bool has_experts(const MeasuredRun& run, const po::variables_map& vm) {
-  if (const auto config = option_text(vm, option_key(kOptConfig))) return load_hf_config(*config).moe.has_value();
-  if (const auto model = option_text(vm, option_key(kOptModel))) return find_model_preset(*model).moe.has_value();
-  const RunModelRow* row = run_model_row(run.model);
-  if (row == nullptr) {
+// What the fit needs of the run's model: --config, --model, else meta.json's model by
+// validate's table. A model that none of them names is taken to have no experts, except with
+// data parallelism, where whether the replicas step together depends on it: an InputError
+// naming meta.json then.
+CalibrationModel calibration_model(const MeasuredRun& run, const po::variables_map& vm) {
+  std::optional<MoeDims> moe;
+  if (const auto config = option_text(vm, option_key(kOptConfig))) {
+    moe = load_hf_config(*config).moe;
+  } else if (const auto model = option_text(vm, option_key(kOptModel))) {
+    moe = find_model_preset(*model).moe;
+  } else if (const RunModelRow* row = run_model_row(run.model)) {
+    moe = find_model_preset(row->preset).moe;
+  } else if (run.data_parallel > 1) {
     throw InputError(Location{run.dir + "/meta.json", 0, "model"},
                      "\"" + run.model + "\" has no kvsim preset in validate's table, and with data parallelism "
                      "the fit needs to know whether it has experts; give --model PRESET or --config config.json");
   }
-  return find_model_preset(row->preset).moe.has_value();
+  CalibrationModel m;
+  if (moe) {
+    m.replicas_step_together = run.data_parallel > 1;
+    m.routed_experts = moe->routed_experts;
+    m.experts_per_token = routed_experts_used(*moe);
+  }
+  return m;
 }
 
 // Whether the user gave any replay option (all of calibrate's options are replay's but these).
@@ -198,20 +222,81 @@ std::ptrdiff_t tick_of(const MeasuredRun& run, double wall_offset, double worklo
   return it - run.ticks.begin();
 }
 
+// What the replay's steps show of each tick of `run` (StepEstimate), from its timeline
+// `rows`: replicas that step together give one row each for a step, one after another, at the
+// step's start; the slowest under `cost` sets the step's length.
+std::vector<StepEstimate> step_estimates(const MeasuredRun& run, const CalibrationModel& model, const CostModel& cost,
+                                         double wall_offset, const std::vector<TimelineRow>& rows) {
+  struct Sums {
+    std::int64_t steps = 0;
+    double share = 0;
+    double prompt[2] = {}, decode[2] = {}, context[2] = {};  // the slowest replica's, all replicas'
+    std::int64_t rows = 0;
+  };
+  std::vector<Sums> sums(run.ticks.size());
+  for (std::size_t first = 0; first < rows.size();) {
+    std::size_t end = first + 1;
+    while (end < rows.size() && rows[end].time_ns == rows[first].time_ns) ++end;
+    const std::ptrdiff_t i = tick_of(run, wall_offset, static_cast<double>(rows[first].time_ns) / 1e9);
+    if (i >= 0) {
+      Sums& s = sums[static_cast<std::size_t>(i)];
+      std::size_t slowest = first;
+      std::int64_t longest = -1;
+      for (std::size_t r = first; r < end; ++r) {
+        const StepCounts& w = rows[r].work;
+        StepWork work;
+        work.prefill_tokens = w.prefill_tokens;
+        work.decode_seqs = w.decode_seqs;
+        work.context = w.context;
+        work.peer_tokens = w.peer_tokens;
+        const std::int64_t ps = step_time_ps(cost, work);
+        if (ps > longest) longest = ps, slowest = r;
+        s.prompt[1] += static_cast<double>(w.prefill_tokens);
+        s.decode[1] += static_cast<double>(w.decode_seqs);
+        s.context[1] += static_cast<double>(w.context);
+        ++s.rows;
+      }
+      const StepCounts& w = rows[slowest].work;
+      s.prompt[0] += static_cast<double>(w.prefill_tokens);
+      s.decode[0] += static_cast<double>(w.decode_seqs);
+      s.context[0] += static_cast<double>(w.context);
+      s.share += routed_expert_share(model.routed_experts, model.experts_per_token, w.prefill_tokens + w.decode_seqs + w.peer_tokens);
+      ++s.steps;
+    }
+    first = end;
+  }
+  std::vector<StepEstimate> out(run.ticks.size());
+  const auto engines = static_cast<double>(run.data_parallel);
+  for (std::size_t i = 0; i < sums.size(); ++i) {
+    const Sums& s = sums[i];
+    if (s.steps == 0) continue;
+    StepEstimate& e = out[i];
+    e.expert_share = s.share / static_cast<double>(s.steps);
+    if (!model.replicas_step_together) continue;
+    // Against the per-engine terms the fit uses: all the prompt tokens, the engines' mean decodes and context.
+    if (s.prompt[1] > 0) e.prompt_factor = s.prompt[0] / s.prompt[1];
+    if (s.decode[1] > 0) e.decode_factor = s.decode[0] * engines / s.decode[1];
+    if (s.context[1] > 0) e.context_factor = s.context[0] * engines / s.context[1];
+  }
+  return out;
+}
+
 // The fit made again with what a replay of the run with the fit finds (cached prompt tokens
 // per request, recomputed positions per tick), until a replay finds what the one before
 // did; four replays at most. Cached hits depend on the fit only through the schedule (what
 // was computed before a request came, what was evicted), so without preemptions they settle
 // at once.
-Calibration refit_with_replay(const MeasuredRun& run, const po::variables_map& vm, bool together, Calibration c,
-                              ReplayFindings& f) {
+Calibration refit_with_replay(const MeasuredRun& run, const po::variables_map& vm, const CalibrationModel& model,
+                              Calibration c, ReplayFindings& f) {
   constexpr int kMaxReplays = 4;
   while (f.replays < kMaxReplays) {
     po::variables_map v = vm;
     v.insert({option_key(kOptCost), po::variable_value(c.cost_spec, false)});
     std::vector<std::pair<std::int64_t, std::int64_t>> recomputed_at;  // (step start, positions)
+    std::vector<TimelineRow> rows;  // each replica's, for an MoE model
     const RunReplay replayed = replay_run(v, run, kSpec.synopsis, [&](const TimelineRow& row) {
       if (row.recomputed_tokens != 0) recomputed_at.emplace_back(row.time_ns, row.recomputed_tokens);
+      if (model.routed_experts > 0) rows.push_back(row);
     });
     ++f.replays;
     ReplayEstimate next;
@@ -229,10 +314,12 @@ Calibration refit_with_replay(const MeasuredRun& run, const po::variables_map& v
       next.recomputed[static_cast<std::size_t>(i)] += positions;
       f.recomputed_total += positions;
     }
-    f.settled = next.served_by_cache == f.estimate.served_by_cache && next.recomputed == f.estimate.recomputed;
+    if (model.routed_experts > 0) next.steps = step_estimates(run, model, c.cost, replayed.wall_offset_s, rows);
+    f.settled = next.served_by_cache == f.estimate.served_by_cache && next.recomputed == f.estimate.recomputed &&
+                next.steps == f.estimate.steps;
     if (f.settled) break;
     f.estimate = std::move(next);
-    c = calibrate(run, together, f.estimate);
+    c = calibrate(run, model, f.estimate);
   }
   return c;
 }
@@ -263,8 +350,8 @@ int run_calibrate(const Invocation& inv) {
     throw UsageError("give --model or --config, not both\nUsage: " + kSpec.synopsis);
   }
   MeasuredRun run = read_measured_run(*dir, option_text(vm, "workload"), false);
-  const bool together = run.data_parallel > 1 && has_experts(run, vm);
-  Calibration c = calibrate(run, together);
+  const CalibrationModel model = calibration_model(run, vm);
+  Calibration c = calibrate(run, model);
   // What the timeseries does not show, a replay of the run finds: the prompt tokens the
   // prefix cache served (where prompt_throughput credits them) and those computed again after
   // preemptions (which nothing credits).
@@ -289,7 +376,7 @@ int run_calibrate(const Invocation& inv) {
       findings.not_estimated = "not estimated (the run cannot be replayed as meta.json describes it: " +
                                *unreplayable + "; the replay options, as validate's, supply what is missing)";
     } else {
-      c = refit_with_replay(run, vm, together, std::move(c), findings);
+      c = refit_with_replay(run, vm, model, std::move(c), findings);
     }
   }
   fmt::print("{}", vm.count("json") ? json_of(run, c, findings) : table(run, c, findings));
