@@ -34,8 +34,20 @@
 // with P_e = P / dp for engines that step independently (each prefills its own share), and
 // P_e = P for the replicas of a mixture-of-experts model, which take every step together, a
 // step as long as the busier replica's (docs/replay.md, "Data-parallel replicas"): the
-// replica prefilling a prompt holds the other's step as long, and at these rates prompts
-// seldom reach both in the same step, so every prompt token lengthens a step of both.
+// replica prefilling a prompt holds the other's step as long. Where calibrate's replay of
+// the run has steps in a tick (ReplayEstimate::steps), the fit charges the slowest replica's
+// share instead, as the replay times a step: P_e = P x (the slowest replica's prompt tokens
+// / all the replicas', summed over the replay's steps in the tick), and G / dp and C / dp
+// times its decodes and context against the replicas' mean (StepEstimate).
+//
+// A mixture-of-experts model reads, each step, only the routed experts its tokens reach
+// (vLLM's fused MoE kernels skip an expert no token is routed to), so its fit tries one more
+// term, expert_weights x X, X the sum over the tick's steps of the expected share of the
+// experts a step's T tokens reach, 1 - (1 - k/E)^T (routed_expert_share; T counts every
+// replica's tokens when they step together): from the replay's steps in the tick (their
+// mean share times S), else from the tick (min(S, first tokens) steps each with P / that
+// many prompt tokens beside the D decodes, the rest with D). Like context_token it is kept
+// only when it lowers the residual RMS by at least 5%.
 #ifndef KVSIM_CALIBRATE_H_
 #define KVSIM_CALIBRATE_H_
 

@@ -108,8 +108,9 @@ po::options_description replay_option_descriptions(bool with_outputs, bool with_
         option_key(kOptCost), po::value<std::string>()->default_value("roofline"),
         "iteration cost: roofline (from the model on the timing device; roofline:overhead=.. adds a per-step "
         "overhead), constant:step=..,prefill-token=.., or "
-        "linear:base=..,prefill-token=..,decode-seq=..,context-token=.. (units ps, ns, us, ms, s; a "
-        "coefficient not given is the roofline's)");
+        "linear:base=..,prefill-token=..,decode-seq=..,context-token=..[,expert-weights=..] (units ps, ns, us, "
+        "ms, s; a coefficient not given is the roofline's; expert-weights, for an MoE model, reads all the "
+        "device's routed experts and is charged by the share of them a step's tokens reach)");
   }
   alloc_opts.add_options()
       (option_key(kOptReplicas), po::value<std::string>(),
