@@ -406,8 +406,12 @@ TEST_CASE("validate: a data-parallel run is two engines behind vLLM's router, th
   //   0.35 s: none + b = 1;  0.45 s: 0.   Nothing waits (each admitted at the next step).
   // Measured running 1, 2, 2, 4, 1, 0 and waiting 0, 0, 0, 1, 0, 0: MAE 1/6 each. (Replica 0
   // alone would give 1, 1, 2, 2, 0, 0: running MAE 4/6.)
-  // The measured requests carry the simulated times, so every figure differs by 0%: TTFT 10,
-  // 10, 15, 15 ms (mean 12.5), TPOT 10 ms, latency 300, 300, 105, 105 ms, makespan 0.4 s.
+  // The measured requests carry the simulated times, so every figure differs by 0%. vLLM
+  // records queued_ts as its engine loop takes a request in, between steps (validate's
+  // taken_in_ns): c, arriving at 155 ms during replica 0's step of 150-160 ms, is queued at
+  // 160 ms, d at 210 ms; a and b reach idle replicas, queued at once. Both sides count from
+  // there: TTFT 10 ms each, TPOT 10 ms, latency 300, 300, 100, 100 ms (mean 200),
+  // makespan 0.4 s. (From the arrivals, c's and d's TTFT would be 15 ms.)
   const auto base = test::scratch_dir("validate-dp");
   std::filesystem::create_directories(base / "run");
   std::filesystem::create_directories(base / "workloads");
@@ -421,15 +425,15 @@ TEST_CASE("validate: a data-parallel run is two engines behind vLLM's router, th
     requests << std::fixed << std::setprecision(3);  // seconds to the millisecond, all digits
     struct Row {
       const char* id;
-      int arrival_ms, output, first_ms, last_ms;
+      int arrival_ms, queued_ms, output, first_ms, last_ms;
     };
-    for (const Row& q : {Row{"a", 0, 30, 10, 300}, Row{"b", 100, 30, 110, 400}, Row{"c", 155, 10, 170, 260},
-                         Row{"d", 205, 10, 220, 310}}) {
+    for (const Row& q : {Row{"a", 0, 0, 30, 10, 300}, Row{"b", 100, 100, 30, 110, 400},
+                         Row{"c", 155, 160, 10, 170, 260}, Row{"d", 205, 210, 10, 220, 310}}) {
       workload << R"({"input_toks": 20, "output_toks": )" << q.output << R"(, "arrival_time_ns": )"
                << q.arrival_ms * 1'000'000LL << "}\n";
       requests << R"({"request_id": ")" << q.id << R"(", "input_toks": 20, "output_toks": )" << q.output
                << R"(, "arrival_time": )" << 1767225600 + q.arrival_ms / 1000.0 << R"(, "queued_ts": )"
-               << 500 + q.arrival_ms / 1000.0 << R"(, "scheduled_ts": )" << 500 + q.arrival_ms / 1000.0
+               << 500 + q.queued_ms / 1000.0 << R"(, "scheduled_ts": )" << 500 + q.queued_ms / 1000.0
                << R"(, "first_token_ts": )" << 500 + q.first_ms / 1000.0 << R"(, "last_token_ts": )"
                << 500 + q.last_ms / 1000.0 << "}\n";
     }
@@ -451,10 +455,10 @@ TEST_CASE("validate: a data-parallel run is two engines behind vLLM's router, th
   CHECK(doc["ticks"] == 6);
   CHECK(doc["running_mae"].get<double>() == Approx(1.0 / 6));
   CHECK(doc["waiting_mae"].get<double>() == Approx(1.0 / 6));
-  CHECK(doc["ttft"]["simulated"]["mean_s"].get<double>() == Approx(0.0125));
-  CHECK(doc["ttft"]["measured"]["mean_s"].get<double>() == Approx(0.0125));
+  CHECK(doc["ttft"]["simulated"]["mean_s"].get<double>() == Approx(0.010));
+  CHECK(doc["ttft"]["measured"]["mean_s"].get<double>() == Approx(0.010));
   CHECK(doc["tpot"]["simulated"]["p99_s"].get<double>() == Approx(0.010));
-  CHECK(doc["latency"]["simulated"]["mean_s"].get<double>() == Approx(0.2025));
+  CHECK(doc["latency"]["simulated"]["mean_s"].get<double>() == Approx(0.200));
   CHECK(doc["latency"]["diff_percent"]["p50"].get<double>() == Approx(0.0).margin(1e-6));
   CHECK(doc["makespan_s"]["simulated"].get<double>() == Approx(0.4));
   // One record per request from whichever replica served it, numbered by the trace (c and d
@@ -468,14 +472,15 @@ TEST_CASE("validate: a data-parallel run is two engines behind vLLM's router, th
   CHECK(rows.find(",3,0.155") < rows.find(",4,0.205"));
   // By default, a vLLM 0.19 run is replayed with asynchronous scheduling: c (155 ms) and d
   // (205 ms) arrive during a step of their replica's running request, whose next step was
-  // planned before they came, so each starts a step later, at 170 and 220 ms: TTFT 25 ms each
-  // (mean (10 + 10 + 25 + 25) / 4 = 17.5 ms) and latency 115 ms each (mean 207.5 ms).
+  // planned before they came, so each starts a step later, at 170 and 220 ms: TTFT 20 ms each
+  // from the step boundary that took them in (mean (10 + 10 + 20 + 20) / 4 = 15 ms) and
+  // latency 110 ms each (mean 205 ms).
   const auto async = test::run_cli({"validate", (base / "run").string(), "--kv-budget", "1GB", "--cost",
                                     "constant:step=10ms,prefill-token=0ps", "--json"});
   REQUIRE(async.exit_code == 0);
   const Json a = Json::parse(async.out);
-  CHECK(a["ttft"]["simulated"]["mean_s"].get<double>() == Approx(0.0175));
-  CHECK(a["latency"]["simulated"]["mean_s"].get<double>() == Approx(0.2075));
+  CHECK(a["ttft"]["simulated"]["mean_s"].get<double>() == Approx(0.015));
+  CHECK(a["latency"]["simulated"]["mean_s"].get<double>() == Approx(0.205));
   std::filesystem::remove_all(base);
 }
 

@@ -56,7 +56,10 @@ const CommandSpec kSpec{
     "device may also come from meta.json's hardware.device_name. Any option may be given;\n"
     "--cost takes the spec 'kvsim calibrate RUN_DIR' prints. Measured figures follow the run's\n"
     "README: TTFT = first_token - queued, TPOT = (last_token - first_token) / (output - 1),\n"
-    "latency = last_token - queued; percentiles interpolate linearly (numpy's default).\n\n" +
+    "latency = last_token - queued; percentiles interpolate linearly (numpy's default).\n"
+    "Simulated ones likewise, queued being where vLLM records it: as its engine loop takes the\n"
+    "request in, at the first step its engine begins at or after the arrival (at once when\n"
+    "idle). --per-tick writes the running and waiting counts tick by tick.\n\n" +
         run_name_table(),
     "  kvsim validate ../shared/measured/rtxpro6000-llama-3.1-8b --device-memory 96GB\n"
     "  kvsim validate RUN --device-memory 96GB --cost \"$(kvsim calibrate RUN --json | jq -r .cost)\" --json"};
@@ -136,9 +139,23 @@ Sample state_at(const EngineState& e, std::int64_t at_ns) {
   return {at_ns, running, s.queued + count_in(e.arrivals, s.time_ns, at_ns), running > 0 ? s.allocated_bytes : 0};
 }
 
-// `records` one per request of `run` (replay_run() checks), in its order.
+// When vLLM's engine would have taken in a request that arrived at `arrival_ns` at the
+// engine `e`: the start of its first step at or after the arrival. vLLM's queued_ts, where
+// the measured TTFT and latency begin, is recorded as the engine core's loop hands the
+// request to the scheduler (Scheduler.add_request, EngineCoreEventType.QUEUED), which a busy
+// loop does between steps, once the step under way has returned (vllm/v1/engine/core.py
+// run_busy_loop: _process_input_queue, then the step); an idle one at once, and its step
+// then starts at the arrival. The arrival itself when the engine took no step after it.
+std::int64_t taken_in_ns(const EngineState& e, std::int64_t arrival_ns) {
+  const auto it = std::lower_bound(e.samples.begin(), e.samples.end(), arrival_ns,
+                                   [](const Sample& s, std::int64_t x) { return s.time_ns < x; });
+  return it == e.samples.end() ? arrival_ns : it->time_ns;
+}
+
+// `records` one per request of `run` (replay_run() checks), in its order; `replica_of` the
+// engine each went to (empty: one engine).
 Result compare(const MeasuredRun& run, const ReplayReport& report, const std::vector<RequestRecord>& records,
-               double wall_offset, const std::vector<EngineState>& engines) {
+               const std::vector<std::uint32_t>& replica_of, double wall_offset, const std::vector<EngineState>& engines) {
   Result r;
   r.requests = static_cast<std::int64_t>(records.size());
   r.preemptions = report.preemptions;
@@ -153,7 +170,10 @@ Result compare(const MeasuredRun& run, const ReplayReport& report, const std::ve
     const bool completed = q.outcome == RequestRecord::Outcome::completed;
     r.completed += completed ? 1 : 0;
     if (!run.requests[i].timed || !completed) continue;
-    const double arrival = static_cast<double>(q.arrival_ns) / 1e9, finish = static_cast<double>(q.finish_ns) / 1e9;
+    // Like the measured figures, from the instant vLLM's engine takes the request in.
+    const EngineState& engine = engines.at(replica_of.empty() ? 0 : replica_of.at(i));
+    const double arrival = static_cast<double>(taken_in_ns(engine, q.arrival_ns)) / 1e9;
+    const double finish = static_cast<double>(q.finish_ns) / 1e9;
     const double first = static_cast<double>(q.first_token_ns) / 1e9;
     simulated.ttft.push_back(first - arrival);
     if (q.output_tokens >= 2) simulated.tpot.push_back((finish - first) / static_cast<double>(q.output_tokens - 1));
@@ -379,7 +399,7 @@ int run_validate(const Invocation& inv) {
   // An engine that never stepped has no samples.
   samples.resize(std::max<std::size_t>(samples.size(), plan.replicas > 1 ? static_cast<std::size_t>(plan.replicas) : 1));
   const std::vector<EngineState> states = engine_states(std::move(samples), r.records, r.replica_of);
-  const Result result = compare(run, r.report, r.records, r.wall_offset_s, states);
+  const Result result = compare(run, r.report, r.records, r.replica_of, r.wall_offset_s, states);
   if (const auto path = option_text(vm, "per-tick")) {
     std::ofstream out(*path, std::ios::binary);
     if (!out) throw InputError(Location{*path, 0, ""}, "cannot write the per-tick file");
