@@ -939,7 +939,7 @@ void Engine::end_step(std::int64_t duration) {
   if (scheduler_tracks_requests_) scheduler_->end_step(view_, step_preempted_, decode_seqs);
 
   recorder_.end_of_step_state(running_, queued_,
-                              StepCounts{prefill_tokens, decode_seqs, step_work_.context, step_work_.peer_tokens});
+                              StepCounts{prefill_tokens, decode_seqs, step_work_.context, step_work_.sampled, step_work_.peer_tokens});
 
   // Arrivals and cancellations inside the iteration happen at their own instants.
   last_step_start_ = now_;

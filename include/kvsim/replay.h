@@ -90,6 +90,7 @@ struct StepCounts {
   std::int64_t prefill_tokens = 0;  // prompt (and recomputed) positions
   std::int64_t decode_seqs = 0;     // sequences decoding one token
   std::int64_t context = 0;         // positions the decoding sequences attend to
+  std::int64_t sampled = 0;         // tokens sampled: the decodes and the prefills completed
   std::int64_t peer_tokens = 0;     // replicas stepping together: the others' tokens, which
                                     // this device's MoE experts serve too
 };

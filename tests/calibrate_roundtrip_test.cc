@@ -1,0 +1,338 @@
+// calibrate and validate on a measured run that kvsim's own engine made: a memory-bound run
+// that preempts for most of its span, written in the layout of ../shared/measured/ with the
+// semantics of vLLM's recorder, whose cost model is known. calibrate must find that cost
+// model again, and validate, with what calibrate found, must predict the run.
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cli_util.h"
+#include "kvsim/allocator.h"
+#include "kvsim/cost_model.h"
+#include "kvsim/model.h"
+#include "kvsim/replay.h"
+#include "kvsim/replicas.h"
+#include "kvsim/trace.h"
+#include "test_support.h"
+
+using namespace kvsim;
+using Json = nlohmann::json;
+
+namespace {
+
+constexpr std::int64_t kMs = 1'000'000;
+
+// Writes `dir` as vLLM 0.19's recorder would have written the run `rows` and `records`
+// describe (one engine; `cost` times its steps), the workload beside it under workloads/:
+//   requests.jsonl: arrival_time on the wall clock (the workload's arrival + 0.5 s after
+//     meta.json's started_at), and on the monotonic clock (1000 s at started_at) queued_ts
+//     where vLLM records it, as its engine loop takes the request in (the first step begun
+//     at or after the arrival), scheduled_ts at the first admission, first_token_ts and
+//     last_token_ts;
+//   timeseries.csv, tick t covering (t - 1, t] s after started_at: prompt_throughput, every
+//     prompt whose first token falls in the tick, whole (vLLM credits a prompt once, at its
+//     first token; recomputation is credited nowhere); gen_throughput, the tokens sampled by
+//     the steps that end in the tick; running and waiting as the last step ended by then
+//     scheduled them.
+// What meta.json says of the run besides its pool.
+struct RunModel {
+  std::string model = "meta-llama/Llama-3.1-8B";
+  int data_parallel = 1;
+  bool expert_parallel = false;
+};
+
+void write_run(const std::filesystem::path& dir, const std::vector<Request>& trace,
+               const std::vector<TimelineRow>& rows, const std::vector<RequestRecord>& records,
+               const std::vector<std::uint32_t>& replica_of, const CostModel& cost, std::int64_t num_gpu_blocks,
+               const RunModel& m = {}) {
+  std::filesystem::create_directories(dir / "run");
+  std::filesystem::create_directories(dir / "workloads");
+  std::ofstream(dir / "run" / "meta.json")
+      << R"({"model": ")" << m.model << R"(", "vllm_version": "0.19.0",
+  "engine_kwargs": {"tensor_parallel_size": 1, "data_parallel_size": )"
+      << m.data_parallel << R"(, "enable_expert_parallel": )" << (m.expert_parallel ? "true" : "false")
+      << R"(, "max_num_seqs": 128, "max_num_batched_tokens": 2048, "max_model_len": null},
+  "kv_cache": {"num_gpu_blocks": )" << num_gpu_blocks << R"(, "block_size": 16},
+  "dataset_path": "workloads/roundtrip.jsonl", "started_at": "2026-01-01T00:00:00Z", "tick_seconds": 1.0})";
+  {
+    std::ofstream workload(dir / "workloads" / "roundtrip.jsonl");
+    for (const Request& r : trace) {
+      workload << R"({"input_toks": )" << r.prompt_tokens << R"(, "output_toks": )" << r.output_tokens
+               << R"(, "arrival_time_ns": )" << r.arrival_ns << "}\n";
+    }
+  }
+  // A step ends when its slowest replica's work does (replicas that step together give a row
+  // each for it, at the same start; one engine's steps have starts of their own).
+  const auto own_ns = [&](const TimelineRow& row) {
+    StepWork w;
+    w.prefill_tokens = row.work.prefill_tokens;
+    w.decode_seqs = row.work.decode_seqs;
+    w.context = row.work.context;
+    w.peer_tokens = row.work.peer_tokens;
+    return std::max<std::int64_t>(1, (step_time_ps(cost, w) + 999) / 1000);
+  };
+  std::map<std::int64_t, std::int64_t> longest;  // step start -> its slowest replica's ns
+  for (const TimelineRow& row : rows) longest[row.time_ns] = std::max(longest[row.time_ns], own_ns(row));
+  const auto step_end = [&](const TimelineRow& row) { return row.time_ns + longest.at(row.time_ns); };
+  const auto seconds = [](std::int64_t ns) { return static_cast<double>(ns) / 1e9 + 0.5; };
+  {
+    std::ofstream out(dir / "run" / "requests.jsonl");
+    out << std::fixed << std::setprecision(9);
+    for (std::size_t i = 0; i < records.size(); ++i) {
+      const RequestRecord& q = records[i];
+      REQUIRE(q.outcome == RequestRecord::Outcome::completed);
+      const std::int64_t replica = replica_of.empty() ? 0 : replica_of[i];
+      const auto taken = std::find_if(rows.begin(), rows.end(), [&](const TimelineRow& row) {
+        return row.replica == replica && row.time_ns >= q.arrival_ns;
+      });
+      REQUIRE(taken != rows.end());
+      out << R"({"request_id": "r-)" << i << R"(", "input_toks": )" << q.prompt_tokens << R"(, "output_toks": )"
+          << q.output_tokens << R"(, "arrival_time": )" << 1767225600.0 + seconds(q.arrival_ns)
+          << R"(, "queued_ts": )" << 1000.0 + seconds(taken->time_ns) << R"(, "scheduled_ts": )"
+          << 1000.0 + seconds(q.first_scheduled_ns) << R"(, "first_token_ts": )" << 1000.0 + seconds(q.first_token_ns)
+          << R"(, "last_token_ts": )" << 1000.0 + seconds(q.finish_ns) << "}\n";
+    }
+  }
+  const std::int64_t last = step_end(rows.back());
+  const auto ticks = static_cast<std::size_t>(std::ceil(seconds(last))) + 1;
+  std::vector<std::int64_t> prompt(ticks + 1, 0), generated(ticks + 1, 0), running(ticks + 1, 0), waiting(ticks + 1, 0);
+  const auto tick_of = [](double s) { return static_cast<std::size_t>(std::ceil(s - 1e-12)); };
+  for (const RequestRecord& q : records) prompt[tick_of(seconds(q.first_token_ns))] += q.prompt_tokens;
+  // Each replica's counts as its last step ended by the tick scheduled them, summed.
+  const std::size_t replicas = static_cast<std::size_t>(m.data_parallel);
+  std::vector<std::vector<std::int64_t>> running_of(replicas, std::vector<std::int64_t>(ticks + 1, 0));
+  std::vector<std::vector<std::int64_t>> waiting_of = running_of;
+  for (const TimelineRow& row : rows) {
+    const std::size_t t = tick_of(seconds(step_end(row)));
+    generated[t] += row.work.sampled;
+    const auto r = static_cast<std::size_t>(row.replica);
+    for (std::size_t k = t; k <= ticks; ++k) {
+      running_of[r][k] = row.running;
+      waiting_of[r][k] = row.queued;
+    }
+  }
+  for (std::size_t r = 0; r < replicas; ++r) {
+    for (std::size_t k = 1; k <= ticks; ++k) {
+      running[k] += running_of[r][k];
+      waiting[k] += waiting_of[r][k];
+    }
+  }
+  std::ofstream series(dir / "run" / "timeseries.csv");
+  series << "t,prompt_throughput,gen_throughput,running,waiting,kv_cache_pct\n";
+  for (std::size_t t = 1; t <= ticks; ++t) {
+    series << t << ".0," << prompt[t] << ".0," << generated[t] << ".0," << running[t] << "," << waiting[t] << ",0.0\n";
+  }
+}
+
+}  // namespace
+
+TEST_CASE("calibrate and validate: a run that preempts for most of its span, made by kvsim, round-trips") {
+  // Llama-3.1-8B (131,072 KV bytes a position) on a pool of 600 blocks of 16 positions (9,600
+  // positions; meta.json's num_gpu_blocks 601, one being vLLM's null block), vLLM 0.19's
+  // scheduler (recompute, asynchronous scheduling, 128 running, 2,048 tokens a step), 240
+  // requests, one every 50 ms, of 100..999 prompt and 50..499 output tokens: about 40
+  // requests' worth of positions arrive for each 10 the pool holds, so the run preempts
+  // throughout. Each step lasts 15 ms + 40 us a prompt token + 20 us a decoding sequence +
+  // 0.1 us a position read.
+  std::vector<Request> trace;
+  for (int i = 0; i < 240; ++i) {
+    trace.push_back(test::request("r" + std::to_string(i), i * 50 * kMs, 100 + (i * 7919) % 900, 50 + (i * 104729) % 450));
+  }
+  ReplayOptions o;
+  o.layout = kv_layout(find_model_preset("llama-3.1-8b"), KvOptions{});
+  o.schedule = Schedule::simulate;
+  o.cost.name = "truth";
+  o.cost.base_ps = 15 * kMs * 1000;
+  o.cost.prefill_token_ps = 40'000'000;
+  o.cost.decode_seq_ps = 20'000'000;
+  o.cost.context_token_ps = 100'000;
+  o.max_batched_tokens = 2048;
+  o.max_running = 128;
+  o.async_scheduling = true;
+  o.memory.kv_budget_bytes = 600LL * 16 * o.layout.bytes_per_token();
+  std::vector<TimelineRow> rows;
+  std::vector<RequestRecord> records;
+  o.timeline = [&](const TimelineRow& row) { rows.push_back(row); };
+  o.per_request = [&](const RequestRecord& r) { records.push_back(r); };
+  AllocatorLimits limits;
+  limits.capacity_bytes = o.memory.kv_budget_bytes;
+  const auto allocator =
+      make_allocator(parse_allocator_spec("paged:block=16,prefix-caching=on", "test"), o.layout, limits);
+  RequestVectorReader reader(trace);
+  const ReplayReport report = replay(reader, *allocator, o);
+  REQUIRE(report.completed == 240);
+  REQUIRE(report.preemptions >= 50);  // the premise: a run that preempts throughout (82 here)
+  std::sort(records.begin(), records.end(), [](const auto& a, const auto& b) { return a.ordinal < b.ordinal; });
+
+  const auto dir = test::scratch_dir("calibrate-roundtrip");
+  write_run(dir, trace, rows, records, {}, o.cost, 601);
+  const std::string run = (dir / "run").string();
+
+  // With the true cost model, validate's replay (its settings all from meta.json) is this very
+  // run: every latency figure 0% off, the same preemptions. The per-tick counts differ a
+  // little: vLLM's logger reports the schedule of the last step ended by a tick, validate the
+  // state of the last step begun, so a tick that falls inside a step that changed the counts
+  // compares them a step apart.
+  const auto truth = test::run_cli({"validate", run, "--cost",
+                                    "linear:base=15ms,prefill-token=40us,decode-seq=20us,context-token=0.1us", "--json"});
+  INFO(truth.err);
+  REQUIRE(truth.exit_code == 0);
+  const Json t = Json::parse(truth.out);
+  CHECK(t["preemptions"] == report.preemptions);
+  for (const char* figure : {"ttft", "tpot", "latency"}) {
+    CHECK(t[figure]["diff_percent"]["mean"].get<double>() == Approx(0).margin(1e-6));
+    CHECK(t[figure]["diff_percent"]["p50"].get<double>() == Approx(0).margin(1e-6));
+  }
+  CHECK(t["running_mae"].get<double>() < 0.5);
+  CHECK(t["waiting_mae"].get<double>() < 0.5);
+
+  // calibrate. With the pool full, every step reads about the pool's 9,600 positions and holds
+  // a dozen decodes, so base, decode-seq and context-token each scale with the steps and the
+  // run cannot tell them apart (the fit splits them its own way); what it must get right is
+  // the time of the run's steps: timed by the fit, the run's own steps take what they took,
+  // to 2%.
+  const auto fit = test::run_cli({"calibrate", run, "--json"});
+  INFO(fit.err);
+  REQUIRE(fit.exit_code == 0);
+  const Json c = Json::parse(fit.out);
+  const CostModel fitted = parse_cost_model(c["cost"].get<std::string>(), o.cost, "--cost");
+  double fitted_ps = 0, true_ps = 0;
+  for (const TimelineRow& row : rows) {
+    StepWork w;
+    w.prefill_tokens = row.work.prefill_tokens;
+    w.decode_seqs = row.work.decode_seqs;
+    w.context = row.work.context;
+    fitted_ps += static_cast<double>(step_time_ps(fitted, w));
+    true_ps += static_cast<double>(step_time_ps(o.cost, w));
+  }
+  CHECK(fitted_ps / true_ps == Approx(1).margin(0.02));
+  // validate with the fit predicts the run within the bounds of issue 13: TTFT, TPOT and
+  // latency mean and p50 within 5%, running and waiting within 2 requests a tick, and the
+  // preemptions within a tenth.
+  const auto predicted = test::run_cli({"validate", run, "--cost", c["cost"].get<std::string>(), "--json"});
+  REQUIRE(predicted.exit_code == 0);
+  const Json p = Json::parse(predicted.out);
+  INFO(predicted.out);
+  for (const char* figure : {"ttft", "tpot", "latency"}) {
+    CHECK(std::abs(p[figure]["diff_percent"]["mean"].get<double>()) < 5);
+    CHECK(std::abs(p[figure]["diff_percent"]["p50"].get<double>()) < 5);
+  }
+  CHECK(p["running_mae"].get<double>() <= 2);
+  CHECK(p["waiting_mae"].get<double>() <= 2);
+  CHECK(std::abs(p["preemptions"].get<double>() - static_cast<double>(report.preemptions)) <=
+        0.1 * static_cast<double>(report.preemptions));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("calibrate and validate: an MoE model's two replicas stepping together, made by kvsim, round-trip") {
+  // Qwen3-30B-A3B (128 routed experts, 8 a token) as two data-parallel replicas with expert
+  // parallelism, whose steps are aligned, each as long as the slower replica's work: 10 ms +
+  // 30 us a prompt token + 0.1 us a position read + 12 ms x the share of the experts all the
+  // replicas' tokens reach. 300 requests, one every 100 ms, of 100..999 prompt and 50..649
+  // output tokens, on pools that never fill: the batch grows to about 70 requests a replica
+  // and drains, so a step reaches from about 6% of the experts (one decode) to all of them.
+  std::vector<Request> trace;
+  for (int i = 0; i < 300; ++i) {
+    trace.push_back(test::request("q" + std::to_string(i), i * 100 * kMs, 100 + (i * 7919) % 900, 50 + (i * 104729) % 600));
+  }
+  const ModelSpec model = find_model_preset("qwen3-30b-a3b");
+  ReplayOptions o;
+  o.layout = kv_layout(model, KvOptions{});
+  o.schedule = Schedule::simulate;
+  o.cost.name = "truth";
+  o.cost.base_ps = 10 * kMs * 1000;
+  o.cost.prefill_token_ps = 30'000'000;
+  o.cost.decode_seq_ps = 0;
+  o.cost.context_token_ps = 100'000;
+  o.cost.expert_weights_ps = 12 * kMs * 1000;
+  o.cost.routed_experts = 128;
+  o.cost.experts_per_token = 8;
+  o.max_batched_tokens = 2048;
+  o.max_running = 128;
+  o.async_scheduling = true;
+  o.replicas_step_together = true;
+  const std::int64_t blocks = 4'000;  // a replica's pool, less the null block: never full (no preemption, below)
+  o.memory.kv_budget_bytes = blocks * 16 * o.layout.bytes_per_token();
+  std::vector<TimelineRow> rows;
+  std::vector<RequestRecord> records;
+  o.timeline = [&](const TimelineRow& row) { rows.push_back(row); };
+  o.per_request = [&](const RequestRecord& r) { records.push_back(r); };
+  AllocatorLimits limits;
+  limits.capacity_bytes = o.memory.kv_budget_bytes;
+  std::vector<std::unique_ptr<Allocator>> owned;
+  std::vector<Allocator*> allocators;
+  for (int i = 0; i < 2; ++i) {
+    owned.push_back(make_allocator(parse_allocator_spec("paged:block=16,prefix-caching=on", "test"), o.layout, limits));
+    allocators.push_back(owned.back().get());
+  }
+  RequestVectorReader reader(trace);
+  const ReplicaRun replayed = replay_replicas(reader, allocators, o);
+  REQUIRE(replayed.total.completed == 300);
+  CHECK(replayed.total.preemptions == 0);
+  std::sort(records.begin(), records.end(), [](const auto& a, const auto& b) { return a.ordinal < b.ordinal; });
+
+  const auto dir = test::scratch_dir("calibrate-roundtrip-moe");
+  // meta.json's num_gpu_blocks sums the engines' (each less its null block in the replay).
+  write_run(dir, trace, rows, records, replayed.replica_of, o.cost, 2 * (blocks + 1),
+            RunModel{"Qwen/Qwen3-30B-A3B-Instruct-2507", 2, true});
+  const std::string run = (dir / "run").string();
+  const std::string truth_spec =
+      "linear:base=10ms,prefill-token=30us,decode-seq=0ms,context-token=0.1us,expert-weights=12ms";
+  const auto truth = test::run_cli({"validate", run, "--cost", truth_spec, "--json"});
+  INFO(truth.err);
+  REQUIRE(truth.exit_code == 0);
+  const Json t = Json::parse(truth.out);
+  for (const char* figure : {"ttft", "tpot", "latency"}) {
+    CHECK(t[figure]["diff_percent"]["mean"].get<double>() == Approx(0).margin(1e-6));
+    CHECK(t[figure]["diff_percent"]["p50"].get<double>() == Approx(0).margin(1e-6));
+  }
+
+  // calibrate finds the experts' term, and the fit times the run's own steps (each replica's,
+  // with the other's tokens, the slower one setting the step) as they took, to 2%.
+  const auto fit = test::run_cli({"calibrate", run, "--json"});
+  INFO(fit.err);
+  REQUIRE(fit.exit_code == 0);
+  const Json c = Json::parse(fit.out);
+  INFO(fit.out);
+  bool kept = false;
+  for (const Json& term : c["terms"]) kept = kept || (term["name"] == "expert-weights" && term["kept"] == true);
+  CHECK(kept);
+  const CostModel fitted = parse_cost_model(c["cost"].get<std::string>(), o.cost, "--cost");
+  std::map<std::int64_t, std::pair<std::int64_t, std::int64_t>> steps;  // start -> (fitted, true) of the slowest
+  for (const TimelineRow& row : rows) {
+    StepWork w;
+    w.prefill_tokens = row.work.prefill_tokens;
+    w.decode_seqs = row.work.decode_seqs;
+    w.context = row.work.context;
+    w.peer_tokens = row.work.peer_tokens;
+    auto& [f, tr] = steps[row.time_ns];
+    f = std::max(f, step_time_ps(fitted, w));
+    tr = std::max(tr, step_time_ps(o.cost, w));
+  }
+  double fitted_ps = 0, true_ps = 0;
+  for (const auto& [start, times] : steps) {
+    fitted_ps += static_cast<double>(times.first);
+    true_ps += static_cast<double>(times.second);
+  }
+  CHECK(fitted_ps / true_ps == Approx(1).margin(0.02));
+  const auto predicted = test::run_cli({"validate", run, "--cost", c["cost"].get<std::string>(), "--json"});
+  REQUIRE(predicted.exit_code == 0);
+  const Json p = Json::parse(predicted.out);
+  INFO(predicted.out);
+  for (const char* figure : {"ttft", "tpot", "latency"}) {
+    CHECK(std::abs(p[figure]["diff_percent"]["mean"].get<double>()) < 5);
+    CHECK(std::abs(p[figure]["diff_percent"]["p50"].get<double>()) < 5);
+  }
+  CHECK(p["running_mae"].get<double>() <= 2);
+  CHECK(p["waiting_mae"].get<double>() <= 2);
+  std::filesystem::remove_all(dir);
+}
