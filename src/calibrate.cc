@@ -263,8 +263,8 @@ Calibration calibrate(const MeasuredRun& run, const CalibrationModel& model, con
   as_run.replicas_step_together = c.steps_together;
   c.ticks = busy_ticks(run, as_run, estimate);
   const std::string where = run.dir + "/timeseries.csv";
-  // The terms this model can have: all but the experts' for a dense one.
-  const int terms = model.routed_experts > 0 ? kTerms : kExperts;
+  // The terms every model has (the experts' is tried on top, when the ticks allow it).
+  const int terms = kExperts;
   if (c.ticks.size() < static_cast<std::size_t>(terms) + 2) {
     throw InputError(Location{where, 0, ""}, "only " + std::to_string(c.ticks.size()) +
                                                  " ticks were busy from start to end: too few to fit the cost model");
@@ -292,13 +292,21 @@ Calibration calibrate(const MeasuredRun& run, const CalibrationModel& model, con
   // Context, then (for a model with routed experts) their share reached: each only when it
   // pays for itself.
   for (const int term : {kContext, kExperts}) {
-    if (term >= terms) continue;
+    if (term == kExperts && model.routed_experts <= 0) continue;
     bool use_more[kTerms];
     std::copy(std::begin(use), std::end(use), std::begin(use_more));
     use_more[term] = true;
     std::string why_more[kTerms];
     std::copy(std::begin(why), std::end(why), std::begin(why_more));
-    const Fit richer = prune(use_more, why_more);
+    Fit richer;
+    try {
+      richer = prune(use_more, why_more);
+    } catch (const InputError&) {
+      // Too few blocks for one more unknown, or a term that moves with another in every
+      // block (a share of the experts that every step saturates is a multiple of the steps).
+      why[term] = "cannot be told apart from the other terms in these ticks";
+      continue;
+    }
     if (fit.rms < 1e-9 * c.tick_s) {
       why[term] = "the ticks are explained exactly without it";
     } else if (!use_more[term]) {
@@ -315,7 +323,9 @@ Calibration calibrate(const MeasuredRun& run, const CalibrationModel& model, con
     throw InputError(Location{where, 0, ""}, "the fit gives no positive time per step; the ticks do not describe "
                                              "a busy engine");
   }
-  for (int k = 0; k < terms; ++k) c.terms.push_back({kTermNames[k], fit.coef[k], use[k], why[k]});
+  for (int k = 0; k < kTerms; ++k) {
+    if (k != kExperts || model.routed_experts > 0) c.terms.push_back({kTermNames[k], fit.coef[k], use[k], why[k]});
+  }
   double sse = 0, worst = 0;
   for (auto& t : c.ticks) {
     const std::vector<double> f = features(t, engines, c.steps_together);

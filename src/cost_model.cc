@@ -121,8 +121,8 @@ Int128 expert_weights_read(const CostModel& c, const StepWork& w) {
 }  // namespace
 
 double routed_expert_share(std::int64_t experts, std::int64_t per_token, std::int64_t tokens) {
-  if (tokens <= 0) return 0;
-  if (per_token >= experts) return 1;
+  if (tokens <= 0 || experts <= 0) return 0;
+  if (per_token <= 0 || per_token >= experts) return 1;  // unknown (0): every expert, as compute counts them
   // (1 - k / E)^T by squaring.
   double base = static_cast<double>(experts - per_token) / static_cast<double>(experts);
   double missed = 1;
@@ -201,10 +201,12 @@ CostModel roofline_cost_model(const ModelSpec& model, const KvLayout& layout, co
   c.attention_pair_ps = ceil_ps(ceil_div(pair_flops, Int128{tp}) * kPsPerSecond, flops);
   c.weights_ps = ceil_ps(
       Int128{weights.weights_bytes_per_device - weights.routed_expert_bytes_per_device} * kPsPerSecond, bandwidth);
-  if (model.moe && weights.routed_expert_bytes_per_device > 0) {
-    c.expert_weights_ps = ceil_ps(Int128{weights.routed_expert_bytes_per_device} * kPsPerSecond, bandwidth);
+  if (model.moe) {
+    // The experts are the model's whatever is known of their bytes: a linear model may name
+    // their read even when the weights were given as bytes.
     c.routed_experts = model.moe->routed_experts;
     c.experts_per_token = routed_experts_used(*model.moe);
+    c.expert_weights_ps = ceil_ps(Int128{weights.routed_expert_bytes_per_device} * kPsPerSecond, bandwidth);
   }
   c.kv_position_ps = ceil_ps(Int128{layout.bytes_per_token()} * kPsPerSecond, bandwidth);
   // Collectives over the device's link, activations in bf16 (2 bytes a value).
@@ -293,7 +295,9 @@ CostModel parse_cost_model(std::string_view text, const CostModel& roofline, std
   }
   // Both start from the roofline's coefficients, so an unnamed one has a stated source:
   // constant keeps its step and per-prompt-token cost and drops the rest; linear keeps all four.
-  c.base_ps = roofline.base_ps;
+  // constant's step reads every weight (it has no share of the experts); linear's base the
+  // weights but the routed experts, which its own term reads.
+  c.base_ps = kind == "constant" ? roofline.base_ps + roofline.expert_weights_ps : roofline.base_ps;
   c.prefill_token_ps = roofline.prefill_token_ps;
   c.decode_seq_ps = kind == "linear" ? roofline.decode_seq_ps : 0;
   c.context_token_ps = kind == "linear" ? roofline.context_token_ps : 0;

@@ -237,12 +237,11 @@ void advance_together_before(std::vector<std::unique_ptr<detail::Engine>>& engin
       tokens += engines[i]->step_tokens();
     }
     // Every replica's experts serve all the replicas' tokens: the share of them a step
-    // reaches follows the total (CostModel::expert_weights_ps).
-    if (cost.expert_weights_ps > 0) {
-      duration = 0;
-      for (std::size_t i = 0; i < engines.size(); ++i) {
-        if (busy[i] != 0) duration = std::max(duration, engines[i]->retime_step(tokens - engines[i]->step_tokens()));
-      }
+    // reaches follows the total (CostModel::expert_weights_ps). Each replica's step records
+    // the others' tokens (TimelineRow::work) even when no term charges them.
+    duration = 0;
+    for (std::size_t i = 0; i < engines.size(); ++i) {
+      if (busy[i] != 0) duration = std::max(duration, engines[i]->retime_step(tokens - engines[i]->step_tokens()));
     }
     // Every MoE layer gathers all the replicas' hidden states and scatters the results back
     // (CostModel::replica_collective_*: 0 unless a roofline over a known link), after the

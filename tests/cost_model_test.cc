@@ -325,6 +325,17 @@ TEST_CASE("roofline and linear: an MoE step reads the routed experts its tokens 
   // Unnamed, the linear model takes the roofline's; constant has none; a dense model refuses it.
   CHECK(parse_cost_model("linear:base=1ms", r, "--cost").expert_weights_ps == 49'152'000);
   CHECK(parse_cost_model("constant:step=1ms", r, "--cost").expert_weights_ps == 0);
+  // constant's step, unnamed, is the read of every weight, the experts included.
+  CHECK(parse_cost_model("constant", r, "--cost").base_ps == r.weights_ps + r.expert_weights_ps);
+  // Weights given as bytes have no known split: all are in weights_ps, no experts' read, but a
+  // linear model may still name one.
+  BudgetOptions in_bytes;
+  in_bytes.weights_bytes = 1'000'000;
+  const CostModel b = roofline_cost_model(moe, kv_layout(moe, KvOptions{}), tiny_device(),
+                                          model_weights(moe, KvOptions{}, in_bytes));
+  CHECK(b.expert_weights_ps == 0);
+  CHECK(b.weights_ps == 1'000'000LL * 2'000);
+  CHECK(parse_cost_model("linear:base=1ms,expert-weights=4ms", b, "--cost").expert_weights_ps == 4'000'000'000);
   CHECK_THROWS_AS(parse_cost_model("linear:base=1ms,expert-weights=4ms", tiny_roofline(), "--cost"), InputError);
   CHECK(tiny_roofline().expert_weights_ps == 0);
 }

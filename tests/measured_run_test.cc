@@ -352,7 +352,7 @@ TEST_CASE("calibrate: whole steps counted in the tick they end in do not make th
 TEST_CASE("calibrate: an MoE model's step reads the routed experts its tokens reach, a share fitted as a term") {
   // The engine above for a model of 16 routed experts, 2 a token: a step lasts 10 ms + 50 us
   // per prompt token + 16 ms x the share of the experts its tokens reach, 1 - (7/8)^T for T
-  // tokens (decodes and prompt tokens), so 3.5 ms more for one decode but 11.6 ms more for six,
+  // tokens (decodes and prompt tokens), so 2.0 ms more for one decode but 8.8 ms more for six,
   // and 16 ms for a 500-token prompt chunk. Not linear in the decodes: the experts' term
   // recovers all three coefficients, given the share of each tick's steps as calibrate's
   // replay measures it (StepEstimate::expert_share, the mean over the steps that began in the
@@ -415,6 +415,15 @@ TEST_CASE("calibrate: an MoE model's step reads the routed experts its tokens re
   CHECK(c.terms[1].seconds == Approx(per_prompt_token).epsilon(0.02));
   CHECK(c.terms[4].seconds == Approx(experts).epsilon(0.02));
   CHECK_THAT(c.cost_spec, Catch::EndsWith(",expert-weights=" + c.cost_spec.substr(c.cost_spec.rfind('=') + 1)));
+  // A share every step saturates is a multiple of the steps, which base already is: the term
+  // cannot be told apart, and the fit goes on without it rather than fail.
+  ReplayEstimate saturated = estimate;
+  for (StepEstimate& e : saturated.steps) e.expert_share = 1;
+  const Calibration flat =
+      calibrate(run, {.replicas_step_together = false, .routed_experts = 16, .experts_per_token = 2}, saturated);
+  REQUIRE(flat.terms.size() == 5);
+  CHECK_FALSE(flat.terms[4].kept);
+  CHECK(flat.terms[4].why == "cannot be told apart from the other terms in these ticks");
   // A dense model's fit has no such term, and its spec does not name it.
   const Calibration dense = calibrate(run, {}, estimate);
   CHECK(dense.terms.size() == 4);

@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "test_support.h"
 
@@ -188,6 +189,29 @@ TEST_CASE("replicas: an MoE model's replicas take every step together, as long a
   CHECK(together.total.completed == 2);
   CHECK(together.total.end_ns == 71 * kMs);
   CHECK(together.total.leak_free);
+
+  // Each replica's timeline row says what its step computed and the other's tokens, which its
+  // experts also serve, with no experts' term in the cost too: at 40 ms, replica 0 decodes a
+  // (1 token) while replica 1 prefills b (1 token): one peer token each.
+  std::vector<TimelineRow> rows;
+  ReplayOptions o = ten_ms_steps(true);
+  o.timeline = [&](const TimelineRow& row) { rows.push_back(row); };
+  RequestVectorReader trace({test::request("a", 0, 30, 2), test::request("b", 1 * kMs, 1, 3)});
+  replay_two_paged(trace, o);
+  std::vector<TimelineRow> at_40;
+  for (const TimelineRow& row : rows) {
+    if (row.time_ns == 40 * kMs) at_40.push_back(row);
+  }
+  REQUIRE(at_40.size() == 2);
+  CHECK(at_40[0].replica == 0);
+  CHECK(at_40[0].work.decode_seqs == 1);
+  CHECK(at_40[0].work.peer_tokens == 1);
+  CHECK(at_40[1].replica == 1);
+  CHECK(at_40[1].work.prefill_tokens == 1);
+  CHECK(at_40[1].work.sampled == 1);  // b's prompt completes: its first token
+  CHECK(at_40[1].work.peer_tokens == 1);
+  CHECK(rows.front().work.prefill_tokens == 30);  // 0 ms: replica 0 alone
+  CHECK(rows.front().work.peer_tokens == 0);
 }
 
 TEST_CASE("replicas: aligned steps end with the MoE layers' gathers of all the replicas' tokens") {

@@ -23,8 +23,8 @@
 // a tick counts whole steps, each in the tick it ends in, and the errors that leaves at its
 // ends cancel inside a block. A term stays only when the data supports it: a term
 // whose coefficient comes out non-positive is dropped (the most negative first) and the rest
-// fitted again; context_token is tried last and kept only when it lowers the fit's residual
-// RMS by at least 5%. With data parallelism (dp engines, meta.json's data_parallel_size) the
+// fitted again; context_token (then, for an MoE model, expert_weights, below) is tried on
+// top and kept only when it lowers the fit's residual RMS by at least 5%. With data parallelism (dp engines, meta.json's data_parallel_size) the
 // timeseries sums the engines and the fit is per engine: each engine has D / dp requests
 // decoding over C / dp positions and decodes G / dp tokens in the tick, so it too takes
 // G / D steps, and
@@ -90,7 +90,8 @@ struct CalibrationTick {
 };
 
 struct CalibrationTerm {
-  std::string name;            // "base", "prefill-token", "decode-seq", "context-token"
+  std::string name;            // "base", "prefill-token", "decode-seq", "context-token",
+                               // and for an MoE model "expert-weights"
   double seconds = 0;          // the coefficient, seconds (per step, per token, ...)
   bool kept = false;
   std::string why;             // when not kept: the reason

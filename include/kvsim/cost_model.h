@@ -26,7 +26,8 @@ struct StepWork {
 // The expected share of an MoE layer's routed experts that `tokens` tokens reach, each token
 // sent to `per_token` distinct experts of `experts`, uniformly and independently of the
 // others: 1 - (1 - per_token / experts)^tokens (a given expert is among one token's choices
-// with probability per_token / experts). 0 for no tokens, 1 when a token uses every expert.
+// with probability per_token / experts). 0 for no tokens or no experts; 1 when a token uses
+// every expert, or per_token is 0 (not known: every expert, as the roofline's compute counts).
 // Computed by squaring, with multiplications only, so it is the same double on every machine.
 double routed_expert_share(std::int64_t experts, std::int64_t per_token, std::int64_t tokens);
 

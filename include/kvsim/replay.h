@@ -123,9 +123,10 @@ struct TimelineRow {
   // once, a generated position once for each of the request's n samples. Not a --timeline
   // column.
   std::int64_t recomputed_tokens = 0;
-  // The work of the row's step (with sampling: of the last step before it; zeros in a row
-  // that closes the run), as the cost model charged it. Not --timeline columns: kvsim
-  // calibrate reads them.
+  // The work of the step that began at time_ns, as the cost model charged it (with sampling
+  // too: a point sample, not the interval's sum; a merged row keeps its later step's; zeros
+  // in a row that closes a sampled run and under a measured schedule). Not --timeline
+  // columns: kvsim calibrate reads them.
   StepCounts work;
 };
 

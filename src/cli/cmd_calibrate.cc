@@ -3,6 +3,7 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <cmath>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -105,7 +106,7 @@ std::string table(const MeasuredRun& run, const Calibration& c, const ReplayFind
                        c.steps_together ? "stepping together (a model with experts)" : "stepping independently");
   }
   if (f.replays > 0) {
-    out += f.settled ? fmt::format("kvsim's replay of the run with this fit ({} replays, the last two agreeing) finds:\n",
+    out += f.settled ? fmt::format("kvsim's replay of the run with this fit ({} replays, the last two agreeing to 1% of every coefficient) finds:\n",
                                    f.replays)
                      : fmt::format("kvsim's replays of the run ({}, the last two disagreeing; this fit is made with the "
                                    "last one's findings) find:\n",
@@ -152,6 +153,8 @@ std::string json_of(const MeasuredRun& run, const Calibration& c, const ReplayFi
     ticks.push_back(Json{{"t_s", t.t_s}, {"prompt_tokens", t.prompt_tokens}, {"generated_tokens", t.generated_tokens},
                          {"decoded_tokens", t.decoded_tokens}, {"decoding_mean", t.decoding_mean},
                          {"context_mean", t.context_mean}, {"steps", t.steps}, {"predicted_s", t.predicted_s}});
+    // An MoE model's: the share of the experts its steps reached, summed.
+    if (c.terms.size() > 4) ticks.back()["expert_steps"] = t.expert_steps;
   }
   Json j{{"run", run.dir},
          {"model", run.model},
@@ -225,8 +228,13 @@ std::ptrdiff_t tick_of(const MeasuredRun& run, double wall_offset, double worklo
 // What the replay's steps show of each tick of `run` (StepEstimate), from its timeline
 // `rows`: replicas that step together give one row each for a step, one after another, at the
 // step's start; the slowest under `cost` sets the step's length.
+struct StepRow {
+  std::int64_t time_ns = 0;  // the step's start
+  StepCounts work;
+};
+
 std::vector<StepEstimate> step_estimates(const MeasuredRun& run, const CalibrationModel& model, const CostModel& cost,
-                                         double wall_offset, const std::vector<TimelineRow>& rows) {
+                                         double wall_offset, const std::vector<StepRow>& rows) {
   struct Sums {
     std::int64_t steps = 0;
     double share = 0;
@@ -281,22 +289,35 @@ std::vector<StepEstimate> step_estimates(const MeasuredRun& run, const Calibrati
   return out;
 }
 
+// Whether two fits give every coefficient within 1% of each other (or within 1 ps): less than
+// a replay's own schedule, whose steps are whole, moves a fit from one replay to the next.
+bool same_fit(const Calibration& a, const Calibration& b) {
+  for (std::size_t k = 0; k < a.terms.size() && k < b.terms.size(); ++k) {
+    const double x = a.terms[k].kept ? a.terms[k].seconds : 0, y = b.terms[k].kept ? b.terms[k].seconds : 0;
+    if (std::abs(x - y) > 1e-2 * std::max(std::abs(x), std::abs(y)) && std::abs(x - y) > 1e-12) return false;
+  }
+  return a.terms.size() == b.terms.size();
+}
+
 // The fit made again with what a replay of the run with the fit finds (cached prompt tokens
-// per request, recomputed positions per tick), until a replay finds what the one before
-// did; four replays at most. Cached hits depend on the fit only through the schedule (what
-// was computed before a request came, what was evicted), so without preemptions they settle
-// at once.
+// per request, recomputed positions per tick, and for an MoE model the share of the experts
+// each step reached and the slowest replica's share of it), until a replay finds what the one
+// before did or the fit moves by less than 1%; eight replays at most. Cached hits depend on
+// the fit only through the schedule (what was computed before a request came, what was
+// evicted), so without preemptions they settle at once. The steps' shares are real numbers
+// that move with the schedule, and a fit and the replay it times can chase each other: each
+// replay's are averaged with the estimate before, which damps that.
 Calibration refit_with_replay(const MeasuredRun& run, const po::variables_map& vm, const CalibrationModel& model,
                               Calibration c, ReplayFindings& f) {
-  constexpr int kMaxReplays = 4;
+  constexpr int kMaxReplays = 8;
   while (f.replays < kMaxReplays) {
     po::variables_map v = vm;
     v.insert({option_key(kOptCost), po::variable_value(c.cost_spec, false)});
     std::vector<std::pair<std::int64_t, std::int64_t>> recomputed_at;  // (step start, positions)
-    std::vector<TimelineRow> rows;  // each replica's, for an MoE model
+    std::vector<StepRow> rows;  // each replica's, for an MoE model
     const RunReplay replayed = replay_run(v, run, kSpec.synopsis, [&](const TimelineRow& row) {
       if (row.recomputed_tokens != 0) recomputed_at.emplace_back(row.time_ns, row.recomputed_tokens);
-      if (model.routed_experts > 0) rows.push_back(row);
+      if (model.routed_experts > 0) rows.push_back({row.time_ns, row.work});
     });
     ++f.replays;
     ReplayEstimate next;
@@ -314,12 +335,30 @@ Calibration refit_with_replay(const MeasuredRun& run, const po::variables_map& v
       next.recomputed[static_cast<std::size_t>(i)] += positions;
       f.recomputed_total += positions;
     }
-    if (model.routed_experts > 0) next.steps = step_estimates(run, model, c.cost, replayed.wall_offset_s, rows);
+    if (model.routed_experts > 0) {
+      next.steps = step_estimates(run, model, c.cost, replayed.wall_offset_s, rows);
+      if (f.estimate.steps.size() == next.steps.size()) {
+        const auto damp = [](double& now, double before) {
+          if (now >= 0 && before >= 0) now = (now + before) / 2;
+        };
+        for (std::size_t i = 0; i < next.steps.size(); ++i) {
+          const StepEstimate& before = f.estimate.steps[i];
+          StepEstimate& now = next.steps[i];
+          damp(now.expert_share, before.expert_share);
+          damp(now.prompt_factor, before.prompt_factor);
+          damp(now.decode_factor, before.decode_factor);
+          damp(now.context_factor, before.context_factor);
+        }
+      }
+    }
     f.settled = next.served_by_cache == f.estimate.served_by_cache && next.recomputed == f.estimate.recomputed &&
                 next.steps == f.estimate.steps;
     if (f.settled) break;
     f.estimate = std::move(next);
-    c = calibrate(run, model, f.estimate);
+    Calibration refit = calibrate(run, model, f.estimate);
+    f.settled = same_fit(refit, c);
+    c = std::move(refit);
+    if (f.settled) break;
   }
   return c;
 }

@@ -59,7 +59,8 @@ const CommandSpec kSpec{
     "latency = last_token - queued; percentiles interpolate linearly (numpy's default).\n"
     "Simulated ones likewise, queued being where vLLM records it: as its engine loop takes the\n"
     "request in, at the first step its engine begins at or after the arrival (at once when\n"
-    "idle). --per-tick writes the running and waiting counts tick by tick.\n\n" +
+    "idle; with replicas that step together, an idle one's next step is the next aligned\n"
+    "one). --per-tick writes the running and waiting counts tick by tick.\n\n" +
         run_name_table(),
     "  kvsim validate ../shared/measured/rtxpro6000-llama-3.1-8b --device-memory 96GB\n"
     "  kvsim validate RUN --device-memory 96GB --cost \"$(kvsim calibrate RUN --json | jq -r .cost)\" --json"};

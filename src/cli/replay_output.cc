@@ -150,12 +150,18 @@ std::string run_header(const ReplayContext& c, const std::vector<ReplayReport>& 
     const ReplayReport& r = *std::max_element(reports.begin(), reports.end(),
                                               [](const auto& a, const auto& b) { return a.requests < b.requests; });
     out += fmt::format("schedule {}; cost model {}\n", r.schedule, r.cost_model);
+    // An MoE model's routed experts: their read, charged by the share of them a step reaches.
+    const std::string experts =
+        c.cost.expert_weights_ps > 0
+            ? fmt::format(" + {} x the share of the {} routed experts ({} a token) reached", picoseconds(c.cost.expert_weights_ps),
+                          c.cost.routed_experts, c.cost.experts_per_token)
+            : std::string();
     if (r.schedule == "simulated" && c.cost.roofline) {
-      out += fmt::format("         a step costs {} + max({} per token + {} per sampled token, {} of weights + {} per "
+      out += fmt::format("         a step costs {} + max({} per token + {} per sampled token, {} of weights{} + {} per "
                          "token + {} per sampled token) + max({} per attention pair, {} per KV position)\n"
                          "         + element-wise kernels: {} per token + {} per sampled token\n",
                          picoseconds(c.cost.overhead_ps), picoseconds(c.cost.prefill_token_ps),
-                         picoseconds(c.cost.sample_token_ps), picoseconds(c.cost.weights_ps),
+                         picoseconds(c.cost.sample_token_ps), picoseconds(c.cost.weights_ps), experts,
                          picoseconds(c.cost.matmul_io_token_ps), picoseconds(c.cost.matmul_io_sample_ps),
                          picoseconds(c.cost.attention_pair_ps), picoseconds(c.cost.kv_position_ps),
                          picoseconds(c.cost.elementwise_token_ps), picoseconds(c.cost.elementwise_sample_ps));
@@ -170,9 +176,9 @@ std::string run_header(const ReplayContext& c, const std::vector<ReplayReport>& 
                            picoseconds(c.cost.replica_collective_token_ps));
       }
     } else if (r.schedule == "simulated") {
-      out += fmt::format("         a step costs {} + {} per prompt token + {} per decoding sequence + {} per position read\n",
+      out += fmt::format("         a step costs {} + {} per prompt token + {} per decoding sequence + {} per position read{}\n",
                          picoseconds(c.cost.base_ps), picoseconds(c.cost.prefill_token_ps),
-                         picoseconds(c.cost.decode_seq_ps), picoseconds(c.cost.context_token_ps));
+                         picoseconds(c.cost.decode_seq_ps), picoseconds(c.cost.context_token_ps), experts);
     }
     out += fmt::format("budget   {}; {}\n", c.budget, c.scheduler);
     out += fmt::format("trace    {} requests over {} s simulated\n", with_commas(r.requests),
@@ -525,6 +531,12 @@ std::string replay_json(const ReplayContext& c, const std::vector<ReplayReport>&
                          {"per_prompt_token_ps", c.cost.prefill_token_ps},
                          {"per_decoding_sequence_ps", c.cost.decode_seq_ps},
                          {"per_position_read_ps", c.cost.context_token_ps}};
+  // An MoE model's routed experts, read by the share a step reaches (absent for dense models).
+  if (c.cost.routed_experts > 0) {
+    j["cost_model"]["routed_expert_weights_ps"] = c.cost.expert_weights_ps;
+    j["cost_model"]["routed_experts"] = c.cost.routed_experts;
+    j["cost_model"]["experts_per_token"] = c.cost.experts_per_token;
+  }
   if (c.cost.roofline) {
     j["cost_model"]["roofline"] = Json{{"device", c.cost.device},
                                        {"overhead_ps", c.cost.overhead_ps},
