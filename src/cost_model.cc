@@ -112,8 +112,9 @@ ActivationTraffic activation_traffic(const ModelSpec& m, const RooflineParallel&
 
 // The routed experts' read in a step: expert_weights_ps times the share of the experts the
 // step's tokens (and the other replicas', where they step together) reach, to the nearest ps.
-Int128 expert_weights_read(const CostModel& c, const StepWork& w) {
-  if (c.expert_weights_ps == 0) return 0;
+// Out of line, and called only for a model with routed experts: the dense step stays as short
+// as it was.
+[[gnu::noinline]] Int128 expert_weights_read(const CostModel& c, const StepWork& w) {
   const double share = routed_expert_share(c.routed_experts, c.experts_per_token, tokens_of(w) + w.peer_tokens);
   return Int128{std::llround(static_cast<double>(c.expert_weights_ps) * share)};
 }
@@ -137,13 +138,15 @@ std::int64_t step_time_ps(const CostModel& c, const StepWork& w) {
   Int128 ps = 0;
   if (!c.roofline) {
     ps = Int128{c.base_ps} + Int128{c.prefill_token_ps} * w.prefill_tokens + Int128{c.decode_seq_ps} * w.decode_seqs +
-         Int128{c.context_token_ps} * w.context + expert_weights_read(c, w);
+         Int128{c.context_token_ps} * w.context;
+    if (c.expert_weights_ps != 0) ps += expert_weights_read(c, w);
   } else {
     // The matmuls and attention run one after the other, each bounded by its own roofline.
     const Int128 matmul_compute = Int128{c.prefill_token_ps} * w.prefill_tokens +
                                   Int128{c.decode_seq_ps} * w.decode_seqs + Int128{c.sample_token_ps} * w.sampled;
-    const Int128 matmul_memory = Int128{c.weights_ps} + expert_weights_read(c, w) +
-                                 Int128{c.matmul_io_token_ps} * tokens_of(w) + Int128{c.matmul_io_sample_ps} * w.sampled;
+    Int128 matmul_memory =
+        Int128{c.weights_ps} + Int128{c.matmul_io_token_ps} * tokens_of(w) + Int128{c.matmul_io_sample_ps} * w.sampled;
+    if (c.expert_weights_ps != 0) matmul_memory += expert_weights_read(c, w);
     const Int128 attention_compute = Int128{c.attention_pair_ps} * (Int128{w.prefill_pairs} + w.context);
     const Int128 attention_memory = Int128{c.kv_position_ps} * (Int128{w.context} + w.prefill_context);
     const std::int64_t tokens = tokens_of(w);

@@ -938,8 +938,9 @@ void Engine::end_step(std::int64_t duration) {
   if (step_memory_bound_) report_.memory_bound_ns += duration;
   if (scheduler_tracks_requests_) scheduler_->end_step(view_, step_preempted_, decode_seqs);
 
-  recorder_.end_of_step_state(running_, queued_,
-                              StepCounts{prefill_tokens, decode_seqs, step_work_.context, step_work_.sampled, step_work_.peer_tokens});
+  recorder_.end_of_step_state(running_, queued_, [&] {
+    return StepCounts{prefill_tokens, decode_seqs, step_work_.context, step_work_.sampled, step_work_.peer_tokens};
+  });
 
   // Arrivals and cancellations inside the iteration happen at their own instants.
   last_step_start_ = now_;

@@ -141,7 +141,7 @@ ReplayReport Engine::run_measured() {
       handle_timed(e);
     }
     report_.queue_max = std::max(report_.queue_max, queued_);
-    recorder_.end_of_step_state(running_, queued_, StepCounts{});
+    recorder_.end_of_step_state(running_, queued_, [] { return StepCounts{}; });
   }
   report_.end_ns = now_;
   return finish_report();

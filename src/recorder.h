@@ -88,15 +88,16 @@ class Recorder {
   // The state stays as it is until `until_ns`: histograms and time integrals catch up.
   void flush(std::int64_t until_ns);
   // An iteration's state is final: offers the step's peaks and samples the timeline.
-  // `work`: what the step computed (TimelineRow::work).
-  void end_of_step_state(std::int64_t running, std::int64_t queued, const StepCounts& work) {
+  // `work()`: what the step computed (TimelineRow::work), asked for only when a row is written.
+  template <typename Work>
+  void end_of_step_state(std::int64_t running, std::int64_t queued, const Work& work) {
     effective_peak_.offer(effective_bytes_.at(step_), now_);
     for (auto& g : sums_) {
       g.effective_peak.offer(g.q[kEffective].at(step_), now_);
       g.allocated_peak.offer(g.q[kAllocated].at(step_), now_);
     }
     if (opt_.timeline && now_ >= next_sample_ns_) {
-      sample(running, queued, work);
+      sample(running, queued, work());
     } else {
       unsampled_ = true;
     }
