@@ -229,17 +229,16 @@ void advance_together_before(std::vector<std::unique_ptr<detail::Engine>>& engin
       continue;
     }
     if (clock >= t_ns) return;
-    std::int64_t duration = 0;
     std::int64_t tokens = 0;
     for (std::size_t i = 0; i < engines.size(); ++i) {
       if (busy[i] == 0) continue;
-      duration = std::max(duration, engines[i]->begin_step());
+      engines[i]->begin_step();  // timed below, once all the replicas' tokens are known
       tokens += engines[i]->step_tokens();
     }
     // Every replica's experts serve all the replicas' tokens: the share of them a step
     // reaches follows the total (CostModel::expert_weights_ps). Each replica's step records
     // the others' tokens (TimelineRow::work) even when no term charges them.
-    duration = 0;
+    std::int64_t duration = 0;
     for (std::size_t i = 0; i < engines.size(); ++i) {
       if (busy[i] != 0) duration = std::max(duration, engines[i]->retime_step(tokens - engines[i]->step_tokens()));
     }

@@ -73,12 +73,7 @@ void write_run(const std::filesystem::path& dir, const std::vector<Request>& tra
   // A step ends when its slowest replica's work does (replicas that step together give a row
   // each for it, at the same start; one engine's steps have starts of their own).
   const auto own_ns = [&](const TimelineRow& row) {
-    StepWork w;
-    w.prefill_tokens = row.work.prefill_tokens;
-    w.decode_seqs = row.work.decode_seqs;
-    w.context = row.work.context;
-    w.peer_tokens = row.work.peer_tokens;
-    return std::max<std::int64_t>(1, (step_time_ps(cost, w) + 999) / 1000);
+    return std::max<std::int64_t>(1, (step_time_ps(cost, step_work_of(row.work)) + 999) / 1000);
   };
   std::map<std::int64_t, std::int64_t> longest;  // step start -> its slowest replica's ns
   for (const TimelineRow& row : rows) longest[row.time_ns] = std::max(longest[row.time_ns], own_ns(row));
@@ -131,6 +126,22 @@ void write_run(const std::filesystem::path& dir, const std::vector<Request>& tra
   for (std::size_t t = 1; t <= ticks; ++t) {
     series << t << ".0," << prompt[t] << ".0," << generated[t] << ".0," << running[t] << "," << waiting[t] << ",0.0\n";
   }
+}
+
+// validate's JSON for `run` replayed with `cost`, checked against issue 13's bounds: TTFT,
+// TPOT and latency mean and p50 within 5%, running and waiting within 2 requests a tick.
+Json check_predicts(const std::string& run, const std::string& cost) {
+  const auto predicted = test::run_cli({"validate", run, "--cost", cost, "--json"});
+  REQUIRE(predicted.exit_code == 0);
+  const Json p = Json::parse(predicted.out);
+  INFO(predicted.out);
+  for (const char* figure : {"ttft", "tpot", "latency"}) {
+    CHECK(std::abs(p[figure]["diff_percent"]["mean"].get<double>()) < 5);
+    CHECK(std::abs(p[figure]["diff_percent"]["p50"].get<double>()) < 5);
+  }
+  CHECK(p["running_mae"].get<double>() <= 2);
+  CHECK(p["waiting_mae"].get<double>() <= 2);
+  return p;
 }
 
 }  // namespace
@@ -207,27 +218,14 @@ TEST_CASE("calibrate and validate: a run that preempts for most of its span, mad
   const CostModel fitted = parse_cost_model(c["cost"].get<std::string>(), o.cost, "--cost");
   double fitted_ps = 0, true_ps = 0;
   for (const TimelineRow& row : rows) {
-    StepWork w;
-    w.prefill_tokens = row.work.prefill_tokens;
-    w.decode_seqs = row.work.decode_seqs;
-    w.context = row.work.context;
-    fitted_ps += static_cast<double>(step_time_ps(fitted, w));
-    true_ps += static_cast<double>(step_time_ps(o.cost, w));
+    fitted_ps += static_cast<double>(step_time_ps(fitted, step_work_of(row.work)));
+    true_ps += static_cast<double>(step_time_ps(o.cost, step_work_of(row.work)));
   }
   CHECK(fitted_ps / true_ps == Approx(1).margin(0.02));
   // validate with the fit predicts the run within the bounds of issue 13: TTFT, TPOT and
   // latency mean and p50 within 5%, running and waiting within 2 requests a tick, and the
   // preemptions within a tenth.
-  const auto predicted = test::run_cli({"validate", run, "--cost", c["cost"].get<std::string>(), "--json"});
-  REQUIRE(predicted.exit_code == 0);
-  const Json p = Json::parse(predicted.out);
-  INFO(predicted.out);
-  for (const char* figure : {"ttft", "tpot", "latency"}) {
-    CHECK(std::abs(p[figure]["diff_percent"]["mean"].get<double>()) < 5);
-    CHECK(std::abs(p[figure]["diff_percent"]["p50"].get<double>()) < 5);
-  }
-  CHECK(p["running_mae"].get<double>() <= 2);
-  CHECK(p["waiting_mae"].get<double>() <= 2);
+  const Json p = check_predicts(run, c["cost"].get<std::string>());
   CHECK(std::abs(p["preemptions"].get<double>() - static_cast<double>(report.preemptions)) <=
         0.1 * static_cast<double>(report.preemptions));
   std::filesystem::remove_all(dir);
@@ -329,14 +327,9 @@ TEST_CASE("calibrate and validate: an MoE model's two replicas stepping together
   const CostModel fitted = parse_cost_model(c["cost"].get<std::string>(), o.cost, "--cost");
   std::map<std::int64_t, std::pair<std::int64_t, std::int64_t>> steps;  // start -> (fitted, true) of the slowest
   for (const TimelineRow& row : rows) {
-    StepWork w;
-    w.prefill_tokens = row.work.prefill_tokens;
-    w.decode_seqs = row.work.decode_seqs;
-    w.context = row.work.context;
-    w.peer_tokens = row.work.peer_tokens;
     auto& [f, tr] = steps[row.time_ns];
-    f = std::max(f, step_time_ps(fitted, w));
-    tr = std::max(tr, step_time_ps(o.cost, w));
+    f = std::max(f, step_time_ps(fitted, step_work_of(row.work)));
+    tr = std::max(tr, step_time_ps(o.cost, step_work_of(row.work)));
   }
   double fitted_ps = 0, true_ps = 0;
   for (const auto& [start, times] : steps) {
@@ -344,15 +337,6 @@ TEST_CASE("calibrate and validate: an MoE model's two replicas stepping together
     true_ps += static_cast<double>(times.second);
   }
   CHECK(fitted_ps / true_ps == Approx(1).margin(0.02));
-  const auto predicted = test::run_cli({"validate", run, "--cost", c["cost"].get<std::string>(), "--json"});
-  REQUIRE(predicted.exit_code == 0);
-  const Json p = Json::parse(predicted.out);
-  INFO(predicted.out);
-  for (const char* figure : {"ttft", "tpot", "latency"}) {
-    CHECK(std::abs(p[figure]["diff_percent"]["mean"].get<double>()) < 5);
-    CHECK(std::abs(p[figure]["diff_percent"]["p50"].get<double>()) < 5);
-  }
-  CHECK(p["running_mae"].get<double>() <= 2);
-  CHECK(p["waiting_mae"].get<double>() <= 2);
+  check_predicts(run, c["cost"].get<std::string>());
   std::filesystem::remove_all(dir);
 }

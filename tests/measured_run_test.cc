@@ -27,6 +27,32 @@ void write_one_engine_meta(const std::filesystem::path& dir) {
   "dataset_path": "workloads/none.jsonl", "started_at": "2026-01-01T00:00:00Z", "tick_seconds": 1.0})";
 }
 
+// The run of the engines simulated step by step below: six requests with 100-token prompts,
+// all first tokens at 0 s (monotonic 1000), request k leaving after leave_after[k] decode
+// steps at last_token[k]; ticks 1.. up to one past `now`, each with its prompt and decoded
+// tokens as given and the requests not yet finished as running. Returns the ticks written.
+std::size_t write_decoders_run(const std::filesystem::path& dir, const char* id_prefix, const int (&leave_after)[6],
+                               const std::vector<double>& last_token, const std::vector<double>& prompt_in_tick,
+                               const std::vector<double>& tokens_in_tick, double now) {
+  write_one_engine_meta(dir);
+  std::ofstream requests(dir / "requests.jsonl");
+  for (std::size_t k = 0; k < 6; ++k) {
+    requests << R"({"request_id": ")" << id_prefix << k << R"(", "input_toks": 100, "output_toks": )"
+             << leave_after[k] + 1
+             << R"(, "arrival_time": 1767225600.0, "queued_ts": 1000.0, "scheduled_ts": 1000.0, "first_token_ts": 1000.0, "last_token_ts": )"
+             << std::setprecision(17) << 1000.0 + last_token[k] << "}\n";
+  }
+  std::ofstream ticks(dir / "timeseries.csv");
+  ticks << "t,prompt_throughput,gen_throughput,running,waiting,kv_cache_pct\n";
+  std::size_t written = 0;
+  for (std::size_t t = 1; static_cast<double>(t) <= now + 1; ++t, ++written) {
+    int running = 0;
+    for (const double end : last_token) running += end > static_cast<double>(t) ? 1 : 0;
+    ticks << t << ".0," << prompt_in_tick[t] << ".0," << tokens_in_tick[t] << ".0," << running << ",0,0.0\n";
+  }
+  return written;
+}
+
 }  // namespace
 
 TEST_CASE("measured run: TTFT, TPOT, latency and the clock mapping of a hand-made run") {
@@ -324,22 +350,7 @@ TEST_CASE("calibrate: whole steps counted in the tick they end in do not make th
       if (step == leave_after[k]) last_token[k] = now;
     }
   }
-  {
-    write_one_engine_meta(dir);
-    std::ofstream requests(dir / "requests.jsonl");
-    for (std::size_t k = 0; k < 6; ++k) {
-      requests << R"({"request_id": "w-)" << k << R"(", "input_toks": 100, "output_toks": )" << leave_after[k] + 1
-               << R"(, "arrival_time": 1767225600.0, "queued_ts": 1000.0, "scheduled_ts": 1000.0, "first_token_ts": 1000.0, "last_token_ts": )"
-               << std::setprecision(17) << 1000.0 + last_token[k] << "}\n";
-    }
-    std::ofstream ticks(dir / "timeseries.csv");
-    ticks << "t,prompt_throughput,gen_throughput,running,waiting,kv_cache_pct\n";
-    for (std::size_t t = 1; static_cast<double>(t) <= now + 1; ++t) {
-      int running = 0;
-      for (const double end : last_token) running += end > static_cast<double>(t) ? 1 : 0;
-      ticks << t << ".0," << prompt_in_tick[t] << ".0," << tokens_in_tick[t] << ".0," << running << ",0,0.0\n";
-    }
-  }
+  write_decoders_run(dir, "w-", leave_after, last_token, prompt_in_tick, tokens_in_tick, now);
   const Calibration c = calibrate(read_measured_run(dir.string(), std::nullopt, false));
   CHECK(c.ticks.size() == 29);
   CHECK(c.block_ticks == 3);
@@ -381,23 +392,8 @@ TEST_CASE("calibrate: an MoE model's step reads the routed experts its tokens re
       if (step == leave_after[k]) last_token[k] = now;
     }
   }
-  std::size_t ticks_written = 0;
-  {
-    write_one_engine_meta(dir);
-    std::ofstream requests(dir / "requests.jsonl");
-    for (std::size_t k = 0; k < 6; ++k) {
-      requests << R"({"request_id": "e-)" << k << R"(", "input_toks": 100, "output_toks": )" << leave_after[k] + 1
-               << R"(, "arrival_time": 1767225600.0, "queued_ts": 1000.0, "scheduled_ts": 1000.0, "first_token_ts": 1000.0, "last_token_ts": )"
-               << std::setprecision(17) << 1000.0 + last_token[k] << "}\n";
-    }
-    std::ofstream ticks(dir / "timeseries.csv");
-    ticks << "t,prompt_throughput,gen_throughput,running,waiting,kv_cache_pct\n";
-    for (std::size_t t = 1; static_cast<double>(t) <= now + 1; ++t, ++ticks_written) {
-      int running = 0;
-      for (const double end : last_token) running += end > static_cast<double>(t) ? 1 : 0;
-      ticks << t << ".0," << prompt_in_tick[t] << ".0," << tokens_in_tick[t] << ".0," << running << ",0,0.0\n";
-    }
-  }
+  const std::size_t ticks_written =
+      write_decoders_run(dir, "e-", leave_after, last_token, prompt_in_tick, tokens_in_tick, now);
   const MeasuredRun run = read_measured_run(dir.string(), std::nullopt, false);
   REQUIRE(run.ticks.size() == ticks_written);
   ReplayEstimate estimate;

@@ -23,6 +23,19 @@ struct StepWork {
                                      // replicas' tokens, which this device's experts serve too
 };
 
+// The counts a timeline row keeps of its step (TimelineRow::work), as the cost model takes
+// them; the attention pairs and the prefill's KV positions, which the row does not keep, are 0
+// (the linear model does not use them).
+inline StepWork step_work_of(const StepCounts& c) {
+  StepWork w;
+  w.prefill_tokens = c.prefill_tokens;
+  w.decode_seqs = c.decode_seqs;
+  w.context = c.context;
+  w.sampled = c.sampled;
+  w.peer_tokens = c.peer_tokens;
+  return w;
+}
+
 // The expected share of an MoE layer's routed experts that `tokens` tokens reach, each token
 // sent to `per_token` distinct experts of `experts`, uniformly and independently of the
 // others: 1 - (1 - per_token / experts)^tokens (a given expert is among one token's choices

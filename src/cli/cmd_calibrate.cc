@@ -239,7 +239,6 @@ std::vector<StepEstimate> step_estimates(const MeasuredRun& run, const Calibrati
     std::int64_t steps = 0;
     double share = 0;
     double prompt[2] = {}, decode[2] = {}, context[2] = {};  // the slowest replica's, all replicas'
-    std::int64_t rows = 0;
   };
   std::vector<Sums> sums(run.ticks.size());
   for (std::size_t first = 0; first < rows.size();) {
@@ -252,17 +251,11 @@ std::vector<StepEstimate> step_estimates(const MeasuredRun& run, const Calibrati
       std::int64_t longest = -1;
       for (std::size_t r = first; r < end; ++r) {
         const StepCounts& w = rows[r].work;
-        StepWork work;
-        work.prefill_tokens = w.prefill_tokens;
-        work.decode_seqs = w.decode_seqs;
-        work.context = w.context;
-        work.peer_tokens = w.peer_tokens;
-        const std::int64_t ps = step_time_ps(cost, work);
+        const std::int64_t ps = step_time_ps(cost, step_work_of(w));
         if (ps > longest) longest = ps, slowest = r;
         s.prompt[1] += static_cast<double>(w.prefill_tokens);
         s.decode[1] += static_cast<double>(w.decode_seqs);
         s.context[1] += static_cast<double>(w.context);
-        ++s.rows;
       }
       const StepCounts& w = rows[slowest].work;
       s.prompt[0] += static_cast<double>(w.prefill_tokens);
