@@ -177,6 +177,20 @@ TEST_CASE("replay: an MoE model's aligned step reads the experts all the replica
   const double step1 = 0.010 + 0.030 + 0.016 * (1 - std::pow(15.0 / 16.0, 30));
   CHECK(j["runs"][0]["latency"]["ttft"]["max_s"].get<double>() == Approx(step1).epsilon(1e-6));
   CHECK(j["runs"][1]["latency"]["ttft"]["max_s"].get<double>() == Approx(step1 + 0.0129375 - 0.001).epsilon(1e-6));
+  // The experts' read is in the cost model's JSON and in the table's cost line; a dense
+  // model's has neither.
+  CHECK(j["cost_model"]["routed_expert_weights_ps"] == 16'000'000'000);
+  CHECK(j["cost_model"]["routed_experts"] == 128);
+  CHECK(j["cost_model"]["experts_per_token"] == 8);
+  const auto table = test::run_cli({"replay", trace, "--model", "qwen3-30b-a3b", "--allocator", "paged", "--cost",
+                                    "linear:base=10ms,prefill-token=1ms,decode-seq=0ms,context-token=0ms,expert-weights=16ms"});
+  REQUIRE(table.exit_code == 0);
+  CHECK_THAT(table.out, Catch::Contains("a step costs 10.000 ms + 1.000 ms per prompt token + 0 ps per decoding sequence + "
+                                        "0 ps per position read + 16.000 ms x the share of the 128 routed experts "
+                                        "(8 a token) reached"));
+  const auto dense = test::run_cli({"replay", trace, "--model", "qwen3-32b", "--allocator", "paged", "--json"});
+  REQUIRE(dense.exit_code == 0);
+  CHECK_FALSE(Json::parse(dense.out)["cost_model"].contains("routed_expert_weights_ps"));
 }
 
 TEST_CASE("replay: the peak's time is trace time in every output, nothing measured is n/a, never 0") {
