@@ -665,6 +665,14 @@ TEST_CASE("validate: KV usage per tick as vLLM counts it, the pool less its null
         "t_s,measured_running,simulated_running,measured_waiting,simulated_waiting,measured_kv_usage_percent,"
         "simulated_kv_usage_percent\n"
         "0.025,1,1,0,0,75,70\n0.525,1,1,0,0,20,20\n1,0,0,0,0,0,0\n");
+  // Never over the run it reads: the measured timeseries stays as it was.
+  const std::string series = test::slurp(dir / "timeseries.csv");
+  const auto over = test::run_cli({"validate", dir.string(), "--workload", kData + "/tiny/workloads/tiny.jsonl",
+                                   "--cost", "constant:step=10ms,prefill-token=0ps", "--per-tick",
+                                   (dir / "timeseries.csv").string()});
+  CHECK(over.exit_code != 0);
+  CHECK_THAT(over.err, Catch::Contains("timeseries.csv") && Catch::Contains("same file as the input"));
+  CHECK(test::slurp(dir / "timeseries.csv") == series);
   std::filesystem::remove_all(base);
 }
 

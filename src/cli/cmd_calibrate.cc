@@ -17,6 +17,7 @@
 #include "kvsim/measured_run.h"
 #include "kvsim/model.h"
 #include "kvsim/option_names.h"
+#include "kvsim/output_file.h"
 #include "model_options.h"
 #include "replay_plan.h"
 #include "run_models.h"
@@ -411,7 +412,7 @@ int run_calibrate(const Invocation& inv) {
       c = refit_with_replay(run, vm, model, std::move(c), findings);
     }
   }
-  fmt::print("{}", vm.count("json") ? json_of(run, c, findings) : table(run, c, findings));
+  write_stdout(vm.count("json") ? json_of(run, c, findings) : table(run, c, findings));
   return kExitOk;
 }
 

@@ -10,7 +10,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <limits>
 #include <optional>
 #include <sstream>
@@ -22,6 +21,7 @@
 #include "kvsim/error.h"
 #include "kvsim/measured_run.h"
 #include "kvsim/model.h"
+#include "kvsim/output_file.h"
 #include "kvsim/option_names.h"
 #include "kvsim/replay.h"
 #include "kvsim/replicas.h"
@@ -392,21 +392,19 @@ int run_validate(const Invocation& inv) {
     samples[replica].push_back({row.time_ns, row.running, row.queued, row.allocated_bytes});
   });
   const ReplayPlan& plan = r.plan;
+  // Written as every output is (include/kvsim/output_file.h), never over the run or its workload.
+  const std::string inputs[] = {run.dir + "/meta.json", run.dir + "/requests.jsonl", run.dir + "/timeseries.csv",
+                                plan.trace_path};
   if (plan.per_request_path) {
-    std::ofstream out(*plan.per_request_path, std::ios::binary);
-    if (!out) throw InputError(Location{*plan.per_request_path, 0, ""}, "cannot write the per-request file");
-    out << per_request_header() << per_request_rows(r.report.allocator, r.records);
+    write_output_file(*plan.per_request_path, per_request_header() + per_request_rows(r.report.allocator, r.records),
+                      inputs);
   }
   // An engine that never stepped has no samples.
   samples.resize(std::max<std::size_t>(samples.size(), plan.replicas > 1 ? static_cast<std::size_t>(plan.replicas) : 1));
   const std::vector<EngineState> states = engine_states(std::move(samples), r.records, r.replica_of);
   const Result result = compare(run, r.report, r.records, r.replica_of, r.wall_offset_s, states);
-  if (const auto path = option_text(vm, "per-tick")) {
-    std::ofstream out(*path, std::ios::binary);
-    if (!out) throw InputError(Location{*path, 0, ""}, "cannot write the per-tick file");
-    out << per_tick_csv(result);
-  }
-  fmt::print("{}", plan.json ? json_of(run, plan, r.budget_source, r.report, result)
+  if (const auto path = option_text(vm, "per-tick")) write_output_file(*path, per_tick_csv(result), inputs);
+  write_stdout(plan.json ? json_of(run, plan, r.budget_source, r.report, result)
                          : table(run, plan, r.budget_source, r.report, result));
   return kExitOk;
 }
