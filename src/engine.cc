@@ -554,6 +554,7 @@ bool Engine::prefill(std::uint32_t slot, std::int64_t positions, bool may_preemp
   // cached positions and to the chunk's own up to itself.
   step_work_.prefill_pairs += positions * f.prefilled + positions * (positions + 1) / 2;
   step_work_.prefill_context += f.prefilled + positions;
+  step_work_.longest_chunk = std::max(step_work_.longest_chunk, positions);
   if (complete && first != 0) ++step_work_.sampled;
   f.prefilled = prefilled;
   f.tokens_at = t;

@@ -283,6 +283,111 @@ TEST_CASE("roofline: the engine counts a chunked prompt's attention pairs") {
   CHECK(r.ttft.p50_ns == 55);
 }
 
+TEST_CASE("roofline: FlashAttention 2's 64-row query tiles where vLLM runs it (compute capability 8.x, 12.x)") {
+  // The tiny model: 4 query heads, 2 KV heads of width 8, 2 layers; a (row, key) costs 2 x (8 +
+  // 8) = 32 FLOPs a head, and 1 FLOP is 2 ps. A decode's query fills one row of a 64-row tile
+  // per query head: 4 x 64 x 32 x 2 layers = 16,384 FLOPs a position = 32,768 ps (64 times the
+  // useful pair's 512). In a decode-only step the 2 query heads of each KV head share a tile:
+  // 2 x 64 x 32 x 2 = 8,192 FLOPs = 16,384 ps.
+  const ModelSpec m = tiny_model();
+  KvOptions kv;
+  const auto roofline_on = [&](std::int64_t capability, const ModelSpec& model, std::int64_t tp = 1) {
+    DevicePreset d = tiny_device();
+    d.hbm_bytes_per_second = 1'000'000'000'000'000;  // 5e14 B/s reached: 1 byte = 2 ps
+    d.compute_capability = capability;
+    KvOptions k = kv;
+    k.tensor_parallel = tp;
+    RooflineParallel parallel;
+    parallel.tensor_parallel = tp;
+    return roofline_cost_model(model, kv_layout(model, k), d, model_weights(model, k, BudgetOptions{}), parallel);
+  };
+  for (const std::int64_t capability : {80, 86, 89, 120}) {
+    const CostModel c = roofline_on(capability, m);
+    CHECK(c.attention_pair_ps == 512);
+    CHECK(c.attention_tile_position_ps == 32'768);
+    CHECK(c.attention_packed_position_ps == 16'384);
+  }
+  for (const std::int64_t capability : {0, 90, 100}) {  // FA3, FlashInfer, not NVIDIA: pairs only
+    const CostModel c = roofline_on(capability, m);
+    CHECK(c.attention_tile_position_ps == 0);
+    CHECK(c.attention_packed_position_ps == 0);
+  }
+  SECTION("a sliding-window layer never packs; equal heads never pack; tensor parallelism splits the heads") {
+    ModelSpec windowed = m;
+    windowed.layer_window_tokens = {0, 16};
+    // Packed: the full layer 2 x 64 x 32 = 4,096, the windowed one 4 x 64 x 32 = 8,192: 12,288 FLOPs.
+    CHECK(roofline_on(120, windowed).attention_packed_position_ps == 24'576);
+    CHECK(roofline_on(120, windowed).attention_tile_position_ps == 32'768);
+    ModelSpec mha = m;
+    mha.num_key_value_heads = 4;
+    CHECK(roofline_on(120, mha).attention_packed_position_ps == 32'768);
+    // TP 2: each device 2 query heads and 1 KV head: 2 x 64 x 32 x 2 = 8,192 FLOPs, packed
+    // 1 x 64 x 32 x 2 = 4,096.
+    const CostModel split = roofline_on(120, m, 2);
+    CHECK(split.attention_tile_position_ps == 16'384);
+    CHECK(split.attention_packed_position_ps == 8'192);
+  }
+  SECTION("a step with a query of more than one token pays the tiles; a decode-only one the packed tile") {
+    const CostModel c = without_activations(roofline_on(120, m));
+    // Weights 49,984 B = 99,968 ps; a KV position 128 B = 256 ps; matmuls 73,728 ps a token and
+    // 12,800 ps a sampled token (as in the first test).
+    const StepWork mixed = [] {
+      StepWork w = mixed_step();
+      w.longest_chunk = 10;
+      return w;
+    }();
+    // matmuls: max(73,728 x 13 + 12,800 x 4 = 1,009,664; 99,968) = 1,009,664
+    // attention: max(512 x 115 + 32,768 x 50 = 1,697,280; 256 x 66 = 16,896) = 1,697,280
+    CHECK(step_time_ps(c, mixed) == 2'706'944);
+    StepWork decodes;
+    decodes.decode_seqs = 3;
+    decodes.context = 50;
+    decodes.sampled = 3;
+    // matmuls: max(73,728 x 3 + 12,800 x 3 = 259,584; 99,968); attention: max(16,384 x 50 =
+    // 819,200; 256 x 50 = 12,800): 1,078,784.
+    CHECK(step_time_ps(c, decodes) == 1'078'784);
+    // A prefill chunk of one token is a query of one: the step still packs.
+    StepWork one = decodes;
+    one.prefill_tokens = 1;
+    one.prefill_pairs = 1;
+    one.prefill_context = 1;
+    one.longest_chunk = 1;
+    // matmuls 73,728 x 4 + 12,800 x 3 = 333,312; attention 512 + 819,200 = 819,712: 1,153,024.
+    CHECK(step_time_ps(c, one) == 1'153'024);
+  }
+}
+
+TEST_CASE("roofline: the engine tells a step with a prompt chunk from a decode-only one") {
+  // 1 ns per useful pair, 1 us per KV position a decode reads in a step with a chunk of two or
+  // more tokens, 1 ns in a decode-only step; nothing else costs. Request a (prompt 4, output
+  // 3) arrives at 0: its prompt takes 4 x 5 / 2 = 10 ns and samples its first token; its first
+  // decode reads 6 positions (the prompt, the first token and its own), 6 ns, to 16 ns.
+  // Request b arrives at 12 ns, during that decode, and is prefilled beside a's second decode
+  // (7 positions) from 16 ns, which ends the run.
+  CostModel c;
+  c.name = "tiles";
+  c.roofline = true;
+  c.base_ps = 0;
+  c.prefill_token_ps = 0;
+  c.attention_pair_ps = 1'000;
+  c.attention_tile_position_ps = 1'000'000;
+  c.attention_packed_position_ps = 1'000;
+  ReplayOptions o;
+  o.layout = test::unit_layout();
+  o.cost = c;
+  const auto finish_of_a = [&](std::int64_t b_prompt) {
+    RequestVectorReader trace({test::request("a", 0, 4, 3), test::request("b", 12, b_prompt, 1)});
+    auto allocator = make_allocator(parse_allocator_spec("paged:block=16", "test"), o.layout);
+    const ReplayReport r = replay(trace, *allocator, o);
+    return r.end_ns - r.start_ns;
+  };
+  // b's prompt of 2: the step has a two-token query, so a's 7 positions cost 7 us, and b's 3
+  // pairs 3 ns: the run ends at 16 + 7,003 = 7,019 ns.
+  CHECK(finish_of_a(2) == 7'019);
+  // b's prompt of 1: every query of the step is one token: 7 + 1 ns, ending at 24 ns.
+  CHECK(finish_of_a(1) == 24);
+}
+
 TEST_CASE("routed_expert_share: the expected share of the experts T tokens reach, k of E each") {
   // One token reaches k of E: k / E. Two reach an expert unless both miss it: 1 - (1 - k/E)^2.
   CHECK(routed_expert_share(128, 8, 0) == 0);

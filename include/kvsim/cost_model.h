@@ -19,6 +19,8 @@ struct StepWork {
                                      // for a chunk of c positions after s already in the cache
   std::int64_t prefill_context = 0;  // KV positions the prefill chunks read and write: s + c each
   std::int64_t sampled = 0;          // tokens sampled: decoding sequences + prompts completed
+  std::int64_t longest_chunk = 0;    // the most positions one prefill chunk computes (its query
+                                     // length; a decoding sequence's is 1)
   std::int64_t peer_tokens = 0;      // an MoE model's replicas stepping together: the other
                                      // replicas' tokens, which this device's experts serve too
 };

@@ -43,7 +43,10 @@ namespace kvsim {
 //                       + sample_token * sampled tokens
 //   matmul memory     = weights + matmul_io_token * tokens + matmul_io_sample * sampled tokens
 //   element-wise      = elementwise_token * tokens + elementwise_sample * sampled tokens
-//   attention compute = attention_pair * (query, key) pairs
+//   attention compute = attention_pair * (query, key) pairs, or where vLLM runs FlashAttention 2
+//                       attention_pair * the prefill chunks' pairs + attention_tile (a step with
+//                       a chunk of two or more tokens) or attention_packed (decode-only) * the
+//                       positions the decoding sequences read
 //   KV memory         = kv_position * KV positions read or written
 struct CostModel {
   std::string name = "constant";           // how it was chosen, for the report
@@ -66,6 +69,15 @@ struct CostModel {
   std::int64_t kv_position_ps = 0;         // roofline memory: one KV position read or written
   std::int64_t sample_token_ps = 0;        // roofline compute: the LM head, per sampled token
   std::int64_t attention_pair_ps = 0;      // roofline compute: one (query, key) pair, all layers
+  // Roofline compute where vLLM runs FlashAttention 2 (compute capability 8.x and 12.x): a
+  // decoding sequence's query fills one row of the kernel's 64-row query tile, and the tile is
+  // computed whole. Per KV position a decoding sequence reads, all layers: in a step where some
+  // query has more than one token (a prefill chunk), a tile per query head
+  // (attention_tile_position_ps); in a decode-only step, the query heads that share a KV head
+  // packed into one tile (attention_packed_position_ps). 0: the useful pairs alone
+  // (attention_pair_ps), as for the other attention kernels.
+  std::int64_t attention_tile_position_ps = 0;
+  std::int64_t attention_packed_position_ps = 0;
   // Roofline memory: the activations the matmuls read and write (beside the weights, on their
   // memory side) per token and per sampled token, and the element-wise kernels' (norms,
   // rotary, activation, the sampler's pass over the logits; outside the maxes).

@@ -157,14 +157,22 @@ std::string run_header(const ReplayContext& c, const std::vector<ReplayReport>& 
                           c.cost.routed_experts, c.cost.experts_per_token)
             : std::string();
     if (r.schedule == "simulated" && c.cost.roofline) {
+      // FlashAttention 2's query tiles: what a decode's KV position costs, apart from the pairs.
+      const std::string attention =
+          c.cost.attention_tile_position_ps > 0
+              ? fmt::format("{} per attention pair of a prefill + {} per KV position a decode reads ({} in a "
+                            "decode-only step)",
+                            picoseconds(c.cost.attention_pair_ps), picoseconds(c.cost.attention_tile_position_ps),
+                            picoseconds(c.cost.attention_packed_position_ps))
+              : fmt::format("{} per attention pair", picoseconds(c.cost.attention_pair_ps));
       out += fmt::format("         a step costs {} + max({} per token + {} per sampled token, {} of weights{} + {} per "
-                         "token + {} per sampled token) + max({} per attention pair, {} per KV position)\n"
+                         "token + {} per sampled token) + max({}, {} per KV position)\n"
                          "         + element-wise kernels: {} per token + {} per sampled token\n",
                          picoseconds(c.cost.overhead_ps), picoseconds(c.cost.prefill_token_ps),
                          picoseconds(c.cost.sample_token_ps), picoseconds(c.cost.weights_ps), experts,
-                         picoseconds(c.cost.matmul_io_token_ps), picoseconds(c.cost.matmul_io_sample_ps),
-                         picoseconds(c.cost.attention_pair_ps), picoseconds(c.cost.kv_position_ps),
-                         picoseconds(c.cost.elementwise_token_ps), picoseconds(c.cost.elementwise_sample_ps));
+                         picoseconds(c.cost.matmul_io_token_ps), picoseconds(c.cost.matmul_io_sample_ps), attention,
+                         picoseconds(c.cost.kv_position_ps), picoseconds(c.cost.elementwise_token_ps),
+                         picoseconds(c.cost.elementwise_sample_ps));
       if (c.cost.collective_token_ps > 0) {
         out += fmt::format("         + tensor-parallel collectives: {} per step + {} per token + {} per sampled token\n",
                            picoseconds(c.cost.collective_step_ps), picoseconds(c.cost.collective_token_ps),
@@ -554,6 +562,11 @@ std::string replay_json(const ReplayContext& c, const std::vector<ReplayReport>&
                                        {"per_sampled_token_collective_ps", c.cost.collective_sample_ps},
                                        {"replica_collective_step_ps", c.cost.replica_collective_step_ps},
                                        {"per_replica_token_collective_ps", c.cost.replica_collective_token_ps}};
+    // FlashAttention 2's query tiles (absent where vLLM runs another attention kernel).
+    if (c.cost.attention_tile_position_ps > 0) {
+      j["cost_model"]["roofline"]["per_decode_kv_position_tile_ps"] = c.cost.attention_tile_position_ps;
+      j["cost_model"]["roofline"]["per_decode_kv_position_packed_ps"] = c.cost.attention_packed_position_ps;
+    }
   }
   Json runs = Json::array();
   for (const auto& r : reports) runs.push_back(replay_run_json(r, any_placement(reports)));
