@@ -125,6 +125,8 @@ std::vector<double> features(const CalibrationTick& t, double engines, bool toge
 
 struct Fit {
   double coef[kTerms] = {};
+  double standard_error[kTerms] = {-1, -1, -1, -1, -1};
+  double correlation[kTerms][kTerms] = {};
   double rms = 0;
 };
 
@@ -169,10 +171,22 @@ Fit fit_terms(const std::vector<CalibrationTick>& ticks, const bool use[kTerms],
     rows.push_back(used);
     y.push_back(length);
   }
-  const std::vector<double> x = least_squares(rows, y);
+  const LeastSquaresFit solved = least_squares_fit(rows, y);
+  const std::vector<double>& x = solved.x;
   Fit fit;
+  std::size_t index[kTerms] = {};
   std::size_t i = 0;
-  for (int k = 0; k < kTerms; ++k) fit.coef[k] = use[k] ? x[i++] : 0.0;
+  for (int k = 0; k < kTerms; ++k) {
+    if (!use[k]) continue;
+    index[k] = i++;
+    fit.coef[k] = x[index[k]];
+    fit.standard_error[k] = solved.standard_error[index[k]];
+  }
+  for (int a = 0; a < kTerms; ++a) {
+    for (int b = 0; b < kTerms; ++b) {
+      if (use[a] && use[b]) fit.correlation[a][b] = solved.correlation[index[a]][index[b]];
+    }
+  }
   double sse = 0;
   for (std::size_t r = 0; r < rows.size(); ++r) {
     double p = 0;
@@ -195,6 +209,10 @@ std::string microseconds(std::int64_t ps) {
 }  // namespace
 
 std::vector<double> least_squares(const std::vector<std::vector<double>>& rows, const std::vector<double>& y) {
+  return least_squares_fit(rows, y).x;
+}
+
+LeastSquaresFit least_squares_fit(const std::vector<std::vector<double>>& rows, const std::vector<double>& y) {
   const std::size_t n = rows.empty() ? 0 : rows.front().size();
   if (n == 0 || rows.size() < n) throw InputError("least squares: fewer observations than unknowns");
   // A handful of cost terms; the bound also keeps every size below computed from n small.
@@ -208,8 +226,9 @@ std::vector<double> least_squares(const std::vector<std::vector<double>>& rows, 
     s = std::sqrt(s / static_cast<double>(rows.size()));
     if (s == 0) throw InputError("least squares: a term is zero in every observation");
   }
-  // Normal equations (A'A) x = A'y on the scaled columns, solved with partial pivoting.
-  std::vector<std::vector<double>> m(n, std::vector<double>(n + 1, 0.0));
+  // Normal equations (A'A) x = A'y on the scaled columns, solved with partial pivoting
+  // (Gauss-Jordan), the identity carried beside them to give (A'A)^-1.
+  std::vector<std::vector<double>> m(n, std::vector<double>(2 * n + 1, 0.0));
   for (std::size_t i = 0; i < rows.size(); ++i) {
     for (std::size_t a = 0; a < n; ++a) {
       const double va = rows[i][a] / scale[a];
@@ -217,6 +236,7 @@ std::vector<double> least_squares(const std::vector<std::vector<double>>& rows, 
       m[a][n] += va * y[i];
     }
   }
+  for (std::size_t a = 0; a < n; ++a) m[a][n + 1 + a] = 1;
   for (std::size_t c = 0; c < n; ++c) {
     std::size_t pivot = c;
     for (std::size_t r = c + 1; r < n; ++r) {
@@ -229,12 +249,42 @@ std::vector<double> least_squares(const std::vector<std::vector<double>>& rows, 
     for (std::size_t r = 0; r < n; ++r) {
       if (r == c) continue;
       const double f = m[r][c] / m[c][c];
-      for (std::size_t k = c; k <= n; ++k) m[r][k] -= f * m[c][k];
+      for (std::size_t k = c; k <= 2 * n; ++k) m[r][k] -= f * m[c][k];
     }
   }
-  std::vector<double> x(n);
-  for (std::size_t j = 0; j < n; ++j) x[j] = m[j][n] / m[j][j] / scale[j];
-  return x;
+  LeastSquaresFit fit;
+  fit.x.resize(n);
+  for (std::size_t j = 0; j < n; ++j) fit.x[j] = m[j][n] / m[j][j] / scale[j];
+  // (A'A)^-1 of the scaled columns; the estimates' covariance is s^2 times it, divided by
+  // the two columns' scales.
+  const auto inverse = [&](std::size_t j, std::size_t k) { return m[j][n + 1 + k] / m[j][j]; };
+  double sse = 0;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    double p = 0;
+    for (std::size_t j = 0; j < n; ++j) p += fit.x[j] * rows[i][j];
+    sse += (p - y[i]) * (p - y[i]);
+  }
+  const std::size_t spare = rows.size() - n;
+  fit.standard_error.assign(n, -1.0);
+  fit.correlation.assign(n, std::vector<double>(n, 0.0));
+  for (std::size_t j = 0; j < n; ++j) {
+    if (spare > 0) fit.standard_error[j] = std::sqrt(sse / static_cast<double>(spare) * inverse(j, j)) / scale[j];
+    for (std::size_t k = 0; k < n; ++k) {
+      fit.correlation[j][k] = inverse(j, k) / std::sqrt(inverse(j, j) * inverse(k, k));
+    }
+  }
+  return fit;
+}
+
+std::vector<CorrelatedTerms> correlated_terms(const std::vector<std::string>& names,
+                                              const std::vector<std::vector<double>>& correlation) {
+  std::vector<CorrelatedTerms> out;
+  for (std::size_t a = 0; a < names.size(); ++a) {
+    for (std::size_t b = a + 1; b < names.size(); ++b) {
+      if (std::abs(correlation[a][b]) >= kCalibrationCorrelated) out.push_back({names[a], names[b], correlation[a][b]});
+    }
+  }
+  return out;
 }
 
 bool credits_cached_prompt_tokens(const MeasuredRun& run) {
@@ -324,8 +374,22 @@ Calibration calibrate(const MeasuredRun& run, const CalibrationModel& model, con
                                              "a busy engine");
   }
   for (int k = 0; k < kTerms; ++k) {
-    if (k != kExperts || model.routed_experts > 0) c.terms.push_back({kTermNames[k], fit.coef[k], use[k], why[k]});
+    if (k != kExperts || model.routed_experts > 0) {
+      c.terms.push_back({kTermNames[k], fit.coef[k], use[k] ? fit.standard_error[k] : -1.0, use[k], why[k]});
+    }
   }
+  std::vector<std::string> kept;
+  std::vector<int> kept_terms;
+  for (int k = 0; k < kTerms; ++k) {
+    if (!use[k]) continue;
+    kept.push_back(kTermNames[k]);
+    kept_terms.push_back(k);
+  }
+  std::vector<std::vector<double>> correlation(kept.size(), std::vector<double>(kept.size(), 0.0));
+  for (std::size_t a = 0; a < kept.size(); ++a) {
+    for (std::size_t b = 0; b < kept.size(); ++b) correlation[a][b] = fit.correlation[kept_terms[a]][kept_terms[b]];
+  }
+  c.correlated = correlated_terms(kept, correlation);
   double sse = 0, worst = 0;
   for (auto& t : c.ticks) {
     const std::vector<double> f = features(t, engines, c.steps_together);

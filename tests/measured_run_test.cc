@@ -189,6 +189,45 @@ TEST_CASE("least squares: a hand-solved overdetermined system") {
   CHECK_THROWS_AS(least_squares({{1, 2}, {2, 4}, {3, 6}}, {1, 2, 3}), InputError);
 }
 
+TEST_CASE("least squares: the estimates' standard errors and correlation, by hand") {
+  // The system above: residuals 1.1 - 1, 2.1 - 2, 3.2 - 3.3, so s^2 = 0.03 / (3 - 2) = 0.03;
+  // (A'A)^-1 = [[2, -1], [-1, 2]] / 3, so each standard error is sqrt(0.03 x 2/3) = sqrt(0.02)
+  // and the correlation (-1/3) / (2/3) = -0.5.
+  const LeastSquaresFit fit = least_squares_fit({{1, 0}, {0, 1}, {1, 1}}, {1, 2, 3.3});
+  REQUIRE(fit.x.size() == 2);
+  CHECK(fit.x[0] == Approx(1.1));
+  CHECK(fit.standard_error[0] == Approx(std::sqrt(0.02)));
+  CHECK(fit.standard_error[1] == Approx(std::sqrt(0.02)));
+  CHECK(fit.correlation[0][1] == Approx(-0.5));
+  CHECK(fit.correlation[1][0] == Approx(-0.5));
+  CHECK(fit.correlation[0][0] == Approx(1));
+  // Columns of other scales (x 1,000 and / 1,000) give the same fit in their units: the
+  // estimates scale inversely, their errors with them, their correlation not at all.
+  const LeastSquaresFit scaled = least_squares_fit({{1000, 0}, {0, 0.001}, {1000, 0.001}}, {1, 2, 3.3});
+  CHECK(scaled.x[0] == Approx(1.1e-3));
+  CHECK(scaled.standard_error[1] == Approx(std::sqrt(0.02) * 1000));
+  CHECK(scaled.correlation[0][1] == Approx(-0.5));
+  // As many equations as unknowns: an exact fit, nothing left to measure its error by.
+  const LeastSquaresFit exact = least_squares_fit({{1, 0}, {1, 1}}, {1, 3});
+  CHECK(exact.x[1] == Approx(2));
+  CHECK(exact.standard_error[0] == -1);
+  CHECK(exact.correlation[0][1] == Approx(-1 / std::sqrt(2.0)));  // (A'A)^-1 = [[2, -1], [-1, 1]]
+}
+
+TEST_CASE("calibrate: the kept terms whose estimates move together are named, 0.9 or more in size") {
+  const std::vector<std::string> names{"base", "prefill-token", "context-token"};
+  // base and context-token at -0.95: listed; 0.89 and -0.5: not; exactly 0.9: listed.
+  const std::vector<CorrelatedTerms> listed =
+      correlated_terms(names, {{1, 0.89, -0.95}, {0.89, 1, -0.5}, {-0.95, -0.5, 1}});
+  REQUIRE(listed.size() == 1);
+  CHECK(listed[0].first == "base");
+  CHECK(listed[0].second == "context-token");
+  CHECK(listed[0].correlation == -0.95);
+  const std::vector<CorrelatedTerms> edge = correlated_terms({"base", "decode-seq"}, {{1, 0.9}, {0.9, 1}});
+  REQUIRE(edge.size() == 1);
+  CHECK(edge[0].correlation == 0.9);
+}
+
 TEST_CASE("calibrate: recovers the coefficients a synthetic run was generated with") {
   // tests/data/measured/make_synthetic.py wrote each tick's decoded tokens G from the rule
   //   1 s = (G / D) x 10 ms + P x 50 us + G x 200 us

@@ -93,6 +93,10 @@ struct CalibrationTerm {
   std::string name;            // "base", "prefill-token", "decode-seq", "context-token",
                                // and for an MoE model "expert-weights"
   double seconds = 0;          // the coefficient, seconds (per step, per token, ...)
+  // Its least-squares standard error on the fitted equations, seconds: sqrt(s^2 (A'A)^-1) with
+  // s^2 the residual sum of squares over (equations - terms kept); -1 when not kept or when
+  // there are no more equations than terms.
+  double standard_error = -1;
   bool kept = false;
   std::string why;             // when not kept: the reason
 };
@@ -101,8 +105,24 @@ struct CalibrationTerm {
 // the whole steps counted at its two ends put its step count off by about 2% at most.
 inline constexpr int kCalibrationStepsPerBlock = 100;
 
+// Two kept terms whose estimates move together: in these ticks one can stand in for the
+// other, so the fit pins down what they cost together on steps shaped like the run's, not how
+// that splits between them. Listed when |correlation| >= kCalibrationCorrelated.
+struct CorrelatedTerms {
+  std::string first;
+  std::string second;
+  double correlation = 0;  // of the two estimates, from (A'A)^-1
+};
+inline constexpr double kCalibrationCorrelated = 0.9;
+
+// The pairs of `names` (the kept terms, in order) whose estimates' correlation (a matrix
+// over the same terms) is kCalibrationCorrelated or more in size, first before second.
+std::vector<CorrelatedTerms> correlated_terms(const std::vector<std::string>& names,
+                                              const std::vector<std::vector<double>>& correlation);
+
 struct Calibration {
   std::vector<CalibrationTerm> terms;   // in the order above
+  std::vector<CorrelatedTerms> correlated;
   std::vector<CalibrationTick> ticks;   // the ticks fitted
   std::int64_t ticks_in_run = 0;
   double tick_s = 1.0;
@@ -155,6 +175,17 @@ Calibration calibrate(const MeasuredRun& run, const CalibrationModel& model = {}
 // Least squares: the x minimising |A x - y|, A given by rows. Columns are scaled to unit RMS
 // before the normal equations are solved. Throws InputError when A's columns are dependent.
 std::vector<double> least_squares(const std::vector<std::vector<double>>& rows, const std::vector<double>& y);
+
+// The same fit with its uncertainty: x, each estimate's standard error sqrt(s^2 (A'A)^-1_jj)
+// with s^2 = |A x - y|^2 / (rows - unknowns), and the estimates' correlations
+// (A'A)^-1_jk / sqrt((A'A)^-1_jj (A'A)^-1_kk). With as many rows as unknowns the errors are -1
+// (nothing is left to measure them by); the correlations are known all the same.
+struct LeastSquaresFit {
+  std::vector<double> x;
+  std::vector<double> standard_error;
+  std::vector<std::vector<double>> correlation;
+};
+LeastSquaresFit least_squares_fit(const std::vector<std::vector<double>>& rows, const std::vector<double>& y);
 
 }  // namespace kvsim
 

@@ -39,8 +39,10 @@ const CommandSpec kSpec{
     "one equation a block: a tick counts whole steps, each in the tick it ends in, and the\n"
     "errors that leaves at its ends cancel inside a block. A term fitted non-positive is\n"
     "dropped; context-token is kept only when it lowers the fit's residual RMS (over its\n"
-    "blocks) by 5% or more. Prints the fit, its residuals per tick and the --cost spec for\n"
-    "'kvsim replay' and 'kvsim validate'.\n\n"
+    "blocks) by 5% or more. Prints the fit with each coefficient's standard error (how much\n"
+    "the blocks' scatter leaves it free), the kept terms whose estimates move together\n"
+    "(correlation 0.9 or more in size: the run shows their sum, not the split), its residuals\n"
+    "per tick and the --cost spec for 'kvsim replay' and 'kvsim validate'.\n\n"
     "With data parallelism the fit is per engine, each taking its share of the tick's decodes;\n"
     "the prompt tokens are shared out too, except for a mixture-of-experts model, whose\n"
     "replicas take every step together (vLLM aligns their forward passes), so a replica's\n"
@@ -122,13 +124,19 @@ std::string table(const MeasuredRun& run, const Calibration& c, const ReplayFind
     out += "prefix-cache hits and recomputation after preemption: " + f.not_estimated + "\n";
   }
   out += "\n";
-  out += fmt::format("{:<15} {:>14}  {}\n", "term", "coefficient", "");
+  out += fmt::format("{:<15} {:>14}  {:>14}\n", "term", "coefficient", "std. error");
   for (const CalibrationTerm& t : c.terms) {
     if (t.kept) {
-      out += fmt::format("{:<15} {:>11.3f} us  {}\n", t.name, t.seconds * 1e6, unit_of(t.name));
+      const std::string error = t.standard_error >= 0 ? fmt::format("{:>11.3f} us", t.standard_error * 1e6) : "-";
+      out += fmt::format("{:<15} {:>11.3f} us  {:>14}  {}\n", t.name, t.seconds * 1e6, error, unit_of(t.name));
     } else {
-      out += fmt::format("{:<15} {:>14}  not kept: {}\n", t.name, "-", t.why);
+      out += fmt::format("{:<15} {:>14}  {:>14}  not kept: {}\n", t.name, "-", "", t.why);
     }
+  }
+  for (const CorrelatedTerms& p : c.correlated) {
+    out += fmt::format("{} and {} move together in these ticks (correlation {:.2f}): the fit gives what they cost "
+                       "together on steps shaped like the run's, not how that splits between them\n",
+                       p.first, p.second, p.correlation);
   }
   out += fmt::format("\nresiduals (predicted - measured tick length): RMS {:.1f} ms ({:.2f}%), max {:.1f} ms\n",
                      c.residual_rms_s * 1e3, c.residual_rms_s / c.tick_s * 100, c.residual_max_s * 1e3);
@@ -146,8 +154,13 @@ std::string json_of(const MeasuredRun& run, const Calibration& c, const ReplayFi
   Json terms = Json::array();
   for (const CalibrationTerm& t : c.terms) {
     Json j{{"name", t.name}, {"kept", t.kept}, {"seconds", t.seconds}};
+    if (t.kept) j["standard_error_s"] = t.standard_error >= 0 ? Json(t.standard_error) : Json(nullptr);
     if (!t.kept) j["why"] = t.why;
     terms.push_back(j);
+  }
+  Json correlated = Json::array();
+  for (const CorrelatedTerms& p : c.correlated) {
+    correlated.push_back(Json{{"terms", Json::array({p.first, p.second})}, {"correlation", p.correlation}});
   }
   Json ticks = Json::array();
   for (const CalibrationTick& t : c.ticks) {
@@ -161,6 +174,7 @@ std::string json_of(const MeasuredRun& run, const Calibration& c, const ReplayFi
          {"model", run.model},
          {"cost", c.cost_spec},
          {"terms", terms},
+         {"correlated_terms", correlated},
          {"ticks_in_run", c.ticks_in_run},
          {"ticks_fitted", c.ticks.size()},
          {"untimed_requests", run.untimed_requests},
