@@ -254,8 +254,10 @@ CostModel roofline_cost_model(const ModelSpec& model, const KvLayout& layout, co
     c.attention_tile_position_ps = ceil_ps(ceil_div(t.tile_flops, Int128{tp}) * kPsPerSecond, flops);
     c.attention_packed_position_ps = ceil_ps(ceil_div(t.packed_flops, Int128{tp}) * kPsPerSecond, flops);
   }
-  c.weights_ps = ceil_ps(
-      Int128{weights.weights_bytes_per_device - weights.routed_expert_bytes_per_device} * kPsPerSecond, bandwidth);
+  c.weights_ps = ceil_ps(Int128{weights.weights_bytes_per_device - weights.routed_expert_bytes_per_device -
+                                weights.embedding_bytes_per_device} *
+                             kPsPerSecond,
+                         bandwidth);
   if (model.moe) {
     // The experts are the model's whatever is known of their bytes: a linear model may name
     // their read even when the weights were given as bytes.

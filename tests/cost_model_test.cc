@@ -83,7 +83,15 @@ TEST_CASE("roofline: every coefficient of a two-layer model, by hand") {
   // One (query, key) pair: QK^T and PV, 2 x 4 heads x (8 + 8) per layer x 2 layers = 256 FLOPs.
   CHECK(c.attention_pair_ps == 256 * 2);
   // Memory at 5e8 B/s: 1 byte = 2,000 ps. KV per token: 2 layers x 2 heads x (8 + 8) x 2 B = 128 B.
-  CHECK(c.weights_ps == 49'984 * 2'000);         // 99,968,000 ps
+  // A step reads the weights but the embedding's table (3,200 parameters, 6,400 bytes), of
+  // which it looks up only its tokens' rows (an element-wise term, below).
+  CHECK(c.weights_ps == (49'984 - 6'400) * 2'000);  // 87,168,000 ps
+  // Tied, the LM head is the embedding's table and the weights hold it once (21,792
+  // parameters): a step reads all of them, the same bytes.
+  ModelSpec tied = tiny_model();
+  tied.tie_word_embeddings = true;
+  CHECK(estimate_parameter_count(tied) == 21'792);
+  CHECK(tiny_roofline(tied).weights_ps == 87'168'000);
   CHECK(c.kv_position_ps == 128 * 2'000);        // 256,000 ps
   CHECK(c.overhead_ps == 0);
 }
@@ -98,9 +106,9 @@ TEST_CASE("roofline: a step is overhead + max(matmuls, weights) + max(attention 
   const CostModel c = without_activations(tiny_roofline());
   SECTION("memory-bound: a 10-token chunk after 6 cached, and 3 sequences decoding over 50 positions") {
     const StepWork w = mixed_step();
-    // matmuls: max(73,728 x 13 + 12,800 x 4 = 1,009,664; weights 99,968,000) = 99,968,000
+    // matmuls: max(73,728 x 13 + 12,800 x 4 = 1,009,664; weights 87,168,000) = 87,168,000
     // attention: max(512 x (115 + 50) = 84,480; 256,000 x (50 + 16) = 16,896,000) = 16,896,000
-    CHECK(step_time_ps(c, w) == 116'864'000);
+    CHECK(step_time_ps(c, w) == 104'064'000);
   }
   SECTION("compute-bound: a 2,000-token prompt in one chunk, with 1 us of overhead") {
     StepWork w;
@@ -161,10 +169,10 @@ TEST_CASE("roofline: the activations the matmuls and the element-wise kernels mo
   CHECK(c.elementwise_token_ps == 1'216 * 2 * 2'000);  // 4,864,000
   CHECK(c.matmul_io_sample_ps == 160 * 2 * 2'000);    // 640,000
   CHECK(c.elementwise_sample_ps == 1'000 * 2'000);    // 2,000,000
-  // The mixed step (13 tokens, 4 sampled): matmuls max(1,009,664; 99,968,000 + 13 x 3,328,000
-  // + 4 x 640,000 = 145,792,000), attention 16,896,000 as before, element-wise 13 x 4,864,000
-  // + 4 x 2,000,000 = 71,232,000: 233,920,000 ps.
-  CHECK(step_time_ps(c, mixed_step()) == 233'920'000);
+  // The mixed step (13 tokens, 4 sampled): matmuls max(1,009,664; 87,168,000 + 13 x 3,328,000
+  // + 4 x 640,000 = 132,992,000), attention 16,896,000 as before, element-wise 13 x 4,864,000
+  // + 4 x 2,000,000 = 71,232,000: 221,120,000 ps.
+  CHECK(step_time_ps(c, mixed_step()) == 221'120'000);
   // Tensor parallelism 2 splits what is head- or intermediate-sized, not h: matmuls 2 x (2h +
   // (2q + 2kv) / 2 + 2h + 3 x 64 / 2) = 2 x 272 = 544 values; element-wise 2 x (256 + 96 / 2 +
   // 192 / 2) + 128 = 928; LM head 32 + 128 / 2 = 96; the sampler's pass over the whole logits
@@ -329,21 +337,21 @@ TEST_CASE("roofline: FlashAttention 2's 64-row query tiles where vLLM runs it (c
   }
   SECTION("a step with a query of more than one token pays the tiles; a decode-only one the packed tile") {
     const CostModel c = without_activations(roofline_on(120, m));
-    // Weights 49,984 B = 99,968 ps; a KV position 128 B = 256 ps; matmuls 73,728 ps a token and
-    // 12,800 ps a sampled token (as in the first test).
+    // Weights read 43,584 B = 87,168 ps (the embedding's table not); a KV position 128 B = 256
+    // ps; matmuls 73,728 ps a token and 12,800 ps a sampled token (as in the first test).
     const StepWork mixed = [] {
       StepWork w = mixed_step();
       w.longest_chunk = 10;
       return w;
     }();
-    // matmuls: max(73,728 x 13 + 12,800 x 4 = 1,009,664; 99,968) = 1,009,664
+    // matmuls: max(73,728 x 13 + 12,800 x 4 = 1,009,664; 87,168) = 1,009,664
     // attention: max(512 x 115 + 32,768 x 50 = 1,697,280; 256 x 66 = 16,896) = 1,697,280
     CHECK(step_time_ps(c, mixed) == 2'706'944);
     StepWork decodes;
     decodes.decode_seqs = 3;
     decodes.context = 50;
     decodes.sampled = 3;
-    // matmuls: max(73,728 x 3 + 12,800 x 3 = 259,584; 99,968); attention: max(16,384 x 50 =
+    // matmuls: max(73,728 x 3 + 12,800 x 3 = 259,584; 87,168); attention: max(16,384 x 50 =
     // 819,200; 256 x 50 = 12,800): 1,078,784.
     CHECK(step_time_ps(c, decodes) == 1'078'784);
     // A prefill chunk of one token is a query of one: the step still packs.
@@ -402,7 +410,8 @@ TEST_CASE("roofline and linear: an MoE step reads the routed experts its tokens 
   // The tiny model with an MoE layer of 4 experts of 16, 2 a token, in both layers: an expert
   // is 3 x 32 x 16 = 1,536 parameters, so the routed experts are 2 x 4 x 1,536 = 12,288
   // parameters, 24,576 bytes in bf16, 49,152,000 ps at 0.5 GB/s. The rest of the weights
-  // stay in weights_ps: together they are the device's weights.
+  // stay in weights_ps, but the embedding's 6,400 bytes (looked up, not read whole): together
+  // they are the device's weights.
   ModelSpec moe = tiny_model();
   moe.moe = MoeDims{4, 0, 16, 0, 2};
   const CostModel r = tiny_roofline(moe);
@@ -410,7 +419,8 @@ TEST_CASE("roofline and linear: an MoE step reads the routed experts its tokens 
   CHECK(r.routed_experts == 4);
   CHECK(r.experts_per_token == 2);
   const ModelWeights w = model_weights(moe, KvOptions{}, BudgetOptions{});
-  CHECK(r.weights_ps + r.expert_weights_ps == w.weights_bytes_per_device * 2'000);
+  CHECK(w.embedding_bytes_per_device == 6'400);
+  CHECK(r.weights_ps + r.expert_weights_ps == (w.weights_bytes_per_device - 6'400) * 2'000);
   // One decode reaches half the experts; with one more token of another replica, 3/4.
   StepWork one;
   one.decode_seqs = 1;

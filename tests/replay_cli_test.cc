@@ -58,14 +58,16 @@ TEST_CASE("replay: a cost coefficient not named is the roofline's, and a step mu
   const std::string trace = test::write_file("one-cost.csv", "id,arrival,prompt_tokens,output_tokens\nr1,0,100,50\n");
   // Llama-3.1-8B bf16 on an H100-80GB: 90% of 3.35e12 B/s = 3.015e12 B/s; 80.3% of 989.5e12
   // dense BF16 FLOP/s = 794.5685e12 FLOP/s. The matmuls a token goes through: 32 layers x
-  // (4096 x 4096 x 2 + 2 x 4096 x 1024 + 3 x 4096 x 14336) = 6,979,321,856 parameters.
-  //   base          = ceil(8,030,261,248 params x 2 B x 1e12 ps / 3.015e12 B/s) = 5,326,873,134 ps
+  // (4096 x 4096 x 2 + 2 x 4096 x 1024 + 3 x 4096 x 14336) = 6,979,321,856 parameters. A step
+  // reads every weight but the input embedding's table (128,256 x 4,096 = 525,336,576
+  // parameters, untied), of which it looks up only its tokens' rows:
+  //   base          = ceil(7,504,924,672 params x 2 B x 1e12 ps / 3.015e12 B/s) = 4,978,391,159 ps
   //   prefill token = ceil(2 x 6,979,321,856 x 1e12 / 794.5685e12)              =    17,567,578 ps
   //   position read = ceil(131,072 B x 1e12 / 3.015e12)                          =        43,474 ps
   auto r = test::run_cli({"replay", trace, "--model", "llama-3.1-8b", "--cost", "linear:decode-seq=0ps", "--json"});
   REQUIRE(r.exit_code == 0);
   Json cost = Json::parse(r.out)["cost_model"];
-  CHECK(cost["step_base_ps"] == 5'326'873'134);
+  CHECK(cost["step_base_ps"] == 4'978'391'159);
   CHECK(cost["per_prompt_token_ps"] == 17'567'578);
   CHECK(cost["per_decoding_sequence_ps"] == 0);
   CHECK(cost["per_position_read_ps"] == 43'474);

@@ -135,6 +135,12 @@ struct ModelWeights {
   // 1 / N of them a device with N expert-parallel ranks, else split over the devices); 0 for
   // a dense model and when the weights were given in bytes (their split is not known).
   std::int64_t routed_expert_bytes_per_device = 0;
+  // Of those, the input embedding's table when the LM head does not share it (vocab x hidden
+  // at the weights' bits, split over the devices as the rest): a step looks up only its
+  // tokens' rows in it (vLLM's VocabParallelEmbedding is a gather), so the roofline does not
+  // read it whole. 0 when tied, when the weights were given in bytes, or when the config lacks
+  // the fields to count it.
+  std::int64_t embedding_bytes_per_device = 0;
 };
 ModelWeights model_weights(const ModelSpec& model, const KvOptions& kv, const BudgetOptions& options);
 
