@@ -322,9 +322,13 @@ ModelWeights model_weights(const ModelSpec& model, const KvOptions& kv, const Bu
   }
   const bool countable = model.hidden_size > 0 && model.vocab_size > 0 && (model.moe || model.intermediate_size > 0);
   if (w.parameter_count > 0 && countable && !model.tie_word_embeddings) {
-    const std::int64_t table = ceil_div(ceil_div(checked_mul(split_parameters(model).embedding, bits, "embedding bits"), 8),
-                                        w.devices);
-    w.embedding_bytes_per_device = std::min(w.weights_bytes_per_device - w.routed_expert_bytes_per_device, table);
+    // Only when the count holds the table and the LM head beside it (a --params below that
+    // describes some other split, and nothing is taken out).
+    const std::int64_t embedding = split_parameters(model).embedding;
+    if (w.parameter_count > 2 * embedding) {
+      const std::int64_t table = ceil_div(ceil_div(checked_mul(embedding, bits, "embedding bits"), 8), w.devices);
+      w.embedding_bytes_per_device = std::min(w.weights_bytes_per_device - w.routed_expert_bytes_per_device, table);
+    }
   }
   return w;
 }

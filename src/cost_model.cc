@@ -123,26 +123,30 @@ ActivationTraffic activation_traffic(const ModelSpec& m, const RooflineParallel&
 // its CUDA platform prefers the FLASH_ATTN backend except on 10.x (FlashInfer first;
 // vllm/platforms/cuda.py _get_backend_priorities), and get_flash_attn_version
 // (vllm/v1/attention/backends/fa_utils.py) takes FA3 on 9.x, FA4 on 10.x and FA2 otherwise.
-bool runs_flash_attention_2(const DevicePreset& device) {
+// The backend takes a 16-bit KV cache only there (an fp8 cache needs FA3:
+// FlashAttentionBackend.supports_kv_cache_dtype), and head sizes up to 256 (flash_api.cpp);
+// otherwise vLLM picks another backend, counted by its pairs.
+bool runs_flash_attention_2(const DevicePreset& device, const ModelSpec& model, const KvLayout& layout) {
   const std::int64_t major = device.compute_capability / 10;
-  return major == 8 || major == 12;
+  if (major != 8 && major != 12) return false;
+  if (model.head_dim <= 0 || model.head_dim > 256) return false;
+  for (const LayerGroup& g : layout.groups) {
+    if (g.bytes_per_layer_position != 2 * g.kv_heads * (g.k_head_dim + g.v_head_dim)) return false;
+  }
+  return true;
 }
 
-// FlashAttention 2's work per KV position a decoding sequence reads, all layers and heads of
-// the model (the caller divides by the devices), counted from the kernel vLLM calls
-// (vllm-project/flash-attention, csrc/flash_attn/flash_api.cpp mha_varlen_fwd and
-// src/flash_fwd_launch_template.h). A paged KV cache always takes the split-KV kernel, whose
-// query tile is kBlockM = 64 rows for every head size; each (sequence, query head) gets its own
-// tiles and computes them whole, QK^T and PV over 64 rows whatever rows hold a query. So a
-// decode's single query costs 64 rows a head: 64 x 2 x (qk + v) FLOPs per position per head.
+// FlashAttention 2's work per KV position a decoding sequence reads in a step whose every
+// query has one token, all layers and heads of the model (the caller divides by the devices),
+// counted from the kernel vLLM calls (vllm-project/flash-attention,
+// csrc/flash_attn/flash_api.cpp mha_varlen_fwd and src/flash_fwd_launch_template.h). A paged
+// KV cache always takes the split-KV kernel, whose query tile is kBlockM = 64 rows for every
+// head size, computed whole, QK^T and PV over 64 rows whatever rows hold a query; each
+// (sequence, query head) gets its own tiles (64 rows a decode: attention_tile_position_ps).
 // When every query of the step has one token (max_seqlen_q == 1), no sliding window and more
 // query heads than KV heads, the kernel swaps the heads that share a KV head into the rows
 // (seqlenq_ngroups_swapped): one tile of roundup(group, 64) rows per KV head instead.
-struct FlashTiles {
-  Int128 tile_flops = 0;
-  Int128 packed_flops = 0;
-};
-FlashTiles flash_attention_2_tiles(const ModelSpec& m, std::int64_t tensor_parallel) {
+Int128 packed_tile_flops(const ModelSpec& m, std::int64_t tensor_parallel) {
   constexpr std::int64_t kRows = 64;
   const std::int64_t tp = std::max<std::int64_t>(1, tensor_parallel);
   const Int128 per_row = Int128{2} * (m.head_dim + m.head_dim);  // QK^T and PV, one (row, key)
@@ -156,10 +160,7 @@ FlashTiles flash_attention_2_tiles(const ModelSpec& m, std::int64_t tensor_paral
   // by the replica's devices gives one device's share, as for the useful pairs.
   const Int128 unpacked_layer = Int128{q_per_device} * kRows * per_row;
   const Int128 packed_layer = group > 1 ? Int128{kv_per_device} * ceil_div(group, kRows) * kRows * per_row : unpacked_layer;
-  FlashTiles t;
-  t.tile_flops = unpacked_layer * m.num_hidden_layers * tp;
-  t.packed_flops = (packed_layer * full + unpacked_layer * windowed) * tp;
-  return t;
+  return (packed_layer * full + unpacked_layer * windowed) * tp;
 }
 
 }  // namespace
@@ -190,11 +191,15 @@ std::int64_t step_time_ps(const CostModel& c, const StepWork& w) {
     Int128 matmul_memory =
         Int128{c.weights_ps} + Int128{c.matmul_io_token_ps} * tokens_of(w) + Int128{c.matmul_io_sample_ps} * w.sampled;
     if (c.expert_weights_ps != 0) matmul_memory += expert_weights_read(c, w);
-    const std::int64_t decode_position_ps = c.attention_tile_position_ps == 0 ? c.attention_pair_ps
-                                            : w.longest_chunk > 1            ? c.attention_tile_position_ps
-                                                                             : c.attention_packed_position_ps;
-    const Int128 attention_compute =
-        Int128{c.attention_pair_ps} * w.prefill_pairs + Int128{decode_position_ps} * w.context;
+    Int128 attention_compute = 0;
+    if (c.attention_tile_position_ps == 0) {  // the useful pairs
+      attention_compute = Int128{c.attention_pair_ps} * (Int128{w.prefill_pairs} + w.context);
+    } else if (w.longest_chunk > 1) {  // FlashAttention 2, a query of two or more: whole tiles
+      attention_compute =
+          Int128{c.attention_pair_ps} * w.prefill_tile_pairs + Int128{c.attention_tile_position_ps} * w.context;
+    } else {  // every query one token (single-token chunks read s + 1 keys, their pairs): packed
+      attention_compute = Int128{c.attention_packed_position_ps} * (Int128{w.prefill_pairs} + w.context);
+    }
     const Int128 attention_memory = Int128{c.kv_position_ps} * (Int128{w.context} + w.prefill_context);
     const std::int64_t tokens = tokens_of(w);
     const Int128 elementwise = Int128{c.elementwise_token_ps} * tokens + Int128{c.elementwise_sample_ps} * w.sampled;
@@ -249,10 +254,11 @@ CostModel roofline_cost_model(const ModelSpec& model, const KvLayout& layout, co
   c.decode_seq_ps = c.prefill_token_ps;
   c.sample_token_ps = ceil_ps(Int128{2} * ceil_div(lm_head, devices) * kPsPerSecond, flops);
   c.attention_pair_ps = ceil_ps(ceil_div(pair_flops, Int128{tp}) * kPsPerSecond, flops);
-  if (pair_flops > 0 && !model.mla && runs_flash_attention_2(device)) {
-    const FlashTiles t = flash_attention_2_tiles(model, parallel.tensor_parallel);
-    c.attention_tile_position_ps = ceil_ps(ceil_div(t.tile_flops, Int128{tp}) * kPsPerSecond, flops);
-    c.attention_packed_position_ps = ceil_ps(ceil_div(t.packed_flops, Int128{tp}) * kPsPerSecond, flops);
+  if (pair_flops > 0 && !model.mla && runs_flash_attention_2(device, model, layout)) {
+    // A tile row against a key is one useful pair's work, so 64 rows cost 64 pairs.
+    c.attention_tile_position_ps = 64 * c.attention_pair_ps;
+    c.attention_packed_position_ps =
+        ceil_ps(ceil_div(packed_tile_flops(model, parallel.tensor_parallel), Int128{tp}) * kPsPerSecond, flops);
   }
   c.weights_ps = ceil_ps(Int128{weights.weights_bytes_per_device - weights.routed_expert_bytes_per_device -
                                 weights.embedding_bytes_per_device} *

@@ -555,6 +555,7 @@ bool Engine::prefill(std::uint32_t slot, std::int64_t positions, bool may_preemp
   step_work_.prefill_pairs += positions * f.prefilled + positions * (positions + 1) / 2;
   step_work_.prefill_context += f.prefilled + positions;
   step_work_.longest_chunk = std::max(step_work_.longest_chunk, positions);
+  step_work_.prefill_tile_pairs += prefill_tile_pairs(positions, f.prefilled);
   if (complete && first != 0) ++step_work_.sampled;
   f.prefilled = prefilled;
   f.tokens_at = t;

@@ -92,6 +92,13 @@ TEST_CASE("roofline: every coefficient of a two-layer model, by hand") {
   tied.tie_word_embeddings = true;
   CHECK(estimate_parameter_count(tied) == 21'792);
   CHECK(tiny_roofline(tied).weights_ps == 87'168'000);
+  // A parameter count that does not hold the table and the LM head (6,400 parameters) beside
+  // the rest is some other split: nothing is taken out, all 6,000 x 2 bytes are read.
+  BudgetOptions few;
+  few.parameter_count = 6'000;
+  const ModelWeights small = model_weights(tiny_model(), KvOptions{}, few);
+  CHECK(small.embedding_bytes_per_device == 0);
+  CHECK(small.weights_bytes_per_device == 12'000);
   CHECK(c.kv_position_ps == 128 * 2'000);        // 256,000 ps
   CHECK(c.overhead_ps == 0);
 }
@@ -299,12 +306,14 @@ TEST_CASE("roofline: FlashAttention 2's 64-row query tiles where vLLM runs it (c
   // 2 x 64 x 32 x 2 = 8,192 FLOPs = 16,384 ps.
   const ModelSpec m = tiny_model();
   KvOptions kv;
-  const auto roofline_on = [&](std::int64_t capability, const ModelSpec& model, std::int64_t tp = 1) {
+  const auto roofline_on = [&](std::int64_t capability, const ModelSpec& model, std::int64_t tp = 1,
+                               KvDtype dtype = KvDtype::bf16) {
     DevicePreset d = tiny_device();
     d.hbm_bytes_per_second = 1'000'000'000'000'000;  // 5e14 B/s reached: 1 byte = 2 ps
     d.compute_capability = capability;
     KvOptions k = kv;
     k.tensor_parallel = tp;
+    k.dtype = dtype;
     RooflineParallel parallel;
     parallel.tensor_parallel = tp;
     return roofline_cost_model(model, kv_layout(model, k), d, model_weights(model, k, BudgetOptions{}), parallel);
@@ -319,6 +328,16 @@ TEST_CASE("roofline: FlashAttention 2's 64-row query tiles where vLLM runs it (c
     const CostModel c = roofline_on(capability, m);
     CHECK(c.attention_tile_position_ps == 0);
     CHECK(c.attention_packed_position_ps == 0);
+  }
+  SECTION("vLLM takes another attention backend for an fp8 KV cache or heads wider than 256: pairs only") {
+    // FlashAttentionBackend accepts fp8 KV only with FA3, and FA2 heads up to 256 values.
+    CHECK(roofline_on(120, m, 1, KvDtype::fp8).attention_tile_position_ps == 0);
+    CHECK(roofline_on(89, m, 1, KvDtype::fp8).attention_packed_position_ps == 0);
+    ModelSpec wide = m;
+    wide.head_dim = 512;
+    CHECK(roofline_on(120, wide).attention_tile_position_ps == 0);
+    wide.head_dim = 256;
+    CHECK(roofline_on(120, wide).attention_tile_position_ps == 64 * roofline_on(120, wide).attention_pair_ps);
   }
   SECTION("a sliding-window layer never packs; equal heads never pack; tensor parallelism splits the heads") {
     ModelSpec windowed = m;
@@ -342,11 +361,15 @@ TEST_CASE("roofline: FlashAttention 2's 64-row query tiles where vLLM runs it (c
     const StepWork mixed = [] {
       StepWork w = mixed_step();
       w.longest_chunk = 10;
+      // The 10-token chunk after 6 cached is one 64-row tile over 16 keys: 1,024 (row, key)
+      // pairs a head, where it has 115 useful ones.
+      w.prefill_tile_pairs = prefill_tile_pairs(10, 6);
       return w;
     }();
+    CHECK(mixed.prefill_tile_pairs == 64 * 16);
     // matmuls: max(73,728 x 13 + 12,800 x 4 = 1,009,664; 87,168) = 1,009,664
-    // attention: max(512 x 115 + 32,768 x 50 = 1,697,280; 256 x 66 = 16,896) = 1,697,280
-    CHECK(step_time_ps(c, mixed) == 2'706'944);
+    // attention: max(512 x 1,024 + 32,768 x 50 = 2,162,688; 256 x 66 = 16,896) = 2,162,688
+    CHECK(step_time_ps(c, mixed) == 3'172'352);
     StepWork decodes;
     decodes.decode_seqs = 3;
     decodes.context = 50;
@@ -354,24 +377,30 @@ TEST_CASE("roofline: FlashAttention 2's 64-row query tiles where vLLM runs it (c
     // matmuls: max(73,728 x 3 + 12,800 x 3 = 259,584; 87,168); attention: max(16,384 x 50 =
     // 819,200; 256 x 50 = 12,800): 1,078,784.
     CHECK(step_time_ps(c, decodes) == 1'078'784);
-    // A prefill chunk of one token is a query of one: the step still packs.
+    // A prefill chunk of one token after 9 cached is a query of one over 10 keys, as a decode
+    // over 10 positions: the step still packs, and the chunk pays the packed tile too.
     StepWork one = decodes;
     one.prefill_tokens = 1;
-    one.prefill_pairs = 1;
-    one.prefill_context = 1;
+    one.prefill_pairs = 9 + 1;
+    one.prefill_context = 10;
     one.longest_chunk = 1;
-    // matmuls 73,728 x 4 + 12,800 x 3 = 333,312; attention 512 + 819,200 = 819,712: 1,153,024.
-    CHECK(step_time_ps(c, one) == 1'153'024);
+    one.prefill_tile_pairs = prefill_tile_pairs(1, 9);
+    // matmuls 73,728 x 4 + 12,800 x 3 = 333,312; attention max(16,384 x (50 + 10) = 983,040;
+    // 256 x 60 = 15,360): 1,316,352.
+    CHECK(step_time_ps(c, one) == 1'316'352);
   }
 }
 
 TEST_CASE("roofline: the engine tells a step with a prompt chunk from a decode-only one") {
-  // 1 ns per useful pair, 1 us per KV position a decode reads in a step with a chunk of two or
-  // more tokens, 1 ns in a decode-only step; nothing else costs. Request a (prompt 4, output
-  // 3) arrives at 0: its prompt takes 4 x 5 / 2 = 10 ns and samples its first token; its first
-  // decode reads 6 positions (the prompt, the first token and its own), 6 ns, to 16 ns.
-  // Request b arrives at 12 ns, during that decode, and is prefilled beside a's second decode
-  // (7 positions) from 16 ns, which ends the run.
+  // 1 ns per useful pair, and for FlashAttention 2 per (tile row, key): a chunk of c tokens
+  // after s cached costs prefill_tile_pairs(c, s) ns in a step with a query of two or more; 1
+  // us per KV position a decode reads in such a step; 2 ns per position (a decode's, or a
+  // one-token chunk's keys) in a step whose every query is one token; nothing else costs.
+  // Request a (prompt 4, output 3) arrives at 0: its prompt is the only query, 4 tokens, one
+  // tile over 4 keys: 64 x 4 = 256 ns; its first decode reads 6 positions (the prompt, the
+  // first token and its own) in a decode-only step: 12 ns, to 268 ns. Request b arrives at 262
+  // ns, during that decode, and is prefilled beside a's second decode (7 positions) from 268
+  // ns, which ends the run.
   CostModel c;
   c.name = "tiles";
   c.roofline = true;
@@ -379,21 +408,25 @@ TEST_CASE("roofline: the engine tells a step with a prompt chunk from a decode-o
   c.prefill_token_ps = 0;
   c.attention_pair_ps = 1'000;
   c.attention_tile_position_ps = 1'000'000;
-  c.attention_packed_position_ps = 1'000;
+  c.attention_packed_position_ps = 2'000;
   ReplayOptions o;
   o.layout = test::unit_layout();
   o.cost = c;
-  const auto finish_of_a = [&](std::int64_t b_prompt) {
-    RequestVectorReader trace({test::request("a", 0, 4, 3), test::request("b", 12, b_prompt, 1)});
+  const auto run_length = [&](std::int64_t b_prompt) {
+    RequestVectorReader trace({test::request("a", 0, 4, 3), test::request("b", 262, b_prompt, 1)});
     auto allocator = make_allocator(parse_allocator_spec("paged:block=16", "test"), o.layout);
     const ReplayReport r = replay(trace, *allocator, o);
     return r.end_ns - r.start_ns;
   };
-  // b's prompt of 2: the step has a two-token query, so a's 7 positions cost 7 us, and b's 3
-  // pairs 3 ns: the run ends at 16 + 7,003 = 7,019 ns.
-  CHECK(finish_of_a(2) == 7'019);
-  // b's prompt of 1: every query of the step is one token: 7 + 1 ns, ending at 24 ns.
-  CHECK(finish_of_a(1) == 24);
+  // b's prompt of 2: a two-token query, so a's 7 positions cost 7 us and b's chunk one tile
+  // over 2 keys, 128 ns: the run ends at 268 + 7,128 = 7,396 ns.
+  CHECK(run_length(2) == 7'396);
+  // b's prompt of 70: two tiles, over 64 and 70 keys: 64 x 134 = 8,576 ns; with a's 7 us the
+  // run ends at 268 + 15,576 = 15,844 ns.
+  CHECK(run_length(70) == 15'844);
+  // b's prompt of 1: every query of the step is one token, packed: a's 7 positions and b's 1
+  // key at 2 ns, 16 ns, ending at 284 ns.
+  CHECK(run_length(1) == 284);
 }
 
 TEST_CASE("routed_expert_share: the expected share of the experts T tokens reach, k of E each") {

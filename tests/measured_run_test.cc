@@ -211,7 +211,7 @@ TEST_CASE("least squares: the estimates' standard errors and correlation, by han
   const LeastSquaresFit exact = least_squares_fit({{1, 0}, {1, 1}}, {1, 3});
   CHECK(exact.x[1] == Approx(2));
   CHECK(exact.standard_error[0] == -1);
-  CHECK(exact.correlation[0][1] == Approx(-1 / std::sqrt(2.0)));  // (A'A)^-1 = [[2, -1], [-1, 1]]
+  CHECK(exact.correlation[0][1] == Approx(-1 / std::sqrt(2.0)));  // A'A = [[2, 1], [1, 1]], inverse [[1, -1], [-1, 2]]
 }
 
 TEST_CASE("calibrate: the kept terms whose estimates move together are named, 0.9 or more in size") {

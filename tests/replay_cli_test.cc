@@ -198,20 +198,22 @@ TEST_CASE("replay: an MoE model's aligned step reads the experts all the replica
 TEST_CASE("replay: on a FlashAttention 2 device the cost line and JSON give a decode's tile costs") {
   // Qwen3-32B at TP 2: each RTX PRO 6000 (compute capability 12.0) holds 32 query heads and 4
   // KV heads of width 128 in 64 layers, and computes 500 TFLOPS x 77.6% = 388e12 FLOP/s. A
-  // decode's position in a step with a prompt chunk: 32 heads x 64 rows x 4 x 128 x 64 layers
-  // = 67,108,864 FLOPs = 172,960.99 ps, rounded up; in a decode-only step one 64-row tile per
-  // KV head: 4 x 64 x 512 x 64 = 8,388,608 FLOPs = 21,620.12 ps.
+  // useful (query, key) pair: 32 heads x 4 x 128 x 64 layers = 1,048,576 FLOPs = 2,702.5 ps,
+  // rounded up to 2,703. A decode's position in a step with a prompt chunk is 64 tile rows:
+  // 64 x 2,703 = 172,992 ps; in a decode-only step one 64-row tile per KV head: 4 x 64 x 512
+  // x 64 = 8,388,608 FLOPs = 21,620.12 ps, rounded up.
   const std::string trace = test::write_file("tiles.csv", "id,arrival,prompt_tokens,output_tokens\nr1,0,30,2\n");
   const auto r = test::run_cli(
       {"replay", trace, "--model", "qwen3-32b", "--tp", "2", "--timing-device", "RTX-PRO-6000", "--json"});
   REQUIRE(r.exit_code == 0);
   const Json roofline = Json::parse(r.out)["cost_model"]["roofline"];
-  CHECK(roofline["per_decode_kv_position_tile_ps"] == 172'961);
+  CHECK(roofline["per_attention_pair_ps"] == 2'703);
+  CHECK(roofline["per_decode_kv_position_tile_ps"] == 172'992);
   CHECK(roofline["per_decode_kv_position_packed_ps"] == 21'621);
   const auto table =
       test::run_cli({"replay", trace, "--model", "qwen3-32b", "--tp", "2", "--timing-device", "RTX-PRO-6000"});
   REQUIRE(table.exit_code == 0);
-  CHECK_THAT(table.out, Catch::Contains("+ 172.961 ns per KV position a decode reads (21.621 ns in a decode-only step)"));
+  CHECK_THAT(table.out, Catch::Contains("+ 172.992 ns per KV position a decode reads (21.621 ns in a decode-only step)"));
   // An H100 runs FA3, which packs the heads in every step: pairs only, and no tile fields.
   const auto hopper = test::run_cli({"replay", trace, "--model", "qwen3-32b", "--tp", "2", "--json"});
   REQUIRE(hopper.exit_code == 0);

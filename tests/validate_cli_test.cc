@@ -85,9 +85,23 @@ TEST_CASE("calibrate: the JSON's cost field is the spec the fit gives, and repla
   CHECK(cost.rfind("linear:base=", 0) == 0);
   CHECK(doc["terms"][0]["seconds"].get<double>() == Approx(0.010).epsilon(1e-6));
   CHECK(doc["ticks_fitted"] == 11);
+  // The ticks follow the rule exactly (make_synthetic.py), so nothing is left to scatter: each
+  // kept term's standard error is at rounding level, and no two kept terms move together
+  // (steps, prompt tokens and decodes vary independently there).
+  for (const Json& term : doc["terms"]) {
+    if (!term["kept"].get<bool>()) {
+      CHECK_FALSE(term.contains("standard_error_s"));
+      continue;
+    }
+    CHECK(term["standard_error_s"].get<double>() >= 0);
+    CHECK(term["standard_error_s"].get<double>() < 1e-9 * term["seconds"].get<double>());
+  }
+  CHECK(doc["correlated_terms"] == Json::array());
   const auto table = test::run_cli({"calibrate", kData + "/synthetic"});
   CHECK(table.exit_code == 0);
   CHECK_THAT(table.out, Catch::Contains("--cost " + cost));
+  CHECK_THAT(table.out, Catch::Contains("coefficient      std. error"));
+  CHECK_THAT(table.out, Catch::Contains("base              10000.000 us        0.000 us  per step"));
   const std::string trace = test::write_file("cal.csv", "id,arrival,prompt_tokens,output_tokens\na,0,20,4\n");
   CHECK(test::run_cli({"replay", trace, "--cost", cost}).exit_code == 0);
   const auto missing = test::run_cli({"calibrate", kData + "/no-such-run"});

@@ -138,8 +138,8 @@ struct ModelWeights {
   // Of those, the input embedding's table when the LM head does not share it (vocab x hidden
   // at the weights' bits, split over the devices as the rest): a step looks up only its
   // tokens' rows in it (vLLM's VocabParallelEmbedding is a gather), so the roofline does not
-  // read it whole. 0 when tied, when the weights were given in bytes, or when the config lacks
-  // the fields to count it.
+  // read it whole. 0 when tied, when the weights were given in bytes, when the parameter
+  // count is not above the table and the LM head, or when the config lacks the fields.
   std::int64_t embedding_bytes_per_device = 0;
 };
 ModelWeights model_weights(const ModelSpec& model, const KvOptions& kv, const BudgetOptions& options);

@@ -21,9 +21,21 @@ struct StepWork {
   std::int64_t sampled = 0;          // tokens sampled: decoding sequences + prompts completed
   std::int64_t longest_chunk = 0;    // the most positions one prefill chunk computes (its query
                                      // length; a decoding sequence's is 1)
+  std::int64_t prefill_tile_pairs = 0;  // FlashAttention 2's (query row, key) pairs of the prefill
+                                        // chunks: 64-row tiles whole (prefill_tile_pairs())
   std::int64_t peer_tokens = 0;      // an MoE model's replicas stepping together: the other
                                      // replicas' tokens, which this device's experts serve too
 };
+
+// FlashAttention 2's (row, key) pairs per query head for a chunk of `c` positions after `s`
+// cached: ceil(c / 64) tiles of 64 rows, tile i over the keys up to its last row (s + min(c,
+// 64 (i + 1))), so 64 x (m s + 32 m (m - 1) + c) for m = ceil(c / 64). A single query (c = 1)
+// is one tile over s + 1 keys, like a decode's.
+inline std::int64_t prefill_tile_pairs(std::int64_t c, std::int64_t s) {
+  if (c <= 0) return 0;
+  const std::int64_t m = (c + 63) / 64;
+  return 64 * (m * s + 32 * m * (m - 1) + c);
+}
 
 // The counts a timeline row keeps of its step (TimelineRow::work), as the cost model takes
 // them; the attention pairs and the prefill's KV positions, which the row does not keep, are 0
