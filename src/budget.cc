@@ -273,6 +273,10 @@ ParameterSplit split_parameters(const ModelSpec& m) {
 
 std::int64_t estimate_parameter_count(const ModelSpec& m) { return split_parameters(m).total; }
 
+bool can_split_parameters(const ModelSpec& m) {
+  return m.hidden_size > 0 && m.vocab_size > 0 && (m.moe || m.intermediate_size > 0);
+}
+
 ModelWeights model_weights(const ModelSpec& model, const KvOptions& kv, const BudgetOptions& o) {
   ModelWeights w;
   w.devices = checked_mul(kv.tensor_parallel, kv.pipeline_parallel, "device count");
@@ -320,8 +324,7 @@ ModelWeights model_weights(const ModelSpec& model, const KvOptions& kv, const Bu
     w.routed_expert_bytes_per_device = std::min(
         w.weights_bytes_per_device, ceil_div(ceil_div(checked_mul(experts / ranks, bits, "expert bits"), 8), w.devices));
   }
-  const bool countable = model.hidden_size > 0 && model.vocab_size > 0 && (model.moe || model.intermediate_size > 0);
-  if (w.parameter_count > 0 && countable && !model.tie_word_embeddings) {
+  if (w.parameter_count > 0 && can_split_parameters(model) && !model.tie_word_embeddings) {
     // Only when the count holds the table and the LM head beside it (a --params below that
     // describes some other split, and nothing is taken out).
     const std::int64_t embedding = split_parameters(model).embedding;

@@ -172,14 +172,13 @@ Fit fit_terms(const std::vector<CalibrationTick>& ticks, const bool use[kTerms],
     y.push_back(length);
   }
   const LeastSquaresFit solved = least_squares_fit(rows, y);
-  const std::vector<double>& x = solved.x;
   Fit fit;
   std::size_t index[kTerms] = {};
   std::size_t i = 0;
   for (int k = 0; k < kTerms; ++k) {
     if (!use[k]) continue;
     index[k] = i++;
-    fit.coef[k] = x[index[k]];
+    fit.coef[k] = solved.x[index[k]];
     fit.standard_error[k] = solved.standard_error[index[k]];
   }
   for (int a = 0; a < kTerms; ++a) {
@@ -187,13 +186,7 @@ Fit fit_terms(const std::vector<CalibrationTick>& ticks, const bool use[kTerms],
       if (use[a] && use[b]) fit.correlation[a][b] = solved.correlation[index[a]][index[b]];
     }
   }
-  double sse = 0;
-  for (std::size_t r = 0; r < rows.size(); ++r) {
-    double p = 0;
-    for (std::size_t k = 0; k < rows[r].size(); ++k) p += x[k] * rows[r][k];
-    sse += (p - y[r]) * (p - y[r]);
-  }
-  fit.rms = std::sqrt(sse / static_cast<double>(ticks.size()));
+  fit.rms = std::sqrt(solved.sse / static_cast<double>(ticks.size()));
   return fit;
 }
 
@@ -258,17 +251,16 @@ LeastSquaresFit least_squares_fit(const std::vector<std::vector<double>>& rows, 
   // (A'A)^-1 of the scaled columns; the estimates' covariance is s^2 times it, divided by
   // the two columns' scales.
   const auto inverse = [&](std::size_t j, std::size_t k) { return m[j][n + 1 + k] / m[j][j]; };
-  double sse = 0;
   for (std::size_t i = 0; i < rows.size(); ++i) {
     double p = 0;
     for (std::size_t j = 0; j < n; ++j) p += fit.x[j] * rows[i][j];
-    sse += (p - y[i]) * (p - y[i]);
+    fit.sse += (p - y[i]) * (p - y[i]);
   }
   const std::size_t spare = rows.size() - n;
   fit.standard_error.assign(n, -1.0);
   fit.correlation.assign(n, std::vector<double>(n, 0.0));
   for (std::size_t j = 0; j < n; ++j) {
-    if (spare > 0) fit.standard_error[j] = std::sqrt(sse / static_cast<double>(spare) * inverse(j, j)) / scale[j];
+    if (spare > 0) fit.standard_error[j] = std::sqrt(fit.sse / static_cast<double>(spare) * inverse(j, j)) / scale[j];
     for (std::size_t k = 0; k < n; ++k) {
       fit.correlation[j][k] = inverse(j, k) / std::sqrt(inverse(j, j) * inverse(k, k));
     }

@@ -147,7 +147,7 @@ bool runs_flash_attention_2(const DevicePreset& device, const ModelSpec& model, 
 // query heads than KV heads, the kernel swaps the heads that share a KV head into the rows
 // (seqlenq_ngroups_swapped): one tile of roundup(group, 64) rows per KV head instead.
 Int128 packed_tile_flops(const ModelSpec& m, std::int64_t tensor_parallel) {
-  constexpr std::int64_t kRows = 64;
+  constexpr std::int64_t kRows = kFlashAttention2TileRows;
   const std::int64_t tp = std::max<std::int64_t>(1, tensor_parallel);
   const Int128 per_row = Int128{2} * (m.head_dim + m.head_dim);  // QK^T and PV, one (row, key)
   const std::int64_t q_per_device = ceil_div(m.num_attention_heads, tp);
@@ -232,7 +232,7 @@ CostModel roofline_cost_model(const ModelSpec& model, const KvLayout& layout, co
   std::int64_t per_token = 0;
   std::int64_t lm_head = 0;
   Int128 pair_flops = 0;
-  if (model.hidden_size > 0 && model.vocab_size > 0 && (model.moe || model.intermediate_size > 0)) {
+  if (can_split_parameters(model)) {
     const ParameterSplit split = split_parameters(model);
     per_token = split.per_token;
     lm_head = split.lm_head;
@@ -255,8 +255,8 @@ CostModel roofline_cost_model(const ModelSpec& model, const KvLayout& layout, co
   c.sample_token_ps = ceil_ps(Int128{2} * ceil_div(lm_head, devices) * kPsPerSecond, flops);
   c.attention_pair_ps = ceil_ps(ceil_div(pair_flops, Int128{tp}) * kPsPerSecond, flops);
   if (pair_flops > 0 && !model.mla && runs_flash_attention_2(device, model, layout)) {
-    // A tile row against a key is one useful pair's work, so 64 rows cost 64 pairs.
-    c.attention_tile_position_ps = 64 * c.attention_pair_ps;
+    // A tile row against a key is one useful pair's work, so a tile costs as many pairs as rows.
+    c.attention_tile_position_ps = kFlashAttention2TileRows * c.attention_pair_ps;
     c.attention_packed_position_ps =
         ceil_ps(ceil_div(packed_tile_flops(model, parallel.tensor_parallel), Int128{tp}) * kPsPerSecond, flops);
   }

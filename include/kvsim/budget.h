@@ -186,6 +186,9 @@ struct ParameterSplit {
                                     // expert parallelism spreads over the replicas)
 };
 ParameterSplit split_parameters(const ModelSpec& model);
+// Whether `model` has the fields split_parameters needs (hidden and vocabulary sizes, and an
+// MLP width or MoE dimensions), so that it splits rather than throws.
+bool can_split_parameters(const ModelSpec& model);
 
 // How vLLM's paged cache is laid out on one device.
 struct PagedOptions {

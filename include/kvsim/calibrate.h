@@ -182,6 +182,7 @@ std::vector<double> least_squares(const std::vector<std::vector<double>>& rows, 
 // (nothing is left to measure them by); the correlations are known all the same.
 struct LeastSquaresFit {
   std::vector<double> x;
+  double sse = 0;  // |A x - y|^2
   std::vector<double> standard_error;
   std::vector<std::vector<double>> correlation;
 };

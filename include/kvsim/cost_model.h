@@ -27,14 +27,19 @@ struct StepWork {
                                      // replicas' tokens, which this device's experts serve too
 };
 
+// FlashAttention 2's query tile with a paged KV cache: kBlockM rows (vllm-project/flash-attention,
+// src/flash_fwd_launch_template.h run_mha_fwd_splitkv_dispatch), for every head size.
+inline constexpr std::int64_t kFlashAttention2TileRows = 64;
+
 // FlashAttention 2's (row, key) pairs per query head for a chunk of `c` positions after `s`
 // cached: ceil(c / 64) tiles of 64 rows, tile i over the keys up to its last row (s + min(c,
 // 64 (i + 1))), so 64 x (m s + 32 m (m - 1) + c) for m = ceil(c / 64). A single query (c = 1)
 // is one tile over s + 1 keys, like a decode's.
 inline std::int64_t prefill_tile_pairs(std::int64_t c, std::int64_t s) {
+  constexpr std::int64_t kRows = kFlashAttention2TileRows;
   if (c <= 0) return 0;
-  const std::int64_t m = (c + 63) / 64;
-  return 64 * (m * s + 32 * m * (m - 1) + c);
+  const std::int64_t m = (c + kRows - 1) / kRows;
+  return kRows * (m * s + kRows / 2 * m * (m - 1) + c);
 }
 
 // The counts a timeline row keeps of its step (TimelineRow::work), as the cost model takes
