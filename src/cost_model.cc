@@ -115,7 +115,7 @@ ActivationTraffic activation_traffic(const ModelSpec& m, const RooflineParallel&
 // Out of line, and called only for a model with routed experts: the dense step stays as short
 // as it was.
 [[gnu::noinline]] Int128 expert_weights_read(const CostModel& c, const StepWork& w) {
-  const double share = routed_expert_share(c.routed_experts, c.experts_per_token, tokens_of(w) + w.peer_tokens);
+  const double share = routed_expert_share(c.routed_experts, c.experts_per_token, expert_tokens(w));
   return Int128{std::llround(static_cast<double>(c.expert_weights_ps) * share)};
 }
 
@@ -165,6 +165,25 @@ Int128 packed_tile_flops(const ModelSpec& m, std::int64_t tensor_parallel) {
 
 }  // namespace
 
+std::int64_t cuda_graph_max_tokens(std::int64_t max_num_seqs, std::int64_t max_num_batched_tokens) {
+  std::int64_t largest = max_num_seqs > 0 ? std::min<std::int64_t>(2 * max_num_seqs, 512) : 512;
+  if (max_num_batched_tokens > 0) largest = std::min(largest, max_num_batched_tokens);
+  return largest;
+}
+
+std::int64_t cuda_graph_largest(std::int64_t max_tokens) {
+  if (max_tokens >= 256) return 256 + (max_tokens - 256) / 16 * 16;
+  if (max_tokens >= 8) return max_tokens / 8 * 8;
+  return max_tokens >= 4 ? 4 : max_tokens >= 2 ? 2 : max_tokens >= 1 ? 1 : 0;
+}
+
+std::int64_t cuda_graph_tokens(std::int64_t max_tokens, std::int64_t tokens) {
+  if (tokens <= 0 || tokens > cuda_graph_largest(max_tokens)) return tokens;  // no graph
+  if (tokens <= 4) return tokens <= 1 ? 1 : tokens <= 2 ? 2 : 4;
+  if (tokens <= 256) return ceil_div(tokens, std::int64_t{8}) * 8;  // 256 itself is range(256, .., 16)'s
+  return 256 + ceil_div(tokens - 256, std::int64_t{16}) * 16;
+}
+
 double routed_expert_share(std::int64_t experts, std::int64_t per_token, std::int64_t tokens) {
   if (tokens <= 0 || experts <= 0) return 0;
   if (per_token <= 0 || per_token >= experts) return 1;  // unknown (0): every expert, as compute counts them
@@ -185,11 +204,16 @@ std::int64_t step_time_ps(const CostModel& c, const StepWork& w) {
          Int128{c.context_token_ps} * w.context;
     if (c.expert_weights_ps != 0) ps += expert_weights_read(c, w);
   } else {
-    // The matmuls and attention run one after the other, each bounded by its own roofline.
+    // The matmuls and attention run one after the other, each bounded by its own roofline. A
+    // CUDA graph's padding tokens run through the matmuls, the element-wise kernels and the
+    // collectives as decodes that sample nothing, and through no attention.
+    const std::int64_t tokens = tokens_of(w);
+    const std::int64_t run = std::max(tokens, w.graph_tokens);
     const Int128 matmul_compute = Int128{c.prefill_token_ps} * w.prefill_tokens +
-                                  Int128{c.decode_seq_ps} * w.decode_seqs + Int128{c.sample_token_ps} * w.sampled;
+                                  Int128{c.decode_seq_ps} * (w.decode_seqs + run - tokens) +
+                                  Int128{c.sample_token_ps} * w.sampled;
     Int128 matmul_memory =
-        Int128{c.weights_ps} + Int128{c.matmul_io_token_ps} * tokens_of(w) + Int128{c.matmul_io_sample_ps} * w.sampled;
+        Int128{c.weights_ps} + Int128{c.matmul_io_token_ps} * run + Int128{c.matmul_io_sample_ps} * w.sampled;
     if (c.expert_weights_ps != 0) matmul_memory += expert_weights_read(c, w);
     Int128 attention_compute = 0;
     if (c.attention_tile_position_ps == 0) {  // the useful pairs
@@ -201,10 +225,9 @@ std::int64_t step_time_ps(const CostModel& c, const StepWork& w) {
       attention_compute = Int128{c.attention_packed_position_ps} * (Int128{w.prefill_pairs} + w.context);
     }
     const Int128 attention_memory = Int128{c.kv_position_ps} * (Int128{w.context} + w.prefill_context);
-    const std::int64_t tokens = tokens_of(w);
-    const Int128 elementwise = Int128{c.elementwise_token_ps} * tokens + Int128{c.elementwise_sample_ps} * w.sampled;
+    const Int128 elementwise = Int128{c.elementwise_token_ps} * run + Int128{c.elementwise_sample_ps} * w.sampled;
     const Int128 collectives =
-        tokens > 0 ? Int128{c.collective_step_ps} + Int128{c.collective_token_ps} * tokens +
+        tokens > 0 ? Int128{c.collective_step_ps} + Int128{c.collective_token_ps} * run +
                          Int128{c.collective_sample_ps} * w.sampled
                    : 0;
     ps = Int128{c.overhead_ps} + std::max(matmul_compute, matmul_memory) + std::max(attention_compute, attention_memory) +

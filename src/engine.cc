@@ -849,8 +849,9 @@ void Engine::deliver_step() {
 
 void Engine::run_iteration() { end_step(begin_step()); }
 
-std::int64_t Engine::retime_step(std::int64_t peer_tokens) {
+std::int64_t Engine::retime_step(std::int64_t peer_tokens, std::int64_t graph_tokens) {
   step_work_.peer_tokens = peer_tokens;
+  step_work_.graph_tokens = graph_tokens;
   return step_duration(step_work_);
 }
 
@@ -868,6 +869,9 @@ std::int64_t Engine::time_step(std::int64_t decode_seqs, std::int64_t prefill_to
   step_work_.sampled += decode_seqs;
   step_decode_seqs_ = decode_seqs;
   step_prefill_tokens_ = prefill_tokens;
+  if (opt_.cuda_graph_max_tokens > 0) {
+    step_work_.graph_tokens = cuda_graph_tokens(opt_.cuda_graph_max_tokens, decode_seqs + prefill_tokens);
+  }
   return step_duration(step_work_);
 }
 
@@ -941,7 +945,8 @@ void Engine::end_step(std::int64_t duration) {
   if (scheduler_tracks_requests_) scheduler_->end_step(view_, step_preempted_, decode_seqs);
 
   recorder_.end_of_step_state(running_, queued_, [&] {
-    return StepCounts{prefill_tokens, decode_seqs, step_work_.context, step_work_.sampled, step_work_.peer_tokens};
+    return StepCounts{prefill_tokens, decode_seqs, step_work_.context, step_work_.sampled, step_work_.peer_tokens,
+                      step_work_.graph_tokens};
   });
 
   // Arrivals and cancellations inside the iteration happen at their own instants.

@@ -171,8 +171,9 @@ class Engine {
   // The tokens of the step begun: its prompt (and recomputed) positions and its decodes.
   std::int64_t step_tokens() const { return step_prefill_tokens_ + step_decode_seqs_; }
   // The step begun, timed again with `peer_tokens` of the other replicas' tokens sent
-  // through this device's MoE experts too (StepWork::peer_tokens).
-  std::int64_t retime_step(std::int64_t peer_tokens);
+  // through this device's MoE experts too (StepWork::peer_tokens), and run padded to
+  // `graph_tokens` (StepWork::graph_tokens; at most step_tokens() for no padding).
+  std::int64_t retime_step(std::int64_t peer_tokens, std::int64_t graph_tokens);
   void end_step(std::int64_t duration_ns);
   void wait_until(std::int64_t t_ns);
 

@@ -9,11 +9,27 @@
 #include <string>
 
 #include "engine.h"
+#include "kvsim/cost_model.h"
 #include "kvsim/error.h"
 #include "kvsim/option_names.h"
 #include "recorder.h"
 
 namespace kvsim {
+
+std::vector<std::int64_t> replica_tokens(const std::vector<std::int64_t>& scheduled, std::int64_t graph_max) {
+  std::vector<std::int64_t> run(scheduled.size());
+  const std::int64_t largest = cuda_graph_largest(graph_max);
+  bool graphs = largest > 0;
+  std::int64_t padded = 0;
+  for (std::size_t i = 0; i < scheduled.size(); ++i) {
+    run[i] = std::max<std::int64_t>(scheduled[i], 1);
+    graphs = graphs && run[i] <= largest;
+    if (graphs) padded = std::max(padded, cuda_graph_tokens(graph_max, run[i]));
+  }
+  if (graphs) std::fill(run.begin(), run.end(), padded);
+  return run;
+}
+
 namespace {
 
 // A replica's share of the trace: the requests the router sent it, in arrival order.
@@ -198,12 +214,13 @@ ReplayReport combine(std::vector<ReplayReport>& rs, std::int64_t waiting_at_last
 // Aligned steps (ReplayOptions::replicas_step_together): runs every step that starts before
 // `t_ns` on all replicas at once, from `clock` (the start of the next step, updated). Each step
 // lasts as long as the slowest busy replica's work; a replica with nothing to run takes no
-// step of its own (vLLM runs a dummy forward pass there, which never outlasts the others':
-// its token count is padded to theirs, and it computes no attention). A request that reaches
+// step of its own (vLLM runs a dummy forward pass of one token there, which never outlasts
+// the others'; its token still reaches the experts: replica_tokens). A request that reaches
 // such a replica inside a step waits for the next one. A replica that stays idle keeps its
 // clock, so that its report ends at its last release.
+
 void advance_together_before(std::vector<std::unique_ptr<detail::Engine>>& engines, const CostModel& cost,
-                             std::int64_t& clock, std::int64_t t_ns) {
+                             std::int64_t graph_max, std::int64_t& clock, std::int64_t t_ns) {
   std::vector<char> busy(engines.size(), 0);
   for (;;) {
     bool any = false;
@@ -229,25 +246,31 @@ void advance_together_before(std::vector<std::unique_ptr<detail::Engine>>& engin
       continue;
     }
     if (clock >= t_ns) return;
+    std::vector<std::int64_t> scheduled(engines.size(), 0);
     std::int64_t tokens = 0;
     for (std::size_t i = 0; i < engines.size(); ++i) {
       if (busy[i] == 0) continue;
       engines[i]->begin_step();  // timed below, once all the replicas' tokens are known
-      tokens += engines[i]->step_tokens();
+      scheduled[i] = engines[i]->step_tokens();
+      tokens += scheduled[i];
     }
-    // Every replica's experts serve all the replicas' tokens: the share of them a step
-    // reaches follows the total (CostModel::expert_weights_ps). Each replica's step records
-    // the others' tokens (TimelineRow::work) even when no term charges them.
+    // Every replica's experts serve all the replicas' tokens, padding and dummy batches
+    // included: the share of them a step reaches follows the total (CostModel::
+    // expert_weights_ps). Each replica's step records the others' tokens (TimelineRow::work)
+    // even when no term charges them.
+    const std::vector<std::int64_t> run = replica_tokens(scheduled, graph_max);
+    std::int64_t all_run = 0;
+    for (const std::int64_t r : run) all_run += r;
     std::int64_t duration = 0;
     for (std::size_t i = 0; i < engines.size(); ++i) {
-      if (busy[i] != 0) duration = std::max(duration, engines[i]->retime_step(tokens - engines[i]->step_tokens()));
+      if (busy[i] != 0) duration = std::max(duration, engines[i]->retime_step(all_run - run[i], run[i]));
     }
     // Every MoE layer gathers all the replicas' hidden states and scatters the results back
     // (CostModel::replica_collective_*: 0 unless a roofline over a known link), after the
     // slowest replica's kernels.
     if (tokens > 0 && (cost.replica_collective_step_ps > 0 || cost.replica_collective_token_ps > 0)) {
       const detail::Int128 ps = detail::Int128{cost.replica_collective_step_ps} +
-                              detail::Int128{cost.replica_collective_token_ps} * tokens;
+                              detail::Int128{cost.replica_collective_token_ps} * all_run;
       duration += static_cast<std::int64_t>((ps + 999) / 1000);
     }
     for (std::size_t i = 0; i < engines.size(); ++i) {
@@ -305,7 +328,7 @@ ReplicaRun replay_replicas(TraceReader& trace, const std::vector<Allocator*>& al
   const bool together = options.replicas_step_together && n > 1;
   std::int64_t clock = 0;  // aligned steps: when the next one starts
   const auto advance_before = [&](std::int64_t t_ns) {
-    if (together) advance_together_before(engines, o.cost, clock, t_ns);
+    if (together) advance_together_before(engines, o.cost, o.cuda_graph_max_tokens, clock, t_ns);
     else for (auto& e : engines) e->advance_before(t_ns);
   };
   Request r;

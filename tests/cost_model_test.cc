@@ -439,6 +439,101 @@ TEST_CASE("routed_expert_share: the expected share of the experts T tokens reach
   CHECK(routed_expert_share(128, 8, 300) == Approx(1 - std::pow(0.9375, 300)).epsilon(1e-12));
 }
 
+TEST_CASE("CUDA graphs: vLLM's captured sizes, the largest step they run, and the padding") {
+  // vllm/config/vllm.py _set_cudagraph_sizes: the largest is min(2 x max_num_seqs, 512), and at
+  // most max_num_batched_tokens; the sizes are [1, 2, 4] + range(8, min(largest + 1, 256), 8)
+  // + range(256, largest + 1, 16).
+  CHECK(cuda_graph_max_tokens(128, 2'048) == 256);  // the measured runs' settings
+  CHECK(cuda_graph_max_tokens(300, 2'048) == 512);
+  CHECK(cuda_graph_max_tokens(128, 200) == 200);
+  CHECK(cuda_graph_max_tokens(0, 0) == 512);
+  CHECK(cuda_graph_largest(256) == 256);
+  CHECK(cuda_graph_largest(300) == 288);  // 256, 272, 288
+  CHECK(cuda_graph_largest(250) == 248);  // range(8, 251, 8) ends at 248; range(256, ..) is empty
+  CHECK(cuda_graph_largest(200) == 200);
+  CHECK(cuda_graph_largest(6) == 4);
+  CHECK(cuda_graph_largest(1) == 1);
+  CHECK(cuda_graph_largest(0) == 0);
+  CHECK(cuda_graph_tokens(256, 1) == 1);
+  CHECK(cuda_graph_tokens(256, 3) == 4);
+  CHECK(cuda_graph_tokens(256, 5) == 8);
+  CHECK(cuda_graph_tokens(256, 129) == 136);
+  CHECK(cuda_graph_tokens(256, 249) == 256);
+  CHECK(cuda_graph_tokens(256, 256) == 256);
+  CHECK(cuda_graph_tokens(256, 257) == 257);  // larger than every graph: run as it is
+  CHECK(cuda_graph_tokens(512, 257) == 272);
+  CHECK(cuda_graph_tokens(300, 289) == 289);  // past 288, the largest of 300's sizes
+  CHECK(cuda_graph_tokens(250, 249) == 249);  // past 248
+  CHECK(cuda_graph_tokens(6, 5) == 5);        // past 4
+  CHECK(cuda_graph_tokens(0, 5) == 5);        // no graphs
+  CHECK(cuda_graph_tokens(256, 0) == 0);
+}
+
+TEST_CASE("CUDA graphs: a padding token runs through the matmuls and the element-wise kernels, not attention") {
+  SECTION("memory-bound: one more token's activations") {
+    const CostModel c = tiny_roofline();
+    StepWork w = mixed_step();  // 13 tokens
+    const std::int64_t unpadded = step_time_ps(c, w);
+    w.graph_tokens = 16;
+    CHECK(step_time_ps(c, w) - unpadded == 3 * (c.matmul_io_token_ps + c.elementwise_token_ps));
+  }
+  SECTION("compute-bound: a decode's matmul FLOPs, without sampling") {
+    const CostModel c = without_activations(tiny_roofline());
+    StepWork w;
+    w.prefill_tokens = 2'000;
+    w.prefill_pairs = 2'001'000;
+    w.prefill_context = 2'000;
+    w.sampled = 1;
+    w.graph_tokens = 2'008;
+    // 1,171,980,800 ps unpadded (the test above) + 8 x 73,728.
+    CHECK(step_time_ps(c, w) == 1'171'980'800 + 8 * 73'728);
+  }
+  SECTION("the linear model charges no token term for it; an MoE model's experts see it") {
+    ModelSpec moe = tiny_model();
+    moe.moe = MoeDims{4, 0, 16, 0, 2};
+    const CostModel l = parse_cost_model(
+        "linear:base=1ms,prefill-token=1us,decode-seq=1us,context-token=0ps,expert-weights=4ms", tiny_roofline(moe),
+        "--cost");
+    StepWork one;
+    one.decode_seqs = 1;
+    one.sampled = 1;
+    StepWork padded = one;
+    padded.graph_tokens = 2;
+    CHECK(expert_tokens(padded) == 2);
+    CHECK(step_time_ps(l, one) == 3'001'000'000);     // 1 ms + 1 us + 4 ms x 1/2
+    CHECK(step_time_ps(l, padded) == 4'001'000'000);  // 1 ms + 1 us + 4 ms x 3/4
+    padded.peer_tokens = 2;
+    CHECK(expert_tokens(padded) == 4);
+  }
+}
+
+TEST_CASE("CUDA graphs: the engine pads each step it times") {
+  // Linear cost: 1 ms a step + 4 ms x the share of 4 experts (2 a token) the step's tokens
+  // reach. Request a (prompt 3, output 2) alone: its prompt's step has 3 tokens, padded to 4
+  // with graphs up to 8 tokens: 1 + 4 x (1 - 1/16) = 4.75 ms, against 1 + 4 x 7/8 = 4.5 ms
+  // unpadded; its one decode (1 token, no padding) 1 + 4 x 1/2 = 3 ms.
+  ModelSpec moe = tiny_model();
+  moe.moe = MoeDims{4, 0, 16, 0, 2};
+  ReplayOptions o;
+  o.layout = test::unit_layout();
+  o.cost = parse_cost_model("linear:base=1ms,prefill-token=0ps,decode-seq=0ps,context-token=0ps,expert-weights=4ms",
+                            tiny_roofline(moe), "--cost");
+  const auto run = [&](std::int64_t graph_max) {
+    o.cuda_graph_max_tokens = graph_max;
+    RequestVectorReader trace({test::request("a", 0, 3, 2)});
+    auto allocator = make_allocator(parse_allocator_spec("paged:block=16", "test"), o.layout);
+    return replay(trace, *allocator, o);
+  };
+  const ReplayReport padded = run(8);
+  CHECK(padded.ttft.p50_ns == 4'750'000);
+  CHECK(padded.end_ns == 7'750'000);
+  const ReplayReport unpadded = run(0);
+  CHECK(unpadded.ttft.p50_ns == 4'500'000);
+  CHECK(unpadded.end_ns == 7'500'000);
+  // With graphs up to 2 tokens, the 3-token step runs without one.
+  CHECK(run(2).ttft.p50_ns == 4'500'000);
+}
+
 TEST_CASE("roofline and linear: an MoE step reads the routed experts its tokens (and the replicas') reach") {
   // The tiny model with an MoE layer of 4 experts of 16, 2 a token, in both layers: an expert
   // is 3 x 32 x 16 = 1,536 parameters, so the routed experts are 2 x 4 x 1,536 = 12,288

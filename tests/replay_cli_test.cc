@@ -162,8 +162,9 @@ TEST_CASE("replay: an MoE model's replicas take every step together, a dense mod
 
 TEST_CASE("replay: an MoE model's aligned step reads the experts all the replicas' tokens reach") {
   // The case above with 16 ms to read all of a device's routed experts, charged by the share a
-  // step's tokens reach (Qwen3-30B-A3B: 8 of 128 experts a token). Step 1, replica 0 alone,
-  // 30 prompt tokens: 10 + 30 + 16 x (1 - (15/16)^30) ms. Step 2: replica 1 prefills r2 (1
+  // step's tokens reach (Qwen3-30B-A3B: 8 of 128 experts a token). Step 1, replica 0's 30
+  // prompt tokens beside the dummy batch of one token vLLM runs on the idle replica 1, whose
+  // token reaches the experts too: 10 + 30 + 16 x (1 - (15/16)^31) ms. Step 2: replica 1 prefills r2 (1
   // token) while replica 0 decodes r1 (1 token); each device's experts serve both tokens, a
   // share of 1 - (15/16)^2, so replica 1's step lasts 10 + 1 + 16 x 0.12109375 = 12.9375 ms
   // (12 ms if it counted its own token only), and r2, which arrived at 1 ms, waits out step 1.
@@ -176,7 +177,7 @@ TEST_CASE("replay: an MoE model's aligned step reads the experts all the replica
   REQUIRE(r.exit_code == 0);
   const Json j = Json::parse(r.out);
   REQUIRE(j["runs"].size() == 3);
-  const double step1 = 0.010 + 0.030 + 0.016 * (1 - std::pow(15.0 / 16.0, 30));
+  const double step1 = 0.010 + 0.030 + 0.016 * (1 - std::pow(15.0 / 16.0, 31));
   CHECK(j["runs"][0]["latency"]["ttft"]["max_s"].get<double>() == Approx(step1).epsilon(1e-6));
   CHECK(j["runs"][1]["latency"]["ttft"]["max_s"].get<double>() == Approx(step1 + 0.0129375 - 0.001).epsilon(1e-6));
   // The experts' read is in the cost model's JSON and in the table's cost line; a dense

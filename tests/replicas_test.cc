@@ -210,27 +210,60 @@ TEST_CASE("replicas: an MoE model's replicas take every step together, as long a
   CHECK(at_40[1].work.prefill_tokens == 1);
   CHECK(at_40[1].work.sampled == 1);  // b's prompt completes: its first token
   CHECK(at_40[1].work.peer_tokens == 1);
-  CHECK(rows.front().work.prefill_tokens == 30);  // 0 ms: replica 0 alone
-  CHECK(rows.front().work.peer_tokens == 0);
+  CHECK(rows.front().work.prefill_tokens == 30);  // 0 ms: replica 0 alone, beside replica 1's
+  CHECK(rows.front().work.peer_tokens == 1);      // dummy batch of one token
 }
 
 TEST_CASE("replicas: aligned steps end with the MoE layers' gathers of all the replicas' tokens") {
   // The setup above, aligned, with 1 ms per step and 0.1 ms per token of all the replicas'
   // step for the gathers and scatters (CostModel::replica_collective_*), after the slowest
-  // replica's kernels:
-  //   0 ms: a's 30-token prefill (40 ms) + 1 + 30 x 0.1 = 44 ms; a's first token at 44.
-  //   44: a's decode (10) beside b's 1-token prefill (11) + 1 + 2 x 0.1 -> 56.2 ms: a ends,
-  //       b's first token (TTFT 55.2 ms).
-  //   56.2: b's decode alone: 10 + 1 + 0.1 -> 67.3; then 78.4 ms, b's third and last token.
+  // replica's kernels; a replica with nothing to run sends its dummy batch's one token:
+  //   0 ms: a's 30-token prefill (40 ms) + 1 + (30 + 1) x 0.1 = 44.1 ms; a's first token.
+  //   44.1: a's decode (10) beside b's 1-token prefill (11) + 1 + 2 x 0.1 -> 56.3 ms: a ends,
+  //       b's first token (TTFT 55.3 ms).
+  //   56.3: b's decode beside replica 0's dummy token: 10 + 1 + 2 x 0.1 -> 67.5; then 78.7 ms,
+  //       b's third and last token.
   RequestVectorReader trace({test::request("a", 0, 30, 2), test::request("b", 1 * kMs, 1, 3)});
   ReplayOptions o = ten_ms_steps(true);
   o.cost.replica_collective_step_ps = 1 * kMs * 1000;
   o.cost.replica_collective_token_ps = kMs * 100;
   const ReplicaRun run = replay_two_paged(trace, o);
-  CHECK(run.replicas[0].ttft.max_ns == 44 * kMs);
-  CHECK(run.replicas[0].end_ns == 56'200'000);
-  CHECK(run.replicas[1].ttft.max_ns == 55'200'000);
-  CHECK(run.replicas[1].e2e.max_ns == 77'400'000);
-  CHECK(run.total.end_ns == 78'400'000);
+  CHECK(run.replicas[0].ttft.max_ns == 44'100'000);
+  CHECK(run.replicas[0].end_ns == 56'300'000);
+  CHECK(run.replicas[1].ttft.max_ns == 55'300'000);
+  CHECK(run.replicas[1].e2e.max_ns == 77'700'000);
+  CHECK(run.total.end_ns == 78'700'000);
   CHECK(run.total.completed == 2);
+
+  // b with a 3-token prompt, and CUDA graphs up to 16 tokens. The 30-token prefill runs
+  // without a graph, so nothing pads (30 + 1 tokens, 44.1 ms). At 44.1 a's decode (1 token,
+  // graph 1) and b's prefill (3, graph 4) both run 4 tokens: 13 + 1 + 8 x 0.1 -> 58.9 ms, a
+  // ends and b's first token comes (TTFT 57.9); then b's decodes beside the dummy token, 11.2
+  // ms each: 70.1, 81.3 ms. Without graphs that step has 1 + 3 tokens: 58.5, 69.7, 80.9 ms.
+  const auto with_graphs = [&](std::int64_t graph_max) {
+    RequestVectorReader three({test::request("a", 0, 30, 2), test::request("b", 1 * kMs, 3, 3)});
+    o.cuda_graph_max_tokens = graph_max;
+    return replay_two_paged(three, o);
+  };
+  const ReplicaRun graphs = with_graphs(16);
+  CHECK(graphs.replicas[0].ttft.max_ns == 44'100'000);
+  CHECK(graphs.replicas[0].end_ns == 58'900'000);
+  CHECK(graphs.replicas[1].ttft.max_ns == 57'900'000);
+  CHECK(graphs.total.end_ns == 81'300'000);
+  CHECK(with_graphs(0).total.end_ns == 80'900'000);
+}
+
+TEST_CASE("replicas: the tokens each replica runs, with vLLM's dummy batches and CUDA graphs' padding") {
+  using V = std::vector<std::int64_t>;
+  // No graphs: each runs what it scheduled, an idle one its dummy batch of one token.
+  CHECK(replica_tokens(V{10, 3}, 0) == V{10, 3});
+  CHECK(replica_tokens(V{10, 0}, 0) == V{10, 1});
+  // Graphs up to 256 (max_num_seqs 128): all pad to the largest replica's graph, 10 -> 16.
+  CHECK(replica_tokens(V{10, 3}, 256) == V{16, 16});
+  CHECK(replica_tokens(V{10, 0}, 256) == V{16, 16});
+  CHECK(replica_tokens(V{0, 0}, 256) == V{1, 1});
+  CHECK(replica_tokens(V{129, 250}, 256) == V{256, 256});
+  // One replica past the largest graph: none runs one, none pads.
+  CHECK(replica_tokens(V{300, 3}, 256) == V{300, 3});
+  CHECK(replica_tokens(V{257, 0, 5}, 256) == V{257, 1, 5});
 }

@@ -495,6 +495,28 @@ TEST_CASE("validate: a data-parallel run is two engines behind vLLM's router, th
   const Json a = Json::parse(async.out);
   CHECK(a["ttft"]["simulated"]["mean_s"].get<double>() == Approx(0.015));
   CHECK(a["latency"]["simulated"]["mean_s"].get<double>() == Approx(0.205));
+  CHECK(a["kvsim"]["async_scheduling"] == true);
+  // And with CUDA graphs up to min(2 x 128, 512, 2,048) = 256 tokens (vLLM's default, as
+  // enforce_eager is not set); the constant cost has no token term for the padding to show in.
+  CHECK(a["kvsim"]["cuda_graph_max_tokens"] == 256);
+  CHECK(doc["kvsim"]["cuda_graph_max_tokens"] == 256);
+  const auto text = test::run_cli({"validate", (base / "run").string(), "--kv-budget", "1GB", "--cost",
+                                   "constant:step=10ms,prefill-token=0ps", "--cuda-graphs", "off"});
+  REQUIRE(text.exit_code == 0);
+  CHECK_THAT(text.out, Catch::Contains("policy vllm (recompute), asynchronous scheduling\n"));
+  // enforce_eager in meta.json: no graphs.
+  {
+    std::ifstream in(base / "run" / "meta.json");
+    std::string meta((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string key = R"("max_model_len": null)";
+    meta.replace(meta.find(key), key.size(), key + R"(, "enforce_eager": true)");
+    std::ofstream(base / "run" / "meta.json") << meta;
+  }
+  const auto eager = test::run_cli({"validate", (base / "run").string(), "--kv-budget", "1GB", "--cost",
+                                    "constant:step=10ms,prefill-token=0ps"});
+  REQUIRE(eager.exit_code == 0);
+  CHECK_THAT(eager.out, Catch::Contains("asynchronous scheduling\n"));
+  CHECK_THAT(eager.out, !Catch::Contains("CUDA graphs"));
   std::filesystem::remove_all(base);
 }
 

@@ -24,8 +24,34 @@ struct StepWork {
   std::int64_t prefill_tile_pairs = 0;  // FlashAttention 2's (query row, key) pairs of the prefill
                                         // chunks: 64-row tiles whole (prefill_tile_pairs())
   std::int64_t peer_tokens = 0;      // an MoE model's replicas stepping together: the other
-                                     // replicas' tokens, which this device's experts serve too
+                                     // replicas' tokens (their CUDA graphs' padding included),
+                                     // which this device's experts serve too
+  std::int64_t graph_tokens = 0;     // the tokens the step's kernels run with CUDA graphs: the
+                                     // step's own padded up to a captured size (at least
+                                     // prefill_tokens + decode_seqs; 0 = no padding)
 };
+
+// The largest step vLLM runs as a CUDA graph, by its default rule (vllm/config/vllm.py
+// _set_cudagraph_sizes): min(2 x max_num_seqs, 512), and no more than max_num_batched_tokens.
+// 0 (unlimited) for either limit leaves the other, or 512.
+std::int64_t cuda_graph_max_tokens(std::int64_t max_num_seqs, std::int64_t max_num_batched_tokens);
+
+// The tokens a step of `tokens` runs with CUDA graphs captured up to `max_tokens` (0 = none):
+// vLLM captures the sizes [1, 2, 4] + range(8, min(max + 1, 256), 8) + range(256, max + 1, 16)
+// (vllm/config/vllm.py _set_cudagraph_sizes) and pads a step to the smallest of them that
+// holds it; a step larger than every captured size runs without a graph, unpadded.
+std::int64_t cuda_graph_tokens(std::int64_t max_tokens, std::int64_t tokens);
+
+// The largest size captured for `max_tokens` by that rule (0 for none): the largest step that
+// runs as a CUDA graph.
+std::int64_t cuda_graph_largest(std::int64_t max_tokens);
+
+// The tokens an MoE layer's routed experts see in a step: the step's own, padding included,
+// and the other replicas' where they step together.
+inline std::int64_t expert_tokens(const StepWork& w) {
+  const std::int64_t own = w.prefill_tokens + w.decode_seqs;
+  return (w.graph_tokens > own ? w.graph_tokens : own) + w.peer_tokens;
+}
 
 // FlashAttention 2's query tile with a paged KV cache: kBlockM rows (vllm-project/flash-attention,
 // src/flash_fwd_launch_template.h run_mha_fwd_splitkv_dispatch), for every head size.
@@ -52,6 +78,7 @@ inline StepWork step_work_of(const StepCounts& c) {
   w.context = c.context;
   w.sampled = c.sampled;
   w.peer_tokens = c.peer_tokens;
+  w.graph_tokens = c.graph_tokens;
   return w;
 }
 

@@ -105,6 +105,8 @@ struct StepCounts {
   std::int64_t sampled = 0;         // tokens sampled: the decodes and the prefills completed
   std::int64_t peer_tokens = 0;     // replicas stepping together: the others' tokens, which
                                     // this device's MoE experts serve too
+  std::int64_t graph_tokens = 0;    // with CUDA graphs: the tokens the step ran, padding
+                                    // included (0: none)
 };
 
 // One row of --timeline: the state just after an iteration's operations.
@@ -268,6 +270,12 @@ struct ReplayOptions {
   // finishes in a step keeps its place under max_running through the next one (docs/replay.md,
   // "Asynchronous scheduling"). No lag when nothing else runs: the engine schedules at once.
   bool async_scheduling = false;
+  // vLLM's CUDA graphs (on unless enforce_eager): a step of at most this many tokens is padded
+  // up to the next captured graph size (kvsim/cost_model.h cuda_graph_tokens), and the padding
+  // runs through every matmul and reaches an MoE model's experts; data-parallel replicas that
+  // step together all pad to the largest replica's padded size (docs/replay.md, "CUDA
+  // graphs"). 0: no graphs.
+  std::int64_t cuda_graph_max_tokens = 0;
 };
 
 // A quantity over the run.

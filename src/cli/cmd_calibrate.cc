@@ -276,7 +276,7 @@ std::vector<StepEstimate> step_estimates(const MeasuredRun& run, const Calibrati
       s.prompt[0] += static_cast<double>(w.prefill_tokens);
       s.decode[0] += static_cast<double>(w.decode_seqs);
       s.context[0] += static_cast<double>(w.context);
-      s.share += routed_expert_share(model.routed_experts, model.experts_per_token, w.prefill_tokens + w.decode_seqs + w.peer_tokens);
+      s.share += routed_expert_share(model.routed_experts, model.experts_per_token, expert_tokens(step_work_of(w)));
       ++s.steps;
     }
     first = end;

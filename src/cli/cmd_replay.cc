@@ -132,6 +132,12 @@ po::options_description replay_option_descriptions(bool with_outputs, bool with_
        "arriving during a step starts in the step after the next, and a finished request holds its "
        "place under --max-running one step longer); off: plan it when the previous one ends. "
        "'kvsim validate' takes on for runs of vLLM 0.19 and later")
+      (option_key(kOptCudaGraphs), po::value<std::string>()->default_value("off"),
+       "on: run each step of at most min(2 x --max-running, 512, --max-batched-tokens) tokens as vLLM's "
+       "CUDA graphs do, padded up to the next captured size (1, 2, 4, then multiples of 8 up to 256, of 16 "
+       "above); the padding costs matmul time and reaches an MoE model's experts, and replicas that step "
+       "together pad to the largest replica's size. 'kvsim validate' takes on for runs of vLLM 0.19 and "
+       "later without enforce_eager")
       (option_key(kOptDefaultMaxTokens), po::value<std::string>(),
        "the generation limit planned for requests whose trace gives no max_tokens (default: their real "
        "output length)");
@@ -250,12 +256,17 @@ ReplayOptions replay_options_from(const po::variables_map& vm, const ModelChoice
     }
     ro.async_scheduling = async == "on";
   }
+  const std::string graphs = vm[option_key(kOptCudaGraphs)].as<std::string>();
+  if (graphs != "on" && graphs != "off") {
+    throw InputError(Location{"", 0, kOptCudaGraphs}, "expected on or off, got \"" + graphs + "\"");
+  }
   if (const auto d = option_text(vm, option_key(kOptDefaultMaxTokens))) {
     ro.default_max_tokens = positive_integer(*d, kOptDefaultMaxTokens);
   }
   if (budget) ro.memory.kv_budget_bytes = budget->kv_budget_bytes;
   // Options not given are 0 here; under a budget they become vLLM's (the library's rule).
   apply_vllm_scheduler_defaults(ro);
+  if (graphs == "on") ro.cuda_graph_max_tokens = cuda_graph_max_tokens(ro.max_running, ro.max_batched_tokens);
   if (budget && ro.schedule == Schedule::measured) {
     throw UsageError("--schedule measured replays the trace's own timestamps, which a memory budget would have to "
                      "change: give one or the other\nUsage: " + kSpec.synopsis);
@@ -607,6 +618,9 @@ void render(const ReplayPlan& plan, const TimelineScratch& scratch, const std::v
                                   ro.max_batched_tokens > 0 ? with_commas(ro.max_batched_tokens) : "unlimited",
                                   ro.chunked_prefill ? "on" : "off",
                                   ro.max_running > 0 ? with_commas(ro.max_running) : "unlimited");
+  if (ro.cuda_graph_max_tokens > 0) {
+    context.scheduler += fmt::format(", CUDA graphs up to {} tokens", with_commas(cuda_graph_largest(ro.cuda_graph_max_tokens)));
+  }
   if (plan.csv_path) write_output_file(*plan.csv_path, replay_csv(reports), inputs);
   if (plan.html_path) write_output_file(*plan.html_path, replay_html(context, reports, std::move(html_runs)), inputs);
   write_stdout(plan.json ? replay_json(context, reports) : replay_table(context, reports));

@@ -18,6 +18,7 @@
 #include "cli.h"
 #include "kvsim/allocator.h"
 #include "kvsim/budget.h"
+#include "kvsim/cost_model.h"
 #include "kvsim/error.h"
 #include "kvsim/measured_run.h"
 #include "kvsim/model.h"
@@ -230,9 +231,12 @@ std::string table(const MeasuredRun& run, const ReplayPlan& plan, const std::str
   out += fmt::format("kvsim: model {} (tp {}{}), {}, cost {}\n", plan.choice.model.name, plan.choice.kv.tensor_parallel,
                      plan.replicas > 1 ? fmt::format(", {} data-parallel replicas", plan.replicas) : std::string(),
                      report.allocator, report.cost_model);
-  out += fmt::format("       max running {}, max batched tokens {}{}, policy {}\n", plan.options.max_running,
+  out += fmt::format("       max running {}, max batched tokens {}{}, policy {}{}{}\n", plan.options.max_running,
                      plan.options.max_batched_tokens, plan.options.chunked_prefill ? "" : " (no chunked prefill)",
-                     report.policy);
+                     report.policy, plan.options.async_scheduling ? ", asynchronous scheduling" : "",
+                     plan.options.cuda_graph_max_tokens > 0
+                         ? fmt::format(", CUDA graphs up to {} tokens", cuda_graph_largest(plan.options.cuda_graph_max_tokens))
+                         : std::string());
   out += fmt::format("       KV budget per device {}\n", budget_text(plan, budget_source));
   if (!run.unmodelled_settings.empty()) {
     std::string list;
@@ -324,6 +328,8 @@ std::string json_of(const MeasuredRun& run, const ReplayPlan& plan, const std::s
                         {"max_running", plan.options.max_running},
                         {"max_batched_tokens", plan.options.max_batched_tokens},
                         {"chunked_prefill", plan.options.chunked_prefill},
+                        {"async_scheduling", plan.options.async_scheduling},
+                        {"cuda_graph_max_tokens", cuda_graph_largest(plan.options.cuda_graph_max_tokens)},
                         {"policy", report.policy},
                         {"kv_budget_bytes", plan.budget ? Json(plan.budget->kv_budget_bytes) : Json(nullptr)},
                         {"kv_budget", budget_text(plan, budget_source)}}},

@@ -240,6 +240,9 @@ std::string apply_run_settings(po::variables_map& vm, const MeasuredRun& run, co
                      "\"" + run.vllm_version + "\" is not a version such as \"0.19.0\"");
   }
   if (vllm_at_least(run.vllm_version, 0, 19)) default_to(vm, option_key(kOptAsyncScheduling), "on");
+  // And runs every step that fits as a CUDA graph, unless enforce_eager (vllm/config/vllm.py
+  // _set_cudagraph_sizes; the compilation config's default cudagraph_mode is not NONE).
+  if (vllm_at_least(run.vllm_version, 0, 19) && !run.enforce_eager) default_to(vm, option_key(kOptCudaGraphs), "on");
   default_to(vm, option_key(kOptMaxBatchedTokens), std::to_string(run.max_num_batched_tokens));
   if (run.max_model_len > 0) default_to(vm, option_key(kOptMaxModelLen), std::to_string(run.max_model_len));
   // vLLM's defaults unless meta.json says otherwise: 16-token blocks, prefix caching on,
