@@ -10,6 +10,7 @@
 
 #include "kvsim/cost_model.h"
 #include "kvsim/error.h"
+#include "kvsim/replicas.h"
 
 namespace kvsim {
 namespace {
@@ -25,14 +26,26 @@ double overlap(double a0, double a1, double b0, double b1) { return std::max(0.0
 // else from the tick itself: min(S, first tokens) steps each prefill P / that many prompt
 // tokens beside the D decodes, and the rest decode D tokens. D counts every engine's decodes,
 // which is what each device's experts serve when the replicas step together (with
-// independent engines, the MoE model's each serves its own D / dp).
+// independent engines, the MoE model's each serves its own D / dp). With CUDA graphs the
+// engines' steps are padded as the replay pads them (replica_tokens): each engine's share of
+// the step, the one prefilling taking the prompt tokens, every engine padded to the largest.
 double expert_steps(const CalibrationTick& t, const CalibrationModel& m, double engines, double replay_share) {
   if (m.routed_experts <= 0) return 0;
   if (replay_share >= 0) return t.steps * replay_share;
   const double decoding = m.replicas_step_together ? t.decoding_mean : t.decoding_mean / engines;
   const double prompts = m.replicas_step_together ? t.prompt_tokens : t.prompt_tokens / engines;
   const auto share = [&](double tokens) {
-    return routed_expert_share(m.routed_experts, m.experts_per_token, std::llround(tokens));
+    std::int64_t reached = std::llround(tokens);
+    if (m.cuda_graph_max_tokens > 0 && m.replicas_step_together) {
+      const std::int64_t each = std::llround(decoding / engines);
+      std::vector<std::int64_t> scheduled(static_cast<std::size_t>(engines), each);
+      scheduled[0] += reached - each * static_cast<std::int64_t>(scheduled.size());
+      reached = 0;
+      for (const std::int64_t r : replica_tokens(scheduled, m.cuda_graph_max_tokens)) reached += r;
+    } else if (m.cuda_graph_max_tokens > 0) {
+      reached = cuda_graph_tokens(m.cuda_graph_max_tokens, reached);
+    }
+    return routed_expert_share(m.routed_experts, m.experts_per_token, reached);
   };
   const double prefill_steps = std::min(t.steps, t.generated_tokens - t.decoded_tokens);
   if (prefill_steps <= 0) return t.steps * share(decoding);

@@ -227,7 +227,7 @@ std::int64_t step_time_ps(const CostModel& c, const StepWork& w) {
     const Int128 attention_memory = Int128{c.kv_position_ps} * (Int128{w.context} + w.prefill_context);
     const Int128 elementwise = Int128{c.elementwise_token_ps} * run + Int128{c.elementwise_sample_ps} * w.sampled;
     const Int128 collectives =
-        tokens > 0 ? Int128{c.collective_step_ps} + Int128{c.collective_token_ps} * run +
+        run > 0 ? Int128{c.collective_step_ps} + Int128{c.collective_token_ps} * run +
                          Int128{c.collective_sample_ps} * w.sampled
                    : 0;
     ps = Int128{c.overhead_ps} + std::max(matmul_compute, matmul_memory) + std::max(attention_compute, attention_memory) +

@@ -19,14 +19,14 @@ namespace kvsim {
 std::vector<std::int64_t> replica_tokens(const std::vector<std::int64_t>& scheduled, std::int64_t graph_max) {
   std::vector<std::int64_t> run(scheduled.size());
   const std::int64_t largest = cuda_graph_largest(graph_max);
-  bool graphs = largest > 0;
+  bool all_fit = largest > 0;
   std::int64_t padded = 0;
   for (std::size_t i = 0; i < scheduled.size(); ++i) {
-    run[i] = std::max<std::int64_t>(scheduled[i], 1);
-    graphs = graphs && run[i] <= largest;
-    if (graphs) padded = std::max(padded, cuda_graph_tokens(graph_max, run[i]));
+    run[i] = cuda_graph_tokens(graph_max, std::max<std::int64_t>(scheduled[i], 1));
+    all_fit = all_fit && run[i] <= largest;
+    padded = std::max(padded, run[i]);
   }
-  if (graphs) std::fill(run.begin(), run.end(), padded);
+  if (all_fit) std::fill(run.begin(), run.end(), padded);
   return run;
 }
 
@@ -247,12 +247,10 @@ void advance_together_before(std::vector<std::unique_ptr<detail::Engine>>& engin
     }
     if (clock >= t_ns) return;
     std::vector<std::int64_t> scheduled(engines.size(), 0);
-    std::int64_t tokens = 0;
     for (std::size_t i = 0; i < engines.size(); ++i) {
       if (busy[i] == 0) continue;
       engines[i]->begin_step();  // timed below, once all the replicas' tokens are known
       scheduled[i] = engines[i]->step_tokens();
-      tokens += scheduled[i];
     }
     // Every replica's experts serve all the replicas' tokens, padding and dummy batches
     // included: the share of them a step reaches follows the total (CostModel::
@@ -267,8 +265,8 @@ void advance_together_before(std::vector<std::unique_ptr<detail::Engine>>& engin
     }
     // Every MoE layer gathers all the replicas' hidden states and scatters the results back
     // (CostModel::replica_collective_*: 0 unless a roofline over a known link), after the
-    // slowest replica's kernels.
-    if (tokens > 0 && (cost.replica_collective_step_ps > 0 || cost.replica_collective_token_ps > 0)) {
+    // slowest replica's kernels; dummy batches too, when no replica has anything scheduled.
+    if (cost.replica_collective_step_ps > 0 || cost.replica_collective_token_ps > 0) {
       const detail::Int128 ps = detail::Int128{cost.replica_collective_step_ps} +
                               detail::Int128{cost.replica_collective_token_ps} * all_run;
       duration += static_cast<std::int64_t>((ps + 999) / 1000);

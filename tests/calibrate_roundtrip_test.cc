@@ -322,7 +322,9 @@ TEST_CASE("calibrate and validate: an MoE model's two replicas stepping together
   // context's do not separate either: the contexts vary too little against the decodes to
   // tell a cost per decode from one per position, so the fit may give either (it is kept when
   // it lowers the residual by 5%); together, a decode at the run's mean context, they come
-  // out within 10%.
+  // out within 10% without graphs. With graphs the padded share, which rises with the decodes
+  // too, takes part of that from them: there the whole step is what the run pins down (the
+  // fitted steps' total, below).
   const auto term = [&](const char* name) {
     for (const Json& x : c["terms"]) {
       if (x["name"] == name) return x["kept"].get<bool>() ? x["seconds"].get<double>() : 0.0;
@@ -348,7 +350,7 @@ TEST_CASE("calibrate and validate: an MoE model's two replicas stepping together
     positions += static_cast<double>(row.work.context);
   }
   const double context = positions / decodes;
-  CHECK(term("decode-seq") + context * term("context-token") == Approx(context * 0.1e-6).epsilon(0.10));
+  if (!graphs) CHECK(term("decode-seq") + context * term("context-token") == Approx(context * 0.1e-6).epsilon(0.10));
   const CostModel fitted = parse_cost_model(c["cost"].get<std::string>(), o.cost, "--cost");
   std::map<std::int64_t, std::pair<std::int64_t, std::int64_t>> steps;  // start -> (fitted, true) of the slowest
   for (const TimelineRow& row : rows) {

@@ -488,6 +488,24 @@ TEST_CASE("CUDA graphs: a padding token runs through the matmuls and the element
     // 1,171,980,800 ps unpadded (the test above) + 8 x 73,728.
     CHECK(step_time_ps(c, w) == 1'171'980'800 + 8 * 73'728);
   }
+  SECTION("a dummy batch: one padding token and nothing scheduled, all-reduced like any token") {
+    // Tensor parallelism 2 over the link of the all-reduces' test below: 6 x 5 us a step and
+    // 320,000 ps a token of collectives.
+    const ModelSpec m = tiny_model();
+    DevicePreset device = tiny_device();
+    device.link_bytes_per_second = 1'000'000'000;
+    device.link_latency_ns = 5'000;
+    RooflineParallel tp2;
+    tp2.tensor_parallel = 2;
+    const CostModel c =
+        roofline_cost_model(m, kv_layout(m, KvOptions{}), device, model_weights(m, KvOptions{}, BudgetOptions{}), tp2);
+    REQUIRE(c.collective_step_ps == 30'000'000);
+    REQUIRE(c.collective_token_ps == 320'000);
+    StepWork dummy;
+    dummy.graph_tokens = 1;
+    CHECK(step_time_ps(c, dummy) - step_time_ps(c, StepWork{}) ==
+          c.collective_step_ps + c.collective_token_ps + c.matmul_io_token_ps + c.elementwise_token_ps);
+  }
   SECTION("the linear model charges no token term for it; an MoE model's experts see it") {
     ModelSpec moe = tiny_model();
     moe.moe = MoeDims{4, 0, 16, 0, 2};

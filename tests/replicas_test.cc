@@ -263,7 +263,9 @@ TEST_CASE("replicas: the tokens each replica runs, with vLLM's dummy batches and
   CHECK(replica_tokens(V{10, 0}, 256) == V{16, 16});
   CHECK(replica_tokens(V{0, 0}, 256) == V{1, 1});
   CHECK(replica_tokens(V{129, 250}, 256) == V{256, 256});
-  // One replica past the largest graph: none runs one, none pads.
-  CHECK(replica_tokens(V{300, 3}, 256) == V{300, 3});
-  CHECK(replica_tokens(V{257, 0, 5}, 256) == V{257, 1, 5});
+  // One replica past the largest graph: none runs one, and each keeps the count it padded to
+  // before the ranks agreed (dp_utils.py: the smallest mode is NONE, so no padding to the
+  // largest; each rank's own padded count stands).
+  CHECK(replica_tokens(V{300, 3}, 256) == V{300, 4});
+  CHECK(replica_tokens(V{257, 0, 5}, 256) == V{257, 1, 8});
 }

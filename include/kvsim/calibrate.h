@@ -165,6 +165,9 @@ struct CalibrationModel {
   // dense model): the expert-weights term is tried only with them.
   std::int64_t routed_experts = 0;
   std::int64_t experts_per_token = 0;
+  // The largest step run as a CUDA graph (ReplayOptions::cuda_graph_max_tokens; 0: none): a
+  // tick the replay has no steps in estimates its steps' expert share with the padding.
+  std::int64_t cuda_graph_max_tokens = 0;
 };
 
 // Fits `run` of `model`. Throws InputError (naming the run's timeseries.csv) when fewer busy

@@ -105,8 +105,8 @@ struct StepCounts {
   std::int64_t sampled = 0;         // tokens sampled: the decodes and the prefills completed
   std::int64_t peer_tokens = 0;     // replicas stepping together: the others' tokens, which
                                     // this device's MoE experts serve too
-  std::int64_t graph_tokens = 0;    // with CUDA graphs: the tokens the step ran, padding
-                                    // included (0: none)
+  std::int64_t graph_tokens = 0;    // the tokens the step ran, CUDA graphs' padding and a
+                                    // replica's dummy batch included (0: its own tokens)
 };
 
 // One row of --timeline: the state just after an iteration's operations.

@@ -52,11 +52,12 @@ ReplicaRun replay_replicas(TraceReader& trace, const std::vector<Allocator*>& al
 // schedules (`scheduled`, 0 for one with nothing to run) and the largest CUDA graph
 // (`graph_max`, 0 for none; ReplayOptions::cuda_graph_max_tokens). A replica with nothing
 // scheduled runs vLLM's dummy batch of one token (vllm/v1/worker/gpu_worker.py
-// execute_dummy_batch: _dummy_run(1)). With CUDA graphs, when every replica's step fits a
-// captured graph, all pad to the largest replica's padded size (cuda_graph_tokens); when one
-// does not, none runs a graph and none pads (vllm/v1/worker/dp_utils.py
-// _synchronize_dp_ranks: the ranks take the smallest CUDA graph mode, and pad to the largest
-// count unless it is NONE). Every token, padding included, reaches the MoE layers' experts.
+// execute_dummy_batch: _dummy_run(1)). With CUDA graphs each replica pads its own step to
+// its captured size (cuda_graph_tokens); when every replica's step fits a graph, all then pad
+// to the largest of those, and when one does not, none runs a graph and each keeps its own
+// padded count (vllm/v1/worker/dp_utils.py _synchronize_dp_ranks: the ranks take the smallest
+// CUDA graph mode, and pad to the largest count unless it is NONE, else each keeps the count
+// it sent). Every token, padding included, reaches the MoE layers' experts and the gathers.
 std::vector<std::int64_t> replica_tokens(const std::vector<std::int64_t>& scheduled, std::int64_t graph_max);
 
 }  // namespace kvsim

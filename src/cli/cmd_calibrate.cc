@@ -218,6 +218,7 @@ CalibrationModel calibration_model(const MeasuredRun& run, const po::variables_m
     m.replicas_step_together = run.data_parallel > 1;
     m.routed_experts = moe->routed_experts;
     m.experts_per_token = routed_experts_used(*moe);
+    m.cuda_graph_max_tokens = run_cuda_graph_max_tokens(run, vm);
   }
   return m;
 }

@@ -9,6 +9,7 @@
 
 #include "kvsim/allocator.h"
 #include "kvsim/budget.h"
+#include "kvsim/cost_model.h"
 #include "kvsim/error.h"
 #include "kvsim/model.h"
 #include "kvsim/option_names.h"
@@ -50,6 +51,9 @@ bool vllm_at_least(const std::string& version, int major, int minor) {
   if (!(in >> a >> dot >> b) || dot != '.') return false;
   return a > major || (a == major && b >= minor);
 }
+
+// vLLM 0.19 and later capture CUDA graphs unless enforce_eager: the version whose code was read.
+bool run_graphs_by_default(const MeasuredRun& run) { return vllm_at_least(run.vllm_version, 0, 19) && !run.enforce_eager; }
 
 // The KV dtype meta.json implies (kvsim's --dtype), or nothing for the model's own:
 // kv_cache_dtype "auto" stores the KV cache in the model's dtype (vllm/config/cache.py).
@@ -204,6 +208,12 @@ StartupPool vllm_startup_pool(const po::variables_map& vm, const MeasuredRun& ru
 // meta.json's settings as defaults of the replay options. Returns where the KV pool validate
 // sized comes from ("" when the user's options size it: --kv-budget, or replay's rule with
 // --reserve or --params).
+std::int64_t run_cuda_graph_max_tokens(const MeasuredRun& run, const po::variables_map& vm) {
+  const bool on = given(vm, option_key(kOptCudaGraphs)) ? vm[option_key(kOptCudaGraphs)].as<std::string>() == "on"
+                                                        : run_graphs_by_default(run);
+  return on ? cuda_graph_max_tokens(run.max_num_seqs, run.max_num_batched_tokens) : 0;
+}
+
 std::string apply_run_settings(po::variables_map& vm, const MeasuredRun& run, const std::string& usage) {
   const std::string meta = run.dir + "/meta.json";
   default_to(vm, "trace", run.workload);
@@ -242,7 +252,7 @@ std::string apply_run_settings(po::variables_map& vm, const MeasuredRun& run, co
   if (vllm_at_least(run.vllm_version, 0, 19)) default_to(vm, option_key(kOptAsyncScheduling), "on");
   // And runs every step that fits as a CUDA graph, unless enforce_eager (vllm/config/vllm.py
   // _set_cudagraph_sizes; the compilation config's default cudagraph_mode is not NONE).
-  if (vllm_at_least(run.vllm_version, 0, 19) && !run.enforce_eager) default_to(vm, option_key(kOptCudaGraphs), "on");
+  if (run_graphs_by_default(run)) default_to(vm, option_key(kOptCudaGraphs), "on");
   default_to(vm, option_key(kOptMaxBatchedTokens), std::to_string(run.max_num_batched_tokens));
   if (run.max_model_len > 0) default_to(vm, option_key(kOptMaxModelLen), std::to_string(run.max_model_len));
   // vLLM's defaults unless meta.json says otherwise: 16-token blocks, prefix caching on,

@@ -25,6 +25,11 @@ namespace kvsim::cli {
 // --reserve or --params). `usage` ends usage errors.
 std::string apply_run_settings(po::variables_map& vm, const MeasuredRun& run, const std::string& usage);
 
+// The largest step `run`'s engine ran as a CUDA graph (kvsim/cost_model.h
+// cuda_graph_max_tokens), as validate replays it: vLLM 0.19 and later, unless enforce_eager or
+// `vm` gives --cuda-graphs off (on, given, also for older versions); 0 for none.
+std::int64_t run_cuda_graph_max_tokens(const MeasuredRun& run, const po::variables_map& vm);
+
 struct RunReplay {
   ReplayPlan plan;
   std::string budget_source;              // apply_run_settings' answer
