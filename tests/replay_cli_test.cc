@@ -362,6 +362,9 @@ TEST_CASE("replay: help, usage errors and input errors") {
   r = test::run_cli({"replay", trace, "--cost", "linear:base=5"});
   CHECK(r.exit_code == 2);
   CHECK_THAT(r.err, Catch::Contains("--cost"));
+  r = test::run_cli({"replay", trace, "--cuda-graphs", "yes"});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("--cuda-graphs: expected on or off, got \"yes\""));
   // The schedule named on the command line, or implied by the trace's first request.
   r = test::run_cli({"replay", trace, "--schedule", "measured"});
   CHECK(r.exit_code == 1);
