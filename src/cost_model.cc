@@ -208,7 +208,7 @@ std::int64_t step_time_ps(const CostModel& c, const StepWork& w) {
     // CUDA graph's padding tokens run through the matmuls, the element-wise kernels and the
     // collectives as decodes that sample nothing, and through no attention.
     const std::int64_t tokens = tokens_of(w);
-    const std::int64_t run = std::max(tokens, w.graph_tokens);
+    const std::int64_t run = run_tokens(w);
     const Int128 matmul_compute = Int128{c.prefill_token_ps} * w.prefill_tokens +
                                   Int128{c.decode_seq_ps} * (w.decode_seqs + run - tokens) +
                                   Int128{c.sample_token_ps} * w.sampled;

@@ -218,7 +218,6 @@ ReplayReport combine(std::vector<ReplayReport>& rs, std::int64_t waiting_at_last
 // the others'; its token still reaches the experts: replica_tokens). A request that reaches
 // such a replica inside a step waits for the next one. A replica that stays idle keeps its
 // clock, so that its report ends at its last release.
-
 void advance_together_before(std::vector<std::unique_ptr<detail::Engine>>& engines, const CostModel& cost,
                              std::int64_t graph_max, std::int64_t& clock, std::int64_t t_ns) {
   std::vector<char> busy(engines.size(), 0);

@@ -46,12 +46,15 @@ std::int64_t cuda_graph_tokens(std::int64_t max_tokens, std::int64_t tokens);
 // runs as a CUDA graph.
 std::int64_t cuda_graph_largest(std::int64_t max_tokens);
 
+// The tokens the step's kernels run: its own, or its CUDA graph's padded size.
+inline std::int64_t run_tokens(const StepWork& w) {
+  const std::int64_t own = w.prefill_tokens + w.decode_seqs;
+  return w.graph_tokens > own ? w.graph_tokens : own;
+}
+
 // The tokens an MoE layer's routed experts see in a step: the step's own, padding included,
 // and the other replicas' where they step together.
-inline std::int64_t expert_tokens(const StepWork& w) {
-  const std::int64_t own = w.prefill_tokens + w.decode_seqs;
-  return (w.graph_tokens > own ? w.graph_tokens : own) + w.peer_tokens;
-}
+inline std::int64_t expert_tokens(const StepWork& w) { return run_tokens(w) + w.peer_tokens; }
 
 // FlashAttention 2's query tile with a paged KV cache: kBlockM rows (vllm-project/flash-attention,
 // src/flash_fwd_launch_template.h run_mha_fwd_splitkv_dispatch), for every head size.

@@ -249,24 +249,15 @@ ReplayOptions replay_options_from(const po::variables_map& vm, const ModelChoice
   }
   ro.chunked_prefill = vm.count(option_key(kOptNoChunkedPrefill)) == 0;
   if (const auto r = option_text(vm, option_key(kOptMaxRunning))) ro.max_running = positive_integer(*r, kOptMaxRunning);
-  {
-    const std::string async = vm[option_key(kOptAsyncScheduling)].as<std::string>();
-    if (async != "on" && async != "off") {
-      throw InputError(Location{"", 0, kOptAsyncScheduling}, "expected on or off, got \"" + async + "\"");
-    }
-    ro.async_scheduling = async == "on";
-  }
-  const std::string graphs = vm[option_key(kOptCudaGraphs)].as<std::string>();
-  if (graphs != "on" && graphs != "off") {
-    throw InputError(Location{"", 0, kOptCudaGraphs}, "expected on or off, got \"" + graphs + "\"");
-  }
+  ro.async_scheduling = on_off(vm, kOptAsyncScheduling);
+  const bool graphs = on_off(vm, kOptCudaGraphs);
   if (const auto d = option_text(vm, option_key(kOptDefaultMaxTokens))) {
     ro.default_max_tokens = positive_integer(*d, kOptDefaultMaxTokens);
   }
   if (budget) ro.memory.kv_budget_bytes = budget->kv_budget_bytes;
   // Options not given are 0 here; under a budget they become vLLM's (the library's rule).
   apply_vllm_scheduler_defaults(ro);
-  if (graphs == "on") ro.cuda_graph_max_tokens = cuda_graph_max_tokens(ro.max_running, ro.max_batched_tokens);
+  if (graphs) ro.cuda_graph_max_tokens = cuda_graph_max_tokens(ro.max_running, ro.max_batched_tokens);
   if (budget && ro.schedule == Schedule::measured) {
     throw UsageError("--schedule measured replays the trace's own timestamps, which a memory budget would have to "
                      "change: give one or the other\nUsage: " + kSpec.synopsis);

@@ -16,6 +16,12 @@ std::optional<std::string> option_text(const po::variables_map& vm, const char* 
   return vm[name].as<std::string>();
 }
 
+bool on_off(const po::variables_map& vm, const char* option) {
+  const std::string value = vm[option_key(option)].as<std::string>();
+  if (value != "on" && value != "off") throw InputError(Location{"", 0, option}, "expected on or off, got \"" + value + "\"");
+  return value == "on";
+}
+
 po::options_description model_options(const std::string& model_help) {
   po::options_description o("Model");
   o.add_options()

@@ -53,6 +53,10 @@ std::int64_t positive_integer(const std::string& text, const char* option);
 // The option's value, if it was given.
 std::optional<std::string> option_text(const po::variables_map& vm, const char* name);
 
+// An on/off option's value (`option`: its name with "--", which an InputError names when the
+// value is neither).
+bool on_off(const po::variables_map& vm, const char* option);
+
 }  // namespace kvsim::cli
 
 #endif  // KVSIM_SRC_CLI_MODEL_OPTIONS_H_

@@ -205,15 +205,14 @@ StartupPool vllm_startup_pool(const po::variables_map& vm, const MeasuredRun& ru
 
 }  // namespace
 
-// meta.json's settings as defaults of the replay options. Returns where the KV pool validate
-// sized comes from ("" when the user's options size it: --kv-budget, or replay's rule with
-// --reserve or --params).
 std::int64_t run_cuda_graph_max_tokens(const MeasuredRun& run, const po::variables_map& vm) {
-  const bool on = given(vm, option_key(kOptCudaGraphs)) ? vm[option_key(kOptCudaGraphs)].as<std::string>() == "on"
-                                                        : run_graphs_by_default(run);
+  const bool on = given(vm, option_key(kOptCudaGraphs)) ? on_off(vm, kOptCudaGraphs) : run_graphs_by_default(run);
   return on ? cuda_graph_max_tokens(run.max_num_seqs, run.max_num_batched_tokens) : 0;
 }
 
+// meta.json's settings as defaults of the replay options. Returns where the KV pool validate
+// sized comes from ("" when the user's options size it: --kv-budget, or replay's rule with
+// --reserve or --params).
 std::string apply_run_settings(po::variables_map& vm, const MeasuredRun& run, const std::string& usage) {
   const std::string meta = run.dir + "/meta.json";
   default_to(vm, "trace", run.workload);
