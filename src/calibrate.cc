@@ -75,26 +75,14 @@ std::vector<CalibrationTick> busy_ticks(const MeasuredRun& run, const Calibratio
         (m.computed_prompt_tokens_per_s >= 0 ? m.computed_prompt_tokens_per_s : m.prompt_tokens_per_s) * run.tick_s;
     if (!estimate.recomputed.empty()) t.prompt_tokens += static_cast<double>(estimate.recomputed[i]);
     t.generated_tokens = m.generated_tokens_per_s * run.tick_s;
-    double decoding = 0, context = 0;  // integrals over the tick
-    double first_tokens = 0;           // produced by prefill steps, not by decodes
-    for (std::size_t k = 0; k < run.requests.size(); ++k) {
+    // vLLM credits a prompt at its first token, what the prefix cache served included.
+    for (std::size_t k = 0; take_out_cached && k < run.requests.size(); ++k) {
       const MeasuredRequest& r = run.requests[k];
-      if (!r.timed) continue;
-      if (r.first_token_s > t0 && r.first_token_s <= t1) {
-        ++first_tokens;
-        // vLLM credits a prompt at its first token, what the prefix cache served included.
-        if (take_out_cached) t.prompt_tokens = std::max(0.0, t.prompt_tokens - static_cast<double>(served_by_cache[k]));
+      if (r.timed && r.first_token_s > t0 && r.first_token_s <= t1) {
+        t.prompt_tokens = std::max(0.0, t.prompt_tokens - static_cast<double>(served_by_cache[k]));
       }
-      const double span = r.last_token_s - r.first_token_s;
-      const double o0 = std::max(t0, r.first_token_s), o1 = std::min(t1, r.last_token_s);
-      const double len = overlap(t0, t1, r.first_token_s, r.last_token_s);
-      if (len <= 0 || span <= 0) continue;
-      decoding += len;
-      // Context grows linearly from input + 1 at the first token to input + output at the last.
-      const double mid = (o0 + o1) / 2;
-      const double tokens = 1 + static_cast<double>(r.output_tokens - 1) * (mid - r.first_token_s) / span;
-      context += len * (static_cast<double>(r.input_tokens) + tokens);
     }
+    const auto [decoding, context, first_tokens] = decoding_integrals(run.requests, t0, t1);
     t.decoding_mean = decoding / run.tick_s;
     t.context_mean = context / run.tick_s;
     // Every decoding request is in vLLM's running list: a request preempted between its first
@@ -107,7 +95,12 @@ std::vector<CalibrationTick> busy_ticks(const MeasuredRun& run, const Calibratio
     const bool previous = i > 0 && std::abs(run.ticks[i - 1].t_s - (m.t_s - run.tick_s)) < 2e-3;
     const auto cap = static_cast<double>(std::max(m.running, previous ? run.ticks[i - 1].running : 0) +
                                          run.data_parallel);
-    if (previous && may_preempt && t.decoding_mean > cap) {
+    if (!estimate.steps.empty()) t.from_replay = estimate.steps[i];
+    if (t.from_replay.decoding_ratio >= 0) {
+      // The replay's steps say how many of those requests a step decodes, and over what context.
+      t.decoding_mean *= t.from_replay.decoding_ratio;
+      t.context_mean *= t.from_replay.context_ratio >= 0 ? t.from_replay.context_ratio : t.from_replay.decoding_ratio;
+    } else if (previous && may_preempt && t.decoding_mean > cap) {
       t.context_mean *= cap / t.decoding_mean;
       t.decoding_mean = cap;
       t.bounded_by_running = true;
@@ -118,7 +111,6 @@ std::vector<CalibrationTick> busy_ticks(const MeasuredRun& run, const Calibratio
     // (G / dp) / (D / dp) = G / D steps too.
     t.decoded_tokens = std::max(0.0, t.generated_tokens - first_tokens);
     t.steps = t.decoded_tokens / t.decoding_mean;
-    if (!estimate.steps.empty()) t.from_replay = estimate.steps[i];
     t.expert_steps = expert_steps(t, model, static_cast<double>(run.data_parallel), t.from_replay.expert_share);
     ticks.push_back(t);
   }
@@ -213,6 +205,33 @@ std::string microseconds(std::int64_t ps) {
 }
 
 }  // namespace
+
+double predicted_tick_s(const Calibration& c, const CalibrationTick& t, double engines) {
+  const std::vector<double> f = features(t, engines, c.steps_together);
+  double s = 0;
+  for (std::size_t k = 0; k < c.terms.size() && k < f.size(); ++k) {
+    if (c.terms[k].kept) s += c.terms[k].seconds * f[k];
+  }
+  return s;
+}
+
+DecodingIntegrals decoding_integrals(const std::vector<MeasuredRequest>& requests, double t0, double t1) {
+  DecodingIntegrals in;
+  for (const MeasuredRequest& r : requests) {
+    if (!r.timed) continue;
+    if (r.first_token_s > t0 && r.first_token_s <= t1) ++in.first_tokens;  // produced by a prefill step
+    const double span = r.last_token_s - r.first_token_s;
+    const double o0 = std::max(t0, r.first_token_s), o1 = std::min(t1, r.last_token_s);
+    const double len = overlap(t0, t1, r.first_token_s, r.last_token_s);
+    if (len <= 0 || span <= 0) continue;
+    in.decoding += len;
+    // Context grows linearly from input + 1 at the first token to input + output at the last.
+    const double mid = (o0 + o1) / 2;
+    const double tokens = 1 + static_cast<double>(r.output_tokens - 1) * (mid - r.first_token_s) / span;
+    in.context += len * (static_cast<double>(r.input_tokens) + tokens);
+  }
+  return in;
+}
 
 std::vector<double> least_squares(const std::vector<std::vector<double>>& rows, const std::vector<double>& y) {
   return least_squares_fit(rows, y).x;

@@ -212,7 +212,10 @@ TEST_CASE("calibrate and validate: a run that preempts for most of its span, mad
   // a dozen decodes, so base, decode-seq and context-token each scale with the steps and the
   // run cannot tell them apart (the fit splits them its own way); what it must get right is
   // the time of the run's steps: timed by the fit, the run's own steps take what they took,
-  // to 2%.
+  // to 1%. That needs the steps counted right: a preempted request waits for part of the span
+  // from its first token to its last, which the replay's steps show (taken from the spans
+  // alone, bounded by the running count, the fit timed them 0.9% long and its replay ran 1-1.5%
+  // slow, waiting MAE 1.22).
   const auto fit = test::run_cli({"calibrate", run, "--json"});
   INFO(fit.err);
   REQUIRE(fit.exit_code == 0);
@@ -223,13 +226,21 @@ TEST_CASE("calibrate and validate: a run that preempts for most of its span, mad
     fitted_ps += static_cast<double>(step_time_ps(fitted, step_work_of(row.work)));
     true_ps += static_cast<double>(step_time_ps(o.cost, step_work_of(row.work)));
   }
-  CHECK(fitted_ps / true_ps == Approx(1).margin(0.02));
-  // validate with the fit predicts the run within the bounds of issue 13: TTFT, TPOT and
-  // latency mean and p50 within 5%, running and waiting within 2 requests a tick, and the
-  // preemptions within a tenth.
+  CHECK(fitted_ps / true_ps == Approx(1).margin(0.01));
+  CHECK(c["replay_estimate"]["recomputed_tokens"].get<std::int64_t>() > 0);
+  // validate with the fit predicts the run within the bounds of issue 13 (TTFT, TPOT and
+  // latency mean and p50 within 5%, running and waiting within 2 requests a tick) and closer:
+  // within 1% and 1 request, the preemptions within a twentieth.
   const Json p = check_predicts(run, c["cost"].get<std::string>());
+  for (const char* figure : {"ttft", "tpot", "latency"}) {
+    INFO(figure);
+    CHECK(std::abs(p[figure]["diff_percent"]["mean"].get<double>()) < 1);
+    CHECK(std::abs(p[figure]["diff_percent"]["p50"].get<double>()) < 1);
+  }
+  CHECK(p["running_mae"].get<double>() < 1);
+  CHECK(p["waiting_mae"].get<double>() < 1);
   CHECK(std::abs(p["preemptions"].get<double>() - static_cast<double>(report.preemptions)) <=
-        0.1 * static_cast<double>(report.preemptions));
+        0.05 * static_cast<double>(report.preemptions));
   std::filesystem::remove_all(dir);
 }
 

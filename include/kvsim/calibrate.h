@@ -71,8 +71,26 @@ struct StepEstimate {
   double prompt_factor = -1;
   double decode_factor = -1;
   double context_factor = -1;
+  // The replay's requests decoding in a mean step of an engine, and the positions they read,
+  // against the same requests counted from their first token to their last over the tick (as
+  // the fit counts D and C from requests.jsonl). Below 1 where the replay's requests spent
+  // part of that span preempted, or where its steps with few decodes outnumber the rest (a
+  // time average weighs a long step more than a step average does).
+  double decoding_ratio = -1;
+  double context_ratio = -1;
   bool operator==(const StepEstimate&) const = default;
 };
+
+// The requests decoding during (t0, t1] of the run's monotonic clock, each from its first token
+// to its last (its context growing linearly from input + 1 to input + output), integrated
+// over the span: request-seconds and position-seconds; and the first tokens in it. Untimed
+// requests count nowhere.
+struct DecodingIntegrals {
+  double decoding = 0;
+  double context = 0;
+  double first_tokens = 0;
+};
+DecodingIntegrals decoding_integrals(const std::vector<MeasuredRequest>& requests, double t0, double t1);
 
 // One busy tick, as the fit sees it.
 struct CalibrationTick {
@@ -174,6 +192,10 @@ struct CalibrationModel {
 // ticks than terms remain, or the fit gives no positive per-step base; and when `estimate`'s
 // vectors have another length than the run's requests and ticks.
 Calibration calibrate(const MeasuredRun& run, const CalibrationModel& model = {}, const ReplayEstimate& estimate = {});
+
+// The length `c` gives tick `t` (one of a calibration's ticks, perhaps another's), seconds:
+// its kept terms times the tick's features, for a run of `engines` data-parallel engines.
+double predicted_tick_s(const Calibration& c, const CalibrationTick& t, double engines);
 
 // Least squares: the x minimising |A x - y|, A given by rows. Columns are scaled to unit RMS
 // before the normal equations are solved. Throws InputError when A's columns are dependent.

@@ -64,9 +64,13 @@ const CommandSpec kSpec{
     "(meta.json's settings; the replay options below change them) with its fit, takes the\n"
     "tokens each request found cached out of the tick that credits its prompt (unless the\n"
     "timeseries has newer recorders' prompt_compute_throughput, which leaves them out), adds\n"
-    "the positions computed again to the ticks that computed them, and fits again, until a\n"
-    "replay finds what the one before did (four at most). Without the workload (meta.json's\n"
-    "dataset_path, or --workload) it says neither was estimated.",
+    "the positions computed again to the ticks that computed them, and where the replay\n"
+    "preempts, scales each tick's mean requests decoding and their context by what the\n"
+    "replay's steps decoded against its own requests counted from first token to last (a\n"
+    "preempted request waits inside that span; without such a replay, the mean is bounded by\n"
+    "the running count). It fits again, until a replay finds what the one before did or the\n"
+    "new fit times every tick within 1% of the last one (eight replays at most). Without the\n"
+    "workload (meta.json's dataset_path, or --workload) it says nothing was estimated.",
     "  kvsim calibrate ../shared/measured/rtxpro6000-llama-3.1-8b\n"
     "  kvsim validate ../shared/measured/rtxpro6000-llama-3.1-8b \\\n"
     "      --cost \"$(kvsim calibrate ../shared/measured/rtxpro6000-llama-3.1-8b --json | jq -r .cost)\""};
@@ -109,10 +113,11 @@ std::string table(const MeasuredRun& run, const Calibration& c, const ReplayFind
                        c.steps_together ? "stepping together (a model with experts)" : "stepping independently");
   }
   if (f.replays > 0) {
-    out += f.settled ? fmt::format("kvsim's replay of the run with this fit ({} replays, the last two agreeing to 1% of every coefficient) finds:\n",
+    out += f.settled ? fmt::format("kvsim's replay of the run with this fit ({} replays, the last two fits timing every tick within "
+                                   "1% of each other) finds:\n",
                                    f.replays)
-                     : fmt::format("kvsim's replays of the run ({}, the last two disagreeing; this fit is made with the "
-                                   "last one's findings) find:\n",
+                     : fmt::format("kvsim's replays of the run ({}, the last two fits timing a tick more than 1% apart; "
+                                   "this fit is made with the last one's findings) find:\n",
                                    f.replays);
     out += fmt::format("  the prefix cache served {} of {} prompt tokens ({:.1f}%){}\n", f.served_total,
                        f.prompt_total, share(f.served_total, f.prompt_total),
@@ -241,6 +246,23 @@ std::ptrdiff_t tick_of(const MeasuredRun& run, double wall_offset, double worklo
   return it - run.ticks.begin();
 }
 
+// The replay's requests as requests.jsonl would give them (each decoding from its first token
+// to its last), on the run's monotonic clock; untimed where one did not complete.
+std::vector<MeasuredRequest> on_run_clock(const MeasuredRun& run, const RunReplay& replayed) {
+  std::vector<MeasuredRequest> out;
+  const double to_monotonic = tick_origin_monotonic_s(run) + replayed.wall_offset_s - run.started_at_s;
+  for (const RequestRecord& r : replayed.records) {
+    MeasuredRequest m;
+    m.timed = r.first_token_ns >= 0 && r.finish_ns >= 0 && r.outcome == RequestRecord::Outcome::completed;
+    m.input_tokens = r.prompt_tokens;
+    m.output_tokens = r.output_tokens;
+    m.first_token_s = static_cast<double>(r.first_token_ns) / 1e9 + to_monotonic;
+    m.last_token_s = static_cast<double>(r.finish_ns) / 1e9 + to_monotonic;
+    out.push_back(m);
+  }
+  return out;
+}
+
 // What the replay's steps show of each tick of `run` (StepEstimate), from its timeline
 // `rows`: replicas that step together give one row each for a step, one after another, at the
 // step's start; the slowest under `cost` sets the step's length.
@@ -250,9 +272,14 @@ struct StepRow {
 };
 
 std::vector<StepEstimate> step_estimates(const MeasuredRun& run, const CalibrationModel& model, const CostModel& cost,
-                                         double wall_offset, const std::vector<StepRow>& rows) {
+                                         const RunReplay& replayed, const std::vector<StepRow>& rows) {
+  // A replay that preempts: what its steps decode against its requests counted as the run's are.
+  const bool preempts = replayed.report.preemptions > 0;
+  if (!preempts && model.routed_experts <= 0) return {};  // nothing the counts do not show
+  const double wall_offset = replayed.wall_offset_s;
   struct Sums {
     std::int64_t steps = 0;
+    std::int64_t engine_steps = 0;  // the engines' steps: a step of replicas that step together counts dp times
     double share = 0;
     double prompt[2] = {}, decode[2] = {}, context[2] = {};  // the slowest replica's, all replicas'
   };
@@ -279,15 +306,24 @@ std::vector<StepEstimate> step_estimates(const MeasuredRun& run, const Calibrati
       s.context[0] += static_cast<double>(w.context);
       s.share += routed_expert_share(model.routed_experts, model.experts_per_token, expert_tokens(step_work_of(w)));
       ++s.steps;
+      s.engine_steps += model.replicas_step_together ? run.data_parallel : static_cast<std::int64_t>(end - first);
     }
     first = end;
   }
+  const std::vector<MeasuredRequest> requests = preempts ? on_run_clock(run, replayed) : std::vector<MeasuredRequest>{};
   std::vector<StepEstimate> out(run.ticks.size());
   const auto engines = static_cast<double>(run.data_parallel);
   for (std::size_t i = 0; i < sums.size(); ++i) {
     const Sums& s = sums[i];
     if (s.steps == 0) continue;
     StepEstimate& e = out[i];
+    const double t1 = tick_origin_monotonic_s(run) + run.ticks[i].t_s;
+    if (preempts) {
+      const DecodingIntegrals counted = decoding_integrals(requests, t1 - run.tick_s, t1);
+      const auto per_step = [&](double total) { return total / static_cast<double>(s.engine_steps); };
+      if (counted.decoding > 0) e.decoding_ratio = per_step(s.decode[1]) / (counted.decoding / run.tick_s / engines);
+      if (counted.context > 0) e.context_ratio = per_step(s.context[1]) / (counted.context / run.tick_s / engines);
+    }
     e.expert_share = s.share / static_cast<double>(s.steps);
     if (!model.replicas_step_together) continue;
     // Against the per-engine terms the fit uses: all the prompt tokens, the engines' mean decodes and context.
@@ -298,14 +334,16 @@ std::vector<StepEstimate> step_estimates(const MeasuredRun& run, const Calibrati
   return out;
 }
 
-// Whether two fits give every coefficient within 1% of each other (or within 1 ps): less than
-// a replay's own schedule, whose steps are whole, moves a fit from one replay to the next.
-bool same_fit(const Calibration& a, const Calibration& b) {
-  for (std::size_t k = 0; k < a.terms.size() && k < b.terms.size(); ++k) {
-    const double x = a.terms[k].kept ? a.terms[k].seconds : 0, y = b.terms[k].kept ? b.terms[k].seconds : 0;
-    if (std::abs(x - y) > 1e-2 * std::max(std::abs(x), std::abs(y)) && std::abs(x - y) > 1e-12) return false;
+// Whether fit `before` times every tick `now` fits within 1% of a tick of what `now` gives it:
+// the replay each would drive then runs the same steps to within that. Coefficients the ticks
+// cannot tell apart (a base and a per-position term that move together) can wander from one
+// replay to the next while what they give the run's steps does not, so the ticks, not the
+// coefficients, say when the fit has settled.
+bool same_fit(const Calibration& now, const Calibration& before, double engines) {
+  for (const CalibrationTick& t : now.ticks) {
+    if (std::abs(predicted_tick_s(before, t, engines) - t.predicted_s) > 1e-2 * now.tick_s) return false;
   }
-  return a.terms.size() == b.terms.size();
+  return now.terms.size() == before.terms.size();
 }
 
 // The fit made again with what a replay of the run with the fit finds (cached prompt tokens
@@ -326,7 +364,7 @@ Calibration refit_with_replay(const MeasuredRun& run, const po::variables_map& v
     std::vector<StepRow> rows;  // each replica's, for an MoE model
     const RunReplay replayed = replay_run(v, run, kSpec.synopsis, [&](const TimelineRow& row) {
       if (row.recomputed_tokens != 0) recomputed_at.emplace_back(row.time_ns, row.recomputed_tokens);
-      if (model.routed_experts > 0) rows.push_back({row.time_ns, row.work});
+      rows.push_back({row.time_ns, row.work});
     });
     ++f.replays;
     ReplayEstimate next;
@@ -344,8 +382,8 @@ Calibration refit_with_replay(const MeasuredRun& run, const po::variables_map& v
       next.recomputed[static_cast<std::size_t>(i)] += positions;
       f.recomputed_total += positions;
     }
-    if (model.routed_experts > 0) {
-      next.steps = step_estimates(run, model, c.cost, replayed.wall_offset_s, rows);
+    {
+      next.steps = step_estimates(run, model, c.cost, replayed, rows);
       if (f.estimate.steps.size() == next.steps.size()) {
         const auto damp = [](double& now, double before) {
           if (now >= 0 && before >= 0) now = (now + before) / 2;
@@ -357,6 +395,8 @@ Calibration refit_with_replay(const MeasuredRun& run, const po::variables_map& v
           damp(now.prompt_factor, before.prompt_factor);
           damp(now.decode_factor, before.decode_factor);
           damp(now.context_factor, before.context_factor);
+          damp(now.decoding_ratio, before.decoding_ratio);
+          damp(now.context_ratio, before.context_ratio);
         }
       }
     }
@@ -365,7 +405,7 @@ Calibration refit_with_replay(const MeasuredRun& run, const po::variables_map& v
     if (f.settled) break;
     f.estimate = std::move(next);
     Calibration refit = calibrate(run, model, f.estimate);
-    f.settled = same_fit(refit, c);
+    f.settled = same_fit(refit, c, static_cast<double>(run.data_parallel));
     c = std::move(refit);
     if (f.settled) break;
   }
