@@ -89,6 +89,18 @@ const std::vector<DevicePreset>& presets() {
        "compute: mamf-finder measures 178.5 TFLOPS (mag-/gpu_benchmark README), above the FP32-accumulate "
        "spec, so 100%; memory: 90%", 25'386'352'640, 89,
        link(32), kPcieLatencyNs, "PCIe 4.0 x16: 32 GB/s one way, at 84% (GeForce cards have no peer-to-peer: NCCL goes through host memory, slower than this)"},
+      {"RTX-3090", "NVIDIA GeForce RTX 3090", 24576 * kMiB, 936 * kGBps, 71 * kTflops,
+       "total: nvidia-smi 24576MiB (nvidia-smi output quoted in public logs); NVIDIA Ampere GA102 "
+       "whitepaper, appendix A: 936 GB/s GDDR6X (19.5 Gbps x 384 bit), 71 TFLOPS BF16 dense with FP32 "
+       "accumulate (142 with sparsity; GeForce runs FP32 accumulation at half the FP16 rate)",
+       811, kMemoryPermille, "compute: A100 PCIe MAMF 252.9 of 312 (81.1%), the closest Ampere PCIe card; memory: 90%", 0, 86,
+       link(32), kPcieLatencyNs, "PCIe 4.0 x16: 32 GB/s one way, at 84% (GeForce cards have no peer-to-peer: NCCL goes through host memory, slower than this)"},
+      {"RTX-A6000", "NVIDIA RTX A6000", 49140 * kMiB, 768 * kGBps, 154'800 * (kTflops / 1000),
+       "total: nvidia-smi 49140MiB (nvidia-smi output quoted in public logs); NVIDIA RTX A6000 "
+       "datasheet and GA102 whitepaper, appendix C: 48 GB GDDR6, 768 GB/s (16 Gbps x 384 bit), 154.8 "
+       "TFLOPS BF16 dense with FP32 accumulate (309.7 with sparsity)",
+       811, kMemoryPermille, "compute: A100 PCIe MAMF 252.9 of 312 (81.1%), the closest Ampere PCIe card; memory: 90%", 0, 86,
+       link(32), kPcieLatencyNs, "PCIe 4.0 x16: 32 GB/s one way, at 84% (an NVLink bridge, 112.5 GB/s both ways, is optional)"},
       {"RTX-PRO-6000", "NVIDIA RTX PRO 6000 Blackwell Server Edition", 97887 * kMiB, 1597 * kGBps,
        500 * kTflops,
        "total: nvidia-smi 97887MiB (published nvidia-smi logs of the Server Edition); NVIDIA's RTX PRO "

@@ -54,7 +54,12 @@ TEST_CASE("device presets carry nvidia-smi's totals and spec-sheet rates") {
   // MAMF / spec from the table named in budget.cc: H100 794.5 / 989, B200 1745 / 2250.
   CHECK(find_device_preset("H100-80GB").compute_permille == 803);
   CHECK(find_device_preset("B200").compute_permille == 776);
-  CHECK(device_presets().size() == 13);
+  CHECK(find_device_preset("RTX-3090").total_bytes == 24576 * kMiB);
+  CHECK(find_device_preset("RTX-3090").bf16_dense_flops == 71'000'000'000'000);
+  CHECK(find_device_preset("RTX-A6000").total_bytes == 49140 * kMiB);
+  CHECK(find_device_preset("RTX-A6000").hbm_bytes_per_second == 768'000'000'000);
+  CHECK(find_device_preset_by_product("NVIDIA RTX A6000") == &find_device_preset("RTX-A6000"));
+  CHECK(device_presets().size() == 15);
   // Links (budget.cc): RTX PRO 6000 over PCIe 5.0 as measured, 53 GB/s and 7.5 us; H100 SXM
   // NVLink 4, 900 GB/s both ways = 450 one way, at 84% = 378 GB/s and 9 us; an L4 on PCIe 4.0
   // x16, 32 GB/s at 84% = 26.88 GB/s. Compute capabilities: Hopper 9.0, Blackwell 12.0.

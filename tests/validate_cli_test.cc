@@ -610,7 +610,16 @@ TEST_CASE("validate: what vLLM resolved at start-up, as newer runs record it in 
   r = test::run_cli({"validate", dir.string(), "--workload", workload, "--json"});
   REQUIRE(r.exit_code == 0);
   CHECK_THAT(Json::parse(r.out)["kvsim"]["kv_budget"].get<std::string>(), Catch::Contains("start-up rule on RTX-4090"));
+  // And the other GPUs LLMServingSim's profiler names (A6000, RTX3090), by that name or by CUDA's.
+  std::ofstream(dir / "peer_cluster_config.json") << R"({"nodes": [{"instances": [{"hardware": "A6000"}]}]})";
+  r = test::run_cli({"validate", dir.string(), "--workload", workload, "--json"});
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(Json::parse(r.out)["kvsim"]["kv_budget"].get<std::string>(), Catch::Contains("start-up rule on RTX-A6000"));
   std::filesystem::remove(dir / "peer_cluster_config.json");
+  write_meta("", R"(, "hardware": {"device_name": "NVIDIA GeForce RTX 3090"})");
+  r = test::run_cli({"validate", dir.string(), "--workload", workload, "--json"});
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(Json::parse(r.out)["kvsim"]["kv_budget"].get<std::string>(), Catch::Contains("start-up rule on RTX-3090:"));
 
   // The block size vLLM ran with wins over the one asked for: 300 blocks of 32 tokens,
   // 1,258,291,200 bytes, less a 32-token null block of 4,194,304.

@@ -23,7 +23,7 @@ struct DeviceRow {
 };
 constexpr DeviceRow kDevices[] = {
     {"RTXPRO6000", "RTX-PRO-6000"}, {"RTX4090", "RTX-4090"}, {"H100", "H100-80GB"}, {"A100", "A100-80GB"},
-    {"L4", "L4"},
+    {"L4", "L4"}, {"A6000", "RTX-A6000"}, {"RTX3090", "RTX-3090"},
 };
 
 }  // namespace
