@@ -63,11 +63,17 @@ std::string shared_run(const std::string& name) {
 
 }  // namespace
 
-TEST_CASE("measured runs: calibrated, validate meets issue 13's targets on the three shared runs") {
-  for (const char* name : {"rtxpro6000-llama-3.1-8b", "rtxpro6000-qwen3-32b-tp2"}) {
-    INFO(name);
-    if (const std::string run = shared_run(name); !run.empty()) check_calibrated(run, {}, Target{});
-  }
+// One test case a run, so that ctest runs them beside each other (under the sanitizers the MoE
+// run's calibration alone takes minutes).
+TEST_CASE("measured runs: calibrated, validate meets issue 13's targets on the shared Llama-3.1-8B run") {
+  if (const std::string run = shared_run("rtxpro6000-llama-3.1-8b"); !run.empty()) check_calibrated(run, {}, Target{});
+}
+
+TEST_CASE("measured runs: calibrated, validate meets issue 13's targets on the shared Qwen3-32B TP2 run") {
+  if (const std::string run = shared_run("rtxpro6000-qwen3-32b-tp2"); !run.empty()) check_calibrated(run, {}, Target{});
+}
+
+TEST_CASE("measured runs: calibrated, validate meets issue 13's targets on the shared Qwen3-30B-A3B DP2 run") {
   if (const std::string run = shared_run("rtxpro6000-qwen3-30b-a3b-dp2"); !run.empty()) {
     check_calibrated(run, {}, Target{10, 5, 2});
   }
