@@ -47,6 +47,13 @@ constexpr std::int64_t kMemoryPermille = 900;
 constexpr std::int64_t kLinkPermille = 840;
 constexpr std::int64_t kPcieLatencyNs = 7'500;
 constexpr std::int64_t kNvlinkLatencyNs = 9'000;
+// Sources several presets share: Ampere PCIe cards without a MAMF row of their own, and
+// GeForce cards' PCIe link.
+constexpr const char* kAmperePcieEfficiency =
+    "compute: A100 PCIe MAMF 252.9 of 312 (81.1%), the closest Ampere PCIe card; memory: 90%";
+constexpr const char* kGeForcePcieLink =
+    "PCIe 4.0 x16: 32 GB/s one way, at 84% (GeForce cards have no peer-to-peer: NCCL goes through host memory, "
+    "slower than this)";
 constexpr std::int64_t link(std::int64_t spec_gb_per_s) { return spec_gb_per_s * kGBps / 1000 * kLinkPermille; }
 
 const std::vector<DevicePreset>& presets() {
@@ -88,18 +95,18 @@ const std::vector<DevicePreset>& presets() {
        1000, kMemoryPermille,
        "compute: mamf-finder measures 178.5 TFLOPS (mag-/gpu_benchmark README), above the FP32-accumulate "
        "spec, so 100%; memory: 90%", 25'386'352'640, 89,
-       link(32), kPcieLatencyNs, "PCIe 4.0 x16: 32 GB/s one way, at 84% (GeForce cards have no peer-to-peer: NCCL goes through host memory, slower than this)"},
+       link(32), kPcieLatencyNs, kGeForcePcieLink},
       {"RTX-3090", "NVIDIA GeForce RTX 3090", 24576 * kMiB, 936 * kGBps, 71 * kTflops,
        "total: nvidia-smi 24576MiB (nvidia-smi output quoted in public logs); NVIDIA Ampere GA102 "
        "whitepaper, appendix A: 936 GB/s GDDR6X (19.5 Gbps x 384 bit), 71 TFLOPS BF16 dense with FP32 "
        "accumulate (142 with sparsity; GeForce runs FP32 accumulation at half the FP16 rate)",
-       811, kMemoryPermille, "compute: A100 PCIe MAMF 252.9 of 312 (81.1%), the closest Ampere PCIe card; memory: 90%", 0, 86,
-       link(32), kPcieLatencyNs, "PCIe 4.0 x16: 32 GB/s one way, at 84% (GeForce cards have no peer-to-peer: NCCL goes through host memory, slower than this)"},
+       811, kMemoryPermille, kAmperePcieEfficiency, 0, 86,
+       link(32), kPcieLatencyNs, kGeForcePcieLink},
       {"RTX-A6000", "NVIDIA RTX A6000", 49140 * kMiB, 768 * kGBps, 154'800 * (kTflops / 1000),
        "total: nvidia-smi 49140MiB (nvidia-smi output quoted in public logs); NVIDIA RTX A6000 "
        "datasheet and GA102 whitepaper, appendix C: 48 GB GDDR6, 768 GB/s (16 Gbps x 384 bit), 154.8 "
        "TFLOPS BF16 dense with FP32 accumulate (309.7 with sparsity)",
-       811, kMemoryPermille, "compute: A100 PCIe MAMF 252.9 of 312 (81.1%), the closest Ampere PCIe card; memory: 90%", 0, 86,
+       811, kMemoryPermille, kAmperePcieEfficiency, 0, 86,
        link(32), kPcieLatencyNs, "PCIe 4.0 x16: 32 GB/s one way, at 84% (an NVLink bridge, 112.5 GB/s both ways, is optional)"},
       {"RTX-PRO-6000", "NVIDIA RTX PRO 6000 Blackwell Server Edition", 97887 * kMiB, 1597 * kGBps,
        500 * kTflops,
@@ -126,7 +133,7 @@ const std::vector<DevicePreset>& presets() {
        "total: nvidia-smi 23028MiB (published nvidia-smi logs of AWS g5 instances); 24 GB GDDR6 at "
        "600 GB/s and 70 TFLOPS BF16 dense tensor (AWS's A10G variant of the A10, whose datasheet "
        "gives 125; Baseten, \"NVIDIA A10 vs A10G for ML model inference\")",
-       811, kMemoryPermille, "compute: A100 PCIe MAMF 252.9 of 312 (81.1%), the closest Ampere PCIe card; memory: 90%", 0, 86,
+       811, kMemoryPermille, kAmperePcieEfficiency, 0, 86,
        link(32), kPcieLatencyNs, "PCIe 4.0 x16: 32 GB/s one way, at 84%"},
       {"H20", "NVIDIA H20", 97871 * kMiB, 4000 * kGBps, 148 * kTflops,
        "total: nvidia-smi 97871MiB (published nvidia-smi logs); NVIDIA H20: 96 GB HBM3, 4.0 TB/s, "

@@ -416,9 +416,7 @@ Calibration calibrate(const MeasuredRun& run, const CalibrationModel& model, con
   c.correlated = correlated_terms(kept, correlation);
   double sse = 0, worst = 0;
   for (auto& t : c.ticks) {
-    const std::vector<double> f = features(t, engines, c.steps_together);
-    t.predicted_s = 0;
-    for (int k = 0; k < kTerms; ++k) t.predicted_s += fit.coef[k] * f[static_cast<std::size_t>(k)];
+    t.predicted_s = predicted_tick_s(c, t, engines);
     const double e = t.predicted_s - c.tick_s;
     sse += e * e;
     worst = std::max(worst, std::abs(e));

@@ -311,14 +311,15 @@ std::vector<StepEstimate> step_estimates(const MeasuredRun& run, const Calibrati
     first = end;
   }
   const std::vector<MeasuredRequest> requests = preempts ? on_run_clock(run, replayed) : std::vector<MeasuredRequest>{};
+  const double origin = tick_origin_monotonic_s(run);
   std::vector<StepEstimate> out(run.ticks.size());
   const auto engines = static_cast<double>(run.data_parallel);
   for (std::size_t i = 0; i < sums.size(); ++i) {
     const Sums& s = sums[i];
     if (s.steps == 0) continue;
     StepEstimate& e = out[i];
-    const double t1 = tick_origin_monotonic_s(run) + run.ticks[i].t_s;
     if (preempts) {
+      const double t1 = origin + run.ticks[i].t_s;
       const DecodingIntegrals counted = decoding_integrals(requests, t1 - run.tick_s, t1);
       const auto per_step = [&](double total) { return total / static_cast<double>(s.engine_steps); };
       if (counted.decoding > 0) e.decoding_ratio = per_step(s.decode[1]) / (counted.decoding / run.tick_s / engines);
@@ -361,7 +362,7 @@ Calibration refit_with_replay(const MeasuredRun& run, const po::variables_map& v
     po::variables_map v = vm;
     v.insert({option_key(kOptCost), po::variable_value(c.cost_spec, false)});
     std::vector<std::pair<std::int64_t, std::int64_t>> recomputed_at;  // (step start, positions)
-    std::vector<StepRow> rows;  // each replica's, for an MoE model
+    std::vector<StepRow> rows;  // every replica's steps, for step_estimates
     const RunReplay replayed = replay_run(v, run, kSpec.synopsis, [&](const TimelineRow& row) {
       if (row.recomputed_tokens != 0) recomputed_at.emplace_back(row.time_ns, row.recomputed_tokens);
       rows.push_back({row.time_ns, row.work});
@@ -382,22 +383,20 @@ Calibration refit_with_replay(const MeasuredRun& run, const po::variables_map& v
       next.recomputed[static_cast<std::size_t>(i)] += positions;
       f.recomputed_total += positions;
     }
-    {
-      next.steps = step_estimates(run, model, c.cost, replayed, rows);
-      if (f.estimate.steps.size() == next.steps.size()) {
-        const auto damp = [](double& now, double before) {
-          if (now >= 0 && before >= 0) now = (now + before) / 2;
-        };
-        for (std::size_t i = 0; i < next.steps.size(); ++i) {
-          const StepEstimate& before = f.estimate.steps[i];
-          StepEstimate& now = next.steps[i];
-          damp(now.expert_share, before.expert_share);
-          damp(now.prompt_factor, before.prompt_factor);
-          damp(now.decode_factor, before.decode_factor);
-          damp(now.context_factor, before.context_factor);
-          damp(now.decoding_ratio, before.decoding_ratio);
-          damp(now.context_ratio, before.context_ratio);
-        }
+    next.steps = step_estimates(run, model, c.cost, replayed, rows);
+    if (f.estimate.steps.size() == next.steps.size()) {
+      const auto damp = [](double& now, double before) {
+        if (now >= 0 && before >= 0) now = (now + before) / 2;
+      };
+      for (std::size_t i = 0; i < next.steps.size(); ++i) {
+        const StepEstimate& before = f.estimate.steps[i];
+        StepEstimate& now = next.steps[i];
+        damp(now.expert_share, before.expert_share);
+        damp(now.prompt_factor, before.prompt_factor);
+        damp(now.decode_factor, before.decode_factor);
+        damp(now.context_factor, before.context_factor);
+        damp(now.decoding_ratio, before.decoding_ratio);
+        damp(now.context_ratio, before.context_ratio);
       }
     }
     f.settled = next.served_by_cache == f.estimate.served_by_cache && next.recomputed == f.estimate.recomputed &&
