@@ -106,15 +106,18 @@ void read_engine_settings(MeasuredRun& run, const json& kw, const std::string& p
     run.kv_cache_memory_bytes = integer_member(kw, "kv_cache_memory_bytes", path, 0, 1);
   }
   if (gives(kw, "enforce_eager")) run.enforce_eager = bool_member(kw, "enforce_eager", path);
+  if (gives(kw, "scheduler_reserve_full_isl")) {
+    run.reserve_full_isl = bool_member(kw, "scheduler_reserve_full_isl", path);
+  }
   // Read above or by read_meta(), or known to change neither the schedule nor the KV
   // budget (where the weights come from, logging, the sampling seed, the served name).
   static const char* const kKnown[] = {
       "model", "tensor_parallel_size", "data_parallel_size", "enable_expert_parallel", "max_num_seqs",
       "max_num_batched_tokens", "max_model_len", "block_size", "enable_prefix_caching", "enable_chunked_prefill",
       "gpu_memory_utilization", "dtype", "kv_cache_dtype", "num_gpu_blocks_override", "kv_cache_memory_bytes",
-      "enforce_eager", "seed", "tokenizer", "tokenizer_mode", "revision", "tokenizer_revision", "code_revision",
-      "trust_remote_code", "download_dir", "load_format", "served_model_name", "disable_log_stats",
-      "disable_log_requests", "enable_log_requests", "skip_tokenizer_init"};
+      "enforce_eager", "scheduler_reserve_full_isl", "seed", "tokenizer", "tokenizer_mode", "revision",
+      "tokenizer_revision", "code_revision", "trust_remote_code", "download_dir", "load_format",
+      "served_model_name", "disable_log_stats", "disable_log_requests", "enable_log_requests", "skip_tokenizer_init"};
   for (auto it = kw.begin(); it != kw.end(); ++it) {
     const std::string& key = it.key();
     const json& value = it.value();
@@ -148,6 +151,19 @@ void read_resolved_cache(MeasuredRun& run, const json& meta, const json& kw, con
   }
   if (gives(kv, "kv_cache_memory_bytes") && !gives(kw, "kv_cache_memory_bytes")) {
     run.kv_cache_memory_bytes = integer_member(kv, "kv_cache_memory_bytes", path, 0, 1);
+  }
+}
+
+// meta.json's "resolved_config" (newer runs: the whole VllmConfig after start-up, one object
+// per sub-config): the scheduler settings kvsim models, where engine_kwargs is silent.
+void read_resolved_scheduler(MeasuredRun& run, const json& meta, const std::string& path) {
+  if (!gives(meta, "resolved_config")) return;
+  const json& config = meta["resolved_config"];
+  if (!config.is_object() || !gives(config, "scheduler_config")) return;
+  const json& scheduler = config["scheduler_config"];
+  if (!scheduler.is_object()) return;
+  if (gives(scheduler, "scheduler_reserve_full_isl") && !run.reserve_full_isl) {
+    run.reserve_full_isl = bool_member(scheduler, "scheduler_reserve_full_isl", path);
   }
 }
 
@@ -187,6 +203,7 @@ void read_meta(MeasuredRun& run, bool find_workload) {
   read_engine_settings(run, kw, path);
   read_resolved_cache(run, meta, kw, path);
   read_recorded_device(run, meta, path);
+  read_resolved_scheduler(run, meta, path);
   if (meta.contains("tick_seconds")) {
     run.tick_s = number_member(meta, "tick_seconds", path, 0);
     if (run.tick_s <= 0) throw InputError(Location{path, 0, "tick_seconds"}, "expected a positive number");

@@ -1,6 +1,7 @@
 // vLLM's policy, after v1's scheduler (vllm/v1/core/sched/scheduler.py, Scheduler.schedule
-// and _preempt_request; kv_cache_manager.py allocate_slots for the watermark): admit in
-// arrival order while the next chunk's blocks fit and leave the watermark free; when a
+// and _preempt_request; kv_cache_manager.py allocate_slots for the watermark and the whole
+// sequence): admit in arrival order while the next chunk's blocks fit and leave the watermark
+// free, and with --reserve-full-isl while the whole sequence's blocks fit too; when a
 // running request cannot grow, preempt the newest running request, by recompute (requeued
 // at the front of the waiting queue), or by swapping its blocks to host memory (v0 only;
 // decoding requests only; a swapped request comes back before anything new starts). The
@@ -10,6 +11,7 @@
 #include <string>
 
 #include "engine.h"
+#include "kvsim/budget.h"
 #include "scheduler.h"
 
 namespace kvsim::detail {
@@ -19,15 +21,29 @@ class VllmScheduler final : public Scheduler {
  public:
   explicit VllmScheduler(const EngineView& engine)
       : swap_(engine.options.memory.preemption == Preemption::swap),
+        reserve_full_isl_(engine.options.memory.reserve_full_isl),
+        watermark_ppb_(engine.options.memory.watermark_ppb),
         watermark_bytes_(static_cast<std::int64_t>(Int128{engine.capacity_bytes} *
                                                    engine.options.memory.watermark_ppb / kPartsPerBillion)) {}
 
-  std::string name() const override { return swap_ ? "vllm (swap)" : "vllm (recompute)"; }
+  std::string name() const override {
+    std::string out = swap_ ? "vllm (swap" : "vllm (recompute";
+    if (reserve_full_isl_) out += ", whole sequence must fit";
+    if (watermark_ppb_ != MemoryOptions{}.watermark_ppb) out += ", watermark " + format_ppb(watermark_ppb_);
+    return out + ")";
+  }
   bool tracks_requests() const override { return false; }
 
   bool admits(const EngineView& engine, const Ticket& t, std::int64_t positions) override {
-    // v0's can_allocate: the blocks for this chunk, leaving the watermark free.
-    return chunk_bytes(engine, t, positions) + (engine.running > 0 ? watermark_bytes_ : 0) <= engine.free_bytes();
+    // The blocks for this chunk, leaving the watermark free while others run (v0's
+    // can_allocate; allocate_slots' watermark_blocks for WAITING and PREEMPTED requests).
+    const std::int64_t room = engine.free_bytes() - (engine.running > 0 ? watermark_bytes_ : 0);
+    // scheduler_reserve_full_isl: allocate_slots(full_sequence_must_fit=True) first asks for
+    // the blocks of request.num_tokens (prompt and generated so far) and returns None, which
+    // stops admission, when they do not fit. Counted as the chunk is: every block at that
+    // length, a cache hit included.
+    if (reserve_full_isl_ && engine.allocator.peak_bytes(admit_info(t), t.prompt + t.base_generated) > room) return false;
+    return chunk_bytes(engine, t, positions) <= room;
   }
 
   std::uint32_t choose_victim(const EngineView& engine, std::uint32_t) const override {
@@ -38,6 +54,8 @@ class VllmScheduler final : public Scheduler {
 
  private:
   bool swap_;
+  bool reserve_full_isl_;
+  std::int64_t watermark_ppb_;
   std::int64_t watermark_bytes_;
 };
 

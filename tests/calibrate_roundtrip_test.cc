@@ -171,6 +171,8 @@ TEST_CASE("calibrate and validate: a run that preempts for most of its span, mad
   o.max_batched_tokens = 2048;
   o.max_running = 128;
   o.async_scheduling = true;
+  o.memory.reserve_full_isl = true;  // scheduler_reserve_full_isl, on in 0.19
+  o.memory.watermark_ppb = 0;        // v1 keeps no watermark
   o.memory.kv_budget_bytes = 600LL * 16 * o.layout.bytes_per_token();
   std::vector<TimelineRow> rows;
   std::vector<RequestRecord> records;
@@ -279,6 +281,8 @@ TEST_CASE("calibrate and validate: an MoE model's two replicas stepping together
   o.async_scheduling = true;
   if (graphs) o.cuda_graph_max_tokens = cuda_graph_max_tokens(o.max_running, o.max_batched_tokens);
   o.replicas_step_together = true;
+  o.memory.reserve_full_isl = true;
+  o.memory.watermark_ppb = 0;
   const std::int64_t blocks = 4'000;  // a replica's pool, less the null block: never full (no preemption, below)
   o.memory.kv_budget_bytes = blocks * 16 * o.layout.bytes_per_token();
   std::vector<TimelineRow> rows;

@@ -213,6 +213,35 @@ TEST_CASE("budget: TensorRT-LLM's max-utilization admits what fits now, vLLM als
   }
 }
 
+TEST_CASE("budget: vLLM's scheduler_reserve_full_isl admits a request only when its whole prompt's blocks fit") {
+  // 10 blocks of 16 (160 bytes), 1 ms steps, 32 tokens a step, no watermark. A (prompt 16,
+  // output 40) holds 17 + k positions at step k: 2 blocks, 3 from step 16, and its last token
+  // ends step 39 (40 ms). B (prompt 140, output 1) arrives at 0.5 ms: its first chunk, 31
+  // tokens beside A's decode, needs 2 blocks; its whole prompt ceil(140 / 16) = 9, 144 bytes,
+  // against at most 160 - 32 = 128 free while A runs.
+  const std::vector<Request> trace = {test::request("a", 0, 16, 40), test::request("b", kMs / 2, 140, 1)};
+  ReplayOptions o = budget_of(10 * 16);
+  o.max_batched_tokens = 32;
+  o.memory.watermark_ppb = 0;
+  SECTION("on: B waits for A's blocks, starts at 40 ms, prefills 32 + 32 + 32 + 32 + 12 and is done at 45 ms") {
+    o.memory.reserve_full_isl = true;
+    const auto r = run("paged:block=16", trace, o);
+    CHECK(r.report.completed == 2);
+    CHECK(r.report.preemptions == 0);
+    CHECK(r.report.waiting.max_ns == 40 * kMs - kMs / 2);
+    CHECK(r.report.e2e.max_ns == 45 * kMs - kMs / 2);  // B
+    CHECK(r.report.e2e.p50_ns == 40 * kMs);            // A, never held back
+    CHECK(r.report.policy == "vllm (recompute, whole sequence must fit, watermark 0)");
+  }
+  SECTION("off: B starts at 1 ms on its first chunk, outgrows what A leaves, and is preempted") {
+    const auto r = run("paged:block=16", trace, o);
+    CHECK(r.report.completed == 2);
+    CHECK(r.report.waiting.max_ns == kMs / 2);
+    CHECK(r.report.preemptions > 0);
+    CHECK(r.report.policy == "vllm (recompute, watermark 0)");
+  }
+}
+
 TEST_CASE("budget: dense static never holds more than floor(budget / reservation) requests") {
   // Each request reserves prompt + max_tokens = 100 + 156 = 256 positions; a budget of
   // 3.5 reservations holds 3 at once.

@@ -505,7 +505,7 @@ TEST_CASE("validate: a data-parallel run is two engines behind vLLM's router, th
   const auto text = test::run_cli({"validate", (base / "run").string(), "--kv-budget", "1GB", "--cost",
                                    "constant:step=10ms,prefill-token=0ps", "--cuda-graphs", "off"});
   REQUIRE(text.exit_code == 0);
-  CHECK_THAT(text.out, Catch::Contains("policy vllm (recompute), asynchronous scheduling\n"));
+  CHECK_THAT(text.out, Catch::Contains("policy vllm (recompute, whole sequence must fit, watermark 0), asynchronous scheduling\n"));
   // enforce_eager in meta.json: no graphs.
   {
     std::ifstream in(base / "run" / "meta.json");
@@ -758,5 +758,48 @@ TEST_CASE("validate: a request vLLM returned no metrics for is replayed but in n
   const auto table = test::run_cli({"validate", (base / "run").string(), "--kv-budget", "1GB", "--cost",
                                     "constant:step=10ms,prefill-token=0ps"});
   CHECK_THAT(table.out, Catch::Contains("1 of 3 requests carry no timestamps") && !Catch::Contains("WARNING"));
+  std::filesystem::remove_all(base);
+}
+
+TEST_CASE("validate: vLLM's admission rules follow the run's version and its resolved scheduler_config") {
+  // vLLM v1 keeps no watermark (0.19's configs have none; later ones default it to 0), v0's is
+  // 0.01. scheduler_reserve_full_isl (vllm#37307) is on by default in 0.19; engine_kwargs, else
+  // the resolved scheduler_config, say otherwise. The policy line names what was replayed.
+  const auto base = test::scratch_dir("validate-admission");
+  const auto dir = base / "run";
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy(kData + "/tiny/run", dir,
+                        std::filesystem::copy_options::recursive | std::filesystem::copy_options::overwrite_existing);
+  const std::string workload = kData + "/tiny/workloads/tiny.jsonl";
+  const auto policy_line = [&](const std::string& version, const std::string& kwargs, const std::string& top) {
+    std::ofstream(dir / "meta.json") << R"({"model": "meta-llama/Llama-3.1-8B", "vllm_version": ")" + version + R"(",
+  "engine_kwargs": {"tensor_parallel_size": 1, "data_parallel_size": 1, "max_num_seqs": 128,
+    "max_num_batched_tokens": 4096, "max_model_len": 4096)" + kwargs + R"(},
+  "dataset_path": "workloads/tiny.jsonl", "started_at": "2026-01-01T00:00:00Z", "tick_seconds": 0.25)" + top + "}";
+    const auto r = test::run_cli({"validate", dir.string(), "--workload", workload, "--kv-budget", "1GiB"});
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+    const auto at = r.out.find("policy ");
+    REQUIRE(at != std::string::npos);
+    return r.out.substr(at, r.out.find(')', at) + 1 - at);
+  };
+  CHECK(policy_line("0.19.0", "", "") == "policy vllm (recompute, whole sequence must fit, watermark 0)");
+  CHECK(policy_line("0.19.0", "", R"(, "resolved_config": {"scheduler_config": {"scheduler_reserve_full_isl": false}})") ==
+        "policy vllm (recompute, watermark 0)");
+  CHECK(policy_line("0.19.0", R"(, "scheduler_reserve_full_isl": false)",
+                    R"(, "resolved_config": {"scheduler_config": {"scheduler_reserve_full_isl": true}})") ==
+        "policy vllm (recompute, watermark 0)");
+  CHECK(policy_line("0.11.0", "", "") == "policy vllm (recompute, watermark 0)");
+  CHECK(policy_line("0.7.3", "", "") == "policy vllm (recompute)");
+  CHECK(policy_line("0.7.3", R"(, "scheduler_reserve_full_isl": true)", "") == "policy vllm (recompute, whole sequence must fit)");
+  // Given on the command line, the user's choice wins.
+  std::ofstream(dir / "meta.json") << R"({"model": "meta-llama/Llama-3.1-8B", "vllm_version": "0.19.0",
+  "engine_kwargs": {"tensor_parallel_size": 1, "data_parallel_size": 1, "max_num_seqs": 128,
+    "max_num_batched_tokens": 4096, "max_model_len": 4096},
+  "dataset_path": "workloads/tiny.jsonl", "started_at": "2026-01-01T00:00:00Z", "tick_seconds": 0.25})";
+  const auto r = test::run_cli({"validate", dir.string(), "--workload", workload, "--kv-budget", "1GiB",
+                                "--reserve-full-isl", "off", "--watermark", "0.02"});
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("policy vllm (recompute, watermark 0.02)"));
   std::filesystem::remove_all(base);
 }

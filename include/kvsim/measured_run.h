@@ -79,6 +79,9 @@ struct MeasuredRun {
   std::int64_t num_gpu_blocks_override = 0;    // 0: none; else the KV pool's blocks per device
   std::int64_t kv_cache_memory_bytes = 0;      // 0: none; else the KV budget per device
   bool enforce_eager = false;                  // no CUDA graphs
+  // scheduler_reserve_full_isl, from engine_kwargs or else the resolved scheduler_config
+  // (newer runs' meta.json "resolved_config"); absent: the version's default.
+  std::optional<bool> reserve_full_isl;
   // What vLLM resolved at start-up, when meta.json records it (newer runs: its "kv_cache"
   // object, read from the front end's cache_config after boot): the blocks of the KV pool on
   // each device, null block included, summed over the data-parallel engines (vLLM's start-up

@@ -74,6 +74,7 @@ inline constexpr char kOptPolicy[] = "--policy";
 inline constexpr char kOptPreemption[] = "--preemption";
 inline constexpr char kOptSchedulePolicy[] = "--schedule-policy";  // SGLang's name: fcfs or lpm
 inline constexpr char kOptWatermark[] = "--watermark";
+inline constexpr char kOptReserveFullIsl[] = "--reserve-full-isl";  // vLLM's scheduler_reserve_full_isl
 inline constexpr char kOptSwapBandwidth[] = "--swap-bandwidth";
 inline constexpr char kOptSampleEvery[] = "--sample-every";
 inline constexpr char kOptJobs[] = "--jobs";

@@ -218,6 +218,10 @@ struct MemoryOptions {
   // vLLM v0's watermark: admission leaves at least this share of the capacity free, in parts
   // per billion (v0's default 0.01).
   std::int64_t watermark_ppb = 10'000'000;
+  // vLLM's scheduler_reserve_full_isl (on by default from 0.19): a waiting request is
+  // admitted only if the blocks of its whole sequence so far (prompt, and what it generated
+  // before a preemption) fit, not only its next chunk's.
+  bool reserve_full_isl = false;
   // Host link for swapping, bytes per second (about PCIe 4.0 x16 in practice).
   std::int64_t swap_bytes_per_second = 25'000'000'000;
   // SGLang's new-token ratio, in parts per billion: starts at init, decays linearly to min

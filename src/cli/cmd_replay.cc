@@ -154,7 +154,12 @@ po::options_description replay_option_descriptions(bool with_outputs, bool with_
        "sglang policy: the waiting queue's order, SGLang's --schedule-policy: fcfs (its default) or lpm "
        "(longest cached prefix first, with a prefix-caching allocator; fcfs while more than 128 wait)")
       (option_key(kOptWatermark), po::value<std::string>()->default_value("0.01"),
-       "vllm policy: the share of capacity an admission must leave free (vLLM v0's default 0.01)")
+       "vllm policy: the share of capacity an admission must leave free (vLLM v0's default 0.01; v1 has "
+       "none through 0.19, and 'kvsim validate' gives 0 for runs of vLLM 0.8 and later)")
+      (option_key(kOptReserveFullIsl), po::value<std::string>()->default_value("off"),
+       "vllm policy: on: admit a waiting request only if the blocks of its whole sequence so far fit, not "
+       "only its next chunk's, as vLLM's scheduler_reserve_full_isl (on by default from vLLM 0.19; "
+       "'kvsim validate' takes on for those runs); off: the next chunk's blocks suffice")
       (option_key(kOptSwapBandwidth), po::value<std::string>()->default_value("25GB"),
        "host link for swapping, bytes per second (about PCIe 4.0 x16 in practice)");
   std::string format_help = "trace format (default: detected):";
@@ -284,13 +289,18 @@ ReplayOptions replay_options_from(const po::variables_map& vm, const ModelChoice
   if (!vm[option_key(kOptWatermark)].defaulted() && policy.name != "vllm") {
     throw InputError(Location{"", 0, kOptWatermark}, "applies to the vllm policy only (--policy vllm)");
   }
+  ro.memory.reserve_full_isl = on_off(vm, kOptReserveFullIsl);
+  if (!vm[option_key(kOptReserveFullIsl)].defaulted() && policy.name != "vllm") {
+    throw InputError(Location{"", 0, kOptReserveFullIsl}, "applies to the vllm policy only (--policy vllm)");
+  }
   ro.memory.swap_bytes_per_second =
       parse_byte_size(vm[option_key(kOptSwapBandwidth)].as<std::string>(), kOptSwapBandwidth);
   if (ro.memory.swap_bytes_per_second <= 0) {
     throw InputError(Location{"", 0, kOptSwapBandwidth}, "expected a positive number of bytes per second");
   }
   if (!budget) {
-    for (const char* option : {kOptPolicy, kOptPreemption, kOptSchedulePolicy, kOptWatermark, kOptSwapBandwidth}) {
+    for (const char* option :
+         {kOptPolicy, kOptPreemption, kOptSchedulePolicy, kOptWatermark, kOptReserveFullIsl, kOptSwapBandwidth}) {
       if (!vm[option_key(option)].defaulted()) {
         throw InputError(Location{"", 0, option},
                          "applies under a memory budget: give --device, --device-memory or --kv-budget");

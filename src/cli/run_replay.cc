@@ -249,6 +249,17 @@ std::string apply_run_settings(po::variables_map& vm, const MeasuredRun& run, co
                      "\"" + run.vllm_version + "\" is not a version such as \"0.19.0\"");
   }
   if (vllm_at_least(run.vllm_version, 0, 19)) default_to(vm, option_key(kOptAsyncScheduling), "on");
+  // Admission asks for the whole sequence's blocks (scheduler_reserve_full_isl, vllm#37307),
+  // on by default in 0.19 (its resolved scheduler_config records true), unless meta.json
+  // says otherwise.
+  const bool vllm_policy = !given(vm, option_key(kOptPolicy)) || vm[option_key(kOptPolicy)].as<std::string>() == "vllm";
+  if (vllm_policy) {
+    default_to(vm, option_key(kOptReserveFullIsl),
+               run.reserve_full_isl.value_or(vllm_at_least(run.vllm_version, 0, 19)) ? "on" : "off");
+    // vLLM v1 (the default engine from 0.8) keeps no watermark free: 0.19's configs have
+    // none, and the one later versions added to allocate_slots defaults to 0.
+    if (vllm_at_least(run.vllm_version, 0, 8)) default_to(vm, option_key(kOptWatermark), "0");
+  }
   // And runs every step that fits as a CUDA graph, unless enforce_eager (vllm/config/vllm.py
   // _set_cudagraph_sizes; the compilation config's default cudagraph_mode is not NONE).
   if (run_graphs_by_default(run)) default_to(vm, option_key(kOptCudaGraphs), "on");
