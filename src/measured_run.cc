@@ -17,6 +17,7 @@
 
 #include "civil_time.h"
 #include "kvsim/error.h"
+#include "kvsim/option_names.h"
 
 namespace kvsim {
 namespace {
@@ -438,10 +439,10 @@ std::string locate_workload(const MeasuredRun& run) {
 }
 
 std::string workload_not_found(const MeasuredRun& run) {
-  if (run.dataset_path.empty()) return "meta.json names no workload (dataset_path); give it with --workload";
+  if (run.dataset_path.empty()) return std::string("meta.json names no workload (dataset_path); give it with ") + kOptWorkload;
   const auto [above, beside] = workload_places(run);
   return "the workload \"" + run.dataset_path + "\" is neither at " + above.string() + " nor at " + beside.string() +
-         "; give it with --workload";
+         "; give it with " + kOptWorkload;
 }
 
 double percentile_sorted(const std::vector<double>& sorted, double p) {

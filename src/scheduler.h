@@ -12,8 +12,9 @@
 //   on_*(), end_step()  notifications that keep the policy's own books
 //
 // Without a memory budget nothing is ever refused, and the engine uses the demand scheduler
-// (admit everything, never preempt). Each policy is one file (scheduler_*.cc) and one line
-// in the registry (scheduler.cc); docs/architecture.md has the checklist.
+// (admit everything, never preempt). Each policy is one file (scheduler_*.cc), registered by
+// three edits: its factory's declaration and a row of kSchedulers in scheduler.cc, and the
+// file in src/CMakeLists.txt; docs/architecture.md has the checklist.
 #ifndef KVSIM_SRC_SCHEDULER_H_
 #define KVSIM_SRC_SCHEDULER_H_
 

@@ -174,7 +174,8 @@ SizeSheet size_sheet(const ModelSpec& model, const KvOptions& kv, const SizeQuer
     }
   }
   if (!query.checks.empty() && !query.budget) {
-    throw InputError(Location{"", 0, "--check"}, "needs a budget (--device or --kv-budget) to say which cases fit");
+    throw InputError(Location{"", 0, kOptCheck},
+                     std::string("needs a budget (") + kOptDevice + " or " + kOptKvBudget + ") to say which cases fit");
   }
   for (std::int64_t t : query.tokens) sheet.sequences.push_back(sequence_bytes(sheet, t));
   if (sheet.sequences.size() > 1) {

@@ -1,6 +1,7 @@
 #include "kvsim/speculative.h"
 
 #include "kvsim/error.h"
+#include "kvsim/option_names.h"
 #include "kvsim/units.h"
 
 namespace kvsim {
@@ -18,8 +19,9 @@ ModelSpec eagle_draft(const ModelSpec& target) {
 
 void add_draft_kv(std::vector<KvLayout>& stages, const ModelSpec& draft, const KvOptions& kv) {
   if (kv.pipeline_parallel > 1) {
-    throw InputError(Location{"", 0, "--speculative"},
-                     "with pipeline parallelism kvsim cannot say which stage holds the draft's KV: size it with --pp 1");
+    throw InputError(Location{"", 0, kOptSpeculative},
+                     std::string("with pipeline parallelism kvsim cannot say which stage holds the draft's KV: ") +
+                         "size it with " + kOptPp + " 1");
   }
   KvOptions one_stage = kv;
   one_stage.pipeline_parallel = 1;
@@ -44,7 +46,7 @@ void add_draft_kv(std::vector<KvLayout>& stages, const ModelSpec& draft, const K
   }
   // The draft's own state layers (a hybrid draft): per sequence, like the target's.
   if (d.state_layers > 0) {
-    throw InputError(Location{draft.name, 0, "--speculative"}, "a draft model with state-space layers is not supported");
+    throw InputError(Location{draft.name, 0, kOptSpeculative}, "a draft model with state-space layers is not supported");
   }
 }
 

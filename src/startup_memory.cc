@@ -121,8 +121,9 @@ std::int64_t cublas_workspace_bytes(const BudgetOptions& budget, std::string& ru
     rule = "cuBLAS workspace 32 MiB (:4096:8, compute capability 9.0)";
     return kCublasWorkspaceHopperBytes;
   }
-  rule = budget.device.empty() ? "cuBLAS workspace 8.125 MiB (:4096:2:16:8; no --device, so not Hopper's 32 MiB)"
-                               : "cuBLAS workspace 8.125 MiB (:4096:2:16:8)";
+  rule = budget.device.empty()
+             ? std::string("cuBLAS workspace 8.125 MiB (:4096:2:16:8; no ") + kOptDevice + ", so not Hopper's 32 MiB)"
+             : std::string("cuBLAS workspace 8.125 MiB (:4096:2:16:8)");
   return kCublasWorkspaceBytes;
 }
 

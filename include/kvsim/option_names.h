@@ -78,6 +78,8 @@ inline constexpr char kOptReserveFullIsl[] = "--reserve-full-isl";  // vLLM's sc
 inline constexpr char kOptSwapBandwidth[] = "--swap-bandwidth";
 inline constexpr char kOptSampleEvery[] = "--sample-every";
 inline constexpr char kOptJobs[] = "--jobs";
+// Measured runs (kvsim validate, kvsim calibrate).
+inline constexpr char kOptWorkload[] = "--workload";
 
 // Reading traces.
 inline constexpr char kOptFormat[] = "--format";

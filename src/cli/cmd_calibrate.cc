@@ -231,7 +231,7 @@ CalibrationModel calibration_model(const MeasuredRun& run, const po::variables_m
 // Whether the user gave any replay option (all of calibrate's options are replay's but these).
 bool gives_replay_options(const po::variables_map& vm) {
   return std::any_of(vm.begin(), vm.end(), [](const auto& kv) {
-    return !kv.second.defaulted() && kv.first != "run" && kv.first != "json" && kv.first != "workload";
+    return !kv.second.defaulted() && kv.first != "run" && kv.first != "json" && kv.first != option_key(kOptWorkload);
   });
 }
 
@@ -420,9 +420,10 @@ int run_calibrate(const Invocation& inv) {
   po::options_description options = replay_option_descriptions(false, false);
   po::options_description own("Calibration");
   own.add_options()
-      ("workload", po::value<std::string>(), "the run's workload (default: meta.json's dataset_path, relative to the "
-                                             "folder above the run); without it the prefix cache's hits and the "
-                                             "recomputation after preemptions are not estimated")
+      (option_key(kOptWorkload), po::value<std::string>(),
+       "the run's workload (default: meta.json's dataset_path, relative to the "
+       "folder above the run); without it the prefix cache's hits and the "
+       "recomputation after preemptions are not estimated")
       ("json", "print the fit as JSON; its \"cost\" field is the --cost spec");
   options.add(own);
   po::options_description hidden;
@@ -436,7 +437,7 @@ int run_calibrate(const Invocation& inv) {
   if (vm.count(option_key(kOptModel)) && vm.count(option_key(kOptConfig))) {
     throw UsageError("give --model or --config, not both\nUsage: " + kSpec.synopsis);
   }
-  MeasuredRun run = read_measured_run(*dir, option_text(vm, "workload"), false);
+  MeasuredRun run = read_measured_run(*dir, option_text(vm, option_key(kOptWorkload)), false);
   const CalibrationModel model = calibration_model(run, vm);
   Calibration c = calibrate(run, model);
   // What the timeseries does not show, a replay of the run finds: the prompt tokens the

@@ -57,8 +57,8 @@ po::options_description size_options() {
   workload_opts.add_options()
       ("seqs", po::value<std::string>(), "sequences held at once (default 1)")
       ("tokens", po::value<std::string>(), "positions per sequence, T or T1,T2,...")
-      ("block-size", po::value<std::string>(), "tokens per paged block (default 16, as vLLM)")
-      ("max-num-batched-tokens", po::value<std::string>(),
+      (option_key(kOptBlockSize), po::value<std::string>(), "tokens per paged block (default 16, as vLLM)")
+      (option_key(kOptMaxNumBatchedTokens), po::value<std::string>(),
        "vLLM's scheduler chunk, which caps a sliding window's blocks (default 8192)");
   po::options_description request_opts("One request: prompt and generation apart, and the sequences it creates");
   request_opts.add_options()

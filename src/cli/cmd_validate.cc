@@ -374,7 +374,7 @@ int run_validate(const Invocation& inv) {
   po::options_description options = replay_option_descriptions(false);
   po::options_description own("Validation");
   own.add_options()(
-      "workload", po::value<std::string>(),
+      option_key(kOptWorkload), po::value<std::string>(),
       "the run's workload (default: meta.json's dataset_path, relative to the folder above the run)")(
       "json", "print the comparison as JSON instead of the table")(
       "per-request", po::value<std::string>(),
@@ -391,7 +391,7 @@ int run_validate(const Invocation& inv) {
   if (!parse_options(inv, kSpec, options, positional, vm, &hidden)) return kExitOk;
   const auto dir = option_text(vm, "run");
   if (!dir) throw UsageError("a run directory is required\nUsage: " + kSpec.synopsis);
-  const MeasuredRun run = read_measured_run(*dir, option_text(vm, "workload"), true);
+  const MeasuredRun run = read_measured_run(*dir, option_text(vm, option_key(kOptWorkload)), true);
   std::vector<std::vector<Sample>> samples;  // per engine
   RunReplay r = replay_run(vm, run, kSpec.synopsis, [&](const TimelineRow& row) {
     const auto replica = static_cast<std::size_t>(row.replica);
