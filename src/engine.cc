@@ -455,6 +455,9 @@ std::int64_t Engine::prefill_cost(const PrefillState& p, std::int64_t from, std:
 }
 
 std::pair<std::int64_t, std::int64_t> Engine::chunk_for(const PrefillState& p, std::int64_t budget) const {
+  // Negative when the decoding samples alone exceed the step's tokens (no memory budget
+  // refuses n > max_batched_tokens in demand mode): nothing is left for a prefill.
+  budget = std::max<std::int64_t>(budget, 0);
   const std::int64_t prompt_part = std::min(std::max<std::int64_t>(0, p.prompt - p.prefilled), budget);
   const std::int64_t rest_budget = budget - prompt_part;
   const std::int64_t own_from = std::max(p.prefilled, p.prompt);
