@@ -306,7 +306,33 @@ std::string short_number(double v) {
   return out.str();
 }
 
+// The wall clock (arrival_time) and vLLM's monotonic one (queued_ts) differ by one offset,
+// give or take the milliseconds between a request's arrival and its intake. A request whose
+// difference is a minute away from the median's is a damaged record: the offset, a mean over
+// the requests, would move every tick of the comparison.
+constexpr double kClockSkewLimitS = 60.0;
+
+void check_clock_offsets(const MeasuredRun& run) {
+  std::vector<double> offsets;
+  for (const MeasuredRequest& r : run.requests) {
+    if (r.timed) offsets.push_back(r.arrival_time_s - r.queued_s);
+  }
+  if (offsets.empty()) return;
+  auto middle = offsets.begin() + static_cast<std::ptrdiff_t>(offsets.size() / 2);
+  std::nth_element(offsets.begin(), middle, offsets.end());
+  const double median = *middle;
+  for (const MeasuredRequest& r : run.requests) {
+    if (r.timed && std::abs(r.arrival_time_s - r.queued_s - median) > kClockSkewLimitS) {
+      throw InputError(Location{join(run.dir, "requests.jsonl"), r.line, "arrival_time"},
+                       "arrival_time - queued_ts is " + short_number(r.arrival_time_s - r.queued_s) +
+                           " s, the other requests' about " + short_number(median) +
+                           " s: the two clocks of one run differ by one offset");
+    }
+  }
+}
+
 void check_within_run(const MeasuredRun& run) {
+  check_clock_offsets(run);
   if (run.started_at_s == 0 || run.finished_at_s == 0) return;
   const double longest = run.finished_at_s - run.started_at_s + 1.0;
   for (const MeasuredRequest& r : run.requests) {
@@ -389,6 +415,9 @@ void read_ticks(MeasuredRun& run) {
     t.running = csv_count(cells[at[3]], path, line, wanted[3]);
     t.waiting = csv_count(cells[at[4]], path, line, wanted[4]);
     t.kv_cache_percent = csv_number(cells[at[5]], path, line, wanted[5]);
+    if (t.kv_cache_percent < 0 || t.kv_cache_percent > 100) {
+      throw InputError(Location{path, line, wanted[5]}, "expected a percentage from 0 to 100, got \"" + cells[at[5]] + "\"");
+    }
     if (t.kv_cache_percent > 0) run.kv_usage_recorded = true;
     if (computed_at >= 0) {
       t.computed_prompt_tokens_per_s =

@@ -186,6 +186,36 @@ TEST_CASE("measured run: a bad file is an error naming the file, line and field"
     CHECK(e.where().line == 2);
     CHECK(e.where().field == "running");
   }
+  // A share of the pool above 100% (or below 0) is not one.
+  {
+    std::ofstream out(dir / "timeseries.csv");
+    out << "t,prompt_throughput,gen_throughput,running,waiting,kv_cache_pct\n1.0,5,6,1,0,50\n2.0,5,6,1,0,250\n";
+  }
+  try {
+    read_measured_run(dir.string(), std::nullopt, false);
+    FAIL("no error");
+  } catch (const InputError& e) {
+    CHECK(e.where().line == 3);
+    CHECK(e.where().field == "kv_cache_pct");
+  }
+  // One request whose wall clock is 1,000 s off the others' offset (100 s here) would move the
+  // mapping of the two clocks, a mean, by 333 s: a damaged record, named.
+  {
+    std::ofstream out(dir / "requests.jsonl");
+    for (int i = 0; i < 3; ++i) {
+      out << R"({"request_id": "ok", "input_toks": 1, "output_toks": 2, "arrival_time": 101, "queued_ts": 1, "scheduled_ts": 1, "first_token_ts": 2, "last_token_ts": 3})" "\n";
+    }
+    out << R"({"request_id": "far", "input_toks": 1, "output_toks": 2, "arrival_time": 1101, "queued_ts": 1, "scheduled_ts": 1, "first_token_ts": 2, "last_token_ts": 3})" "\n";
+  }
+  std::filesystem::copy(kData + "/tiny/run/timeseries.csv", dir / "timeseries.csv",
+                        std::filesystem::copy_options::overwrite_existing);
+  try {
+    read_measured_run(dir.string(), std::nullopt, false);
+    FAIL("no error");
+  } catch (const InputError& e) {
+    CHECK(e.where().line == 4);
+    CHECK(e.where().field == "arrival_time");
+  }
   std::filesystem::remove_all(dir);
 }
 

@@ -803,3 +803,28 @@ TEST_CASE("validate: vLLM's admission rules follow the run's version and its res
   CHECK_THAT(r.out, Catch::Contains("policy vllm (recompute, watermark 0.02)"));
   std::filesystem::remove_all(base);
 }
+
+TEST_CASE("validate: another run's workload of the same size is refused, request by request") {
+  // tiny's workload has prompts of 100 and 20 tokens; requests.jsonl's second says 21. (The
+  // check sits in the replay calibrate shares; tiny is too short for calibrate to reach it.)
+  const auto base = test::scratch_dir("validate-wrong-workload");
+  const auto dir = base / "run";
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy(kData + "/tiny/run", dir,
+                        std::filesystem::copy_options::recursive | std::filesystem::copy_options::overwrite_existing);
+  std::ifstream in(dir / "requests.jsonl");
+  std::string first, second;
+  std::getline(in, first);
+  std::getline(in, second);
+  in.close();
+  const auto at = second.find(R"("input_toks": 20)");
+  REQUIRE(at != std::string::npos);
+  second.replace(at, 16, R"("input_toks": 21)");
+  std::ofstream(dir / "requests.jsonl") << first << "\n" << second << "\n";
+  const std::string workload = kData + "/tiny/workloads/tiny.jsonl";
+  const auto r = test::run_cli({"validate", dir.string(), "--workload", workload, "--kv-budget", "1GiB"});
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("requests.jsonl:2: input_toks: 21 prompt tokens, but request 2 of the workload") &&
+                        Catch::Contains("has 20: not this run's workload"));
+  std::filesystem::remove_all(base);
+}
