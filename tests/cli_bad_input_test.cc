@@ -335,3 +335,13 @@ TEST_CASE("cli bad input: option errors print the usage and exit 2") {
     CHECK_THAT(r.err, !Catch::Contains("kvsim frobnicate --help") && !Catch::Contains("kvsim trace frob --help"));
   }
 }
+
+TEST_CASE("cli bad input: --replicas beyond 1024 is a usage error, before anything is simulated") {
+  // Each replica is a whole engine simulated step by step: 5,000 idle ones on a 50-request
+  // trace took minutes and 19 GB before the bound.
+  const std::string trace = std::string(KVSIM_SOURCE_DIR) + "/traces/chat-mix.csv";
+  const auto over = run_cli({"replay", trace, "--quiet", "--replicas", "1025"}, kTimeoutS);
+  CHECK(over.exit_code == 2);
+  CHECK(over.err.find("--replicas: at most 1024 replicas") != std::string::npos);
+  CHECK(over.out.empty());
+}

@@ -36,6 +36,10 @@
 namespace kvsim::cli {
 namespace {
 
+// --replicas' bound: vLLM's data-parallel deployments run tens of ranks; each replica here is
+// a whole engine and pool, so a thousand idle ones cost seconds and gigabytes on a small trace.
+constexpr std::int64_t kMaxReplicas = 1024;
+
 const CommandSpec kSpec{
     "kvsim replay TRACE [options]",
     "Replays TRACE through each allocator of --allocator on the same schedule and prints, per\n"
@@ -114,8 +118,8 @@ po::options_description replay_option_descriptions(bool with_outputs, bool with_
   }
   alloc_opts.add_options()
       (option_key(kOptReplicas), po::value<std::string>(),
-       "data-parallel replicas: this many engines, each with its own KV pool and scheduler, requests routed "
-       "as vLLM's load balancer routes them; per-replica and total columns (default 1). An MoE model's "
+       "data-parallel replicas: this many engines (at most 1024), each with its own KV pool and scheduler, "
+       "requests routed as vLLM's load balancer routes them; per-replica and total columns (default 1). An MoE model's "
        "replicas take every step together, each as long as the busiest replica's, as vLLM aligns their "
        "forward passes")
       (option_key(kOptExpertParallel),
@@ -418,6 +422,12 @@ ReplayPlan plan_replay(const po::variables_map& vm, bool open_trace_now) {
                      "paged:prefix-caching=on");
   }
   if (const auto n = option_text(vm, option_key(kOptReplicas))) plan.replicas = positive_integer(*n, kOptReplicas);
+  // Each replica is a whole engine and pool, simulated step by step, idle or not.
+  if (plan.replicas > kMaxReplicas) {
+    throw InputError(Location{"", 0, kOptReplicas},
+                     fmt::format("at most {} replicas (each is a whole engine, simulated step by step), got {}",
+                                 kMaxReplicas, plan.replicas));
+  }
   if (plan.replicas > 1) {
     if (option_text(vm, "timeline")) {
       throw InputError(Location{"", 0, kOptReplicas}, "--timeline follows one engine; give it without --replicas");
