@@ -228,6 +228,24 @@ TEST_CASE("sweep merge: refuses a missing point, a duplicate point and parts of 
     CHECK(r.exit_code == 1);
     CHECK(r.err.find(cut + ": does not end with a newline") != std::string::npos);
   }
+  SECTION("a point missing one of its allocators' rows") {
+    // Two allocators a point, three points (requests 1, 2, 3), one a shard: the first part's
+    // point 0 loses its second row, cut at a line's end.
+    std::vector<std::string> two;
+    for (int i = 1; i <= 3; ++i) {
+      two.push_back(scratch_path("sweep-two" + std::to_string(i) + ".csv"));
+      REQUIRE(run_cli({"sweep", trace, "--model", "llama-3.1-8b", "--allocator", "paged,dense-static", "--vary",
+                       "requests=1,2,3", "--shard", std::to_string(i) + "/3", "--csv", two.back()})
+                  .exit_code == 0);
+    }
+    std::string text = slurp(two[0]);
+    text.erase(text.rfind('\n', text.size() - 2) + 1);
+    const std::string shorter = write_file("sweep-two-short.csv", text);
+    const auto r = run_cli({"sweep", "merge", shorter, two[1], two[2]});
+    CHECK(r.exit_code == 1);
+    CHECK(r.err.find(shorter + ":2: point: point 0 has 1 rows where the others have up to 2") != std::string::npos);
+    CHECK(r.out.empty());
+  }
 }
 
 TEST_CASE("sweep: a bad varied value is replay's own error naming the option, or the spec file's line") {

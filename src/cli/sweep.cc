@@ -333,6 +333,23 @@ std::string merge_sweep_parts(const std::vector<std::string>& paths, SweepFileKi
                                  "missing or did not finish",
                                  missing.size(), points, paths.size(), list));
   }
+  // And every point whole: a sweep writes as many rows for each point (one per allocator), so
+  // a point with fewer than the most any point has lost some.
+  std::vector<std::pair<std::size_t, std::size_t>> runs;  // [first, end) of each point's rows
+  std::size_t most = 0;
+  for (std::size_t i = 0, end = 0; i < rows.size(); i = end) {
+    for (end = i; end < rows.size() && rows[end].point == rows[i].point;) ++end;
+    runs.emplace_back(i, end);
+    most = std::max(most, end - i);
+  }
+  for (const auto& [first, end] : runs) {
+    if (end - first == most) continue;
+    const PartRow& r = rows[first];
+    throw InputError(Location{paths[r.part], r.line, "point"},
+                     fmt::format("point {} has {} rows where the others have up to {} (one per allocator): a part "
+                                 "cut short at a line's end, or parts of different sweeps?",
+                                 r.point, end - first, most));
+  }
   std::string out = header.value_or("");
   for (const auto& r : rows) out += r.bytes;
   return out;
