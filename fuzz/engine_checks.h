@@ -4,8 +4,8 @@
 // The fuzz bytes are decoded into a small trace (up to 12 requests: lengths, n, max_tokens,
 // cancellations, prefix hashes, arrivals from 0 to the largest representable time) and a
 // random option set (allocator and its parameters, layer groups and a sliding window,
-// maximum length, budget down to a few bytes, policy, preemption mode, watermark, token
-// and running limits, chunked prefill, cost model, swap bandwidth), and replayed. Checked:
+// maximum length, budget down to a few bytes, policy, preemption mode, watermark, whole-sequence
+// admission, token and running limits, chunked prefill, cost model, swap bandwidth), and replayed. Checked:
 //
 //  - the run ends in a report or a kvsim::InputError; never an InternalError (the engine's
 //    own invariants, its livelock watchdog and its leak check all throw one) nor anything
@@ -170,6 +170,7 @@ inline EngineCase decode_engine_case(const std::uint8_t* data, std::size_t size)
   // Read last, so that the inputs kept before it decode to the same case (with it off, as the
   // input runs out).
   o.async_scheduling = in.flip();
+  o.memory.reserve_full_isl = in.flip();  // likewise
   return c;
 }
 
