@@ -18,6 +18,17 @@ namespace {
 
 const std::string kData = std::string(KVSIM_SOURCE_DIR) + "/tests/data/measured";
 
+// The InputError reading the run in `dir` raises; a failed test when it raises none.
+InputError read_error(const std::filesystem::path& dir) {
+  try {
+    read_measured_run(dir.string(), std::nullopt, false);
+  } catch (const InputError& e) {
+    return e;
+  }
+  FAIL("no error");
+  return InputError("no error");
+}
+
 // meta.json of a one-engine vLLM 0.19 run of Llama-3.1-8B with 1 s ticks, started at
 // 2026-01-01T00:00:00Z (arrival_time 1767225600 in requests.jsonl).
 void write_one_engine_meta(const std::filesystem::path& dir) {
@@ -114,10 +125,8 @@ TEST_CASE("measured run: a bad file is an error naming the file, line and field"
     out << R"({"request_id": "a", "input_toks": 1, "output_toks": 2, "arrival_time": 1, "queued_ts": 1, "scheduled_ts": 1, "first_token_ts": 2, "last_token_ts": 3})" "\n"
         << R"({"request_id": "b", "input_toks": 1, "output_toks": 2, "arrival_time": 1, "queued_ts": 5, "scheduled_ts": 1, "first_token_ts": 2, "last_token_ts": 3})" "\n";
   }
-  try {
-    read_measured_run(dir.string(), std::nullopt, false);
-    FAIL("no error");
-  } catch (const InputError& e) {
+  {
+    const InputError e = read_error(dir);
     CHECK(e.where().file == (dir / "requests.jsonl").string());
     CHECK(e.where().line == 2);
     CHECK(e.where().field == "queued_ts");
@@ -126,10 +135,8 @@ TEST_CASE("measured run: a bad file is an error naming the file, line and field"
     std::ofstream out(dir / "requests.jsonl");
     out << R"({"request_id": "a", "input_toks": 1, "output_toks": 2, "arrival_time": 1, "queued_ts": 1, "scheduled_ts": 1, "first_token_ts": 2})" "\n";
   }
-  try {
-    read_measured_run(dir.string(), std::nullopt, false);
-    FAIL("no error");
-  } catch (const InputError& e) {
+  {
+    const InputError e = read_error(dir);
     CHECK(e.where().line == 1);
     CHECK(e.where().field == "last_token_ts");
   }
@@ -156,10 +163,8 @@ TEST_CASE("measured run: a bad file is an error naming the file, line and field"
     out << R"({"request_id": "a", "input_toks": 1, "output_toks": 2, "arrival_time": 1, "queued_ts": 1, "scheduled_ts": 1, "first_token_ts": 2, "last_token_ts": 3})" "\n"
         << R"({"request_id": "b", "input_toks": 1, "output_toks": 2, "arrival_time": 1, "queued_ts": 1, "scheduled_ts": 1, "first_token_ts": null, "last_token_ts": 3})" "\n";
   }
-  try {
-    read_measured_run(dir.string(), std::nullopt, false);
-    FAIL("no error");
-  } catch (const InputError& e) {
+  {
+    const InputError e = read_error(dir);
     CHECK(e.where().line == 2);
     CHECK(e.where().field == "first_token_ts");
   }
@@ -167,10 +172,8 @@ TEST_CASE("measured run: a bad file is an error naming the file, line and field"
     std::ofstream out(dir / "requests.jsonl");
     out << R"({"request_id": "b", "input_toks": 1, "output_toks": 2, "arrival_time": null, "queued_ts": null, "scheduled_ts": null, "first_token_ts": null, "last_token_ts": null})" "\n";
   }
-  try {
-    read_measured_run(dir.string(), std::nullopt, false);
-    FAIL("no error");
-  } catch (const InputError& e) {
+  {
+    const InputError e = read_error(dir);
     CHECK_THAT(e.what(), Catch::Contains("no request carries timestamps"));
   }
   std::filesystem::copy(kData + "/tiny/run/requests.jsonl", dir / "requests.jsonl",
@@ -179,10 +182,8 @@ TEST_CASE("measured run: a bad file is an error naming the file, line and field"
     std::ofstream out(dir / "timeseries.csv");
     out << "t,prompt_throughput,gen_throughput,running,waiting,kv_cache_pct\n1.0,5,6,1.5,0,0\n";
   }
-  try {
-    read_measured_run(dir.string(), std::nullopt, false);
-    FAIL("no error");
-  } catch (const InputError& e) {
+  {
+    const InputError e = read_error(dir);
     CHECK(e.where().line == 2);
     CHECK(e.where().field == "running");
   }
@@ -191,10 +192,8 @@ TEST_CASE("measured run: a bad file is an error naming the file, line and field"
     std::ofstream out(dir / "timeseries.csv");
     out << "t,prompt_throughput,gen_throughput,running,waiting,kv_cache_pct\n1.0,5,6,1,0,50\n2.0,5,6,1,0,250\n";
   }
-  try {
-    read_measured_run(dir.string(), std::nullopt, false);
-    FAIL("no error");
-  } catch (const InputError& e) {
+  {
+    const InputError e = read_error(dir);
     CHECK(e.where().line == 3);
     CHECK(e.where().field == "kv_cache_pct");
   }
@@ -209,10 +208,8 @@ TEST_CASE("measured run: a bad file is an error naming the file, line and field"
   }
   std::filesystem::copy(kData + "/tiny/run/timeseries.csv", dir / "timeseries.csv",
                         std::filesystem::copy_options::overwrite_existing);
-  try {
-    read_measured_run(dir.string(), std::nullopt, false);
-    FAIL("no error");
-  } catch (const InputError& e) {
+  {
+    const InputError e = read_error(dir);
     CHECK(e.where().line == 4);
     CHECK(e.where().field == "arrival_time");
   }

@@ -19,6 +19,15 @@ namespace {
 
 const std::string kData = std::string(KVSIM_SOURCE_DIR) + "/tests/data/measured";
 
+// A copy of the tiny run in `base`/run, to edit; returns that folder.
+std::filesystem::path copy_tiny_run(const std::filesystem::path& base) {
+  const auto dir = base / "run";
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy(kData + "/tiny/run", dir,
+                        std::filesystem::copy_options::recursive | std::filesystem::copy_options::overwrite_existing);
+  return dir;
+}
+
 }  // namespace
 
 TEST_CASE("replay --per-request: one row per request, times worked out by hand") {
@@ -230,10 +239,8 @@ TEST_CASE("validate: measured against simulated for a hand-made run") {
 TEST_CASE("validate: with one-token outputs there is no TPOT, and it says n/a, not 0") {
   // TPOT needs two tokens (README: (last - first) / (output - 1)).
   const auto base = test::scratch_dir("validate-one-token");
-  std::filesystem::create_directories(base / "run");
+  copy_tiny_run(base);
   std::filesystem::create_directories(base / "workloads");
-  std::filesystem::copy(kData + "/tiny/run", base / "run",
-                        std::filesystem::copy_options::recursive | std::filesystem::copy_options::overwrite_existing);
   {
     std::ofstream(base / "run" / "requests.jsonl")
         << R"({"request_id": "a", "input_toks": 100, "output_toks": 1, "arrival_time": 1767225600.0, "queued_ts": 500.0, "scheduled_ts": 500.0, "first_token_ts": 500.1, "last_token_ts": 500.1})" "\n";
@@ -253,9 +260,7 @@ TEST_CASE("validate: with one-token outputs there is no TPOT, and it says n/a, n
 }
 
 TEST_CASE("validate: what it cannot map is an error naming the file and field") {
-  const auto dir = test::scratch_dir("validate-bad") / "run";
-  std::filesystem::create_directories(dir);
-  std::filesystem::copy(kData + "/tiny/run", dir, std::filesystem::copy_options::recursive | std::filesystem::copy_options::overwrite_existing);
+  const auto dir = copy_tiny_run(test::scratch_dir("validate-bad"));
   const std::string workload = kData + "/tiny/workloads/tiny.jsonl";
   // No peer_cluster_config.json: the GPU is unknown.
   auto r = test::run_cli({"validate", dir.string(), "--workload", workload});
@@ -306,10 +311,7 @@ TEST_CASE("validate: meta.json's engine settings are replayed, and the ones it c
   // step's 4,096 tokens hold a whole prompt of max_model_len, as vLLM then requires);
   // swap_space and a made-up key are neither modelled nor known to be harmless: named.
   const auto base = test::scratch_dir("validate-settings");
-  const auto dir = base / "run";
-  std::filesystem::create_directories(dir);
-  std::filesystem::copy(kData + "/tiny/run", dir,
-                        std::filesystem::copy_options::recursive | std::filesystem::copy_options::overwrite_existing);
+  const auto dir = copy_tiny_run(base);
   const std::string workload = kData + "/tiny/workloads/tiny.jsonl";
   const auto write_meta = [&](const std::string& extra) {
     std::ofstream(dir / "meta.json") << R"({"model": "meta-llama/Llama-3.1-8B", "vllm_version": "0.19.0",
@@ -530,10 +532,7 @@ TEST_CASE("validate: what vLLM resolved at start-up, as newer runs record it in 
   // (Llama-3.1-8B in bf16) = 629,145,600 bytes, of which 299 blocks, 627,048,448 bytes, are
   // handed out. It wins over the kv_cache_memory_bytes it was derived from.
   const auto base = test::scratch_dir("validate-resolved");
-  const auto dir = base / "run";
-  std::filesystem::create_directories(dir);
-  std::filesystem::copy(kData + "/tiny/run", dir,
-                        std::filesystem::copy_options::recursive | std::filesystem::copy_options::overwrite_existing);
+  const auto dir = copy_tiny_run(base);
   std::filesystem::remove(dir / "peer_cluster_config.json");
   const std::string workload = kData + "/tiny/workloads/tiny.jsonl";
   const auto write_meta = [&](const std::string& kwargs, const std::string& top, int dp = 1) {
@@ -681,10 +680,7 @@ TEST_CASE("validate: KV usage per tick as vLLM counts it, the pool less its null
   // Ticks at 25 ms (70%), 525 ms (20%, bench-0's cached blocks free) and 1 s (0%) against a
   // recorded 75, 20 and 0: MAE (5 + 0 + 0) / 3 = 5/3 percentage points.
   const auto base = test::scratch_dir("validate-kv-usage");
-  const auto dir = base / "run";
-  std::filesystem::create_directories(dir);
-  std::filesystem::copy(kData + "/tiny/run", dir,
-                        std::filesystem::copy_options::recursive | std::filesystem::copy_options::overwrite_existing);
+  const auto dir = copy_tiny_run(base);
   std::ofstream(dir / "meta.json") << R"({"model": "meta-llama/Llama-3.1-8B", "vllm_version": "0.19.0",
   "engine_kwargs": {"tensor_parallel_size": 1, "data_parallel_size": 1, "max_num_seqs": 128,
     "max_num_batched_tokens": 2048, "max_model_len": null},
@@ -731,10 +727,8 @@ TEST_CASE("validate: a request vLLM returned no metrics for is replayed but in n
   // measured, 10 ms simulated; makespan 0.95 s and 0.55 s (not bench-2's 0.72 s). The clocks'
   // mapping is over the two timed requests, so the ticks land as before: running MAE 2/3.
   const auto base = test::scratch_dir("validate-untimed");
-  std::filesystem::create_directories(base / "run");
+  copy_tiny_run(base);
   std::filesystem::create_directories(base / "workloads");
-  std::filesystem::copy(kData + "/tiny/run", base / "run",
-                        std::filesystem::copy_options::recursive | std::filesystem::copy_options::overwrite_existing);
   std::filesystem::copy(kData + "/tiny/workloads/tiny.jsonl", base / "workloads" / "tiny.jsonl");
   std::ofstream(base / "run" / "requests.jsonl", std::ios::app)
       << R"({"request_id": "bench-2", "input_toks": 20, "output_toks": 2, "arrival_time": null, "queued_ts": null, "scheduled_ts": null, "first_token_ts": null, "last_token_ts": null})" "\n";
@@ -766,10 +760,7 @@ TEST_CASE("validate: vLLM's admission rules follow the run's version and its res
   // 0.01. scheduler_reserve_full_isl (vllm#37307) is on by default in 0.19; engine_kwargs, else
   // the resolved scheduler_config, say otherwise. The policy line names what was replayed.
   const auto base = test::scratch_dir("validate-admission");
-  const auto dir = base / "run";
-  std::filesystem::create_directories(dir);
-  std::filesystem::copy(kData + "/tiny/run", dir,
-                        std::filesystem::copy_options::recursive | std::filesystem::copy_options::overwrite_existing);
+  const auto dir = copy_tiny_run(base);
   const std::string workload = kData + "/tiny/workloads/tiny.jsonl";
   const auto policy_line = [&](const std::string& version, const std::string& kwargs, const std::string& top) {
     std::ofstream(dir / "meta.json") << R"({"model": "meta-llama/Llama-3.1-8B", "vllm_version": ")" + version + R"(",
@@ -808,10 +799,7 @@ TEST_CASE("validate: another run's workload of the same size is refused, request
   // tiny's workload has prompts of 100 and 20 tokens; requests.jsonl's second says 21. (The
   // check sits in the replay calibrate shares; tiny is too short for calibrate to reach it.)
   const auto base = test::scratch_dir("validate-wrong-workload");
-  const auto dir = base / "run";
-  std::filesystem::create_directories(dir);
-  std::filesystem::copy(kData + "/tiny/run", dir,
-                        std::filesystem::copy_options::recursive | std::filesystem::copy_options::overwrite_existing);
+  const auto dir = copy_tiny_run(base);
   std::ifstream in(dir / "requests.jsonl");
   std::string first, second;
   std::getline(in, first);

@@ -422,7 +422,6 @@ ReplayPlan plan_replay(const po::variables_map& vm, bool open_trace_now) {
                      "paged:prefix-caching=on");
   }
   if (const auto n = option_text(vm, option_key(kOptReplicas))) plan.replicas = positive_integer(*n, kOptReplicas);
-  // Each replica is a whole engine and pool, simulated step by step, idle or not.
   if (plan.replicas > kMaxReplicas) {
     throw InputError(Location{"", 0, kOptReplicas},
                      fmt::format("at most {} replicas (each is a whole engine, simulated step by step), got {}",

@@ -382,21 +382,19 @@ RunReplay replay_run(po::variables_map vm, const MeasuredRun& run, const std::st
                      fmt::format("the workload has {} requests but {}/requests.jsonl has {}: not this run's workload",
                                  out.records.size(), run.dir, run.requests.size()));
   }
-  // Request by request, the workload's prompts are the run's: another run's workload of the
-  // same size would otherwise be scored without a word. (Outputs may legitimately differ: a
-  // request vLLM stopped early at max_model_len.)
   for (std::size_t k = 0; k < out.records.size(); ++k) {
     const MeasuredRequest& m = run.requests[k];
-    if (m.timed && out.records[k].prompt_tokens != m.input_tokens) {
+    if (!m.timed) continue;
+    // Request by request, the workload's prompts are the run's: another run's workload of the
+    // same size would otherwise be scored without a word. (Outputs may legitimately differ: a
+    // request vLLM stopped early at max_model_len.)
+    if (out.records[k].prompt_tokens != m.input_tokens) {
       throw InputError(Location{run.dir + "/requests.jsonl", m.line, "input_toks"},
                        fmt::format("{} prompt tokens, but request {} of the workload {} has {}: not this run's "
                                    "workload (give the one meta.json's dataset_path names)",
                                    m.input_tokens, k + 1, plan.trace_path, out.records[k].prompt_tokens));
     }
-  }
-  for (std::size_t k = 0; k < out.records.size(); ++k) {
-    if (!run.requests[k].timed) continue;
-    out.wall_offset_s += run.requests[k].arrival_time_s - static_cast<double>(out.records[k].arrival_ns) / 1e9;
+    out.wall_offset_s += m.arrival_time_s - static_cast<double>(out.records[k].arrival_ns) / 1e9;
   }
   out.wall_offset_s /= static_cast<double>(timed_requests(run));
   return out;

@@ -335,14 +335,18 @@ std::string merge_sweep_parts(const std::vector<std::string>& paths, SweepFileKi
   }
   // And every point whole: a sweep writes as many rows for each point (one per allocator), so
   // a point with fewer than the most any point has lost some.
-  std::vector<std::pair<std::size_t, std::size_t>> runs;  // [first, end) of each point's rows
+  const auto point_end = [&rows](std::size_t first) {  // past the rows of rows[first]'s point
+    std::size_t end = first;
+    while (end < rows.size() && rows[end].point == rows[first].point) ++end;
+    return end;
+  };
   std::size_t most = 0;
-  for (std::size_t i = 0, end = 0; i < rows.size(); i = end) {
-    for (end = i; end < rows.size() && rows[end].point == rows[i].point;) ++end;
-    runs.emplace_back(i, end);
-    most = std::max(most, end - i);
+  for (std::size_t first = 0, end = 0; first < rows.size(); first = end) {
+    end = point_end(first);
+    most = std::max(most, end - first);
   }
-  for (const auto& [first, end] : runs) {
+  for (std::size_t first = 0, end = 0; first < rows.size(); first = end) {
+    end = point_end(first);
     if (end - first == most) continue;
     const PartRow& r = rows[first];
     throw InputError(Location{paths[r.part], r.line, "point"},
