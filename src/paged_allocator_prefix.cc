@@ -81,6 +81,24 @@ std::int64_t PagedAllocator::cached_tokens(const AdmitInfo& info) const {
   return prefix_caching_ ? hit_blocks(info) * block_tokens_ : 0;
 }
 
+std::int64_t PagedAllocator::held_cached_bytes(const AdmitInfo& info) const {
+  if (!prefix_caching_) return 0;
+  // Only a block with a given identity can be another request's; a request's own blocks
+  // are its alone, and it holds none while it waits. A sliding group takes none of the
+  // hits behind its window (admit_cached).
+  const std::int64_t hits = hit_blocks(info);
+  const std::int64_t given =
+      std::min({hits, static_cast<std::int64_t>(info.prefix_hashes.size()), info.prompt_tokens / block_tokens_});
+  std::int64_t bytes = 0;
+  for (std::size_t g = 0; g < groups_.size(); ++g) {
+    for (std::int64_t k = droppable_blocks(g, hits * block_tokens_); k < given; ++k) {
+      const BlockId id = pool_.cached_block(g, info.prefix_hashes[static_cast<std::size_t>(k)]);
+      if (pool_.refs(g, id) > 0) bytes += pool_.block_bytes(g);
+    }
+  }
+  return bytes;
+}
+
 std::int64_t PagedAllocator::identify(RequestSlot slot, const Request& r, std::int64_t upto) {
   Prefix& p = prefixes_[slot];
   const std::int64_t s = shared_blocks(r);

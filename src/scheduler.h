@@ -72,9 +72,10 @@ class Scheduler {
 
   // Whether waiting request `t` may start now, holding `positions` positions per sequence
   // after its first chunk (prompt positions found cached, plus its whole remaining prefill
-  // or what the step's token budget leaves).
+  // or what the step's token budget leaves). `info` is what the allocator will be told at
+  // admission (with the prefix hashes, for Allocator::held_cached_bytes()).
   // The allocation itself may still fail after a yes.
-  virtual bool admits(const EngineView& engine, const Ticket& t, std::int64_t positions) = 0;
+  virtual bool admits(const EngineView& engine, const Ticket& t, const AdmitInfo& info, std::int64_t positions) = 0;
 
   // Whether the policy orders the waiting queue itself (order_queue()); asked once.
   virtual bool orders_queue() const { return false; }

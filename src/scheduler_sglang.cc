@@ -67,7 +67,7 @@ class SglangScheduler final : public Scheduler {
 
   void begin_admission() override { admitted_tokens_ = 0; }
 
-  bool admits(const EngineView& engine, const Ticket& t, std::int64_t positions) override {
+  bool admits(const EngineView& engine, const Ticket& t, const AdmitInfo&, std::int64_t positions) override {
     const std::int64_t free_bytes = engine.free_bytes();
     if (engine.running == 0) return chunk_bytes(engine, t, positions) <= free_bytes;  // nothing to estimate against
     // In token positions, as its token pool counts them.

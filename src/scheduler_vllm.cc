@@ -34,16 +34,25 @@ class VllmScheduler final : public Scheduler {
   }
   bool tracks_requests() const override { return false; }
 
-  bool admits(const EngineView& engine, const Ticket& t, std::int64_t positions) override {
+  bool admits(const EngineView& engine, const Ticket& t, const AdmitInfo& info, std::int64_t positions) override {
     // The blocks for this chunk, leaving the watermark free while others run (v0's
     // can_allocate; allocate_slots' watermark_blocks for WAITING and PREEMPTED requests).
     const std::int64_t room = engine.free_bytes() - (engine.running > 0 ? watermark_bytes_ : 0);
+    // Less the cache hits on blocks running requests hold, which take no free block:
+    // get_num_blocks_to_allocate (single_type_kv_cache_manager.py) counts the blocks at the
+    // length asked for, less the hits, plus only the hits nobody references (ref_cnt == 0,
+    // taken out of the free queue). Looked up only when the whole count does not fit.
+    std::int64_t held = -1;
+    const auto fits = [&](std::int64_t bytes) {
+      if (bytes <= room) return true;
+      if (held < 0) held = engine.allocator.held_cached_bytes(info);
+      return bytes - held <= room;
+    };
     // scheduler_reserve_full_isl: allocate_slots(full_sequence_must_fit=True) first asks for
     // the blocks of request.num_tokens (prompt and generated so far) and returns None, which
-    // stops admission, when they do not fit. Counted as the chunk is: every block at that
-    // length, a cache hit included.
-    if (reserve_full_isl_ && engine.allocator.peak_bytes(admit_info(t), t.prompt + t.base_generated) > room) return false;
-    return chunk_bytes(engine, t, positions) <= room;
+    // stops admission, when they do not fit.
+    if (reserve_full_isl_ && !fits(engine.allocator.peak_bytes(info, t.prompt + t.base_generated))) return false;
+    return fits(chunk_bytes(engine, t, positions));
   }
 
   std::uint32_t choose_victim(const EngineView& engine, std::uint32_t) const override {

@@ -300,3 +300,36 @@ TEST_CASE("prefix cache: a preempted request whose blocks were all evicted meanw
   CHECK(rep.end_ns == 154 * kMs);
   CHECK(rep.leak_free);
 }
+
+TEST_CASE("prefix cache: vLLM admits a request whose hits a running request holds without room for them") {
+  // 6 blocks of 16 (96 bytes), vLLM's policy, no watermark, 1 ms a step plus 1 ms a token
+  // computed. A (prompt 48 = h1 h2 h3, output 10) is admitted at step 0 (49 ms) and holds
+  // 49 + k positions after step k: 4 blocks until it ends after step 9. B (the same
+  // prompt, output 2, at 0.5 ms) finds h1 and h2 (its last token is computed, so 47 tokens
+  // are looked up: 2 full blocks), both A's. Its chunk, 16 tokens and its first sampled
+  // position, reaches position 49: 4 blocks, of which the 2 hits take no free block
+  // (get_num_blocks_to_allocate: blocks at the length, less the hits, plus the hits with
+  // ref_cnt 0): 2 new blocks against 6 - 4 = 2 free. So B starts at step 1 (49 ms, 1 + 16
+  // ms), samples its first token at 66 ms and its second at 67 ms; A's last 7 steps end at
+  // 74 ms. Counting every hit block as needing room (4 > 2), B would wait for A to end (58
+  // ms) and end at 76 ms.
+  ReplayOptions o = steps(1, 1);
+  o.memory.kv_budget_bytes = 96;
+  o.memory.watermark_ppb = 0;
+  const std::vector<Request> trace = {with_prefix("a", 0, 48, 10, {1, 2, 3}),
+                                      with_prefix("b", kMs / 2, 48, 2, {1, 2, 3})};
+  const auto check = [](const ReplayReport& rep) {
+    CHECK(rep.completed == 2);
+    CHECK(rep.preemptions == 0);
+    CHECK(rep.prefix_hit_tokens == 32);
+    CHECK(rep.ttft.max_ns == 66 * kMs - kMs / 2);  // B's
+    CHECK(rep.ttft.p50_ns == 49 * kMs);            // A's
+    CHECK(rep.end_ns == 74 * kMs);
+    CHECK(rep.allocated_bytes.peak == 96);  // A's 4 blocks and B's 2 own: the pool, full
+  };
+  SECTION("admitted on its chunk") { check(run(kCaching, trace, o).report); }
+  SECTION("and with the whole sequence required to fit: 3 blocks at 48 positions, 2 of them held") {
+    o.memory.reserve_full_isl = true;
+    check(run(kCaching, trace, o).report);
+  }
+}

@@ -172,6 +172,11 @@ class Allocator {
   // grow() continues from there. No side effects.
   virtual std::int64_t cached_tokens(const AdmitInfo& /*info*/) const { return 0; }
 
+  // Bytes of the blocks cached_tokens() would find that live requests reference now: an
+  // admission takes them without taking free room (vLLM's get_num_blocks_to_allocate counts
+  // only the hits nobody references). No side effects.
+  virtual std::int64_t held_cached_bytes(const AdmitInfo& /*info*/) const { return 0; }
+
   // Positions of layer group `group` that the live requests' footprints count more than
   // once: over the blocks that k >= 2 live requests reference, the sum of (k - 1) x block
   // positions. The pool holds sum(footprints.allocated) - shared_positions positions.
