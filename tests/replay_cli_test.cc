@@ -455,3 +455,34 @@ TEST_CASE("replay: under a budget the scheduler's limits default to vLLM's, chun
   CHECK(scheduler({"--no-chunked-prefill", "--max-model-len", "1024"}) ==
         "max batched tokens 2,048, chunked prefill off, max running 256");
 }
+
+TEST_CASE("replay: --vllm-version gives that version's scheduling defaults, and an option given wins") {
+  // vLLM 0.19 schedules asynchronously, captures CUDA graphs, keeps no watermark (v1, from
+  // 0.8) and admits a request only when its whole sequence's blocks fit
+  // (scheduler_reserve_full_isl): the four options given by hand must replay the same bytes.
+  const std::string trace = std::string(KVSIM_SOURCE_DIR) + "/traces/chat-mix.csv";
+  const auto replay = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args{"replay", trace, "--kv-budget", "1GiB", "--allocator", "paged", "--json"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const auto r = test::run_cli(args);
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+    return r.out;
+  };
+  const auto policy = [](const std::string& json) { return Json::parse(json)["runs"][0]["serving"]["policy"].get<std::string>(); };
+  const std::string v19 = replay({"--vllm-version", "0.19.0"});
+  CHECK(v19 == replay({"--async-scheduling", "on", "--cuda-graphs", "on", "--watermark", "0", "--reserve-full-isl", "on"}));
+  CHECK(policy(v19) == "vllm (recompute, whole sequence must fit, watermark 0)");
+  CHECK(policy(replay({})) == "vllm (recompute)");  // replay's own: v0's watermark of 0.01
+  const std::string v8 = replay({"--vllm-version", "0.8.5"});
+  CHECK(policy(v8) == "vllm (recompute, watermark 0)");
+  CHECK(v8 == replay({"--watermark", "0"}));  // nor asynchronous scheduling nor CUDA graphs before 0.19
+  CHECK(policy(replay({"--vllm-version", "0.19.1rc1", "--reserve-full-isl", "off"})) == "vllm (recompute, watermark 0)");
+  // Another policy keeps its own admission; the version still gives the step's settings.
+  const std::string sglang = replay({"--vllm-version", "0.19.0", "--policy", "sglang"});
+  CHECK(policy(sglang) == "sglang (retract)");
+  CHECK_THAT(Json::parse(sglang)["scheduler"].get<std::string>(), Catch::Contains("CUDA graphs up to 512 tokens"));
+  const auto bad = test::run_cli({"replay", trace, "--kv-budget", "1GiB", "--vllm-version", "v0.19"});
+  CHECK(bad.exit_code == 2);
+  CHECK_THAT(bad.err, Catch::Contains("--vllm-version: expected a version such as 0.19.0, got \"v0.19\""));
+}

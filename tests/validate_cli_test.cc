@@ -499,7 +499,7 @@ TEST_CASE("validate: a data-parallel run is two engines behind vLLM's router, th
   CHECK(a["latency"]["simulated"]["mean_s"].get<double>() == Approx(0.205));
   CHECK(a["kvsim"]["async_scheduling"] == true);
   CHECK_THAT(test::run_cli({"validate", "--help"}).out,
-             Catch::Contains("--async-scheduling on and --cuda-graphs on\n(off with enforce_eager)"));
+             Catch::Contains("--async-scheduling on and --cuda-graphs on (off with enforce_eager)"));
   // And with CUDA graphs up to min(2 x 128, 512, 2,048) = 256 tokens (vLLM's default, as
   // enforce_eager is not set); the constant cost has no token term for the padding to show in.
   CHECK(a["kvsim"]["cuda_graph_max_tokens"] == 256);

@@ -69,6 +69,7 @@ inline constexpr char kOptNoChunkedPrefill[] = "--no-chunked-prefill";
 inline constexpr char kOptMaxRunning[] = "--max-running";
 inline constexpr char kOptAsyncScheduling[] = "--async-scheduling";
 inline constexpr char kOptCudaGraphs[] = "--cuda-graphs";
+inline constexpr char kOptVllmVersion[] = "--vllm-version";  // that version's scheduling defaults
 inline constexpr char kOptDefaultMaxTokens[] = "--default-max-tokens";
 inline constexpr char kOptPolicy[] = "--policy";
 inline constexpr char kOptPreemption[] = "--preemption";

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <exception>
 #include <memory>
+#include <sstream>
 #include <thread>
 
 #include "cli.h"
@@ -142,6 +143,11 @@ po::options_description replay_option_descriptions(bool with_outputs, bool with_
        "above); the padding costs matmul time and reaches an MoE model's experts, and replicas that step "
        "together pad to the largest replica's size. 'kvsim validate' takes on for runs of vLLM 0.19 and "
        "later without enforce_eager")
+      (option_key(kOptVllmVersion), po::value<std::string>(),
+       "replay as that vLLM version (e.g. 0.19.0) schedules by default, for the options not given: "
+       "--async-scheduling and --cuda-graphs on from 0.19; with --policy vllm, --watermark 0 from 0.8 (v1) "
+       "and --reserve-full-isl on from 0.19. Without it replay's own defaults stand (vLLM v0's watermark, "
+       "everything else off). 'kvsim validate' takes the run's version")
       (option_key(kOptDefaultMaxTokens), po::value<std::string>(),
        "the generation limit planned for requests whose trace gives no max_tokens (default: their real "
        "output length)");
@@ -258,8 +264,18 @@ ReplayOptions replay_options_from(const po::variables_map& vm, const ModelChoice
   }
   ro.chunked_prefill = vm.count(option_key(kOptNoChunkedPrefill)) == 0;
   if (const auto r = option_text(vm, option_key(kOptMaxRunning))) ro.max_running = positive_integer(*r, kOptMaxRunning);
-  ro.async_scheduling = on_off(vm, kOptAsyncScheduling);
-  const bool graphs = on_off(vm, kOptCudaGraphs);
+  // --vllm-version: that version's defaults for the options the command line leaves out.
+  VllmDefaults version;
+  if (const auto v = option_text(vm, option_key(kOptVllmVersion))) {
+    const auto d = vllm_defaults(*v);
+    if (!d) throw InputError(Location{"", 0, kOptVllmVersion}, "expected a version such as 0.19.0, got \"" + *v + "\"");
+    version = *d;
+  }
+  const auto on_off_or = [&vm](const char* option, bool fallback) {
+    return vm[option_key(option)].defaulted() ? fallback : on_off(vm, option);
+  };
+  ro.async_scheduling = on_off_or(kOptAsyncScheduling, version.async_scheduling);
+  const bool graphs = on_off_or(kOptCudaGraphs, version.cuda_graphs);
   if (const auto d = option_text(vm, option_key(kOptDefaultMaxTokens))) {
     ro.default_max_tokens = positive_integer(*d, kOptDefaultMaxTokens);
   }
@@ -289,12 +305,14 @@ ReplayOptions replay_options_from(const po::variables_map& vm, const ModelChoice
   if (ro.memory.sglang_lpm && policy.name != "sglang") {
     throw InputError(Location{"", 0, kOptSchedulePolicy}, "applies to the sglang policy only (--policy sglang)");
   }
+  const bool vllm = policy.name == "vllm";
   ro.memory.watermark_ppb = parse_fraction_ppb(vm[option_key(kOptWatermark)].as<std::string>(), kOptWatermark);
-  if (!vm[option_key(kOptWatermark)].defaulted() && policy.name != "vllm") {
+  if (vm[option_key(kOptWatermark)].defaulted() && vllm && version.no_watermark) ro.memory.watermark_ppb = 0;
+  if (!vm[option_key(kOptWatermark)].defaulted() && !vllm) {
     throw InputError(Location{"", 0, kOptWatermark}, "applies to the vllm policy only (--policy vllm)");
   }
-  ro.memory.reserve_full_isl = on_off(vm, kOptReserveFullIsl);
-  if (!vm[option_key(kOptReserveFullIsl)].defaulted() && policy.name != "vllm") {
+  ro.memory.reserve_full_isl = on_off_or(kOptReserveFullIsl, vllm && version.reserve_full_isl);
+  if (!vm[option_key(kOptReserveFullIsl)].defaulted() && !vllm) {
     throw InputError(Location{"", 0, kOptReserveFullIsl}, "applies to the vllm policy only (--policy vllm)");
   }
   ro.memory.swap_bytes_per_second =
@@ -370,6 +388,20 @@ TraceOptions trace_options_for(const ReplayPlan& plan, const Allocator& allocato
   TraceOptions options = plan.trace;
   if (allocator.prefix_block_tokens() > 0) options.hash_block_tokens = allocator.prefix_block_tokens();
   return options;
+}
+
+std::optional<VllmDefaults> vllm_defaults(const std::string& version) {
+  int major = 0, minor = 0;
+  char dot = 0;
+  std::istringstream in(version);
+  if (!(in >> major >> dot >> minor) || dot != '.' || major < 0 || minor < 0) return std::nullopt;
+  const auto at_least = [&](int a, int b) { return major > a || (major == a && minor >= b); };
+  VllmDefaults d;
+  d.async_scheduling = at_least(0, 19);
+  d.cuda_graphs = at_least(0, 19);
+  d.no_watermark = at_least(0, 8);
+  d.reserve_full_isl = at_least(0, 19);
+  return d;
 }
 
 ReplayPlan plan_replay(const po::variables_map& vm, bool open_trace_now) {

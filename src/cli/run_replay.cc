@@ -42,18 +42,12 @@ void default_to(po::variables_map& vm, const char* key, const std::string& value
   vm.insert({key, po::variable_value(boost::any(value), false)});
 }
 
-// Whether a version string ("0.19.0", "0.19.1rc1") is major.minor or later; false when it
-// does not start with two numbers.
-bool vllm_at_least(const std::string& version, int major, int minor) {
-  int a = 0, b = 0;
-  char dot = 0;
-  std::istringstream in(version);
-  if (!(in >> a >> dot >> b) || dot != '.') return false;
-  return a > major || (a == major && b >= minor);
+// vLLM's defaults for the run's version, or --vllm-version's when given (none for a run
+// whose meta.json names no version, or one that is not a version).
+VllmDefaults run_vllm_defaults(const MeasuredRun& run, const po::variables_map& vm) {
+  const auto version = option_text(vm, option_key(kOptVllmVersion));
+  return vllm_defaults(version ? *version : run.vllm_version).value_or(VllmDefaults{});
 }
-
-// vLLM 0.19 and later capture CUDA graphs unless enforce_eager: the version whose code was read.
-bool run_graphs_by_default(const MeasuredRun& run) { return vllm_at_least(run.vllm_version, 0, 19) && !run.enforce_eager; }
 
 // The KV dtype meta.json implies (kvsim's --dtype), or nothing for the model's own:
 // kv_cache_dtype "auto" stores the KV cache in the model's dtype (vllm/config/cache.py).
@@ -206,7 +200,8 @@ StartupPool vllm_startup_pool(const po::variables_map& vm, const MeasuredRun& ru
 }  // namespace
 
 std::int64_t run_cuda_graph_max_tokens(const MeasuredRun& run, const po::variables_map& vm) {
-  const bool on = given(vm, option_key(kOptCudaGraphs)) ? on_off(vm, kOptCudaGraphs) : run_graphs_by_default(run);
+  const bool on = given(vm, option_key(kOptCudaGraphs)) ? on_off(vm, kOptCudaGraphs)
+                                                      : run_vllm_defaults(run, vm).cuda_graphs && !run.enforce_eager;
   return on ? cuda_graph_max_tokens(run.max_num_seqs, run.max_num_batched_tokens) : 0;
 }
 
@@ -242,27 +237,20 @@ std::string apply_run_settings(po::variables_map& vm, const MeasuredRun& run, co
   }
   default_to(vm, option_key(kOptTp), std::to_string(run.tensor_parallel));
   default_to(vm, option_key(kOptMaxRunning), std::to_string(run.max_num_seqs));
-  // vLLM 0.19 schedules asynchronously by default (vllm/config/vllm.py: async_scheduling None
-  // -> True; vllm/v1/engine/core.py step_with_batch_queue), the version whose code was read.
-  if (!run.vllm_version.empty() && !vllm_at_least(run.vllm_version, 0, 0)) {
-    throw InputError(Location{meta, 0, "vllm_version"},
-                     "\"" + run.vllm_version + "\" is not a version such as \"0.19.0\"");
+  // The run's vLLM version gives replay's --vllm-version (asynchronous scheduling, CUDA
+  // graphs, v1's admission rules; plan_replay applies it), unless the user gives another.
+  if (!run.vllm_version.empty()) {
+    if (!vllm_defaults(run.vllm_version)) {
+      throw InputError(Location{meta, 0, "vllm_version"},
+                       "\"" + run.vllm_version + "\" is not a version such as \"0.19.0\"");
+    }
+    default_to(vm, option_key(kOptVllmVersion), run.vllm_version);
   }
-  if (vllm_at_least(run.vllm_version, 0, 19)) default_to(vm, option_key(kOptAsyncScheduling), "on");
-  // Admission asks for the whole sequence's blocks (scheduler_reserve_full_isl, vllm#37307),
-  // on by default in 0.19 (its resolved scheduler_config records true), unless meta.json
-  // says otherwise.
+  // What meta.json records wins over the version's defaults: scheduler_reserve_full_isl set
+  // either way, and enforce_eager (no CUDA graphs).
   const bool vllm_policy = !given(vm, option_key(kOptPolicy)) || vm[option_key(kOptPolicy)].as<std::string>() == "vllm";
-  if (vllm_policy) {
-    default_to(vm, option_key(kOptReserveFullIsl),
-               run.reserve_full_isl.value_or(vllm_at_least(run.vllm_version, 0, 19)) ? "on" : "off");
-    // vLLM v1 (the default engine from 0.8) keeps no watermark free: 0.19's configs have
-    // none, and the one later versions added to allocate_slots defaults to 0.
-    if (vllm_at_least(run.vllm_version, 0, 8)) default_to(vm, option_key(kOptWatermark), "0");
-  }
-  // And runs every step that fits as a CUDA graph, unless enforce_eager (vllm/config/vllm.py
-  // _set_cudagraph_sizes; the compilation config's default cudagraph_mode is not NONE).
-  if (run_graphs_by_default(run)) default_to(vm, option_key(kOptCudaGraphs), "on");
+  if (vllm_policy && run.reserve_full_isl) default_to(vm, option_key(kOptReserveFullIsl), *run.reserve_full_isl ? "on" : "off");
+  if (run.enforce_eager) default_to(vm, option_key(kOptCudaGraphs), "off");
   default_to(vm, option_key(kOptMaxBatchedTokens), std::to_string(run.max_num_batched_tokens));
   if (run.max_model_len > 0) default_to(vm, option_key(kOptMaxModelLen), std::to_string(run.max_model_len));
   // vLLM's defaults unless meta.json says otherwise: 16-token blocks, prefix caching on,
