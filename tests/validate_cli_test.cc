@@ -816,3 +816,34 @@ TEST_CASE("validate: another run's workload of the same size is refused, request
                         Catch::Contains("has 20: not this run's workload"));
   std::filesystem::remove_all(base);
 }
+
+TEST_CASE("validate: every model and device its table maps to is a preset this kvsim has") {
+  // The table at the end of validate's help ("  NAME -> PRESET"), against 'kvsim models'
+  // and 'kvsim size --help''s device list: a row naming a missing preset would fail every
+  // run of that model or GPU.
+  const auto help = test::run_cli({"validate", "--help"});
+  REQUIRE(help.exit_code == 0);
+  const auto models = test::run_cli({"models"});
+  REQUIRE(models.exit_code == 0);
+  const auto devices = test::run_cli({"size", "--help"});
+  REQUIRE(devices.exit_code == 0);
+  std::istringstream lines(help.out.substr(help.out.find("meta.json's model -> --model")));
+  std::string line;
+  int model_rows = 0, device_rows = 0;
+  std::getline(lines, line);
+  while (std::getline(lines, line) && line.rfind("  ", 0) == 0 && line.find(" -> ") != std::string::npos) {
+    const auto arrow = line.find(" -> ");
+    std::string preset = line.substr(arrow + 4);
+    preset = preset.substr(0, preset.find(' '));
+    INFO(line);
+    if (line.find('/') != std::string::npos) {  // a Hub name: a model preset, first in its row
+      CHECK(models.out.find("\n" + preset + " ") != std::string::npos);
+      ++model_rows;
+    } else {
+      CHECK(devices.out.find(preset) != std::string::npos);
+      ++device_rows;
+    }
+  }
+  CHECK(model_rows == 14);  // the rows of src/cli/run_models.cc, all parsed
+  CHECK(device_rows == 7);
+}

@@ -8,9 +8,21 @@
 namespace kvsim::cli {
 namespace {
 
+// A preset serves every checkpoint of its geometry: base and instruction-tuned releases, and
+// the names the Hub gave them before (Meta-Llama-3.1-*).
 constexpr RunModelRow kModels[] = {
     {"meta-llama/Llama-3.1-8B", "llama-3.1-8b"},
     {"meta-llama/Llama-3.1-8B-Instruct", "llama-3.1-8b"},
+    {"meta-llama/Meta-Llama-3.1-8B", "llama-3.1-8b"},
+    {"meta-llama/Meta-Llama-3.1-8B-Instruct", "llama-3.1-8b"},
+    {"meta-llama/Llama-3.1-70B", "llama-3.1-70b"},
+    {"meta-llama/Llama-3.1-70B-Instruct", "llama-3.1-70b"},
+    {"meta-llama/Meta-Llama-3.1-70B", "llama-3.1-70b"},
+    {"meta-llama/Meta-Llama-3.1-70B-Instruct", "llama-3.1-70b"},
+    {"mistralai/Mistral-7B-v0.1", "mistral-7b-v0.1"},
+    {"Qwen/Qwen2.5-7B", "qwen2.5-7b"},
+    // The instruction-tuned release's config gives 32,768 positions, the base's 131,072.
+    {"Qwen/Qwen2.5-7B-Instruct", "qwen2.5-7b", 32768},
     {"Qwen/Qwen3-32B", "qwen3-32b"},
     // The preset is the 2507 release (262,144 positions); the original has 40,960.
     {"Qwen/Qwen3-30B-A3B", "qwen3-30b-a3b", 40960},
