@@ -24,12 +24,9 @@
 #include <memory>
 #include <vector>
 
-#include "hash_table.h"
+#include "block_index.h"
 
 namespace kvsim::detail {
-
-using BlockId = std::uint32_t;
-inline constexpr BlockId kNullBlock = 0xFFFFFFFFu;  // a table entry whose block was freed
 
 class BlockPool {
  public:
@@ -136,13 +133,15 @@ class BlockPool {
     bool hashed = false;
     bool queued = false;
     bool retired = false;                 // one_queue: its bytes went to another group
-    std::uint64_t freed_at = 0;           // one_queue: order of entering the queue
   };
+  // Read at random, one per block operation: half a cache line each.
+  static_assert(sizeof(CacheEntry) == 32);
   struct CacheGroup {
     std::vector<CacheEntry> entries;  // by id
+    std::vector<std::uint64_t> freed_at;  // one_queue, by id: order of entering the queue
     BlockId queue_head = kNullBlock;
     BlockId queue_tail = kNullBlock;
-    HashTable<BlockId> by_hash;  // the first block cached under a hash
+    BlockIndex by_hash;  // the first block cached under a hash
     std::int64_t shared_blocks = 0;
     std::vector<BlockId> retired;  // one_queue: ids whose bytes another group took
   };
@@ -159,6 +158,10 @@ class BlockPool {
   static void enqueue(CacheGroup& c, BlockId id);
   static void dequeue(CacheGroup& c, BlockId id);
   void evict(std::size_t group, BlockId id);
+  // by_hash's key of a block id: the hash the block is cached under.
+  static auto hash_of(const CacheGroup& c) {
+    return [&c](BlockId id) { return c.entries[id].hash; };
+  }
   void check_cache(std::size_t group, const std::vector<std::uint32_t>& expected_requests) const;
 
   std::vector<Group> groups_;

@@ -33,7 +33,7 @@ BlockId BlockPool::take_one_queue(std::size_t group) {
       const CacheGroup& q = cache_->groups[h];
       if (q.queue_head == kNullBlock) continue;
       if (from == groups_.size() ||
-          q.entries[q.queue_head].freed_at < cache_->groups[from].entries[cache_->groups[from].queue_head].freed_at) {
+          q.freed_at[q.queue_head] < cache_->groups[from].freed_at[cache_->groups[from].queue_head]) {
         from = h;
       }
     }
@@ -60,6 +60,7 @@ BlockId BlockPool::take_one_queue(std::size_t group) {
       id = static_cast<BlockId>(g.refs.size());
       g.refs.push_back(0);
       c.entries.emplace_back();
+      c.freed_at.push_back(0);
     }
     cache_->existing_bytes += g.block_bytes;
   }
@@ -110,7 +111,7 @@ void BlockPool::release_cached(std::size_t group, BlockId id) {
   if (hashed) evictable_bytes_ += g.block_bytes;
   // free_blocks: to the back of the queue, cached or not; unbounded, a cached block stays
   // out of it, as nothing is ever evicted.
-  c.entries[id].freed_at = cache_->next_freed_at++;
+  if (cache_->one_queue) c.freed_at[id] = cache_->next_freed_at++;
   if (capacity_bytes_ != 0 || !hashed) enqueue(c, id);
 }
 
@@ -137,10 +138,10 @@ void BlockPool::dequeue(CacheGroup& c, BlockId id) {
 void BlockPool::evict(std::size_t group, BlockId id) {
   CacheGroup& c = cache_->groups[group];
   CacheEntry& e = c.entries[id];
-  BlockId* const first = c.by_hash.find(e.hash);
+  BlockId* const first = c.by_hash.find(e.hash, hash_of(c));
   kvsim::check(first != nullptr, "block pool: a cached block is missing from the hash map");
   if (*first == id) {
-    if (e.next_same_hash == kNullBlock) c.by_hash.erase(e.hash);
+    if (e.next_same_hash == kNullBlock) c.by_hash.erase(e.hash, hash_of(c));
     else *first = e.next_same_hash;
   } else {
     BlockId at = *first;
@@ -155,7 +156,7 @@ void BlockPool::evict(std::size_t group, BlockId id) {
 
 BlockId BlockPool::cached_block(std::size_t group, std::uint64_t hash) const {
   const CacheGroup& c = cache_->groups[group];
-  const BlockId* const first = c.by_hash.find(hash);
+  const BlockId* const first = c.by_hash.find(hash, hash_of(c));
   return first == nullptr ? kNullBlock : *first;
 }
 
@@ -183,7 +184,7 @@ void BlockPool::cache_block(std::size_t group, BlockId id, std::uint64_t hash) {
   e.hash = hash;
   e.requests = 1;
   e.next_same_hash = kNullBlock;
-  const auto [first, inserted] = c.by_hash.try_emplace(hash, id);
+  const auto [first, inserted] = c.by_hash.try_emplace(hash, id, hash_of(c));
   if (!inserted) {
     // Two requests computed the same block: both stay cached, lookups find the first.
     BlockId at = *first;
@@ -203,7 +204,8 @@ void BlockPool::check_cache(std::size_t group, const std::vector<std::uint32_t>&
   const Group& g = groups_[group];
   const CacheGroup& c = cache_->groups[group];
   const std::size_t size = g.refs.size();
-  kvsim::check(c.entries.size() == size, "block pool: cache entries and blocks disagree");
+  kvsim::check(c.entries.size() == size && (!cache_->one_queue || c.freed_at.size() == size),
+               "block pool: cache entries and blocks disagree");
   kvsim::check(capacity_bytes_ == 0 || cache_->one_queue || static_cast<std::int64_t>(size) <= cache_->blocks_per_group,
                "block pool: more blocks than the budget holds");
   // The queue: well linked, free blocks only, each once.
@@ -219,7 +221,11 @@ void BlockPool::check_cache(std::size_t group, const std::vector<std::uint32_t>&
   kvsim::check(prev == c.queue_tail, "block pool: the free queue's tail is wrong");
   // The map: each entry a chain of blocks carrying its hash, every cached block in one.
   std::vector<char> in_map(size, 0);
-  c.by_hash.for_each([&](std::uint64_t hash, BlockId first) {
+  c.by_hash.for_each([&](BlockId first) {
+    kvsim::check(first < size, "block pool: the hash map holds an unknown block");
+    const std::uint64_t hash = c.entries[first].hash;
+    const BlockId* const found = c.by_hash.find(hash, hash_of(c));
+    kvsim::check(found != nullptr && *found == first, "block pool: a hash map entry is not found under its block's hash");
     for (BlockId id = first; id != kNullBlock; id = c.entries[id].next_same_hash) {
       kvsim::check(id < size && in_map[id] == 0, "block pool: the hash map holds an unknown block, or one twice");
       kvsim::check(c.entries[id].hashed && c.entries[id].hash == hash,

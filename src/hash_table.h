@@ -1,7 +1,8 @@
 // An open-addressing hash map from 64-bit keys (prefix-block hashes) to small values.
 //
-// The prefix cache looks up, inserts and erases one key per block: hundreds of millions of
-// operations on a long trace. std::unordered_map allocates a node per key, and a profile of
+// The engine's count of live prefix blocks looks up, inserts and erases one key per block:
+// hundreds of millions of operations on a long trace (the block pool's own map is the
+// smaller src/block_index.h, which reads the rest of a key from the pool). std::unordered_map allocates a node per key, and a profile of
 // a 50,000-request prefix-caching replay spent a fifth of its time in malloc and free for
 // those nodes alone (bench/README.md). Here the slots are one array, probed linearly,
 // at most half full, and erasing shifts the run that follows back (no tombstones), so a
