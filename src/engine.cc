@@ -375,7 +375,7 @@ void Engine::drop_prefix(std::uint32_t slot) {
   const auto& hashes = prefix_of_[f.ticket];
   for (; f.held_prefix > 0; --f.held_prefix) {
     const std::uint64_t hash = hashes[static_cast<std::size_t>(f.held_prefix - 1)];
-    std::int64_t* const count = live_prefix_.find(hash);
+    std::uint32_t* const count = live_prefix_.find(hash);
     if (--*count > 0) --shared_prefix_blocks_;
     else live_prefix_.erase(hash);
   }

@@ -372,7 +372,7 @@ class Engine {
   // ticket's prefix hashes at that size, and how many running requests hold each hash.
   std::int64_t prefix_block_ = 0;
   std::vector<std::vector<std::uint64_t>> prefix_of_;  // by ticket
-  HashTable<std::int64_t> live_prefix_;
+  HashTable<std::uint32_t> live_prefix_;  // holders: at most the live requests (32-bit slots)
   std::int64_t shared_prefix_blocks_ = 0;  // sum over live hashes of (holders - 1)
   struct WindowKept {
     std::int64_t sum = 0;                // positions kept, over the holders
