@@ -68,7 +68,7 @@ class PagedAllocator final : public Allocator {
   std::int64_t peak_bytes(const AdmitInfo& info, std::int64_t tokens) const override;
   std::int64_t prefix_block_tokens() const override { return prefix_caching_ ? block_tokens_ : 0; }
   std::int64_t cached_tokens(const AdmitInfo& info) const override;
-  std::int64_t held_cached_bytes(const AdmitInfo& info) const override;
+  std::int64_t roomless_hit_bytes(const AdmitInfo& info) const override;
   std::int64_t shared_positions(std::size_t group) const override {
     return pool_.shared_blocks(group) * block_tokens_;
   }

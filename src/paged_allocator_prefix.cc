@@ -81,17 +81,19 @@ std::int64_t PagedAllocator::cached_tokens(const AdmitInfo& info) const {
   return prefix_caching_ ? hit_blocks(info) * block_tokens_ : 0;
 }
 
-std::int64_t PagedAllocator::held_cached_bytes(const AdmitInfo& info) const {
+std::int64_t PagedAllocator::roomless_hit_bytes(const AdmitInfo& info) const {
   if (!prefix_caching_) return 0;
-  // Only a block with a given identity can be another request's; a request's own blocks
-  // are its alone, and it holds none while it waits. A sliding group takes none of the
-  // hits behind its window (admit_cached).
+  // A sliding group takes none of the hits wholly behind its window (admit_cached: null in
+  // its table). Of the others, only a block with a given identity can be another request's;
+  // a request's own blocks are its alone, and it holds none while it waits.
   const std::int64_t hits = hit_blocks(info);
   const std::int64_t given =
       std::min({hits, static_cast<std::int64_t>(info.prefix_hashes.size()), info.prompt_tokens / block_tokens_});
   std::int64_t bytes = 0;
   for (std::size_t g = 0; g < groups_.size(); ++g) {
-    for (std::int64_t k = droppable_blocks(g, hits * block_tokens_); k < given; ++k) {
+    const std::int64_t skipped = std::min(droppable_blocks(g, hits * block_tokens_), hits);
+    bytes += skipped * pool_.block_bytes(g);
+    for (std::int64_t k = skipped; k < given; ++k) {
       const BlockId id = pool_.cached_block(g, info.prefix_hashes[static_cast<std::size_t>(k)]);
       if (pool_.refs(g, id) > 0) bytes += pool_.block_bytes(g);
     }

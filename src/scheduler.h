@@ -73,7 +73,7 @@ class Scheduler {
   // Whether waiting request `t` may start now, holding `positions` positions per sequence
   // after its first chunk (prompt positions found cached, plus its whole remaining prefill
   // or what the step's token budget leaves). `info` is what the allocator will be told at
-  // admission (with the prefix hashes, for Allocator::held_cached_bytes()).
+  // admission (with the prefix hashes, for Allocator::roomless_hit_bytes()).
   // The allocation itself may still fail after a yes.
   virtual bool admits(const EngineView& engine, const Ticket& t, const AdmitInfo& info, std::int64_t positions) = 0;
 

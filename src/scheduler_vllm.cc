@@ -38,15 +38,16 @@ class VllmScheduler final : public Scheduler {
     // The blocks for this chunk, leaving the watermark free while others run (v0's
     // can_allocate; allocate_slots' watermark_blocks for WAITING and PREEMPTED requests).
     const std::int64_t room = engine.free_bytes() - (engine.running > 0 ? watermark_bytes_ : 0);
-    // Less the cache hits on blocks running requests hold, which take no free block:
-    // get_num_blocks_to_allocate (single_type_kv_cache_manager.py) counts the blocks at the
-    // length asked for, less the hits, plus only the hits nobody references (ref_cnt == 0,
-    // taken out of the free queue). Looked up only when the whole count does not fit.
-    std::int64_t held = -1;
+    // Less the cache hits that take no free block: get_num_blocks_to_allocate
+    // (single_type_kv_cache_manager.py) counts the blocks at the length asked for, less the
+    // hits, plus only the hits nobody references (ref_cnt == 0, taken out of the free
+    // queue), and a sliding-window group's hits behind the window not at all (null blocks).
+    // Looked up only when the whole count does not fit.
+    std::int64_t roomless = -1;
     const auto fits = [&](std::int64_t bytes) {
       if (bytes <= room) return true;
-      if (held < 0) held = engine.allocator.held_cached_bytes(info);
-      return bytes - held <= room;
+      if (roomless < 0) roomless = engine.allocator.roomless_hit_bytes(info);
+      return bytes - roomless <= room;
     };
     // scheduler_reserve_full_isl: allocate_slots(full_sequence_must_fit=True) first asks for
     // the blocks of request.num_tokens (prompt and generated so far) and returns None, which

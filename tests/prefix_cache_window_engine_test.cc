@@ -102,3 +102,25 @@ TEST_CASE("window prefix sharing: the radix cache at page 16 holds and counts wh
   CHECK(r.rows[16].allocated_bytes == 96);
   CHECK(r.report.leak_free);
 }
+
+TEST_CASE("window prefix sharing: vLLM's admission needs no room for hits behind the window") {
+  // 6 blocks of 16 (96 bytes), W = 40, 32 tokens a step, vLLM's policy, no watermark. A
+  // (prompt 96 = h1..h6, output 1) prefills in three chunks, its window freeing what falls
+  // behind, and leaves its 6 prompt blocks cached. B (the same prompt, at 100 ms, alone)
+  // finds 5 blocks, 80 tokens (at most floor(95 / 16)); blocks 0 and 1 lie wholly before
+  // 80 - 40 + 1 = 41, so its sliding group takes null there. Its one chunk (16 tokens and
+  // its first sampled position) reaches 97 positions, 7 blocks, 112 bytes, of which the 2
+  // behind the window take no room (get_num_blocks_to_allocate): 80 bytes of 96. Counted
+  // whole, 112 > 96 with nothing else running, B would be refused as never fitting.
+  ReplayOptions o = sliding_steps();
+  o.memory.kv_budget_bytes = 96;
+  o.memory.watermark_ppb = 0;
+  o.max_batched_tokens = 32;
+  const std::vector<std::uint64_t> h = {1, 2, 3, 4, 5, 6};
+  const auto r = test::replay_under_budget("sliding-window:block=16,prefix-caching=on",
+                                           {with_prefix("a", 0, 96, 1, h), with_prefix("b", 100 * kMs, 96, 1, h)}, o);
+  CHECK(r.report.completed == 2);
+  CHECK(r.report.rejected_too_large == 0);
+  CHECK(r.report.prefix_hit_tokens == 80);
+  CHECK(r.report.leak_free);
+}

@@ -482,7 +482,12 @@ TEST_CASE("replay: --vllm-version gives that version's scheduling defaults, and 
   const std::string sglang = replay({"--vllm-version", "0.19.0", "--policy", "sglang"});
   CHECK(policy(sglang) == "sglang (retract)");
   CHECK_THAT(Json::parse(sglang)["scheduler"].get<std::string>(), Catch::Contains("CUDA graphs up to 512 tokens"));
-  const auto bad = test::run_cli({"replay", trace, "--kv-budget", "1GiB", "--vllm-version", "v0.19"});
-  CHECK(bad.exit_code == 2);
-  CHECK_THAT(bad.err, Catch::Contains("--vllm-version: expected a version such as 0.19.0, got \"v0.19\""));
+  CHECK(policy(replay({"--vllm-version", "0.19+cu128"})) == policy(v19));
+  CHECK(policy(replay({"--vllm-version", "0.19.0.dev20"})) == policy(v19));
+  for (const char* version : {"v0.19", " 0.19", "+0.19", "-1.5", "1", "0.", "0.19garbage", "0.19-1"}) {
+    const auto bad = test::run_cli({"replay", trace, "--kv-budget", "1GiB", "--vllm-version", version});
+    INFO(version);
+    CHECK(bad.exit_code == 2);
+    CHECK_THAT(bad.err, Catch::Contains("--vllm-version: expected a version such as 0.19.0, got \"" + std::string(version) + "\""));
+  }
 }

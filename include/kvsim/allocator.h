@@ -172,10 +172,12 @@ class Allocator {
   // grow() continues from there. No side effects.
   virtual std::int64_t cached_tokens(const AdmitInfo& /*info*/) const { return 0; }
 
-  // Bytes of the blocks cached_tokens() would find that live requests reference now: an
-  // admission takes them without taking free room (vLLM's get_num_blocks_to_allocate counts
-  // only the hits nobody references). No side effects.
-  virtual std::int64_t held_cached_bytes(const AdmitInfo& /*info*/) const { return 0; }
+  // Bytes of the blocks cached_tokens() would find that an admission takes without taking
+  // free room: those live requests reference now, and on a sliding-window group those wholly
+  // behind the window, which the request never holds (vLLM's get_num_blocks_to_allocate
+  // counts only the hits nobody references, and of a sliding group's only those it keeps).
+  // No side effects.
+  virtual std::int64_t roomless_hit_bytes(const AdmitInfo& /*info*/) const { return 0; }
 
   // Positions of layer group `group` that the live requests' footprints count more than
   // once: over the blocks that k >= 2 live requests reference, the sum of (k - 1) x block

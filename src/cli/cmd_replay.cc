@@ -8,11 +8,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <exception>
 #include <memory>
-#include <sstream>
 #include <thread>
 
 #include "cli.h"
@@ -144,10 +145,10 @@ po::options_description replay_option_descriptions(bool with_outputs, bool with_
        "together pad to the largest replica's size. 'kvsim validate' takes on for runs of vLLM 0.19 and "
        "later without enforce_eager")
       (option_key(kOptVllmVersion), po::value<std::string>(),
-       "replay as that vLLM version (e.g. 0.19.0) schedules by default, for the options not given: "
-       "--async-scheduling and --cuda-graphs on from 0.19; with --policy vllm, --watermark 0 from 0.8 (v1) "
-       "and --reserve-full-isl on from 0.19. Without it replay's own defaults stand (vLLM v0's watermark, "
-       "everything else off). 'kvsim validate' takes the run's version")
+       "that vLLM version's defaults (e.g. 0.19.0), for the options not given, as read from vLLM 0.19's code: "
+       "--async-scheduling and --cuda-graphs on from 0.19 (kvsim models them as 0.19 runs them); with --policy "
+       "vllm, --watermark 0 from 0.8 (v1) and --reserve-full-isl on from 0.19. Without it replay's own defaults "
+       "stand (vLLM v0's watermark, everything else off). 'kvsim validate' takes the run's version")
       (option_key(kOptDefaultMaxTokens), po::value<std::string>(),
        "the generation limit planned for requests whose trace gives no max_tokens (default: their real "
        "output length)");
@@ -265,9 +266,9 @@ ReplayOptions replay_options_from(const po::variables_map& vm, const ModelChoice
   ro.chunked_prefill = vm.count(option_key(kOptNoChunkedPrefill)) == 0;
   if (const auto r = option_text(vm, option_key(kOptMaxRunning))) ro.max_running = positive_integer(*r, kOptMaxRunning);
   // --vllm-version: that version's defaults for the options the command line leaves out.
-  VllmDefaults version;
+  VllmVersionDefaults version;
   if (const auto v = option_text(vm, option_key(kOptVllmVersion))) {
-    const auto d = vllm_defaults(*v);
+    const auto d = vllm_version_defaults(*v);
     if (!d) throw InputError(Location{"", 0, kOptVllmVersion}, "expected a version such as 0.19.0, got \"" + *v + "\"");
     version = *d;
   }
@@ -390,13 +391,28 @@ TraceOptions trace_options_for(const ReplayPlan& plan, const Allocator& allocato
   return options;
 }
 
-std::optional<VllmDefaults> vllm_defaults(const std::string& version) {
+std::optional<VllmVersionDefaults> vllm_version_defaults(const std::string& version) {
+  const char* at = version.data();
+  const char* const end = at + version.size();
+  const auto number = [&](int& out) {  // digits only: no sign, no space
+    if (at == end || std::isdigit(static_cast<unsigned char>(*at)) == 0) return false;
+    const auto [next, error] = std::from_chars(at, end, out);
+    at = next;
+    return error == std::errc{};
+  };
   int major = 0, minor = 0;
-  char dot = 0;
-  std::istringstream in(version);
-  if (!(in >> major >> dot >> minor) || dot != '.' || major < 0 || minor < 0) return std::nullopt;
+  if (!number(major) || at == end || *at++ != '.' || !number(minor)) return std::nullopt;
+  // A pre-release or post-release tag (PEP 440's a, b, rc, dev, post) and its number.
+  for (const std::string_view tag : {"rc", "a", "b", "dev", "post"}) {
+    if (std::string_view(at, static_cast<std::size_t>(end - at)).starts_with(tag)) {
+      at += tag.size();
+      while (at != end && std::isdigit(static_cast<unsigned char>(*at)) != 0) ++at;
+      break;
+    }
+  }
+  if (at != end && *at != '.' && *at != '+') return std::nullopt;
   const auto at_least = [&](int a, int b) { return major > a || (major == a && minor >= b); };
-  VllmDefaults d;
+  VllmVersionDefaults d;
   d.async_scheduling = at_least(0, 19);
   d.cuda_graphs = at_least(0, 19);
   d.no_watermark = at_least(0, 8);

@@ -54,16 +54,19 @@ std::string budget_description(const Budget& b, std::string_view direct_source =
 // InputError for a model without experts or fewer than 2 replicas.
 std::int64_t expert_parallel_ranks(const po::variables_map& vm, const ModelChoice& choice);
 
-// What a vLLM version does by default in the settings replay's options model: for
-// --vllm-version, and for kvsim validate, which takes the run's version from meta.json.
-struct VllmDefaults {
+// The defaults of a vLLM version for the settings replay's options model: for --vllm-version,
+// and for kvsim validate, which takes the run's version from meta.json. Read from vLLM
+// 0.19's code; a setting whose model follows that code (the CUDA graphs' sizes and padding,
+// asynchronous scheduling) is on from 0.19 only, as kvsim does not model earlier releases'.
+struct VllmVersionDefaults {
   bool async_scheduling = false;  // from 0.19 (vllm/config/vllm.py: async_scheduling None -> True)
-  bool cuda_graphs = false;       // from 0.19, unless enforce_eager (the version whose code was read)
+  bool cuda_graphs = false;       // from 0.19 (validate: off when meta.json sets enforce_eager)
   bool no_watermark = false;      // from 0.8, v1's default engine: no watermark through 0.19
   bool reserve_full_isl = false;  // from 0.19: scheduler_reserve_full_isl (vllm#37307)
 };
-// `version` ("0.19.0", "0.19.1rc1") must start with two numbers: nullopt otherwise.
-std::optional<VllmDefaults> vllm_defaults(const std::string& version);
+// `version` is MAJOR.MINOR, then nothing, or ".PATCH", a pre-release ("rc1") or a local
+// label ("+cu128"): "0.19", "0.19.0", "0.19.1rc1". nullopt otherwise.
+std::optional<VllmVersionDefaults> vllm_version_defaults(const std::string& version);
 
 // Every option `kvsim replay` declares (the trace is the hidden positional "trace").
 // Without `with_outputs`, those that shape one replay's output (--json, --csv, --timeline,

@@ -44,9 +44,9 @@ void default_to(po::variables_map& vm, const char* key, const std::string& value
 
 // vLLM's defaults for the run's version, or --vllm-version's when given (none for a run
 // whose meta.json names no version, or one that is not a version).
-VllmDefaults run_vllm_defaults(const MeasuredRun& run, const po::variables_map& vm) {
+VllmVersionDefaults run_vllm_version_defaults(const MeasuredRun& run, const po::variables_map& vm) {
   const auto version = option_text(vm, option_key(kOptVllmVersion));
-  return vllm_defaults(version ? *version : run.vllm_version).value_or(VllmDefaults{});
+  return vllm_version_defaults(version ? *version : run.vllm_version).value_or(VllmVersionDefaults{});
 }
 
 // The KV dtype meta.json implies (kvsim's --dtype), or nothing for the model's own:
@@ -201,7 +201,7 @@ StartupPool vllm_startup_pool(const po::variables_map& vm, const MeasuredRun& ru
 
 std::int64_t run_cuda_graph_max_tokens(const MeasuredRun& run, const po::variables_map& vm) {
   const bool on = given(vm, option_key(kOptCudaGraphs)) ? on_off(vm, kOptCudaGraphs)
-                                                      : run_vllm_defaults(run, vm).cuda_graphs && !run.enforce_eager;
+                                                      : run_vllm_version_defaults(run, vm).cuda_graphs && !run.enforce_eager;
   return on ? cuda_graph_max_tokens(run.max_num_seqs, run.max_num_batched_tokens) : 0;
 }
 
@@ -240,7 +240,7 @@ std::string apply_run_settings(po::variables_map& vm, const MeasuredRun& run, co
   // The run's vLLM version gives replay's --vllm-version (asynchronous scheduling, CUDA
   // graphs, v1's admission rules; plan_replay applies it), unless the user gives another.
   if (!run.vllm_version.empty()) {
-    if (!vllm_defaults(run.vllm_version)) {
+    if (!vllm_version_defaults(run.vllm_version)) {
       throw InputError(Location{meta, 0, "vllm_version"},
                        "\"" + run.vllm_version + "\" is not a version such as \"0.19.0\"");
     }
