@@ -2,9 +2,10 @@
 //
 // The engine's count of live prefix blocks looks up, inserts and erases one key per block:
 // hundreds of millions of operations on a long trace (the block pool's own map is the
-// smaller src/block_index.h, which reads the rest of a key from the pool). std::unordered_map allocates a node per key, and a profile of
-// a 50,000-request prefix-caching replay spent a fifth of its time in malloc and free for
-// those nodes alone (bench/README.md). Here the slots are one array, probed linearly,
+// smaller src/block_index.h, which reads the rest of a key from the pool).
+// std::unordered_map allocates a node per key, and a profile of a 50,000-request
+// prefix-caching replay spent a fifth of its time in malloc and free for those nodes alone
+// (bench/README.md). Here the slots are one array, probed linearly,
 // at most half full, and erasing shifts the run that follows back (no tombstones), so a
 // lookup touches one or two cache lines and nothing is allocated except when the table
 // doubles. Keys may be any 64-bit value; they are mixed (Fibonacci hashing) before use, as

@@ -6,6 +6,8 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <string>
+#include <vector>
 
 #include "cli_util.h"
 #include "trace_test_util.h"
@@ -23,6 +25,18 @@ const Json* run_named(const Json& doc, const std::string& allocator) {
     if (run["allocator"] == allocator) return &run;
   }
   return nullptr;
+}
+
+// The bundled chat mix through paged under a budget of `budget`, with `extra` options: the
+// JSON printed (the run must succeed).
+std::string chat_mix_json(const std::string& budget, const std::vector<std::string>& extra) {
+  std::vector<std::string> args{"replay", std::string(KVSIM_SOURCE_DIR) + "/traces/chat-mix.csv",
+                                "--kv-budget", budget, "--allocator", "paged", "--json"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  const auto r = test::run_cli(args);
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  return r.out;
 }
 
 }  // namespace
@@ -442,13 +456,8 @@ TEST_CASE("replay: policy options without a budget are a usage error") {
 TEST_CASE("replay: under a budget the scheduler's limits default to vLLM's, chunked prefill or not") {
   // vLLM's SchedulerConfig: 8192 batched tokens with chunked prefill; without it,
   // max(max_model_len, 2048): 131,072 for Llama-3.1-8B, 2,048 for a 1,024-token limit.
-  const std::string trace = std::string(KVSIM_SOURCE_DIR) + "/traces/chat-mix.csv";
-  const auto scheduler = [&](std::vector<std::string> extra) {
-    std::vector<std::string> args{"replay", trace, "--kv-budget", "10GiB", "--allocator", "paged", "--json"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    const auto r = test::run_cli(args);
-    REQUIRE(r.exit_code == 0);
-    return Json::parse(r.out)["scheduler"].get<std::string>();
+  const auto scheduler = [](const std::vector<std::string>& extra) {
+    return Json::parse(chat_mix_json("10GiB", extra))["scheduler"].get<std::string>();
   };
   CHECK(scheduler({}) == "max batched tokens 8,192, chunked prefill on, max running 256");
   CHECK(scheduler({"--no-chunked-prefill"}) == "max batched tokens 131,072, chunked prefill off, max running 256");
@@ -461,14 +470,7 @@ TEST_CASE("replay: --vllm-version gives that version's scheduling defaults, and 
   // 0.8) and admits a request only when its whole sequence's blocks fit
   // (scheduler_reserve_full_isl): the four options given by hand must replay the same bytes.
   const std::string trace = std::string(KVSIM_SOURCE_DIR) + "/traces/chat-mix.csv";
-  const auto replay = [&](std::vector<std::string> extra) {
-    std::vector<std::string> args{"replay", trace, "--kv-budget", "1GiB", "--allocator", "paged", "--json"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    const auto r = test::run_cli(args);
-    INFO(r.err);
-    REQUIRE(r.exit_code == 0);
-    return r.out;
-  };
+  const auto replay = [](const std::vector<std::string>& extra) { return chat_mix_json("1GiB", extra); };
   const auto policy = [](const std::string& json) { return Json::parse(json)["runs"][0]["serving"]["policy"].get<std::string>(); };
   const std::string v19 = replay({"--vllm-version", "0.19.0"});
   CHECK(v19 == replay({"--async-scheduling", "on", "--cuda-graphs", "on", "--watermark", "0", "--reserve-full-isl", "on"}));
