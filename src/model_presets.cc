@@ -105,6 +105,63 @@ const PresetRow kPresets[] = {
      .max_position_embeddings = 131072,
      .weight_dtype = "bfloat16",
      .parameter_count = 7'615'616'512},
+    // meta-llama/Llama-3.2-3B: head_dim 128 is its own field (24 heads x 128 = 3072 = hidden);
+    // the LM head is the embedding's table ("tie_word_embeddings": true). Its weights are
+    // estimated from the config: 3,212,749,824, which the Hub's 3.21B matches (Llama has no
+    // biases and no per-head norms, so the estimate leaves nothing out).
+    {.name = "llama-3.2-3b",
+     .source = "meta-llama/Llama-3.2-3B config.json",
+     .num_hidden_layers = 28,
+     .num_attention_heads = 24,
+     .num_key_value_heads = 8,
+     .head_dim = 128,
+     .hidden_size = 3072,
+     .intermediate_size = 8192,
+     .vocab_size = 128256,
+     .max_position_embeddings = 131072,
+     .tie_word_embeddings = true,
+     .weight_dtype = "bfloat16"},
+    // The dense Qwen3 models below have head_dim 128 as their own field, no sliding window
+    // ("use_sliding_window": false, "sliding_window": null) and 40,960 positions. Their
+    // weights are estimated from the config, leaving out the per-head q_norm/k_norm vectors
+    // (256 parameters a layer), as for Qwen3-32B.
+    // Qwen/Qwen3-4B: the LM head is the embedding's table ("tie_word_embeddings": true).
+    {.name = "qwen3-4b",
+     .source = "Qwen/Qwen3-4B config.json",
+     .num_hidden_layers = 36,
+     .num_attention_heads = 32,
+     .num_key_value_heads = 8,
+     .head_dim = 128,
+     .hidden_size = 2560,
+     .intermediate_size = 9728,
+     .vocab_size = 151936,
+     .max_position_embeddings = 40960,
+     .tie_word_embeddings = true,
+     .weight_dtype = "bfloat16"},
+    // Qwen/Qwen3-8B: an LM head of its own (the Hub's 8.19B).
+    {.name = "qwen3-8b",
+     .source = "Qwen/Qwen3-8B config.json",
+     .num_hidden_layers = 36,
+     .num_attention_heads = 32,
+     .num_key_value_heads = 8,
+     .head_dim = 128,
+     .hidden_size = 4096,
+     .intermediate_size = 12288,
+     .vocab_size = 151936,
+     .max_position_embeddings = 40960,
+     .weight_dtype = "bfloat16"},
+    // Qwen/Qwen3-14B: an LM head of its own.
+    {.name = "qwen3-14b",
+     .source = "Qwen/Qwen3-14B config.json",
+     .num_hidden_layers = 40,
+     .num_attention_heads = 40,
+     .num_key_value_heads = 8,
+     .head_dim = 128,
+     .hidden_size = 5120,
+     .intermediate_size = 17408,
+     .vocab_size = 151936,
+     .max_position_embeddings = 40960,
+     .weight_dtype = "bfloat16"},
     // Qwen/Qwen3-32B: head_dim 128 is its own field (64 heads x 128 = 8192, not hidden 5120);
     // no sliding window ("use_sliding_window": false). No exact safetensors total is quoted
     // here, so the weights are estimated from the config (32,762,106,880; the Hub says 32.8B;

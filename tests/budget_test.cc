@@ -219,6 +219,16 @@ TEST_CASE("parameter estimates reproduce the published counts of dense models") 
   const std::int64_t phi_layer = 4 * 3072LL * 3072 + 3 * 3072LL * 8192 + 2 * 3072;
   CHECK(estimate_parameter_count(find_model_preset("phi-3-mini-4k")) == 2 * 32064LL * 3072 + 3072 + 32 * phi_layer);
   CHECK(estimate_parameter_count(find_model_preset("phi-3-mini-4k")) == 3'821'079'552);
+  // Llama-3.2-3B, its LM head tied to the embedding: 28 layers of q and o 3072x3072, k and v
+  // 3072x1024, MLP 3 x 3072x8192 and two norms, then the final norm: 3,212,749,824, the
+  // Hub's 3.21B.
+  const std::int64_t llama3b_layer = 2 * 3072LL * 3072 + 2 * 3072LL * 1024 + 3 * 3072LL * 8192 + 2 * 3072;
+  CHECK(estimate_parameter_count(find_model_preset("llama-3.2-3b")) == 128256LL * 3072 + 3072 + 28 * llama3b_layer);
+  CHECK(128256LL * 3072 + 3072 + 28 * llama3b_layer == 3'212'749'824);
+  // Qwen3-8B, an LM head of its own: q and o 4096x4096, k and v 4096x1024, MLP 3 x
+  // 4096x12288 and two norms a layer (36), without the q_norm/k_norm vectors (2 x 128 a layer).
+  const std::int64_t qwen8b_layer = 2 * 4096LL * 4096 + 2 * 4096LL * 1024 + 3 * 4096LL * 12288 + 2 * 4096;
+  CHECK(estimate_parameter_count(find_model_preset("qwen3-8b")) == 2 * 151936LL * 4096 + 4096 + 36 * qwen8b_layer);
   // Qwen2.5-7B without its QKV biases (28 layers x (3,584 + 2 x 512)): 129,024 short.
   CHECK(estimate_parameter_count(find_model_preset("qwen2.5-7b")) == 7'615'616'512 - 28 * (3584 + 1024));
 

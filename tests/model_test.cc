@@ -72,6 +72,11 @@ TEST_CASE("presets: bytes per token in bf16 from their configs") {
   REQUIRE(qwen.groups.size() == 1);
   CHECK(qwen.groups[0].window_tokens == 0);
   CHECK(qwen.bytes_per_token() == 28 * 4 * 256 * 2);  // 57,344
+  // Llama-3.2-3B: 28 x 8 KV heads x 256 x 2; the dense Qwen3s: 36, 36 and 40 layers x 8 x 256 x 2
+  CHECK(kv_layout(find_model_preset("llama-3.2-3b"), bf16).bytes_per_token() == 28 * 8 * 256 * 2);  // 114,688
+  CHECK(kv_layout(find_model_preset("qwen3-4b"), bf16).bytes_per_token() == 36 * 8 * 256 * 2);      // 147,456
+  CHECK(kv_layout(find_model_preset("qwen3-8b"), bf16).bytes_per_token() == 36 * 8 * 256 * 2);
+  CHECK(kv_layout(find_model_preset("qwen3-14b"), bf16).bytes_per_token() == 40 * 8 * 256 * 2);     // 163,840
   // Phi-3-mini-4k: MHA, 32 KV heads of 96: 32 x 32 x 192 x 2, all sliding 2047
   const KvLayout phi = kv_layout(find_model_preset("phi-3-mini-4k"), bf16);
   CHECK(phi.bytes_per_token() == 32 * 32 * 192 * 2);
@@ -259,7 +264,7 @@ TEST_CASE("default KV dtype follows torch_dtype, else bf16") {
 
 TEST_CASE("presets are found case-insensitively and unknown names list the known ones") {
   CHECK(find_model_preset("Gemma-3-27B").name == "gemma-3-27b");
-  CHECK(model_presets().size() == 11);
+  CHECK(model_presets().size() == 15);
   CHECK_THROWS_WITH(find_model_preset("llama-4"), Catch::Contains("llama-3.1-8b") && Catch::Contains("--model"));
   for (const auto& m : model_presets()) {
     CHECK_FALSE(m.source.empty());

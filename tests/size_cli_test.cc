@@ -237,7 +237,7 @@ TEST_CASE("kvsim models lists the presets") {
   r = run_cli({"models", "--json"});
   REQUIRE(r.exit_code == 0);
   const auto doc = nlohmann::json::parse(r.out);
-  REQUIRE(doc.size() == 11);
+  REQUIRE(doc.size() == 15);
   CHECK(doc[0]["name"] == "llama-3.1-8b");
   CHECK(doc[0]["bf16_bytes_per_token"].get<std::int64_t>() == 131'072);
   for (const auto& m : doc) {

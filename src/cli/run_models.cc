@@ -19,10 +19,17 @@ constexpr RunModelRow kModels[] = {
     {"meta-llama/Llama-3.1-70B-Instruct", "llama-3.1-70b"},
     {"meta-llama/Meta-Llama-3.1-70B", "llama-3.1-70b"},
     {"meta-llama/Meta-Llama-3.1-70B-Instruct", "llama-3.1-70b"},
+    // Llama 3.3 70B has 3.1 70B's geometry and positions.
+    {"meta-llama/Llama-3.3-70B-Instruct", "llama-3.1-70b"},
+    {"meta-llama/Llama-3.2-3B", "llama-3.2-3b"},
+    {"meta-llama/Llama-3.2-3B-Instruct", "llama-3.2-3b"},
     {"mistralai/Mistral-7B-v0.1", "mistral-7b-v0.1"},
     {"Qwen/Qwen2.5-7B", "qwen2.5-7b"},
     // The instruction-tuned release's config gives 32,768 positions, the base's 131,072.
     {"Qwen/Qwen2.5-7B-Instruct", "qwen2.5-7b", 32768},
+    {"Qwen/Qwen3-4B", "qwen3-4b"},
+    {"Qwen/Qwen3-8B", "qwen3-8b"},
+    {"Qwen/Qwen3-14B", "qwen3-14b"},
     {"Qwen/Qwen3-32B", "qwen3-32b"},
     // The preset is the 2507 release (262,144 positions); the original has 40,960.
     {"Qwen/Qwen3-30B-A3B", "qwen3-30b-a3b", 40960},
