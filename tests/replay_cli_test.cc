@@ -292,6 +292,49 @@ TEST_CASE("replay: the peak's time is trace time in every output, nothing measur
   CHECK_THAT(r.out, Catch::Contains("TTFT p50 / p99, s") && Catch::Contains("n/a"));
 }
 
+TEST_CASE("replay: a hit rate over nothing looked up is n/a, null and an empty cell, never 0%") {
+  // Two identical 15-token prompts, the second after the first has finished. A 16-token block
+  // never fills, so paged caching queries no full block: its block hit rate is undefined, and
+  // its token rate is 0 of 30 (vLLM counts every prompt token as queried). SGLang's radix
+  // tree at page 1 finds the second prompt's first 14 tokens (the last is always computed):
+  // 14 of 30 tokens. Neither run preempts, so no rate after preemption exists.
+  std::string ids = "[";
+  for (int i = 1; i <= 15; ++i) ids += std::to_string(i) + (i < 15 ? "," : "]");
+  const std::string trace = test::write_file(
+      "short-prompts.jsonl",
+      "{\"input_toks\": 15, \"output_toks\": 2, \"arrival_time_ns\": 0, \"input_tok_ids\": " + ids + "}\n" +
+          "{\"input_toks\": 15, \"output_toks\": 2, \"arrival_time_ns\": 1000000000, \"input_tok_ids\": " + ids +
+          "}\n");
+  const std::string csv = test::scratch_path("short-prompts.csv");
+  const auto r = test::run_cli({"replay", trace, "--allocator", "paged:block=16,prefix-caching=on,radix:page=1",
+                                "--device", "RTX-4090", "--json", "--csv", csv});
+  REQUIRE(r.exit_code == 0);
+  const Json doc = Json::parse(r.out);
+  REQUIRE(doc["runs"].size() == 2);
+  const Json& paged = doc["runs"][0]["prefix_cache"];
+  CHECK(paged["queried_tokens"] == 30);
+  CHECK(paged["hit_tokens"] == 0);
+  CHECK(paged["hit_rate"] == 0.0);
+  CHECK(paged["queried_blocks"] == 0);
+  CHECK(paged["block_hit_rate"].is_null());
+  CHECK(paged["preempted_hit_rate"].is_null());
+  const Json& radix = doc["runs"][1]["prefix_cache"];
+  CHECK(radix["queried_tokens"] == 30);
+  CHECK(radix["hit_tokens"] == 14);
+  CHECK(radix["hit_rate"] == 14.0 / 30.0);
+  CHECK(radix["queried_blocks"] == 30);
+  CHECK(radix["block_hit_rate"] == 14.0 / 30.0);
+  CHECK(radix["preempted_hit_rate"].is_null());
+  // The table says n/a for paged's block rate; the CSV's hit rates are 0 and 14/30.
+  const auto table = test::run_cli({"replay", trace, "--allocator", "paged:block=16,prefix-caching=on",
+                                    "--device", "RTX-4090"});
+  REQUIRE(table.exit_code == 0);
+  const auto row = table.out.find("hit rate, full blocks");
+  REQUIRE(row != std::string::npos);
+  CHECK(table.out.substr(row, table.out.find('\n', row) - row).find("n/a") != std::string::npos);
+  CHECK_THAT(test::slurp(csv), Catch::Contains(",0.000000,") && Catch::Contains(",0.466667,"));
+}
+
 TEST_CASE("replay: the same run twice, and in parallel or not, gives the same bytes") {
   const std::string trace = std::string(KVSIM_SOURCE_DIR) + "/traces/chat-mix.csv";
   const std::string timeline_a = test::scratch_path("timeline-a.csv");

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "kvsim/units.h"
@@ -347,14 +348,21 @@ bool any_sharing(const std::vector<ReplayReport>& reports) {
   return std::any_of(reports.begin(), reports.end(), [](const ReplayReport& r) { return r.prefix_block_tokens > 0; });
 }
 
-double ratio(std::int64_t part, std::int64_t whole) {
-  return whole > 0 ? static_cast<double>(part) / static_cast<double>(whole) : 0.0;
+// A hit rate is undefined when nothing was looked up (prompts shorter than a block, a run
+// without preemption): shown as n/a, null in JSON, an empty CSV cell, never as 0%.
+std::optional<double> ratio(std::int64_t part, std::int64_t whole) {
+  if (whole <= 0) return std::nullopt;
+  return static_cast<double>(part) / static_cast<double>(whole);
 }
-double hit_rate(const ReplayReport& r) { return ratio(r.prefix_hit_tokens, r.prefix_queried_tokens); }
-double block_hit_rate(const ReplayReport& r) { return ratio(r.prefix_hit_blocks, r.prefix_queried_blocks); }
-double preempted_hit_rate(const ReplayReport& r) {
+std::optional<double> hit_rate(const ReplayReport& r) { return ratio(r.prefix_hit_tokens, r.prefix_queried_tokens); }
+std::optional<double> block_hit_rate(const ReplayReport& r) {
+  return ratio(r.prefix_hit_blocks, r.prefix_queried_blocks);
+}
+std::optional<double> preempted_hit_rate(const ReplayReport& r) {
   return ratio(r.prefix_preempted_hit_tokens, r.prefix_preempted_queried_tokens);
 }
+std::string percent_or_na(std::optional<double> rate) { return rate ? percent(*rate) : std::string("n/a"); }
+Json number_or_null(std::optional<double> rate) { return rate ? Json(*rate) : Json(nullptr); }
 
 // Sharing prompt blocks across requests; only when an allocator does.
 void prefix_cache_rows(RunColumns& t) {
@@ -362,8 +370,8 @@ void prefix_cache_rows(RunColumns& t) {
   t.row("  block, tokens", [](const ReplayReport& r) {
     return r.prefix_block_tokens > 0 ? with_commas(r.prefix_block_tokens) : std::string("off");
   });
-  t.row("  hit rate (tokens found / looked up)", [](const ReplayReport& r) { return percent(hit_rate(r)); });
-  t.row("  hit rate, full blocks", [](const ReplayReport& r) { return percent(block_hit_rate(r)); });
+  t.row("  hit rate (tokens found / looked up)", [](const ReplayReport& r) { return percent_or_na(hit_rate(r)); });
+  t.row("  hit rate, full blocks", [](const ReplayReport& r) { return percent_or_na(block_hit_rate(r)); });
   t.row("  prompt tokens not computed", [](const ReplayReport& r) { return with_commas(r.prefix_hit_tokens); });
   t.row("  after preemption: tokens found / looked up", [](const ReplayReport& r) {
     return with_commas(r.prefix_preempted_hit_tokens) + " / " + with_commas(r.prefix_preempted_queried_tokens);
@@ -508,13 +516,13 @@ nlohmann::ordered_json replay_run_json(const ReplayReport& r, bool placement) {
     run["prefix_cache"] = Json{{"block_tokens", r.prefix_block_tokens},
                                {"queried_tokens", r.prefix_queried_tokens},
                                {"hit_tokens", r.prefix_hit_tokens},
-                               {"hit_rate", hit_rate(r)},
+                               {"hit_rate", number_or_null(hit_rate(r))},
                                {"queried_blocks", r.prefix_queried_blocks},
                                {"hit_blocks", r.prefix_hit_blocks},
-                               {"block_hit_rate", block_hit_rate(r)},
+                               {"block_hit_rate", number_or_null(block_hit_rate(r))},
                                {"preempted_queried_tokens", r.prefix_preempted_queried_tokens},
                                {"preempted_hit_tokens", r.prefix_preempted_hit_tokens},
-                               {"preempted_hit_rate", preempted_hit_rate(r)},
+                               {"preempted_hit_rate", number_or_null(preempted_hit_rate(r))},
                                {"evicted_bytes", r.evicted_bytes},
                                {"evictable_bytes", occupancy_json(r.evictable_bytes, "bytes")}};
   }
@@ -668,7 +676,10 @@ std::vector<std::pair<const char*, Cell>> csv_columns(const CsvShape& shape) {
         {"prefix_block_tokens", integer(&ReplayReport::prefix_block_tokens)},
         {"prefix_queried_tokens", integer(&ReplayReport::prefix_queried_tokens)},
         {"prefix_hit_tokens", integer(&ReplayReport::prefix_hit_tokens)},
-        {"prefix_hit_rate", decimal([](const ReplayReport& r) { return hit_rate(r); }, 6)},
+        {"prefix_hit_rate", [](const ReplayReport& r) {
+           const auto rate = hit_rate(r);
+           return rate ? fmt::format("{:.6f}", *rate) : std::string();
+         }},
         {"prefix_queried_blocks", integer(&ReplayReport::prefix_queried_blocks)},
         {"prefix_hit_blocks", integer(&ReplayReport::prefix_hit_blocks)},
         {"prefix_preempted_queried_tokens", integer(&ReplayReport::prefix_preempted_queried_tokens)},
