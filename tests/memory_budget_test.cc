@@ -2,6 +2,7 @@
 // on schedules worked out by hand. Layouts of one byte per position make bytes and slots the
 // same number; blocks are 16 positions.
 #include <catch2/catch.hpp>
+#include <map>
 
 #include "kvsim/replay.h"
 #include "test_support.h"
@@ -109,6 +110,97 @@ TEST_CASE("budget: vLLM preempts the newest, reserve admits fewer, SGLang retrac
     // 50 ms + 2 ns, B at 58 ms + 5 ns.
     CHECK(r.report.e2e.p50_ns == 50 * kMs + 2);
     CHECK(r.report.e2e.max_ns == 58 * kMs + 5);
+  }
+}
+
+TEST_CASE("budget: vLLM's preemptions under pressure, one victim a step, each counted once") {
+  // 10 blocks, no watermark. a, b, c, d (prompt 16, output 40) start at step 0 in that order,
+  // 17 positions (2 blocks) each: 8 blocks, 2 free. At step k each holds 17 + k positions.
+  // - Step 16 (33 positions): a and b take the 2 free blocks; c finds none and preempts the
+  //   newest running request, d (16 generated: 32 positions to recompute), then takes one of
+  //   d's 2 blocks. 9 blocks held, 1 free; no admission in a step that preempted.
+  // - d waits: back with 33 positions it needs 3 blocks, 1 is free.
+  // - Step 32 (49 positions): a takes the free block; b finds none and preempts c, now the
+  //   newest (32 generated: 48 positions), and takes one of its 3 blocks. 8 held, 2 free.
+  //   c is back at the front of the queue and needs 4 blocks, so FCFS holds d behind it.
+  // - a and b produce token 40 at step 39 (56 positions, 4 blocks) and leave at 40 ms.
+  // - Step 40: c (48 + 1 positions, 4 blocks) and d (32 + 1, 3 blocks) are admitted
+  //   together. c's token 40 comes at step 47 (48 ms), d's at step 63 (64 ms).
+  std::vector<Request> trace;
+  for (const char* id : {"a", "b", "c", "d"}) trace.push_back(test::request(id, 0, 16, 40));
+  ReplayOptions o = budget_of(10 * 16, Policy::vllm);
+  o.memory.watermark_ppb = 0;
+  const auto r = run("paged:block=16", trace, o);
+  const ReplayReport& rep = r.report;
+  CHECK(rep.completed == 4);
+  CHECK(rep.preemptions == 2);
+  CHECK(rep.preempted_requests == 2);
+  CHECK(rep.max_preemptions_per_request == 1);
+  CHECK(rep.recomputed_tokens == 32 + 48);
+  CHECK(rep.allocated_bytes.peak == 10 * 16);
+  CHECK(rep.end_ns == 64 * kMs);
+  CHECK(rep.leak_free);
+  std::map<std::string, std::pair<std::int64_t, std::int64_t>> finished;  // id -> (finish, preemptions)
+  for (const RequestRecord& rec : r.records) finished[rec.id] = {rec.finish_ns, rec.preemptions};
+  CHECK(finished["a"] == std::pair<std::int64_t, std::int64_t>{40 * kMs, 0});
+  CHECK(finished["b"] == std::pair<std::int64_t, std::int64_t>{40 * kMs, 0});
+  CHECK(finished["c"] == std::pair<std::int64_t, std::int64_t>{48 * kMs, 1});
+  CHECK(finished["d"] == std::pair<std::int64_t, std::int64_t>{64 * kMs, 1});
+  // The recomputations happen in step 40, the one that starts at 40 ms.
+  std::int64_t recomputed_at_40 = 0;
+  std::int64_t recomputed_elsewhere = 0;
+  for (const TimelineRow& row : r.rows) {
+    (row.time_ns == 40 * kMs ? recomputed_at_40 : recomputed_elsewhere) += row.recomputed_tokens;
+  }
+  CHECK(recomputed_at_40 == 80);
+  CHECK(recomputed_elsewhere == 0);
+}
+
+TEST_CASE("budget: a request of two samples is preempted whole and resumes with both") {
+  // 7 blocks, no watermark. a (prompt 40, output 20) holds 41 + k positions at step k: 3
+  // blocks, its 4th at step 8. b (prompt 16, output 20, n = 2) shares its one full prompt
+  // block and each sample owns the block past it: 17 + k positions per sample, 3 blocks. At
+  // step 16 both samples need a block and none is free: b, the newest, preempts itself
+  // (16 tokens generated per sample). Back, it needs 1 + 2 x 2 = 5 blocks with 3 free, so it
+  // waits for a, which produces token 20 at step 19 and leaves at 20 ms. b returns at step
+  // 20 with 16 + 16 + 1 positions per sample (80 bytes) and produces token 20 at step 23.
+  Request b = test::request("b", 0, 16, 20);
+  b.n = 2;
+  const std::vector<Request> trace = {test::request("a", 0, 40, 20), b};
+  ReplayOptions o = budget_of(7 * 16, Policy::vllm);
+  o.memory.watermark_ppb = 0;
+  const auto held_at = [](const test::BudgetRun& r, std::int64_t t) {
+    for (const TimelineRow& row : r.rows) {
+      if (row.time_ns == t) return row.allocated_bytes;
+    }
+    return std::int64_t{-1};
+  };
+
+  SECTION("by recompute: the prompt once and each sample's 16 tokens again") {
+    const auto r = run("paged:block=16", trace, o);
+    CHECK(r.report.completed == 2);
+    CHECK(r.report.preemptions == 1);
+    CHECK(r.report.recomputed_tokens == 16 + 2 * 16);
+    CHECK(r.report.generated_tokens == 20 + 2 * 20);
+    CHECK(r.report.ttft.max_ns == 1 * kMs);  // both first tokens before the preemption
+    CHECK(r.report.end_ns == 24 * kMs);
+    CHECK(held_at(r, 20 * kMs) == 80);
+    CHECK(r.report.leak_free);
+  }
+  SECTION("by swapping: 3 blocks out, 5 in, each transfer lengthening its step") {
+    // 48 bytes out at 25 GB/s take 1.92 ns and 80 in 3.2 ns, each rounded up to the
+    // nanosecond: a leaves 2 ns late, and b's last step ends 2 + 4 ns late.
+    o.memory.preemption = Preemption::swap;
+    o.memory.swap_bytes_per_second = 25'000'000'000;
+    const auto r = run("paged:block=16", trace, o);
+    CHECK(r.report.completed == 2);
+    CHECK(r.report.preemptions == 1);
+    CHECK(r.report.swapped_out_bytes == 48);
+    CHECK(r.report.swapped_in_bytes == 80);
+    CHECK(r.report.recomputed_tokens == 0);
+    CHECK(r.report.e2e.p50_ns == 20 * kMs + 2);
+    CHECK(r.report.end_ns == 24 * kMs + 6);
+    CHECK(r.report.leak_free);
   }
 }
 
