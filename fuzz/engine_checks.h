@@ -114,9 +114,11 @@ inline EngineCase decode_engine_case(const std::uint8_t* data, std::size_t size)
     const std::int64_t unit = 1 + in.below(4096);
     o.memory.kv_budget_bytes = unit * (1 + in.below(64));
   }
-  static const Policy kPolicies[] = {Policy::vllm, Policy::reserve, Policy::sglang, Policy{"max-utilization"}};
-  o.memory.policy = kPolicies[in.below(4)];
-  if (o.memory.policy == Policy::vllm && in.flip()) o.memory.preemption = Preemption::swap;
+  // Every registered policy, any added later included.
+  const auto known = policies();
+  const PolicyInfo& policy = known[in.below(static_cast<std::uint32_t>(known.size()))];
+  o.memory.policy = Policy{std::string(policy.name)};
+  if (policy.supports_swap && in.flip()) o.memory.preemption = Preemption::swap;
   o.memory.watermark_ppb = in.flip() ? 0 : in.below(500) * 1'000'000;
   o.memory.swap_bytes_per_second = in.flip() ? 1 + in.below(1000) : 25'000'000'000;
   o.max_batched_tokens = in.flip() ? 0 : 1 + in.below(600);
