@@ -35,6 +35,12 @@ BlockId BlockPool::take(std::size_t group) {
 }
 
 void BlockPool::take_many(std::size_t group, std::int64_t count, std::vector<BlockId>& out) {
+  // One request's blocks of one group must have ids (checked before creating any: a prompt
+  // of 2^40 tokens would otherwise allocate ids until the host runs out of memory).
+  if (count >= static_cast<std::int64_t>(kNullBlock)) {
+    throw InputError("paged: a request needs " + std::to_string(count) +
+                     " blocks of one layer group at once, more than block ids can number (2^32 - 1)");
+  }
   if (cache_) [[unlikely]] {
     for (std::int64_t i = 0; i < count; ++i) out.push_back(take_cached(group));
     return;
@@ -54,7 +60,11 @@ void BlockPool::take_many(std::size_t group, std::int64_t count, std::vector<Blo
     g.refs.push_back(1);
   }
   g.live += count;
-  allocated_bytes_ += count * g.block_bytes;
+  std::int64_t bytes = 0;
+  if (__builtin_mul_overflow(count, g.block_bytes, &bytes) ||
+      __builtin_add_overflow(allocated_bytes_, bytes, &allocated_bytes_)) {
+    throw InputError("paged: the bytes of the blocks in use overflow 64 bits");
+  }
   high_water_bytes_ = std::max(high_water_bytes_, allocated_bytes_);
 }
 

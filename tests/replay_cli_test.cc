@@ -441,6 +441,28 @@ TEST_CASE("replay: help, usage errors and input errors") {
   CHECK(r.exit_code == 1);
   CHECK_THAT(r.err, Catch::Contains("bad.csv:2") && Catch::Contains("prompt_tokens") && Catch::Contains("12x"));
   CHECK(r.out.empty());  // no numbers from a bad trace
+
+  // Absurd sizes are input errors, never wrapped numbers or a host out of memory: four
+  // 110-token requests in blocks (or pages) of 2^45 positions at Llama's 131,072 bytes each
+  // (2^62 bytes a block, 2^64 for four), and one prompt of 2^40 - 1 tokens: 2^36 blocks of
+  // 16, more than 32-bit block ids number.
+  const std::string four = test::write_file(
+      "four.csv", "id,arrival,prompt_tokens,output_tokens\n1,0,100,10\n2,0,100,10\n3,0,100,10\n4,0,100,10\n");
+  for (const char* spec : {"paged:block=35184372088832", "sliding-window:block=35184372088832",
+                           "radix:page=35184372088832"}) {
+    INFO(spec);
+    r = test::run_cli({"replay", four, "--quiet", "--allocator", spec});
+    CHECK(r.exit_code == 1);
+    CHECK_THAT(r.err, Catch::Contains("overflow"));
+    CHECK(r.out.empty());
+  }
+  const std::string huge = test::write_file("huge.csv", "id,arrival,prompt_tokens,output_tokens\n1,0,1099511627775,1\n");
+  for (const char* spec : {"paged", "paged:prefix-caching=on", "sliding-window"}) {
+    INFO(spec);
+    r = test::run_cli({"replay", huge, "--quiet", "--allocator", spec, "--max-model-len", "2199023255552"});
+    CHECK(r.exit_code == 1);
+    CHECK_THAT(r.err, Catch::Contains("68719476736 blocks"));
+  }
 }
 
 TEST_CASE("replay: Azure 2023 conversation trace through the four allocators") {
