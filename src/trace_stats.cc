@@ -170,8 +170,10 @@ std::string format_trace_stats(const TraceStats& s) {
   };
   line("requests", with_commas(s.requests));
   line("duration", fixed(static_cast<double>(s.duration_ns) / 1e9, 3) + " s (first to last arrival)");
-  line("rate", fixed(s.rate_per_s, 3) + " requests/s (1 / mean inter-arrival gap)");
-  line("inter-arrival CV", fixed(s.interarrival_cv, 3) + " (1 for Poisson arrivals, above 1 for bursts)");
+  const std::string at_once = "n/a (every arrival at one instant)";
+  line("rate", s.rate_per_s ? fixed(*s.rate_per_s, 3) + " requests/s (1 / mean inter-arrival gap)" : at_once);
+  line("inter-arrival CV", s.interarrival_cv ? fixed(*s.interarrival_cv, 3) + " (1 for Poisson arrivals, above 1 for bursts)"
+                                             : at_once);
   out += fmt::format("{:<18} {:>10} {:>8} {:>8} {:>8} {:>8} {:>8}\n", "lengths (tokens)", "mean", "min", "p50", "p90",
                      "p99", "max");
   for (const auto& [name, l] : {std::pair{"  prompt", &s.prompt_tokens}, std::pair{"  output", &s.output_tokens}}) {
@@ -210,8 +212,8 @@ std::string trace_stats_json(const TraceStats& s) {
   j["first_arrival_ns"] = s.first_arrival_ns;
   j["last_arrival_ns"] = s.last_arrival_ns;
   j["duration_ns"] = s.duration_ns;
-  j["rate_per_s"] = s.rate_per_s;
-  j["interarrival_cv"] = s.interarrival_cv;
+  j["rate_per_s"] = s.rate_per_s ? json(*s.rate_per_s) : json(nullptr);
+  j["interarrival_cv"] = s.interarrival_cv ? json(*s.interarrival_cv) : json(nullptr);
   j["prompt_tokens"] = lengths(s.prompt_tokens);
   j["output_tokens"] = lengths(s.output_tokens);
   j["percentiles"] = "nearest-rank";

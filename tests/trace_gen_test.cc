@@ -126,16 +126,16 @@ TEST_CASE("arrival processes: Poisson rate and CV, gamma CV, on/off silence") {
     TraceStatsBuilder b;
     for (const auto& r : generate(o)) b.add(r);
     const auto s = b.finish();
-    CHECK(s.rate_per_s == Approx(5.5).epsilon(0.02));
-    CHECK(s.interarrival_cv == Approx(1.0).epsilon(0.03));
+    CHECK(s.rate_per_s.value() == Approx(5.5).epsilon(0.02));
+    CHECK(s.interarrival_cv.value() == Approx(1.0).epsilon(0.03));
   }
   o.arrivals = parse_arrival_process("gamma:rate=2.6,cv=3", "--arrivals");
   {
     TraceStatsBuilder b;
     for (const auto& r : generate(o)) b.add(r);
     const auto s = b.finish();
-    CHECK(s.rate_per_s == Approx(2.6).epsilon(0.05));
-    CHECK(s.interarrival_cv == Approx(3.0).epsilon(0.08));
+    CHECK(s.rate_per_s.value() == Approx(2.6).epsilon(0.05));
+    CHECK(s.interarrival_cv.value() == Approx(3.0).epsilon(0.08));
   }
   o.arrivals = parse_arrival_process("onoff:rate=20,on=10s,off=50s", "--arrivals");
   const auto bursts = generate(o);

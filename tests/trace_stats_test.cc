@@ -35,8 +35,8 @@ TEST_CASE("statistics of a small trace, computed by hand") {
   const TraceStats s = compute_trace_stats(*reader);
   CHECK(s.requests == 4);
   CHECK(s.duration_ns == 6'000'000'000);
-  CHECK(s.rate_per_s == Approx(0.5));  // 3 gaps in 6 s
-  CHECK(s.interarrival_cv == Approx(std::sqrt(2.0 / 3.0) / 2.0));
+  CHECK(s.rate_per_s.value() == Approx(0.5));  // 3 gaps in 6 s
+  CHECK(s.interarrival_cv.value() == Approx(std::sqrt(2.0 / 3.0) / 2.0));
   CHECK(s.prompt_tokens.mean == Approx(53.0 / 4));
   CHECK(s.prompt_tokens.min == 3);
   CHECK(s.prompt_tokens.p50 == 4);   // sorted 3 4 6 40: the 2nd
@@ -65,6 +65,27 @@ TEST_CASE("statistics of a small trace, computed by hand") {
   CHECK(j["requests"] == 4);
   CHECK(j["prompt_tokens"]["p90"] == 40);
   CHECK(j["prefix_blocks_seen"] == 3);
+}
+
+TEST_CASE("a trace whose arrivals fall at one instant has no rate, not a rate of 0") {
+  // Four requests at t = 0: no gap between arrivals, so no mean gap to invert.
+  const auto path = test::write_file("burst.csv", "id,arrival,prompt_tokens,output_tokens\n1,0,100,10\n2,0,100,10\n"
+                                                  "3,0,100,10\n4,0,100,10\n");
+  auto reader = open_trace(path);
+  const TraceStats s = compute_trace_stats(*reader);
+  CHECK(s.requests == 4);
+  CHECK(s.duration_ns == 0);
+  CHECK_FALSE(s.rate_per_s.has_value());
+  CHECK_FALSE(s.interarrival_cv.has_value());
+  auto r = test::run_cli({"trace", "stats", path, "--json"});
+  REQUIRE(r.exit_code == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  CHECK(j["stats"]["rate_per_s"].is_null());
+  CHECK(j["stats"]["interarrival_cv"].is_null());
+  r = test::run_cli({"trace", "stats", path});
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("n/a (every arrival at one instant)"));
+  CHECK_THAT(r.out, !Catch::Contains("0.000 requests/s"));
 }
 
 TEST_CASE("a partial last block that is reused counts only its tokens") {
@@ -114,7 +135,7 @@ TEST_CASE("the Azure 2023 conversation trace: the figures of issue 3") {
   // ../shared/traces/README.md: ~1 h, 5.5 req/s, prompt p99 4,142, output p99 601.
   CHECK(s.prompt_tokens.p99 == 4'142);
   CHECK(s.output_tokens.p99 == 601);
-  CHECK(s.rate_per_s == Approx(5.5).margin(0.05));
+  CHECK(s.rate_per_s.value() == Approx(5.5).margin(0.05));
   CHECK(s.duration_ns > 3'400'000'000'000);
   CHECK(s.duration_ns < 3'600'000'000'000);
 
@@ -133,7 +154,7 @@ TEST_CASE("the Azure 2023 code trace: bursty, as its README says") {
   CHECK(s.prompt_tokens.max == 7'437);
   CHECK(s.output_tokens.mean == Approx(28).margin(0.5));
   CHECK(s.output_tokens.max == 1'899);
-  CHECK(s.interarrival_cv > 2);  // a 217 s gap and 67 requests in one second
+  CHECK(s.interarrival_cv.value() > 2);  // a 217 s gap and 67 requests in one second
 }
 
 TEST_CASE("the Mooncake conversation trace: the figures of issue 3") {

@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,8 +46,10 @@ struct TraceStats {
   std::int64_t first_arrival_ns = 0;
   std::int64_t last_arrival_ns = 0;
   std::int64_t duration_ns = 0;
-  double rate_per_s = 0;
-  double interarrival_cv = 0;
+  // Over the gaps between arrivals; none when every arrival falls at one instant (a single
+  // request, a burst at t = 0): a rate there would be infinite, not 0.
+  std::optional<double> rate_per_s;
+  std::optional<double> interarrival_cv;
   LengthSummary prompt_tokens;
   LengthSummary output_tokens;  // per sample, as the trace gives it
   std::int64_t cancelled = 0;        // requests with a cancellation time
