@@ -442,12 +442,26 @@ TEST_CASE("replay: help, usage errors and input errors") {
   CHECK_THAT(r.err, Catch::Contains("bad.csv:2") && Catch::Contains("prompt_tokens") && Catch::Contains("12x"));
   CHECK(r.out.empty());  // no numbers from a bad trace
 
+  const std::string four = test::write_file(
+      "four.csv", "id,arrival,prompt_tokens,output_tokens\n1,0,100,10\n2,0,100,10\n3,0,100,10\n4,0,100,10\n");
+  // Standard output holds one thing: a file given as '-' replaces the table; two, or one
+  // beside --json, are a usage error naming both.
+  r = test::run_cli({"replay", four, "--allocator", "paged", "--csv", "-"});
+  CHECK(r.exit_code == 0);
+  CHECK(r.out.rfind("allocator,requests,", 0) == 0);
+  CHECK(std::count(r.out.begin(), r.out.end(), '\n') == 2);  // the header and one row: no table
+  r = test::run_cli({"replay", four, "--allocator", "paged", "--csv", "-", "--json"});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("--json and --csv both write standard output"));
+  r = test::run_cli({"replay", four, "--allocator", "paged", "--csv", "-", "--per-request", "-"});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("--csv and --per-request both write standard output"));
+  CHECK(r.out.empty());
+
   // Absurd sizes are input errors, never wrapped numbers or a host out of memory: four
   // 110-token requests in blocks (or pages) of 2^45 positions at Llama's 131,072 bytes each
   // (2^62 bytes a block, 2^64 for four), and one prompt of 2^40 - 1 tokens: 2^36 blocks of
   // 16, more than 32-bit block ids number.
-  const std::string four = test::write_file(
-      "four.csv", "id,arrival,prompt_tokens,output_tokens\n1,0,100,10\n2,0,100,10\n3,0,100,10\n4,0,100,10\n");
   for (const char* spec : {"paged:block=35184372088832", "sliding-window:block=35184372088832",
                            "radix:page=35184372088832"}) {
     INFO(spec);

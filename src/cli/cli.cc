@@ -109,6 +109,10 @@ void refuse_output_over_input(const std::vector<std::pair<std::string, std::stri
     for (std::size_t k = i + 1; k < outputs.size(); ++k) {
       const std::string& a = outputs[i].second;
       const std::string& b = outputs[k].second;
+      if (a == "-" && b == "-") {
+        throw UsageError(outputs[i].first + " and " + outputs[k].first +
+                         " both write standard output ('-'): give one of them a file\nUsage: " + synopsis);
+      }
       if (a == "-" || b == "-") continue;
       if (std::filesystem::path(a).lexically_normal() == std::filesystem::path(b).lexically_normal() || same_file(a, b)) {
         throw UsageError(outputs[i].first + " and " + outputs[k].first + " both write " + printable(a) +

@@ -192,7 +192,9 @@ po::options_description replay_option_descriptions(bool with_outputs, bool with_
   po::options_description output_opts("Output");
   output_opts.add_options()
       ("json", "print everything as JSON instead of the table")
-      ("csv", po::value<std::string>(), "also write one CSV row per allocator to this file")
+      ("csv", po::value<std::string>(),
+       "also write one CSV row per allocator to this file ('-' for any of these files: standard output, in place of "
+       "the table; one of them at most)")
       ("timeline", po::value<std::string>(), "write occupancy over time to this CSV file (columns named with units)")
       ("html", po::value<std::string>(),
        "write a self-contained HTML report to this file: charts of occupancy over time with the peak, where the "
@@ -533,6 +535,15 @@ ReplayPlan plan_replay(const po::variables_map& vm, bool open_trace_now) {
                      "times\nUsage: " + kSpec.synopsis);
   }
   plan.json = vm.count("json") != 0;
+  // An output given as '-' takes standard output in place of the table; not in place of --json.
+  for (const auto& [name, path] : outputs) {
+    if (path != "-") continue;
+    if (plan.json) {
+      throw UsageError("--json and " + name + " both write standard output ('-'): give " + name +
+                       " a file\nUsage: " + kSpec.synopsis);
+    }
+    plan.table_on_stdout = false;
+  }
   plan.progress = vm.count("quiet") == 0 && ::isatty(STDERR_FILENO) != 0;
   return plan;
 }
@@ -681,7 +692,8 @@ void render(const ReplayPlan& plan, const TimelineScratch& scratch, const std::v
   }
   if (plan.csv_path) write_output_file(*plan.csv_path, replay_csv(reports), inputs);
   if (plan.html_path) write_output_file(*plan.html_path, replay_html(context, reports, std::move(html_runs)), inputs);
-  write_stdout(plan.json ? replay_json(context, reports) : replay_table(context, reports));
+  if (plan.json) write_stdout(replay_json(context, reports));
+  else if (plan.table_on_stdout) write_stdout(replay_table(context, reports));
   print_warnings(context, reports);
 }
 

@@ -38,6 +38,7 @@ struct ReplayPlan {
   std::optional<std::string> per_request_path;
   std::optional<std::string> html_path;       // --html
   bool json = false;
+  bool table_on_stdout = true;  // false when an output file is '-' (standard output)
   bool progress = false;
   // A trace that cannot be read again (a pipe, a FIFO), read once for every allocator.
   std::shared_ptr<const TraceInMemory> trace_in_memory;
