@@ -74,6 +74,11 @@ std::int64_t parse_with_unit(std::string_view text, std::string_view field,
   if (exact && whole * pow10(kFrac) != product) {
     throw InputError(where, quoted(text) + " is finer than 1 ns");
   }
+  // A fraction of a larger unit rounds down to the unit of 1 (74.3GiB); a fraction of the
+  // unit of 1 itself (1.5 bytes) is a mistake, not a number to truncate.
+  if (scale == 1 && frac_fixed != 0) {
+    throw InputError(where, quoted(text) + " is not a whole number of " + std::string(units[0].name == "B" ? "bytes" : units[0].name));
+  }
   if (whole > std::numeric_limits<std::int64_t>::max()) {
     throw InputError(where, quoted(text) + " is too large (overflows 64 bits)");
   }

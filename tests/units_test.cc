@@ -1,3 +1,4 @@
+#include "kvsim/parse.h"
 #include "kvsim/units.h"
 
 #include <catch2/catch.hpp>
@@ -41,6 +42,21 @@ TEST_CASE("byte sizes parse exactly in decimal and binary units") {
   CHECK_THROWS_AS(parse_byte_size("99999999999TiB", "--kv-budget"), InputError);
   CHECK_THROWS_WITH(parse_byte_size("1e9", "--kv-budget"),
                     Catch::Contains("--kv-budget") && Catch::Contains("\"1e9\""));
+  // A fraction of one byte is a mistake, never truncated to a 1-byte budget; zeros after the
+  // point are whole.
+  CHECK_THROWS_WITH(parse_byte_size("1.5", "--kv-budget"),
+                    Catch::Contains("--kv-budget") && Catch::Contains("not a whole number of bytes"));
+  CHECK_THROWS_AS(parse_byte_size("2.25B", "--kv-budget"), InputError);
+  CHECK(parse_byte_size("7.0", "--kv-budget") == 7);
+  CHECK(parse_byte_size("7.", "--kv-budget") == 7);
+}
+
+TEST_CASE("a parameter count is whole unless it is in millions or billions") {
+  CHECK(parse_parameter_count("8030261248", "--params") == 8'030'261'248);
+  CHECK(parse_parameter_count("8.03B", "--params") == 8'030'000'000);
+  CHECK(parse_parameter_count("350M", "--params") == 350'000'000);
+  CHECK_THROWS_WITH(parse_parameter_count("1.5", "--params"),
+                    Catch::Contains("--params") && Catch::Contains("whole"));
 }
 
 // Issue 14 item 4: a plain byte count was multiplied by 10^9 (nine fixed fractional digits)
