@@ -276,6 +276,17 @@ TEST_CASE("validate: what it cannot map is an error naming the file and field") 
   CHECK(r.exit_code == 1);
   CHECK_THAT(r.err, Catch::Contains("model") && Catch::Contains("--config"));
   rewrite_meta("example/unknown-model", "meta-llama/Llama-3.1-8B");
+  // A part of the workload, or a rescaled one, is not what was measured: a usage error for
+  // validate and calibrate alike, naming the option.
+  for (const char* command : {"validate", "calibrate"}) {
+    for (const std::vector<std::string>& option :
+         {std::vector<std::string>{"--rate-scale", "2"}, {"--requests", "1"}, {"--time-window", "0s..1s"}}) {
+      INFO(command << " " << option[0]);
+      r = test::run_cli({command, dir.string(), "--workload", workload, "--kv-budget", "1GB", option[0], option[1]});
+      CHECK(r.exit_code == 2);
+      CHECK_THAT(r.err, Catch::Contains(option[0] + " selects or rescales the workload"));
+    }
+  }
   rewrite_meta("\"0.19.0\"", "\"banana\"");
   r = test::run_cli({"validate", dir.string(), "--workload", workload, "--kv-budget", "1GB"});
   CHECK(r.exit_code == 1);

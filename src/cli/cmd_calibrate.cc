@@ -417,7 +417,7 @@ int run_calibrate(const Invocation& inv) {
   // The replay options say how the run is replayed to learn the prefix cache's hits and the
   // recomputation after preemptions (as validate replays it: meta.json's settings by
   // default); the replay's cost is the fit.
-  po::options_description options = replay_option_descriptions(false, false);
+  po::options_description options = replay_option_descriptions(false, false, kMeasuredRunAllocatorHelp);
   po::options_description own("Calibration");
   own.add_options()
       (option_key(kOptWorkload), po::value<std::string>(),
@@ -434,6 +434,7 @@ int run_calibrate(const Invocation& inv) {
   if (!parse_options(inv, kSpec, options, positional, vm, &hidden)) return kExitOk;
   const auto dir = option_text(vm, "run");
   if (!dir) throw UsageError("a run directory is required\nUsage: " + kSpec.synopsis);
+  refuse_workload_selection(vm, kSpec.synopsis);
   if (vm.count(option_key(kOptModel)) && vm.count(option_key(kOptConfig))) {
     throw UsageError("give --model or --config, not both\nUsage: " + kSpec.synopsis);
   }

@@ -23,6 +23,9 @@
 namespace kvsim::cli {
 namespace {
 
+constexpr std::string_view kPlanAllocatorHelp =
+    "the one allocator to plan for: KIND[:key=value,...] (default paged; the kinds: 'kvsim replay --help')";
+
 const CommandSpec kSpec{
     "kvsim plan TRACE [replay options] TARGET... [--search rate-scale|replicas] [--tolerance X] "
     "[--max-points N] [--max-replicas N] [--json]",
@@ -146,7 +149,7 @@ std::string targets_text(const std::vector<Target>& targets) {
 }  // namespace
 
 int run_plan(const Invocation& inv) {
-  po::options_description options = replay_option_descriptions(false);
+  po::options_description options = replay_option_descriptions(false, true, kPlanAllocatorHelp);
   po::options_description plan_opts("Plan");
   plan_opts.add_options()
       ("search", po::value<std::string>()->default_value("rate-scale"),
@@ -188,9 +191,9 @@ int run_plan(const Invocation& inv) {
 
   // Plans for one allocator: paged unless one is given.
   po::variables_map base = vm;
-  if (vm[option_key(kOptAllocator)].defaulted()) {
+  if (vm.count(option_key(kOptAllocator)) == 0) {
     po::store(po::command_line_parser(std::vector<std::string>{"--allocator=paged"})
-                  .options(replay_option_descriptions(false))
+                  .options(replay_option_descriptions(false, true, kPlanAllocatorHelp))
                   .run(),
               base);
   }

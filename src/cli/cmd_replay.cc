@@ -93,7 +93,7 @@ std::string budget_description(const Budget& b, std::string_view direct_source) 
          " - reserve " + with_commas(b.reserve_bytes);
 }
 
-po::options_description replay_option_descriptions(bool with_outputs, bool with_cost) {
+po::options_description replay_option_descriptions(bool with_outputs, bool with_cost, std::string_view one_allocator) {
   po::options_description alloc_opts("Allocators and schedule");
   const std::string max_batched_tokens_help = fmt::format(
       "tokens per iteration, decodes included (default: unlimited in demand mode; under a budget, as vLLM: "
@@ -101,9 +101,17 @@ po::options_description replay_option_descriptions(bool with_outputs, bool with_
       kVllmMaxNumBatchedTokens, kVllmMinNumBatchedTokensUnchunked, kOptNoChunkedPrefill);
   const std::string max_running_help = fmt::format(
       "requests running at once (default: unlimited in demand mode, {} under a budget, as vLLM)", kVllmMaxNumSeqs);
+  // replay's help lists the kinds above its options; other commands point to it.
+  const std::string allocators_help = std::string("allocators to compare: KIND[:key=value,...] separated by commas ") +
+                                      (with_outputs ? "(see above)" : "(the kinds: 'kvsim replay --help')");
+  const std::string one_allocator_help(one_allocator);
+  if (one_allocator.empty()) {
+    alloc_opts.add_options()(option_key(kOptAllocator), po::value<std::string>()->default_value(kDefaultAllocators),
+                             allocators_help.c_str());
+  } else {
+    alloc_opts.add_options()(option_key(kOptAllocator), po::value<std::string>(), one_allocator_help.c_str());
+  }
   alloc_opts.add_options()
-      (option_key(kOptAllocator), po::value<std::string>()->default_value(kDefaultAllocators),
-       "allocators to compare: KIND[:key=value,...] separated by commas (see above)")
       (option_key(kOptMaxModelLen), po::value<std::string>(),
        "refuse requests longer than this (default: the model's max_position_embeddings); also "
        "dense-static's max-model-len reservation")

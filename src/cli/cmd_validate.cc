@@ -58,7 +58,8 @@ const CommandSpec kSpec{
     "meta.json fixes it (kv_cache.num_gpu_blocks, what vLLM allocated; kv_cache_memory_bytes;\n"
     "num_gpu_blocks_override), less vLLM's null block (--kv-budget: that pool; --reserve or\n"
     "--params: replay's rule). The device may also come from meta.json's hardware.device_name.\n"
-    "Any option may be given; --cost takes the spec 'kvsim calibrate RUN_DIR' prints. Measured\n"
+    "Any option may be given but --time-window, --requests and --rate-scale (the run is replayed\n"
+    "whole, at its own load); --cost takes the spec 'kvsim calibrate RUN_DIR' prints. Measured\n"
     "figures follow the run's README: TTFT = first_token - queued, TPOT = (last_token -\n"
     "first_token) / (output - 1), latency = last_token - queued; percentiles interpolate\n"
     "linearly (numpy's default).\n"
@@ -374,7 +375,7 @@ std::string per_tick_csv(const Result& r) {
 
 int run_validate(const Invocation& inv) {
   // replay's options but its outputs: validate prints its own comparison.
-  po::options_description options = replay_option_descriptions(false);
+  po::options_description options = replay_option_descriptions(false, true, kMeasuredRunAllocatorHelp);
   po::options_description own("Validation");
   own.add_options()(
       option_key(kOptWorkload), po::value<std::string>(),
@@ -394,6 +395,7 @@ int run_validate(const Invocation& inv) {
   if (!parse_options(inv, kSpec, options, positional, vm, &hidden)) return kExitOk;
   const auto dir = option_text(vm, "run");
   if (!dir) throw UsageError("a run directory is required\nUsage: " + kSpec.synopsis);
+  refuse_workload_selection(vm, kSpec.synopsis);
   const MeasuredRun run = read_measured_run(*dir, option_text(vm, option_key(kOptWorkload)), true);
   std::vector<std::vector<Sample>> samples;  // per engine
   RunReplay r = replay_run(vm, run, kSpec.synopsis, [&](const TimelineRow& row) {

@@ -74,7 +74,10 @@ std::optional<VllmVersionDefaults> vllm_version_defaults(const std::string& vers
 // --per-request, --sample-every, --jobs, --quiet) are left out: `kvsim sweep` has its own.
 // `with_cost`: false for a command that chooses the cost itself (kvsim calibrate replays with
 // its fit), which must then set --cost in the variables before plan_replay().
-po::options_description replay_option_descriptions(bool with_outputs = true, bool with_cost = true);
+// `one_allocator`: for commands that replay one allocator whose default they choose
+// themselves (plan, validate, calibrate), the --allocator help, with no default value.
+po::options_description replay_option_descriptions(bool with_outputs = true, bool with_cost = true,
+                                                   std::string_view one_allocator = {});
 
 // Reads the parsed options in the order their errors are reported, builds the allocators and
 // opens the trace once, so that every mistake fails before any work. Without

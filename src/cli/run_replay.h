@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kvsim/measured_run.h"
@@ -19,6 +20,15 @@
 #include "replay_plan.h"
 
 namespace kvsim::cli {
+
+// validate's and calibrate's --allocator: one, by default meta.json's.
+inline constexpr std::string_view kMeasuredRunAllocatorHelp =
+    "the one allocator to replay the run with: KIND[:key=value,...] (default: paged with meta.json's block size, and "
+    "prefix-caching=on unless it records caching off; the kinds: 'kvsim replay --help')";
+
+// Throws UsageError when `vm` selects or rescales the workload (--time-window, --requests,
+// --rate-scale): validate and calibrate replay a measured run whole.
+void refuse_workload_selection(const po::variables_map& vm, const std::string& usage);
 
 // meta.json's settings as defaults of the replay options in `vm`. Returns where the KV pool
 // comes from ("" when the user's options size it: --kv-budget, or replay's rule with
