@@ -458,6 +458,12 @@ TEST_CASE("replay: help, usage errors and input errors") {
   CHECK_THAT(r.err, Catch::Contains("--csv and --per-request both write standard output"));
   CHECK(r.out.empty());
 
+  // An empty file name is refused before the run, naming the option.
+  r = test::run_cli({"replay", four, "--allocator", "paged", "--timeline", ""});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("--timeline: an empty file name"));
+  CHECK(r.out.empty());
+
   // Absurd sizes are input errors, never wrapped numbers or a host out of memory: four
   // 110-token requests in blocks (or pages) of 2^45 positions at Llama's 131,072 bytes each
   // (2^62 bytes a block, 2^64 for four), and one prompt of 2^40 - 1 tokens: 2^36 blocks of

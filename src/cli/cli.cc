@@ -103,6 +103,12 @@ int dispatch(const Invocation& inv, const std::string& description,
 
 void refuse_output_over_input(const std::vector<std::pair<std::string, std::string>>& outputs,
                               const std::vector<std::string>& inputs, const std::string& synopsis) {
+  // Refused before the run, not after it, when the finished output has nowhere to go.
+  for (const auto& [name, path] : outputs) {
+    if (path.empty()) {
+      throw UsageError(name + ": an empty file name (give a path, or '-' for standard output)\nUsage: " + synopsis);
+    }
+  }
   // Two outputs to one file: the one written last would replace the other without a word.
   // The same path, or (when it exists) the same file under another name.
   for (std::size_t i = 0; i < outputs.size(); ++i) {
