@@ -961,7 +961,9 @@ void Engine::end_step(std::int64_t duration) {
   deliver_step();
   last_step_end_ = now_;
   completed_in_last_step_ = report_.completed - completed_before;
-  if (opt_.progress && report_.iterations % 4096 == 0 && trace_.total_bytes() > 0) {
+  // Every 64 steps: a step of long prompts under a radix tree can take milliseconds, and a
+  // run of a few thousand steps must still move the bar.
+  if (opt_.progress && report_.iterations % 64 == 0 && trace_.total_bytes() > 0) {
     opt_.progress(static_cast<double>(trace_.bytes_read()) / static_cast<double>(trace_.total_bytes()));
   }
 }

@@ -155,7 +155,18 @@ class LoadScaleReader final : public TraceReader {
     }
   }
   TraceFormat format() const override { return inner_->format(); }
-  std::int64_t bytes_read() const override { return done_ ? inner_->total_bytes() : inner_->bytes_read(); }
+  // With a count, the share of it kept so far, when that is further on than the bytes: the
+  // first N requests of a long file are a small part of its bytes.
+  std::int64_t bytes_read() const override {
+    if (done_) return inner_->total_bytes();
+    const std::int64_t total = inner_->total_bytes();
+    std::int64_t bytes = inner_->bytes_read();
+    if (options_.max_requests > 0 && total > 0) {
+      bytes = std::max(bytes, static_cast<std::int64_t>(static_cast<double>(total) * static_cast<double>(kept_) /
+                                                        static_cast<double>(options_.max_requests)));
+    }
+    return std::min(bytes, total);
+  }
   std::int64_t total_bytes() const override { return inner_->total_bytes(); }
 
  private:

@@ -87,6 +87,19 @@ TEST_CASE("load scaling: --time-window keeps FROM <= arrival < TO in the trace's
   TraceOptions first3;
   first3.max_requests = 3;
   CHECK(ids(read_trace(five(), first3)) == std::vector<std::string>{"a", "b", "c"});
+  // Progress with a count: the share of the count read, when that is further on than the
+  // file's bytes (3 of 5 rows is less than 3/3 of the work).
+  {
+    auto reader = open_trace(five(), first3);
+    Request r;
+    REQUIRE(reader->next(r));
+    CHECK(reader->bytes_read() * 3 >= reader->total_bytes());  // 1 of 3 kept: at least a third
+    REQUIRE(reader->next(r));
+    CHECK(reader->bytes_read() * 3 >= 2 * reader->total_bytes());
+    REQUIRE(reader->next(r));
+    CHECK(reader->bytes_read() == reader->total_bytes());
+    CHECK_FALSE(reader->next(r));
+  }
   TraceOptions both = window("1s..");
   both.max_requests = 2;
   CHECK(ids(read_trace(five(), both)) == std::vector<std::string>{"b", "c"});

@@ -641,6 +641,7 @@ std::vector<ReplayReport> run_all(ReplayPlan& plan, TimelineScratch& scratch,
     const TraceOptions trace_options = trace_options_for(plan, *plan.allocators[i]);
     auto trace = plan.trace_in_memory ? plan.trace_in_memory->open() : open_trace(plan.trace_path, trace_options);
     reports[i] = replay(*trace, *plan.allocators[i], mine);
+    progress.set(i, 1.0);
   });
   return reports;
 }
