@@ -440,7 +440,8 @@ void read_ticks(MeasuredRun& run) {
 MeasuredRun read_measured_run(const std::string& dir, const std::optional<std::string>& workload, bool find_workload) {
   MeasuredRun run;
   run.dir = dir;
-  if (!fs::is_directory(dir)) throw InputError(Location{dir, 0, ""}, "not a directory");
+  if (!fs::exists(dir)) throw InputError(Location{dir, 0, ""}, "no such directory (a measured run's folder)");
+  if (!fs::is_directory(dir)) throw InputError(Location{dir, 0, ""}, "not a directory (a measured run's folder)");
   if (workload) {
     if (!fs::exists(*workload)) throw InputError(Location{*workload, 0, ""}, "no such workload file");
     run.workload = *workload;

@@ -458,6 +458,11 @@ TEST_CASE("replay: help, usage errors and input errors") {
   CHECK_THAT(r.err, Catch::Contains("--csv and --per-request both write standard output"));
   CHECK(r.out.empty());
 
+  // A term of the budget without a device names the term given.
+  r = test::run_cli({"replay", four, "--reserve", "2GiB"});
+  CHECK(r.exit_code == 2);  // an option without its partner: a usage error
+  CHECK_THAT(r.err, Catch::Contains("--reserve: a term of the memory budget needs a device"));
+
   // An empty file name is refused before the run, naming the option.
   r = test::run_cli({"replay", four, "--allocator", "paged", "--timeline", ""});
   CHECK(r.exit_code == 2);

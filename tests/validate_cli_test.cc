@@ -276,6 +276,9 @@ TEST_CASE("validate: what it cannot map is an error naming the file and field") 
   CHECK(r.exit_code == 1);
   CHECK_THAT(r.err, Catch::Contains("model") && Catch::Contains("--config"));
   rewrite_meta("example/unknown-model", "meta-llama/Llama-3.1-8B");
+  r = test::run_cli({"validate", (dir.parent_path() / "no-such-run").string()});
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("no-such-run: no such directory"));
   // A part of the workload, or a rescaled one, is not what was measured: a usage error for
   // validate and calibrate alike, naming the option.
   for (const char* command : {"validate", "calibrate"}) {

@@ -148,9 +148,16 @@ std::optional<BudgetOptions> resolve_budget(const po::variables_map& vm) {
   const auto weights_bytes = option_text(vm, option_key(kOptWeightsBytes));
   const auto reserve = option_text(vm, option_key(kOptReserve));
   if (!device && !device_memory && !kv_budget) {
-    if (utilization || params || weights_bytes || weight_dtype || reserve) {
-      throw InputError(Location{"", 0, kOptDevice},
-                       "budget options need a device: give --device, --device-memory or --kv-budget");
+    // Named by the option given, which is the one the user must pair with a device.
+    const char* term = utilization ? kOptGpuMemoryUtilization
+                       : params     ? kOptParams
+                       : weights_bytes ? kOptWeightsBytes
+                       : weight_dtype  ? kOptWeightDtype
+                       : reserve       ? kOptReserve
+                                       : nullptr;
+    if (term != nullptr) {
+      throw InputError(Location{"", 0, term},
+                       "a term of the memory budget needs a device: give --device, --device-memory or --kv-budget");
     }
     return std::nullopt;
   }
