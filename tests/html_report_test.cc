@@ -357,6 +357,10 @@ TEST_CASE("html: kvsim report refuses what it cannot read, naming the file, the 
       {{"report", json, write("short.csv", header + "paged:block=16,0.5\n")}, "short.csv:2: 2 fields, the header has 8"},
       {{"report", json, write("what.csv", "a,b\n1,2\n")}, "what.csv:1: neither a --timeline nor a --per-request CSV"},
       {{"report", json, write("no-col.csv", "allocator,time_s,step\n")}, "no-col.csv:1: column 'running': missing"},
+      // A byte order mark is skipped, so the header is recognised and the bad cell found.
+      {{"report", json, write("bom.csv", "\xEF\xBB\xBF" + header + "paged:block=16,0.5,1,2,x,0,0,0\n")},
+       "bom.csv:2: column 'queued': expected an integer, got \"x\""},
+      {{"report", json, dir.string()}, dir.string() + ": is a directory, not a file"},
   };
   for (const auto& c : cases) {
     std::vector<std::string> args = c.args;

@@ -267,6 +267,15 @@ TEST_CASE("sweep: a bad varied value is replay's own error naming the option, or
   CHECK(r.exit_code == 1);
   CHECK(r.err.find(spec + ":3: --kv-budget: ") != std::string::npos);
 
+  // A directory is not a spec; a spec that starts with a byte order mark reads as without.
+  r = run_cli({"sweep", trace, "--spec", kvsim::test::scratch_dir("sweep-spec-dir").string()});
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find("is a directory, not a file") != std::string::npos);
+  const std::string bom_spec = write_file("sweep-spec-bom.txt", "\xEF\xBB\xBFkv-budget = 1GiB, abc\n");
+  r = run_cli({"sweep", trace, "--spec", bom_spec});
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find(bom_spec + ":1: --kv-budget: ") != std::string::npos);
+
   // Unknown, doubly given, one of replay's outputs, a switch with another value.
   r = run_cli({"sweep", trace, "--vary", "kv-budgett=1GiB"});
   CHECK(r.exit_code == 2);

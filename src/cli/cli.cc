@@ -101,6 +101,27 @@ int dispatch(const Invocation& inv, const std::string& description,
                    " <command> [options]");
 }
 
+std::ifstream open_input(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) throw InputError(Location{path, 0, ""}, "no such file");
+  if (std::filesystem::is_directory(path, ec)) throw InputError(Location{path, 0, ""}, "is a directory, not a file");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(Location{path, 0, ""}, "cannot open the file");
+  return in;
+}
+
+std::string_view without_bom(std::string_view line) {
+  return line.substr(0, 3) == "\xEF\xBB\xBF" ? line.substr(3) : line;
+}
+
+std::string read_input(const std::string& path) {
+  std::ifstream in = open_input(path);
+  std::ostringstream s;
+  s << in.rdbuf();
+  if (in.bad()) throw InputError(Location{path, 0, ""}, "cannot read the file");
+  return std::string(without_bom(s.str()));
+}
+
 void refuse_output_over_input(const std::vector<std::pair<std::string, std::string>>& outputs,
                               const std::vector<std::string>& inputs, const std::string& synopsis) {
   // Refused before the run, not after it, when the finished output has nowhere to go.

@@ -40,15 +40,6 @@ const CommandSpec kSpec{
     "  kvsim validate RUN --json > v.json && kvsim report v.json --html validate.html\n"
     "  kvsim report sweep.csv --html sweep.html"};
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(Location{path, 0, ""}, "cannot open the file");
-  std::ostringstream s;
-  s << in.rdbuf();
-  if (in.bad()) throw InputError(Location{path, 0, ""}, "cannot read the file");
-  return s.str();
-}
-
 // The value at `keys` in `j`, a number; `what` names it in the error.
 double number(const Json& j, std::initializer_list<const char*> keys, const std::string& path, bool optional = false) {
   const Json* at = &j;
@@ -146,9 +137,9 @@ std::vector<std::string> fields(std::string_view line) {
 // --per-request file is 150 MB); each row's cells are read by name.
 class Csv {
  public:
-  explicit Csv(std::string path) : path_(std::move(path)), in_(path_, std::ios::binary) {
-    if (!in_) throw InputError(Location{path_, 0, ""}, "cannot open the file");
+  explicit Csv(std::string path) : path_(std::move(path)), in_(open_input(path_)) {
     std::getline(in_, header_line_);
+    header_line_ = std::string(without_bom(header_line_));
     if (!header_line_.empty() && header_line_.back() == '\r') header_line_.pop_back();
     header_ = fields(header_line_);
   }
@@ -350,8 +341,10 @@ int run_report(const Invocation& inv) {
     // JSON opens with '{'; anything else is read as CSV, a row at a time, once the JSON is in.
     char first = 0;
     {
-      std::ifstream in(path, std::ios::binary);
-      if (!in) throw InputError(Location{path, 0, ""}, "cannot open the file");
+      std::ifstream in = open_input(path);
+      char bom[3] = {};
+      if (!in.read(bom, 3) || std::string_view(bom, 3) != "\xEF\xBB\xBF") in.seekg(0);
+      in.clear();
       while (in.get(first) && std::isspace(static_cast<unsigned char>(first))) {
       }
     }
@@ -361,7 +354,7 @@ int run_report(const Invocation& inv) {
     }
     Json j;
     try {
-      j = Json::parse(slurp(path));
+      j = Json::parse(read_input(path));
     } catch (const Json::parse_error& e) {
       throw InputError(Location{path, 0, ""}, std::string("not valid JSON: ") + e.what());
     }

@@ -3,12 +3,11 @@
 #include <fmt/core.h>
 
 #include <algorithm>
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <sstream>
 
+#include "cli.h"
 #include "kvsim/error.h"
 #include "kvsim/parse.h"
 #include "kvsim/units.h"
@@ -76,21 +75,12 @@ SweepAxis parse_axis(std::string_view text, const Location& where) {
   return axis;
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(Location{path, 0, ""}, "cannot open the file");
-  std::ostringstream s;
-  s << in.rdbuf();
-  if (in.bad()) throw InputError(Location{path, 0, ""}, "cannot read the file");
-  return s.str();
-}
-
 }  // namespace
 
 SweepAxis parse_vary(std::string_view text) { return parse_axis(text, Location{"", 0, kVary}); }
 
 std::vector<SweepAxis> read_sweep_spec(const std::string& path) {
-  const std::string text = read_file(path);
+  const std::string text = read_input(path);
   std::vector<SweepAxis> axes;
   std::int64_t line_no = 0;
   for (std::size_t at = 0; at < text.size();) {
@@ -180,7 +170,7 @@ std::vector<std::string> split_csv_line(std::string_view line) {
 }
 
 SweepFileKind sweep_file_kind(const std::string& path) {
-  const std::string text = read_file(path);
+  const std::string text = read_input(path);
   return !text.empty() && text.front() == '{' ? SweepFileKind::jsonl : SweepFileKind::csv;
 }
 
@@ -241,7 +231,7 @@ void read_leading(const std::string& path, std::int64_t line_no, std::string_vie
 std::string merge_sweep_parts(const std::vector<std::string>& paths, SweepFileKind kind) {
   std::vector<std::string> texts;
   texts.reserve(paths.size());
-  for (const auto& path : paths) texts.push_back(read_file(path));
+  for (const auto& path : paths) texts.push_back(read_input(path));
   std::optional<std::string> header;
   std::size_t header_part = 0;
   std::int64_t points = 0;
