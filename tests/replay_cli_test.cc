@@ -458,6 +458,11 @@ TEST_CASE("replay: help, usage errors and input errors") {
   CHECK_THAT(r.err, Catch::Contains("--csv and --per-request both write standard output"));
   CHECK(r.out.empty());
 
+  // An option that cannot act is refused rather than ignored: a swap link without swapping.
+  r = test::run_cli({"replay", four, "--kv-budget", "1GiB", "--swap-bandwidth", "1GB"});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("--swap-bandwidth: applies to --preemption swap only"));
+
   // A term of the budget without a device names the term given.
   r = test::run_cli({"replay", four, "--reserve", "2GiB"});
   CHECK(r.exit_code == 2);  // an option without its partner: a usage error

@@ -158,8 +158,8 @@ po::options_description replay_option_descriptions(bool with_outputs, bool with_
        "vllm, --watermark 0 from 0.8 (v1) and --reserve-full-isl on from 0.19. Without it replay's own defaults "
        "stand (vLLM v0's watermark, everything else off). 'kvsim validate' takes the run's version")
       (option_key(kOptDefaultMaxTokens), po::value<std::string>(),
-       "the generation limit planned for requests whose trace gives no max_tokens (default: their real "
-       "output length)");
+       "the generation limit planned for requests whose trace gives no max_tokens, never below a request's real "
+       "output length (default: that length)");
   std::string policy_help = "admission and preemption:";
   for (const PolicyInfo& p : policies()) {
     policy_help += (policy_help.back() == ':' ? " " : ", ") + std::string(p.name) + " (" + std::string(p.help) + ")";
@@ -330,6 +330,9 @@ ReplayOptions replay_options_from(const po::variables_map& vm, const ModelChoice
       parse_byte_size(vm[option_key(kOptSwapBandwidth)].as<std::string>(), kOptSwapBandwidth);
   if (ro.memory.swap_bytes_per_second <= 0) {
     throw InputError(Location{"", 0, kOptSwapBandwidth}, "expected a positive number of bytes per second");
+  }
+  if (!vm[option_key(kOptSwapBandwidth)].defaulted() && ro.memory.preemption != Preemption::swap) {
+    throw InputError(Location{"", 0, kOptSwapBandwidth}, "applies to --preemption swap only");
   }
   if (!budget) {
     for (const char* option :
