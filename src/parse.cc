@@ -49,7 +49,8 @@ std::int64_t parse_parameter_count(std::string_view text, std::string_view field
                      "expected a count such as 8030261248, 8.03B or 350M, got \"" + std::string(text) + "\"");
   }
   if (scale == 1 && fixed % 1'000'000'000 != 0) {
-    throw InputError(where(field), "a count of parameters is whole, got \"" + std::string(text) + "\" (8.03B is 8.03 billion)");
+    throw InputError(where(field),
+                     "a count of parameters is whole, got \"" + std::string(text) + "\" (8.03B is 8.03 billion)");
   }
   const Wide value = Wide{fixed} * scale / 1'000'000'000;
   if (value <= 0 || value > Wide{std::numeric_limits<std::int64_t>::max()}) {

@@ -374,8 +374,10 @@ PoolState RadixAllocator::pool() const {
   PoolState p;
   p.capacity_bytes = capacity_bytes_;
   // Unbounded, absurd page sizes or prompts can take the bytes past 64 bits: an input error.
-  p.reserved_bytes = capacity_bytes_ > 0 ? capacity_bytes_ : checked_mul(high_water_pages_, bytes_per_page_, "radix: reserved bytes");
-  p.free_bytes = p.reserved_bytes - checked_mul(own_pages_ + tree_pages_ - evictable_pages_, bytes_per_page_, "radix: allocated bytes");
+  p.reserved_bytes =
+      capacity_bytes_ > 0 ? capacity_bytes_ : checked_mul(high_water_pages_, bytes_per_page_, "radix: reserved bytes");
+  p.free_bytes = p.reserved_bytes - checked_mul(own_pages_ + tree_pages_ - evictable_pages_, bytes_per_page_,
+                                                "radix: allocated bytes");
   p.largest_free_extent_bytes = p.free_bytes;  // any free slot serves any request
   p.evictable_bytes = checked_mul(evictable_pages_, bytes_per_page_, "radix: evictable bytes");
   p.evicted_bytes = checked_mul(evicted_pages_, bytes_per_page_, "evicted bytes");

@@ -172,8 +172,8 @@ std::string format_trace_stats(const TraceStats& s) {
   line("duration", fixed(static_cast<double>(s.duration_ns) / 1e9, 3) + " s (first to last arrival)");
   const std::string at_once = "n/a (every arrival at one instant)";
   line("rate", s.rate_per_s ? fixed(*s.rate_per_s, 3) + " requests/s (1 / mean inter-arrival gap)" : at_once);
-  line("inter-arrival CV", s.interarrival_cv ? fixed(*s.interarrival_cv, 3) + " (1 for Poisson arrivals, above 1 for bursts)"
-                                             : at_once);
+  line("inter-arrival CV",
+       s.interarrival_cv ? fixed(*s.interarrival_cv, 3) + " (1 for Poisson arrivals, above 1 for bursts)" : at_once);
   out += fmt::format("{:<18} {:>10} {:>8} {:>8} {:>8} {:>8} {:>8}\n", "lengths (tokens)", "mean", "min", "p50", "p90",
                      "p99", "max");
   for (const auto& [name, l] : {std::pair{"  prompt", &s.prompt_tokens}, std::pair{"  output", &s.output_tokens}}) {

@@ -77,7 +77,8 @@ std::int64_t parse_with_unit(std::string_view text, std::string_view field,
   // A fraction of a larger unit rounds down to the unit of 1 (74.3GiB); a fraction of the
   // unit of 1 itself (1.5 bytes) is a mistake, not a number to truncate.
   if (scale == 1 && frac_fixed != 0) {
-    throw InputError(where, quoted(text) + " is not a whole number of " + std::string(units[0].name == "B" ? "bytes" : units[0].name));
+    const std::string unit = units[0].name == "B" ? "bytes" : std::string(units[0].name);
+    throw InputError(where, quoted(text) + " is not a whole number of " + unit);
   }
   if (whole > std::numeric_limits<std::int64_t>::max()) {
     throw InputError(where, quoted(text) + " is too large (overflows 64 bits)");

@@ -496,4 +496,10 @@ TEST_CASE("an overflow computed from the workload names the options", "[files]")
   CHECK(seqs.err ==
         "kvsim: error: bytes for all sequences overflows 64 bits for this model (from --tokens, --seqs): give fewer "
         "positions or sequences\n");
+  // A page of 2^63 - 1 positions overflows with no workload at all: --tokens is not blamed.
+  const auto block = run_cli({"size", "--model", "llama-3.1-8b", "--block-size", "9223372036854775807", "--tokens", "16",
+                              "--device", "H100-80GB"});
+  CHECK(block.exit_code == 1);
+  CHECK(block.err.find("overflows 64 bits for this model alone") != std::string::npos);
+  CHECK(block.err.find("from --tokens") == std::string::npos);
 }

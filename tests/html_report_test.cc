@@ -361,6 +361,12 @@ TEST_CASE("html: kvsim report refuses what it cannot read, naming the file, the 
       {{"report", json, write("bom.csv", "\xEF\xBB\xBF" + header + "paged:block=16,0.5,1,2,x,0,0,0\n")},
        "bom.csv:2: column 'queued': expected an integer, got \"x\""},
       {{"report", json, dir.string()}, dir.string() + ": is a directory, not a file"},
+      // Figures replay never writes: negative bytes, time running back, no runs at all.
+      {{"report", json, write("negative.csv", header + "paged:block=16,0.5,1,2,0,-5,0,0\n")},
+       "negative.csv:2: column 'effective_bytes': expected a count, not below 0, got -5"},
+      {{"report", json, write("back.csv", header + "paged:block=16,0.5,1,2,0,0,0,0\npaged:block=16,0.25,2,2,0,0,0,0\n")},
+       "back.csv:3: column 'time_s': time goes backwards"},
+      {{"report", write("no-runs.json", "{\"trace\": \"t.csv\", \"runs\": []}")}, "no-runs.json: runs: no run to draw"},
   };
   for (const auto& c : cases) {
     std::vector<std::string> args = c.args;

@@ -75,27 +75,38 @@ void read_replay_json(const Json& j, const std::string& path, HtmlPage& page) {
   }
   if (j.contains("budget") && j["budget"].is_string()) page.context.push_back("budget   " + j["budget"].get<std::string>());
   const Json& runs = j["runs"];
+  if (!runs.is_array() || runs.empty()) throw InputError(Location{path, 0, "runs"}, "no run to draw");
   for (std::size_t i = 0; i < runs.size(); ++i) {
     const Json& r = runs[i];
     const std::string where = fmt::format("runs[{}].", i);
+    // Bytes and their means are never negative: a file that says so was not written by replay.
+    const auto amount = [&](std::initializer_list<const char*> keys, bool optional = false) {
+      const double v = number(r, keys, path, optional);
+      if (v < 0) {
+        std::string field = where;
+        for (const char* k : keys) field += std::string(field == where ? "" : ".") + k;
+        throw InputError(Location{path, 0, field}, fmt::format("expected a number of bytes, not below 0, got {}", v));
+      }
+      return v;
+    };
     HtmlRun run;
     run.allocator = text(r, "allocator", path, where);
-    run.capacity_bytes = to_int(number(r, {"serving", "capacity_bytes"}, path, true));
-    run.effective_mean = number(r, {"memory_bytes", "effective_tokens", "mean"}, path);
-    run.allocated_mean = number(r, {"memory_bytes", "allocated_slots", "mean"}, path);
-    run.allocated_peak = to_int(number(r, {"memory_bytes", "allocated_slots", "peak"}, path));
+    run.capacity_bytes = to_int(amount({"serving", "capacity_bytes"}, true));
+    run.effective_mean = amount({"memory_bytes", "effective_tokens", "mean"});
+    run.allocated_mean = amount({"memory_bytes", "allocated_slots", "mean"});
+    run.allocated_peak = to_int(amount({"memory_bytes", "allocated_slots", "peak"}));
     // Null: unknown (replicas' sum) or no peak; -1 keeps the chart from marking one.
     const bool peak_at_known = r.contains("memory_bytes") && r["memory_bytes"].contains("allocated_slots") &&
                                r["memory_bytes"]["allocated_slots"].contains("peak_at_s") &&
                                !r["memory_bytes"]["allocated_slots"]["peak_at_s"].is_null();
     run.allocated_peak_at_ns =
         peak_at_known ? to_ns(number(r, {"memory_bytes", "allocated_slots", "peak_at_s"}, path, true)) : -1;
-    run.reserved_peak = to_int(number(r, {"memory_bytes", "reserved_slots", "peak"}, path));
-    const auto part = [&](const char* name) { return number(r, {"internal_fragmentation_bytes", "mean", name}, path); };
+    run.reserved_peak = to_int(amount({"memory_bytes", "reserved_slots", "peak"}));
+    const auto part = [&](const char* name) { return amount({"internal_fragmentation_bytes", "mean", name}); };
     run.internal_mean = Fragmentation{part("tail"), part("reservation"), part("padding"), part("duplicate"),
                                       part("outside_window")};
     run.external_fragmentation_mean =
-        number(r, {"external_fragmentation", "free_bytes_outside_largest_extent_mean"}, path, true);
+        amount({"external_fragmentation", "free_bytes_outside_largest_extent_mean"}, true);
     run.prefix_caching = r.contains("prefix_cache");
     page.runs.push_back(std::move(run));
   }
@@ -195,6 +206,14 @@ class Csv {
     }
     return v;
   }
+  // A count or a number of bytes: an integer, not below 0.
+  std::int64_t count(std::size_t column) const {
+    const std::int64_t v = integer(column);
+    if (v < 0) {
+      throw InputError(Location{path_, line_, field(column)}, fmt::format("expected a count, not below 0, got {}", v));
+    }
+    return v;
+  }
   // Decimal seconds as ns, exactly (replay writes nine decimals).
   std::int64_t seconds_ns(std::size_t column) const {
     const std::string& s = cell(column);
@@ -233,13 +252,17 @@ void read_timeline(Csv& csv, const std::string& path, HtmlPage& page) {
     HtmlRun& run = run_named(page, csv.cell(alloc), path, csv.line());
     HtmlPoint p;
     p.time_ns = csv.seconds_ns(time);
-    p.running = csv.integer(running);
-    p.queued = csv.integer(queued);
-    p.effective = csv.integer(effective);
-    p.allocated = csv.integer(allocated);
+    if (!run.timeline.empty() && p.time_ns < run.timeline.back().time_ns) {
+      throw InputError(Location{path, csv.line(), "column 'time_s'"},
+                       "time goes backwards within the allocator's rows (a timeline's rows are in time order)");
+    }
+    p.running = csv.count(running);
+    p.queued = csv.count(queued);
+    p.effective = csv.count(effective);
+    p.allocated = csv.count(allocated);
     // Sampled rows carry the interval's maximum; per-step rows (--sample-every step) do not.
-    p.allocated_max = max < csv.width() && !csv.cell(max).empty() ? csv.integer(max) : p.allocated;
-    p.reserved = csv.integer(reserved);
+    p.allocated_max = max < csv.width() && !csv.cell(max).empty() ? csv.count(max) : p.allocated;
+    p.reserved = csv.count(reserved);
     add_point(run, p);
   }
 }
@@ -281,7 +304,7 @@ void read_sweep(Csv& csv, const std::string& path, HtmlPage& page) {
     Row r;
     for (std::size_t a = 3; a < alloc; ++a) r.axes.push_back(csv.cell(a));
     r.allocator = csv.cell(alloc);
-    r.peak_gib = static_cast<double>(csv.integer(peak)) / static_cast<double>(kBytesPerGiB);
+    r.peak_gib = static_cast<double>(csv.count(peak)) / static_cast<double>(kBytesPerGiB);
     r.tokens_per_s = csv.decimal(tput);
     if (!csv.cell(ttft).empty()) r.ttft_s = csv.decimal(ttft);
     rows.push_back(std::move(r));

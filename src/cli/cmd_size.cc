@@ -311,7 +311,23 @@ int run_size(const Invocation& inv) {
     for (const char* option : {"--tokens", "--seqs", kOptPrompt, kOptMaxTokens, kOptN, kOptBeams, kOptStaticCache}) {
       if (option_text(vm, option + 2)) given += given.empty() ? option : std::string(", ") + option;
     }
-    if (given.empty()) throw;
+    // The workload is to blame only if the model alone sizes: one sequence, nothing asked.
+    SizeQuery bare = query;
+    bare.seqs = 1;
+    bare.tokens.clear();
+    bare.request.reset();
+    bare.static_cache_tokens = 0;
+    bare.checks.clear();
+    bool model_alone_sizes = true;
+    try {
+      size_sheet(choice.model, choice.kv, bare);
+    } catch (const InputError&) {
+      model_alone_sizes = false;
+    }
+    if (given.empty() || !model_alone_sizes) {
+      throw InputError(e.problem() + " for this model alone (its config.json's sizes, --block-size or the "
+                       "budget's terms), before any workload");
+    }
     // An input error (exit 1), as README's table says of a result that cannot be computed:
     // each value was valid on its own.
     throw InputError(e.problem() + " for this model (from " + given + "): give fewer positions or sequences");

@@ -396,7 +396,9 @@ int run_validate(const Invocation& inv) {
   const auto dir = option_text(vm, "run");
   if (!dir) throw UsageError("a run directory is required\nUsage: " + kSpec.synopsis);
   refuse_workload_selection(vm, kSpec.synopsis);
-  if (const auto path = option_text(vm, "per-tick")) refuse_output_over_input({{"--per-tick", *path}}, {}, kSpec.synopsis);
+  if (const auto path = option_text(vm, "per-tick")) {
+    refuse_output_over_input({{"--per-tick", *path}}, {}, kSpec.synopsis);
+  }
   const MeasuredRun run = read_measured_run(*dir, option_text(vm, option_key(kOptWorkload)), true);
   std::vector<std::vector<Sample>> samples;  // per engine
   RunReplay r = replay_run(vm, run, kSpec.synopsis, [&](const TimelineRow& row) {
