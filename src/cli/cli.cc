@@ -107,11 +107,13 @@ std::ifstream open_input(const std::string& path) {
   if (std::filesystem::is_directory(path, ec)) throw InputError(Location{path, 0, ""}, "is a directory, not a file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(Location{path, 0, ""}, "cannot open the file");
+  // A leading UTF-8 byte order mark is skipped, as the trace readers skip it.
+  char bom[3] = {};
+  if (!in.read(bom, 3) || std::string_view(bom, 3) != "\xEF\xBB\xBF") {
+    in.clear();
+    in.seekg(0);
+  }
   return in;
-}
-
-std::string_view without_bom(std::string_view line) {
-  return line.substr(0, 3) == "\xEF\xBB\xBF" ? line.substr(3) : line;
 }
 
 std::string read_input(const std::string& path) {
@@ -119,7 +121,7 @@ std::string read_input(const std::string& path) {
   std::ostringstream s;
   s << in.rdbuf();
   if (in.bad()) throw InputError(Location{path, 0, ""}, "cannot read the file");
-  return std::string(without_bom(s.str()));
+  return s.str();
 }
 
 void refuse_output_over_input(const std::vector<std::pair<std::string, std::string>>& outputs,

@@ -82,13 +82,12 @@ struct GivenTraceOptions {
 void reject_unused_trace_options(const GivenTraceOptions& given, TraceFormat format);
 
 // Opens a file kvsim reads that is not a trace (a sweep's spec and parts, the outputs
-// `kvsim report` reads): an InputError naming it when it does not exist, is a directory, or
-// cannot be opened.
+// `kvsim report` reads), positioned past a leading UTF-8 byte order mark (as trace readers
+// skip it): an InputError naming it when it does not exist, is a directory, or cannot be
+// opened.
 std::ifstream open_input(const std::string& path);
-// The whole of such a file, less a leading UTF-8 byte order mark (as trace readers skip it).
+// The whole of such a file, from past its byte order mark.
 std::string read_input(const std::string& path);
-// `line` without a leading UTF-8 byte order mark.
-std::string_view without_bom(std::string_view line);
 
 // Refuses (UsageError, before any work) an output that is the same file as an input.
 // `outputs` are (option or argument name, path) pairs.

@@ -150,7 +150,6 @@ class Csv {
  public:
   explicit Csv(std::string path) : path_(std::move(path)), in_(open_input(path_)) {
     std::getline(in_, header_line_);
-    header_line_ = std::string(without_bom(header_line_));
     if (!header_line_.empty() && header_line_.back() == '\r') header_line_.pop_back();
     header_ = fields(header_line_);
   }
@@ -365,9 +364,6 @@ int run_report(const Invocation& inv) {
     char first = 0;
     {
       std::ifstream in = open_input(path);
-      char bom[3] = {};
-      if (!in.read(bom, 3) || std::string_view(bom, 3) != "\xEF\xBB\xBF") in.seekg(0);
-      in.clear();
       while (in.get(first) && std::isspace(static_cast<unsigned char>(first))) {
       }
     }

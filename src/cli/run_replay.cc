@@ -205,9 +205,6 @@ std::int64_t run_cuda_graph_max_tokens(const MeasuredRun& run, const po::variabl
   return on ? cuda_graph_max_tokens(run.max_num_seqs, run.max_num_batched_tokens) : 0;
 }
 
-// meta.json's settings as defaults of the replay options. Returns where the KV pool validate
-// sized comes from ("" when the user's options size it: --kv-budget, or replay's rule with
-// --reserve or --params).
 void refuse_workload_selection(const po::variables_map& vm, const std::string& usage) {
   // What was measured is the whole workload at its own load: a part of it, or a rescaled
   // one, would be compared with figures it did not produce.
@@ -219,6 +216,9 @@ void refuse_workload_selection(const po::variables_map& vm, const std::string& u
   }
 }
 
+// meta.json's settings as defaults of the replay options. Returns where the KV pool validate
+// sized comes from ("" when the user's options size it: --kv-budget, or replay's rule with
+// --reserve or --params).
 std::string apply_run_settings(po::variables_map& vm, const MeasuredRun& run, const std::string& usage) {
   const std::string meta = run.dir + "/meta.json";
   default_to(vm, "trace", run.workload);
