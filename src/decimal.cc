@@ -52,10 +52,12 @@ DecimalStatus parse_non_negative(std::string_view text, std::int64_t& out) {
   if (text.empty()) return DecimalStatus::empty;
   if (text.front() == '-') return DecimalStatus::negative;
   std::int64_t value = 0;
+  bool overflow = false;  // only once every character is a digit: "99...9x" is not a number
   for (char c : text) {
     if (!is_digit(c)) return DecimalStatus::not_a_number;
-    if (!push_digit(value, c - '0')) return DecimalStatus::overflow;
+    overflow = overflow || !push_digit(value, c - '0');
   }
+  if (overflow) return DecimalStatus::overflow;
   out = value;
   return DecimalStatus::ok;
 }

@@ -17,7 +17,12 @@ Location where(std::string_view field) { return Location{"", 0, std::string(fiel
 
 std::int64_t parse_positive_integer(std::string_view text, std::string_view field) {
   std::int64_t value = 0;
-  if (detail::parse_non_negative(text, value) != detail::DecimalStatus::ok) {
+  const detail::DecimalStatus status = detail::parse_non_negative(text, value);
+  if (status == detail::DecimalStatus::overflow) {
+    throw InputError(where(field), "\"" + std::string(text) + "\" is too large (the largest is " +
+                                       std::to_string(std::numeric_limits<std::int64_t>::max()) + ")");
+  }
+  if (status != detail::DecimalStatus::ok) {
     throw InputError(where(field), "expected a positive integer, got \"" + std::string(text) + "\"");
   }
   if (value <= 0) throw InputError(where(field), "expected a positive integer, got " + std::string(text));

@@ -58,6 +58,26 @@ TEST_CASE("version: kvsim --version and kvsim version print the project's versio
   CHECK_THAT(test::run_cli({"version", "--help"}).out, Catch::Contains("kvsim X.Y.Z"));
 }
 
+TEST_CASE("help: kvsim help COMMAND [SUBCOMMAND] prints that command's help, as --help does") {
+  for (const std::vector<std::string>& path :
+       {std::vector<std::string>{"replay"}, {"trace", "convert"}, {"trace"}, {"size"}}) {
+    std::vector<std::string> spelled{"help"};
+    spelled.insert(spelled.end(), path.begin(), path.end());
+    std::vector<std::string> flagged = path;
+    flagged.push_back("--help");
+    const auto by_word = test::run_cli(spelled);
+    const auto by_flag = test::run_cli(flagged);
+    CHECK(by_word.exit_code == 0);
+    CHECK(by_word.out == by_flag.out);
+    CHECK_THAT(by_word.out, Catch::StartsWith("Usage: kvsim " + path.front()));
+  }
+  // Alone it lists the commands; a command that does not exist is a usage error naming it.
+  CHECK(test::run_cli({"help"}).out == test::run_cli({"--help"}).out);
+  const auto r = test::run_cli({"help", "replai"});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("unknown command 'replai'"));
+}
+
 TEST_CASE("warnings: dense-static refusing every request says why, paged beside it serving all does not") {
   // Two requests of 30 + 10 and 50 + 10 tokens. dense-static reserves the model's maximum
   // length, 131,072 positions x 131,072 B = 16 GiB per request, against a budget of 8 GiB: each

@@ -84,7 +84,24 @@ int dispatch(const Invocation& inv, const std::string& description,
     fmt::print(stderr, "{}", list());
     return kExitUsage;
   }
+  const auto unknown = [&](const std::string& name) {
+    std::string names;
+    for (const auto& sub : subcommands) names += (names.empty() ? "" : ", ") + sub.name;
+    return UsageError("unknown command '" + name + "' (commands: " + names + ")\nUsage: " + inv.command +
+                      " <command> [options]");
+  };
   const std::string& name = inv.args.front();
+  if (name == "help" && inv.args.size() > 1) {
+    // "help COMMAND [SUBCOMMAND]" is "COMMAND [SUBCOMMAND] --help": the help of the command named.
+    for (const auto& sub : subcommands) {
+      if (sub.name == inv.args[1]) {
+        Invocation inner{inv.command + " " + sub.name, {inv.args.begin() + 2, inv.args.end()}};
+        inner.args.push_back("--help");
+        return sub.run(inner);
+      }
+    }
+    throw unknown(inv.args[1]);
+  }
   if (name == "--help" || name == "-h" || name == "help") {
     write_stdout(list());
     return kExitOk;
@@ -95,10 +112,7 @@ int dispatch(const Invocation& inv, const std::string& description,
       return sub.run(inner);
     }
   }
-  std::string names;
-  for (const auto& sub : subcommands) names += (names.empty() ? "" : ", ") + sub.name;
-  throw UsageError("unknown command '" + name + "' (commands: " + names + ")\nUsage: " + inv.command +
-                   " <command> [options]");
+  throw unknown(name);
 }
 
 std::ifstream open_input(const std::string& path) {
