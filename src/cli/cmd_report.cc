@@ -360,14 +360,15 @@ int run_report(const Invocation& inv) {
   bool replay_json = false, validate_json = false;
   std::vector<std::string> csvs;
   for (const auto& path : inputs) {
-    // JSON opens with '{'; anything else is read as CSV, a row at a time, once the JSON is in.
+    // JSON opens with '{' (or '[', which no kvsim output does: refused below as JSON, not
+    // misread as a CSV); anything else is read as CSV, a row at a time, once the JSON is in.
     char first = 0;
     {
       std::ifstream in = open_input(path);
       while (in.get(first) && std::isspace(static_cast<unsigned char>(first))) {
       }
     }
-    if (first != '{') {
+    if (first != '{' && first != '[') {
       csvs.push_back(path);
       continue;
     }
@@ -378,10 +379,10 @@ int run_report(const Invocation& inv) {
       throw InputError(Location{path, 0, ""}, std::string("not valid JSON: ") + e.what());
     }
     if (replay_json || validate_json) throw InputError(Location{path, 0, ""}, "a second JSON output: give one");
-    if (j.contains("runs") && j["runs"].is_array()) {
+    if (j.is_object() && j.contains("runs") && j["runs"].is_array()) {
       read_replay_json(j, path, page);
       replay_json = true;
-    } else if (j.contains("makespan_s") && j.contains("ttft")) {
+    } else if (j.is_object() && j.contains("makespan_s") && j.contains("ttft")) {
       read_validate_json(j, path, page);
       validate_json = true;
     } else {
