@@ -136,6 +136,28 @@ TEST_CASE("warnings: a budget that cannot hold the smallest request, and the rea
   CHECK(ok.err.empty());
 }
 
+TEST_CASE("warnings: contiguous placement without a budget is said to change nothing") {
+  // Without a budget the arena is unbounded (docs/replay.md, "Contiguous placement"): buddy and
+  // first-fit place every reservation, so the run is dense-static's without placement.
+  const std::string trace =
+      test::write_file("warn-placement.csv", "id,arrival,prompt_tokens,output_tokens\nr1,0,30,10\nr2,0,50,10\n");
+  std::vector<std::string> args{"replay", trace, "--model", "llama-3.1-8b", "--allocator",
+                                "dense-static:placement=buddy,dense-static:placement=first-fit,dense-static",
+                                "--cost", "constant:step=1ms,prefill-token=0ps", "--json"};
+  const auto r = test::run_cli(args);
+  REQUIRE(r.exit_code == 0);
+  const auto w = warnings_of(r.out);
+  REQUIRE(w.size() == 2);
+  for (const char* placement : {"buddy", "first-fit"}) {
+    CHECK_THAT(w, Catch::VectorContains("dense-static:reserve=max-model-len,placement=" + std::string(placement) +
+                                        ": placement without a budget changes nothing: the arena is unbounded, so "
+                                        "every reservation finds an extent (give --kv-budget or --device)"));
+  }
+  // Under a budget of four rows (4 x 131,072 positions x 131,072 B = 64 GiB) placement acts: no warning.
+  args.insert(args.end(), {"--kv-budget", "64GiB"});
+  CHECK(warnings_of(test::run_cli(args).out).empty());
+}
+
 TEST_CASE("warnings: an overloaded device is warned about with the overload rule's own words") {
   // As tests/overload_test.cc: 20 requests 10 ms apart, 10 output tokens each, served one at a
   // time in 100 ms steps: 100 requests/s arrive, 1/s are served.

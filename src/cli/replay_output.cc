@@ -128,6 +128,12 @@ std::vector<std::string> warnings(const ReplayContext& c, const std::vector<Repl
                                   with_commas(need)));
       }
     }
+    // Contiguous placement acts only on a bounded arena (docs/replay.md, "Contiguous placement").
+    if (r.capacity_bytes == 0 && r.allocator.find("placement=") != std::string::npos) {
+      out.push_back(fmt::format("{}: placement without a budget changes nothing: the arena is unbounded, so every "
+                                "reservation finds an extent (give --kv-budget or --device)",
+                                r.allocator));
+    }
     if (overload && r.overload.overloaded) out.push_back(overload_text(r));
   }
   return out;
@@ -440,7 +446,8 @@ std::string replay_figures_help() {
          "    the slot for its next token: a new block whenever that token starts one. In can\n"
          "    therefore exceed out; a request that never comes back is refused, its bytes never in.\n"
          "  warnings (stderr, table top, JSON \"warnings\"): every request refused, a budget that\n"
-         "    cannot hold the trace's smallest request, an overloaded device.";
+         "    cannot hold the trace's smallest request, an overloaded device, contiguous placement\n"
+         "    without a budget.";
 }
 
 void print_warnings(const ReplayContext& c, const std::vector<ReplayReport>& reports) {
