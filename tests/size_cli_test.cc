@@ -130,6 +130,13 @@ TEST_CASE("kvsim size: a budget, its terms and vLLM's concurrency line") {
   REQUIRE(r.exit_code == 0);
   CHECK_THAT(r.out, Catch::Contains("0.62x (7,629 / 12,288 blocks)") && Catch::Contains("less than one request"));
 
+  // Without a budget there is no pool to size: the paging options are refused, not ignored.
+  for (const char* flag : {"--block-size", "--max-num-batched-tokens"}) {
+    r = run_cli({"size", "--model", "llama-3.1-8b", "--tokens", "4096", flag, "32"});
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.err, Catch::Contains(std::string(flag) + ": sizes the paged pool, which needs a budget"));
+  }
+
   // Sizes past 64 bits are an input error, not a wrapped number.
   r = run_cli({"size", "--model", "llama-3.1-8b", "--tokens", "9223372036854775807"});
   CHECK(r.exit_code == 1);

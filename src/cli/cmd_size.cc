@@ -271,6 +271,13 @@ SizeQuery size_query(const po::variables_map& vm, const ModelSpec& model, std::i
     }
   }
   q.budget = resolve_budget(vm);
+  // The paged pool is sized only against a budget; without one these options would do nothing.
+  for (const char* flag : {kOptBlockSize, kOptMaxNumBatchedTokens}) {
+    if (!q.budget && option_text(vm, option_key(flag))) {
+      throw InputError(Location{"", 0, flag}, std::string("sizes the paged pool, which needs a budget: give ") +
+                                                  kOptKvBudget + ", " + kOptDevice + " or " + kOptDeviceMemory);
+    }
+  }
   if (const auto ranks = option_text(vm, option_key(kOptExpertRanks))) {
     const std::int64_t n = positive_integer(*ranks, kOptExpertRanks);
     if (!model.moe) {
