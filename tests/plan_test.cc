@@ -183,4 +183,11 @@ TEST_CASE("kvsim plan: refuses what it cannot answer") {
   r = run_cli({"plan", trace, "--ttft-p99", "soon"});
   CHECK(r.exit_code == 2);
   CHECK(r.err.find("--ttft-p99") != std::string::npos);
+  // Each search's bound given to the other search is refused, not ignored.
+  r = run_cli({"plan", trace, "--queue-stable", "--max-replicas", "8"});
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("--max-replicas: bounds --search replicas; this search is rate-scale") != std::string::npos);
+  r = run_cli({"plan", trace, "--queue-stable", "--search", "replicas", "--tolerance", "0.1"});
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("--tolerance: bounds --search rate-scale") != std::string::npos);
 }

@@ -184,6 +184,14 @@ int run_plan(const Invocation& inv) {
   if (vm.count(search) != 0 && !vm[search].defaulted()) {
     throw InputError(Location{"", 0, "--" + search}, "is what kvsim plan searches (--search " + search + "): drop it");
   }
+  // Each search's own bound, refused rather than ignored under the other search.
+  if (search == "rate-scale" && !vm["max-replicas"].defaulted()) {
+    throw InputError(Location{"", 0, "--max-replicas"}, "bounds --search replicas; this search is rate-scale");
+  }
+  if (search == "replicas" && !vm["tolerance"].defaulted()) {
+    throw InputError(Location{"", 0, "--tolerance"},
+                     "bounds --search rate-scale; replicas are searched to adjacent counts, exactly");
+  }
   const std::int64_t tolerance_ppb = parse_fraction_ppb(vm["tolerance"].as<std::string>(), "--tolerance");
   if (tolerance_ppb <= 0) throw InputError(Location{"", 0, "--tolerance"}, "expected a positive share, such as 0.02");
   const std::int64_t max_points = parse_positive_integer(vm["max-points"].as<std::string>(), "--max-points");
