@@ -239,6 +239,26 @@ TEST_CASE("the start-up subtraction, term by term") {
   CHECK(trt.kv_budget_bytes == (17'169'131'765 - st.weights.bytes - 276'824'064) * 9 / 10);
 }
 
+TEST_CASE("size --engine sglang and trtllm: the pool's heading says whose rules count the blocks") {
+  // SGLang's max_total_num_tokens is the KV budget // bytes per token (profile_max_num_token,
+  // pages of 1 token): for Llama-3.1-8B, 131,072 bytes a token, the same as vLLM's rule with
+  // blocks of 1 token, and the heading says so.
+  auto r = run_cli({"size", "--model", "llama-3.1-8b", "--device", "H100-80GB", "--engine", "sglang", "--json"});
+  REQUIRE(r.exit_code == 0);
+  const nlohmann::json doc = nlohmann::json::parse(r.out);
+  CHECK(doc["kv_cache_tokens"].get<std::int64_t>() == doc["startup"]["kv_budget_bytes"].get<std::int64_t>() / 131'072);
+  r = run_cli({"size", "--model", "llama-3.1-8b", "--device", "H100-80GB", "--engine", "sglang"});
+  CHECK_THAT(r.out, Catch::Contains("Paged cache (sglang, block size 1 token; counted by vLLM's rules, which give the "
+                                    "same count for a model whose layers are all alike)"));
+  r = run_cli({"size", "--model", "llama-3.1-8b", "--device", "H100-80GB", "--engine", "trtllm"});
+  CHECK_THAT(r.out, Catch::Contains("Paged cache (trtllm, block size 32 tokens; counted by vLLM's rules, which give"));
+  // Gemma-3's sliding and full layers: vLLM's padded groups are not SGLang's pools.
+  r = run_cli({"size", "--model", "gemma-3-27b", "--device", "H100-80GB", "--engine", "sglang"});
+  CHECK_THAT(r.out, Catch::Contains("whose grouping of unlike layers this engine does not share: an approximation"));
+  r = run_cli({"size", "--model", "llama-3.1-8b", "--device", "H100-80GB", "--engine", "vllm"});
+  CHECK_THAT(r.out, Catch::Contains("Paged cache (vLLM's layout, block size 16 tokens)"));
+}
+
 TEST_CASE("vllm-v0's profile batch: max(max_model_len, 2048), or 2048 when V0 chunks prefill above 32K") {
   // vllm/engine/arg_utils.py (V0): chunked prefill is on by default when max_model_len >
   // 32768 and no layer slides; SchedulerConfig then takes 2048 tokens, else max(max_model_len,

@@ -432,10 +432,24 @@ std::string startup_table(const StartupMemory& m) {
   return text + w.render();
 }
 
+// The pool's heading. The blocks are always counted by vLLM's rules; for SGLang (pages of
+// one token: max_total_num_tokens = KV budget // bytes per token) and TensorRT-LLM (blocks of
+// tokens_per_block) those give the same count when one group holds every layer. Otherwise
+// vLLM's hybrid groups are not how those engines pool, and the heading says so.
+std::string pool_heading(const SizeSheet& s, const PagedPool& p) {
+  const ServingEngine engine = s.startup ? s.startup->engine : ServingEngine::vllm;
+  if (is_vllm(engine)) return fmt::format("Paged cache (vLLM's layout, block size {} tokens)", p.block_tokens);
+  const bool one_group = p.uniform_page && p.cache_groups == 1 && p.padding_layers == 0;
+  return fmt::format("Paged cache ({}, block size {} token{}; counted by vLLM's rules, {})", serving_engine_name(engine),
+                     p.block_tokens, p.block_tokens == 1 ? "" : "s",
+                     one_group ? "which give the same count for a model whose layers are all alike"
+                               : "whose grouping of unlike layers this engine does not share: an approximation");
+}
+
 // The binding stage's paged pool and vLLM's concurrency line at each T.
 std::string paged_lines(const SizeSheet& s) {
   const PagedPool& p = s.stage_pools[s.binding_stage].pool;
-  std::string text = fmt::format("\nPaged cache (vLLM's layout, block size {} tokens)\n", p.block_tokens);
+  std::string text = "\n" + pool_heading(s, p) + "\n";
   if (p.uniform_page) {
     text += fmt::format("  {} KV-cache group{} of {} layers{}; a block is {} layers x {} tokens x {} bytes = {} bytes\n",
                         p.cache_groups, p.cache_groups == 1 ? "" : "s", p.group_size,
