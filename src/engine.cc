@@ -980,6 +980,15 @@ ReplayReport Engine::run() {
                      "trace's own; for per-request output of a simulation, replay it with " +
                          std::string(kOptSchedule) + " simulate");
   }
+  if (measured_ && !opt_.simulation_options.empty()) {
+    std::string names;
+    for (const std::string& o : opt_.simulation_options) names += (names.empty() ? "" : ", ") + o;
+    throw InputError(Location{trace_.path(), 0, ""},
+                     "its start/first_token/finish times fix the schedule, on which " + names +
+                         " would not act; replay it without " +
+                         (opt_.simulation_options.size() == 1 ? "it" : "them") + ", or with " +
+                         std::string(kOptSchedule) + " simulate");
+  }
   if (measured_ && bounded()) {
     throw InputError(Location{trace_.path(), 0, ""},
                      "its start/first_token/finish times fix the schedule, which a memory budget would have to "

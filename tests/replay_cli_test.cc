@@ -433,6 +433,21 @@ TEST_CASE("replay: help, usage errors and input errors") {
   CHECK(r.exit_code == 1);
   CHECK_THAT(r.err, Catch::Contains("request #2 ('b'): has no start, first_token and finish times, but the trace's first "
                                     "request has them"));
+  // A trace whose times fix the schedule refuses the options only a simulation acts on, named
+  // in the order given; --schedule simulate takes them.
+  const std::string timed = test::write_file(
+      "timed.csv", "id,arrival,prompt_tokens,output_tokens,start,first_token,finish\na,0,10,5,0.1,0.2,0.5\n");
+  r = test::run_cli({"replay", timed, "--max-running", "4", "--cost", "linear"});
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("timed.csv: its start/first_token/finish times fix the schedule, on which --cost, "
+                                    "--max-running would not act; replay it without them, or with --schedule simulate"));
+  for (const char* option : {"--cuda-graphs", "--async-scheduling"}) {
+    r = test::run_cli({"replay", timed, option, "on", "--schedule", "measured"});
+    CHECK(r.exit_code == 1);
+    CHECK_THAT(r.err, Catch::Contains(std::string("on which ") + option + " would not act; replay it without it"));
+  }
+  CHECK(test::run_cli({"replay", timed, "--max-running", "4", "--schedule", "simulate"}).exit_code == 0);
+  CHECK(test::run_cli({"replay", timed}).exit_code == 0);
   r = test::run_cli({"replay", "does-not-exist.csv"});
   CHECK(r.exit_code == 1);
   CHECK_THAT(r.err, Catch::Contains("does-not-exist.csv"));

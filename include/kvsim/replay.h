@@ -261,6 +261,10 @@ struct ReplayOptions {
   std::function<void(const RequestRecord&)> per_request;
   // Called now and then with the fraction of the trace read, for a progress bar.
   std::function<void(double)> progress;
+  // The options given that only a simulated schedule acts on (--max-running, --cost, ...), by
+  // name: a trace whose service times fix the schedule is refused with them, as with a budget,
+  // rather than replayed as if they had acted.
+  std::vector<std::string> simulation_options;
   // Keep every request's latencies in ReplayReport::latency_samples (data-parallel replicas
   // merge them into the total's percentiles).
   bool keep_latency_samples = false;

@@ -294,6 +294,13 @@ ReplayOptions replay_options_from(const po::variables_map& vm, const ModelChoice
   // Options not given are 0 here; under a budget they become vLLM's (the library's rule).
   apply_vllm_scheduler_defaults(ro);
   if (graphs) ro.cuda_graph_max_tokens = cuda_graph_max_tokens(ro.max_running, ro.max_batched_tokens);
+  // What only a simulated schedule uses: refused on a trace whose times fix the schedule.
+  for (const char* option : {kOptCost, kOptTimingDevice, kOptMaxBatchedTokens, kOptNoChunkedPrefill, kOptMaxRunning,
+                             kOptAsyncScheduling, kOptCudaGraphs, kOptVllmVersion}) {
+    if (vm.count(option_key(option)) != 0 && !vm[option_key(option)].defaulted()) {
+      ro.simulation_options.emplace_back(option);
+    }
+  }
   if (budget && ro.schedule == Schedule::measured) {
     throw UsageError("--schedule measured replays the trace's own timestamps, which a memory budget would have to "
                      "change: give one or the other\nUsage: " + kSpec.synopsis);
