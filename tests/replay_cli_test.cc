@@ -447,6 +447,12 @@ TEST_CASE("replay: help, usage errors and input errors") {
     CHECK_THAT(r.err, Catch::Contains(std::string("on which ") + option + " would not act; replay it without it"));
   }
   CHECK(test::run_cli({"replay", timed, "--max-running", "4", "--schedule", "simulate"}).exit_code == 0);
+  // Without chunking a prompt's first chunk is the whole sequence: the whole-sequence check
+  // given by hand could not change an admission.
+  r = test::run_cli({"replay", trace, "--kv-budget", "1GiB", "--no-chunked-prefill", "--reserve-full-isl", "on"});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("--reserve-full-isl: asks room for the whole sequence before its first chunk, and "
+                                    "with --no-chunked-prefill the first chunk is the whole sequence"));
   CHECK(test::run_cli({"replay", timed}).exit_code == 0);
   r = test::run_cli({"replay", "does-not-exist.csv"});
   CHECK(r.exit_code == 1);

@@ -797,6 +797,10 @@ TEST_CASE("validate: vLLM's admission rules follow the run's version and its res
   CHECK(policy_line("0.11.0", "", "") == "policy vllm (recompute, watermark 0)");
   CHECK(policy_line("0.7.3", "", "") == "policy vllm (recompute)");
   CHECK(policy_line("0.7.3", R"(, "scheduler_reserve_full_isl": true)", "") == "policy vllm (recompute, whole sequence must fit)");
+  // Without chunked prefill the check cannot act (replay refuses it given by hand): a run that
+  // records both is still replayed, under the version's default.
+  CHECK(policy_line("0.19.0", R"(, "scheduler_reserve_full_isl": true, "enable_chunked_prefill": false)", "") ==
+        "policy vllm (recompute, whole sequence must fit, watermark 0)");
   // Given on the command line, the user's choice wins.
   std::ofstream(dir / "meta.json") << R"({"model": "meta-llama/Llama-3.1-8B", "vllm_version": "0.19.0",
   "engine_kwargs": {"tensor_parallel_size": 1, "data_parallel_size": 1, "max_num_seqs": 128,

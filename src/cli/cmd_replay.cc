@@ -333,6 +333,13 @@ ReplayOptions replay_options_from(const po::variables_map& vm, const ModelChoice
   if (!vm[option_key(kOptReserveFullIsl)].defaulted() && !vllm) {
     throw InputError(Location{"", 0, kOptReserveFullIsl}, "applies to the vllm policy only (--policy vllm)");
   }
+  // Without chunking a request's first chunk is its whole sequence so far, which is what the
+  // check would ask room for: it cannot change an admission.
+  if (!vm[option_key(kOptReserveFullIsl)].defaulted() && ro.memory.reserve_full_isl && !ro.chunked_prefill) {
+    throw InputError(Location{"", 0, kOptReserveFullIsl},
+                     std::string("asks room for the whole sequence before its first chunk, and with ") +
+                         kOptNoChunkedPrefill + " the first chunk is the whole sequence: it would have no effect");
+  }
   ro.memory.swap_bytes_per_second =
       parse_byte_size(vm[option_key(kOptSwapBandwidth)].as<std::string>(), kOptSwapBandwidth);
   if (ro.memory.swap_bytes_per_second <= 0) {

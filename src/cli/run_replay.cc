@@ -258,9 +258,10 @@ std::string apply_run_settings(po::variables_map& vm, const MeasuredRun& run, co
     default_to(vm, option_key(kOptVllmVersion), run.vllm_version);
   }
   // What meta.json records wins over the version's defaults: scheduler_reserve_full_isl set
-  // either way, and enforce_eager (no CUDA graphs).
+  // either way (unless chunked prefill is off, where it cannot act and replay refuses it), and
+  // enforce_eager (no CUDA graphs).
   const bool vllm_policy = !given(vm, option_key(kOptPolicy)) || vm[option_key(kOptPolicy)].as<std::string>() == "vllm";
-  if (vllm_policy && run.reserve_full_isl) default_to(vm, option_key(kOptReserveFullIsl), *run.reserve_full_isl ? "on" : "off");
+  if (vllm_policy && run.reserve_full_isl && run.chunked_prefill != false) default_to(vm, option_key(kOptReserveFullIsl), *run.reserve_full_isl ? "on" : "off");
   if (run.enforce_eager) default_to(vm, option_key(kOptCudaGraphs), "off");
   default_to(vm, option_key(kOptMaxBatchedTokens), std::to_string(run.max_num_batched_tokens));
   if (run.max_model_len > 0) default_to(vm, option_key(kOptMaxModelLen), std::to_string(run.max_model_len));
