@@ -137,6 +137,18 @@ TEST_CASE("kvsim size: a budget, its terms and vLLM's concurrency line") {
     CHECK_THAT(r.err, Catch::Contains(std::string(flag) + ": sizes the paged pool, which needs a budget"));
   }
 
+  // Under a budget the chunk caps only sliding windows: refused for a model without any, kept
+  // for Mistral's (and for an engine's start-up, whose profile batch it sizes).
+  r = run_cli({"size", "--model", "llama-3.1-8b", "--tokens", "4096", "--kv-budget", "10GiB", "--max-num-batched-tokens",
+               "2048"});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("--max-num-batched-tokens: caps the blocks a sliding-window layer keeps, and "
+                                    "llama-3.1-8b has none"));
+  CHECK(run_cli({"size", "--model", "mistral-7b-v0.1", "--tokens", "4096", "--kv-budget", "10GiB",
+                 "--max-num-batched-tokens", "2048"}).exit_code == 0);
+  CHECK(run_cli({"size", "--model", "llama-3.1-8b", "--tokens", "4096", "--device", "H100-80GB", "--engine", "vllm",
+                 "--max-num-batched-tokens", "2048"}).exit_code == 0);
+
   // Sizes past 64 bits are an input error, not a wrapped number.
   r = run_cli({"size", "--model", "llama-3.1-8b", "--tokens", "9223372036854775807"});
   CHECK(r.exit_code == 1);

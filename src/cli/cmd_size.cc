@@ -1,6 +1,7 @@
 // kvsim size: the KV-cache capacity sheet the seed guide asks for. It parses options, asks the
 // library for the sheet (size_sheet(): the layout, the budget and the paged pool) and prints it
 // (size_output.h); it computes nothing a user compares.
+#include <algorithm>
 #include <fmt/core.h>
 
 #include <optional>
@@ -277,6 +278,14 @@ SizeQuery size_query(const po::variables_map& vm, const ModelSpec& model, std::i
       throw InputError(Location{"", 0, flag}, std::string("sizes the paged pool, which needs a budget: give ") +
                                                   kOptKvBudget + ", " + kOptDevice + " or " + kOptDeviceMemory);
     }
+  }
+  // Outside an engine's start-up (its profile batch) the chunk only caps sliding windows.
+  const bool slides = std::any_of(model.layer_window_tokens.begin(), model.layer_window_tokens.end(),
+                                  [](std::int64_t w) { return w > 0; });
+  if (q.budget && !q.startup && !slides && option_text(vm, option_key(kOptMaxNumBatchedTokens))) {
+    throw InputError(Location{"", 0, kOptMaxNumBatchedTokens},
+                     "caps the blocks a sliding-window layer keeps, and " + model.name +
+                         " has none: it would have no effect (with --engine it sizes the start-up profile batch)");
   }
   if (const auto ranks = option_text(vm, option_key(kOptExpertRanks))) {
     const std::int64_t n = positive_integer(*ranks, kOptExpertRanks);
