@@ -391,7 +391,15 @@ CostModel parse_cost_model(std::string_view text, const CostModel& roofline, std
   c.routed_experts = roofline.routed_experts;
   c.experts_per_token = roofline.experts_per_token;
   const std::string_view rest = colon == std::string_view::npos ? std::string_view{} : text.substr(colon + 1);
+  // The terms the roofline still gives (each named one replaces its own): while any does, the
+  // timing rests on the roofline's device, and `device` names it.
+  std::vector<std::string_view> inherited = {kind == "constant" ? "step" : "base", "prefill-token"};
+  if (kind == "linear") {
+    inherited.insert(inherited.end(), {"decode-seq", "context-token"});
+    if (roofline.expert_weights_ps != 0) inherited.push_back("expert-weights");
+  }
   for (const auto& [key, value] : parse_key_values(rest, field)) {
+    std::erase(inherited, key);
     const std::int64_t ps = parse_duration_ps(value, std::string(field) + " " + std::string(key));
     if (kind == "constant" && key == "step") c.base_ps = ps;
     else if (kind == "linear" && key == "base") c.base_ps = ps;
@@ -416,6 +424,7 @@ CostModel parse_cost_model(std::string_view text, const CostModel& roofline, std
                                 " must be positive, got \"" + std::string(text) + "\"");
   }
   c.name = std::string(text);
+  if (!inherited.empty()) c.device = roofline.device;
   return c;
 }
 

@@ -154,6 +154,12 @@ TEST_CASE("roofline: a step is overhead + max(matmuls, weights) + max(attention 
     w.context = 50;
     w.prefill_pairs = 999;  // ignored outside the roofline
     CHECK(step_time_ps(linear, w) == 1'000 + 2 * 10 + 3 * 3 + 4 * 50);
+    // Every term named: nothing is the roofline's, so no device is assumed. One left out
+    // (here the context's read, or constant's prefill-token) is the roofline's device's.
+    CHECK(linear.device.empty());
+    CHECK(parse_cost_model("linear:base=1ns,prefill-token=2ps,decode-seq=3ps", c, "--cost").device == c.device);
+    CHECK(parse_cost_model("constant:step=1ms,prefill-token=0ps", c, "--cost").device.empty());
+    CHECK(parse_cost_model("constant:step=1ms", c, "--cost").device == c.device);
   }
   CHECK_THROWS_AS(parse_cost_model("roofline:step=1ms", c, "--cost"), InputError);
 }

@@ -447,6 +447,13 @@ TEST_CASE("replay: help, usage errors and input errors") {
     CHECK_THAT(r.err, Catch::Contains(std::string("on which ") + option + " would not act; replay it without it"));
   }
   CHECK(test::run_cli({"replay", timed, "--max-running", "4", "--schedule", "simulate"}).exit_code == 0);
+  // A cost that names every term takes nothing from the roofline: its device is refused.
+  r = test::run_cli({"replay", trace, "--cost", "constant:step=25ms,prefill-token=50us", "--timing-device", "A100-40GB"});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("--timing-device: times the roofline, and --cost "
+                                    "\"constant:step=25ms,prefill-token=50us\" names every term itself"));
+  CHECK(test::run_cli({"replay", trace, "--requests", "5", "--cost", "constant:step=25ms", "--timing-device",
+                       "A100-40GB"}).exit_code == 0);
   // Without chunking a prompt's first chunk is the whole sequence: the whole-sequence check
   // given by hand could not change an admission.
   r = test::run_cli({"replay", trace, "--kv-budget", "1GiB", "--no-chunked-prefill", "--reserve-full-isl", "on"});

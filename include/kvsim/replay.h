@@ -63,7 +63,7 @@ struct CostModel {
   std::int64_t routed_experts = 0;
   std::int64_t experts_per_token = 0;
   bool roofline = false;                   // the roofline rule below instead of the linear sum
-  std::string device;                      // the device the timing assumes ("" for explicit models)
+  std::string device;                      // the device the timing assumes ("" when no term is the roofline's)
   std::int64_t overhead_ps = 0;            // roofline: per step, outside the max
   std::int64_t weights_ps = 0;             // roofline memory: the weights but the routed experts, read once per step
   std::int64_t kv_position_ps = 0;         // roofline memory: one KV position read or written

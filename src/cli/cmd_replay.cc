@@ -731,6 +731,11 @@ int run_replay(const Invocation& inv) {
   if (!parse_trace_command(inv, kSpec, options, vm)) return kExitOk;
 
   ReplayPlan plan = plan_replay(vm);
+  if (option_text(vm, option_key(kOptTimingDevice)) && plan.options.cost.device.empty()) {
+    throw InputError(Location{"", 0, kOptTimingDevice},
+                     "times the roofline, and --cost \"" + plan.options.cost.name +
+                         "\" names every term itself: it would have no effect");
+  }
   // The replicas' runs keep neither records nor series: say so instead of writing a file
   // with a header only (kvsim validate gives each request of a data-parallel run).
   if (plan.replicas > 1) {
