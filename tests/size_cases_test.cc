@@ -64,6 +64,12 @@ TEST_CASE("kvsim size --prompt --max-tokens: the seed's 3,072 + 1,024 reservatio
   doc = nlohmann::json::parse(beams.out);
   CHECK(doc["request"]["kv_bytes"].get<std::int64_t>() == 2'684'354'560);
   CHECK(doc["request"]["sequences"].get<std::int64_t>() == 4);
+  // One sequence has no copy to make: the option is refused, not echoed as prompt_shared false.
+  const auto one = run_cli({"size", "--model", "seed-example", "--prompt", "3072", "--max-tokens", "1024",
+                            "--no-prompt-sharing"});
+  CHECK(one.exit_code == 2);
+  CHECK_THAT(one.err, Catch::Contains("--no-prompt-sharing: copies the prompt into each of the request's sequences, "
+                                      "and it has one"));
 
   // Mistral (32 sliding layers of 4,096, 131,072 bytes per position), P 3,000, G 2,000, n 3:
   // 8,096 positions (above) x 131,072 = 1,061,158,912.

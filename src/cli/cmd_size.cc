@@ -147,6 +147,10 @@ std::optional<RequestShape> request_shape(const po::variables_map& vm) {
   r.max_tokens = positive_integer(*max_tokens, kOptMaxTokens);
   if (n) r.sequences = positive_integer(*n, kOptN);
   if (beams) r.sequences = positive_integer(*beams, kOptBeams);
+  if (unshared && r.sequences == 1) {
+    throw InputError(Location{"", 0, kOptNoPromptSharing},
+                     "copies the prompt into each of the request's sequences, and it has one: give --n or --beams");
+  }
   r.prompt_shared = !unshared;
   return r;
 }
