@@ -166,6 +166,37 @@ TEST_CASE("kvsim plan --search replicas: the fewest replicas without preemption,
   CHECK(j["answer"].get<std::string>().rfind("The smallest number of replicas meeting the targets", 0) == 0);
 }
 
+TEST_CASE("kvsim plan --search replicas: measured times in the trace are simulated over at every point") {
+  // The trace's own times hold for one engine at its own load only: every point plan tries is
+  // simulated, so the plan is the one of the same trace without them (before, the one-replica
+  // point replayed the measured times and the others simulated). The arrivals are those of the
+  // hand-derived case above at rate-scale 16 (0 and 1/16 s): one replica preempts, two do not.
+  const std::string plain = write_file("plan-plain.csv",
+                                       "id,arrival,prompt_tokens,output_tokens\n"
+                                       "a,0,15,12\n"
+                                       "b,0.0625,15,12\n");
+  const std::string timed = write_file("plan-timed.csv",
+                                       "id,arrival,prompt_tokens,output_tokens,start,first_token,finish\n"
+                                       "a,0,15,12,0.5,0.6,9\n"
+                                       "b,0.0625,15,12,1.5,1.6,9.5\n");
+  const auto plan = [](const std::string& trace) {
+    const auto r = run_cli({"plan", trace, "--model", "llama-3.1-8b", "--allocator", "paged:block=16", "--kv-budget",
+                            "6291456", "--watermark", "0", "--cost", "constant:step=10ms,prefill-token=0s",
+                            "--no-preemption", "--search", "replicas", "--json"});
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+    auto j = nlohmann::json::parse(r.out);
+    j.erase("trace");
+    return j;
+  };
+  const auto timed_plan = plan(timed);
+  CHECK(timed_plan == plan(plain));
+  CHECK(timed_plan["met"] == "2");
+  const auto r = run_cli({"plan", timed, "--queue-stable", "--search", "replicas", "--schedule", "measured"});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("--schedule: kvsim plan simulates every point it tries"));
+}
+
 TEST_CASE("kvsim plan: refuses what it cannot answer") {
   const std::string trace = write_file("plan-two-bad.csv",
                                        "id,arrival,prompt_tokens,output_tokens\n"

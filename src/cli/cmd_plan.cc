@@ -199,6 +199,15 @@ int run_plan(const Invocation& inv) {
 
   // Plans for one allocator: paged unless one is given.
   po::variables_map base = vm;
+  // Every point is a simulation: a trace's measured times hold at its own load and on one
+  // engine only, so a trace that carries them is simulated like any other (docs/sweep.md).
+  if (!vm[option_key(kOptSchedule)].defaulted() && vm[option_key(kOptSchedule)].as<std::string>() == "measured") {
+    throw InputError(Location{"", 0, kOptSchedule},
+                     "kvsim plan simulates every point it tries (other loads, other replica counts): the trace's "
+                     "measured times cannot be replayed there");
+  }
+  base.erase(option_key(kOptSchedule));
+  base.insert({option_key(kOptSchedule), po::variable_value(boost::any(std::string("simulate")), false)});
   if (vm.count(option_key(kOptAllocator)) == 0) {
     po::store(po::command_line_parser(std::vector<std::string>{"--allocator=paged"})
                   .options(replay_option_descriptions(false, true, kPlanAllocatorHelp))
