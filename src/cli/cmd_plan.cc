@@ -181,7 +181,7 @@ int run_plan(const Invocation& inv) {
     throw UsageError("give at least one target (--no-preemption, --queue-stable, --ttft-p99 D, ...)\nUsage: " +
                      kSpec.synopsis);
   }
-  if (vm.count(search) != 0 && !vm[search].defaulted()) {
+  if (given(vm, search)) {
     throw InputError(Location{"", 0, "--" + search}, "is what kvsim plan searches (--search " + search + "): drop it");
   }
   // Each search's own bound, refused rather than ignored under the other search.
@@ -201,7 +201,7 @@ int run_plan(const Invocation& inv) {
   po::variables_map base = vm;
   // Every point is a simulation: a trace's measured times hold at its own load and on one
   // engine only, so a trace that carries them is simulated like any other (docs/sweep.md).
-  if (!vm[option_key(kOptSchedule)].defaulted() && vm[option_key(kOptSchedule)].as<std::string>() == "measured") {
+  if (given(vm, option_key(kOptSchedule)) && vm[option_key(kOptSchedule)].as<std::string>() == "measured") {
     throw InputError(Location{"", 0, kOptSchedule},
                      "kvsim plan simulates every point it tries (other loads, other replica counts): the trace's "
                      "measured times cannot be replayed there");

@@ -297,9 +297,7 @@ ReplayOptions replay_options_from(const po::variables_map& vm, const ModelChoice
   // What only a simulated schedule uses: refused on a trace whose times fix the schedule.
   for (const char* option : {kOptCost, kOptTimingDevice, kOptMaxBatchedTokens, kOptNoChunkedPrefill, kOptMaxRunning,
                              kOptAsyncScheduling, kOptCudaGraphs, kOptVllmVersion}) {
-    if (vm.count(option_key(option)) != 0 && !vm[option_key(option)].defaulted()) {
-      ro.simulation_options.emplace_back(option);
-    }
+    if (given(vm, option_key(option))) ro.simulation_options.emplace_back(option);
   }
   if (budget && ro.schedule == Schedule::measured) {
     throw UsageError("--schedule measured replays the trace's own timestamps, which a memory budget would have to "

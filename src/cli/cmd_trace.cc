@@ -17,6 +17,7 @@
 #include "kvsim/trace_stats.h"
 #include "kvsim/trace_writer.h"
 #include "kvsim/units.h"
+#include "model_options.h"
 
 namespace kvsim::cli {
 namespace {
@@ -82,12 +83,11 @@ void add_read_options(po::options_description& options, ReadArgs& args) {
 
 // What `vm` gave of the read options, explicitly.
 GivenTraceOptions given_read_options(const po::variables_map& vm) {
-  const auto given = [&](const char* key) { return vm.count(key) != 0 && !vm[key].defaulted(); };
   GivenTraceOptions g;
-  g.rate = given(option_key(kOptRate));
-  g.seed = given(option_key(kOptSeed));
+  g.rate = given(vm, option_key(kOptRate));
+  g.seed = given(vm, option_key(kOptSeed));
   g.keep_failed = vm.count(option_key(kOptKeepFailed)) != 0 && vm[option_key(kOptKeepFailed)].as<bool>();
-  g.hash_block_tokens = given("hash-block-tokens");
+  g.hash_block_tokens = given(vm, "hash-block-tokens");
   return g;
 }
 
@@ -306,12 +306,11 @@ int run_gen(const Invocation& inv) {
   po::variables_map vm;
   if (!parse_options(inv, kGenSpec, options, positional, vm)) return kExitOk;
   // Options that only shape something else that is not asked for would change nothing.
-  const auto given = [&](const char* flag) { return !vm[option_key(flag)].defaulted(); };
-  if (given(kOptMaxTokensShare) && max_tokens == "none") {
+  if (given(vm, option_key(kOptMaxTokensShare)) && max_tokens == "none") {
     throw UsageError(std::string(kOptMaxTokensShare) + " is the share of requests given max_tokens, and " + kOptMaxTokens +
                      " is none: it would have no effect\nUsage: " + kGenSpec.synopsis);
   }
-  if (given(kOptBlockTokens) && system_prompts.empty() && sessions.empty()) {
+  if (given(vm, option_key(kOptBlockTokens)) && system_prompts.empty() && sessions.empty()) {
     throw UsageError(std::string(kOptBlockTokens) + " sizes the prefix hashes, which are written only with " +
                      kOptSystemPrompt + " or " + kOptSessions + ": it would have no effect\nUsage: " + kGenSpec.synopsis);
   }

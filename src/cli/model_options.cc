@@ -16,6 +16,10 @@ std::optional<std::string> option_text(const po::variables_map& vm, const char* 
   return vm[name].as<std::string>();
 }
 
+bool given(const po::variables_map& vm, const std::string& name) {
+  return vm.count(name) != 0 && !vm[name].defaulted();
+}
+
 bool on_off(const po::variables_map& vm, const char* option) {
   const std::string value = vm[option_key(option)].as<std::string>();
   if (value != "on" && value != "off") throw InputError(Location{"", 0, option}, "expected on or off, got \"" + value + "\"");

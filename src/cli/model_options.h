@@ -53,6 +53,9 @@ std::int64_t positive_integer(const std::string& text, const char* option);
 // The option's value, if it was given.
 std::optional<std::string> option_text(const po::variables_map& vm, const char* name);
 
+// Whether the option was given on the command line (present, and not by its default value).
+bool given(const po::variables_map& vm, const std::string& name);
+
 // An on/off option's value (`option`: its name with "--", which an InputError names when the
 // value is neither).
 bool on_off(const po::variables_map& vm, const char* option);

@@ -33,8 +33,6 @@ bool has_device_preset(std::string_view name) {
   return std::any_of(all.begin(), all.end(), [&](const DevicePreset& d) { return d.name == name; });
 }
 
-bool given(const po::variables_map& vm, const char* key) { return vm.count(key) != 0 && !vm[key].defaulted(); }
-
 // The option takes `value` unless the user gave it.
 void default_to(po::variables_map& vm, const char* key, const std::string& value) {
   if (given(vm, key)) return;
@@ -261,7 +259,9 @@ std::string apply_run_settings(po::variables_map& vm, const MeasuredRun& run, co
   // either way (unless chunked prefill is off, where it cannot act and replay refuses it), and
   // enforce_eager (no CUDA graphs).
   const bool vllm_policy = !given(vm, option_key(kOptPolicy)) || vm[option_key(kOptPolicy)].as<std::string>() == "vllm";
-  if (vllm_policy && run.reserve_full_isl && run.chunked_prefill != false) default_to(vm, option_key(kOptReserveFullIsl), *run.reserve_full_isl ? "on" : "off");
+  if (vllm_policy && run.reserve_full_isl && run.chunked_prefill != false) {
+    default_to(vm, option_key(kOptReserveFullIsl), *run.reserve_full_isl ? "on" : "off");
+  }
   if (run.enforce_eager) default_to(vm, option_key(kOptCudaGraphs), "off");
   default_to(vm, option_key(kOptMaxBatchedTokens), std::to_string(run.max_num_batched_tokens));
   if (run.max_model_len > 0) default_to(vm, option_key(kOptMaxModelLen), std::to_string(run.max_model_len));

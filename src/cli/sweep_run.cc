@@ -49,7 +49,7 @@ void check_axes(const std::vector<SweepAxis>& axes, const po::options_descriptio
       throw InputError(where, flag + " is not an option of kvsim replay (see 'kvsim replay --help'; give its long "
                                      "name without the dashes)");
     }
-    if (vm.count(axis.name) != 0 && !vm[axis.name].defaulted()) {
+    if (given(vm, axis.name)) {
       throw InputError(where, flag + " is both given and varied: drop one");
     }
     if (is_switch(replay_desc, axis.name)) {
