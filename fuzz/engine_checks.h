@@ -4,8 +4,9 @@
 // The fuzz bytes are decoded into a small trace (up to 12 requests: lengths, n, max_tokens,
 // cancellations, prefix hashes, arrivals from 0 to the largest representable time) and a
 // random option set (allocator and its parameters, layer groups and a sliding window,
-// maximum length, budget down to a few bytes, policy, preemption mode, watermark, whole-sequence
-// admission, token and running limits, chunked prefill, cost model, swap bandwidth), and replayed. Checked:
+// maximum length, budget down to a few bytes, policy and SGLang's queue order, preemption
+// mode, watermark, whole-sequence admission, token and running limits, chunked prefill, cost
+// model, swap bandwidth), and replayed. Checked:
 //
 //  - the run ends in a report or a kvsim::InputError; never an InternalError (the engine's
 //    own invariants, its livelock watchdog and its leak check all throw one) nor anything
@@ -98,11 +99,14 @@ inline EngineCase decode_engine_case(const std::uint8_t* data, std::size_t size)
   static constexpr const char* kBlocks[] = {"1", "2", "7", "16", "32"};
   static constexpr const char* kReserve[] = {"max-model-len", "max-tokens", "pow2", "oracle"};
   static constexpr const char* kGrowth[] = {"double", "exact", "chunk,chunk=5", "chunk=64"};
-  switch (in.below(5)) {
+  // Radix is choice 5, added after the stored findings: each of them reads a value below 5
+  // here, which picks the same kind modulo 6 as it did modulo 5.
+  switch (in.below(6)) {
     case 0: c.allocator = std::string("paged:block=") + kBlocks[in.below(5)]; break;
     case 1: c.allocator = std::string("paged:block=") + kBlocks[in.below(5)] + ",prefix-caching=on"; break;
     case 2: c.allocator = std::string("sliding-window:block=") + kBlocks[in.below(5)]; break;
     case 3: c.allocator = std::string("dense-static:reserve=") + kReserve[in.below(4)]; break;
+    case 5: c.allocator = std::string("radix:page=") + kBlocks[in.below(5)]; break;
     default:
       c.allocator = std::string("dynamic:growth=") + kGrowth[in.below(4)];
       if (in.flip()) c.allocator += ",arena=" + std::to_string(1 + in.below(8192));
@@ -173,6 +177,7 @@ inline EngineCase decode_engine_case(const std::uint8_t* data, std::size_t size)
   // input runs out).
   o.async_scheduling = in.flip();
   o.memory.reserve_full_isl = in.flip();  // likewise
+  o.memory.sglang_lpm = in.flip();         // likewise: SGLang's lpm ordering (the sglang policy reads it)
   return c;
 }
 

@@ -1,10 +1,13 @@
 // The allocator registry's checklist: what every registered kind must provide, checked for
 // each of them, so that a row added to allocator_kinds() is complete or fails here.
-// (allocator_contract_test.cc runs every kind through the allocator contract.)
+// (allocator_contract_test.cc runs every kind through the allocator contract.) The engine
+// fuzzer's allocators are a hand-written list with parameters per kind; the last case here
+// fails until a new kind is in it.
 #include <catch2/catch.hpp>
 #include <set>
 
 #include "allocator_registry.h"
+#include "engine_checks.h"
 #include "kvsim/allocator.h"
 #include "kvsim/error.h"
 #include "test_support.h"
@@ -89,4 +92,20 @@ TEST_CASE("allocator registry: lists of kinds split on kind names, unknown kinds
   made_up.kind = "no-such-kind";
   made_up.text = "no-such-kind";
   CHECK_THROWS_WITH(make_allocator(made_up, hybrid_layout()), Catch::Contains("unknown allocator 'no-such-kind'"));
+}
+
+TEST_CASE("allocator registry: the engine fuzzer replays every kind") {
+  // decode_engine_case (fuzz/engine_checks.h) reads two bytes for the full-attention group's
+  // bytes per position, a flip for a sliding group and a flip for a maximum length (both
+  // off when 0), then two bytes choosing the allocator: every choice is one of 0..1023 there.
+  std::set<std::string> fuzzed;
+  for (std::uint32_t choice = 0; choice < 1024; ++choice) {
+    const std::uint8_t bytes[] = {0, 0, 0, 0, static_cast<std::uint8_t>(choice & 0xFF), static_cast<std::uint8_t>(choice >> 8)};
+    const auto c = kvsim::fuzz::decode_engine_case(bytes, sizeof bytes);
+    fuzzed.insert(parse_allocator_spec(c.allocator, "fuzz").kind);
+  }
+  for (const auto& kind : detail::allocator_kinds()) {
+    INFO(kind.name << ": add it to decode_engine_case's allocators (docs/architecture.md, \"an allocator\")");
+    CHECK(fuzzed.count(std::string(kind.name)) == 1);
+  }
 }

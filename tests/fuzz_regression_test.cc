@@ -54,34 +54,35 @@ const FuzzFinding kFindings[] = {
 // input error.
 struct EngineFinding {
   const char* file;
-  const char* by;     // "fuzzer", or "review": the issue's reproducer, encoded by hand
-  const char* found;  // what went wrong before the fix
-  bool runs;          // true: a report; false: an InputError
+  const char* by;         // "fuzzer", or "review": the issue's reproducer, encoded by hand
+  const char* allocator;  // what its bytes decode to: the decoder's choices may grow, not move
+  const char* found;      // what went wrong before the fix
+  bool runs;              // true: a report; false: an InputError
 };
 
 const EngineFinding kEngineFindings[] = {
-    {"swap-two-tiny-requests.bin", "review",
+    {"swap-two-tiny-requests.bin", "review", "paged:block=16",
      "paged:block=16, a 64-byte budget, vLLM swap preemption, two requests of 10 + 60 tokens: the "
      "second was swapped out, then the first swapped itself out, and neither could come back; "
      "the replay spun forever at flat memory",
      true},
-    {"n64-max-batched-tokens-32.bin", "review",
+    {"n64-max-batched-tokens-32.bin", "review", "paged:block=16",
      "two requests with n = 64 under --max-batched-tokens 32: a preempted one's recomputed "
      "positions cost 64 tokens each, so its prefill never advanced; the replay spun forever",
      true},
-    {"prompt0-output-over-max-len.bin", "review",
+    {"prompt0-output-over-max-len.bin", "review", "dense-static:reserve=max-model-len",
      "dense-static with max model length 100 and a request of prompt 0, output 200: not refused "
      "as too long; it outgrew its row (internal error, exit 3)",
      true},
-    {"arena-without-budget.bin", "review",
+    {"arena-without-budget.bin", "review", "dynamic:growth=exact,arena=12",
      "dynamic:growth=exact,arena=12 without a budget: the engine had no bound to plan against and "
      "exited 3 (allocation failed in a run without a memory budget)",
      true},
-    {"arena-larger-than-budget.bin", "fuzzer",
+    {"arena-larger-than-budget.bin", "fuzzer", "dynamic:growth=exact,arena=12",
      "dynamic:growth=exact,arena=12 under a 2-byte budget: the engine planned against the budget "
      "while the allocator placed up to its arena, and held 3 bytes of a 2-byte budget",
      false},
-    {"arrival-near-largest-time.bin", "review",
+    {"arrival-near-largest-time.bin", "review", "paged:block=16",
      "an arrival at the largest representable time: its first step would end past it, reported as "
      "an internal error (exit 3) instead of an input error",
      false},
@@ -132,6 +133,7 @@ TEST_CASE("fuzz findings: each engine input now replays within the target's prop
     INFO("engine/" << f.file << " (found by " << f.by << "): " << f.found);
     const std::string bytes = kvsim::test::slurp(engine_fixture(f));
     const auto c = kvsim::fuzz::decode_engine_case(reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size());
+    CHECK(c.allocator == f.allocator);
     bool ran = false;
     CHECK_NOTHROW(ran = kvsim::fuzz::check_engine_case(c));
     CHECK(ran == f.runs);
