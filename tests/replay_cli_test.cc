@@ -410,9 +410,9 @@ TEST_CASE("replay: help, usage errors and input errors") {
   CHECK(r.exit_code == 2);
   CHECK_THAT(r.err, Catch::Contains("a trace file is required"));
   const std::string trace = std::string(KVSIM_SOURCE_DIR) + "/traces/chat-mix.csv";
-  r = test::run_cli({"replay", trace, "--allocator", "buddy"});
+  r = test::run_cli({"replay", trace, "--allocator", "no-such-kind"});
   CHECK(r.exit_code == 2);
-  CHECK_THAT(r.err, Catch::Contains("unknown allocator 'buddy'") && Catch::Contains("Usage: kvsim replay"));
+  CHECK_THAT(r.err, Catch::Contains("unknown allocator 'no-such-kind'") && Catch::Contains("Usage: kvsim replay"));
   r = test::run_cli({"replay", trace, "--allocator", "paged:blok=16"});
   CHECK(r.exit_code == 2);
   CHECK_THAT(r.err, Catch::Contains("unknown parameter 'blok'"));

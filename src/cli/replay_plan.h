@@ -71,7 +71,8 @@ std::optional<VllmVersionDefaults> vllm_version_defaults(const std::string& vers
 
 // Every option `kvsim replay` declares (the trace is the hidden positional "trace").
 // Without `with_outputs`, those that shape one replay's output (--json, --csv, --timeline,
-// --per-request, --sample-every, --jobs, --quiet) are left out: `kvsim sweep` has its own.
+// --per-request, --html, --sample-every, --jobs, --quiet) are left out: `kvsim sweep` has its
+// own.
 // `with_cost`: false for a command that chooses the cost itself (kvsim calibrate replays with
 // its fit), which must then set --cost in the variables before plan_replay().
 // `one_allocator`: for commands that replay one allocator whose default they choose
