@@ -54,10 +54,23 @@ class BlockIndex {
     return {&slots_[i].id, true};
   }
 
+  // The slot holding `key`, or kAbsent: a handle for id_at() and erase_at(), valid until the
+  // next insertion or erasure. Evicting a block looks its hash up once, then erases there.
+  static constexpr std::size_t kAbsent = ~std::size_t{0};
+  template <class HashOf>
+  std::size_t slot(std::uint64_t key, HashOf hash_of) const {
+    return slot_of(key, hash_of);
+  }
+  BlockId& id_at(std::size_t slot) { return slots_[slot].id; }
+
   // Erases `key`, which must be present.
   template <class HashOf>
   void erase(std::uint64_t key, HashOf hash_of) {
-    std::size_t hole = slot_of(key, hash_of);
+    erase_at(slot_of(key, hash_of));
+  }
+  // Erases the entry in `slot` (from slot()).
+  void erase_at(std::size_t slot) {
+    std::size_t hole = slot;
     // Each later slot of the probe run moves back into the hole unless its home lies
     // cyclically in (hole, slot]: there it is still reached without passing the hole.
     for (std::size_t j = (hole + 1) & mask_; slots_[j].id != kNullBlock; j = (j + 1) & mask_) {
@@ -85,7 +98,6 @@ class BlockIndex {
     BlockId id = kNullBlock;
   };
   static_assert(sizeof(Slot) == 8);
-  static constexpr std::size_t kAbsent = ~std::size_t{0};
 
   template <class HashOf>
   std::size_t slot_of(std::uint64_t key, HashOf hash_of) const {

@@ -138,13 +138,14 @@ void BlockPool::dequeue(CacheGroup& c, BlockId id) {
 void BlockPool::evict(std::size_t group, BlockId id) {
   CacheGroup& c = cache_->groups[group];
   CacheEntry& e = c.entries[id];
-  BlockId* const first = c.by_hash.find(e.hash, hash_of(c));
-  kvsim::check(first != nullptr, "block pool: a cached block is missing from the hash map");
-  if (*first == id) {
-    if (e.next_same_hash == kNullBlock) c.by_hash.erase(e.hash, hash_of(c));
-    else *first = e.next_same_hash;
+  const std::size_t slot = c.by_hash.slot(e.hash, hash_of(c));
+  kvsim::check(slot != BlockIndex::kAbsent, "block pool: a cached block is missing from the hash map");
+  BlockId& first = c.by_hash.id_at(slot);
+  if (first == id) {
+    if (e.next_same_hash == kNullBlock) c.by_hash.erase_at(slot);
+    else first = e.next_same_hash;
   } else {
-    BlockId at = *first;
+    BlockId at = first;
     while (c.entries[at].next_same_hash != id) at = c.entries[at].next_same_hash;
     c.entries[at].next_same_hash = e.next_same_hash;
   }

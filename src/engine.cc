@@ -374,10 +374,9 @@ void Engine::drop_prefix(std::uint32_t slot) {
   Flight& f = flights_[slot];
   const auto& hashes = prefix_of_[f.ticket];
   for (; f.held_prefix > 0; --f.held_prefix) {
-    const std::uint64_t hash = hashes[static_cast<std::size_t>(f.held_prefix - 1)];
-    std::uint32_t* const count = live_prefix_.find(hash);
-    if (--*count > 0) --shared_prefix_blocks_;
-    else live_prefix_.erase(hash);
+    const std::size_t at = live_prefix_.slot(hashes[static_cast<std::size_t>(f.held_prefix - 1)]);
+    if (--live_prefix_.value_at(at) > 0) --shared_prefix_blocks_;
+    else live_prefix_.erase_at(at);
   }
 }
 

@@ -27,14 +27,24 @@ class HashTable {
 
   // The value stored under `key`, or null.
   V* find(std::uint64_t key) {
-    if (size_ == 0) return nullptr;
-    for (std::size_t i = home(key);; i = (i + 1) & mask_) {
-      Slot& s = slots_[i];
-      if (!s.used) return nullptr;
-      if (s.key == key) return &s.value;
-    }
+    const std::size_t i = slot(key);
+    return i == kAbsent ? nullptr : &slots_[i].value;
   }
   const V* find(std::uint64_t key) const { return const_cast<HashTable*>(this)->find(key); }
+
+  // The slot holding `key`, or kAbsent: a handle for value_at() and erase_at(), valid until
+  // the next insertion or erasure, so that a count decremented to zero is erased without a
+  // second look-up.
+  static constexpr std::size_t kAbsent = ~std::size_t{0};
+  std::size_t slot(std::uint64_t key) const {
+    if (size_ == 0) return kAbsent;
+    for (std::size_t i = home(key);; i = (i + 1) & mask_) {
+      const Slot& s = slots_[i];
+      if (!s.used) return kAbsent;
+      if (s.key == key) return i;
+    }
+  }
+  V& value_at(std::size_t slot) { return slots_[slot].value; }
 
   // Inserts `value` under `key` unless the key is present; returns the stored value and
   // whether it was inserted. The pointer stays valid until the next insertion or erasure.
@@ -53,12 +63,14 @@ class HashTable {
 
   // Erases `key`; returns whether it was present.
   bool erase(std::uint64_t key) {
-    if (size_ == 0) return false;
-    std::size_t hole = home(key);
-    for (;; hole = (hole + 1) & mask_) {
-      if (!slots_[hole].used) return false;
-      if (slots_[hole].key == key) break;
-    }
+    const std::size_t i = slot(key);
+    if (i == kAbsent) return false;
+    erase_at(i);
+    return true;
+  }
+  // Erases the entry in `slot` (from slot()).
+  void erase_at(std::size_t slot) {
+    std::size_t hole = slot;
     // Each later slot of the probe run moves back into the hole unless its home lies
     // cyclically in (hole, slot]: there it is still reached without passing the hole.
     for (std::size_t j = (hole + 1) & mask_; slots_[j].used; j = (j + 1) & mask_) {
@@ -70,7 +82,6 @@ class HashTable {
     }
     slots_[hole].used = false;
     --size_;
-    return true;
   }
 
   // Calls f(key, value) for every entry, in slot order (not an order to report).

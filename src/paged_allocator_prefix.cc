@@ -203,6 +203,15 @@ void PagedAllocator::cache_full_blocks(RequestSlot slot, const Request& r) {
   if (full <= p.cached_blocks) return;
   const std::int64_t s = shared_blocks(r);
   for (std::size_t g = 0; g < groups_.size(); ++g) {
+    if (r.n == 1) {
+      // One sequence (never forked): its table and its identities, side by side.
+      const Tables& t = tables(slot, g);
+      for (std::int64_t k = p.cached_blocks; k < full; ++k) {
+        const BlockId id = t.shared[static_cast<std::size_t>(k)];
+        if (id != kNullBlock) pool_.cache_block(g, id, p.hashes[static_cast<std::size_t>(k)]);
+      }
+      continue;
+    }
     for (std::int64_t k = p.cached_blocks; k < full; ++k) {
       const std::int64_t sequences = r.n > 1 && k >= s ? r.n : 1;
       for (std::int64_t j = 0; j < sequences; ++j) {

@@ -32,7 +32,14 @@ TEST_CASE("hash table: find, insert and erase agree with std::map through growth
       REQUIRE(inserted == ref_inserted);
       REQUIRE(*value == it->second);
     } else if (what == 1) {
-      REQUIRE(table.erase(key) == (reference.erase(key) == 1));
+      const bool present = reference.erase(key) == 1;
+      if ((state >> 40) % 2 == 0) {
+        REQUIRE(table.erase(key) == present);
+      } else {  // the engine's way: look up, then erase at the slot found
+        const std::size_t slot = table.slot(key);
+        REQUIRE((slot != HashTable<std::int64_t>::kAbsent) == present);
+        if (present) table.erase_at(slot);
+      }
     } else {
       const std::int64_t* value = table.find(key);
       const auto it = reference.find(key);
@@ -85,7 +92,18 @@ TEST_CASE("block index: find, insert and erase agree with std::map through growt
       REQUIRE(inserted == ref_inserted);
       REQUIRE(*stored == it->second);
     } else if (what == 1) {
-      if (reference.erase(key) == 1) index.erase(key, hash_of);
+      const auto it = reference.find(key);
+      const std::size_t slot = index.slot(key, hash_of);
+      REQUIRE((slot != BlockIndex::kAbsent) == (it != reference.end()));
+      if (it != reference.end()) {
+        if ((state >> 40) % 2 == 0) {
+          index.erase(key, hash_of);
+        } else {  // the pool's way: look up, read the id there, erase at the slot found
+          REQUIRE(index.id_at(slot) == it->second);
+          index.erase_at(slot);
+        }
+        reference.erase(it);
+      }
     } else {
       const BlockId* id = index.find(key, hash_of);
       const auto it = reference.find(key);
