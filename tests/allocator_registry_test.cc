@@ -97,7 +97,8 @@ TEST_CASE("allocator registry: lists of kinds split on kind names, unknown kinds
 TEST_CASE("allocator registry: the engine fuzzer replays every kind") {
   // decode_engine_case (fuzz/engine_checks.h) reads two bytes for the full-attention group's
   // bytes per position, a flip for a sliding group and a flip for a maximum length (both
-  // off when 0), then two bytes choosing the allocator: every choice is one of 0..1023 there.
+  // off when 0), then two bytes whose value modulo the number of choices picks the
+  // allocator: the values 0..1023 there reach every choice of a list of up to 1,024.
   std::set<std::string> fuzzed;
   for (std::uint32_t choice = 0; choice < 1024; ++choice) {
     const std::uint8_t bytes[] = {0, 0, 0, 0, static_cast<std::uint8_t>(choice & 0xFF), static_cast<std::uint8_t>(choice >> 8)};
