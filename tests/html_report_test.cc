@@ -2,6 +2,7 @@
 // on hand cases, downsampling that keeps the maximum, fixed quantiles, byte-determinism; and
 // `kvsim replay --html` / `kvsim report --html` end to end.
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 
 #include <cctype>
 #include <filesystem>
@@ -327,6 +328,17 @@ TEST_CASE("html: kvsim report draws the same charts from replay's saved --json, 
   CHECK(count(from_files, "<svg class=\"chart\"") == 7);  // breakdown, 2 occupancy, requests, 3 CDFs
 }
 
+namespace {
+
+// Replay's --json with the first run's reserved peak set to 1 byte, below what it allocated.
+std::string over_reserved(const std::string& replay_json) {
+  auto j = nlohmann::json::parse(replay_json);
+  j["runs"][0]["memory_bytes"]["reserved_slots"]["peak"] = 1;
+  return j.dump();
+}
+
+}  // namespace
+
 TEST_CASE("html: kvsim report refuses what it cannot read, naming the file, the line and the column") {
   const auto dir = test::scratch_dir("html-report-bad");
   const auto write = [&](const std::string& name, const std::string& text) {
@@ -369,6 +381,13 @@ TEST_CASE("html: kvsim report refuses what it cannot read, naming the file, the 
       {{"report", json, write("back.csv", header + "paged:block=16,0.5,1,2,0,0,0,0\npaged:block=16,0.25,2,2,0,0,0,0\n")},
        "back.csv:3: column 'time_s': time goes backwards"},
       {{"report", write("no-runs.json", "{\"trace\": \"t.csv\", \"runs\": []}")}, "no-runs.json: runs: no run to draw"},
+      // A block usage above 100%: more allocated than reserved, or effective than allocated.
+      {{"report", json, write("over.csv", header + "paged:block=16,0.5,1,2,0,16,32,16\n")},
+       "over.csv:2: column 'reserved_bytes': 16 is below allocated_bytes 32"},
+      {{"report", json, write("under.csv", header + "paged:block=16,0.5,1,2,0,48,32,64\n")},
+       "under.csv:2: column 'allocated_bytes': 32 is below effective_bytes 48"},
+      {{"report", write("over.json", over_reserved(run.out))},
+       "over.json: runs[0].memory_bytes.reserved_slots.peak: 1 is below the allocated peak"},
   };
   for (const auto& c : cases) {
     std::vector<std::string> args = c.args;

@@ -102,6 +102,11 @@ void read_replay_json(const Json& j, const std::string& path, HtmlPage& page) {
     run.allocated_peak_at_ns =
         peak_at_known ? to_ns(number(r, {"memory_bytes", "allocated_slots", "peak_at_s"}, path, true)) : -1;
     run.reserved_peak = to_int(amount({"memory_bytes", "reserved_slots", "peak"}));
+    if (run.allocated_peak > run.reserved_peak) {
+      throw InputError(Location{path, 0, where + "memory_bytes.reserved_slots.peak"},
+                       fmt::format("{} is below the allocated peak {}: replay never allocates more than it reserves",
+                                   run.reserved_peak, run.allocated_peak));
+    }
     const auto part = [&](const char* name) { return amount({"internal_fragmentation_bytes", "mean", name}); };
     run.internal_mean = Fragmentation{part("tail"), part("reservation"), part("padding"), part("duplicate"),
                                       part("outside_window")};
@@ -262,6 +267,16 @@ void read_timeline(Csv& csv, const std::string& path, HtmlPage& page) {
     // Sampled rows carry the interval's maximum; per-step rows (--sample-every step) do not.
     p.allocated_max = max < csv.width() && !csv.cell(max).empty() ? csv.count(max) : p.allocated;
     p.reserved = csv.count(reserved);
+    // Every state replay writes holds effective <= allocated <= reserved: a row that does
+    // not (a block usage above 100%) was not written by it.
+    if (p.effective > p.allocated || p.allocated > p.reserved) {
+      const bool over_reserved = p.allocated > p.reserved;
+      throw InputError(Location{path, csv.line(), over_reserved ? "column 'reserved_bytes'" : "column 'allocated_bytes'"},
+                       over_reserved ? fmt::format("{} is below allocated_bytes {}: a timeline's rows hold "
+                                                   "effective <= allocated <= reserved", p.reserved, p.allocated)
+                                     : fmt::format("{} is below effective_bytes {}: a timeline's rows hold "
+                                                   "effective <= allocated <= reserved", p.allocated, p.effective));
+    }
     add_point(run, p);
   }
 }
