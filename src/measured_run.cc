@@ -18,6 +18,7 @@
 #include "civil_time.h"
 #include "kvsim/error.h"
 #include "kvsim/option_names.h"
+#include "kvsim/replicas.h"
 
 namespace kvsim {
 namespace {
@@ -26,6 +27,15 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 std::string join(const std::string& dir, const std::string& name) { return (fs::path(dir) / name).string(); }
+
+// Whether `p` exists. A path the system cannot look up (a name too long, a folder it may not
+// read) is an InputError naming it, where fs::exists would throw filesystem_error.
+bool path_exists(const fs::path& p) {
+  std::error_code ec;
+  const bool found = fs::exists(p, ec);
+  if (ec) throw InputError(Location{p.string(), 0, ""}, "cannot look it up: " + ec.message());
+  return found;
+}
 
 std::ifstream open_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -36,7 +46,7 @@ std::ifstream open_file(const std::string& path) {
 json parse_json(const std::string& text, const std::string& path, std::int64_t line) {
   try {
     return json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // a syntax error, or a number beyond a double (1e400)
     throw InputError(Location{path, line, ""}, std::string("not valid JSON: ") + e.what());
   }
 }
@@ -191,6 +201,11 @@ void read_meta(MeasuredRun& run, bool find_workload) {
   const json& kw = member(meta, "engine_kwargs", path, 0);
   run.tensor_parallel = integer_member(kw, "tensor_parallel_size", path, 0, 1);
   run.data_parallel = integer_member(kw, "data_parallel_size", path, 0, 1);
+  if (run.data_parallel > kMaxReplicas) {
+    throw InputError(Location{path, 0, "data_parallel_size"},
+                     std::to_string(run.data_parallel) + " replicas; kvsim simulates at most " +
+                         std::to_string(kMaxReplicas) + " (each is a whole engine)");
+  }
   if (kw.contains("enable_expert_parallel")) {
     const json& ep = kw["enable_expert_parallel"];
     if (!ep.is_boolean()) throw InputError(Location{path, 0, "enable_expert_parallel"}, "expected true or false");
@@ -256,6 +271,8 @@ void read_hardware(MeasuredRun& run) {
   }
 }
 
+constexpr double kLargestStampS = 1e12;
+
 void read_requests(MeasuredRun& run) {
   const std::string path = join(run.dir, "requests.jsonl");
   std::ifstream in = open_file(path);
@@ -285,6 +302,13 @@ void read_requests(MeasuredRun& run) {
     m.scheduled_s = number_member(r, "scheduled_ts", path, line);
     m.first_token_s = number_member(r, "first_token_ts", path, line);
     m.last_token_s = number_member(r, "last_token_ts", path, line);
+    // Seconds since the epoch or since boot: far below 10^12 (31,700 years). Beyond it a
+    // stamp is damaged, and differences of such stamps overflow to infinite latencies.
+    for (const char* key : stamps) {
+      if (std::abs(r.at(key).get<double>()) > kLargestStampS) {
+        throw InputError(Location{path, line, key}, "expected seconds of at most 1e12 either way, got " + r.at(key).dump());
+      }
+    }
     if (!(m.queued_s <= m.scheduled_s && m.scheduled_s <= m.first_token_s && m.first_token_s <= m.last_token_s)) {
       throw InputError(Location{path, line, "queued_ts"},
                        "timestamps out of order: expected queued_ts <= scheduled_ts <= first_token_ts <= last_token_ts");
@@ -357,8 +381,11 @@ double csv_number(const std::string& cell, const std::string& path, std::int64_t
 
 std::int64_t csv_count(const std::string& cell, const std::string& path, std::int64_t line, const std::string& column) {
   const double v = csv_number(cell, path, line, column);
-  if (v < 0 || v != std::floor(v)) {
-    throw InputError(Location{path, line, column}, "expected a non-negative whole number, got \"" + cell + "\"");
+  // Up to 2^53, where doubles still hold every whole number: far more requests than any
+  // engine runs, and the sum over a run's ticks stays within 64 bits.
+  if (v < 0 || v != std::floor(v) || v > 0x1p53) {
+    throw InputError(Location{path, line, column},
+                     "expected a non-negative whole number up to 2^53, got \"" + cell + "\"");
   }
   return static_cast<std::int64_t>(v);
 }
@@ -429,7 +456,9 @@ void read_ticks(MeasuredRun& run) {
     }
     if (preempted_at >= 0) {
       t.preempted = csv_count(cells[static_cast<std::size_t>(preempted_at)], path, line, "preempted");
-      run.preemptions += t.preempted;
+      if (__builtin_add_overflow(run.preemptions, t.preempted, &run.preemptions)) {
+        throw InputError(Location{path, line, "preempted"}, "the preemptions summed over the ticks overflow 64 bits");
+      }
     }
     run.ticks.push_back(t);
   }
@@ -440,10 +469,11 @@ void read_ticks(MeasuredRun& run) {
 MeasuredRun read_measured_run(const std::string& dir, const std::optional<std::string>& workload, bool find_workload) {
   MeasuredRun run;
   run.dir = dir;
-  if (!fs::exists(dir)) throw InputError(Location{dir, 0, ""}, "no such directory (a measured run's folder)");
-  if (!fs::is_directory(dir)) throw InputError(Location{dir, 0, ""}, "not a directory (a measured run's folder)");
+  if (!path_exists(dir)) throw InputError(Location{dir, 0, ""}, "no such directory (a measured run's folder)");
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) throw InputError(Location{dir, 0, ""}, "not a directory (a measured run's folder)");
   if (workload) {
-    if (!fs::exists(*workload)) throw InputError(Location{*workload, 0, ""}, "no such workload file");
+    if (!path_exists(*workload)) throw InputError(Location{*workload, 0, ""}, "no such workload file");
     run.workload = *workload;
   }
   read_meta(run, find_workload);
@@ -463,8 +493,8 @@ MeasuredRun read_measured_run(const std::string& dir, const std::optional<std::s
 std::string locate_workload(const MeasuredRun& run) {
   if (run.dataset_path.empty()) return "";
   const auto [above, beside] = workload_places(run);
-  if (fs::exists(above)) return above.string();
-  if (fs::exists(beside)) return beside.string();
+  if (path_exists(above)) return above.string();
+  if (path_exists(beside)) return beside.string();
   return "";
 }
 

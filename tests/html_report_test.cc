@@ -360,6 +360,8 @@ TEST_CASE("html: kvsim report refuses what it cannot read, naming the file, the 
       {{"report", write("t.csv", header)}, "a CSV needs the 'kvsim replay --json' output"},
       {{"report", write("other.json", "{\"a\": 1}")}, "other.json: JSON that is neither"},
       {{"report", write("broken.json", "{\"runs\": [")}, "broken.json: not valid JSON"},
+      // A number beyond a double: nlohmann's parser throws out_of_range, not parse_error.
+      {{"report", write("huge.json", "{\"runs\": [1e400]}")}, "huge.json: not valid JSON"},
       // A JSON array is JSON, not a CSV without the replay's output beside it.
       {{"report", write("array.json", " [{\"runs\": []}]")}, "array.json: JSON that is neither"},
       {{"report", json, write("bad-cell.csv", header + "paged:block=16,0.5,1,2,x,0,0,0\n")},

@@ -213,6 +213,76 @@ TEST_CASE("measured run: a bad file is an error naming the file, line and field"
     CHECK(e.where().line == 4);
     CHECK(e.where().field == "arrival_time");
   }
+  // Numbers no recorder writes. A stamp beyond 1e12 s (1e308 minus -1e308 would be an infinite
+  // latency), and one beyond a double, which nlohmann's parser reports as out_of_range.
+  {
+    std::ofstream out(dir / "requests.jsonl");
+    out << R"({"request_id": "a", "input_toks": 1, "output_toks": 2, "arrival_time": 0, "queued_ts": -1e308, "scheduled_ts": -1e308, "first_token_ts": 1e308, "last_token_ts": 1e308})" "\n";
+  }
+  {
+    const InputError e = read_error(dir);
+    CHECK(e.where().line == 1);
+    CHECK(e.where().field == "queued_ts");
+    CHECK_THAT(e.what(), Catch::Contains("expected seconds of at most 1e12 either way"));
+  }
+  {
+    std::ofstream out(dir / "requests.jsonl");
+    out << R"({"request_id": "a", "input_toks": 1, "output_toks": 2, "arrival_time": 1e400, "queued_ts": 1, "scheduled_ts": 1, "first_token_ts": 2, "last_token_ts": 3})" "\n";
+  }
+  {
+    const InputError e = read_error(dir);
+    CHECK(e.where().line == 1);
+    CHECK_THAT(e.what(), Catch::Contains("not valid JSON") && Catch::Contains("number overflow"));
+  }
+  std::filesystem::copy(kData + "/tiny/run/requests.jsonl", dir / "requests.jsonl",
+                        std::filesystem::copy_options::overwrite_existing);
+  // A count past 2^53 (where a double stops holding every whole number; 1e300 would not fit
+  // 64 bits at all), and preemptions whose sum passes 2^63 - 1: 2^53 in each of 1,024 ticks.
+  {
+    std::ofstream out(dir / "timeseries.csv");
+    out << "t,prompt_throughput,gen_throughput,running,waiting,kv_cache_pct\n1.0,5,6,1e300,0,0\n";
+  }
+  {
+    const InputError e = read_error(dir);
+    CHECK(e.where().line == 2);
+    CHECK(e.where().field == "running");
+  }
+  {
+    std::ofstream out(dir / "timeseries.csv");
+    out << "t,prompt_throughput,gen_throughput,running,waiting,kv_cache_pct,preempted\n";
+    for (int t = 1; t <= 1024; ++t) out << t << ".0,5,6,1,0,0,9007199254740992\n";
+  }
+  {
+    const InputError e = read_error(dir);
+    CHECK(e.where().line == 1025);
+    CHECK(e.where().field == "preempted");
+    CHECK_THAT(e.what(), Catch::Contains("overflow 64 bits"));
+  }
+  std::filesystem::copy(kData + "/tiny/run/timeseries.csv", dir / "timeseries.csv",
+                        std::filesystem::copy_options::overwrite_existing);
+  // More replicas than kvsim simulates (calibrate sized its books by them).
+  {
+    std::string meta = test::slurp(dir / "meta.json");
+    const std::string dp = "\"data_parallel_size\": 1";
+    meta.replace(meta.find(dp), dp.size(), "\"data_parallel_size\": 100000000");
+    std::ofstream(dir / "meta.json") << meta;
+  }
+  {
+    const InputError e = read_error(dir);
+    CHECK(e.where().file == (dir / "meta.json").string());
+    CHECK(e.where().field == "data_parallel_size");
+    CHECK_THAT(e.what(), Catch::Contains("kvsim simulates at most 1024"));
+  }
+  // A workload name too long to look up is an input error naming it, not filesystem_error.
+  {
+    std::filesystem::copy(kData + "/tiny/run/meta.json", dir / "meta.json", std::filesystem::copy_options::overwrite_existing);
+    std::string meta = test::slurp(dir / "meta.json");
+    const std::string name = "\"workloads/tiny.jsonl\"";  // looked up above the run, which exists
+    meta.replace(meta.find(name), name.size(), "\"" + std::string(300, 'a') + ".jsonl\"");
+    std::ofstream(dir / "meta.json") << meta;
+    const MeasuredRun run = read_measured_run(dir.string(), std::nullopt, false);
+    CHECK_THROWS_WITH(locate_workload(run), Catch::Contains("cannot look it up"));
+  }
   std::filesystem::remove_all(dir);
 }
 

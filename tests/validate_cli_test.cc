@@ -290,6 +290,18 @@ TEST_CASE("validate: what it cannot map is an error naming the file and field") 
       CHECK_THAT(r.err, Catch::Contains(option[0] + " selects or rescales the workload"));
     }
   }
+  // A value meta.json gives that the replay cannot take is meta.json's error (exit 1), not a
+  // usage error about an option the user never typed; the same value given as that option is.
+  // (calibrate replays through the same replay_run(), after a fit this tiny run cannot give.)
+  rewrite_meta("\"tensor_parallel_size\": 1", "\"tensor_parallel_size\": 3");
+  r = test::run_cli({"validate", dir.string(), "--workload", workload, "--kv-budget", "1GB"});
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("meta.json: engine_kwargs.tensor_parallel_size: tensor parallelism 3 does not "
+                                    "divide the 32 attention heads (the replay takes this value as --tp)"));
+  rewrite_meta("\"tensor_parallel_size\": 3", "\"tensor_parallel_size\": 1");
+  r = test::run_cli({"validate", dir.string(), "--workload", workload, "--kv-budget", "1GB", "--tp", "3"});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("--tp: tensor parallelism 3 does not divide"));
   rewrite_meta("\"0.19.0\"", "\"banana\"");
   r = test::run_cli({"validate", dir.string(), "--workload", workload, "--kv-budget", "1GB"});
   CHECK(r.exit_code == 1);

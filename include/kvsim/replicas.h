@@ -31,6 +31,10 @@
 
 namespace kvsim {
 
+// The most replicas a replay simulates (each is a whole engine, simulated step by step):
+// `kvsim replay --replicas`, and a measured run's data_parallel_size.
+inline constexpr std::int64_t kMaxReplicas = 1024;
+
 struct ReplicaRun {
   std::vector<ReplayReport> replicas;  // rank order
   std::vector<std::int64_t> routed;    // requests routed to each replica

@@ -40,7 +40,6 @@ namespace {
 
 // --replicas' bound: vLLM's data-parallel deployments run tens of ranks; each replica here is
 // a whole engine and pool, so a thousand idle ones cost seconds and gigabytes on a small trace.
-constexpr std::int64_t kMaxReplicas = 1024;
 
 const CommandSpec kSpec{
     "kvsim replay TRACE [options]",

@@ -390,7 +390,7 @@ int run_report(const Invocation& inv) {
     Json j;
     try {
       j = Json::parse(read_input(path));
-    } catch (const Json::parse_error& e) {
+    } catch (const Json::exception& e) {  // a syntax error, or a number beyond a double (1e400)
       throw InputError(Location{path, 0, ""}, std::string("not valid JSON: ") + e.what());
     }
     if (replay_json || validate_json) throw InputError(Location{path, 0, ""}, "a second JSON output: give one");

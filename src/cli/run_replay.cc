@@ -214,10 +214,53 @@ void refuse_workload_selection(const po::variables_map& vm, const std::string& u
   }
 }
 
+namespace {
+
+// The field of meta.json whose value apply_run_settings() gives `option`.
+std::string meta_field_of(const std::string& option) {
+  static const std::pair<const char*, const char*> kFields[] = {
+      {kOptTp, "engine_kwargs.tensor_parallel_size"},
+      {kOptReplicas, "engine_kwargs.data_parallel_size"},
+      {kOptExpertParallel, "engine_kwargs.enable_expert_parallel"},
+      {kOptMaxRunning, "engine_kwargs.max_num_seqs"},
+      {kOptMaxBatchedTokens, "engine_kwargs.max_num_batched_tokens"},
+      {kOptMaxModelLen, "engine_kwargs.max_model_len"},
+      {kOptNoChunkedPrefill, "engine_kwargs.enable_chunked_prefill"},
+      {kOptAllocator, "engine_kwargs.block_size"},
+      {kOptGpuMemoryUtilization, "engine_kwargs.gpu_memory_utilization"},
+      {kOptDtype, "engine_kwargs.kv_cache_dtype"},
+      {kOptReserveFullIsl, "engine_kwargs.scheduler_reserve_full_isl"},
+      {kOptCudaGraphs, "engine_kwargs.enforce_eager"},
+      {kOptVllmVersion, "vllm_version"},
+      {kOptModel, "model"},
+      {kOptKvBudget, "kv_cache"},
+  };
+  for (const auto& [flag, field] : kFields) {
+    if (option == flag) return field;
+  }
+  return "";
+}
+
+// f(), which reads options apply_run_settings() filled in from meta.json: an error about an
+// option the user did not give (`user` holds what they gave) is about meta.json's value, and
+// says so (a file's error, not a usage error).
+template <class F>
+auto blaming_meta(const po::variables_map& user, const MeasuredRun& run, F&& f) {
+  try {
+    return f();
+  } catch (const InputError& e) {
+    const std::string& option = e.where().field;
+    const std::string field = meta_field_of(option);
+    if (!e.where().file.empty() || field.empty() || given(user, option_key(option.c_str()))) throw;
+    throw InputError(Location{run.dir + "/meta.json", 0, field},
+                     e.problem() + " (the replay takes this value as " + option + ")");
+  }
+}
+
 // meta.json's settings as defaults of the replay options. Returns where the KV pool validate
 // sized comes from ("" when the user's options size it: --kv-budget, or replay's rule with
 // --reserve or --params).
-std::string apply_run_settings(po::variables_map& vm, const MeasuredRun& run, const std::string& usage) {
+std::string fill_in_run_settings(po::variables_map& vm, const MeasuredRun& run, const std::string& usage) {
   const std::string meta = run.dir + "/meta.json";
   default_to(vm, "trace", run.workload);
   if (!given(vm, option_key(kOptModel)) && !given(vm, "config")) {
@@ -340,12 +383,19 @@ std::string apply_run_settings(po::variables_map& vm, const MeasuredRun& run, co
   return pool.source;
 }
 
+}  // namespace
+
+std::string apply_run_settings(po::variables_map& vm, const MeasuredRun& run, const std::string& usage) {
+  const po::variables_map user = vm;
+  return blaming_meta(user, run, [&] { return fill_in_run_settings(vm, run, usage); });
+}
 
 RunReplay replay_run(po::variables_map vm, const MeasuredRun& run, const std::string& usage,
                      const std::function<void(const TimelineRow&)>& timeline) {
   RunReplay out;
+  const po::variables_map user = vm;  // before meta.json's settings fill it in
   out.budget_source = apply_run_settings(vm, run, usage);
-  out.plan = plan_replay(vm);
+  out.plan = blaming_meta(user, run, [&] { return plan_replay(vm); });
   ReplayPlan& plan = out.plan;
   if (plan.allocators.size() != 1) throw UsageError("a measured run is replayed with one allocator\nUsage: " + usage);
   ReplayOptions options_run = plan.options;
