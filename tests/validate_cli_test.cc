@@ -299,6 +299,13 @@ TEST_CASE("validate: what it cannot map is an error naming the file and field") 
   CHECK_THAT(r.err, Catch::Contains("meta.json: engine_kwargs.tensor_parallel_size: tensor parallelism 3 does not "
                                     "divide the 32 attention heads (the replay takes this value as --tp)"));
   rewrite_meta("\"tensor_parallel_size\": 3", "\"tensor_parallel_size\": 1");
+  // A pool meta.json fixes whose bytes do not fit 64 bits: 2^62 blocks of 16 tokens.
+  rewrite_meta("\"max_model_len\": null", "\"max_model_len\": null, \"num_gpu_blocks_override\": 4611686018427387904");
+  r = test::run_cli({"validate", dir.string(), "--workload", workload});
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("meta.json: num_gpu_blocks_override: 4611686018427387904 blocks of 16 tokens of "
+                                    "131072 bytes each overflow 64 bits"));
+  rewrite_meta(", \"num_gpu_blocks_override\": 4611686018427387904", "");
   r = test::run_cli({"validate", dir.string(), "--workload", workload, "--kv-budget", "1GB", "--tp", "3"});
   CHECK(r.exit_code == 2);
   CHECK_THAT(r.err, Catch::Contains("--tp: tensor parallelism 3 does not divide"));

@@ -106,7 +106,13 @@ FixedPool run_fixed_pool(const po::variables_map& vm, const MeasuredRun& run, co
     return pool;
   }
   const ModelChoice choice = resolve_model(vm, usage, "");
-  pool.bytes = checked_mul(checked_mul(blocks, run.block_size, pool.field), choice.layout().bytes_per_token(), pool.field);
+  const std::int64_t per_token = choice.layout().bytes_per_token();
+  std::int64_t tokens = 0;
+  if (__builtin_mul_overflow(blocks, run.block_size, &tokens) || __builtin_mul_overflow(tokens, per_token, &pool.bytes)) {
+    throw InputError(Location{run.dir + "/meta.json", 0, pool.field},
+                     fmt::format("{} blocks of {} tokens of {} bytes each overflow 64 bits", blocks, run.block_size,
+                                 per_token));
+  }
   return pool;
 }
 
