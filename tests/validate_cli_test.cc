@@ -259,6 +259,33 @@ TEST_CASE("validate: with one-token outputs there is no TPOT, and it says n/a, n
   std::filesystem::remove_all(base);
 }
 
+TEST_CASE("validate: when nothing completes in the simulation the makespan is n/a, not 0 and -100%") {
+  // The tiny run's two requests (100 + 3 and 20 + 5 tokens: 7 and 2 blocks) under a pool of
+  // one 16-token block of Llama-3.1-8B (16 x 131,072 bytes = 2 MiB): neither ever fits, so
+  // neither completes and there is no simulated span to set beside the measured 0.95 s.
+  const auto base = test::scratch_dir("validate-none-completes");
+  copy_tiny_run(base);
+  const std::string workload = kData + "/tiny/workloads/tiny.jsonl";
+  const auto r = test::run_cli({"validate", (base / "run").string(), "--workload", workload, "--kv-budget", "2MiB", "--json"});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  const Json doc = Json::parse(r.out);
+  CHECK(doc["completed"] == 0);
+  CHECK(doc["makespan_s"]["measured"].get<double>() == Approx(0.95));
+  CHECK(doc["makespan_s"]["simulated"].is_null());
+  CHECK(doc["makespan_s"]["diff_percent"].is_null());
+  const auto table = test::run_cli({"validate", (base / "run").string(), "--workload", workload, "--kv-budget", "2MiB"});
+  CHECK_THAT(table.out, Catch::Contains("Makespan (s)                     0.95          n/a       n/a") &&
+                            Catch::Contains("WARNING: 2 of 2 requests did not complete"));
+  // kvsim report draws the page from that JSON, leaving out the figures with no simulated side.
+  const std::string json = (base / "validate.json").string();
+  std::ofstream(json) << r.out;
+  const auto page = test::run_cli({"report", json, "--html", (base / "page.html").string()});
+  CHECK(page.exit_code == 0);
+  CHECK_THAT(page.err, Catch::Equals(""));
+  std::filesystem::remove_all(base);
+}
+
 TEST_CASE("validate: what it cannot map is an error naming the file and field") {
   const auto dir = copy_tiny_run(test::scratch_dir("validate-bad"));
   const std::string workload = kData + "/tiny/workloads/tiny.jsonl";

@@ -138,8 +138,12 @@ void read_validate_json(const Json& j, const std::string& path, HtmlPage& page) 
                                   number(j, {key, "simulated", stat}, path)});
     }
   }
-  page.comparisons.push_back({"makespan, s", number(j, {"makespan_s", "measured"}, path),
-                              number(j, {"makespan_s", "simulated"}, path)});
+  // Null when nothing completed in the simulation: left out too.
+  const Json& makespan = j.value("makespan_s", Json::object());
+  if (!makespan.is_object() || !makespan.contains("simulated") || !makespan["simulated"].is_null()) {
+    page.comparisons.push_back({"makespan, s", number(j, {"makespan_s", "measured"}, path),
+                                number(j, {"makespan_s", "simulated"}, path)});
+  }
 }
 
 // One CSV line's fields (RFC 4180 quotes, as replay writes "dynamic:growth=chunk,chunk=64"),

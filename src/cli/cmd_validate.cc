@@ -105,6 +105,7 @@ struct Result {
   bool kv_recorded = false;
   double kv_mae_percent = 0;
   double measured_makespan_s = 0, simulated_makespan_s = 0;
+  bool simulated_makespan_known = false;  // false: no timed request completed in the simulation
   std::int64_t completed = 0, requests = 0, preemptions = 0;
 };
 
@@ -194,6 +195,7 @@ Result compare(const MeasuredRun& run, const ReplayReport& report, const std::ve
   r.latency = {distribution(measured.latency), distribution(simulated.latency)};
   r.measured_makespan_s = measured_makespan_s(run);
   r.simulated_makespan_s = last_finish - first_arrival;
+  r.simulated_makespan_known = any;
   // Each tick against the simulated state at the same instant, summed over the engines.
   double running_err = 0, waiting_err = 0, kv_err = 0;
   const double capacity = static_cast<double>(report.capacity_bytes);
@@ -275,8 +277,12 @@ std::string table(const MeasuredRun& run, const ReplayPlan& plan, const std::str
   block("TTFT", r.ttft);
   block("TPOT", r.tpot);
   block("Latency", r.latency);
-  out += fmt::format("{:<24} {:>12.2f} {:>12.2f} {:>+8.1f}%\n", "Makespan (s)", r.measured_makespan_s,
-                     r.simulated_makespan_s, diff_percent(r.measured_makespan_s, r.simulated_makespan_s));
+  if (r.simulated_makespan_known) {
+    out += fmt::format("{:<24} {:>12.2f} {:>12.2f} {:>+8.1f}%\n", "Makespan (s)", r.measured_makespan_s,
+                       r.simulated_makespan_s, diff_percent(r.measured_makespan_s, r.simulated_makespan_s));
+  } else {  // nothing the measured makespan spans completed: no span to compare
+    out += fmt::format("{:<24} {:>12.2f} {:>12} {:>9}\n", "Makespan (s)", r.measured_makespan_s, "n/a", "n/a");
+  }
   if (run.preemptions_recorded) {
     out += fmt::format("{:<24} {:>12} {:>12}\n", "Preemptions", run.preemptions, r.preemptions);
   }
@@ -347,9 +353,12 @@ std::string json_of(const MeasuredRun& run, const ReplayPlan& plan, const std::s
          {"ttft", cmp(r.ttft)},
          {"tpot", cmp(r.tpot)},
          {"latency", cmp(r.latency)},
-         {"makespan_s", Json{{"measured", r.measured_makespan_s},
-                             {"simulated", r.simulated_makespan_s},
-                             {"diff_percent", diff_percent(r.measured_makespan_s, r.simulated_makespan_s)}}},
+         {"makespan_s",
+          Json{{"measured", r.measured_makespan_s},
+               {"simulated", r.simulated_makespan_known ? Json(r.simulated_makespan_s) : Json(nullptr)},
+               {"diff_percent", r.simulated_makespan_known
+                                    ? Json(diff_percent(r.measured_makespan_s, r.simulated_makespan_s))
+                                    : Json(nullptr)}}},
          {"ticks", r.ticks},
          {"running_mae", r.ticks > 0 ? Json(r.running_mae) : Json(nullptr)},
          {"waiting_mae", r.ticks > 0 ? Json(r.waiting_mae) : Json(nullptr)},
