@@ -403,6 +403,7 @@ void read_ticks(MeasuredRun& run) {
       if (!cell.empty() && cell.back() == '\r') cell.pop_back();
       cells.push_back(cell);
     }
+    if (!s.empty() && s.back() == ',') cells.emplace_back();  // getline drops a last, empty cell
     return cells;
   };
   if (!std::getline(in, text)) throw InputError(Location{path, 1, ""}, "empty file: expected a header line");

@@ -238,6 +238,16 @@ TEST_CASE("measured run: a bad file is an error naming the file, line and field"
                         std::filesystem::copy_options::overwrite_existing);
   // A count past 2^53 (where a double stops holding every whole number; 1e300 would not fit
   // 64 bits at all), and preemptions whose sum passes 2^63 - 1: 2^53 in each of 1,024 ticks.
+  // A row of seven cells, the last empty, under a header of six.
+  {
+    std::ofstream out(dir / "timeseries.csv");
+    out << "t,prompt_throughput,gen_throughput,running,waiting,kv_cache_pct\n1.0,5,6,1,0,0,\n";
+  }
+  {
+    const InputError e = read_error(dir);
+    CHECK(e.where().line == 2);
+    CHECK_THAT(e.what(), Catch::Contains("expected 6 cells, got 7"));
+  }
   {
     std::ofstream out(dir / "timeseries.csv");
     out << "t,prompt_throughput,gen_throughput,running,waiting,kv_cache_pct\n1.0,5,6,1e300,0,0\n";
