@@ -178,22 +178,20 @@ TEST_CASE("measured run: a bad file is an error naming the file, line and field"
   }
   std::filesystem::copy(kData + "/tiny/run/requests.jsonl", dir / "requests.jsonl",
                         std::filesystem::copy_options::recursive | std::filesystem::copy_options::overwrite_existing);
+  // The error reading the run with `text` as its timeseries.csv.
+  const auto ticks_error = [&](const std::string& text) {
+    std::ofstream(dir / "timeseries.csv") << text;
+    return read_error(dir);
+  };
+  const std::string header = "t,prompt_throughput,gen_throughput,running,waiting,kv_cache_pct\n";
   {
-    std::ofstream out(dir / "timeseries.csv");
-    out << "t,prompt_throughput,gen_throughput,running,waiting,kv_cache_pct\n1.0,5,6,1.5,0,0\n";
-  }
-  {
-    const InputError e = read_error(dir);
+    const InputError e = ticks_error(header + "1.0,5,6,1.5,0,0\n");
     CHECK(e.where().line == 2);
     CHECK(e.where().field == "running");
   }
   // A share of the pool above 100% (or below 0) is not one.
   {
-    std::ofstream out(dir / "timeseries.csv");
-    out << "t,prompt_throughput,gen_throughput,running,waiting,kv_cache_pct\n1.0,5,6,1,0,50\n2.0,5,6,1,0,250\n";
-  }
-  {
-    const InputError e = read_error(dir);
+    const InputError e = ticks_error(header + "1.0,5,6,1,0,50\n2.0,5,6,1,0,250\n");
     CHECK(e.where().line == 3);
     CHECK(e.where().field == "kv_cache_pct");
   }
@@ -240,30 +238,19 @@ TEST_CASE("measured run: a bad file is an error naming the file, line and field"
   // 64 bits at all), and preemptions whose sum passes 2^63 - 1: 2^53 in each of 1,024 ticks.
   // A row of seven cells, the last empty, under a header of six.
   {
-    std::ofstream out(dir / "timeseries.csv");
-    out << "t,prompt_throughput,gen_throughput,running,waiting,kv_cache_pct\n1.0,5,6,1,0,0,\n";
-  }
-  {
-    const InputError e = read_error(dir);
+    const InputError e = ticks_error(header + "1.0,5,6,1,0,0,\n");
     CHECK(e.where().line == 2);
     CHECK_THAT(e.what(), Catch::Contains("expected 6 cells, got 7"));
   }
   {
-    std::ofstream out(dir / "timeseries.csv");
-    out << "t,prompt_throughput,gen_throughput,running,waiting,kv_cache_pct\n1.0,5,6,1e300,0,0\n";
-  }
-  {
-    const InputError e = read_error(dir);
+    const InputError e = ticks_error(header + "1.0,5,6,1e300,0,0\n");
     CHECK(e.where().line == 2);
     CHECK(e.where().field == "running");
   }
   {
-    std::ofstream out(dir / "timeseries.csv");
-    out << "t,prompt_throughput,gen_throughput,running,waiting,kv_cache_pct,preempted\n";
-    for (int t = 1; t <= 1024; ++t) out << t << ".0,5,6,1,0,0,9007199254740992\n";
-  }
-  {
-    const InputError e = read_error(dir);
+    std::string text = "t,prompt_throughput,gen_throughput,running,waiting,kv_cache_pct,preempted\n";
+    for (int t = 1; t <= 1024; ++t) text += std::to_string(t) + ".0,5,6,1,0,0,9007199254740992\n";
+    const InputError e = ticks_error(text);
     CHECK(e.where().line == 1025);
     CHECK(e.where().field == "preempted");
     CHECK_THAT(e.what(), Catch::Contains("overflow 64 bits"));
