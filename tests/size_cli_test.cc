@@ -3,6 +3,8 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "cli_util.h"
 
@@ -185,6 +187,29 @@ TEST_CASE("kvsim size --engine vllm --weights-bytes: the weights row says where 
   const auto counted = run_cli({"size", "--model", "llama-3.1-8b", "--device", "H100-80GB", "--engine", "vllm"});
   REQUIRE(counted.exit_code == 0);
   CHECK_THAT(counted.out, Catch::Contains("tensor by tensor (see below)"));
+}
+
+TEST_CASE("--weights-bytes beside --params or --weight-dtype is refused, by size and replay alike") {
+  // --weights-bytes replaces params x bits per weight, so either term beside it would be
+  // dropped without a word (replay's roofline read 16 GB of weights with --params 70B given).
+  for (const char* term : {"--params", "--weight-dtype"}) {
+    const char* value = std::string_view(term) == "--params" ? "70B" : "fp8";
+    for (const char* command : {"size", "replay"}) {
+      std::vector<std::string> args{command};
+      if (std::string_view(command) == "replay") args.push_back(std::string(KVSIM_SOURCE_DIR) + "/traces/chat-mix.csv");
+      for (const char* a : {"--model", "llama-3.1-8b", "--device", "H100-80GB", "--weights-bytes", "16GB"}) {
+        args.push_back(a);
+      }
+      args.push_back(term);
+      args.push_back(value);
+      const auto r = run_cli(args);
+      INFO(command << " " << term);
+      CHECK(r.exit_code == 2);
+      CHECK_THAT(r.err, Catch::Contains("--weights-bytes") &&
+                            Catch::Contains(std::string("so ") + term + " (a term of parameters x bits per weight) "
+                                            "has no effect: give one or the other"));
+    }
+  }
 }
 
 TEST_CASE("kvsim size and models: help, usage errors and input errors") {

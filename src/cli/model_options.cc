@@ -167,6 +167,12 @@ std::optional<BudgetOptions> resolve_budget(const po::variables_map& vm) {
   }
   // The terms of the subtraction --kv-budget replaces would be silently ignored.
   reject_beside_kv_budget(vm, {option_key(kOptDeviceMemory), option_key(kOptGpuMemoryUtilization), option_key(kOptReserve)});
+  // So would the terms of the product --weights-bytes replaces (params x bits per weight).
+  if (weights_bytes && (params || weight_dtype)) {
+    throw InputError(Location{"", 0, kOptWeightsBytes},
+                     std::string("gives the weights' bytes directly, so ") + (params ? kOptParams : kOptWeightDtype) +
+                         " (a term of parameters x bits per weight) has no effect: give one or the other");
+  }
   BudgetOptions bo;
   if (device) bo.device = *device;
   if (device_memory) {
