@@ -635,6 +635,7 @@ std::int64_t opt_parameter_count(const Config& c, const ModelSpec& m) {
 }  // namespace
 
 ModelSpec parse_hf_config(std::string_view json_text, const std::string& path) {
+  refuse_nul_bytes(json_text, Location{path, 0, ""});
   json root;
   try {
     root = json::parse(json_text.begin(), json_text.end());

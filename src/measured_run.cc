@@ -44,6 +44,7 @@ std::ifstream open_file(const std::string& path) {
 }
 
 json parse_json(const std::string& text, const std::string& path, std::int64_t line) {
+  refuse_nul_bytes(text, Location{path, line, ""});
   try {
     return json::parse(text);
   } catch (const json::exception& e) {  // a syntax error, or a number beyond a double (1e400)

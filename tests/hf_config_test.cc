@@ -101,6 +101,10 @@ TEST_CASE("bad configs: the message names the file and the field") {
   CHECK_THAT(load_error(not_json), Catch::Contains(not_json) && Catch::Contains("not valid JSON") &&
                                        Catch::Contains("line 4") && Catch::Contains("column"));
   CHECK_THAT(load_error(not_json), !Catch::Contains("json.exception"));
+  // A NUL byte ends nlohmann's input, so the field after it would be dropped unread: line 3
+  // (two newlines before it), column 2 (after the closing brace).
+  CHECK_THROWS_WITH(parse_hf_config(std::string("{\n  \"num_hidden_layers\": 32\n}") + '\0' + ", \"x\": 1}", "nul.json"),
+                    Catch::Contains("nul.json:3: a NUL byte at column 2: expected text"));
 
   const std::string missing = config("bad/missing-layers.json");
   CHECK_THAT(load_error(missing), Catch::Contains(missing) && Catch::Contains("field 'num_hidden_layers'") &&

@@ -232,6 +232,20 @@ TEST_CASE("measured run: a bad file is an error naming the file, line and field"
     CHECK(e.where().line == 1);
     CHECK_THAT(e.what(), Catch::Contains("not valid JSON") && Catch::Contains("number overflow"));
   }
+  // A NUL byte after a line's object: nlohmann's parser takes it for the end of the input, so
+  // the line would be read without what follows it. Line 2, column 150: the object before it
+  // is 149 characters.
+  {
+    const std::string line = R"({"request_id": "a", "input_toks": 1, "output_toks": 2, "arrival_time": 0, "queued_ts": 1, "scheduled_ts": 1, "first_token_ts": 2, "last_token_ts": 3})";
+    REQUIRE(line.size() == 149);
+    std::ofstream out(dir / "requests.jsonl", std::ios::binary);
+    out << line << "\n" << line << std::string(1, '\0') << R"(, "more": 1})" "\n";
+  }
+  {
+    const InputError e = read_error(dir);
+    CHECK(e.where().line == 2);
+    CHECK_THAT(e.what(), Catch::Contains("requests.jsonl:2: a NUL byte at column 150: expected text"));
+  }
   std::filesystem::copy(kData + "/tiny/run/requests.jsonl", dir / "requests.jsonl",
                         std::filesystem::copy_options::overwrite_existing);
   // A count past 2^53 (where a double stops holding every whole number; 1e300 would not fit

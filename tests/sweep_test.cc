@@ -228,6 +228,17 @@ TEST_CASE("sweep merge: refuses a missing point, a duplicate point and parts of 
     CHECK(r.exit_code == 1);
     CHECK(r.err.find(cut + ": does not end with a newline") != std::string::npos);
   }
+  SECTION("a NUL byte in a row") {
+    // Rows are copied into the merged file as they stand, and a JSONL row's parser would stop
+    // at the byte: refused, at its line and column (the row's first cell, 0, put after it).
+    std::string text = slurp(parts[1]);
+    const auto row = text.find('\n') + 1;  // line 2
+    text.insert(row + 1, 1, '\0');
+    const std::string nul = write_file("sweep-nul.csv", text);
+    const auto r = run_cli({"sweep", "merge", parts[0], nul, parts[2]});
+    CHECK(r.exit_code == 1);
+    CHECK(r.err.find(nul + ":2: a NUL byte at column 2: expected text") != std::string::npos);
+  }
   SECTION("a point missing one of its allocators' rows") {
     // Two allocators a point, three points (requests 1, 2, 3), one a shard: the first part's
     // point 0 loses its second row, cut at a line's end.

@@ -40,6 +40,12 @@ class InputError : public std::runtime_error {
 // and bytes that are not UTF-8 as \xNN, characters that print as nothing as \uXXXX.
 std::string printable(std::string_view text);
 
+// An InputError at `where` when `text`, which must be text (a JSON document, a line of a
+// file), holds a NUL byte; it names the byte's line (counted from `where`'s, or from 1) and
+// column. A reader must check before parsing: nlohmann's JSON parser takes a NUL for the end
+// of its input, so what followed one would be dropped unread.
+void refuse_nul_bytes(std::string_view text, const Location& where);
+
 // A broken promise inside kvsim itself (an invariant check failed). Never the user's fault;
 // the message says which invariant and where.
 class InternalError : public std::logic_error {

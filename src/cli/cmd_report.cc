@@ -391,9 +391,11 @@ int run_report(const Invocation& inv) {
       csvs.push_back(path);
       continue;
     }
+    const std::string text = read_input(path);
+    refuse_nul_bytes(text, Location{path, 0, ""});
     Json j;
     try {
-      j = Json::parse(read_input(path));
+      j = Json::parse(text);
     } catch (const Json::exception& e) {  // a syntax error, or a number beyond a double (1e400)
       throw InputError(Location{path, 0, ""}, std::string("not valid JSON: ") + e.what());
     }

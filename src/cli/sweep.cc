@@ -188,6 +188,7 @@ struct PartRow {
 void read_leading(const std::string& path, std::int64_t line_no, std::string_view line, SweepFileKind kind,
                   std::int64_t& point, std::int64_t& points, std::string& grid) {
   const Location where{path, line_no, ""};
+  refuse_nul_bytes(line, where);  // the row is copied into the merged file as it stands
   // A bad integer names the file and line, not only the column.
   const auto parse_positive_integer = [&](std::string_view text, const char* column) {
     try {
