@@ -93,11 +93,16 @@ bool bool_member(const json& obj, const char* key, const std::string& path) {
   return v.get<bool>();
 }
 
-// obj's gpu_memory_utilization, a fraction in (0, 1]; `field` names it in an error.
+// obj's gpu_memory_utilization, a fraction in (0, 1] of at least 1e-9 (kvsim counts it in
+// parts per billion); `field` names it in an error.
 double utilisation_member(const json& obj, const std::string& path, const char* field) {
   const double u = number_member(obj, "gpu_memory_utilization", path, 0);
   if (!(u > 0 && u <= 1)) {
     throw InputError(Location{path, 0, field}, "expected a fraction in (0, 1], got " + obj["gpu_memory_utilization"].dump());
+  }
+  if (u < 1e-9) {
+    throw InputError(Location{path, 0, field}, "expected a fraction of at least 1e-9 (kvsim counts it in parts per "
+                                               "billion), got " + obj["gpu_memory_utilization"].dump());
   }
   return u;
 }

@@ -415,6 +415,19 @@ TEST_CASE("validate: meta.json's engine settings are replayed, and the ones it c
   REQUIRE(sized.exit_code == 0);
   const std::int64_t startup = Json::parse(sized.out)["budget"]["kv_budget_bytes"].get<std::int64_t>();
   CHECK(doc["kvsim"]["kv_budget_bytes"] == startup - 2097152);
+  // The double just below 0.5, as a Python script's arithmetic may leave it: to the nearest
+  // part per billion it is 0.5, and the same pool (before, its 17 decimals were refused).
+  write_meta(R"(, "gpu_memory_utilization": 0.49999999999999994)");
+  r = test::run_cli({"validate", dir.string(), "--workload", workload, "--json"});
+  REQUIRE(r.exit_code == 0);
+  CHECK(Json::parse(r.out)["kvsim"]["kv_budget_bytes"] == startup - 2097152);
+  // Below one part per billion kvsim cannot hold it: said of meta.json's field, not of the
+  // number's format.
+  write_meta(R"(, "gpu_memory_utilization": 1e-300)");
+  r = test::run_cli({"validate", dir.string(), "--workload", workload});
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("meta.json: gpu_memory_utilization: expected a fraction of at least 1e-9"));
+  write_meta(R"(, "gpu_memory_utilization": 0.5)");
   // The options given win over meta.json's, in the start-up rule too: a step of 8,192 tokens
   // profiles a larger activation peak, as size says. A 32-token block's null block is twice
   // the bytes; an allocator that is not vLLM's paged pool has none.

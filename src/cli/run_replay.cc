@@ -375,7 +375,8 @@ std::string fill_in_run_settings(po::variables_map& vm, const MeasuredRun& run, 
                                         ? Location{"", 0, kOptGpuMemoryUtilization}
                                         : Location{meta, 0, "gpu_memory_utilization"};
   if (run.gpu_memory_utilization > 0) {
-    default_to(vm, option_key(kOptGpuMemoryUtilization), fmt::format("{}", run.gpu_memory_utilization));
+    // Fixed-point, as the option takes it (1e-5 is "0.000010000"), to the nearest part per billion.
+    default_to(vm, option_key(kOptGpuMemoryUtilization), fmt::format("{:.9f}", run.gpu_memory_utilization));
   }
   // A term of replay's own rule given: that rule, as given.
   if (user_rule) return "";
