@@ -635,7 +635,6 @@ std::int64_t opt_parameter_count(const Config& c, const ModelSpec& m) {
 }  // namespace
 
 ModelSpec parse_hf_config(std::string_view json_text, const std::string& path) {
-  refuse_nul_bytes(json_text, Location{path, 0, ""});
   json root;
   try {
     root = json::parse(json_text.begin(), json_text.end());
@@ -643,6 +642,8 @@ ModelSpec parse_hf_config(std::string_view json_text, const std::string& path) {
     // parse_error, and out_of_range for a number too large for a double (1e999).
     throw InputError(Location{path, 0, ""}, "not valid JSON: " + parse_error_text(e));
   }
+  // After the parse, which stops at a NUL byte: an error before the byte is reported first.
+  refuse_nul_bytes(json_text, Location{path, 0, ""});
   if (!root.is_object()) throw InputError(Location{path, 0, ""}, "expected a JSON object at the top level");
   const bool openelm = root.contains("model_type") && root["model_type"] == "openelm";
   if (openelm) root = openelm_as_standard(root);

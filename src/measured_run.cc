@@ -44,12 +44,15 @@ std::ifstream open_file(const std::string& path) {
 }
 
 json parse_json(const std::string& text, const std::string& path, std::int64_t line) {
-  refuse_nul_bytes(text, Location{path, line, ""});
+  json out;
   try {
-    return json::parse(text);
+    out = json::parse(text);
   } catch (const json::exception& e) {  // a syntax error, or a number beyond a double (1e400)
     throw InputError(Location{path, line, ""}, std::string("not valid JSON: ") + e.what());
   }
+  // After the parse, which stops at a NUL byte: an error before the byte is reported first.
+  refuse_nul_bytes(text, Location{path, line, ""});
+  return out;
 }
 
 // A member of `obj` of the wanted kind, or an InputError naming the file, line and key.

@@ -42,8 +42,9 @@ std::string printable(std::string_view text);
 
 // An InputError at `where` when `text`, which must be text (a JSON document, a line of a
 // file), holds a NUL byte; it names the byte's line (counted from `where`'s, or from 1) and
-// column. A reader must check before parsing: nlohmann's JSON parser takes a NUL for the end
-// of its input, so what followed one would be dropped unread.
+// column. A JSON reader checks after a successful parse (an error before the byte is then the
+// one reported): nlohmann's parser takes a NUL for the end of its input, so what followed one
+// would otherwise be dropped unread.
 void refuse_nul_bytes(std::string_view text, const Location& where);
 
 // A broken promise inside kvsim itself (an invariant check failed). Never the user's fault;

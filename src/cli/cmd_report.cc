@@ -392,13 +392,14 @@ int run_report(const Invocation& inv) {
       continue;
     }
     const std::string text = read_input(path);
-    refuse_nul_bytes(text, Location{path, 0, ""});
     Json j;
     try {
       j = Json::parse(text);
     } catch (const Json::exception& e) {  // a syntax error, or a number beyond a double (1e400)
       throw InputError(Location{path, 0, ""}, std::string("not valid JSON: ") + e.what());
     }
+    // After the parse, which stops at a NUL byte: an error before the byte is reported first.
+    refuse_nul_bytes(text, Location{path, 0, ""});
     if (replay_json || validate_json) throw InputError(Location{path, 0, ""}, "a second JSON output: give one");
     if (j.is_object() && j.contains("runs") && j["runs"].is_array()) {
       read_replay_json(j, path, page);
