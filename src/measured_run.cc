@@ -113,10 +113,21 @@ double utilisation_member(const json& obj, const std::string& path, const char* 
 // engine_kwargs beyond the ones read_meta() requires. Every key is either used, known to
 // change neither the schedule nor the KV budget, or listed in run.unmodelled_settings.
 void read_engine_settings(MeasuredRun& run, const json& kw, const std::string& path) {
-  if (gives(kw, "block_size")) run.block_size = integer_member(kw, "block_size", path, 0, 1);
-  if (gives(kw, "enable_prefix_caching")) run.prefix_caching = bool_member(kw, "enable_prefix_caching", path);
+  // The settings a later object may give instead (read_resolved_cache, read_resolved_scheduler)
+  // note where they were read.
+  if (gives(kw, "block_size")) {
+    run.block_size = integer_member(kw, "block_size", path, 0, 1);
+    run.read_from["block_size"] = "engine_kwargs.block_size";
+  }
+  if (gives(kw, "enable_prefix_caching")) {
+    run.prefix_caching = bool_member(kw, "enable_prefix_caching", path);
+    run.read_from["enable_prefix_caching"] = "engine_kwargs.enable_prefix_caching";
+  }
   if (gives(kw, "enable_chunked_prefill")) run.chunked_prefill = bool_member(kw, "enable_chunked_prefill", path);
-  if (gives(kw, "gpu_memory_utilization")) run.gpu_memory_utilization = utilisation_member(kw, path, "gpu_memory_utilization");
+  if (gives(kw, "gpu_memory_utilization")) {
+    run.gpu_memory_utilization = utilisation_member(kw, path, "gpu_memory_utilization");
+    run.read_from["gpu_memory_utilization"] = "engine_kwargs.gpu_memory_utilization";
+  }
   if (gives(kw, "dtype")) run.dtype = string_member(kw, "dtype", path, 0);
   if (gives(kw, "kv_cache_dtype")) run.kv_cache_dtype = string_member(kw, "kv_cache_dtype", path, 0);
   if (gives(kw, "num_gpu_blocks_override")) {
@@ -124,10 +135,12 @@ void read_engine_settings(MeasuredRun& run, const json& kw, const std::string& p
   }
   if (gives(kw, "kv_cache_memory_bytes")) {
     run.kv_cache_memory_bytes = integer_member(kw, "kv_cache_memory_bytes", path, 0, 1);
+    run.read_from["kv_cache_memory_bytes"] = "engine_kwargs.kv_cache_memory_bytes";
   }
   if (gives(kw, "enforce_eager")) run.enforce_eager = bool_member(kw, "enforce_eager", path);
   if (gives(kw, "scheduler_reserve_full_isl")) {
     run.reserve_full_isl = bool_member(kw, "scheduler_reserve_full_isl", path);
+    run.read_from["scheduler_reserve_full_isl"] = "engine_kwargs.scheduler_reserve_full_isl";
   }
   // Read above or by read_meta(), or known to change neither the schedule nor the KV
   // budget (where the weights come from, logging, the sampling seed, the served name).
@@ -162,15 +175,21 @@ void read_resolved_cache(MeasuredRun& run, const json& meta, const json& kw, con
   }
   // The block size vLLM ran with wins over the one asked for: vLLM may change it (an attention
   // backend's own, a hybrid model's common page size).
-  if (gives(kv, "block_size")) run.block_size = integer_member(kv, "block_size", path, 0, 1);
+  if (gives(kv, "block_size")) {
+    run.block_size = integer_member(kv, "block_size", path, 0, 1);
+    run.read_from["block_size"] = "kv_cache.block_size";
+  }
   if (gives(kv, "enable_prefix_caching") && !gives(kw, "enable_prefix_caching")) {
     run.prefix_caching = bool_member(kv, "enable_prefix_caching", path);
+    run.read_from["enable_prefix_caching"] = "kv_cache.enable_prefix_caching";
   }
   if (gives(kv, "gpu_memory_utilization") && !gives(kw, "gpu_memory_utilization")) {
     run.gpu_memory_utilization = utilisation_member(kv, path, "kv_cache.gpu_memory_utilization");
+    run.read_from["gpu_memory_utilization"] = "kv_cache.gpu_memory_utilization";
   }
   if (gives(kv, "kv_cache_memory_bytes") && !gives(kw, "kv_cache_memory_bytes")) {
     run.kv_cache_memory_bytes = integer_member(kv, "kv_cache_memory_bytes", path, 0, 1);
+    run.read_from["kv_cache_memory_bytes"] = "kv_cache.kv_cache_memory_bytes";
   }
 }
 
@@ -184,6 +203,7 @@ void read_resolved_scheduler(MeasuredRun& run, const json& meta, const std::stri
   if (!scheduler.is_object()) return;
   if (gives(scheduler, "scheduler_reserve_full_isl") && !run.reserve_full_isl) {
     run.reserve_full_isl = bool_member(scheduler, "scheduler_reserve_full_isl", path);
+    run.read_from["scheduler_reserve_full_isl"] = "resolved_config.scheduler_config.scheduler_reserve_full_isl";
   }
 }
 

@@ -330,7 +330,7 @@ TEST_CASE("validate: what it cannot map is an error naming the file and field") 
   rewrite_meta("\"max_model_len\": null", "\"max_model_len\": null, \"num_gpu_blocks_override\": 4611686018427387904");
   r = test::run_cli({"validate", dir.string(), "--workload", workload});
   CHECK(r.exit_code == 1);
-  CHECK_THAT(r.err, Catch::Contains("meta.json: num_gpu_blocks_override: 4611686018427387904 blocks of 16 tokens of "
+  CHECK_THAT(r.err, Catch::Contains("meta.json: engine_kwargs.num_gpu_blocks_override: 4611686018427387904 blocks of 16 tokens of "
                                     "131072 bytes each overflow 64 bits"));
   rewrite_meta(", \"num_gpu_blocks_override\": 4611686018427387904", "");
   r = test::run_cli({"validate", dir.string(), "--workload", workload, "--kv-budget", "1GB", "--tp", "3"});

@@ -16,6 +16,7 @@
 #define KVSIM_MEASURED_RUN_H_
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -95,6 +96,11 @@ struct MeasuredRun {
   // engine_kwargs kvsim does not model and that are not known to leave the schedule and the
   // KV budget alone, as "key=value" (validate names them rather than ignore them silently).
   std::vector<std::string> unmodelled_settings;
+  // Where meta.json gave the settings that more than one of its objects may give (block_size,
+  // enable_prefix_caching, gpu_memory_utilization, kv_cache_memory_bytes,
+  // scheduler_reserve_full_isl): the path read, e.g. "kv_cache.block_size". Every other
+  // setting comes from engine_kwargs.
+  std::map<std::string, std::string> read_from;
   std::string dataset_path;          // meta.json's, "" when absent
   std::string workload;              // the path the workload was found at ("" when not looked up)
   double started_at_s = 0;           // meta.json started_at (wall clock, s); else the first arrival

@@ -5,6 +5,7 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <map>
 #include <optional>
 
 #include "kvsim/allocator.h"
@@ -39,6 +40,44 @@ void default_to(po::variables_map& vm, const char* key, const std::string& value
   vm.erase(key);
   vm.insert({key, po::variable_value(boost::any(value), false)});
 }
+
+// Replay's options as fill_in_run_settings() fills them in from a measured run, each with the
+// place its value came from (meta.json's field, or peer_cluster_config.json's): an error about
+// such an option is that place's (blaming_meta()), not a usage error about an option the user
+// never typed.
+class RunDefaults {
+ public:
+  explicit RunDefaults(po::variables_map& vm) : vm_(vm) {}
+  po::variables_map& vm() { return vm_; }
+
+  // `flag` takes `value` from `from` unless the user gave it (or an earlier default did);
+  // `from` empty for a value that is validate's own choice.
+  void set(const char* flag, const std::string& value, const Location& from) {
+    if (given(vm_, option_key(flag))) return;
+    default_to(vm_, option_key(flag), value);
+    if (!from.file.empty()) from_.insert({flag, from});
+  }
+  // The switch `flag` (an option without a value) on, from `from`, unless the user gave it.
+  void set_switch(const char* flag, const Location& from) {
+    if (given(vm_, option_key(flag))) return;
+    vm_.insert({option_key(flag), po::variable_value(boost::any(), false)});
+    from_.insert({flag, from});
+  }
+  // `flag` no longer given: what replaced it (the KV pool) carries its place.
+  void erase(const char* flag) {
+    vm_.erase(option_key(flag));
+    from_.erase(flag);
+  }
+  // Where `flag`'s value came from; nullptr when the user gave it or kvsim chose it.
+  const Location* from(const std::string& flag) const {
+    const auto it = from_.find(flag);
+    return it == from_.end() ? nullptr : &it->second;
+  }
+
+ private:
+  po::variables_map& vm_;
+  std::map<std::string, Location, std::less<>> from_;
+};
 
 // vLLM's defaults for the run's version, or --vllm-version's when given (none for a run
 // whose meta.json names no version, or one that is not a version).
@@ -78,7 +117,7 @@ std::optional<std::string> run_kv_dtype(const MeasuredRun& run, const std::strin
 // is dropped).
 struct FixedPool {
   std::int64_t bytes = 0;
-  const char* field = "";
+  std::string field;  // meta.json's, as read
   std::string source;
 };
 FixedPool run_fixed_pool(const po::variables_map& vm, const MeasuredRun& run, const std::string& usage) {
@@ -95,12 +134,12 @@ FixedPool run_fixed_pool(const po::variables_map& vm, const MeasuredRun& run, co
                                     run.resolved_gpu_blocks, run.block_size);
   } else if (run.kv_cache_memory_bytes > 0) {
     pool.bytes = run.kv_cache_memory_bytes;
-    pool.field = "kv_cache_memory_bytes";
+    pool.field = run.read_from.at("kv_cache_memory_bytes");
     pool.source = "meta.json kv_cache_memory_bytes";
     return pool;
   } else if (run.num_gpu_blocks_override > 0) {
     blocks = run.num_gpu_blocks_override;
-    pool.field = "num_gpu_blocks_override";
+    pool.field = "engine_kwargs.num_gpu_blocks_override";
     pool.source = fmt::format("meta.json num_gpu_blocks_override: {} blocks of {} tokens", blocks, run.block_size);
   } else {
     return pool;
@@ -222,52 +261,33 @@ void refuse_workload_selection(const po::variables_map& vm, const std::string& u
 
 namespace {
 
-// The field of meta.json whose value apply_run_settings() gives `option`.
-std::string meta_field_of(const std::string& option) {
-  static const std::pair<const char*, const char*> kFields[] = {
-      {kOptTp, "engine_kwargs.tensor_parallel_size"},
-      {kOptReplicas, "engine_kwargs.data_parallel_size"},
-      {kOptExpertParallel, "engine_kwargs.enable_expert_parallel"},
-      {kOptMaxRunning, "engine_kwargs.max_num_seqs"},
-      {kOptMaxBatchedTokens, "engine_kwargs.max_num_batched_tokens"},
-      {kOptMaxModelLen, "engine_kwargs.max_model_len"},
-      {kOptNoChunkedPrefill, "engine_kwargs.enable_chunked_prefill"},
-      {kOptAllocator, "engine_kwargs.block_size"},
-      {kOptGpuMemoryUtilization, "engine_kwargs.gpu_memory_utilization"},
-      {kOptDtype, "engine_kwargs.kv_cache_dtype"},
-      {kOptReserveFullIsl, "engine_kwargs.scheduler_reserve_full_isl"},
-      {kOptCudaGraphs, "engine_kwargs.enforce_eager"},
-      {kOptVllmVersion, "vllm_version"},
-      {kOptModel, "model"},
-      {kOptKvBudget, "kv_cache"},
-  };
-  for (const auto& [flag, field] : kFields) {
-    if (option == flag) return field;
-  }
-  return "";
-}
-
-// f(), which reads options apply_run_settings() filled in from meta.json: an error about an
-// option the user did not give (`user` holds what they gave) is about meta.json's value, and
-// says so (a file's error, not a usage error).
+// f(), which reads options fill_in_run_settings() filled in: an error about an option whose
+// value came from the run's files is about that file's field, and says so (a file's error, not
+// a usage error).
 template <class F>
-auto blaming_meta(const po::variables_map& user, const MeasuredRun& run, F&& f) {
+auto blaming_meta(const RunDefaults& defaults, F&& f) {
   try {
     return f();
   } catch (const InputError& e) {
     const std::string& option = e.where().field;
-    const std::string field = meta_field_of(option);
-    if (!e.where().file.empty() || field.empty() || given(user, option_key(option.c_str()))) throw;
-    throw InputError(Location{run.dir + "/meta.json", 0, field},
-                     e.problem() + " (the replay takes this value as " + option + ")");
+    const Location* from = e.where().file.empty() ? defaults.from(option) : nullptr;
+    if (from == nullptr) throw;
+    throw InputError(*from, e.problem() + " (the replay takes this value as " + option + ")");
   }
 }
 
 // meta.json's settings as defaults of the replay options. Returns where the KV pool validate
 // sized comes from ("" when the user's options size it: --kv-budget, or replay's rule with
 // --reserve or --params).
-std::string fill_in_run_settings(po::variables_map& vm, const MeasuredRun& run, const std::string& usage) {
+std::string fill_in_run_settings(RunDefaults& defaults, const MeasuredRun& run, const std::string& usage) {
+  po::variables_map& vm = defaults.vm();
   const std::string meta = run.dir + "/meta.json";
+  // meta.json's `field`, or the path a setting read from more than one object was read at.
+  const auto field = [&](const std::string& name) { return Location{meta, 0, name}; };
+  const auto setting = [&](const std::string& name) {
+    const auto it = run.read_from.find(name);
+    return field(it != run.read_from.end() ? it->second : "engine_kwargs." + name);
+  };
   default_to(vm, "trace", run.workload);
   if (!given(vm, option_key(kOptModel)) && !given(vm, "config")) {
     const RunModelRow* row = run_model_row(run.model);
@@ -281,20 +301,19 @@ std::string fill_in_run_settings(po::variables_map& vm, const MeasuredRun& run, 
                                                        ", which this kvsim does not have yet; give --config "
                                                        "config.json (the model's Hugging Face config)");
     }
-    default_to(vm, option_key(kOptModel), row->preset);
+    defaults.set(kOptModel, row->preset, field("model"));
     if (run.max_model_len == 0 && row->max_model_len > 0) {
-      default_to(vm, option_key(kOptMaxModelLen), std::to_string(row->max_model_len));
+      // validate's table's length for the model meta.json names
+      defaults.set(kOptMaxModelLen, std::to_string(row->max_model_len), field("model"));
     }
   }
   // Data parallelism: one engine per replica behind vLLM's router (replay --replicas).
   if (run.data_parallel > 1) {
-    default_to(vm, option_key(kOptReplicas), std::to_string(run.data_parallel));
-    if (run.expert_parallel && !given(vm, option_key(kOptExpertParallel))) {
-      vm.insert({option_key(kOptExpertParallel), po::variable_value(boost::any(), false)});
-    }
+    defaults.set(kOptReplicas, std::to_string(run.data_parallel), setting("data_parallel_size"));
+    if (run.expert_parallel) defaults.set_switch(kOptExpertParallel, setting("enable_expert_parallel"));
   }
-  default_to(vm, option_key(kOptTp), std::to_string(run.tensor_parallel));
-  default_to(vm, option_key(kOptMaxRunning), std::to_string(run.max_num_seqs));
+  defaults.set(kOptTp, std::to_string(run.tensor_parallel), setting("tensor_parallel_size"));
+  defaults.set(kOptMaxRunning, std::to_string(run.max_num_seqs), setting("max_num_seqs"));
   // The run's vLLM version gives replay's --vllm-version (asynchronous scheduling, CUDA
   // graphs, v1's admission rules; plan_replay applies it), unless the user gives another.
   if (!run.vllm_version.empty()) {
@@ -302,32 +321,37 @@ std::string fill_in_run_settings(po::variables_map& vm, const MeasuredRun& run, 
       throw InputError(Location{meta, 0, "vllm_version"},
                        "\"" + run.vllm_version + "\" is not a version such as \"0.19.0\"");
     }
-    default_to(vm, option_key(kOptVllmVersion), run.vllm_version);
+    defaults.set(kOptVllmVersion, run.vllm_version, field("vllm_version"));
   }
   // What meta.json records wins over the version's defaults: scheduler_reserve_full_isl set
   // either way (unless chunked prefill is off, where it cannot act and replay refuses it), and
   // enforce_eager (no CUDA graphs).
   const bool vllm_policy = !given(vm, option_key(kOptPolicy)) || vm[option_key(kOptPolicy)].as<std::string>() == "vllm";
   if (vllm_policy && run.reserve_full_isl && run.chunked_prefill != false) {
-    default_to(vm, option_key(kOptReserveFullIsl), *run.reserve_full_isl ? "on" : "off");
+    defaults.set(kOptReserveFullIsl, *run.reserve_full_isl ? "on" : "off", setting("scheduler_reserve_full_isl"));
   }
-  if (run.enforce_eager) default_to(vm, option_key(kOptCudaGraphs), "off");
-  default_to(vm, option_key(kOptMaxBatchedTokens), std::to_string(run.max_num_batched_tokens));
-  if (run.max_model_len > 0) default_to(vm, option_key(kOptMaxModelLen), std::to_string(run.max_model_len));
+  if (run.enforce_eager) defaults.set(kOptCudaGraphs, "off", setting("enforce_eager"));
+  defaults.set(kOptMaxBatchedTokens, std::to_string(run.max_num_batched_tokens), setting("max_num_batched_tokens"));
+  if (run.max_model_len > 0) defaults.set(kOptMaxModelLen, std::to_string(run.max_model_len), setting("max_model_len"));
   // vLLM's defaults unless meta.json says otherwise: 16-token blocks, prefix caching on,
   // chunked prefill on (vllm/config/cache.py, scheduler.py).
-  default_to(vm, option_key(kOptAllocator),
-             fmt::format("paged:block={}{}", run.block_size,
-                         run.prefix_caching.value_or(true) ? ",prefix-caching=on" : ""));
-  if (run.chunked_prefill == false && !vm.count(option_key(kOptNoChunkedPrefill))) {
-    vm.insert({option_key(kOptNoChunkedPrefill), po::variable_value(boost::any(), false)});
+  const bool caching_recorded = run.read_from.count("block_size") == 0 && run.read_from.count("enable_prefix_caching") != 0;
+  defaults.set(kOptAllocator,
+               fmt::format("paged:block={}{}", run.block_size, run.prefix_caching.value_or(true) ? ",prefix-caching=on" : ""),
+               setting(caching_recorded ? "enable_prefix_caching" : "block_size"));
+  if (run.chunked_prefill == false) defaults.set_switch(kOptNoChunkedPrefill, setting("enable_chunked_prefill"));
+  if (const auto dtype = run_kv_dtype(run, meta)) {
+    const bool kv_dtype = !run.kv_cache_dtype.empty() && run.kv_cache_dtype != "auto";
+    defaults.set(kOptDtype, *dtype, setting(kv_dtype ? "kv_cache_dtype" : "dtype"));
   }
-  if (const auto dtype = run_kv_dtype(run, meta)) default_to(vm, option_key(kOptDtype), *dtype);
-  default_to(vm, option_key(kOptSchedule), "simulate");
+  defaults.set(kOptSchedule, "simulate", Location{});
   // The run's GPU times the steps, unless --device or --timing-device names another.
   const char* preset = run_device(run);
   const bool known = preset != nullptr && has_device_preset(preset);
-  if (known && !given(vm, option_key(kOptDevice))) default_to(vm, option_key(kOptTimingDevice), preset);
+  const Location device_from = run_device_preset(run.hardware) != nullptr
+                                   ? Location{run.dir + "/peer_cluster_config.json", 0, "hardware"}
+                                   : field("hardware.device_name");
+  if (known && !given(vm, option_key(kOptDevice))) defaults.set(kOptTimingDevice, preset, device_from);
   if (given(vm, option_key(kOptKvBudget))) return "";  // the pool as given
   const bool user_device = given(vm, option_key(kOptDevice)) || given(vm, option_key(kOptDeviceMemory));
   // A term of replay's own rule (--reserve, --params) or of the start-up rule
@@ -338,8 +362,8 @@ std::string fill_in_run_settings(po::variables_map& vm, const MeasuredRun& run, 
   if (!user_terms) {
     if (const FixedPool fixed = run_fixed_pool(vm, run, usage); fixed.bytes > 0) {
       const std::int64_t null_block = null_block_bytes(vm, resolve_model(vm, usage, ""));
-      const std::int64_t pool = less_null_block(fixed.bytes, null_block, Location{meta, 0, fixed.field});
-      default_to(vm, option_key(kOptKvBudget), std::to_string(pool));
+      const Location from = field(fixed.field);
+      defaults.set(kOptKvBudget, std::to_string(less_null_block(fixed.bytes, null_block, from)), from);
       return fixed.source + null_block_text(null_block);
     }
   }
@@ -365,18 +389,20 @@ std::string fill_in_run_settings(po::variables_map& vm, const MeasuredRun& run, 
                            ", which this kvsim does not have yet; give --device-memory (its memory, e.g. 96GB "
                            "for an RTX PRO 6000) or --kv-budget");
     }
-    default_to(vm, option_key(kOptDevice), preset);
+    defaults.set(kOptDevice, preset, device_from);
     // The device's total as CUDA reported it in the run, rather than the preset's.
-    if (run.device_total_bytes > 0) default_to(vm, option_key(kOptDeviceMemory), std::to_string(run.device_total_bytes));
+    if (run.device_total_bytes > 0) {
+      defaults.set(kOptDeviceMemory, std::to_string(run.device_total_bytes), field("hardware.device_total_memory_bytes"));
+    }
   }
   // Where the utilisation comes from, for an error: the user's option, else meta.json's (or
   // vLLM's default where meta.json has none).
   const Location utilisation_from = given(vm, option_key(kOptGpuMemoryUtilization))
                                         ? Location{"", 0, kOptGpuMemoryUtilization}
-                                        : Location{meta, 0, "gpu_memory_utilization"};
+                                        : setting("gpu_memory_utilization");
   if (run.gpu_memory_utilization > 0) {
     // Fixed-point, as the option takes it (1e-5 is "0.000010000"), to the nearest part per billion.
-    default_to(vm, option_key(kOptGpuMemoryUtilization), fmt::format("{:.9f}", run.gpu_memory_utilization));
+    defaults.set(kOptGpuMemoryUtilization, fmt::format("{:.9f}", run.gpu_memory_utilization), utilisation_from);
   }
   // A term of replay's own rule given: that rule, as given.
   if (user_rule) return "";
@@ -384,25 +410,25 @@ std::string fill_in_run_settings(po::variables_map& vm, const MeasuredRun& run, 
   StartupPool pool = vllm_startup_pool(vm, run, utilisation_from, usage);
   if (recorded_total) pool.source += "; the device total as meta.json hardware.device_total_memory_bytes records it";
   // The pool replaces the terms it was computed from; the device (if any) still times the steps.
-  vm.erase(option_key(kOptDeviceMemory));
-  vm.erase(option_key(kOptGpuMemoryUtilization));
-  default_to(vm, option_key(kOptKvBudget), std::to_string(pool.bytes));
+  defaults.erase(kOptDeviceMemory);
+  defaults.erase(kOptGpuMemoryUtilization);
+  defaults.set(kOptKvBudget, std::to_string(pool.bytes), utilisation_from);
   return pool.source;
 }
 
 }  // namespace
 
 std::string apply_run_settings(po::variables_map& vm, const MeasuredRun& run, const std::string& usage) {
-  const po::variables_map user = vm;
-  return blaming_meta(user, run, [&] { return fill_in_run_settings(vm, run, usage); });
+  RunDefaults defaults(vm);
+  return blaming_meta(defaults, [&] { return fill_in_run_settings(defaults, run, usage); });
 }
 
 RunReplay replay_run(po::variables_map vm, const MeasuredRun& run, const std::string& usage,
                      const std::function<void(const TimelineRow&)>& timeline) {
   RunReplay out;
-  const po::variables_map user = vm;  // before meta.json's settings fill it in
-  out.budget_source = apply_run_settings(vm, run, usage);
-  out.plan = blaming_meta(user, run, [&] { return plan_replay(vm); });
+  RunDefaults defaults(vm);
+  out.budget_source = blaming_meta(defaults, [&] { return fill_in_run_settings(defaults, run, usage); });
+  out.plan = blaming_meta(defaults, [&] { return plan_replay(vm); });
   ReplayPlan& plan = out.plan;
   if (plan.allocators.size() != 1) throw UsageError("a measured run is replayed with one allocator\nUsage: " + usage);
   ReplayOptions options_run = plan.options;
