@@ -252,7 +252,10 @@ void Engine::cancel(const Cancellation& c, bool mid_span) {
       // The tokens it holds at this step include the one it is (or would next be)
       // producing; the ones before were generated.
       const auto slot = static_cast<std::uint32_t>(t.slot);
-      report_.generated_tokens += t.n * flights_[slot].produced_before(step_);
+      const Flight& f = flights_[slot];
+      report_.generated_tokens += t.n * f.produced_before(step_);
+      // Decoding in the step it is cancelled in: that step's token for it never comes.
+      if (mid_span && f.decoding && f.decode_from <= step_) step_cancelled_decodes_ += f.n;
       if (mid_span) recorder_.flush(at);
       release(slot, mid_span ? at - now_ : 0);
       return;
@@ -438,9 +441,10 @@ std::int64_t Engine::schedule_next(std::uint32_t slot, std::int64_t tokens) {
   return next;
 }
 
-void Engine::start_decoding(std::uint32_t slot, std::int64_t tokens) {
+void Engine::start_decoding(std::uint32_t slot, std::int64_t tokens, std::int64_t decode_from) {
   Flight& f = flights_[slot];
   f.decoding = true;
+  f.decode_from = decode_from;
   f.tokens_at = tokens;
   f.step_at = step_;
   decoding_seqs_ += f.n;
@@ -568,7 +572,7 @@ bool Engine::prefill(std::uint32_t slot, std::int64_t positions, bool may_preemp
     if (f.output - f.base_generated <= 1) {
       finishing_.push_back({slot, f.generation});
     } else {
-      start_decoding(slot, t);
+      start_decoding(slot, t, step_ + 1);
       with_slopes = schedule_next(slot, t) > t + 1;
     }
   }
@@ -700,7 +704,7 @@ void Engine::resume_swapped(std::int64_t& decode_seqs) {
     f.admit_order = next_admit_order_++;
     running_order_.insert({f.admit_order, slot});
     ++running_;
-    start_decoding(slot, tokens);
+    start_decoding(slot, tokens, step_);
     decode_seqs += f.n;
     const bool last = tokens == f.prompt + f.output;
     if (last) finishing_.push_back({slot, f.generation});
@@ -830,9 +834,7 @@ void Engine::deliver_step() {
   for (const SlotRef ref : first_token_) {
     const Flight& f = flights_[ref.slot];
     if (f.generation != ref.generation) continue;  // cancelled or preempted in the step
-    Ticket& t = tickets_[f.ticket];
-    t.first_token_ns = now_;
-    recorder_.first_token(now_ - t.arrival_ns);
+    tickets_[f.ticket].first_token_ns = now_;
   }
   first_token_.clear();
   for (const SlotRef ref : finishing_) {
@@ -840,6 +842,9 @@ void Engine::deliver_step() {
     if (f.generation != ref.generation) continue;
     ++report_.completed;
     const Ticket& t = tickets_[f.ticket];
+    // Latencies are over completed requests: a request cancelled after its first token has a
+    // TTFT in no figure, as in the per-request output (nor has one of 0 output tokens).
+    if (t.first_token_ns >= 0) recorder_.first_token(t.first_token_ns - t.arrival_ns);
     recorder_.completed(now_ - t.arrival_ns);
     if (f.output >= 2) recorder_.per_output_token((now_ - t.first_token_ns) / (f.output - 1));
     leaves(f.ticket, RequestRecord::Outcome::completed, now_);
@@ -929,7 +934,6 @@ std::int64_t Engine::begin_step() {
 void Engine::end_step(std::int64_t duration) {
   const std::int64_t decode_seqs = step_decode_seqs_, prefill_tokens = step_prefill_tokens_;
   ++report_.iterations;
-  recorder_.decode_step(duration, decode_seqs);
   // The progress guarantee, checked: a step that decodes nothing, prefills nothing and
   // ends no request only starts what takes its first step next (a prompt of 0 tokens); many
   // in a row mean a livelock, which is a bug, not a result.
@@ -954,6 +958,9 @@ void Engine::end_step(std::int64_t duration) {
   // Arrivals and cancellations inside the iteration happen at their own instants.
   last_step_start_ = now_;
   process_span_events(now_ + duration, true);
+  // One inter-token sample per token the step's decodes produced.
+  recorder_.decode_step(duration, decode_seqs - step_cancelled_decodes_);
+  step_cancelled_decodes_ = 0;
   end_span(duration);
   ++step_;
   const std::int64_t completed_before = report_.completed;

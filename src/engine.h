@@ -82,6 +82,9 @@ struct Flight {
   std::int64_t prefilled = 0;
   std::int64_t base_generated = 0; // tokens generated before this prefill (recompute)
   bool decoding = false;           // grows one token per step on its own
+  // The first step in which it decodes: the step after its prefill's last (which samples its
+  // first token), or, swapped back in, the step that resumes it.
+  std::int64_t decode_from = 0;
   std::int64_t tokens_at = 0;      // positions per sequence as of step_at
   std::int64_t step_at = 0;
   std::uint64_t admit_order = 0;   // running order: vLLM preempts the latest
@@ -243,7 +246,7 @@ class Engine {
   bool grow_or_preempt(std::uint32_t slot, std::int64_t tokens, std::int64_t step_tokens);
   std::uint32_t choose_victim(std::uint32_t failed) const;
   void preempt(std::uint32_t victim);
-  void start_decoding(std::uint32_t slot, std::int64_t tokens);
+  void start_decoding(std::uint32_t slot, std::int64_t tokens, std::int64_t decode_from);
   // Schedules the request's next event and returns the token count it falls at.
   std::int64_t schedule_next(std::uint32_t slot, std::int64_t tokens);
   void refuse_too_large(std::uint32_t ticket);
@@ -350,6 +353,8 @@ class Engine {
   std::int64_t last_step_start_ = -1;
   std::int64_t last_step_end_ = -1;
   std::int64_t completed_in_last_step_ = 0;
+  // Of them, the sequences of requests cancelled within the step, whose tokens never come.
+  std::int64_t step_cancelled_decodes_ = 0;
   std::int64_t step_decode_seqs_ = 0;     // the step begun (begin_step) and not yet ended
   std::int64_t step_prefill_tokens_ = 0;
   std::int64_t step_swap_bytes_ = 0;

@@ -159,9 +159,12 @@ void Recorder::merge_held_rows() {
 }
 
 void Recorder::finish(ReplayReport& r, const Allocator& allocator, std::int64_t running, std::int64_t queued) {
-  // Steps after the last sampled row: one more row, at the run's end, so that no interval's
-  // maximum (the peak among them) is lost.
-  if (opt_.timeline && opt_.sample_every_ns > 0 && unsampled_) sample(running, queued, StepCounts{});
+  // Steps after the last sampled row, or the last row's own step (a row is taken as its step
+  // begins): one more row, at the run's end, so that no interval's maximum (the peak among
+  // them) nor its span of the mean is lost.
+  if (opt_.timeline && opt_.sample_every_ns > 0 && (unsampled_ || clock_.duration_ns > sample_mark_ns_)) {
+    sample(running, queued, StepCounts{});
+  }
   for (const HeldRow& h : held_) opt_.timeline(h.row);
   held_.clear();
   const double duration = static_cast<double>(clock_.duration_ns);

@@ -146,6 +146,29 @@ TEST_CASE("engine: a cancellation part-way through a step counts only the time b
   CHECK(r.report.allocated_bytes.mean == Approx(110.0 * 2.25 / 3).epsilon(1e-12));
   CHECK(r.report.effective_bytes.mean == Approx((11.0 + 12.0 + 13.0 * 0.25) / 3).epsilon(1e-12));
   CHECK(r.report.generated_tokens == 2);  // tokens 1 and 2; token 3 was cut off
+  // Token 2 is the one inter-token gap (step 1, 1 ms); step 2's never came. Latencies are over
+  // completed requests, so none has a TTFT, though token 1 came at 1 ms.
+  CHECK(r.report.itl.count == 1);
+  CHECK(r.report.itl.max_ns == kMs);
+  CHECK(r.report.ttft.count == 0);
+}
+
+TEST_CASE("engine: a request cancelled after its first token gives no TTFT, and no gap for the token it never made") {
+  // a (n = 2, prompt 10, output 100) is cancelled at 2.25 ms, in step 2; b (prompt 10, output
+  // 3) completes at the end of step 2, 3 ms. Steps of 1 ms; both prefill in step 0, whose end
+  // (1 ms) brings both first tokens. Decode gaps, one per sequence a step decodes: step 1, a's
+  // two samples and b; step 2, b only (a's two tokens never come). TTFT over the completed
+  // request alone: b's 1 ms.
+  Request a = test::request("a", 0, 10, 100, 2);
+  a.cancel_ns = 2 * kMs + kMs / 4;
+  const auto r = run("paged:block=16", {a, test::request("b", 0, 10, 3)}, options(test::unit_layout(), fixed_step(kMs)));
+  CHECK(r.report.completed == 1);
+  CHECK(r.report.cancelled_running == 1);
+  CHECK(r.report.itl.count == 4);
+  CHECK(r.report.itl.mean_ns == Approx(static_cast<double>(kMs)).epsilon(1e-15));
+  CHECK(r.report.ttft.count == 1);
+  CHECK(r.report.ttft.max_ns == kMs);
+  CHECK(r.report.e2e.max_ns == 3 * kMs);
 }
 
 TEST_CASE("engine: chunked prefill splits a prompt across steps by the token budget") {

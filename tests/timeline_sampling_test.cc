@@ -63,16 +63,24 @@ TEST_CASE("timeline: with a row limit, rows merge in pairs keeping the later sta
 }
 
 TEST_CASE("timeline: a row limit never exceeded, and the peak kept, on a long run") {
-  // 50 steps sampled every 1 ms: a row at each step's start, 0..49 ms (none at the end: no
-  // step ran after the last row); at most 8 with the limit, the last row kept (a merge keeps
-  // the later row of a pair); the largest maximum is the peak, 160.
+  // 50 steps sampled every 1 ms: a row at each step's start, 0..49 ms, and one at the end,
+  // 50 ms, for the last step's span [49, 50) ms; at most 8 with the limit, the last row kept
+  // (a merge keeps the later row of a pair); the largest maximum is the peak, 160.
   const auto all = sampled(kMs, 0);
   const auto rows = sampled(kMs, 8);
-  CHECK(all.size() == 50);
+  CHECK(all.size() == 51);
+  // The rows' means, each over the millisecond before it, add up to the run's integral:
+  // 12 x 112 + 16 x 128 + 16 x 144 + 6 x 160 = 6,656 byte-milliseconds (the first row's
+  // span is empty). Without the end row the last step's 160 was missing.
+  double integral = 0;
+  for (std::size_t i = 1; i < all.size(); ++i) integral += all[i].allocated_bytes_mean;
+  CHECK(integral == Approx(6656).epsilon(1e-12));
+  CHECK(all.back().time_ns == 50 * kMs);
+  CHECK(all.back().allocated_bytes_mean == 160);
   CHECK(rows.size() <= 8);
   CHECK(rows.size() >= 4);  // a merge halves 9 rows to 5; never fewer than half the limit
   std::int64_t top = 0;
   for (const auto& r : rows) top = std::max(top, r.allocated_bytes_max);
   CHECK(top == 160);
-  CHECK(rows.back().time_ns == 49 * kMs);
+  CHECK(rows.back().time_ns == 50 * kMs);
 }

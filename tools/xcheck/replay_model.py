@@ -624,7 +624,6 @@ def run_model(reqs, kinds=(Paged, SlidingWindow, Dense, Dynamic)):
         for r in first:
             if r.state == "running":
                 r.ttft = now - r.arr
-                ttft.append(r.ttft)
         done = [r for r in finishing[id(books[0])] if r.state == "running"]
         for bk in books:
             assert {r.ordinal for r in finishing[id(bk)]} == {r.ordinal for r in finishing[id(books[0])]}
@@ -636,6 +635,8 @@ def run_model(reqs, kinds=(Paged, SlidingWindow, Dense, Dynamic)):
             rep["completed"] += 1
             r.e2e = now - r.arr
             e2e.append(r.e2e)
+            if r.ttft is not None:  # latencies are over completed requests (docs/replay.md)
+                ttft.append(r.ttft)
             if r.m >= 2:  # vLLM's TPOT: (finish - first token) / (m - 1), whole ns rounded down
                 tpot.append((now - (r.arr + r.ttft)) // (r.m - 1))
             rep["generated_tokens"] += r.m
