@@ -235,6 +235,12 @@ class JsonlReader : public RowReader {
   bool get_name(int slot, std::string& out) {
     const JsonValue& v = value(slot);
     if (v.kind == JsonValue::Kind::string) {
+      // \u0000 decodes to a NUL byte, which no text output (a CSV trace, --per-request) can
+      // carry and every text reader refuses.
+      if (v.text.find('\0') != std::string::npos) {
+        fail(slot_label(slot), "holds a NUL character (\\u0000), which kvsim's text outputs cannot carry");
+        return false;
+      }
       out.assign(v.text);
       return true;
     }

@@ -30,6 +30,7 @@ void append_csv_text(std::string& out, std::string_view text, const std::string&
     throw InputError(Location{path, 0, "column '" + std::string(column) + "'"},
                      detail::quote_text(text) + " holds a line break, which a CSV trace cannot; write JSONL instead");
   }
+  check(text.find('\0') == std::string_view::npos, "a trace's text holds a NUL byte, which every reader refuses");
   const bool quote = text.find_first_of(",\"") != std::string_view::npos ||
                      (!text.empty() && (text.front() == ' ' || text.front() == '\t' || text.back() == ' ' ||
                                         text.back() == '\t'));

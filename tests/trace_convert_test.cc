@@ -148,3 +148,18 @@ TEST_CASE("the writer refuses what CSV cannot hold, and JSONL escapes it") {
   REQUIRE(back.size() == 1);
   CHECK(back[0].id == "line\nbreak");
 }
+
+TEST_CASE("a JSONL id or session holding \\u0000 is refused at its line: no text output could carry it") {
+  // Convert wrote the NUL byte into the CSV, which every reader then refused.
+  const auto in = write_file("nul-id.jsonl", "{\"id\":\"a\",\"arrival\":0,\"prompt_tokens\":3,\"output_tokens\":1}\n"
+                                             "{\"id\":\"\\u0000x\",\"arrival\":0.5,\"prompt_tokens\":3,\"output_tokens\":1}\n");
+  const auto r = run_cli({"trace", "convert", in, scratch_path("nul-id.csv")});
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("nul-id.jsonl:2") && Catch::Contains("id") &&
+                        Catch::Contains("holds a NUL character (\\u0000)"));
+  const auto session = write_file("nul-session.jsonl",
+                                  "{\"id\":\"a\",\"arrival\":0,\"prompt_tokens\":3,\"output_tokens\":1,\"session\":\"s\\u0000\"}\n");
+  const auto s = run_cli({"trace", "stats", session});
+  CHECK(s.exit_code == 1);
+  CHECK_THAT(s.err, Catch::Contains("nul-session.jsonl:1") && Catch::Contains("session"));
+}
