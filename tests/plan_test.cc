@@ -221,4 +221,14 @@ TEST_CASE("kvsim plan: refuses what it cannot answer") {
   r = run_cli({"plan", trace, "--queue-stable", "--search", "replicas", "--tolerance", "0.1"});
   CHECK(r.exit_code == 2);
   CHECK(r.err.find("--tolerance: bounds --search rate-scale") != std::string::npos);
+  // Bounds no search could reach are refused before the first replay: more replicas than
+  // replay takes, and a KV usage of 0 (every run allocates something at its peak).
+  r = run_cli({"plan", trace, "--kv-budget", "1GiB", "--no-preemption", "--search", "replicas", "--max-replicas", "1025"});
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("--max-replicas: at most 1024") != std::string::npos);
+  CHECK(r.out.empty());
+  r = run_cli({"plan", trace, "--kv-budget", "1GiB", "--kv-usage-max", "0"});
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("--kv-usage-max: expected a positive share") != std::string::npos);
+  CHECK(r.out.empty());
 }

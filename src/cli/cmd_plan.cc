@@ -15,6 +15,7 @@
 #include "kvsim/option_names.h"
 #include "kvsim/output_file.h"
 #include "kvsim/parse.h"
+#include "kvsim/replicas.h"
 #include "kvsim/units.h"
 #include "model_options.h"
 #include "plan.h"
@@ -109,6 +110,8 @@ std::vector<Target> read_targets(const po::variables_map& vm) {
   }
   if (const auto text = option_text(vm, "kv-usage-max")) {
     const std::int64_t ppb = parse_fraction_ppb(*text, "--kv-usage-max");
+    // No run allocates nothing at its peak: a bound of 0 could never be met.
+    if (ppb <= 0) throw InputError(Location{"", 0, "--kv-usage-max"}, "expected a positive share, such as 0.9");
     const double bound = static_cast<double>(ppb) / 1e9;
     targets.push_back({"--kv-usage-max", *text, [bound](const ReplayReport& r) -> std::optional<std::string> {
                          const double peak = kv_usage_peak(r);
@@ -196,6 +199,11 @@ int run_plan(const Invocation& inv) {
   if (tolerance_ppb <= 0) throw InputError(Location{"", 0, "--tolerance"}, "expected a positive share, such as 0.02");
   const std::int64_t max_points = parse_positive_integer(vm["max-points"].as<std::string>(), "--max-points");
   const std::int64_t max_replicas = parse_positive_integer(vm["max-replicas"].as<std::string>(), "--max-replicas");
+  // Refused before any replay, not when the search first reaches it.
+  if (max_replicas > kMaxReplicas) {
+    throw InputError(Location{"", 0, "--max-replicas"},
+                     fmt::format("at most {} (replay --replicas' limit: each replica is a whole engine)", kMaxReplicas));
+  }
 
   // Plans for one allocator: paged unless one is given.
   po::variables_map base = vm;
