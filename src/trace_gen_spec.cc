@@ -346,7 +346,12 @@ SessionModel parse_session_model(std::string_view text, std::string_view field) 
   s.turns = parse_count_distribution(require(kvs, "turns", field, "sessions"), field);
   s.gap = parse_duration_distribution(require(kvs, "gap", field, "sessions"), field);
   if (const auto* kv = find(kvs, "user")) s.user_tokens = parse_count_distribution(kv->value, field);
-  if (const auto* kv = find(kvs, "max_context")) s.max_context_tokens = count_value(kv->value, field, "max_context");
+  if (const auto* kv = find(kvs, "max_context")) {
+    s.max_context_tokens = count_value(kv->value, field, "max_context");
+    // 0 is the model's "no limit", which leaving the key out says: given, it would read as a
+    // limit that never applies.
+    if (s.max_context_tokens < 1) bad(field, "sessions: max_context must be at least 1 (leave it out for no limit)");
+  }
   return s;
 }
 

@@ -320,6 +320,17 @@ TEST_CASE("cli bad input: option errors print the usage and exit 2") {
        "Usage: kvsim replay TRACE"},
       {{"replay", trace, "--cost", "constant:step=0ms"}, "--cost: every engine step takes time",
        "Usage: kvsim replay TRACE"},
+      // An empty value is not the option left out (a shell variable never set): refused,
+      // by the option's name or the positional argument's synopsis name.
+      {{"trace", "stats", trace, "--requests", ""}, "--requests: expected a value, got an empty string",
+       "Usage: kvsim trace stats FILE"},
+      {{"trace", "gen", "--duration", ""}, "--duration: expected a value, got an empty string", "Usage: kvsim trace gen"},
+      {{"trace", "gen", "--requests", "3", "--cancel", "p=0.5,after=1s", "--cancel", ""},
+       "--cancel: expected a value, got an empty string", "Usage: kvsim trace gen"},
+      {{"trace", "convert", "", "out.csv"}, "IN: expected a value, got an empty string", "Usage: kvsim trace convert IN OUT"},
+      {{"replay", trace, "--allocator", ""}, "--allocator: expected a value, got an empty string", "Usage: kvsim replay TRACE"},
+      // --duration 0s was taken for no --duration, and the message named --requests.
+      {{"trace", "gen", "--duration", "0s"}, "--duration: expected a positive duration", "Usage: kvsim trace gen"},
       // Commands that do not exist point to the --help of the command that does.
       {{"frobnicate"}, "unknown command 'frobnicate' (commands: replay, calibrate, validate, sweep, plan, report, size, models, trace, version)", "Usage: kvsim <command>"},
       {{"trace", "frob"}, "unknown command 'frob' (commands: stats, convert, gen)", "Usage: kvsim trace <command>"},

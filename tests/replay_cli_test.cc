@@ -499,7 +499,7 @@ TEST_CASE("replay: help, usage errors and input errors") {
   // An empty file name is refused before the run, naming the option.
   r = test::run_cli({"replay", four, "--allocator", "paged", "--timeline", ""});
   CHECK(r.exit_code == 2);
-  CHECK_THAT(r.err, Catch::Contains("--timeline: an empty file name"));
+  CHECK_THAT(r.err, Catch::Contains("--timeline: expected a value, got an empty string"));
   CHECK(r.out.empty());
 
   // Absurd sizes are input errors, never wrapped numbers or a host out of memory: four

@@ -300,6 +300,9 @@ TEST_CASE("option grammar: good forms parse, bad ones name the option") {
   CHECK_THROWS_WITH(parse_arrival_process("poisson", "--arrivals"), Catch::Contains("poisson:rate=5.5"));
   CHECK_THROWS_WITH(parse_cancel_clause("p=1.5,after=1s", "--cancel"), Catch::Contains("between 0 and 1"));
   CHECK_THROWS_WITH(parse_session_model("share=0.5,turns=3", "--sessions"), Catch::Contains("missing gap="));
+  // max_context=0 would read as a limit that never applies: leaving it out says "no limit".
+  CHECK_THROWS_WITH(parse_session_model("share=0.5,turns=3,gap=1s,max_context=0", "--sessions"),
+                    Catch::Contains("--sessions") && Catch::Contains("max_context must be at least 1"));
   CHECK_THROWS_WITH(parse_system_prompt("tokens=10,shared=0.5", "--system-prompt"),
                     Catch::Contains("keys tokens, share, got \"shared=0.5\""));
 

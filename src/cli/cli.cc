@@ -49,6 +49,27 @@ bool parse_options(const Invocation& inv, const CommandSpec& spec, po::options_d
     write_stdout(text);
     return false;
   }
+  // An empty value (--requests '', a shell variable never set) is refused, not taken for the
+  // option left out.
+  for (const auto& [name, value] : vm) {
+    if (value.defaulted()) continue;
+    // A switch (--no-preemption) may take no token: its "" is its value when given bare.
+    const po::option_description* described = all.find_nothrow(name, false);
+    if (described != nullptr && described->semantic()->min_tokens() == 0) continue;
+    const auto* text = boost::any_cast<std::string>(&value.value());
+    const auto* texts = boost::any_cast<std::vector<std::string>>(&value.value());
+    const bool empty = (text != nullptr && text->empty()) ||
+                       (texts != nullptr && std::any_of(texts->begin(), texts->end(), [](const auto& t) { return t.empty(); }));
+    if (!empty) continue;
+    std::string label = "--" + name;
+    for (unsigned i = 0; i < std::min(positional.max_total_count(), 16u); ++i) {
+      if (positional.name_for_position(i) != name) continue;
+      label = name;  // a positional argument, by the synopsis' name for it
+      for (char& ch : label) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+      break;
+    }
+    throw UsageError(label + ": expected a value, got an empty string\nUsage: " + spec.synopsis);
+  }
   try {
     po::notify(vm);
   } catch (const po::required_option& e) {

@@ -324,7 +324,10 @@ int run_gen(const Invocation& inv) {
   option_value(kGenSpec, [&] {
     gen.seed = parse_seed(seed, kOptSeed);
     gen.requests = requests.empty() ? (duration.empty() ? 1000 : 0) : parse_positive_count(requests, kOptRequests);
-    if (!duration.empty()) gen.duration_ns = parse_duration_ns(duration, kOptDuration);
+    if (!duration.empty()) {
+      gen.duration_ns = parse_duration_ns(duration, kOptDuration);
+      if (gen.duration_ns <= 0) throw InputError(Location{"", 0, kOptDuration}, "expected a positive duration");
+    }
     gen.arrivals = parse_arrival_process(arrivals, kOptArrivals);
     if (!prompt.empty()) gen.prompt_tokens = parse_count_distribution(prompt, kOptPrompt);
     if (!output.empty()) gen.output_tokens = parse_count_distribution(output, kOptOutput);
