@@ -189,7 +189,7 @@ TEST_CASE("kvsim size --engine vllm --weights-bytes: the weights row says where 
   CHECK_THAT(counted.out, Catch::Contains("tensor by tensor (see below)"));
 }
 
-TEST_CASE("--weights-bytes beside --params or --weight-dtype is refused, by size and replay alike") {
+TEST_CASE("size and replay refuse --weights-bytes beside --params or --weight-dtype") {
   // --weights-bytes replaces params x bits per weight, so either term beside it would be
   // dropped without a word (replay's roofline read 16 GB of weights with --params 70B given).
   for (const char* term : {"--params", "--weight-dtype"}) {
