@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cli_util.h"
+#include "kvsim/units.h"
 #include "trace_test_util.h"
 
 using namespace kvsim;
@@ -66,6 +67,29 @@ TEST_CASE("replay: one request through the CLI, byte-exact for Llama-3.1-8B") {
   // Past prompt + max_tokens = 150 the row is padding, all 50 ms long; up to 150, reservation.
   CHECK((*full)["internal_fragmentation_bytes"]["mean"]["padding"] == (131'072 - 150) * kLlamaBytesPerToken);
   CHECK((*dense)["internal_fragmentation_bytes"]["mean"]["padding"] == 0);
+}
+
+TEST_CASE("replay: under a budget the header gives each allocator's own simulated span when they differ") {
+  // Dense-static reserving the model's whole length serves a request or two at a time under
+  // 2 GB, paged many: their schedules, so their spans, differ. The header named only the
+  // first run's.
+  const std::string trace = std::string(KVSIM_SOURCE_DIR) + "/traces/chat-mix.csv";
+  const std::vector<std::string> args{"replay", trace, "--requests", "40", "--kv-budget", "2GB", "--allocator",
+                                      "dense-static,paged", "--quiet"};
+  auto with_json = args;
+  with_json.push_back("--json");
+  const auto table = test::run_cli(args);
+  const auto json = test::run_cli(with_json);
+  REQUIRE(table.exit_code == 0);
+  REQUIRE(json.exit_code == 0);
+  const Json runs = Json::parse(json.out)["runs"];
+  REQUIRE(runs.size() == 2);
+  const std::int64_t dense = runs[0]["time"]["duration_ns"].get<std::int64_t>();
+  const std::int64_t paged = runs[1]["time"]["duration_ns"].get<std::int64_t>();
+  REQUIRE(dense != paged);
+  CHECK_THAT(table.out, Catch::Contains("trace    40 requests over " + format_seconds(dense, 3) + " s (" +
+                                        runs[0]["allocator"].get<std::string>() + "), " + format_seconds(paged, 3) +
+                                        " s (" + runs[1]["allocator"].get<std::string>() + ") simulated\n"));
 }
 
 TEST_CASE("replay: a cost coefficient not named is the roofline's, and a step must take time") {

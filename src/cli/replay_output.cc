@@ -196,8 +196,17 @@ std::string run_header(const ReplayContext& c, const std::vector<ReplayReport>& 
                          picoseconds(c.cost.decode_seq_ps), picoseconds(c.cost.context_token_ps), experts);
     }
     out += fmt::format("budget   {}; {}\n", c.budget, c.scheduler);
-    out += fmt::format("trace    {} requests over {} s simulated\n", with_commas(r.requests),
-                       seconds(r.end_ns - r.start_ns));
+    // Each allocator's run has its own schedule under a budget, so its own span: all of them
+    // when they differ, not the first one's alone.
+    std::string spans;
+    bool differ = false;
+    for (const ReplayReport& run : reports) {
+      if (run.requests != r.requests) continue;  // a replica's share
+      differ = differ || run.end_ns - run.start_ns != r.end_ns - r.start_ns;
+      spans += fmt::format("{}{} s ({})", spans.empty() ? "" : ", ", seconds(run.end_ns - run.start_ns), run.allocator);
+    }
+    out += fmt::format("trace    {} requests over {} simulated\n", with_commas(r.requests),
+                       differ ? spans : seconds(r.end_ns - r.start_ns) + " s");
   }
   for (const ReplayReport& r : reports) {
     if (r.overload.overloaded) out += "OVERLOAD " + overload_text(r) + "\n";
