@@ -4,6 +4,7 @@
 // columns they do not use are ignored (BurstGPT's later releases insert columns).
 #include "kvsim/option_names.h"
 #include "random.h"
+#include "trace_native.h"
 #include "trace_read.h"
 
 namespace kvsim::detail {
@@ -85,6 +86,13 @@ class LengthsReader final : public CsvReader {
                 "a trace of lengths needs a prompt column (num_prefill_tokens or prompt_tokens) and an output "
                 "column (num_decode_tokens or output_tokens)");
     }
+    // Columns this reader would drop without a word: arrivals (it draws its own), and the
+    // native format's generation limits, cancellations, samples, sessions and prefixes.
+    for (std::string_view name : kNativeFieldNames) {
+      if (name == "id" || name == "prompt_tokens" || name == "output_tokens") continue;
+      refuse_dropped(name);
+    }
+    for (std::string_view name : {"arrived_at", "TIMESTAMP", "Timestamp", "timestamp"}) refuse_dropped(name);
     if (!(options.synthetic_rate_per_s > 0)) {
       fail_file(0,
                 "this trace has lengths only, no arrival times: give a synthetic Poisson arrival rate "
@@ -106,6 +114,14 @@ class LengthsReader final : public CsvReader {
     if (!parse_count(prompt_name_, field(prompt_col_), out.prompt_tokens)) return Row::bad;
     if (!parse_count(output_name_, field(output_col_), out.output_tokens)) return Row::bad;
     return Row::ok;
+  }
+
+  void refuse_dropped(std::string_view name) {
+    if (column(name) < 0) return;
+    fail_file(header_line_, "column '" + std::string(name) +
+                                "': a trace of lengths takes its prompt and output lengths only (arrivals from " +
+                                kOptRate + "), so this column would be dropped; read the trace in its own format "
+                                "(leave --format out)");
   }
 
   int prompt_col_ = -1;

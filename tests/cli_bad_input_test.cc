@@ -43,6 +43,12 @@ const BadInput kCases[] = {
     {"garbage.bin", {"--format", "vidur"}, 1, "missing column 'arrived_at'"},
     {"garbage.bin", {"--format", "lengths", "--rate", "2"}, 1, "a trace of lengths needs a prompt column"},
     {"garbage.bin", {"--format", "token-ids"}, 0, "2 bad rows:\n"},
+    // A trace of another format read as lengths only: the arrivals and the native columns
+    // it would drop are refused at the header, not replaced by Poisson arrivals in silence.
+    {"native-csv-huge-n.csv", {"--format", "lengths", "--rate", "2"}, 1,
+     "column 'arrival': a trace of lengths takes its prompt and output lengths only (arrivals from --rate), so this "
+     "column would be dropped"},
+    {"vidur-nan.csv", {"--format", "lengths", "--rate", "2"}, 1, "column 'arrived_at': a trace of lengths"},
 
     // Truncated UTF-8: in a name (CSV cells must be text, as JSONL's are), in JSON, at the
     // end of a file cut short, in a byte-order mark.
