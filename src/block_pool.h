@@ -41,6 +41,18 @@ class BlockPool {
     return capacity_bytes_ == 0 || extra_bytes <= capacity_bytes_ - allocated_bytes_;
   }
   std::int64_t block_bytes(std::size_t group) const { return groups_[group].block_bytes; }
+  // Bounded, after the groups are added: the capacity becomes the whole units of `unit` bytes
+  // it holds (one block of every group when the groups take blocks in step, else one block),
+  // which is what the pool reserves from the device, as vLLM's num_gpu_blocks x page size; the
+  // budget's remainder can hold no block, so no allocation changes. A budget below one unit
+  // stays as given (nothing ever fits).
+  void round_capacity(std::int64_t unit) {
+    if (unit <= 0 || capacity_bytes_ < unit) return;
+    capacity_bytes_ -= capacity_bytes_ % unit;
+    unit_bytes_ = unit;
+  }
+  // What round_capacity() counted the capacity in (1: bytes).
+  std::int64_t unit_bytes() const { return unit_bytes_; }
   std::size_t group_count() const { return groups_.size(); }
 
   // Takes a free block of `group` with one reference. REQUIRES: fits(block_bytes(group)).
@@ -166,6 +178,7 @@ class BlockPool {
 
   std::vector<Group> groups_;
   std::int64_t capacity_bytes_;
+  std::int64_t unit_bytes_ = 1;
   std::int64_t allocated_bytes_ = 0;
   std::int64_t high_water_bytes_ = 0;
   std::unique_ptr<Cache> cache_;  // null without prefix caching

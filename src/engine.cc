@@ -31,7 +31,7 @@ Engine::Engine(TraceReader& trace, Allocator& allocator, const ReplayOptions& op
       groups_(options.layout.groups.size()),
       recorder_(options, now_, step_, clock_),
       view_{options, allocator, tickets_, flights_, running_order_, step_, running_, recorder_.allocated_bytes(),
-            options.memory.kv_budget_bytes, options.layout.bytes_per_token()} {
+            options.memory.kv_budget_bytes, 1, options.layout.bytes_per_token()} {
   for (const auto& g : options.layout.groups) bytes_per_position_.push_back(g.bytes_per_position);
   bytes_per_token_ = options.layout.bytes_per_token();
   max_tokens_ = options.layout.max_model_len > 0 ? options.layout.max_model_len : kUnlimited;
@@ -48,6 +48,8 @@ Engine::Engine(TraceReader& trace, Allocator& allocator, const ReplayOptions& op
   const std::int64_t own_bound = allocator.pool().capacity_bytes;
   if (own_bound > 0 && (capacity_bytes_ <= 0 || own_bound < capacity_bytes_)) capacity_bytes_ = own_bound;
   view_.capacity_bytes = capacity_bytes_;
+  // The allocator's unit when its bound is the run's, else bytes.
+  view_.capacity_unit_bytes = own_bound > 0 && own_bound == capacity_bytes_ ? allocator.pool().unit_bytes : 1;
   prefix_block_ = allocator.prefix_block_tokens();
   if (sharing()) {
     recorder_.track_evictable();

@@ -22,14 +22,18 @@ PagedAllocator::PagedAllocator(const KvLayout& layout, const PagedAllocatorOptio
     pool_.add_group(checked_mul(block_tokens_, g.bytes_per_position, "bytes per block"));
     bytes_per_block_all_groups_ += pool_.block_bytes(pool_.group_count() - 1);
   }
-  if (prefix_caching_) {
-    // With sliding-window, groups of different windows do not take blocks in step: one
-    // free queue for all of them, as vLLM's (block_pool.h, one_queue).
-    const bool one_window = std::all_of(groups_.begin(), groups_.end(), [&](const Group& g) {
-      return g.window_tokens == groups_.front().window_tokens;
-    });
-    pool_.enable_prefix_caching(free_outside_window_ && !one_window);
-  }
+  // With sliding-window, groups of different windows do not take blocks in step: under a
+  // budget they draw on its bytes block by block, and with prefix caching on one free queue,
+  // as vLLM's (block_pool.h, one_queue).
+  const bool one_window = std::all_of(groups_.begin(), groups_.end(), [&](const Group& g) {
+    return g.window_tokens == groups_.front().window_tokens;
+  });
+  const bool in_step = !free_outside_window_ || one_window;
+  bool one_size = pool_.group_count() > 0;
+  for (std::size_t g = 1; g < pool_.group_count(); ++g) one_size = one_size && pool_.block_bytes(g) == pool_.block_bytes(0);
+  // The whole blocks the budget holds (of mixed sizes, no unit: the budget as given).
+  pool_.round_capacity(in_step ? bytes_per_block_all_groups_ : one_size ? pool_.block_bytes(0) : 0);
+  if (prefix_caching_) pool_.enable_prefix_caching(free_outside_window_ && !one_window);
 }
 
 std::string PagedAllocator::name() const {
@@ -346,6 +350,7 @@ PoolState PagedAllocator::pool() const {
   PoolState p;
   p.reserved_bytes = pool_.reserved_bytes();
   p.capacity_bytes = pool_.capacity_bytes();
+  p.unit_bytes = pool_.unit_bytes();
   p.free_bytes = p.reserved_bytes - pool_.allocated_bytes();
   p.largest_free_extent_bytes = p.free_bytes;  // any free block serves any sequence
   p.copied_bytes = copied_bytes_;

@@ -24,6 +24,10 @@ RadixAllocator::RadixAllocator(const KvLayout& layout, const RadixAllocatorOptio
   }
   bytes_per_page_ = checked_mul(page_tokens_, bytes_per_position, "bytes per page");
   if (capacity_bytes_ > 0) capacity_pages_ = bytes_per_page_ > 0 ? capacity_bytes_ / bytes_per_page_ : 0;
+  // What the pool holds from the device is its whole pages (SGLang sizes its token pool so):
+  // the budget's remainder is reserved by no one. A budget below one page stays as given (the
+  // pool holds nothing, and every request is refused).
+  if (capacity_pages_ > 0) capacity_bytes_ = capacity_pages_ * bytes_per_page_;
   nodes_.emplace_back();
   nodes_[kRoot].alive = true;
 }
@@ -373,6 +377,7 @@ std::int64_t RadixAllocator::peak_bytes(const AdmitInfo& info, std::int64_t toke
 PoolState RadixAllocator::pool() const {
   PoolState p;
   p.capacity_bytes = capacity_bytes_;
+  if (capacity_pages_ > 0) p.unit_bytes = bytes_per_page_;
   // Unbounded, absurd page sizes or prompts can take the bytes past 64 bits: an input error.
   p.reserved_bytes =
       capacity_bytes_ > 0 ? capacity_bytes_ : checked_mul(high_water_pages_, bytes_per_page_, "radix: reserved bytes");

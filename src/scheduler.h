@@ -51,7 +51,8 @@ struct EngineView {
   const std::int64_t& step;
   const std::int64_t& running;        // requests running now
   const LinearSum& allocated_bytes;   // all requests' allocated bytes, as a line in steps
-  std::int64_t capacity_bytes;        // the budget
+  std::int64_t capacity_bytes;        // the budget, or the allocator's smaller bound
+  std::int64_t capacity_unit_bytes;   // what the capacity is a whole number of (PoolState::unit_bytes)
   std::int64_t bytes_per_token;       // all layer groups
 
   std::int64_t free_bytes() const { return capacity_bytes - allocated_bytes.at(step); }

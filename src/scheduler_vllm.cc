@@ -23,8 +23,11 @@ class VllmScheduler final : public Scheduler {
       : swap_(engine.options.memory.preemption == Preemption::swap),
         reserve_full_isl_(engine.options.memory.reserve_full_isl),
         watermark_ppb_(engine.options.memory.watermark_ppb),
-        watermark_bytes_(static_cast<std::int64_t>(Int128{engine.capacity_bytes} *
-                                                   engine.options.memory.watermark_ppb / kPartsPerBillion)) {}
+        // In whole units (blocks): vLLM's watermark_blocks = int(watermark x num_gpu_blocks)
+        // (v0's BlockSpaceManager), in bytes for a byte-addressed arena.
+        watermark_bytes_(static_cast<std::int64_t>(Int128{engine.capacity_bytes / engine.capacity_unit_bytes} *
+                                                   engine.options.memory.watermark_ppb / kPartsPerBillion) *
+                         engine.capacity_unit_bytes) {}
 
   std::string name() const override {
     std::string out = swap_ ? "vllm (swap" : "vllm (recompute";

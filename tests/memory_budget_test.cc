@@ -50,6 +50,28 @@ TEST_CASE("budget: a request that does not fit waits exactly until the running o
   CHECK(rep.allocated_bytes.peak == 13 * 16);       // never both at once
 }
 
+TEST_CASE("budget: a block pool reserves its whole blocks, and block-level usage is against them") {
+  // A budget of 1,000 bytes in blocks (or radix pages) of 16 one-byte positions: 62 blocks,
+  // 992 bytes; the 8 left over can hold no block, so no one reserves them (vLLM's pool is
+  // num_gpu_blocks x page size). A (prompt 200, output 5) holds 201 + k positions at step k,
+  // 13 blocks (208 bytes) from step 0 to the end of step 4: block-level usage 208 / 992.
+  for (const char* spec : {"paged:block=16", "radix:page=16"}) {
+    INFO(spec);
+    const auto r = run(spec, {test::request("a", 0, 200, 5)}, budget_of(1000));
+    CHECK(r.report.completed == 1);
+    CHECK(r.report.capacity_bytes == 992);
+    CHECK(r.report.reserved_bytes.peak == 992);
+    CHECK(r.report.reserved_bytes.mean == Approx(992).epsilon(1e-12));
+    CHECK(r.report.allocated_bytes.peak == 208);
+    CHECK(r.report.block_usage == Approx(208.0 / 992).epsilon(1e-12));
+    for (const auto& row : r.rows) CHECK(row.reserved_bytes == 992);
+  }
+  // A budget below one block holds no block: it stays as given, and the request is refused.
+  const auto none = run("paged:block=16", {test::request("a", 0, 200, 5)}, budget_of(10));
+  CHECK(none.report.capacity_bytes == 10);
+  CHECK(none.report.rejected_too_large == 1);
+}
+
 TEST_CASE("budget: vLLM preempts the newest, reserve admits fewer, SGLang retracts the fewest generated") {
   // 6 blocks, no watermark. A (prompt 40, output 50) and B (prompt 20, output 20) start
   // together at step 0, A first: 3 + 2 blocks. At step k they hold 41 + k and 21 + k
@@ -279,14 +301,24 @@ TEST_CASE("budget: the victim is chosen by the policy's rule, not the request th
 }
 
 TEST_CASE("budget: TensorRT-LLM's max-utilization admits what fits now, vLLM also keeps its watermark free") {
-  // 6 blocks of 16 (96 bytes), 1 ms steps, watermark 0.2 (floor(96 x 0.2) = 19 bytes). A
-  // (prompt 40, output 10) holds 41 + k positions at step k: 3 blocks until step 7, 4 from
-  // step 8, and ends after step 9 (10 ms). B (prompt 30, output 1) arrives at 0.5 ms and
-  // needs ceil(31 / 16) = 2 blocks, 32 bytes, with 48 free at step 1.
+  // 6 blocks of 16 (96 bytes), 1 ms steps. vLLM's watermark is whole blocks, rounded down:
+  // watermark_blocks = int(watermark x num_gpu_blocks) (v0's BlockSpaceManager), so 0.4 keeps
+  // int(2.4) = 2 blocks free and 0.2 int(1.2) = 1. A (prompt 40, output 10) holds 41 + k
+  // positions at step k: 3 blocks until step 7, 4 from step 8, and ends after step 9 (10 ms).
+  // B (prompt 30, output 1) arrives at 0.5 ms and needs ceil(31 / 16) = 2 blocks, with 3 free
+  // at step 1.
   const std::vector<Request> trace = {test::request("a", 0, 40, 10), test::request("b", kMs / 2, 30, 1)};
-  SECTION("vllm: 32 + 19 > 48 (and > 32 from step 8): B waits until A is done, 9.5 ms") {
+  SECTION("vllm, watermark 0.2: 3 - 2 >= 1 block, B starts at step 1 (19.2 bytes, a share of the bytes, would not)") {
     ReplayOptions o = budget_of(6 * 16, Policy::vllm);
     o.memory.watermark_ppb = 200'000'000;
+    const auto r = run("paged:block=16", trace, o);
+    CHECK(r.report.completed == 2);
+    CHECK(r.report.waiting.max_ns == kMs / 2);
+    CHECK(r.report.e2e.p50_ns == 2 * kMs - kMs / 2);  // B, done at 2 ms
+  }
+  SECTION("vllm, watermark 0.4: 3 - 2 < 2 blocks (and 2 - 2 from step 8): B waits until A is done, 9.5 ms") {
+    ReplayOptions o = budget_of(6 * 16, Policy::vllm);
+    o.memory.watermark_ppb = 400'000'000;
     const auto r = run("paged:block=16", trace, o);
     CHECK(r.report.completed == 2);
     CHECK(r.report.waiting.max_ns == 10 * kMs - kMs / 2);

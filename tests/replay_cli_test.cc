@@ -574,8 +574,10 @@ TEST_CASE("replay under a budget: Azure 2023 conversation on an RTX 4090 against
   const Json small = serve("RTX-4090");
   const Json large = serve("H100-80GB");
   // The 4090 leaves 6,047,234,457 bytes for KV (kvsim size pins the subtraction): 2,883
-  // blocks of 2 MiB, far below the trace's peak demand of about 8.5 GiB.
-  CHECK(small["serving"]["capacity_bytes"] == 6'047'234'457);
+  // blocks of 2 MiB, far below the trace's peak demand of about 8.5 GiB. The pool, its
+  // capacity and its reserved slots are those blocks; the budget's remainder holds none.
+  CHECK(small["serving"]["capacity_bytes"] == std::int64_t{2'883} * 2'097'152);
+  CHECK(small["memory_bytes"]["reserved_slots"]["peak"] == std::int64_t{2'883} * 2'097'152);
   CHECK(small["serving"]["preemptions"].get<std::int64_t>() > 0);
   CHECK(small["serving"]["queue_length_max"].get<std::int64_t>() > 0);
   CHECK(small["serving"]["time_at_full_capacity_ns"].get<std::int64_t>() > 0);

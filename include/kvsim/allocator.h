@@ -88,6 +88,11 @@ struct Footprint {
 struct PoolState {
   std::int64_t reserved_bytes = 0;   // held from the device, assigned or not (pool, arena high-water)
   std::int64_t capacity_bytes = 0;   // the allocator's bound; 0 when unbounded (demand mode)
+  // The bytes it holds memory in when bounded: one block of every layer group for a block
+  // pool whose groups take blocks in step, a page for radix, 1 for byte-addressed arenas.
+  // Its capacity is then a whole number of them, and a share of it (vLLM's watermark) is
+  // counted in them.
+  std::int64_t unit_bytes = 1;
   std::int64_t free_bytes = 0;       // reserved but not allocated
   std::int64_t largest_free_extent_bytes = 0;  // == free_bytes where contiguity does not matter
   std::int64_t failed_placements = 0;  // allocations refused (or forced to extend the arena)
