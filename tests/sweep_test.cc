@@ -206,6 +206,24 @@ TEST_CASE("sweep merge: refuses a missing point, a duplicate point and parts of 
     CHECK(r.exit_code == 1);
     CHECK(r.err.find(other + ":2: grid: from another grid than " + parts[0]) != std::string::npos);
   }
+  SECTION("another trace under the same file name, and a copy of the same one elsewhere") {
+    // The grid is fingerprinted by the trace's name and bytes: a part run on a different
+    // trace that happens to share the name (day1/t.csv, day2/t.csv) is from another grid; a
+    // part run on a copy of the same trace in another directory is not.
+    std::filesystem::create_directories(scratch_path("sweep-elsewhere"));
+    std::filesystem::create_directories(scratch_path("sweep-copy"));
+    const std::string other_trace = write_file("sweep-elsewhere/sweep-three.csv", std::string(kThree) + "d,3,10,1\n");
+    const std::string copy = write_file("sweep-copy/sweep-three.csv", kThree);
+    const std::string other = scratch_path("sweep-other-trace.csv");
+    const std::string same = scratch_path("sweep-copied-trace.csv");
+    REQUIRE(run_cli(with(six_point_sweep(other_trace), {"--shard", "2/3", "--csv", other})).exit_code == 0);
+    REQUIRE(run_cli(with(six_point_sweep(copy), {"--shard", "2/3", "--csv", same})).exit_code == 0);
+    const auto r = run_cli({"sweep", "merge", parts[0], other, parts[2]});
+    CHECK(r.exit_code == 1);
+    CHECK(r.err.find(other + ":2: grid: from another grid than " + parts[0]) != std::string::npos);
+    const auto ok = run_cli({"sweep", "merge", parts[0], same, parts[2], "--csv", scratch_path("sweep-copied-merged.csv")});
+    CHECK(ok.exit_code == 0);
+  }
   SECTION("another grid: other columns") {
     const std::string other = scratch_path("sweep-other2.csv");
     REQUIRE(run_cli({"sweep", trace, "--model", "llama-3.1-8b", "--vary", "max-running=1,2,3,4,5,6", "--shard",

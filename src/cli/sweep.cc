@@ -135,14 +135,9 @@ Shard parse_shard(std::string_view text) {
   return s;
 }
 
-std::string grid_fingerprint(std::string_view text) {
-  std::uint64_t h = 0xcbf29ce484222325ULL;
-  for (unsigned char c : text) {
-    h ^= c;
-    h *= 0x100000001b3ULL;
-  }
-  return fmt::format("{:016x}", h);
-}
+std::string Fingerprint::hex() const { return fmt::format("{:016x}", h_); }
+
+std::string grid_fingerprint(std::string_view text) { return Fingerprint{}.add(text).hex(); }
 
 std::vector<std::string> split_csv_line(std::string_view line) {
   std::vector<std::string> fields(1);

@@ -59,7 +59,22 @@ struct Shard {
 // Throws InputError naming --shard.
 Shard parse_shard(std::string_view text);
 
-// A 16-hex-digit fingerprint (FNV-1a, 64 bits) of `text`: the grid's identity in its rows.
+// FNV-1a, 64 bits, over the bytes added: the grid's identity in its rows, and a trace's.
+class Fingerprint {
+ public:
+  Fingerprint& add(std::string_view bytes) {
+    for (unsigned char c : bytes) {
+      h_ ^= c;
+      h_ *= 0x100000001b3ULL;
+    }
+    return *this;
+  }
+  std::string hex() const;  // 16 hex digits
+
+ private:
+  std::uint64_t h_ = 0xcbf29ce484222325ULL;
+};
+// The fingerprint of `text`.
 std::string grid_fingerprint(std::string_view text);
 
 // The fields of one CSV line, quotes removed (RFC 4180: "" is a quote inside a quoted field).

@@ -5,10 +5,12 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "kvsim/error.h"
 #include "kvsim/replicas.h"
+#include "kvsim/trace.h"
 #include "model_options.h"
 
 namespace kvsim::cli {
@@ -71,7 +73,22 @@ std::string grid_text(const po::variables_map& vm, const po::options_description
     const auto* s = boost::any_cast<std::string>(&value.value());
     text += name + "=" + (s != nullptr ? *s : std::string("on")) + "\n";
   }
-  text += "trace=" + std::filesystem::path(trace_path).filename().string() + "\n";
+  // The trace by its name and its bytes: parts run on copies of one trace share the grid
+  // wherever the copies are, parts run on another trace of the same name do not. A pipe is
+  // read once, by the replay, so it goes by its name alone.
+  text += "trace=" + std::filesystem::path(trace_path).filename().string();
+  if (!trace_path.empty() && trace_can_be_reread(trace_path)) {
+    std::ifstream in(trace_path, std::ios::binary);
+    if (in.is_open()) {  // else the replay says why it cannot read it
+      Fingerprint bytes;
+      std::vector<char> buffer(1 << 16);
+      while (in.read(buffer.data(), static_cast<std::streamsize>(buffer.size())) || in.gcount() > 0) {
+        bytes.add(std::string_view(buffer.data(), static_cast<std::size_t>(in.gcount())));
+      }
+      if (!in.bad()) text += " " + bytes.hex();
+    }
+  }
+  text += "\n";
   for (const auto& axis : axes) {
     text += "vary " + axis.name;
     for (const auto& v : axis.values) text += "\x1f" + v;
