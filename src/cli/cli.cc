@@ -21,6 +21,24 @@ std::string g_command = "kvsim";
 const std::string& current_synopsis() { return g_synopsis; }
 const std::string& current_command() { return g_command; }
 
+namespace {
+
+// The name the synopsis gives positional argument `name` ("FILE", "OUT"), not the option
+// Boost keeps it under ("--file"); "" when `name` is an option.
+std::string positional_label(const po::positional_options_description& positional, const std::string& name) {
+  // max_total_count() is UINT_MAX when the last positional repeats; its name does too.
+  const unsigned positions = std::min(positional.max_total_count(), 16u);
+  for (unsigned i = 0; i < positions; ++i) {
+    if (positional.name_for_position(i) != name) continue;
+    std::string label = name;
+    for (char& ch : label) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+    return label;
+  }
+  return "";
+}
+
+}  // namespace
+
 bool parse_options(const Invocation& inv, const CommandSpec& spec, po::options_description& options,
                    const po::positional_options_description& positional, po::variables_map& vm,
                    const po::options_description* hidden) {
@@ -61,29 +79,18 @@ bool parse_options(const Invocation& inv, const CommandSpec& spec, po::options_d
     const bool empty = (text != nullptr && text->empty()) ||
                        (texts != nullptr && std::any_of(texts->begin(), texts->end(), [](const auto& t) { return t.empty(); }));
     if (!empty) continue;
-    std::string label = "--" + name;
-    for (unsigned i = 0; i < std::min(positional.max_total_count(), 16u); ++i) {
-      if (positional.name_for_position(i) != name) continue;
-      label = name;  // a positional argument, by the synopsis' name for it
-      for (char& ch : label) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
-      break;
-    }
-    throw UsageError(label + ": expected a value, got an empty string\nUsage: " + spec.synopsis);
+    const std::string label = positional_label(positional, name);
+    throw UsageError((label.empty() ? "--" + name : label) + ": expected a value, got an empty string\nUsage: " +
+                     spec.synopsis);
   }
   try {
     po::notify(vm);
   } catch (const po::required_option& e) {
-    // A missing positional argument goes by the name the synopsis gives it ("FILE", "OUT"),
-    // not by the option Boost keeps it under ("--file").
+    // A missing positional argument goes by the name the synopsis gives it.
     std::string name = e.get_option_name();
     name.erase(0, name.find_first_not_of('-'));
-    // max_total_count() is UINT_MAX when the last positional repeats; its name does too.
-    const unsigned positions = std::min(positional.max_total_count(), 16u);
-    for (unsigned i = 0; i < positions; ++i) {
-      if (positional.name_for_position(i) == name) {
-        for (char& ch : name) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
-        throw UsageError(name + " is required\nUsage: " + spec.synopsis);
-      }
+    if (const std::string label = positional_label(positional, name); !label.empty()) {
+      throw UsageError(label + " is required\nUsage: " + spec.synopsis);
     }
     throw UsageError(std::string(e.what()) + "\nUsage: " + spec.synopsis);
   } catch (const po::error& e) {
