@@ -45,11 +45,13 @@ Engine::Engine(TraceReader& trace, Allocator& allocator, const ReplayOptions& op
   // when that is smaller or there is no budget: the scheduler must plan against the memory
   // that really exists, or it admits what the allocator then refuses.
   capacity_bytes_ = opt_.memory.kv_budget_bytes;
-  const std::int64_t own_bound = allocator.pool().capacity_bytes;
-  if (own_bound > 0 && (capacity_bytes_ <= 0 || own_bound < capacity_bytes_)) capacity_bytes_ = own_bound;
+  const PoolState own = allocator.pool();
+  if (own.capacity_bytes > 0 && (capacity_bytes_ <= 0 || own.capacity_bytes < capacity_bytes_)) {
+    capacity_bytes_ = own.capacity_bytes;
+  }
   view_.capacity_bytes = capacity_bytes_;
   // The allocator's unit when its bound is the run's, else bytes.
-  view_.capacity_unit_bytes = own_bound > 0 && own_bound == capacity_bytes_ ? allocator.pool().unit_bytes : 1;
+  view_.capacity_unit_bytes = own.capacity_bytes > 0 && own.capacity_bytes == capacity_bytes_ ? own.unit_bytes : 1;
   prefix_block_ = allocator.prefix_block_tokens();
   if (sharing()) {
     recorder_.track_evictable();
