@@ -4,11 +4,12 @@
 // KVSIM_EXPENSIVE_CHECKS has the walks at all; in such a build they run unless the
 // environment says KVSIM_INVARIANT_CHECKS=off, read once per process.
 //
-// The switch exists for the sanitizer stage of tools/run-tests: its xcheck replays are the
-// very replays the checked stage has already walked after every operation (the same GCC
-// code, the same inputs, and kvsim is deterministic), so walking them again under
-// AddressSanitizer proves nothing new and cost most of that stage (a walk is O(pool) per
-// operation: 484 s of a 2 s replay). The sanitizers still watch every operation.
+// The switch exists for the sanitizer stage of tools/run-tests, whose tests (set in
+// tests/CMakeLists.txt) are the very tests the checked stage has already walked after every
+// operation (the same code, the same inputs, and kvsim is deterministic), so walking them
+// again under AddressSanitizer proves nothing new and cost most of that stage (a walk is
+// O(pool) per operation: 484 s of xcheck's 2 s replay). The sanitizers still watch every
+// operation.
 
 #include <cstdlib>
 #include <string_view>
