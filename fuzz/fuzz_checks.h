@@ -8,13 +8,18 @@
 #ifndef KVSIM_FUZZ_FUZZ_CHECKS_H_
 #define KVSIM_FUZZ_FUZZ_CHECKS_H_
 
+#include <cmath>
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 
 #include "kvsim/budget.h"
+#include "kvsim/calibrate.h"
+#include "kvsim/cost_model.h"
 #include "kvsim/error.h"
+#include "kvsim/measured_run.h"
 #include "kvsim/model.h"
 #include "kvsim/size_sheet.h"
 #include "kvsim/speculative.h"
@@ -133,6 +138,69 @@ inline void check_hf_config(std::string_view text) {
   kv.tensor_parallel = 2;
   kv.pipeline_parallel = 2;
   size_model(model, kv);
+}
+
+// A figure derived from an accepted run must be a number: `kvsim validate` and `kvsim
+// calibrate` print these, and an inf or a NaN there is a number produced from bad input.
+inline void require_finite(double value, const std::string& what) {
+  if (!std::isfinite(value)) throw Finding(what + " is " + std::to_string(value) + " for an accepted run");
+}
+
+// A distribution of durations: finite, and none below zero (the reader refuses timestamps out
+// of order).
+inline void require_durations(const Distribution& d, const std::string& what) {
+  for (const double v : {d.mean, d.p50, d.p90, d.p95, d.p99}) {
+    require_finite(v, what);
+    if (v < 0) throw Finding(what + " is " + std::to_string(v) + " s for an accepted run");
+  }
+}
+
+// A measured run's folder (meta.json, requests.jsonl, timeseries.csv, perhaps
+// peer_cluster_config.json) read as `kvsim validate` and `kvsim calibrate` read it, without
+// looking for its workload; then the measured figures validate prints and calibrate's fit of
+// the ticks alone (no replay). A run that is read must give finite figures; a fit that is
+// refused must be an InputError.
+inline void check_measured_run(const std::string& dir) {
+  MeasuredRun run;
+  try {
+    run = read_measured_run(dir, std::nullopt, false);
+  } catch (const InputError&) {
+    return;
+  }
+  const MeasuredLatencies l = measured_latencies(run);
+  require_durations(distribution(l.ttft), "TTFT");
+  require_durations(distribution(l.tpot), "TPOT");
+  require_durations(distribution(l.latency), "latency");
+  if (timed_requests(run) < 1) throw Finding("a run without a timed request was accepted");
+  require_finite(monotonic_to_wall_s(run), "the monotonic clock's origin");
+  require_finite(tick_origin_monotonic_s(run), "the ticks' origin");
+  require_durations(distribution({measured_makespan_s(run)}), "the makespan");
+  Calibration c;
+  try {
+    c = calibrate(run);
+  } catch (const InputError&) {
+    return;  // too few busy ticks, or no positive time per step: refused, as it should be
+  }
+  for (const CalibrationTerm& t : c.terms) {
+    // The fit drops a term until every kept one is positive (src/calibrate.cc).
+    if (t.kept && !(t.seconds > 0 && std::isfinite(t.seconds))) {
+      throw Finding("the fit kept " + t.name + " at " + std::to_string(t.seconds) + " s");
+    }
+    require_finite(t.standard_error, "the standard error of " + t.name);
+  }
+  require_finite(c.residual_rms_s, "the fit's residual");
+  require_finite(c.residual_max_s, "the fit's largest residual");
+  // The spec calibrate prints is what --cost takes, and gives back the fitted model.
+  CostModel parsed;
+  try {
+    parsed = parse_cost_model(c.cost_spec, CostModel{}, "--cost");
+  } catch (const InputError& e) {
+    throw Finding("the fit's --cost spec \"" + c.cost_spec + "\" is refused: " + e.what());
+  }
+  if (parsed.base_ps != c.cost.base_ps || parsed.prefill_token_ps != c.cost.prefill_token_ps ||
+      parsed.decode_seq_ps != c.cost.decode_seq_ps || parsed.context_token_ps != c.cost.context_token_ps) {
+    throw Finding("the fit's --cost spec \"" + c.cost_spec + "\" reads back as another model");
+  }
 }
 
 }  // namespace kvsim::fuzz

@@ -10,7 +10,11 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <iterator>
 #include <string>
+#include <string_view>
+#include <system_error>
 
 namespace kvsim::fuzz {
 
@@ -41,6 +45,46 @@ inline const std::string& write_input(const std::uint8_t* data, std::size_t size
     std::abort();
   }
   return path;
+}
+
+// The files of a measured run's folder, in the order a measured_run input gives them, parted
+// by a line of kRunFileSeparator: meta.json, requests.jsonl, timeseries.csv, and
+// peer_cluster_config.json. A file the input does not reach is absent; text after the fourth
+// part's end belongs to it.
+inline constexpr const char* kRunFiles[] = {"meta.json", "requests.jsonl", "timeseries.csv", "peer_cluster_config.json"};
+inline constexpr std::string_view kRunFileSeparator = "\n#####\n";
+
+// Writes `data` as a measured run's folder beside the scratch file (its path plus ".run"),
+// replacing the previous input's files, and returns the folder. Aborts, as write_input()
+// does, when it cannot.
+inline std::string write_run_dir(const std::uint8_t* data, std::size_t size) {
+  const std::string dir = input_path() + ".run";
+  static const bool made = [&dir] {
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) {
+      std::fprintf(stderr, "%s: %s\n", dir.c_str(), ec.message().c_str());
+      std::abort();
+    }
+    return std::atexit([] { std::filesystem::remove_all(input_path() + ".run"); }) == 0;
+  }();
+  (void)made;
+  std::string_view rest(reinterpret_cast<const char*>(data), size);
+  for (std::size_t i = 0; i < std::size(kRunFiles); ++i) {
+    const std::string path = dir + "/" + kRunFiles[i];
+    std::filesystem::remove(path);
+    if (rest.data() == nullptr) continue;
+    const std::size_t end = i + 1 == std::size(kRunFiles) ? rest.npos : rest.find(kRunFileSeparator);
+    const std::string_view part = rest.substr(0, end);
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    if (f == nullptr || (!part.empty() && std::fwrite(part.data(), 1, part.size(), f) != part.size()) ||
+        std::fclose(f) != 0) {
+      std::perror(path.c_str());
+      std::abort();
+    }
+    rest = end == rest.npos ? std::string_view() : rest.substr(end + kRunFileSeparator.size());
+  }
+  return dir;
 }
 
 }  // namespace kvsim::fuzz

@@ -9,7 +9,9 @@
 #include "cli_util.h"
 #include "engine_checks.h"
 #include "fuzz_checks.h"
+#include "fuzz_input_file.h"
 #include "kvsim/error.h"
+#include "kvsim/measured_run.h"
 #include "kvsim/model.h"
 #include "kvsim/trace.h"
 
@@ -116,7 +118,17 @@ TEST_CASE("fuzz findings: each crashing input now passes its target's check and 
       options.format = format_of(f.target);
       options.synthetic_rate_per_s = 3;
       CHECK_THROWS_WITH(kvsim::read_trace(path, options), Catch::Contains(f.message));
+    } else if (std::string(f.target) == "measured_run") {
+      const std::string bytes = kvsim::test::slurp(path);
+      const std::string dir =
+          kvsim::fuzz::write_run_dir(reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size());
+      CHECK_NOTHROW(kvsim::fuzz::check_measured_run(dir));
+      // What `kvsim calibrate RUN_DIR` reports: the reader's error, or the fit's.
+      const auto r = kvsim::test::run_cli({"calibrate", dir}, 20);
+      CHECK(r.exit_code == 1);
+      CHECK_THAT(r.err, Catch::StartsWith("kvsim: error: ") && Catch::Contains(f.message));
     } else {
+      REQUIRE(std::string(f.target) == "hf_config");
       const std::string text = kvsim::test::slurp(path);
       CHECK_NOTHROW(kvsim::fuzz::check_hf_config(text));
       // What `kvsim size --config FILE --device H100-80GB` reports: the loader's error, or
@@ -153,4 +165,34 @@ TEST_CASE("fuzz findings: every fixture in tests/data/fuzz has its entry") {
     CHECK(listed);
   }
   CHECK(files == std::size(kFindings) + std::size(kEngineFindings));
+}
+
+// The measured_run target's seeds are cut from real runs (fuzz/corpus/measured_run/), each
+// named for the requests it keeps: parted as the target parts them, each is a run kvsim reads
+// whole, with those requests, every tick of its timeseries, and its peer's hardware where the
+// seed keeps peer_cluster_config.json.
+TEST_CASE("fuzz seeds: each measured run seed parts into the run it was cut from") {
+  const std::filesystem::path corpus = std::filesystem::path(KVSIM_SOURCE_DIR) / "fuzz" / "corpus" / "measured_run";
+  struct Seed {
+    const char* file;
+    std::size_t requests, ticks;
+    const char* hardware;  // peer_cluster_config.json's, "" without one
+  };
+  const Seed seeds[] = {
+      {"llama-3.1-8b-60-requests", 60, 67, "RTXPRO6000"},
+      {"qwen3-30b-a3b-dp2-40-requests-no-peer-config", 40, 65, ""},
+      {"rtx4090-20-requests", 20, 184, "RTX4090"},
+  };
+  for (const Seed& seed : seeds) {
+    INFO(seed.file);
+    const std::string bytes = kvsim::test::slurp(corpus / seed.file);
+    REQUIRE(!bytes.empty());
+    const std::string dir =
+        kvsim::fuzz::write_run_dir(reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size());
+    const kvsim::MeasuredRun run = kvsim::read_measured_run(dir, std::nullopt, false);
+    CHECK(run.requests.size() == seed.requests);
+    CHECK(run.ticks.size() == seed.ticks);
+    CHECK(run.hardware == seed.hardware);
+    CHECK_NOTHROW(kvsim::fuzz::check_measured_run(dir));
+  }
 }
