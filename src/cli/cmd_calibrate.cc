@@ -426,15 +426,9 @@ int run_calibrate(const Invocation& inv) {
        "recomputation after preemptions are not estimated")
       ("json", "print the fit as JSON; its \"cost\" field is the --cost spec");
   options.add(own);
-  po::options_description hidden;
-  hidden.add_options()("run", po::value<std::string>())("trace", po::value<std::string>());
-  po::positional_options_description positional;
-  positional.add("run", 1);
   po::variables_map vm;
-  if (!parse_options(inv, kSpec, options, positional, vm, &hidden)) return kExitOk;
-  const auto dir = option_text(vm, "run");
-  if (!dir) throw UsageError("a run directory is required\nUsage: " + kSpec.synopsis);
-  refuse_workload_selection(vm, kSpec.synopsis);
+  const auto dir = parse_run_command(inv, kSpec, options, vm);
+  if (!dir) return kExitOk;
   if (vm.count(option_key(kOptModel)) && vm.count(option_key(kOptConfig))) {
     throw UsageError("give --model or --config, not both\nUsage: " + kSpec.synopsis);
   }

@@ -396,15 +396,9 @@ int run_validate(const Invocation& inv) {
       "write this CSV file: one row a tick of timeseries.csv, its running and waiting counts (and KV usage, "
       "where recorded) measured beside simulated, the replicas summed");
   options.add(own);
-  po::options_description hidden;
-  hidden.add_options()("run", po::value<std::string>())("trace", po::value<std::string>());
-  po::positional_options_description positional;
-  positional.add("run", 1);
   po::variables_map vm;
-  if (!parse_options(inv, kSpec, options, positional, vm, &hidden)) return kExitOk;
-  const auto dir = option_text(vm, "run");
-  if (!dir) throw UsageError("a run directory is required\nUsage: " + kSpec.synopsis);
-  refuse_workload_selection(vm, kSpec.synopsis);
+  const auto dir = parse_run_command(inv, kSpec, options, vm);
+  if (!dir) return kExitOk;
   if (const auto path = option_text(vm, "per-tick")) {
     refuse_output_over_input({{"--per-tick", *path}}, {}, kSpec.synopsis);
   }

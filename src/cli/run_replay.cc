@@ -248,15 +248,25 @@ std::int64_t run_cuda_graph_max_tokens(const MeasuredRun& run, const po::variabl
   return on ? cuda_graph_max_tokens(run.max_num_seqs, run.max_num_batched_tokens) : 0;
 }
 
-void refuse_workload_selection(const po::variables_map& vm, const std::string& usage) {
+std::optional<std::string> parse_run_command(const Invocation& inv, const CommandSpec& spec,
+                                             po::options_description& options, po::variables_map& vm) {
+  // "trace" too: replay's options refer to the trace they read by that name.
+  po::options_description hidden;
+  hidden.add_options()("run", po::value<std::string>())("trace", po::value<std::string>());
+  po::positional_options_description positional;
+  positional.add("run", 1);
+  if (!parse_options(inv, spec, options, positional, vm, &hidden)) return std::nullopt;
+  const auto dir = option_text(vm, "run");
+  if (!dir) throw UsageError("a run directory is required\nUsage: " + spec.synopsis);
   // What was measured is the whole workload at its own load: a part of it, or a rescaled
   // one, would be compared with figures it did not produce.
   for (const char* key : {kOptTimeWindow, kOptRequests, kOptRateScale}) {
     if (given(vm, option_key(key))) {
       throw UsageError(std::string(key) + " selects or rescales the workload, but a measured run is replayed whole, "
-                       "at the load it was measured under\nUsage: " + usage);
+                       "at the load it was measured under\nUsage: " + spec.synopsis);
     }
   }
+  return dir;
 }
 
 namespace {

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -26,9 +27,12 @@ inline constexpr std::string_view kMeasuredRunAllocatorHelp =
     "the one allocator to replay the run with: KIND[:key=value,...] (default: paged with meta.json's block size, and "
     "prefix-caching=on unless it records caching off; the kinds: 'kvsim replay --help')";
 
-// Throws UsageError when `vm` selects or rescales the workload (--time-window, --requests,
-// --rate-scale): validate and calibrate replay a measured run whole.
-void refuse_workload_selection(const po::variables_map& vm, const std::string& usage);
+// Parses validate's or calibrate's command line: `options` and one positional argument, the
+// run's folder, which it returns; std::nullopt when --help was printed (the caller returns
+// 0). Throws UsageError when the folder is missing, and when `vm` selects or rescales the
+// workload (--time-window, --requests, --rate-scale): a measured run is replayed whole.
+std::optional<std::string> parse_run_command(const Invocation& inv, const CommandSpec& spec,
+                                             po::options_description& options, po::variables_map& vm);
 
 // meta.json's settings as defaults of the replay options in `vm`. Returns where the KV pool
 // comes from ("" when the user's options size it: --kv-budget, or replay's rule with
