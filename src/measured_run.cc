@@ -13,7 +13,9 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <sstream>
+#include <system_error>
 #include <utility>
+#include <vector>
 
 #include "civil_time.h"
 #include "kvsim/error.h"
@@ -274,9 +276,19 @@ void read_meta(MeasuredRun& run, bool find_workload) {
 }
 
 // The places a workload named dataset_path is looked for: relative to the folder above the
-// run, else the same name beside the run.
-std::pair<fs::path, fs::path> workload_places(const MeasuredRun& run) {
-  return {fs::path(run.dir).parent_path() / run.dataset_path, fs::path(run.dir) / fs::path(run.dataset_path).filename()};
+// run, else the same name beside the run. The folder above is the run's as written, made
+// absolute and normal ("run/", "run/." and "." name the run itself, not a folder inside it),
+// and, when the run is reached through a symbolic link, also the one above where it really is.
+std::vector<fs::path> workload_places(const MeasuredRun& run) {
+  std::error_code ec;
+  fs::path dir = fs::absolute(run.dir, ec).lexically_normal();
+  if (ec) dir = fs::path(run.dir).lexically_normal();
+  if (dir.filename().empty()) dir = dir.parent_path();  // a trailing separator
+  std::vector<fs::path> places{dir.parent_path() / run.dataset_path};
+  const fs::path real = fs::canonical(dir, ec);
+  if (!ec && real != dir) places.push_back(real.parent_path() / run.dataset_path);
+  places.push_back(dir / fs::path(run.dataset_path).filename());
+  return places;
 }
 
 void read_hardware(MeasuredRun& run) {
@@ -522,17 +534,20 @@ MeasuredRun read_measured_run(const std::string& dir, const std::optional<std::s
 
 std::string locate_workload(const MeasuredRun& run) {
   if (run.dataset_path.empty()) return "";
-  const auto [above, beside] = workload_places(run);
-  if (path_exists(above)) return above.string();
-  if (path_exists(beside)) return beside.string();
+  for (const fs::path& place : workload_places(run)) {
+    if (path_exists(place)) return place.string();
+  }
   return "";
 }
 
 std::string workload_not_found(const MeasuredRun& run) {
   if (run.dataset_path.empty()) return std::string("meta.json names no workload (dataset_path); give it with ") + kOptWorkload;
-  const auto [above, beside] = workload_places(run);
-  return "the workload \"" + run.dataset_path + "\" is neither at " + above.string() + " nor at " + beside.string() +
-         "; give it with " + kOptWorkload;
+  const std::vector<fs::path> places = workload_places(run);
+  std::string where;
+  for (std::size_t i = 0; i < places.size(); ++i) {
+    where += (i == 0 ? "" : i + 1 == places.size() ? " nor at " : ", ") + places[i].string();
+  }
+  return "the workload \"" + run.dataset_path + "\" is neither at " + where + "; give it with " + kOptWorkload;
 }
 
 double percentile_sorted(const std::vector<double>& sorted, double p) {

@@ -117,6 +117,20 @@ TEST_CASE("measured run: percentiles as numpy.percentile gives them") {
   CHECK(d.count == 5);
 }
 
+TEST_CASE("measured run: the folder above is the run's own however it is named: run/, run/. and a link to it") {
+  // tests/data/measured/tiny: run/meta.json names workloads/tiny.jsonl, relative to tiny/.
+  const std::filesystem::path tiny = std::filesystem::path(kData) / "tiny";
+  const std::string workload = (tiny / "workloads" / "tiny.jsonl").string();
+  CHECK(read_measured_run((tiny / "run").string() + "/", std::nullopt, true).workload == workload);
+  CHECK(read_measured_run((tiny / "run").string() + "/.", std::nullopt, true).workload == workload);
+  // A link elsewhere to the run: the folder above it holds no workloads/, the run's real one does.
+  const auto dir = test::scratch_dir("measured-link");
+  std::filesystem::remove(dir / "run");
+  std::filesystem::create_directory_symlink(tiny / "run", dir / "run");
+  CHECK(read_measured_run((dir / "run").string(), std::nullopt, true).workload == workload);
+  std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("measured run: a bad file is an error naming the file, line and field") {
   const auto dir = test::scratch_dir("measured-bad");
   std::filesystem::copy(kData + "/tiny/run", dir, std::filesystem::copy_options::recursive | std::filesystem::copy_options::overwrite_existing);
