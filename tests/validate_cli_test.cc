@@ -3,11 +3,13 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
 #include <iterator>
 #include <string>
+#include <vector>
 
 #include "cli_util.h"
 #include "trace_test_util.h"
@@ -789,6 +791,53 @@ TEST_CASE("validate: KV usage per tick as vLLM counts it, the pool less its null
   CHECK(over.exit_code != 0);
   CHECK_THAT(over.err, Catch::Contains("timeseries.csv") && Catch::Contains("same file as the input"));
   CHECK(test::slurp(dir / "timeseries.csv") == series);
+  std::filesystem::remove_all(base);
+}
+
+TEST_CASE("validate and calibrate: outputs never over the run or each other, '-' in place of the table, no idle device") {
+  const auto base = test::scratch_dir("validate-outputs");
+  const auto dir = copy_tiny_run(base);
+  std::filesystem::create_directories(base / "workloads");
+  std::filesystem::copy_file(kData + "/tiny/workloads/tiny.jsonl", base / "workloads" / "tiny.jsonl",
+                             std::filesystem::copy_options::overwrite_existing);
+  std::ofstream(dir / "peer_cluster_config.json") << R"({"nodes": [{"instances": [{"hardware": "RTXPRO6000"}]}]})";
+  const std::vector<std::string> run{"validate", dir.string(), "--kv-budget", "1GB", "--cost",
+                                     "constant:step=10ms,prefill-token=0ps"};
+  const auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = run;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return test::run_cli(args);
+  };
+  // peer_cluster_config.json is read too: never written over.
+  const std::string peer = test::slurp(dir / "peer_cluster_config.json");
+  auto r = with({"--per-tick", (dir / "peer_cluster_config.json").string()});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("--per-tick") && Catch::Contains("same file as the input") &&
+                        Catch::Contains("Usage: kvsim validate"));
+  CHECK(test::slurp(dir / "peer_cluster_config.json") == peer);
+  // Two outputs to one file, and two to standard output.
+  r = with({"--per-request", (base / "out.csv").string(), "--per-tick", (base / "out.csv").string()});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("--per-request and --per-tick both write"));
+  CHECK_FALSE(std::filesystem::exists(base / "out.csv"));
+  r = with({"--per-request", "-", "--per-tick", "-"});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("both write standard output"));
+  r = with({"--json", "--per-tick", "-"});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("--json and --per-tick both write standard output"));
+  // '-' takes standard output in place of the table: the tiny run's three ticks and nothing else.
+  r = with({"--per-tick", "-"});
+  REQUIRE(r.exit_code == 0);
+  CHECK(std::count(r.out.begin(), r.out.end(), '\n') == 4);
+  CHECK_THAT(r.out, Catch::StartsWith("t_s,measured_running,"));
+  // A device to time a roofline that a named cost, or calibrate's fit, never uses.
+  r = with({"--timing-device", "H100-80GB"});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("--timing-device") && Catch::Contains("would have no effect"));
+  r = test::run_cli({"calibrate", dir.string(), "--timing-device", "H100-80GB"});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("--timing-device") && Catch::Contains("would have no effect"));
   std::filesystem::remove_all(base);
 }
 

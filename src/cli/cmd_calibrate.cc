@@ -429,6 +429,11 @@ int run_calibrate(const Invocation& inv) {
   po::variables_map vm;
   const auto dir = parse_run_command(inv, kSpec, options, vm);
   if (!dir) return kExitOk;
+  if (given(vm, option_key(kOptTimingDevice))) {
+    throw InputError(Location{"", 0, kOptTimingDevice},
+                     "times the roofline, and calibrate's replays time their steps with the fit, which names every "
+                     "term itself: it would have no effect");
+  }
   if (vm.count(option_key(kOptModel)) && vm.count(option_key(kOptConfig))) {
     throw UsageError("give --model or --config, not both\nUsage: " + kSpec.synopsis);
   }

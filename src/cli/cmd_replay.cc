@@ -570,6 +570,14 @@ ReplayPlan plan_replay(const po::variables_map& vm, bool open_trace_now) {
   return plan;
 }
 
+void refuse_idle_timing_device(bool given_timing_device, const ReplayPlan& plan) {
+  if (given_timing_device && plan.options.cost.device.empty()) {
+    throw InputError(Location{"", 0, kOptTimingDevice},
+                     "times the roofline, and --cost \"" + plan.options.cost.name +
+                         "\" names every term itself: it would have no effect");
+  }
+}
+
 namespace {
 
 // The files a timeline's rows go to while the runs are under way: one scratch file per run,
@@ -728,11 +736,7 @@ int run_replay(const Invocation& inv) {
   if (!parse_trace_command(inv, kSpec, options, vm)) return kExitOk;
 
   ReplayPlan plan = plan_replay(vm);
-  if (option_text(vm, option_key(kOptTimingDevice)) && plan.options.cost.device.empty()) {
-    throw InputError(Location{"", 0, kOptTimingDevice},
-                     "times the roofline, and --cost \"" + plan.options.cost.name +
-                         "\" names every term itself: it would have no effect");
-  }
+  refuse_idle_timing_device(given(vm, option_key(kOptTimingDevice)), plan);
   // The replicas' runs keep neither records nor series: say so instead of writing a file
   // with a header only (kvsim validate gives each request of a data-parallel run).
   if (plan.replicas > 1) {

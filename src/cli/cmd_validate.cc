@@ -399,10 +399,27 @@ int run_validate(const Invocation& inv) {
   po::variables_map vm;
   const auto dir = parse_run_command(inv, kSpec, options, vm);
   if (!dir) return kExitOk;
-  if (const auto path = option_text(vm, "per-tick")) {
-    refuse_output_over_input({{"--per-tick", *path}}, {}, kSpec.synopsis);
-  }
   const MeasuredRun run = read_measured_run(*dir, option_text(vm, option_key(kOptWorkload)), true);
+  // Written as every output is (include/kvsim/output_file.h): never over the run's files or
+  // its workload, never two to one file, and an output given as '-' takes standard output in
+  // place of the table (as in kvsim replay), not in place of --json.
+  const std::vector<std::string> inputs{run.dir + "/meta.json", run.dir + "/requests.jsonl",
+                                        run.dir + "/timeseries.csv", run.dir + "/peer_cluster_config.json",
+                                        run.workload};
+  std::vector<std::pair<std::string, std::string>> outputs;
+  for (const char* name : {"per-request", "per-tick"}) {
+    if (const auto path = option_text(vm, name)) outputs.emplace_back(std::string("--") + name, *path);
+  }
+  refuse_output_over_input(outputs, inputs, kSpec.synopsis);
+  bool table_on_stdout = true;
+  for (const auto& [name, path] : outputs) {
+    if (path != "-") continue;
+    if (vm.count("json") != 0) {
+      throw UsageError("--json and " + name + " both write standard output ('-'): give " + name + " a file\nUsage: " +
+                       kSpec.synopsis);
+    }
+    table_on_stdout = false;
+  }
   std::vector<std::vector<Sample>> samples;  // per engine
   RunReplay r = replay_run(vm, run, kSpec.synopsis, [&](const TimelineRow& row) {
     const auto replica = static_cast<std::size_t>(row.replica);
@@ -410,9 +427,6 @@ int run_validate(const Invocation& inv) {
     samples[replica].push_back({row.time_ns, row.running, row.queued, row.allocated_bytes});
   });
   const ReplayPlan& plan = r.plan;
-  // Written as every output is (include/kvsim/output_file.h), never over the run or its workload.
-  const std::string inputs[] = {run.dir + "/meta.json", run.dir + "/requests.jsonl", run.dir + "/timeseries.csv",
-                                plan.trace_path};
   if (plan.per_request_path) {
     write_output_file(*plan.per_request_path, per_request_header() + per_request_rows(r.report.allocator, r.records),
                       inputs);
@@ -422,8 +436,11 @@ int run_validate(const Invocation& inv) {
   const std::vector<EngineState> states = engine_states(std::move(samples), r.records, r.replica_of);
   const Result result = compare(run, r.report, r.records, r.replica_of, r.wall_offset_s, states);
   if (const auto path = option_text(vm, "per-tick")) write_output_file(*path, per_tick_csv(result), inputs);
-  write_stdout(plan.json ? json_of(run, plan, r.budget_source, r.report, result)
-                         : table(run, plan, r.budget_source, r.report, result));
+  if (plan.json) {
+    write_stdout(json_of(run, plan, r.budget_source, r.report, result));
+  } else if (table_on_stdout) {
+    write_stdout(table(run, plan, r.budget_source, r.report, result));
+  }
   return kExitOk;
 }
 

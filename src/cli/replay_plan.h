@@ -87,6 +87,10 @@ po::options_description replay_option_descriptions(bool with_outputs = true, boo
 // once for all its points).
 ReplayPlan plan_replay(const po::variables_map& vm, bool open_trace_now = true);
 
+// Throws InputError when the user gave --timing-device (`given_timing_device`) and `plan`'s
+// cost names every term itself (a linear or constant model): the device would time nothing.
+void refuse_idle_timing_device(bool given_timing_device, const ReplayPlan& plan);
+
 // parse_options() for a command whose one positional argument is the trace ("trace" in `vm`,
 // required: a UsageError without it): replay, sweep, plan.
 bool parse_trace_command(const Invocation& inv, const CommandSpec& spec, po::options_description& options,

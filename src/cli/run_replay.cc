@@ -436,10 +436,13 @@ std::string apply_run_settings(po::variables_map& vm, const MeasuredRun& run, co
 RunReplay replay_run(po::variables_map vm, const MeasuredRun& run, const std::string& usage,
                      const std::function<void(const TimelineRow&)>& timeline) {
   RunReplay out;
+  // Asked before the run's settings fill in the rest: they set its GPU as the timing device.
+  const bool given_timing_device = given(vm, option_key(kOptTimingDevice));
   RunDefaults defaults(vm);
   out.budget_source = blaming_meta(defaults, [&] { return fill_in_run_settings(defaults, run, usage); });
   out.plan = blaming_meta(defaults, [&] { return plan_replay(vm); });
   ReplayPlan& plan = out.plan;
+  refuse_idle_timing_device(given_timing_device, plan);
   if (plan.allocators.size() != 1) throw UsageError("a measured run is replayed with one allocator\nUsage: " + usage);
   ReplayOptions options_run = plan.options;
   options_run.per_request = [&](const RequestRecord& r) { out.records.push_back(r); };
