@@ -468,6 +468,12 @@ int run_calibrate(const Invocation& inv) {
     }
   }
   write_stdout(vm.count("json") ? json_of(run, c, findings) : table(run, c, findings));
+  // The fit stands without what only a replay finds (served prompt tokens, recomputation,
+  // the experts' share): said where it is read, and here too, for a caller reading --json.
+  if (findings.replays == 0) {
+    fmt::print(stderr, "kvsim calibrate: warning: the fit is of the ticks alone; prefix-cache hits and "
+                       "recomputation after preemption {}\n", findings.not_estimated);
+  }
   return kExitOk;
 }
 
