@@ -300,7 +300,7 @@ ReplayOptions replay_options_from(const po::variables_map& vm, const ModelChoice
   }
   if (budget && ro.schedule == Schedule::measured) {
     throw UsageError("--schedule measured replays the trace's own timestamps, which a memory budget would have to "
-                     "change: give one or the other\nUsage: " + kSpec.synopsis);
+                     "change: give one or the other\nUsage: " + current_synopsis());
   }
   const PolicyInfo policy = find_policy(vm[option_key(kOptPolicy)].as<std::string>(), kOptPolicy);
   ro.memory.policy = Policy{std::string(policy.name)};
@@ -451,7 +451,7 @@ ReplayPlan plan_replay(const po::variables_map& vm, bool open_trace_now) {
   plan.trace_path = *trace_path;
 
   // The model and its layout on one device.
-  plan.choice = resolve_model(vm, kSpec.synopsis, kDefaultModel);
+  plan.choice = resolve_model(vm, current_synopsis(), kDefaultModel);
   KvLayout layout = plan.choice.layout();
   if (layout.state_layers > 0 || layout.groups.empty()) {
     // The allocators hold KV per position; a state-space layer's constant state is not theirs.
@@ -551,10 +551,10 @@ ReplayPlan plan_replay(const po::variables_map& vm, bool open_trace_now) {
   if (plan.per_request_path) outputs.emplace_back("--per-request", *plan.per_request_path);
   plan.html_path = option_text(vm, "html");
   if (plan.html_path) outputs.emplace_back("--html", *plan.html_path);
-  refuse_output_over_input(outputs, {plan.trace_path}, kSpec.synopsis);
+  refuse_output_over_input(outputs, {plan.trace_path}, current_synopsis());
   if (plan.per_request_path && plan.options.schedule == Schedule::measured) {
     throw UsageError("--per-request describes a simulated schedule; --schedule measured replays the trace's own "
-                     "times\nUsage: " + kSpec.synopsis);
+                     "times\nUsage: " + current_synopsis());
   }
   plan.json = vm.count("json") != 0;
   // An output given as '-' takes standard output in place of the table; not in place of --json.
@@ -562,7 +562,7 @@ ReplayPlan plan_replay(const po::variables_map& vm, bool open_trace_now) {
     if (path != "-") continue;
     if (plan.json) {
       throw UsageError("--json and " + name + " both write standard output ('-'): give " + name +
-                       " a file\nUsage: " + kSpec.synopsis);
+                       " a file\nUsage: " + current_synopsis());
     }
     plan.table_on_stdout = false;
   }
