@@ -201,6 +201,20 @@ void refuse_output_over_input(const std::vector<std::pair<std::string, std::stri
   }
 }
 
+bool table_keeps_stdout(const std::vector<std::pair<std::string, std::string>>& outputs, bool json,
+                        const std::string& synopsis) {
+  bool keeps = true;
+  for (const auto& [name, path] : outputs) {
+    if (path != "-") continue;
+    if (json) {
+      throw UsageError("--json and " + name + " both write standard output ('-'): give " + name + " a file\nUsage: " +
+                       synopsis);
+    }
+    keeps = false;
+  }
+  return keeps;
+}
+
 void reject_unused_trace_options(const GivenTraceOptions& given, TraceFormat format) {
   const std::string name{trace_format_name(format)};
   const auto refuse = [&](const char* option, std::string_view applies_to) {

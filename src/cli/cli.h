@@ -93,6 +93,11 @@ std::string read_input(const std::string& path);
 // `outputs` are (option or argument name, path) pairs.
 void refuse_output_over_input(const std::vector<std::pair<std::string, std::string>>& outputs,
                               const std::vector<std::string>& inputs, const std::string& synopsis);
+// Whether the table (or whatever the command prints) keeps standard output: not when one of
+// `outputs` is '-', which takes it in place of the table. Throws UsageError when one is '-'
+// beside --json (`json`), which must have standard output to itself.
+bool table_keeps_stdout(const std::vector<std::pair<std::string, std::string>>& outputs, bool json,
+                        const std::string& synopsis);
 
 int run_models(const Invocation& inv);
 int run_size(const Invocation& inv);

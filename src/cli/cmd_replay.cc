@@ -557,15 +557,7 @@ ReplayPlan plan_replay(const po::variables_map& vm, bool open_trace_now) {
                      "times\nUsage: " + current_synopsis());
   }
   plan.json = vm.count("json") != 0;
-  // An output given as '-' takes standard output in place of the table; not in place of --json.
-  for (const auto& [name, path] : outputs) {
-    if (path != "-") continue;
-    if (plan.json) {
-      throw UsageError("--json and " + name + " both write standard output ('-'): give " + name +
-                       " a file\nUsage: " + current_synopsis());
-    }
-    plan.table_on_stdout = false;
-  }
+  plan.table_on_stdout = table_keeps_stdout(outputs, plan.json, current_synopsis());
   plan.progress = vm.count("quiet") == 0 && ::isatty(STDERR_FILENO) != 0;
   return plan;
 }

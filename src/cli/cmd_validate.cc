@@ -411,15 +411,7 @@ int run_validate(const Invocation& inv) {
     if (const auto path = option_text(vm, name)) outputs.emplace_back(std::string("--") + name, *path);
   }
   refuse_output_over_input(outputs, inputs, kSpec.synopsis);
-  bool table_on_stdout = true;
-  for (const auto& [name, path] : outputs) {
-    if (path != "-") continue;
-    if (vm.count("json") != 0) {
-      throw UsageError("--json and " + name + " both write standard output ('-'): give " + name + " a file\nUsage: " +
-                       kSpec.synopsis);
-    }
-    table_on_stdout = false;
-  }
+  const bool table_on_stdout = table_keeps_stdout(outputs, vm.count("json") != 0, kSpec.synopsis);
   std::vector<std::vector<Sample>> samples;  // per engine
   RunReplay r = replay_run(vm, run, kSpec.synopsis, [&](const TimelineRow& row) {
     const auto replica = static_cast<std::size_t>(row.replica);
