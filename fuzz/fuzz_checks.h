@@ -146,13 +146,14 @@ inline void require_finite(double value, const std::string& what) {
   if (!std::isfinite(value)) throw Finding(what + " is " + std::to_string(value) + " for an accepted run");
 }
 
-// A distribution of durations: finite, and none below zero (the reader refuses timestamps out
-// of order).
+// A duration: finite, and not below zero (the reader refuses timestamps out of order).
+inline void require_duration(double seconds, const std::string& what) {
+  require_finite(seconds, what);
+  if (seconds < 0) throw Finding(what + " is " + std::to_string(seconds) + " s for an accepted run");
+}
+
 inline void require_durations(const Distribution& d, const std::string& what) {
-  for (const double v : {d.mean, d.p50, d.p90, d.p95, d.p99}) {
-    require_finite(v, what);
-    if (v < 0) throw Finding(what + " is " + std::to_string(v) + " s for an accepted run");
-  }
+  for (const double v : {d.mean, d.p50, d.p90, d.p95, d.p99}) require_duration(v, what);
 }
 
 // A measured run's folder (meta.json, requests.jsonl, timeseries.csv, perhaps
@@ -174,7 +175,7 @@ inline void check_measured_run(const std::string& dir) {
   if (timed_requests(run) < 1) throw Finding("a run without a timed request was accepted");
   require_finite(monotonic_to_wall_s(run), "the monotonic clock's origin");
   require_finite(tick_origin_monotonic_s(run), "the ticks' origin");
-  require_durations(distribution({measured_makespan_s(run)}), "the makespan");
+  require_duration(measured_makespan_s(run), "the makespan");
   Calibration c;
   try {
     c = calibrate(run);

@@ -35,15 +35,21 @@ inline const std::string& input_path() {
   return *path;
 }
 
-// Replaces the scratch file's contents with `data`. Aborts (a harness failure, not a
+// Replaces the contents of the file at `path` with `bytes`. Aborts (a harness failure, not a
 // finding in kvsim) when it cannot.
-inline const std::string& write_input(const std::uint8_t* data, std::size_t size) {
-  const std::string& path = input_path();
+inline void write_or_abort(const std::string& path, std::string_view bytes) {
   std::FILE* f = std::fopen(path.c_str(), "wb");
-  if (f == nullptr || (size > 0 && std::fwrite(data, 1, size, f) != size) || std::fclose(f) != 0) {
+  if (f == nullptr || (!bytes.empty() && std::fwrite(bytes.data(), 1, bytes.size(), f) != bytes.size()) ||
+      std::fclose(f) != 0) {
     std::perror(path.c_str());
     std::abort();
   }
+}
+
+// Replaces the scratch file's contents with `data`.
+inline const std::string& write_input(const std::uint8_t* data, std::size_t size) {
+  const std::string& path = input_path();
+  write_or_abort(path, std::string_view(reinterpret_cast<const char*>(data), size));
   return path;
 }
 
@@ -75,13 +81,7 @@ inline std::string write_run_dir(const std::uint8_t* data, std::size_t size) {
     std::filesystem::remove(path);
     if (rest.data() == nullptr) continue;
     const std::size_t end = i + 1 == std::size(kRunFiles) ? rest.npos : rest.find(kRunFileSeparator);
-    const std::string_view part = rest.substr(0, end);
-    std::FILE* f = std::fopen(path.c_str(), "wb");
-    if (f == nullptr || (!part.empty() && std::fwrite(part.data(), 1, part.size(), f) != part.size()) ||
-        std::fclose(f) != 0) {
-      std::perror(path.c_str());
-      std::abort();
-    }
+    write_or_abort(path, rest.substr(0, end));
     rest = end == rest.npos ? std::string_view() : rest.substr(end + kRunFileSeparator.size());
   }
   return dir;
