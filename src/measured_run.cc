@@ -570,15 +570,20 @@ Distribution distribution(std::vector<double> samples) {
   return d;
 }
 
+RequestLatency request_latency(double queued_s, double first_token_s, double last_token_s, std::int64_t output_tokens) {
+  RequestLatency l{first_token_s - queued_s, last_token_s - queued_s, std::nullopt};
+  if (output_tokens >= 2) l.tpot = (last_token_s - first_token_s) / static_cast<double>(output_tokens - 1);
+  return l;
+}
+
 MeasuredLatencies measured_latencies(const MeasuredRun& run) {
   MeasuredLatencies s;
   for (const MeasuredRequest& r : run.requests) {
     if (!r.timed) continue;
-    s.ttft.push_back(r.first_token_s - r.queued_s);
-    if (r.output_tokens >= 2) {
-      s.tpot.push_back((r.last_token_s - r.first_token_s) / static_cast<double>(r.output_tokens - 1));
-    }
-    s.latency.push_back(r.last_token_s - r.queued_s);
+    const RequestLatency l = request_latency(r.queued_s, r.first_token_s, r.last_token_s, r.output_tokens);
+    s.ttft.push_back(l.ttft);
+    if (l.tpot) s.tpot.push_back(*l.tpot);
+    s.latency.push_back(l.latency);
   }
   return s;
 }

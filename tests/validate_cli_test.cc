@@ -565,6 +565,22 @@ TEST_CASE("validate: a data-parallel run is two engines behind vLLM's router, th
                        Catch::Contains(",4,0.205000000,0.210000000,0.220000000,0.310000000,"));
   CHECK(rows.find(",1,0.0") < rows.find(",2,0.1"));
   CHECK(rows.find(",3,0.155") < rows.find(",4,0.205"));
+  // Each row carries requests.jsonl's id and, after replay's columns, the replica, when it
+  // was taken in, and TTFT, TPOT and latency measured beside simulated, as the table counts
+  // them: c's TTFT 10 ms from 160 ms (replay's ttft_s, from the arrival, is 15 ms).
+  CHECK_THAT(rows, Catch::StartsWith("allocator,id,ordinal,") &&
+                       Catch::Contains(",outcome,replica,queued_s,measured_ttft_s,simulated_ttft_s,measured_tpot_s,"
+                                       "simulated_tpot_s,measured_latency_s,simulated_latency_s\n"));
+  const std::string tail_a = ",completed,0,0.000000000,0.010000000,0.010000000,0.010000000,0.010000000,0.300000000,0.300000000\n";
+  const std::string tail_b = ",completed,1,0.100000000,0.010000000,0.010000000,0.010000000,0.010000000,0.300000000,0.300000000\n";
+  const std::string tail_c = ",completed,0,0.160000000,0.010000000,0.010000000,0.010000000,0.010000000,0.100000000,0.100000000\n";
+  const std::string tail_d = ",completed,1,0.210000000,0.010000000,0.010000000,0.010000000,0.010000000,0.100000000,0.100000000\n";
+  CHECK_THAT(rows, Catch::Contains(",a,1,0.000000000,") && Catch::Contains(tail_a) &&
+                       Catch::Contains(",b,2,0.100000000,") && Catch::Contains(tail_b) &&
+                       Catch::Contains(",c,3,0.155000000,0.160000000,0.170000000,0.260000000,0.015000000,") &&
+                       Catch::Contains(tail_c) && Catch::Contains(",d,4,0.205000000,") && Catch::Contains(tail_d));
+  CHECK(rows.find(",c,3,") < rows.find(tail_c));
+  CHECK(rows.find(tail_c) < rows.find(",d,4,"));
   // By default, a vLLM 0.19 run is replayed with asynchronous scheduling: c (155 ms) and d
   // (205 ms) arrive during a step of their replica's running request, whose next step was
   // planned before they came, so each starts a step later, at 170 and 220 ms: TTFT 20 ms each
@@ -875,9 +891,15 @@ TEST_CASE("validate: a request vLLM returned no metrics for is replayed but in n
   CHECK(doc["makespan_s"]["measured"].get<double>() == Approx(0.95));
   CHECK(doc["makespan_s"]["simulated"].get<double>() == Approx(0.55));
   CHECK(doc["running_mae"].get<double>() == Approx(2.0 / 3.0));
+  const std::string per_request = (base / "per-request.csv").string();
   const auto table = test::run_cli({"validate", (base / "run").string(), "--kv-budget", "1GB", "--cost",
-                                    "constant:step=10ms,prefill-token=0ps"});
+                                    "constant:step=10ms,prefill-token=0ps", "--per-request", per_request});
   CHECK_THAT(table.out, Catch::Contains("1 of 3 requests carry no timestamps") && !Catch::Contains("WARNING"));
+  // --per-request: bench-2's measured cells are empty; simulated, taken in at 0.70 s (the
+  // engine idle), first token 0.71 s, last 0.72 s: TTFT 10 ms, TPOT 10 ms, latency 20 ms.
+  CHECK_THAT(test::slurp(per_request),
+             Catch::Contains(",bench-2,3,0.700000000,") &&
+                 Catch::EndsWith(",completed,0,0.700000000,,0.010000000,,0.010000000,,0.020000000\n"));
   std::filesystem::remove_all(base);
 }
 

@@ -133,6 +133,16 @@ Distribution distribution(std::vector<double> samples);
 // The p-th percentile (0..100) of sorted samples, linearly interpolated; samples non-empty.
 double percentile_sorted(const std::vector<double>& sorted, double p);
 
+// One request's figures as the run's README defines them, from when it was queued, its first
+// token and its last (seconds, on any one clock) and its output tokens: TTFT = first - queued,
+// TPOT = (last - first) / (output - 1), none below two tokens, latency = last - queued. The
+// measured figures and validate's simulated ones both come from here.
+struct RequestLatency {
+  double ttft = 0, latency = 0;
+  std::optional<double> tpot;
+};
+RequestLatency request_latency(double queued_s, double first_token_s, double last_token_s, std::int64_t output_tokens);
+
 // Per-request latencies of a run, seconds, in request order, over the timed requests (TPOT
 // over those with two or more output tokens only).
 struct MeasuredLatencies {

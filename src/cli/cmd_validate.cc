@@ -9,6 +9,7 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -66,7 +67,8 @@ const CommandSpec kSpec{
     "Simulated ones likewise, queued being where vLLM records it: as its engine loop takes the\n"
     "request in, at the first step its engine begins at or after the arrival (at once when\n"
     "idle; with replicas that step together, an idle one's next step is the next aligned\n"
-    "one). --per-tick writes the running and waiting counts tick by tick.\n\n" +
+    "one). --per-tick writes the running and waiting counts tick by tick, --per-request each\n"
+    "request's figures, both measured beside simulated.\n\n" +
         run_name_table(),
     "  kvsim validate ../shared/measured/rtxpro6000-llama-3.1-8b --device-memory 96GB\n"
     "  kvsim validate RUN --device-memory 96GB --cost \"$(kvsim calibrate RUN --json | jq -r .cost)\" --json"};
@@ -99,6 +101,10 @@ struct TickRow {
 
 struct Result {
   Comparison ttft, tpot, latency;
+  // Per request, in workload order: when its engine took it in (trace clock), and its
+  // simulated figures counted from there (none when it did not complete).
+  std::vector<std::int64_t> taken_in_ns;
+  std::vector<std::optional<RequestLatency>> simulated_each;
   std::vector<TickRow> per_tick;
   double running_mae = 0, waiting_mae = 0;
   std::int64_t ticks = 0;
@@ -177,15 +183,20 @@ Result compare(const MeasuredRun& run, const ReplayReport& report, const std::ve
     const RequestRecord& q = records[i];
     const bool completed = q.outcome == RequestRecord::Outcome::completed;
     r.completed += completed ? 1 : 0;
-    if (!run.requests[i].timed || !completed) continue;
     // Like the measured figures, from the instant vLLM's engine takes the request in.
     const EngineState& engine = engines.at(replica_of.empty() ? 0 : replica_of.at(i));
-    const double arrival = static_cast<double>(taken_in_ns(engine, q.arrival_ns)) / 1e9;
+    r.taken_in_ns.push_back(taken_in_ns(engine, q.arrival_ns));
+    r.simulated_each.emplace_back();
+    if (!completed) continue;
+    const double arrival = static_cast<double>(r.taken_in_ns.back()) / 1e9;
     const double finish = static_cast<double>(q.finish_ns) / 1e9;
     const double first = static_cast<double>(q.first_token_ns) / 1e9;
-    simulated.ttft.push_back(first - arrival);
-    if (q.output_tokens >= 2) simulated.tpot.push_back((finish - first) / static_cast<double>(q.output_tokens - 1));
-    simulated.latency.push_back(finish - arrival);
+    const RequestLatency l = request_latency(arrival, first, finish, q.output_tokens);
+    r.simulated_each.back() = l;
+    if (!run.requests[i].timed) continue;
+    simulated.ttft.push_back(l.ttft);
+    if (l.tpot) simulated.tpot.push_back(*l.tpot);
+    simulated.latency.push_back(l.latency);
     first_arrival = any ? std::min(first_arrival, arrival) : arrival;
     last_finish = any ? std::max(last_finish, finish) : finish;
     any = true;
@@ -380,6 +391,37 @@ std::string per_tick_csv(const Result& r) {
   return out;
 }
 
+// --per-request: replay's rows (so `kvsim report` reads them), each request's id that of
+// requests.jsonl, then its engine, when that engine took it in, and its TTFT, TPOT and
+// latency measured beside simulated, both as the table counts them. An empty cell for what
+// did not happen: no timestamps in the run, not completed in the simulation, or a TPOT of
+// fewer than two tokens.
+std::string per_request_csv(const MeasuredRun& run, const std::string& allocator, std::vector<RequestRecord>& records,
+                            const std::vector<std::uint32_t>& replica_of, const Result& r) {
+  std::string out = per_request_header();
+  out.pop_back();
+  out +=
+      ",replica,queued_s,measured_ttft_s,simulated_ttft_s,measured_tpot_s,simulated_tpot_s,measured_latency_s,"
+      "simulated_latency_s\n";
+  // A request's TTFT, TPOT and latency cells.
+  const auto cells = [](const std::optional<RequestLatency>& l) {
+    const auto text = [](std::optional<double> v) { return v ? fmt::format("{:.9f}", *v) : std::string(); };
+    return l ? std::array<std::string, 3>{text(l->ttft), text(l->tpot), text(l->latency)} : std::array<std::string, 3>{};
+  };
+  for (std::size_t i = 0; i < records.size(); ++i) {
+    const MeasuredRequest& m = run.requests[i];
+    records[i].id = m.id;
+    std::string row = per_request_row(allocator, records[i]);
+    row.pop_back();
+    std::optional<RequestLatency> measured;
+    if (m.timed) measured = request_latency(m.queued_s, m.first_token_s, m.last_token_s, m.output_tokens);
+    const auto mc = cells(measured), sc = cells(r.simulated_each[i]);
+    out += row + fmt::format(",{},{},{},{},{},{},{},{}\n", replica_of.empty() ? 0 : replica_of[i],
+                             format_seconds(r.taken_in_ns[i], 9), mc[0], sc[0], mc[1], sc[1], mc[2], sc[2]);
+  }
+  return out;
+}
+
 }  // namespace
 
 int run_validate(const Invocation& inv) {
@@ -391,7 +433,9 @@ int run_validate(const Invocation& inv) {
       "the run's workload (default: meta.json's dataset_path, relative to the folder above the run)")(
       "json", "print the comparison as JSON instead of the table")(
       "per-request", po::value<std::string>(),
-      "write the simulated requests to this CSV file, one row each (as replay --per-request)")(
+      "write this CSV file: one row a request, replay --per-request's columns with requests.jsonl's id, then "
+      "its replica, when it was taken in (queued_s) and its TTFT, TPOT and latency measured beside simulated, as "
+      "the table counts them")(
       "per-tick", po::value<std::string>(),
       "write this CSV file: one row a tick of timeseries.csv, its running and waiting counts (and KV usage, "
       "where recorded) measured beside simulated, the replicas summed");
@@ -419,14 +463,14 @@ int run_validate(const Invocation& inv) {
     samples[replica].push_back({row.time_ns, row.running, row.queued, row.allocated_bytes});
   });
   const ReplayPlan& plan = r.plan;
-  if (plan.per_request_path) {
-    write_output_file(*plan.per_request_path, per_request_header() + per_request_rows(r.report.allocator, r.records),
-                      inputs);
-  }
   // An engine that never stepped has no samples.
   samples.resize(std::max<std::size_t>(samples.size(), plan.replicas > 1 ? static_cast<std::size_t>(plan.replicas) : 1));
   const std::vector<EngineState> states = engine_states(std::move(samples), r.records, r.replica_of);
   const Result result = compare(run, r.report, r.records, r.replica_of, r.wall_offset_s, states);
+  if (plan.per_request_path) {
+    write_output_file(*plan.per_request_path, per_request_csv(run, r.report.allocator, r.records, r.replica_of, result),
+                      inputs);
+  }
   if (const auto path = option_text(vm, "per-tick")) write_output_file(*path, per_tick_csv(result), inputs);
   if (plan.json) {
     write_stdout(json_of(run, plan, r.budget_source, r.report, result));
