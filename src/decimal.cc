@@ -66,7 +66,7 @@ const char* describe(DecimalStatus status) {
   switch (status) {
     case DecimalStatus::ok: return "ok";
     case DecimalStatus::empty: return "expected a value, got nothing";
-    case DecimalStatus::not_a_number: return "expected a non-negative number";
+    case DecimalStatus::not_a_number: return "expected a non-negative decimal number (no exponent)";
     case DecimalStatus::negative: return "expected a non-negative number, got a negative one";
     case DecimalStatus::too_precise: return "has more decimal places than the unit can hold exactly";
     case DecimalStatus::overflow: return "is too large (overflows 64 bits)";
