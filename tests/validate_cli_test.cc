@@ -342,6 +342,35 @@ TEST_CASE("validate: what it cannot map is an error naming the file and field") 
   r = test::run_cli({"validate", dir.string(), "--workload", workload, "--kv-budget", "1GB", "--tp", "3"});
   CHECK(r.exit_code == 2);
   CHECK_THAT(r.err, Catch::Contains("--tp: tensor parallelism 3 does not divide"));
+  // The engine's check as it starts, likewise (vLLM's SchedulerConfig refuses the same): with
+  // --no-chunked-prefill, meta.json's 2,048 batched tokens are below the model's 131,072.
+  r = test::run_cli({"validate", dir.string(), "--workload", workload, "--kv-budget", "1GB", "--no-chunked-prefill"});
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("meta.json: engine_kwargs.max_num_batched_tokens: without chunked prefill it must "
+                                    "be at least the model's maximum length (131072) (the replay takes this value as "
+                                    "--max-batched-tokens)"));
+  r = test::run_cli({"validate", dir.string(), "--workload", workload, "--kv-budget", "1GB", "--no-chunked-prefill",
+                     "--max-batched-tokens", "2048"});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("--max-batched-tokens: without chunked prefill"));
+  // An expert-parallel run over two replicas (meta.json) replayed as one engine: the user's
+  // --replicas 1 leaves no replicas to spread the experts over, so meta.json's expert
+  // parallelism is not applied (it had been, and refused for want of replicas).
+  rewrite_meta("meta-llama/Llama-3.1-8B", "Qwen/Qwen3-30B-A3B");
+  rewrite_meta("\"data_parallel_size\": 1", "\"data_parallel_size\": 2");
+  rewrite_meta("\"enable_expert_parallel\": false", "\"enable_expert_parallel\": true");
+  for (const char* replicas : {"2", "1"}) {
+    INFO("--replicas " << replicas);
+    std::vector<std::string> args{"validate", dir.string(), "--workload", workload, "--kv-budget", "1GB", "--json"};
+    if (std::string(replicas) == "1") args.insert(args.end(), {"--replicas", "1"});
+    r = test::run_cli(args);
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+    CHECK(Json::parse(r.out)["kvsim"]["replicas"] == std::stoi(replicas));
+  }
+  rewrite_meta("\"enable_expert_parallel\": true", "\"enable_expert_parallel\": false");
+  rewrite_meta("\"data_parallel_size\": 2", "\"data_parallel_size\": 1");
+  rewrite_meta("Qwen/Qwen3-30B-A3B", "meta-llama/Llama-3.1-8B");
   rewrite_meta("\"0.19.0\"", "\"banana\"");
   r = test::run_cli({"validate", dir.string(), "--workload", workload, "--kv-budget", "1GB"});
   CHECK(r.exit_code == 1);

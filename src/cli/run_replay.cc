@@ -320,7 +320,12 @@ std::string fill_in_run_settings(RunDefaults& defaults, const MeasuredRun& run, 
   // Data parallelism: one engine per replica behind vLLM's router (replay --replicas).
   if (run.data_parallel > 1) {
     defaults.set(kOptReplicas, std::to_string(run.data_parallel), setting("data_parallel_size"));
-    if (run.expert_parallel) defaults.set_switch(kOptExpertParallel, setting("enable_expert_parallel"));
+    // The experts are spread over the replicas; the user's --replicas 1 leaves none to spread
+    // them over (and one engine, not meta.json's expert parallelism, is then what is asked).
+    const auto replicas = option_text(vm, option_key(kOptReplicas));
+    if (run.expert_parallel && positive_integer(*replicas, kOptReplicas) > 1) {
+      defaults.set_switch(kOptExpertParallel, setting("enable_expert_parallel"));
+    }
   }
   defaults.set(kOptTp, std::to_string(run.tensor_parallel), setting("tensor_parallel_size"));
   defaults.set(kOptMaxRunning, std::to_string(run.max_num_seqs), setting("max_num_seqs"));
@@ -452,15 +457,19 @@ RunReplay replay_run(po::variables_map vm, const MeasuredRun& run, const std::st
     trace_options.hash_block_tokens = plan.allocators[0]->prefix_block_tokens();
   }
   auto trace = open_trace(plan.trace_path, trace_options);
-  if (plan.replicas > 1) {
-    std::vector<Allocator*> allocators;
-    for (auto& a : plan.replica_allocators.at(0)) allocators.push_back(a.get());
-    ReplicaRun dp = replay_replicas(*trace, allocators, options_run);
-    out.report = std::move(dp.total);
-    out.replica_of = std::move(dp.replica_of);
-  } else {
-    out.report = replay(*trace, *plan.allocators[0], options_run);
-  }
+  // The engine checks its settings as it starts (--max-batched-tokens against
+  // --no-chunked-prefill): one meta.json gave is blamed on meta.json.
+  blaming_meta(defaults, [&] {
+    if (plan.replicas > 1) {
+      std::vector<Allocator*> allocators;
+      for (auto& a : plan.replica_allocators.at(0)) allocators.push_back(a.get());
+      ReplicaRun dp = replay_replicas(*trace, allocators, options_run);
+      out.report = std::move(dp.total);
+      out.replica_of = std::move(dp.replica_of);
+    } else {
+      out.report = replay(*trace, *plan.allocators[0], options_run);
+    }
+  });
   // One record per request of the trace, from whichever engine served it.
   in_trace_order(out.records);
   for (std::size_t k = 0; k < out.records.size(); ++k) {
