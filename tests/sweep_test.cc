@@ -348,3 +348,29 @@ TEST_CASE("sweep: the trace is read once, so a FIFO serves every point") {
   CHECK(rows[1].rfind("point  allocator_option  rate-scale  allocator", 0) == 0);
   CHECK(rows[5].rfind("3      paged:block=32    2           paged:block=32", 0) == 0);
 }
+
+TEST_CASE("sweep: a point that served nothing carries replay's warning, naming the point") {
+  // Each request of kThree is 10 prompt + 1 output = 11 tokens: --max-model-len 10 refuses
+  // all three (replay's rule: prompt + output beyond the maximum length), 11 admits them.
+  const std::string jsonl = scratch_path("sweep-refused.jsonl");
+  const std::vector<std::string> args = {"sweep", three(), "--model", "llama-3.1-8b", "--allocator", "paged",
+                                         "--vary", "max-model-len=10,11", "--jobs", "1"};
+  const std::string warning =
+      "point 0 (max-model-len=10): paged:block=16: refused every request (3): 3 longer than the maximum length of 10 "
+      "tokens; nothing was served, so throughput and latencies say nothing";
+  const auto table = run_cli(args);
+  REQUIRE(table.exit_code == 0);
+  CHECK_THAT(table.out, Catch::EndsWith("WARNING " + warning + "\n"));
+  CHECK(table.err == "kvsim sweep: warning: " + warning + "\n");
+  const auto r = run_cli(with(args, {"--jsonl", jsonl}));
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.err == "kvsim sweep: warning: " + warning + "\n");
+  const auto rows = lines(slurp(jsonl));
+  REQUIRE(rows.size() == 2);
+  const auto refused = nlohmann::json::parse(rows[0]), served = nlohmann::json::parse(rows[1]);
+  CHECK(refused["requests"]["completed"] == 0);
+  REQUIRE(refused["warnings"].size() == 1);
+  CHECK(refused["warnings"][0] == warning.substr(warning.find("paged:")));
+  CHECK(served["requests"]["completed"] == 3);
+  CHECK_FALSE(served.contains("warnings"));  // as replay's JSON: only when there are any
+}

@@ -252,7 +252,7 @@ int run_plan(const Invocation& inv) {
     t.value_text = rate ? rate_scale_text(value) : std::to_string(value);
     const SweepSetup setup = setup_for(t.value_text);
     prepare_points(setup, cache);
-    t.report = run_point(setup, cache, 0, {}).back();  // with replicas, their total
+    t.report = run_point(setup, cache, 0, {}).reports.back();  // with replicas, their total
     for (const auto& target : targets) {
       if (auto why = target.miss(t.report)) t.misses.push_back(*why);
     }

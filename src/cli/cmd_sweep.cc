@@ -92,6 +92,14 @@ po::options_description sweep_options() {
 
 namespace {
 
+// "point 3 (max-running=64, rate-scale=2)": which point a message is about.
+std::string point_label(const SweepSetup& setup, std::int64_t p) {
+  const auto values = setup.grid().values_at(p);
+  std::string out;
+  for (std::size_t k = 0; k < values.size(); ++k) out += (k == 0 ? "" : ", ") + setup.columns()[k] + "=" + values[k];
+  return fmt::format("point {} ({})", p, out);
+}
+
 // The main figures of each row, aligned: the rows are the CSV's, read back by column name.
 std::string sweep_table(const SweepSetup& setup, const std::string& csv) {
   std::vector<std::string> keep = {"point"};
@@ -201,15 +209,26 @@ int run_sweep(const Invocation& inv) {
   Progress progress(mine.size(), vm.count("progress") != 0, "sweeping");
   std::vector<std::string> csv_rows(mine.size());
   std::vector<std::string> jsonl_rows(mine.size());
+  std::vector<std::vector<std::string>> point_warnings(mine.size());
   const bool want_jsonl = jsonl_path.has_value();
   run_in_parallel(mine.size(), jobs, progress, [&](std::size_t i) {
-    const auto reports = run_point(setup, cache, mine[i], progress.sink(i));
-    for (const auto& r : reports) {
-      csv_rows[i] += setup.csv_row(mine[i], shape, r);
-      if (want_jsonl) jsonl_rows[i] += setup.jsonl_row(mine[i], shape, r);
+    const PointRun run = run_point(setup, cache, mine[i], progress.sink(i));
+    for (std::size_t k = 0; k < run.reports.size(); ++k) {
+      csv_rows[i] += setup.csv_row(mine[i], shape, run.reports[k]);
+      if (want_jsonl) jsonl_rows[i] += setup.jsonl_row(mine[i], shape, run.reports[k], run.warnings[k]);
+      for (const std::string& w : run.warnings[k]) point_warnings[i].push_back(point_label(setup, mine[i]) + ": " + w);
     }
     progress.set(i, 1.0);
   });
+  // Replay's warnings, each naming its point: a point that served nothing otherwise reads as
+  // a row of zeros.
+  std::string warning_lines;
+  for (const auto& ws : point_warnings) {
+    for (const std::string& w : ws) {
+      fmt::print(stderr, "kvsim sweep: warning: {}\n", w);
+      warning_lines += "WARNING " + w + "\n";
+    }
+  }
 
   std::string csv = setup.csv_header(shape);
   for (const auto& rows : csv_rows) csv += rows;
@@ -219,7 +238,7 @@ int run_sweep(const Invocation& inv) {
     for (const auto& rows : jsonl_rows) jsonl += rows;
     write_output_file(*jsonl_path, jsonl, inputs);
   }
-  if (!csv_path && !jsonl_path) write_stdout(sweep_table(setup, csv));
+  if (!csv_path && !jsonl_path) write_stdout(sweep_table(setup, csv) + warning_lines);
   return kExitOk;
 }
 

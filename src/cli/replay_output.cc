@@ -93,48 +93,59 @@ std::string overload_text(const ReplayReport& r) {
                      r.overload.arrival_rate_per_s, r.overload.service_rate_per_s, r.overload.reason);
 }
 
-// What went wrong in the runs, one sentence each, in the order of the runs: every request
-// refused (and why, from the refusal counts), a budget smaller than the smallest request of the
-// trace, and (with `overload`) an overloaded device. Without these a run that served nothing
-// reads as a throughput of 0.0.
+}  // namespace
+
+// What went wrong in one run, one sentence each: every request refused (and why, from the
+// refusal counts), a budget smaller than the smallest request of the trace, and (with
+// `overload`) an overloaded device. Without these a run that served nothing reads as a
+// throughput of 0.0.
+std::vector<std::string> run_warnings(const KvLayout& layout, const ReplayReport& r, bool overload) {
+  std::vector<std::string> out;
+  const std::int64_t refused = r.rejected_too_long + r.rejected_too_large;
+  if (r.requests > 0 && refused == r.requests) {
+    std::vector<std::string> why;
+    if (r.rejected_too_long > 0) {
+      why.push_back(fmt::format("{} longer than the maximum length of {} tokens", with_commas(r.rejected_too_long),
+                                with_commas(layout.max_model_len)));
+    }
+    if (r.rejected_too_large > 0) {
+      why.push_back(fmt::format("{} never fit the capacity of {} bytes even alone", with_commas(r.rejected_too_large),
+                                with_commas(r.capacity_bytes)));
+    }
+    std::string reasons;
+    for (const auto& w : why) reasons += (reasons.empty() ? "" : ", ") + w;
+    out.push_back(fmt::format("{}: refused every request ({}): {}; nothing was served, so throughput and latencies "
+                              "say nothing",
+                              r.allocator, with_commas(r.requests), reasons));
+  }
+  // The smallest request's effective tokens at its full length (one sample, sliding
+  // windows capped): no allocator holds a request in less.
+  if (r.capacity_bytes > 0 && r.shortest_request_tokens > 0) {
+    const std::int64_t need = kv_bytes_for_tokens(layout, r.shortest_request_tokens);
+    if (need > r.capacity_bytes) {
+      out.push_back(fmt::format("{}: the capacity of {} bytes cannot hold one request of the trace: the shortest, "
+                                "{} tokens (prompt + output), needs at least {} bytes of effective tokens",
+                                r.allocator, with_commas(r.capacity_bytes), with_commas(r.shortest_request_tokens),
+                                with_commas(need)));
+    }
+  }
+  // Contiguous placement acts only on a bounded arena (docs/replay.md, "Contiguous placement").
+  if (r.capacity_bytes == 0 && r.allocator.find("placement=") != std::string::npos) {
+    out.push_back(fmt::format("{}: placement without a budget changes nothing: the arena is unbounded, so every "
+                              "reservation finds an extent (give --kv-budget or --device)",
+                              r.allocator));
+  }
+  if (overload && r.overload.overloaded) out.push_back(overload_text(r));
+  return out;
+}
+
+namespace {
+
+// Every run's warnings, in the order of the runs.
 std::vector<std::string> warnings(const ReplayContext& c, const std::vector<ReplayReport>& reports, bool overload) {
   std::vector<std::string> out;
   for (const ReplayReport& r : reports) {
-    const std::int64_t refused = r.rejected_too_long + r.rejected_too_large;
-    if (r.requests > 0 && refused == r.requests) {
-      std::vector<std::string> why;
-      if (r.rejected_too_long > 0) {
-        why.push_back(fmt::format("{} longer than the maximum length of {} tokens", with_commas(r.rejected_too_long),
-                                  with_commas(c.layout.max_model_len)));
-      }
-      if (r.rejected_too_large > 0) {
-        why.push_back(fmt::format("{} never fit the capacity of {} bytes even alone", with_commas(r.rejected_too_large),
-                                  with_commas(r.capacity_bytes)));
-      }
-      std::string reasons;
-      for (const auto& w : why) reasons += (reasons.empty() ? "" : ", ") + w;
-      out.push_back(fmt::format("{}: refused every request ({}): {}; nothing was served, so throughput and latencies "
-                                "say nothing",
-                                r.allocator, with_commas(r.requests), reasons));
-    }
-    // The smallest request's effective tokens at its full length (one sample, sliding
-    // windows capped): no allocator holds a request in less.
-    if (r.capacity_bytes > 0 && r.shortest_request_tokens > 0) {
-      const std::int64_t need = kv_bytes_for_tokens(c.layout, r.shortest_request_tokens);
-      if (need > r.capacity_bytes) {
-        out.push_back(fmt::format("{}: the capacity of {} bytes cannot hold one request of the trace: the shortest, "
-                                  "{} tokens (prompt + output), needs at least {} bytes of effective tokens",
-                                  r.allocator, with_commas(r.capacity_bytes), with_commas(r.shortest_request_tokens),
-                                  with_commas(need)));
-      }
-    }
-    // Contiguous placement acts only on a bounded arena (docs/replay.md, "Contiguous placement").
-    if (r.capacity_bytes == 0 && r.allocator.find("placement=") != std::string::npos) {
-      out.push_back(fmt::format("{}: placement without a budget changes nothing: the arena is unbounded, so every "
-                                "reservation finds an extent (give --kv-budget or --device)",
-                                r.allocator));
-    }
-    if (overload && r.overload.overloaded) out.push_back(overload_text(r));
+    for (auto& w : run_warnings(c.layout, r, overload)) out.push_back(std::move(w));
   }
   return out;
 }

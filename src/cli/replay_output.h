@@ -32,6 +32,9 @@ std::string replay_json(const ReplayContext& context, const std::vector<ReplayRe
 // What `kvsim replay --help` says about reading its figures: block-level usage in demand mode,
 // swapped in against swapped out, the warnings.
 std::string replay_figures_help();
+// What went wrong in one run, one sentence each: every request refused, a budget that cannot
+// hold one request, placement without a budget, and (with `overload`) an overloaded device.
+std::vector<std::string> run_warnings(const KvLayout& layout, const ReplayReport& report, bool overload);
 // The runs' warnings (every request refused, a budget that cannot hold one request, an
 // overloaded device) on stderr, one line each; the table and the JSON carry them too.
 void print_warnings(const ReplayContext& context, const std::vector<ReplayReport>& reports);

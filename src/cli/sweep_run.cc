@@ -165,7 +165,8 @@ std::string SweepSetup::csv_row(std::int64_t p, const CsvShape& shape, const Rep
   return out += replay_csv_row(shape, report);
 }
 
-std::string SweepSetup::jsonl_row(std::int64_t p, const CsvShape& shape, const ReplayReport& report) const {
+std::string SweepSetup::jsonl_row(std::int64_t p, const CsvShape& shape, const ReplayReport& report,
+                                  const std::vector<std::string>& warnings) const {
   nlohmann::ordered_json row;
   row["point"] = p;
   row["points"] = grid_.points();
@@ -174,6 +175,7 @@ std::string SweepSetup::jsonl_row(std::int64_t p, const CsvShape& shape, const R
   for (std::size_t k = 0; k < values.size(); ++k) row[columns_[k]] = values[k];
   const nlohmann::ordered_json run = replay_run_json(report, shape.placement);
   for (auto it = run.begin(); it != run.end(); ++it) row[it.key()] = *it;
+  if (!warnings.empty()) row["warnings"] = warnings;
   return row.dump() + "\n";
 }
 
@@ -211,28 +213,32 @@ std::string TraceCache::key(const TraceOptions& o) const {
                      o.synthetic_rate_per_s, o.synthetic_seed, hash, o.max_errors);
 }
 
-std::vector<ReplayReport> run_point(const SweepSetup& setup, const TraceCache& cache, std::int64_t p,
-                                    const std::function<void(double)>& progress) {
+PointRun run_point(const SweepSetup& setup, const TraceCache& cache, std::int64_t p,
+                   const std::function<void(double)>& progress) {
   ReplayPlan plan = setup.plan_point(p);
   const TraceOpener open = [&cache](const TraceOptions& o) {
     const TraceInMemory* memory = cache.find(o);
     check(memory != nullptr, "kvsim sweep: a point's trace was not read before the replays");
     return memory->open(o);
   };
-  if (plan.replicas > 1) return run_replicas(plan, open);
-  std::vector<ReplayReport> reports;
-  const std::size_t runs = plan.allocators.size();
-  for (std::size_t i = 0; i < runs; ++i) {
-    ReplayOptions options = plan.options;
-    if (progress) {
-      options.progress = [&progress, i, runs](double f) {
-        progress((static_cast<double>(i) + f) / static_cast<double>(runs));
-      };
+  PointRun run;
+  if (plan.replicas > 1) {
+    run.reports = run_replicas(plan, open);
+  } else {
+    const std::size_t runs = plan.allocators.size();
+    for (std::size_t i = 0; i < runs; ++i) {
+      ReplayOptions options = plan.options;
+      if (progress) {
+        options.progress = [&progress, i, runs](double f) {
+          progress((static_cast<double>(i) + f) / static_cast<double>(runs));
+        };
+      }
+      auto trace = open(trace_options_for(plan, *plan.allocators[i]));
+      run.reports.push_back(replay(*trace, *plan.allocators[i], options));
     }
-    auto trace = open(trace_options_for(plan, *plan.allocators[i]));
-    reports.push_back(replay(*trace, *plan.allocators[i], options));
   }
-  return reports;
+  for (const ReplayReport& r : run.reports) run.warnings.push_back(run_warnings(plan.options.layout, r, true));
+  return run;
 }
 
 CsvShape prepare_points(const SweepSetup& setup, TraceCache& cache) {

@@ -46,7 +46,9 @@ class SweepSetup {
   // The rows: point, points, grid, the axes' values, then replay's CSV columns or JSON run.
   std::string csv_header(const CsvShape& shape) const;
   std::string csv_row(std::int64_t p, const CsvShape& shape, const ReplayReport& report) const;
-  std::string jsonl_row(std::int64_t p, const CsvShape& shape, const ReplayReport& report) const;
+  // `warnings` as replay's JSON carries them: a "warnings" key only when there are any.
+  std::string jsonl_row(std::int64_t p, const CsvShape& shape, const ReplayReport& report,
+                        const std::vector<std::string>& warnings) const;
 
  private:
   po::options_description replay_desc_;
@@ -75,10 +77,17 @@ class TraceCache {
 // into `cache` as the points need it, and returns the CSV columns the whole grid needs.
 CsvShape prepare_points(const SweepSetup& setup, TraceCache& cache);
 
-// Replays point p: one report per allocator, or per replica and total with --replicas.
-// `progress` (may be empty) gets the point's fraction done.
-std::vector<ReplayReport> run_point(const SweepSetup& setup, const TraceCache& cache, std::int64_t p,
-                                    const std::function<void(double)>& progress);
+// A point replayed: one report per allocator, or per replica and total with --replicas, and
+// each report's warnings (replay's: every request refused, a budget that cannot hold one
+// request, an overloaded device).
+struct PointRun {
+  std::vector<ReplayReport> reports;
+  std::vector<std::vector<std::string>> warnings;  // one list per report
+};
+
+// Replays point p. `progress` (may be empty) gets the point's fraction done.
+PointRun run_point(const SweepSetup& setup, const TraceCache& cache, std::int64_t p,
+                   const std::function<void(double)>& progress);
 
 }  // namespace kvsim::cli
 
