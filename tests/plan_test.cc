@@ -232,3 +232,45 @@ TEST_CASE("kvsim plan: refuses what it cannot answer") {
   CHECK(r.err.find("--kv-usage-max: expected a positive share") != std::string::npos);
   CHECK(r.out.empty());
 }
+
+TEST_CASE("kvsim plan: refused requests miss every target, and a search cut by --max-points says so") {
+  // Two requests of 15 + 12 = 27 tokens, 1 s apart. With --max-model-len 20 both are refused
+  // at every load (prompt + output beyond the maximum length), and a run that served nothing
+  // must not meet --no-preemption: the search halves from 1 down to its bound, 0.001
+  // (1, 0.5, ..., 0.001953125, then 0.001: 11 points), every one missed.
+  const std::string trace = write_file("plan-two-refused.csv",
+                                       "id,arrival,prompt_tokens,output_tokens\n"
+                                       "a,0,15,12\n"
+                                       "b,1,15,12\n");
+  const std::vector<std::string> base = {"plan", trace, "--model", "llama-3.1-8b", "--kv-budget", "1GiB",
+                                         "--cost", "constant:step=10ms,prefill-token=0ps"};
+  auto with = [&](std::initializer_list<std::string> more) {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), more);
+    return run_cli(args);
+  };
+  auto r = with({"--no-preemption", "--max-model-len", "20", "--json"});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  auto j = nlohmann::json::parse(r.out);
+  CHECK(j["met"].is_null());
+  CHECK(j["missed"] == "0.001");
+  CHECK(j["points"].size() == 11);
+  CHECK(j["points"][0]["misses"][0] == "refused 2 of 2 requests (2 longer than the maximum length)");
+  CHECK_THAT(j["answer"].get<std::string>(),
+             Catch::StartsWith("No rate-scale tried meets the targets (--no-preemption) for paged:block=16, down to "
+                               "0.001 (") &&
+                 Catch::EndsWith("): refused 2 of 2 requests (2 longer than the maximum length)."));
+  // A generous target met at 1, 2 and 4 with --max-points 3: the search stopped there, far
+  // below its bound of 1000, and says so instead of "no limit found".
+  r = with({"--e2e-p99", "1000s", "--max-points", "3"});
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::StartsWith("Not settled: --max-points 3 ran out: every rate-scale tried meets the targets "
+                                      "(--e2e-p99 1000s) for paged:block=16, up to 4 (") &&
+                        !Catch::Contains("no limit found"));
+  // Likewise a target missed at 1 and 0.5 with --max-points 2.
+  r = with({"--e2e-p99", "1ms", "--max-points", "2"});
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::StartsWith("Not settled: --max-points 2 ran out: no rate-scale tried meets the targets "
+                                      "(--e2e-p99 1ms) for paged:block=16, down to 0.5 ("));
+}

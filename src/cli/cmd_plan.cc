@@ -122,6 +122,19 @@ std::vector<Target> read_targets(const po::variables_map& vm) {
   return targets;
 }
 
+// Why a run misses every target whatever they are: it refused requests (longer than
+// --max-model-len, or never fitting the budget even alone).
+std::optional<std::string> refusal_miss(const ReplayReport& r) {
+  const std::int64_t refused = r.rejected_too_long + r.rejected_too_large;
+  if (refused == 0) return std::nullopt;
+  std::string why;
+  if (r.rejected_too_long > 0) why = fmt::format("{} longer than the maximum length", with_commas(r.rejected_too_long));
+  if (r.rejected_too_large > 0) {
+    why += fmt::format("{}{} never fit the capacity even alone", why.empty() ? "" : ", ", with_commas(r.rejected_too_large));
+  }
+  return fmt::format("refused {} of {} requests ({})", with_commas(refused), with_commas(r.requests), why);
+}
+
 // "1.375" from 1,375,000,000 ppb: what --rate-scale reads back exactly.
 std::string rate_scale_text(std::int64_t ppb) {
   std::string s = fmt::format("{}.{:09d}", ppb / 1'000'000'000, ppb % 1'000'000'000);
@@ -140,6 +153,12 @@ struct Tried {
   ReplayReport report;
 };
 
+// An arrival rate with three significant digits below 1/s (a long trace at a small scale:
+// 0.00192, not 0.000), three decimals above.
+std::string arrivals_text(double per_s) {
+  return per_s > 0 && per_s < 1 ? fmt::format("{:.3g}", per_s) : fmt::format("{:.3f}", per_s);
+}
+
 std::string targets_text(const std::vector<Target>& targets) {
   std::string out;
   for (const auto& t : targets) {
@@ -147,6 +166,14 @@ std::string targets_text(const std::vector<Target>& targets) {
     out += t.name + (t.bound.empty() ? "" : " " + t.bound);
   }
   return out;
+}
+
+// The search stopped at --max-points before it found a bracket or reached its bound.
+std::string points_ran_out(std::size_t tried) { return fmt::format("Not settled: --max-points {} ran out: ", tried); }
+
+std::string capitalized(std::string s) {
+  if (!s.empty() && s.front() >= 'a' && s.front() <= 'z') s.front() = static_cast<char>(s.front() - 'a' + 'A');
+  return s;
 }
 
 }  // namespace
@@ -253,6 +280,9 @@ int run_plan(const Invocation& inv) {
     const SweepSetup setup = setup_for(t.value_text);
     prepare_points(setup, cache);
     t.report = run_point(setup, cache, 0, {}).reports.back();  // with replicas, their total
+    // A refused request is traffic not served: no target is met for it, and a run that
+    // refused everything would otherwise meet --no-preemption and --kv-usage-max at any load.
+    if (auto why = refusal_miss(t.report)) t.misses.push_back(*why);
     for (const auto& target : targets) {
       if (auto why = target.miss(t.report)) t.misses.push_back(*why);
     }
@@ -273,9 +303,7 @@ int run_plan(const Invocation& inv) {
   const auto find = [&](std::int64_t v) -> const Tried& {
     return *std::find_if(tried.begin(), tried.end(), [v](const Tried& t) { return t.value == v; });
   };
-  const auto rate_text = [](const Tried& t) {
-    return fmt::format("{:.3f} requests/s", t.report.overload.arrival_rate_per_s);
-  };
+  const auto rate_text = [](const Tried& t) { return arrivals_text(t.report.overload.arrival_rate_per_s) + " requests/s"; };
   const std::string name = rate ? "rate-scale" : "replicas";
   const std::string what = targets_text(targets);
   const std::string allocator = tried.front().report.allocator;
@@ -297,16 +325,22 @@ int run_plan(const Invocation& inv) {
                            "({}).",
                            tried.size(), name, m.value_text, what, allocator, name, x.value_text, x.misses.front());
   } else if (result.met) {
-    sentence = rate ? fmt::format("Every rate-scale tried meets the targets ({}) for {}, up to {} ({}): no limit "
-                                  "found.",
-                                  what, allocator, find(*result.met).value_text, rate_text(find(*result.met)))
-                    : fmt::format("One replica meets the targets ({}) for {}.", what, allocator);
+    // Only points that met: the search went harder until its bound, or ran out of points.
+    const Tried& m = find(*result.met);
+    const bool bound = *result.met == spec.max;
+    sentence = rate ? fmt::format("every rate-scale tried meets the targets ({}) for {}, up to {} ({}){}.", what,
+                                  allocator, m.value_text, rate_text(m), bound ? ": no limit found" : "")
+                    : fmt::format("one replica meets the targets ({}) for {}.", what, allocator);
+    sentence = bound ? capitalized(sentence) : points_ran_out(tried.size()) + sentence;
   } else {
+    // Only points that missed: the search went easier until its bound, or ran out of points.
     const Tried& x = find(*result.missed);
-    sentence = rate ? fmt::format("No rate-scale tried meets the targets ({}) for {}, down to {} ({}): {}.", what,
+    const bool bound = *result.missed == (rate ? spec.min : spec.max);
+    sentence = rate ? fmt::format("no rate-scale tried meets the targets ({}) for {}, down to {} ({}): {}.", what,
                                   allocator, x.value_text, rate_text(x), x.misses.front())
-                    : fmt::format("No number of replicas up to {} meets the targets ({}) for {}: {}.", x.value_text,
+                    : fmt::format("no number of replicas up to {} meets the targets ({}) for {}: {}.", x.value_text,
                                   what, allocator, x.misses.front());
+    sentence = bound ? capitalized(sentence) : points_ran_out(tried.size()) + sentence;
   }
   for (const auto& [m, x] : result.non_monotone) {
     sentence += fmt::format(" Not monotone: {} {} misses the targets although {} {}, a heavier load, meets them; the "
@@ -364,7 +398,7 @@ int run_plan(const Invocation& inv) {
   for (const Tried* t : by_value) {
     std::string why;
     for (const auto& m : t->misses) why += (why.empty() ? "" : "; ") + m;
-    rows.push_back({std::to_string(t->order), t->value_text, fmt::format("{:.3f}", t->report.overload.arrival_rate_per_s),
+    rows.push_back({std::to_string(t->order), t->value_text, arrivals_text(t->report.overload.arrival_rate_per_s),
                     t->misses.empty() ? "yes" : "no", with_commas(t->report.preemptions),
                     t->report.overload.overloaded ? "yes" : "no", format_seconds(t->report.ttft.p99_ns, 3),
                     format_seconds(t->report.tpot.p99_ns, 3), format_seconds(t->report.e2e.p99_ns, 3),
