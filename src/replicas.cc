@@ -374,6 +374,11 @@ ReplicaRun replay_replicas(TraceReader& trace, const std::vector<Allocator*>& al
   if (together) advance_before(std::numeric_limits<std::int64_t>::max());
   for (auto& e : engines) run.replicas.push_back(e->finish());
   run.total = combine(run.replicas, waiting_at_last_arrival);
+  for (std::size_t k = 0; k < n; ++k) {
+    run.replicas[k].replicas = static_cast<std::int64_t>(n);
+    run.replicas[k].replica = static_cast<std::int64_t>(k);
+  }
+  run.total.replicas = static_cast<std::int64_t>(n);
   return run;
 }
 

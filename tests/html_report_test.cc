@@ -350,6 +350,11 @@ TEST_CASE("html: kvsim report refuses what it cannot read, naming the file, the 
   const auto run = test::run_cli({"replay", trace, "--allocator", "paged", "--requests", "20", "--quiet", "--json"});
   REQUIRE(run.exit_code == 0);
   const std::string json = write("run.json", run.out);
+  // A --replicas run, refused as replay --html refuses it: the page follows one engine a run.
+  const auto replicas_run =
+      test::run_cli({"replay", trace, "--allocator", "paged", "--requests", "20", "--replicas", "2", "--json"});
+  REQUIRE(replicas_run.exit_code == 0);
+  const std::string replicas_json = write("replicas.json", replicas_run.out);
   const std::string out = (dir / "out.html").string();
   const std::string header = "allocator,time_s,step,running,queued,effective_bytes,allocated_bytes,reserved_bytes\n";
   struct Case {
@@ -392,6 +397,7 @@ TEST_CASE("html: kvsim report refuses what it cannot read, naming the file, the 
        "over.csv:2: column 'reserved_bytes': 16 is below allocated_bytes 32"},
       {{"report", json, write("under.csv", header + "paged:block=16,0.5,1,2,0,48,32,64\n")},
        "under.csv:2: column 'allocated_bytes': 32 is below effective_bytes 48"},
+      {{"report", replicas_json}, "replicas.json: runs[0].replicas: a run of kvsim replay --replicas"},
       {{"report", write("over.json", over_reserved(run.out))},
        "over.json: runs[0].memory_bytes.reserved_slots.peak: 1 is below the allocated peak"},
   };
@@ -469,6 +475,30 @@ TEST_CASE("html: kvsim report draws a sweep's figures against its numeric axis, 
   const std::size_t r1 = html.find("<path class=\"data r1\" d=\"", ttft);
   REQUIRE(r1 != std::string::npos);
   CHECK(count(html.substr(r1, html.find("\"/>", r1) - r1), " L") == 1);
+  // With --replicas a sweep has a row per replica and one for their total: only the totals
+  // are drawn. The same rows as above for paged, each total preceded by two replicas' rows
+  // holding half its peak (which drawn would make a second line, or bend this one).
+  const std::string replicas = (dir / "replicas.csv").string();
+  {
+    std::ofstream out_csv(replicas, std::ios::binary);
+    out_csv << "point,points,grid,rate-scale,allocator,replicas,replica,allocated_bytes_peak,ttft_p99_s,"
+               "generated_tokens_per_s\n";
+    const char* peaks[] = {"1073741824", "2147483648", "3221225472"};
+    const char* halves[] = {"536870912", "1073741824", "1610612736"};
+    const char* rates[] = {"1", "2", "4"};
+    for (int p = 0; p < 3; ++p) {
+      for (const char* k : {"0", "1"}) {
+        out_csv << p << ",3,abc," << rates[p] << ",paged,2," << k << "," << halves[p] << ",0.5,50.0\n";
+      }
+      out_csv << p << ",3,abc," << rates[p] << ",paged,2,," << peaks[p] << ",0.5,100.0\n";
+    }
+  }
+  const auto rr = test::run_cli({"report", replicas, "--html", out});
+  INFO(rr.err);
+  REQUIRE(rr.exit_code == 0);
+  const std::string rhtml = test::slurp(out);
+  CHECK(rhtml.find("<path class=\"data r0\" d=\"M72.0,172.0 L282.7,120.0 L704.0,68.0\"/>") != std::string::npos);
+  CHECK(rhtml.find("class=\"data r1\"") == std::string::npos);
   // An axis that is never a number cannot be drawn against.
   const std::string words = (dir / "words.csv").string();
   std::ofstream(words, std::ios::binary)

@@ -163,11 +163,33 @@ TEST_CASE("replay: --timing-device times a device without a budget, and --replic
   REQUIRE(r.exit_code == 0);
   j = Json::parse(r.out);
   REQUIRE(j["runs"].size() == 3);
-  // Both replicas are empty when r1 arrives (replica 0), and r2 finds replica 0 busy.
-  CHECK(j["runs"][0]["allocator"] == "paged:block=16 [replica 0: 1 routed]");
-  CHECK(j["runs"][1]["allocator"] == "paged:block=16 [replica 1: 1 routed]");
-  CHECK(j["runs"][2]["allocator"] == "paged:block=16 [2 replicas]");
+  // Both replicas are empty when r1 arrives (replica 0), and r2 finds replica 0 busy. The
+  // allocator stays the allocator (a key to group by); the replica is a field of its own,
+  // null for the total.
+  for (int k = 0; k < 3; ++k) {
+    CHECK(j["runs"][k]["allocator"] == "paged:block=16");
+    CHECK(j["runs"][k]["replicas"] == 2);
+    CHECK(j["runs"][k]["requests"]["total"] == (k < 2 ? 1 : 2));
+  }
+  CHECK(j["runs"][0]["replica"] == 0);
+  CHECK(j["runs"][1]["replica"] == 1);
+  CHECK(j["runs"][2]["replica"].is_null());
   CHECK(j["runs"][2]["requests"]["completed"] == 2);
+  // The same in CSV: replicas and replica after the allocator, empty for the total; the table
+  // names the runs for people.
+  r = test::run_cli({"replay", trace, "--model", "llama-3.1-8b", "--allocator", "paged", "--replicas", "2", "--csv", "-"});
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::StartsWith("allocator,replicas,replica,requests,completed,") &&
+                        Catch::Contains("\npaged:block=16,2,0,1,1,") && Catch::Contains("\npaged:block=16,2,1,1,1,") &&
+                        Catch::Contains("\npaged:block=16,2,,2,2,"));
+  r = test::run_cli({"replay", trace, "--model", "llama-3.1-8b", "--allocator", "paged", "--replicas", "2"});
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("block=16 [replica 0: 1 routed]") && Catch::Contains("block=16 [replica 1: 1 routed]") &&
+                        Catch::Contains("block=16 [2 replicas]"));
+  // One engine's run has neither field.
+  r = test::run_cli({"replay", trace, "--model", "llama-3.1-8b", "--allocator", "paged", "--json"});
+  REQUIRE(r.exit_code == 0);
+  CHECK_FALSE(Json::parse(r.out)["runs"][0].contains("replica"));
   r = test::run_cli({"replay", trace, "--timing-device", "H900"});
   CHECK(r.exit_code == 2);
   CHECK_THAT(r.err, Catch::Contains("--timing-device") && Catch::Contains("RTX-PRO-6000"));

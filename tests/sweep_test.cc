@@ -374,3 +374,23 @@ TEST_CASE("sweep: a point that served nothing carries replay's warning, naming t
   CHECK(served["requests"]["completed"] == 3);
   CHECK_FALSE(served.contains("warnings"));  // as replay's JSON: only when there are any
 }
+
+TEST_CASE("sweep: varying --replicas gives every row the replicas and replica columns, the allocator kept whole") {
+  // kThree's requests are 1 s apart and take milliseconds: with 2 replicas vLLM's router
+  // sends each to the replica with the fewest in flight, ties to the first scanned from a
+  // start that moves on by one (docs/replay.md): a -> 0, b -> 1, c -> 0.
+  const auto r = run_cli({"sweep", three(), "--model", "llama-3.1-8b", "--allocator", "paged", "--vary", "replicas=1,2",
+                          "--csv", "-"});
+  REQUIRE(r.exit_code == 0);
+  const auto rows = lines(r.out);
+  REQUIRE(rows.size() == 5);  // header, point 0 (one engine), point 1 (two replicas and their total)
+  CHECK(rows[0].rfind("point,points,grid,replicas_option,allocator,replicas,replica,requests,", 0) == 0);
+  const auto cells = [&](std::size_t i) {
+    const auto f = fields(rows[i]);
+    return f[4] + "|" + f[5] + "|" + f[6] + "|" + f[7];  // allocator, replicas, replica, requests
+  };
+  CHECK(cells(1) == "paged:block=16|1||3");
+  CHECK(cells(2) == "paged:block=16|2|0|2");
+  CHECK(cells(3) == "paged:block=16|2|1|1");
+  CHECK(cells(4) == "paged:block=16|2||3");
+}

@@ -347,6 +347,10 @@ struct LatencySamples {
 
 struct ReplayReport {
   std::string allocator;            // canonical name with parameters
+  // Runs of replay_replicas() (include/kvsim/replicas.h): how many replicas, and which one
+  // this run is (0-based), -1 for their total. 0 and -1 for one engine's run.
+  std::int64_t replicas = 0;
+  std::int64_t replica = -1;
   std::string trace;                // path
   std::string cost_model;
   std::string schedule;             // "simulated" or "measured"

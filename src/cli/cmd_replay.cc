@@ -663,8 +663,7 @@ std::vector<ReplayReport> run_all(ReplayPlan& plan, TimelineScratch& scratch,
 }  // namespace
 
 // --replicas: each allocator spec replayed by plan.replicas engines behind vLLM's router;
-// its columns are the replicas, then their total, named "<allocator> [replica k]" and
-// "<allocator> [N replicas]" in every output.
+// its runs are the replicas, then their total (ReplayReport::replica, run_name()).
 std::vector<ReplayReport> run_replicas(ReplayPlan& plan, const TraceOpener& open) {
   std::vector<ReplayReport> reports;
   for (auto& group : plan.replica_allocators) {
@@ -672,11 +671,7 @@ std::vector<ReplayReport> run_replicas(ReplayPlan& plan, const TraceOpener& open
     for (auto& a : group) allocators.push_back(a.get());
     auto trace = open(trace_options_for(plan, *allocators.front()));
     ReplicaRun run = replay_replicas(*trace, allocators, plan.options);
-    for (std::size_t k = 0; k < run.replicas.size(); ++k) {
-      run.replicas[k].allocator += fmt::format(" [replica {}: {} routed]", k, with_commas(run.routed[k]));
-      reports.push_back(std::move(run.replicas[k]));
-    }
-    run.total.allocator += fmt::format(" [{} replicas]", run.replicas.size());
+    for (auto& replica : run.replicas) reports.push_back(std::move(replica));
     reports.push_back(std::move(run.total));
   }
   return reports;

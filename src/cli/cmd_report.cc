@@ -89,6 +89,12 @@ void read_replay_json(const Json& j, const std::string& path, HtmlPage& page) {
       }
       return v;
     };
+    // As replay --html refuses --replicas: the page's charts follow one engine a run.
+    if (r.contains("replicas")) {
+      throw InputError(Location{path, 0, where + "replicas"},
+                       "a run of kvsim replay --replicas: the page draws one engine a run, as replay --html does; "
+                       "replay without --replicas for the page, or chart the replicas' totals from kvsim sweep --csv");
+    }
     HtmlRun run;
     run.allocator = text(r, "allocator", path, where);
     run.capacity_bytes = to_int(amount({"serving", "capacity_bytes"}, true));
@@ -317,8 +323,12 @@ void read_sweep(Csv& csv, const std::string& path, HtmlPage& page) {
     double peak_gib = 0, tokens_per_s = 0;
     std::optional<double> ttft_s;
   };
+  // With --replicas a row per replica, then their total: the totals are what the points
+  // compare (a replica's row is its own engine's share).
+  const std::size_t replica = csv.column("replica", true);
   std::vector<Row> rows;
   while (csv.next()) {
+    if (replica < csv.width() && !csv.cell(replica).empty()) continue;
     Row r;
     for (std::size_t a = 3; a < alloc; ++a) r.axes.push_back(csv.cell(a));
     r.allocator = csv.cell(alloc);

@@ -87,9 +87,19 @@ std::string p50_p99_ms(const Latency& l) {
   return l.count > 0 ? ms(l.p50_ns) + " / " + ms(l.p99_ns) : std::string("n/a");
 }
 
+}  // namespace
+
+std::string run_name(const ReplayReport& r) {
+  if (r.replicas == 0) return r.allocator;
+  if (r.replica < 0) return fmt::format("{} [{} replicas]", r.allocator, r.replicas);
+  return fmt::format("{} [replica {}: {} routed]", r.allocator, r.replica, with_commas(r.requests));
+}
+
+namespace {
+
 // An overloaded run, in one sentence (src/overload.cc decides; this only words it).
 std::string overload_text(const ReplayReport& r) {
-  return fmt::format("{}: the device cannot keep up: {:.2f} requests/s arrive, {:.2f}/s are served; {}", r.allocator,
+  return fmt::format("{}: the device cannot keep up: {:.2f} requests/s arrive, {:.2f}/s are served; {}", run_name(r),
                      r.overload.arrival_rate_per_s, r.overload.service_rate_per_s, r.overload.reason);
 }
 
@@ -116,7 +126,7 @@ std::vector<std::string> run_warnings(const KvLayout& layout, const ReplayReport
     for (const auto& w : why) reasons += (reasons.empty() ? "" : ", ") + w;
     out.push_back(fmt::format("{}: refused every request ({}): {}; nothing was served, so throughput and latencies "
                               "say nothing",
-                              r.allocator, with_commas(r.requests), reasons));
+                              run_name(r), with_commas(r.requests), reasons));
   }
   // The smallest request's effective tokens at its full length (one sample, sliding
   // windows capped): no allocator holds a request in less.
@@ -125,7 +135,7 @@ std::vector<std::string> run_warnings(const KvLayout& layout, const ReplayReport
     if (need > r.capacity_bytes) {
       out.push_back(fmt::format("{}: the capacity of {} bytes cannot hold one request of the trace: the shortest, "
                                 "{} tokens (prompt + output), needs at least {} bytes of effective tokens",
-                                r.allocator, with_commas(r.capacity_bytes), with_commas(r.shortest_request_tokens),
+                                run_name(r), with_commas(r.capacity_bytes), with_commas(r.shortest_request_tokens),
                                 with_commas(need)));
     }
   }
@@ -133,7 +143,7 @@ std::vector<std::string> run_warnings(const KvLayout& layout, const ReplayReport
   if (r.capacity_bytes == 0 && r.allocator.find("placement=") != std::string::npos) {
     out.push_back(fmt::format("{}: placement without a budget changes nothing: the arena is unbounded, so every "
                               "reservation finds an extent (give --kv-budget or --device)",
-                              r.allocator));
+                              run_name(r)));
   }
   if (overload && r.overload.overloaded) out.push_back(overload_text(r));
   return out;
@@ -214,7 +224,7 @@ std::string run_header(const ReplayContext& c, const std::vector<ReplayReport>& 
     for (const ReplayReport& run : reports) {
       if (run.requests != r.requests) continue;  // a replica's share
       differ = differ || run.end_ns - run.start_ns != r.end_ns - r.start_ns;
-      spans += fmt::format("{}{} s ({})", spans.empty() ? "" : ", ", seconds(run.end_ns - run.start_ns), run.allocator);
+      spans += fmt::format("{}{} s ({})", spans.empty() ? "" : ", ", seconds(run.end_ns - run.start_ns), run_name(run));
     }
     out += fmt::format("trace    {} requests over {} simulated\n", with_commas(r.requests),
                        differ ? spans : seconds(r.end_ns - r.start_ns) + " s");
@@ -231,7 +241,7 @@ class RunColumns {
  public:
   explicit RunColumns(const std::vector<ReplayReport>& reports) : reports_(reports), table_(headers(reports)) {
     std::vector<std::string> params{""};
-    for (const auto& r : reports) params.push_back(split_name(r.allocator).second);
+    for (const auto& r : reports) params.push_back(split_name(run_name(r)).second);
     table_.add(std::move(params));
   }
 
@@ -252,7 +262,7 @@ class RunColumns {
     std::vector<std::string> kinds{""};
     std::vector<SheetTable::Align> align{SheetTable::Align::left};
     for (const auto& r : reports) {
-      kinds.push_back(split_name(r.allocator).first);
+      kinds.push_back(split_name(run_name(r)).first);
       align.push_back(SheetTable::Align::right);
     }
     return SheetTable(kinds, align);
@@ -488,6 +498,10 @@ Json overload_json(const Overload& o) {
 nlohmann::ordered_json replay_run_json(const ReplayReport& r, bool placement) {
   Json run;
   run["allocator"] = r.allocator;
+  if (r.replicas > 0) {  // one of --replicas: which (null for their total)
+    run["replicas"] = r.replicas;
+    run["replica"] = r.replica >= 0 ? Json(r.replica) : Json(nullptr);
+  }
   run["schedule"] = r.schedule;
   run["cost_model"] = r.cost_model;
   run["requests"] = Json{{"total", r.requests},
@@ -694,6 +708,14 @@ std::vector<std::pair<const char*, Cell>> csv_columns(const CsvShape& shape) {
       {"generated_tokens_per_s", decimal([](const ReplayReport& r) { return r.generated_tokens_per_s; }, 3)},
       {"allocated_bytes_at_end", integer(&ReplayReport::allocated_bytes_at_end)},
   };
+  // With --replicas: the replicas and which one the row is (empty for their total, and for
+  // one engine's run in a sweep that varies --replicas: replicas 1), beside the allocator,
+  // which stays the allocator alone (run_name() is for people).
+  if (shape.replicas) {
+    columns.insert(columns.begin() + 1,
+                   {{"replicas", [](const ReplayReport& r) { return std::to_string(std::max<std::int64_t>(1, r.replicas)); }},
+                    {"replica", [](const ReplayReport& r) { return r.replica >= 0 ? std::to_string(r.replica) : std::string(); }}});
+  }
   if (shape.placement) {  // the same columns on every row: 0 where nothing is placed
     columns.push_back({"external_frag_bytes_mean",
                        decimal([](const ReplayReport& r) { return r.external_fragmentation_bytes_mean; }, 3)});
@@ -730,7 +752,8 @@ std::string csv_field(const std::string& text) {
 }
 
 CsvShape csv_shape(const std::vector<ReplayReport>& reports) {
-  return CsvShape{any_placement(reports), any_sharing(reports)};
+  return CsvShape{any_placement(reports), any_sharing(reports),
+                  std::any_of(reports.begin(), reports.end(), [](const ReplayReport& r) { return r.replicas > 0; })};
 }
 
 std::string replay_csv_header(const CsvShape& shape) {

@@ -32,6 +32,10 @@ std::string replay_json(const ReplayContext& context, const std::vector<ReplayRe
 // What `kvsim replay --help` says about reading its figures: block-level usage in demand mode,
 // swapped in against swapped out, the warnings.
 std::string replay_figures_help();
+// A run's name for people (tables, warnings, pages): its allocator, and for a run of
+// --replicas "[replica k: R routed]" or, for their total, "[N replicas]". CSV and JSON keep
+// the allocator as it is and give the replica in fields of their own.
+std::string run_name(const ReplayReport& report);
 // What went wrong in one run, one sentence each: every request refused, a budget that cannot
 // hold one request, placement without a budget, and (with `overload`) an overloaded device.
 std::vector<std::string> run_warnings(const KvLayout& layout, const ReplayReport& report, bool overload);
@@ -46,6 +50,7 @@ std::string replay_csv(const std::vector<ReplayReport>& reports);
 struct CsvShape {
   bool placement = false;  // a run places reservations (Allocator::pool().places_reservations)
   bool sharing = false;    // a run shares prompt blocks (Allocator::prefix_block_tokens() > 0)
+  bool replicas = false;   // a run is one of --replicas (ReplayReport::replicas > 0)
 };
 CsvShape csv_shape(const std::vector<ReplayReport>& reports);
 // A CSV cell: quoted (RFC 4180) when it holds a comma, a quote or a newline.

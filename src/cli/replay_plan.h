@@ -108,8 +108,8 @@ TraceOptions trace_options_for(const ReplayPlan& plan, const Allocator& allocato
 using TraceOpener = std::function<std::unique_ptr<TraceReader>(const TraceOptions&)>;
 
 // --replicas N: each allocator spec of plan.replica_allocators replayed by N engines behind
-// vLLM's router; the reports are the replicas, then their total, named "<allocator>
-// [replica k: R routed]" and "<allocator> [N replicas]".
+// vLLM's router; the reports are the replicas, then their total (ReplayReport::replica;
+// run_name() names them "<allocator> [replica k: R routed]" and "<allocator> [N replicas]").
 std::vector<ReplayReport> run_replicas(ReplayPlan& plan, const TraceOpener& open);
 
 }  // namespace kvsim::cli

@@ -19,7 +19,7 @@ namespace {
 // The name of an axis's column: the option's, unless replay's rows have one of that name.
 std::string axis_column(const std::string& name) {
   static const std::vector<std::string> taken = [] {
-    std::vector<std::string> names = split_csv_line(replay_csv_header(CsvShape{true, true}));
+    std::vector<std::string> names = split_csv_line(replay_csv_header(CsvShape{true, true, true}));
     const nlohmann::ordered_json run = replay_run_json(ReplayReport{}, true);
     for (auto it = run.begin(); it != run.end(); ++it) names.push_back(it.key());
     names.insert(names.end(), {"point", "points", "grid"});
@@ -245,6 +245,7 @@ CsvShape prepare_points(const SweepSetup& setup, TraceCache& cache) {
   CsvShape shape;
   for (std::int64_t p = 0; p < setup.grid().points(); ++p) {
     ReplayPlan plan = setup.plan_point(p);
+    shape.replicas = shape.replicas || plan.replicas > 1;
     std::vector<const Allocator*> runs;
     for (const auto& a : plan.allocators) runs.push_back(a.get());
     for (const auto& group : plan.replica_allocators) runs.push_back(group.front().get());
