@@ -355,6 +355,22 @@ TEST_CASE("html: kvsim report refuses what it cannot read, naming the file, the 
       test::run_cli({"replay", trace, "--allocator", "paged", "--requests", "20", "--replicas", "2", "--json"});
   REQUIRE(replicas_run.exit_code == 0);
   const std::string replicas_json = write("replicas.json", replicas_run.out);
+  // The same run's CSVs, whole and damaged: each must match the JSON it is given with (every
+  // run from its start to its end, every request once).
+  const std::string saved_json = (dir / "saved.json").string(), saved_t = (dir / "saved-t.csv").string(),
+                    saved_r = (dir / "saved-r.csv").string();
+  const auto saved = test::run_cli({"replay", trace, "--allocator", "paged", "--requests", "20", "--quiet", "--json",
+                                    "--timeline", saved_t, "--per-request", saved_r});
+  REQUIRE(saved.exit_code == 0);
+  write("saved.json", saved.out);
+  const auto first_lines = [](const std::string& text, int n) {
+    std::size_t at = 0;
+    for (int i = 0; i < n; ++i) at = text.find('\n', at) + 1;
+    return text.substr(0, at);
+  };
+  const std::string timeline_text = test::slurp(saved_t), per_request_text = test::slurp(saved_r);
+  REQUIRE(test::run_cli({"report", saved_json, saved_t, saved_r, "--html", (dir / "whole.html").string()}).exit_code == 0);
+  const std::string second_row = first_lines(per_request_text, 2).substr(first_lines(per_request_text, 1).size());
   const std::string out = (dir / "out.html").string();
   const std::string header = "allocator,time_s,step,running,queued,effective_bytes,allocated_bytes,reserved_bytes\n";
   struct Case {
@@ -398,6 +414,17 @@ TEST_CASE("html: kvsim report refuses what it cannot read, naming the file, the 
       {{"report", json, write("under.csv", header + "paged:block=16,0.5,1,2,0,48,32,64\n")},
        "under.csv:2: column 'allocated_bytes': 32 is below effective_bytes 48"},
       {{"report", replicas_json}, "replicas.json: runs[0].replicas: a run of kvsim replay --replicas"},
+      // CSVs cut short, doubled, of another run, or given twice: the JSON says what they hold.
+      {{"report", saved_json, write("cut-t.csv", first_lines(timeline_text, 5))},
+       "cut-t.csv:5: paged:block=16's last row is at"},
+      {{"report", saved_json, write("cut-r.csv", first_lines(per_request_text, 5))},
+       "cut-r.csv:5: 4 rows of paged:block=16"},
+      {{"report", saved_json, write("twice-r.csv", per_request_text + second_row)},
+       "twice-r.csv:22: column 'ordinal': request 1 of paged:block=16 a second time"},
+      {{"report", saved_json, write("odd-r.csv", first_lines(per_request_text, 1) +
+                                                    std::string(second_row).replace(second_row.rfind(",completed"), 10, ",exploded"))},
+       "odd-r.csv:2: column 'outcome': expected completed, cancelled or refused, got \"exploded\""},
+      {{"report", saved_json, saved_t, saved_t}, "saved-t.csv: a second --timeline CSV"},
       {{"report", write("over.json", over_reserved(run.out))},
        "over.json: runs[0].memory_bytes.reserved_slots.peak: 1 is below the allocated peak"},
   };

@@ -68,7 +68,14 @@ std::string text(const Json& j, const char* key, const std::string& path, const 
 std::int64_t to_ns(double seconds) { return static_cast<std::int64_t>(std::llround(seconds * 1e9)); }
 std::int64_t to_int(double v) { return static_cast<std::int64_t>(std::llround(v)); }
 
-void read_replay_json(const Json& j, const std::string& path, HtmlPage& page) {
+// What the replay's JSON says each run's CSVs hold: every request once in --per-request,
+// the completed ones completed; a --timeline whose last row is the state at the run's end,
+// after its last step.
+struct RunFacts {
+  std::int64_t requests = 0, completed = 0, end_ns = 0, iterations = 0;
+};
+
+void read_replay_json(const Json& j, const std::string& path, HtmlPage& page, std::vector<RunFacts>& facts) {
   page.title = "kvsim replay " + text(j, "trace", path, "");
   if (j.contains("model") && j["model"].is_object()) {
     page.context.push_back("model    " + text(j["model"], "name", path, "model."));
@@ -120,6 +127,18 @@ void read_replay_json(const Json& j, const std::string& path, HtmlPage& page) {
         amount({"external_fragmentation", "free_bytes_outside_largest_extent_mean"}, true);
     run.prefix_caching = r.contains("prefix_cache");
     page.runs.push_back(std::move(run));
+    const auto whole = [&](std::initializer_list<const char*> keys) {
+      const double v = number(r, keys, path);
+      if (v < 0 || v != std::floor(v)) {
+        std::string field = where;
+        for (const char* k : keys) field += std::string(field == where ? "" : ".") + k;
+        throw InputError(Location{path, 0, field}, fmt::format("expected a count, got {}", v));
+      }
+      return to_int(v);
+    };
+    facts.push_back({whole({"requests", "total"}), whole({"requests", "completed"}),
+                     to_ns(number(r, {"time", "end_s"}, path)),
+                     whole({"time", "iterations"})});
   }
   page.answers = plain_answers(page.runs);
   if (j.contains("warnings") && j["warnings"].is_array()) {
@@ -249,23 +268,39 @@ class Csv {
   std::int64_t line_ = 1;
 };
 
-HtmlRun& run_named(HtmlPage& page, const std::string& name, const std::string& path, std::int64_t line) {
-  for (auto& r : page.runs) {
-    if (r.allocator == name) return r;
+// The index of the run `name` in page.runs.
+std::size_t run_named(const HtmlPage& page, const std::string& name, const std::string& path, std::int64_t line) {
+  for (std::size_t i = 0; i < page.runs.size(); ++i) {
+    if (page.runs[i].allocator == name) return i;
   }
   throw InputError(Location{path, line, "column 'allocator'"},
                    "\"" + printable(name) + "\" is not a run of the replay's --json output given with it");
 }
 
-void read_timeline(Csv& csv, const std::string& path, HtmlPage& page) {
+// Two times the same within 1 us: the JSON's seconds are a double, the CSV's nine decimals.
+bool same_time(std::int64_t a_ns, std::int64_t b_ns) { return a_ns - b_ns <= 1000 && b_ns - a_ns <= 1000; }
+
+void read_timeline(Csv& csv, const std::string& path, HtmlPage& page, const std::vector<RunFacts>& facts) {
   const std::size_t alloc = csv.column("allocator"), time = csv.column("time_s"), running = csv.column("running"),
                     queued = csv.column("queued"), effective = csv.column("effective_bytes"),
                     allocated = csv.column("allocated_bytes"), reserved = csv.column("reserved_bytes"),
-                    max = csv.column("allocated_bytes_max", true);
+                    max = csv.column("allocated_bytes_max", true), step = csv.column("step");
+  // Each run's last row: the state at its end, after its last step (the first is not always
+  // at its start: sampled rows close an interval).
+  struct Seen {
+    std::int64_t rows = 0, last_ns = 0, last_step = 0, last_line = 0;
+  };
+  std::vector<Seen> seen(page.runs.size());
   while (csv.next()) {
-    HtmlRun& run = run_named(page, csv.cell(alloc), path, csv.line());
+    const std::size_t index = run_named(page, csv.cell(alloc), path, csv.line());
+    HtmlRun& run = page.runs[index];
     HtmlPoint p;
     p.time_ns = csv.seconds_ns(time);
+    Seen& s = seen[index];
+    ++s.rows;
+    s.last_ns = p.time_ns;
+    s.last_step = csv.count(step);
+    s.last_line = csv.line();
     if (!run.timeline.empty() && p.time_ns < run.timeline.back().time_ns) {
       throw InputError(Location{path, csv.line(), "column 'time_s'"},
                        "time goes backwards within the allocator's rows (a timeline's rows are in time order)");
@@ -289,17 +324,65 @@ void read_timeline(Csv& csv, const std::string& path, HtmlPage& page) {
     }
     add_point(run, p);
   }
+  for (std::size_t i = 0; i < page.runs.size(); ++i) {
+    const Seen& s = seen[i];
+    const RunFacts& f = facts[i];
+    const std::string& name = page.runs[i].allocator;
+    if (s.rows == 0) {
+      throw InputError(Location{path, csv.line(), ""},
+                       "no row of the run " + name + ": replay's --timeline has every run of its --json output");
+    }
+    if (!same_time(s.last_ns, f.end_ns) || s.last_step != f.iterations) {
+      throw InputError(Location{path, s.last_line, ""},
+                       fmt::format("{}'s last row is at {} s (step {}), the run ends at {} s after {} steps by the "
+                                   "--json output: a timeline cut short, or of another run",
+                                   name, format_seconds(s.last_ns, 9), s.last_step, format_seconds(f.end_ns, 9),
+                                   f.iterations));
+    }
+  }
 }
 
-void read_per_request(Csv& csv, const std::string& path, HtmlPage& page) {
+void read_per_request(Csv& csv, const std::string& path, HtmlPage& page, const std::vector<RunFacts>& facts) {
   const std::size_t alloc = csv.column("allocator"), outcome = csv.column("outcome"), ttft = csv.column("ttft_s"),
-                    tpot = csv.column("tpot_s"), e2e = csv.column("e2e_s");
+                    tpot = csv.column("tpot_s"), e2e = csv.column("e2e_s"), ordinal = csv.column("ordinal");
+  // Each run's requests by ordinal (1..requests, each once) and its completed ones.
+  std::vector<std::vector<bool>> seen(page.runs.size());
+  std::vector<std::int64_t> completed(page.runs.size(), 0);
+  for (std::size_t i = 0; i < page.runs.size(); ++i) seen[i].assign(static_cast<std::size_t>(facts[i].requests), false);
   while (csv.next()) {
-    HtmlRun& run = run_named(page, csv.cell(alloc), path, csv.line());
-    if (csv.cell(outcome) != "completed") continue;
-    if (!csv.cell(ttft).empty()) run.ttft_ns.push_back(csv.seconds_ns(ttft));
+    const std::size_t index = run_named(page, csv.cell(alloc), path, csv.line());
+    HtmlRun& run = page.runs[index];
+    const std::int64_t k = csv.count(ordinal);
+    if (k < 1 || k > facts[index].requests) {
+      throw InputError(Location{path, csv.line(), "column 'ordinal'"},
+                       fmt::format("{} is not a request of {}: the --json output has {} requests", k, run.allocator,
+                                   facts[index].requests));
+    }
+    if (seen[index][static_cast<std::size_t>(k - 1)]) {
+      throw InputError(Location{path, csv.line(), "column 'ordinal'"},
+                       fmt::format("request {} of {} a second time: replay writes a row per request", k, run.allocator));
+    }
+    seen[index][static_cast<std::size_t>(k - 1)] = true;
+    const std::string& o = csv.cell(outcome);
+    if (o == "cancelled" || o == "refused") continue;
+    if (o != "completed") {
+      throw InputError(Location{path, csv.line(), "column 'outcome'"},
+                       "expected completed, cancelled or refused, got \"" + printable(o) + "\"");
+    }
+    ++completed[index];
+    // A completed request has a first token and an end; TPOT only with two or more tokens.
+    run.ttft_ns.push_back(csv.seconds_ns(ttft));
     if (!csv.cell(tpot).empty()) run.tpot_ns.push_back(csv.seconds_ns(tpot));
-    if (!csv.cell(e2e).empty()) run.e2e_ns.push_back(csv.seconds_ns(e2e));
+    run.e2e_ns.push_back(csv.seconds_ns(e2e));
+  }
+  for (std::size_t i = 0; i < page.runs.size(); ++i) {
+    const auto rows = std::count(seen[i].begin(), seen[i].end(), true);
+    if (rows != facts[i].requests || completed[i] != facts[i].completed) {
+      throw InputError(Location{path, csv.line(), ""},
+                       fmt::format("{} rows of {} ({} completed), the --json output has {} requests ({} completed): "
+                                   "a file cut short, or of another run",
+                                   rows, page.runs[i].allocator, completed[i], facts[i].requests, facts[i].completed));
+    }
   }
 }
 
@@ -386,7 +469,8 @@ int run_report(const Invocation& inv) {
 
   // The JSON first (the CSVs' rows attach to its runs), whatever the order given.
   HtmlPage page;
-  bool replay_json = false, validate_json = false;
+  std::vector<RunFacts> facts;  // one per run of replay's JSON
+  bool replay_json = false, validate_json = false, timeline = false, per_request = false;
   std::vector<std::string> csvs;
   for (const auto& path : inputs) {
     // JSON opens with '{' (or '[', which no kvsim output does: refused below as JSON, not
@@ -412,7 +496,7 @@ int run_report(const Invocation& inv) {
     refuse_nul_bytes(text, Location{path, 0, ""});
     if (replay_json || validate_json) throw InputError(Location{path, 0, ""}, "a second JSON output: give one");
     if (j.is_object() && j.contains("runs") && j["runs"].is_array()) {
-      read_replay_json(j, path, page);
+      read_replay_json(j, path, page, facts);
       replay_json = true;
     } else if (j.is_object() && j.contains("makespan_s") && j.contains("ttft")) {
       read_validate_json(j, path, page);
@@ -431,10 +515,17 @@ int run_report(const Invocation& inv) {
     if (!replay_json) {
       throw InputError(Location{path, 0, ""}, "a CSV needs the 'kvsim replay --json' output of the same run beside it");
     }
+    // One of each: replay writes every run's rows to one file.
+    const auto once = [&](bool& given, const char* what) {
+      if (given) throw InputError(Location{path, 0, ""}, std::string("a second ") + what + " CSV: give the replay's one");
+      given = true;
+    };
     if (header.rfind("allocator,time_s,", 0) == 0) {
-      read_timeline(csv, path, page);
+      once(timeline, "--timeline");
+      read_timeline(csv, path, page, facts);
     } else if (header.rfind("allocator,id,ordinal,", 0) == 0) {
-      read_per_request(csv, path, page);
+      once(per_request, "--per-request");
+      read_per_request(csv, path, page, facts);
     } else {
       throw InputError(Location{path, 1, ""},
                        "neither a --timeline nor a --per-request CSV of kvsim replay (its header starts \"" +
