@@ -479,13 +479,14 @@ TEST_CASE("html: kvsim report draws a sweep's figures against its numeric axis, 
   // second line; a TTFT left empty is left out of the TTFT chart.
   const std::string csv = (dir / "sweep.csv").string();
   std::ofstream(csv, std::ios::binary)
-      << "point,points,grid,rate-scale,allocator,allocated_bytes_peak,ttft_p99_s,generated_tokens_per_s\n"
-         "0,6,abc,1,paged,1073741824,0.5,100.0\n"
-         "1,6,abc,1,\"dynamic:growth=chunk,chunk=64\",1073741824,,100.0\n"
-         "2,6,abc,2,paged,2147483648,0.6,200.0\n"
-         "3,6,abc,2,\"dynamic:growth=chunk,chunk=64\",2147483648,0.7,200.0\n"
-         "4,6,abc,4,paged,3221225472,0.9,300.0\n"
-         "5,6,abc,4,\"dynamic:growth=chunk,chunk=64\",3221225472,1.0,300.0\n";
+      << "point,points,grid,point_rows,rate-scale,allocator,allocated_bytes_peak,reserved_bytes_peak,ttft_p99_s,"
+         "generated_tokens_per_s\n"
+         "0,6,abc,1,1,paged,1073741824,1073741824,0.5,100.0\n"
+         "1,6,abc,1,1,\"dynamic:growth=chunk,chunk=64\",1073741824,1073741824,,100.0\n"
+         "2,6,abc,1,2,paged,2147483648,2147483648,0.6,200.0\n"
+         "3,6,abc,1,2,\"dynamic:growth=chunk,chunk=64\",2147483648,2147483648,0.7,200.0\n"
+         "4,6,abc,1,4,paged,3221225472,3221225472,0.9,300.0\n"
+         "5,6,abc,1,4,\"dynamic:growth=chunk,chunk=64\",3221225472,3221225472,1.0,300.0\n";
   const std::string out = (dir / "sweep.html").string();
   const auto r = test::run_cli({"report", csv, "--html", out});
   INFO(r.err);
@@ -508,16 +509,17 @@ TEST_CASE("html: kvsim report draws a sweep's figures against its numeric axis, 
   const std::string replicas = (dir / "replicas.csv").string();
   {
     std::ofstream out_csv(replicas, std::ios::binary);
-    out_csv << "point,points,grid,rate-scale,allocator,replicas,replica,allocated_bytes_peak,ttft_p99_s,"
-               "generated_tokens_per_s\n";
+    out_csv << "point,points,grid,point_rows,rate-scale,allocator,replicas,replica,allocated_bytes_peak,"
+               "reserved_bytes_peak,ttft_p99_s,generated_tokens_per_s\n";
     const char* peaks[] = {"1073741824", "2147483648", "3221225472"};
     const char* halves[] = {"536870912", "1073741824", "1610612736"};
     const char* rates[] = {"1", "2", "4"};
     for (int p = 0; p < 3; ++p) {
       for (const char* k : {"0", "1"}) {
-        out_csv << p << ",3,abc," << rates[p] << ",paged,2," << k << "," << halves[p] << ",0.5,50.0\n";
+        out_csv << p << ",3,abc,3," << rates[p] << ",paged,2," << k << "," << halves[p] << "," << halves[p]
+                << ",0.5,50.0\n";
       }
-      out_csv << p << ",3,abc," << rates[p] << ",paged,2,," << peaks[p] << ",0.5,100.0\n";
+      out_csv << p << ",3,abc,3," << rates[p] << ",paged,2,," << peaks[p] << "," << peaks[p] << ",0.5,100.0\n";
     }
   }
   const auto rr = test::run_cli({"report", replicas, "--html", out});
@@ -529,9 +531,35 @@ TEST_CASE("html: kvsim report draws a sweep's figures against its numeric axis, 
   // An axis that is never a number cannot be drawn against.
   const std::string words = (dir / "words.csv").string();
   std::ofstream(words, std::ios::binary)
-      << "point,points,grid,policy,allocator,allocated_bytes_peak,ttft_p99_s,generated_tokens_per_s\n"
-         "0,1,abc,vllm,paged,1,0.5,1\n";
+      << "point,points,grid,point_rows,policy,allocator,allocated_bytes_peak,reserved_bytes_peak,ttft_p99_s,"
+         "generated_tokens_per_s\n"
+         "0,1,abc,1,vllm,paged,1,1,0.5,1\n";
   const auto bad = test::run_cli({"report", words, "--html", out});
   CHECK(bad.exit_code == 1);
   CHECK_THAT(bad.err, Catch::Contains("words.csv:1: no axis whose values are all numbers"));
+  // Whole, as sweep merge checks parts: every point, each once and with all its rows; the
+  // allocated peak never above the reserved one.
+  const std::string text = test::slurp(csv);
+  const auto damaged = [&](const std::string& name, const std::string& body) {
+    const std::string path = (dir / name).string();
+    std::ofstream(path, std::ios::binary) << body;
+    return test::run_cli({"report", path, "--html", out});
+  };
+  const std::size_t row_4 = text.find("\n4,6,") + 1;
+  auto d = damaged("cut.csv", text.substr(0, row_4));  // points 4 and 5 lost at a line's end
+  CHECK(d.exit_code == 1);
+  CHECK_THAT(d.err, Catch::Contains("cut.csv: 2 of the grid's 6 points are in none of the 1 parts (points 4, 5)"));
+  d = damaged("doubled.csv", text + text.substr(row_4));
+  CHECK(d.exit_code == 1);
+  CHECK_THAT(d.err, Catch::Contains("doubled.csv:8: point: 4 after 5: a sweep writes its points in order"));
+  std::string over = text;
+  const std::string first_row = "0,6,abc,1,1,paged,1073741824,1073741824,";
+  over.replace(over.find(first_row), first_row.size(), "0,6,abc,1,1,paged,1073741824,1073741823,");
+  d = damaged("over.csv", over);
+  CHECK(d.exit_code == 1);
+  CHECK_THAT(d.err, Catch::Contains("over.csv:2: column 'reserved_bytes_peak': 1073741823 is below allocated_bytes_peak"));
+  d = damaged("older.csv", "point,points,grid,rate-scale,allocator,allocated_bytes_peak,reserved_bytes_peak,ttft_p99_s,"
+                           "generated_tokens_per_s\n0,1,abc,1,paged,1,1,0.5,1\n");
+  CHECK(d.exit_code == 1);
+  CHECK_THAT(d.err, Catch::Contains("older.csv:1: written by an older kvsim sweep (no point_rows column"));
 }

@@ -78,9 +78,11 @@ TEST_CASE("sweep: grid order (last axis fastest), columns named as the options, 
   REQUIRE(r.exit_code == 0);
   const auto rows = lines(slurp(out));
   REQUIRE(rows.size() == 7);  // header + 6 points, one allocator each
-  // Leading columns, then the axes (allocator and requests are also replay's columns, so
-  // their axes are allocator_option and requests_option), then replay's CSV columns.
-  CHECK(rows[0].rfind("point,points,grid,allocator_option,requests_option,allocator,requests,completed,", 0) == 0);
+  // Leading columns (point_rows: the rows of the point, one per allocator here), then the
+  // axes (allocator and requests are also replay's columns, so their axes are
+  // allocator_option and requests_option), then replay's CSV columns.
+  CHECK(rows[0].rfind("point,points,grid,point_rows,allocator_option,requests_option,allocator,requests,completed,", 0) ==
+        0);
   const auto peak = column(rows[0], "allocated_bytes_peak");
   const auto requests = column(rows[0], "requests");
   // llama-3.1-8b: 32 layers x 8 KV heads x 128 x (K + V) x 2 bytes = 131,072 bytes a
@@ -94,8 +96,9 @@ TEST_CASE("sweep: grid order (last axis fastest), columns named as the options, 
     CHECK(f[0] == std::to_string(p));
     CHECK(f[1] == "6");
     CHECK(f[2].size() == 16);
-    CHECK(f[3] == block[p]);
-    CHECK(f[4] == count[p]);
+    CHECK(f[3] == "1");
+    CHECK(f[4] == block[p]);
+    CHECK(f[5] == count[p]);
     CHECK(f[requests] == count[p]);  // --requests N keeps the first N
     CHECK(f[peak] == (p < 3 ? "2097152" : "4194304"));
   }
@@ -113,7 +116,9 @@ TEST_CASE("sweep: several allocators in one point give one row each; a bracketed
   CHECK(rows[1].rfind("0,2,", 0) == 0);
   CHECK(rows[2].rfind("0,2,", 0) == 0);
   CHECK(rows[3].rfind("1,2,", 0) == 0);
-  CHECK(fields(rows[1])[3] == "paged:block=16,paged:block=32");
+  CHECK(fields(rows[1])[3] == "2");  // point_rows: two allocators at point 0, one at point 1
+  CHECK(fields(rows[3])[3] == "1");
+  CHECK(fields(rows[1])[4] == "paged:block=16,paged:block=32");
   const auto peak = column(rows[0], "allocated_bytes_peak");
   CHECK(fields(rows[1])[peak] == "2097152");
   CHECK(fields(rows[2])[peak] == "4194304");
@@ -154,13 +159,14 @@ TEST_CASE("sweep: sharded into 3 and merged equals the unsharded sweep byte for 
   REQUIRE(r.exit_code == 0);
   CHECK(r.out == slurp(whole_csv));
 
-  // Each JSONL line is one object: point, points, grid, the axes, then replay's run.
+  // Each JSONL line is one object: point, points, grid, point_rows, the axes, then replay's run.
   const auto first = nlohmann::ordered_json::parse(lines(slurp(whole_jsonl))[0]);
   std::vector<std::string> keys;
   for (const auto& item : first.items()) keys.push_back(item.key());
-  REQUIRE(keys.size() > 6);
-  CHECK(std::vector<std::string>(keys.begin(), keys.begin() + 6) ==
-        std::vector<std::string>{"point", "points", "grid", "allocator_option", "requests_option", "allocator"});
+  REQUIRE(keys.size() > 7);
+  CHECK(std::vector<std::string>(keys.begin(), keys.begin() + 7) ==
+        std::vector<std::string>{"point", "points", "grid", "point_rows", "allocator_option", "requests_option",
+                                 "allocator"});
   CHECK(first["memory_bytes"]["allocated_slots"]["peak"] == 2097152);
 }
 
@@ -272,8 +278,31 @@ TEST_CASE("sweep merge: refuses a missing point, a duplicate point and parts of 
     const std::string shorter = write_file("sweep-two-short.csv", text);
     const auto r = run_cli({"sweep", "merge", shorter, two[1], two[2]});
     CHECK(r.exit_code == 1);
-    CHECK(r.err.find(shorter + ":2: point: point 0 has 1 rows where the others have up to 2") != std::string::npos);
+    CHECK(r.err.find(shorter + ":2: point: point 0 has 1 rows where its point_rows says 2") != std::string::npos);
     CHECK(r.out.empty());
+  }
+  SECTION("points of different sizes merge, and CRLF parts are the same rows") {
+    // Point 0 runs two allocators and point 1 one (a bracketed value), and --vary replicas=1,2
+    // gives one engine's row, then two replicas' and their total: each point is whole as its
+    // point_rows says, though the others have more or fewer.
+    for (const std::vector<std::string>& vary :
+         {std::vector<std::string>{"--vary", "allocator=[paged:block=16,paged:block=32],paged:block=64"},
+          std::vector<std::string>{"--allocator", "paged", "--vary", "replicas=1,2"}}) {
+      INFO(vary.back());
+      std::vector<std::string> args = {"sweep", trace, "--model", "llama-3.1-8b"};
+      args.insert(args.end(), vary.begin(), vary.end());
+      const std::string whole = scratch_path("sweep-uneven.csv"), one = scratch_path("sweep-uneven1.csv"),
+                        two = scratch_path("sweep-uneven2.csv");
+      REQUIRE(run_cli(with(args, {"--csv", whole})).exit_code == 0);
+      REQUIRE(run_cli(with(args, {"--shard", "1/2", "--csv", one})).exit_code == 0);
+      REQUIRE(run_cli(with(args, {"--shard", "2/2", "--csv", two})).exit_code == 0);
+      std::string crlf;
+      for (char c : slurp(two)) crlf += c == '\n' ? std::string("\r\n") : std::string(1, c);
+      const auto r = run_cli({"sweep", "merge", one, write_file("sweep-uneven2-crlf.csv", crlf)});
+      INFO(r.err);
+      REQUIRE(r.exit_code == 0);
+      CHECK(r.out == slurp(whole));
+    }
   }
 }
 
@@ -384,13 +413,13 @@ TEST_CASE("sweep: varying --replicas gives every row the replicas and replica co
   REQUIRE(r.exit_code == 0);
   const auto rows = lines(r.out);
   REQUIRE(rows.size() == 5);  // header, point 0 (one engine), point 1 (two replicas and their total)
-  CHECK(rows[0].rfind("point,points,grid,replicas_option,allocator,replicas,replica,requests,", 0) == 0);
+  CHECK(rows[0].rfind("point,points,grid,point_rows,replicas_option,allocator,replicas,replica,requests,", 0) == 0);
   const auto cells = [&](std::size_t i) {
     const auto f = fields(rows[i]);
-    return f[4] + "|" + f[5] + "|" + f[6] + "|" + f[7];  // allocator, replicas, replica, requests
+    return f[3] + "|" + f[5] + "|" + f[6] + "|" + f[7] + "|" + f[8];  // point_rows, allocator, replicas, replica, requests
   };
-  CHECK(cells(1) == "paged:block=16|1||3");
-  CHECK(cells(2) == "paged:block=16|2|0|2");
-  CHECK(cells(3) == "paged:block=16|2|1|1");
-  CHECK(cells(4) == "paged:block=16|2||3");
+  CHECK(cells(1) == "1|paged:block=16|1||3");
+  CHECK(cells(2) == "3|paged:block=16|2|0|2");
+  CHECK(cells(3) == "3|paged:block=16|2|1|1");
+  CHECK(cells(4) == "3|paged:block=16|2||3");
 }

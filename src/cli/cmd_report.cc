@@ -397,9 +397,14 @@ std::optional<double> axis_number(const std::string& s) {
 // kvsim sweep --csv: the peak of allocated slots, TTFT p99 and throughput against the first
 // axis whose every value is a number, a line per allocator and values of the other axes.
 void read_sweep(Csv& csv, const std::string& path, HtmlPage& page) {
+  // Whole, as sweep merge checks its parts: every point once, each with all its rows, of one
+  // grid; a shard alone, a file cut short or rows doubled are refused there, naming the line.
+  merge_sweep_parts({path}, SweepFileKind::csv);
+  constexpr std::size_t kLeading = 4;  // point, points, grid, point_rows; then the axes
   const std::size_t alloc = csv.column("allocator"), peak = csv.column("allocated_bytes_peak"),
-                    ttft = csv.column("ttft_p99_s"), tput = csv.column("generated_tokens_per_s");
-  if (alloc <= 3) throw InputError(Location{path, 1, ""}, "a sweep without an axis column: nothing varies");
+                    reserved = csv.column("reserved_bytes_peak"), ttft = csv.column("ttft_p99_s"),
+                    tput = csv.column("generated_tokens_per_s");
+  if (alloc <= kLeading) throw InputError(Location{path, 1, ""}, "a sweep without an axis column: nothing varies");
   struct Row {
     std::vector<std::string> axes;
     std::string allocator;
@@ -413,16 +418,23 @@ void read_sweep(Csv& csv, const std::string& path, HtmlPage& page) {
   while (csv.next()) {
     if (replica < csv.width() && !csv.cell(replica).empty()) continue;
     Row r;
-    for (std::size_t a = 3; a < alloc; ++a) r.axes.push_back(csv.cell(a));
+    for (std::size_t a = kLeading; a < alloc; ++a) r.axes.push_back(csv.cell(a));
     r.allocator = csv.cell(alloc);
+    if (csv.count(peak) > csv.count(reserved)) {
+      throw InputError(Location{path, csv.line(), "column 'reserved_bytes_peak'"},
+                       fmt::format("{} is below allocated_bytes_peak {}: replay never allocates more than it reserves",
+                                   csv.count(reserved), csv.count(peak)));
+    }
     r.peak_gib = static_cast<double>(csv.count(peak)) / static_cast<double>(kBytesPerGiB);
     r.tokens_per_s = csv.decimal(tput);
     if (!csv.cell(ttft).empty()) r.ttft_s = csv.decimal(ttft);
     rows.push_back(std::move(r));
   }
   std::size_t x = alloc;
-  for (std::size_t a = 3; a < alloc && x == alloc; ++a) {
-    if (std::all_of(rows.begin(), rows.end(), [&](const Row& r) { return axis_number(r.axes[a - 3]).has_value(); })) x = a;
+  for (std::size_t a = kLeading; a < alloc && x == alloc; ++a) {
+    if (std::all_of(rows.begin(), rows.end(), [&](const Row& r) { return axis_number(r.axes[a - kLeading]).has_value(); })) {
+      x = a;
+    }
   }
   if (x == alloc) {
     throw InputError(Location{path, 1, ""}, "no axis whose values are all numbers: nothing to draw the figures against");
@@ -435,12 +447,12 @@ void read_sweep(Csv& csv, const std::string& path, HtmlPage& page) {
       const std::optional<double> y = get(r);
       if (!y) continue;
       std::string label = r.allocator;
-      for (std::size_t a = 3; a < alloc; ++a) {
-        if (a != x) label += ", " + csv.name(a) + "=" + r.axes[a - 3];
+      for (std::size_t a = kLeading; a < alloc; ++a) {
+        if (a != x) label += ", " + csv.name(a) + "=" + r.axes[a - kLeading];
       }
       auto at = std::find_if(c.series.begin(), c.series.end(), [&](const HtmlSweepSeries& s) { return s.label == label; });
       if (at == c.series.end()) at = c.series.insert(c.series.end(), HtmlSweepSeries{label, {}});
-      at->points.emplace_back(*axis_number(r.axes[x - 3]), *y);
+      at->points.emplace_back(*axis_number(r.axes[x - kLeading]), *y);
     }
     page.sweep.push_back(std::move(c));
   };

@@ -49,13 +49,13 @@ const CommandSpec kSpec{
     "point's index is its position (0-based). The trace is read once; the points run on --jobs\n"
     "threads and the output is in grid order whatever the number of threads. Output: one row\n"
     "per point and allocator: 'point', 'points' (the grid's size), 'grid' (a fingerprint of\n"
-    "the fixed options, the trace's file name and the axes), the varied options as columns\n"
-    "named as the options (with '_option' appended where replay has a column of that name:\n"
-    "allocator_option, requests_option, schedule_option, replicas_option), then kvsim replay\n"
-    "--csv's columns (--csv; with --replicas also 'replicas' and 'replica', a row per replica\n"
-    "and one for their total, replica empty) or one kvsim replay --json run object (--jsonl,\n"
-    "one JSON object a line). Without --csv or --jsonl: a table of the main figures on\n"
-    "standard output.\n\n"
+    "the fixed options, the trace's file name and the axes), 'point_rows' (the point's rows),\n"
+    "the varied options as columns named as the options (with '_option' appended where replay\n"
+    "has a column of that name: allocator_option, requests_option, schedule_option,\n"
+    "replicas_option), then kvsim replay --csv's columns (--csv; with --replicas also\n"
+    "'replicas' and 'replica', a row per replica and one for their total, replica empty) or\n"
+    "one kvsim replay --json run object (--jsonl, one JSON object a line). Without --csv or\n"
+    "--jsonl: a table of the main figures on standard output.\n\n"
     "Sharding: --shard I/N runs only the points p with p % N == I-1 and writes their rows.\n"
     "'kvsim sweep merge' takes the parts (all CSV or all JSONL) and writes exactly the bytes the\n"
     "unsharded sweep writes (to --csv/--jsonl OUT, else to standard output); it refuses parts\n"
@@ -70,8 +70,9 @@ const CommandSpec kMergeSpec{
     "kvsim sweep merge PART... [--csv OUT | --jsonl OUT]",
     "Merges the parts of a sharded 'kvsim sweep' (all CSV or all JSONL; each written by one\n"
     "--shard I/N) into exactly the bytes the unsharded sweep writes. Refuses parts of different\n"
-    "grids (another header, 'points' or 'grid'), a point found twice or found in no part, and\n"
-    "a file cut short, naming the file and line. Without --csv or --jsonl the merge goes to\n"
+    "grids (another header, 'points' or 'grid'), a point found twice, found in no part or\n"
+    "without all its rows (point_rows), and a file cut short, naming the file and line.\n"
+    "CRLF line endings are read as LF. Without --csv or --jsonl the merge goes to\n"
     "standard output, of the parts' kind.",
     "  kvsim sweep merge parts/*.csv --csv out.csv\n"
     "  kvsim sweep merge parts/*.jsonl --jsonl out.jsonl"};
@@ -215,9 +216,10 @@ int run_sweep(const Invocation& inv) {
   const bool want_jsonl = jsonl_path.has_value();
   run_in_parallel(mine.size(), jobs, progress, [&](std::size_t i) {
     const PointRun run = run_point(setup, cache, mine[i], progress.sink(i));
+    const auto point_rows = std::ssize(run.reports);
     for (std::size_t k = 0; k < run.reports.size(); ++k) {
-      csv_rows[i] += setup.csv_row(mine[i], shape, run.reports[k]);
-      if (want_jsonl) jsonl_rows[i] += setup.jsonl_row(mine[i], shape, run.reports[k], run.warnings[k]);
+      csv_rows[i] += setup.csv_row(mine[i], point_rows, shape, run.reports[k]);
+      if (want_jsonl) jsonl_rows[i] += setup.jsonl_row(mine[i], point_rows, shape, run.reports[k], run.warnings[k]);
       for (const std::string& w : run.warnings[k]) point_warnings[i].push_back(point_label(setup, mine[i]) + ": " + w);
     }
     progress.set(i, 1.0);

@@ -174,14 +174,16 @@ namespace {
 // One row of a part: where it is, which point, and its bytes (newline included).
 struct PartRow {
   std::int64_t point = 0;
+  std::int64_t point_rows = 0;  // the rows its point has (one per run: allocators, replicas)
   std::size_t part = 0;
   std::int64_t line = 0;
   std::string_view bytes;
 };
 
-// The leading columns of a row: point, points, grid. Throws naming the file and line.
+// The leading columns of a row: point, points, grid, point_rows. Throws naming the file and
+// line.
 void read_leading(const std::string& path, std::int64_t line_no, std::string_view line, SweepFileKind kind,
-                  std::int64_t& point, std::int64_t& points, std::string& grid) {
+                  std::int64_t& point, std::int64_t& points, std::string& grid, std::int64_t& point_rows) {
   const Location where{path, line_no, ""};
   refuse_nul_bytes(line, where);  // the row is copied into the merged file as it stands
   // A bad integer names the file and line, not only the column.
@@ -195,15 +197,16 @@ void read_leading(const std::string& path, std::int64_t line_no, std::string_vie
   if (kind == SweepFileKind::csv) {
     std::vector<std::string> f;
     std::size_t at = 0;
-    for (int k = 0; k < 3; ++k) {
+    for (int k = 0; k < 4; ++k) {
       const auto comma = line.find(',', at);
-      if (comma == std::string_view::npos) throw InputError(where, "expected a row starting point,points,grid");
+      if (comma == std::string_view::npos) throw InputError(where, "expected a row starting point,points,grid,point_rows");
       f.emplace_back(line.substr(at, comma - at));
       at = comma + 1;
     }
     point = f[0] == "0" ? 0 : parse_positive_integer(f[0], "point");
     points = parse_positive_integer(f[1], "points");
     grid = f[2];
+    point_rows = parse_positive_integer(f[3], "point_rows");
   } else {
     nlohmann::json j;
     try {
@@ -211,14 +214,17 @@ void read_leading(const std::string& path, std::int64_t line_no, std::string_vie
     } catch (const nlohmann::json::exception&) {
       throw InputError(where, "not a JSON object on one line (is it a CSV part? merge parts of one kind)");
     }
-    if (!j.is_object() || !j.contains("point") || !j["point"].is_number_unsigned() || !j.contains("points") ||
-        !j["points"].is_number_unsigned() || !j.contains("grid") || !j["grid"].is_string()) {
-      throw InputError(where, "expected a row of kvsim sweep --jsonl (with point, points and grid)");
+    const auto count = [&](const char* key) { return j.contains(key) && j[key].is_number_unsigned(); };
+    if (!j.is_object() || !count("point") || !count("points") || !j.contains("grid") || !j["grid"].is_string() ||
+        !count("point_rows")) {
+      throw InputError(where, "expected a row of kvsim sweep --jsonl (with point, points, grid and point_rows)");
     }
     point = j["point"].get<std::int64_t>();
     points = j["points"].get<std::int64_t>();
     grid = j["grid"].get<std::string>();
+    point_rows = j["point_rows"].get<std::int64_t>();
     if (points <= 0) throw InputError(Location{path, line_no, "points"}, "expected a positive integer");
+    if (point_rows <= 0) throw InputError(Location{path, line_no, "point_rows"}, "expected a positive integer");
   }
 }
 
@@ -227,7 +233,19 @@ void read_leading(const std::string& path, std::int64_t line_no, std::string_vie
 std::string merge_sweep_parts(const std::vector<std::string>& paths, SweepFileKind kind) {
   std::vector<std::string> texts;
   texts.reserve(paths.size());
-  for (const auto& path : paths) texts.push_back(read_input(path));
+  for (const auto& path : paths) {
+    // A part saved with CRLF line endings (an editor, a Windows copy) is the same rows.
+    std::string text = read_input(path);
+    if (text.find('\r') != std::string::npos) {
+      std::string lf;
+      lf.reserve(text.size());
+      for (std::size_t i = 0; i < text.size(); ++i) {
+        if (!(text[i] == '\r' && i + 1 < text.size() && text[i + 1] == '\n')) lf += text[i];
+      }
+      text = std::move(lf);
+    }
+    texts.push_back(std::move(text));
+  }
   std::optional<std::string> header;
   std::size_t header_part = 0;
   std::int64_t points = 0;
@@ -252,7 +270,11 @@ std::string merge_sweep_parts(const std::vector<std::string>& paths, SweepFileKi
       if (kind == SweepFileKind::csv && line_no == 1) {
         if (line.rfind("point,points,grid,", 0) != 0) {
           throw InputError(Location{path, 1, ""}, "not a CSV part of kvsim sweep (its header starts "
-                                                  "point,points,grid); merge parts of one kind");
+                                                  "point,points,grid,point_rows); merge parts of one kind");
+        }
+        if (line.rfind("point,points,grid,point_rows,", 0) != 0) {
+          throw InputError(Location{path, 1, ""}, "written by an older kvsim sweep (no point_rows column after "
+                                                  "grid): run the sweep again");
         }
         if (!header) {
           header = std::string(bytes);
@@ -263,10 +285,10 @@ std::string merge_sweep_parts(const std::vector<std::string>& paths, SweepFileKi
         }
         continue;
       }
-      PartRow row{0, part, line_no, bytes};
+      PartRow row{0, 0, part, line_no, bytes};
       std::int64_t row_points = 0;
       std::string row_grid;
-      read_leading(path, line_no, line, kind, row.point, row_points, row_grid);
+      read_leading(path, line_no, line, kind, row.point, row_points, row_grid, row.point_rows);
       if (points == 0) {
         points = row_points;
         grid = row_grid;
@@ -319,26 +341,25 @@ std::string merge_sweep_parts(const std::vector<std::string>& paths, SweepFileKi
                                  "missing or did not finish",
                                  missing.size(), points, paths.size(), list));
   }
-  // And every point whole: a sweep writes as many rows for each point (one per allocator), so
-  // a point with fewer than the most any point has lost some.
-  const auto point_end = [&rows](std::size_t first) {  // past the rows of rows[first]'s point
-    std::size_t end = first;
+  // And every point whole: each row says how many its point has (one per run: allocator,
+  // replica, the replicas' total), so a part cut short at a line's end shows.
+  for (std::size_t first = 0, end = 0; first < rows.size(); first = end) {
+    end = first;
     while (end < rows.size() && rows[end].point == rows[first].point) ++end;
-    return end;
-  };
-  std::size_t most = 0;
-  for (std::size_t first = 0, end = 0; first < rows.size(); first = end) {
-    end = point_end(first);
-    most = std::max(most, end - first);
-  }
-  for (std::size_t first = 0, end = 0; first < rows.size(); first = end) {
-    end = point_end(first);
-    if (end - first == most) continue;
     const PartRow& r = rows[first];
-    throw InputError(Location{paths[r.part], r.line, "point"},
-                     fmt::format("point {} has {} rows where the others have up to {} (one per allocator): a part "
-                                 "cut short at a line's end, or parts of different sweeps?",
-                                 r.point, end - first, most));
+    for (std::size_t i = first; i < end; ++i) {
+      if (rows[i].point_rows != r.point_rows) {
+        throw InputError(Location{paths[rows[i].part], rows[i].line, "point_rows"},
+                         fmt::format("{} where the row above says {}: rows of different sweeps?", rows[i].point_rows,
+                                     r.point_rows));
+      }
+    }
+    if (static_cast<std::int64_t>(end - first) != r.point_rows) {
+      throw InputError(Location{paths[r.part], r.line, "point"},
+                       fmt::format("point {} has {} rows where its point_rows says {}: a part cut short at a line's "
+                                   "end?",
+                                   r.point, end - first, r.point_rows));
+    }
   }
   std::string out = header.value_or("");
   for (const auto& r : rows) out += r.bytes;

@@ -22,7 +22,7 @@ std::string axis_column(const std::string& name) {
     std::vector<std::string> names = split_csv_line(replay_csv_header(CsvShape{true, true, true}));
     const nlohmann::ordered_json run = replay_run_json(ReplayReport{}, true);
     for (auto it = run.begin(); it != run.end(); ++it) names.push_back(it.key());
-    names.insert(names.end(), {"point", "points", "grid"});
+    names.insert(names.end(), {"point", "points", "grid", "point_rows", "warnings"});
     return names;
   }();
   return std::find(taken.begin(), taken.end(), name) != taken.end() ? name + "_option" : name;
@@ -145,7 +145,7 @@ ReplayPlan SweepSetup::plan_point(std::int64_t p) const {
 }
 
 std::string SweepSetup::csv_header(const CsvShape& shape) const {
-  std::string out = "point,points,grid";
+  std::string out = "point,points,grid,point_rows";
   // Appended in pieces: GCC 12 at -O3 warns falsely (-Wrestrict) on "," + a temporary.
   for (const auto& c : columns_) {
     out += ',';
@@ -155,8 +155,9 @@ std::string SweepSetup::csv_header(const CsvShape& shape) const {
   return out += replay_csv_header(shape);
 }
 
-std::string SweepSetup::csv_row(std::int64_t p, const CsvShape& shape, const ReplayReport& report) const {
-  std::string out = fmt::format("{},{},{}", p, grid_.points(), grid_id_);
+std::string SweepSetup::csv_row(std::int64_t p, std::int64_t point_rows, const CsvShape& shape,
+                                const ReplayReport& report) const {
+  std::string out = fmt::format("{},{},{},{}", p, grid_.points(), grid_id_, point_rows);
   for (const auto& v : grid_.values_at(p)) {
     out += ',';
     out += csv_field(v);
@@ -165,12 +166,13 @@ std::string SweepSetup::csv_row(std::int64_t p, const CsvShape& shape, const Rep
   return out += replay_csv_row(shape, report);
 }
 
-std::string SweepSetup::jsonl_row(std::int64_t p, const CsvShape& shape, const ReplayReport& report,
-                                  const std::vector<std::string>& warnings) const {
+std::string SweepSetup::jsonl_row(std::int64_t p, std::int64_t point_rows, const CsvShape& shape,
+                                  const ReplayReport& report, const std::vector<std::string>& warnings) const {
   nlohmann::ordered_json row;
   row["point"] = p;
   row["points"] = grid_.points();
   row["grid"] = grid_id_;
+  row["point_rows"] = point_rows;
   const auto values = grid_.values_at(p);
   for (std::size_t k = 0; k < values.size(); ++k) row[columns_[k]] = values[k];
   const nlohmann::ordered_json run = replay_run_json(report, shape.placement);

@@ -43,11 +43,12 @@ class SweepSetup {
   // reported at the file's line.
   ReplayPlan plan_point(std::int64_t p) const;
 
-  // The rows: point, points, grid, the axes' values, then replay's CSV columns or JSON run.
+  // The rows: point, points, grid, point_rows (the rows point p has: one per run), the axes'
+  // values, then replay's CSV columns or JSON run.
   std::string csv_header(const CsvShape& shape) const;
-  std::string csv_row(std::int64_t p, const CsvShape& shape, const ReplayReport& report) const;
+  std::string csv_row(std::int64_t p, std::int64_t point_rows, const CsvShape& shape, const ReplayReport& report) const;
   // `warnings` as replay's JSON carries them: a "warnings" key only when there are any.
-  std::string jsonl_row(std::int64_t p, const CsvShape& shape, const ReplayReport& report,
+  std::string jsonl_row(std::int64_t p, std::int64_t point_rows, const CsvShape& shape, const ReplayReport& report,
                         const std::vector<std::string>& warnings) const;
 
  private:
