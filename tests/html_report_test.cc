@@ -337,6 +337,15 @@ std::string over_reserved(const std::string& replay_json) {
   return j.dump();
 }
 
+// Replay's JSON with one figure of its first run set to `value`, at `keys`.
+std::string with_figure(const std::string& replay_json, std::initializer_list<const char*> keys, const nlohmann::json& value) {
+  auto j = nlohmann::json::parse(replay_json);
+  nlohmann::json* at = &j["runs"][0];
+  for (const char* k : keys) at = &(*at)[k];
+  *at = value;
+  return j.dump();
+}
+
 }  // namespace
 
 TEST_CASE("html: kvsim report refuses what it cannot read, naming the file, the line and the column") {
@@ -425,6 +434,34 @@ TEST_CASE("html: kvsim report refuses what it cannot read, naming the file, the 
                                                     std::string(second_row).replace(second_row.rfind(",completed"), 10, ",exploded"))},
        "odd-r.csv:2: column 'outcome': expected completed, cancelled or refused, got \"exploded\""},
       {{"report", saved_json, saved_t, saved_t}, "saved-t.csv: a second --timeline CSV"},
+      // Figures replay's JSON never holds: 2^63 bytes (beyond its 64-bit counters), effective
+      // tokens above the allocated slots, a run twice, a negative time; validate's durations
+      // of 0 or less (the chart draws a ratio).
+      {{"report", write("huge-peak.json", with_figure(with_figure(run.out, {"memory_bytes", "reserved_slots", "peak"},
+                                                                  9223372036854775808.0),
+                                                      {"memory_bytes", "allocated_slots", "peak"}, 9223372036854775808.0))},
+       "huge-peak.json: runs[0].memory_bytes.allocated_slots.peak: expected a number of bytes from 0 to 2^63 - 1"},
+      {{"report", write("effective.json", with_figure(run.out, {"memory_bytes", "effective_tokens", "mean"}, 1e15))},
+       "effective.json: runs[0].memory_bytes.effective_tokens.mean: 1000000000000000 is above the allocated mean"},
+      {{"report", write("peak-at.json", with_figure(run.out, {"memory_bytes", "allocated_slots", "peak_at_s"}, -100))},
+       "peak-at.json: runs[0].memory_bytes.allocated_slots.peak_at_s: expected a time, not below 0"},
+      {{"report", write("twice.json", [&] {
+          auto j = nlohmann::json::parse(run.out);
+          j["runs"].push_back(j["runs"][0]);
+          return j.dump();
+        }())},
+       "twice.json: runs[1].allocator: \"paged:block=16\" is a run already"},
+      {{"report", write("v-zero.json", R"({"run": "r", "ttft": {"measured": {"mean_s": 0}, "simulated": {"mean_s": 0.1}},
+                                         "makespan_s": {"measured": 1, "simulated": 1}})")},
+       "v-zero.json: ttft.measured.mean_s: expected a positive number of seconds, got 0"},
+      // Inputs kvsim writes but the report does not read, named as what they are.
+      {{"report", write("empty.json", "  \n")}, "empty.json: empty: not an output of kvsim replay, validate or sweep"},
+      {{"report", write("sweep.jsonl", R"({"point":0,"points":2,"grid":"abc","point_rows":1})" "\n"
+                                       R"({"point":1,"points":2,"grid":"abc","point_rows":1})" "\n")},
+       "sweep.jsonl: kvsim sweep --jsonl output, which the report does not read"},
+      {{"report", json, write("max.csv", "allocator,time_s,step,running,queued,effective_bytes,allocated_bytes,"
+                                         "reserved_bytes,allocated_bytes_max\npaged:block=16,0.5,1,2,0,16,32,64,16\n")},
+       "max.csv:2: column 'allocated_bytes_max': 16 is below allocated_bytes 32"},
       {{"report", write("over.json", over_reserved(run.out))},
        "over.json: runs[0].memory_bytes.reserved_slots.peak: 1 is below the allocated peak"},
   };

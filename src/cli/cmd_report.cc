@@ -87,12 +87,17 @@ void read_replay_json(const Json& j, const std::string& path, HtmlPage& page, st
     const Json& r = runs[i];
     const std::string where = fmt::format("runs[{}].", i);
     // Bytes and their means are never negative: a file that says so was not written by replay.
+    const auto field_of = [&](std::initializer_list<const char*> keys) {
+      std::string field = where;
+      for (const char* k : keys) field += std::string(field == where ? "" : ".") + k;
+      return field;
+    };
+    // Bytes: not below 0, and within 64 bits (replay's counters are 64-bit integers).
     const auto amount = [&](std::initializer_list<const char*> keys, bool optional = false) {
       const double v = number(r, keys, path, optional);
-      if (v < 0) {
-        std::string field = where;
-        for (const char* k : keys) field += std::string(field == where ? "" : ".") + k;
-        throw InputError(Location{path, 0, field}, fmt::format("expected a number of bytes, not below 0, got {}", v));
+      if (v < 0 || v >= 9223372036854775808.0) {
+        throw InputError(Location{path, 0, field_of(keys)},
+                         fmt::format("expected a number of bytes from 0 to 2^63 - 1, got {}", v));
       }
       return v;
     };
@@ -104,6 +109,12 @@ void read_replay_json(const Json& j, const std::string& path, HtmlPage& page, st
     }
     HtmlRun run;
     run.allocator = text(r, "allocator", path, where);
+    for (const HtmlRun& other : page.runs) {
+      if (other.allocator == run.allocator) {
+        throw InputError(Location{path, 0, where + "allocator"},
+                         "\"" + printable(run.allocator) + "\" is a run already: replay runs each allocator once");
+      }
+    }
     run.capacity_bytes = to_int(amount({"serving", "capacity_bytes"}, true));
     run.effective_mean = amount({"memory_bytes", "effective_tokens", "mean"});
     run.allocated_mean = amount({"memory_bytes", "allocated_slots", "mean"});
@@ -114,6 +125,10 @@ void read_replay_json(const Json& j, const std::string& path, HtmlPage& page, st
                                !r["memory_bytes"]["allocated_slots"]["peak_at_s"].is_null();
     run.allocated_peak_at_ns =
         peak_at_known ? to_ns(number(r, {"memory_bytes", "allocated_slots", "peak_at_s"}, path, true)) : -1;
+    if (peak_at_known && run.allocated_peak_at_ns < 0) {
+      throw InputError(Location{path, 0, field_of({"memory_bytes", "allocated_slots", "peak_at_s"})},
+                       "expected a time, not below 0");
+    }
     run.reserved_peak = to_int(amount({"memory_bytes", "reserved_slots", "peak"}));
     if (run.allocated_peak > run.reserved_peak) {
       throw InputError(Location{path, 0, where + "memory_bytes.reserved_slots.peak"},
@@ -125,6 +140,25 @@ void read_replay_json(const Json& j, const std::string& path, HtmlPage& page, st
                                       part("outside_window")};
     run.external_fragmentation_mean =
         amount({"external_fragmentation", "free_bytes_outside_largest_extent_mean"}, true);
+    // What replay's means hold: effective tokens and each part of internal fragmentation
+    // within the allocated slots (a part in a millionth, as the means are time-weighted
+    // doubles).
+    const double room = run.allocated_mean * (1 + 1e-6) + 1;
+    const std::pair<const char*, double> within[] = {
+        {"memory_bytes.effective_tokens.mean", run.effective_mean},
+        {"internal_fragmentation_bytes.mean.tail", run.internal_mean.tail},
+        {"internal_fragmentation_bytes.mean.reservation", run.internal_mean.reservation},
+        {"internal_fragmentation_bytes.mean.padding", run.internal_mean.padding},
+        {"internal_fragmentation_bytes.mean.duplicate", run.internal_mean.duplicate},
+        {"internal_fragmentation_bytes.mean.outside_window", run.internal_mean.outside_window}};
+    for (const auto& [name, v] : within) {
+      if (v > room) {
+        throw InputError(Location{path, 0, where + name},
+                         fmt::format("{} is above the allocated mean {}: replay's figures hold it within the "
+                                     "allocated slots",
+                                     v, run.allocated_mean));
+      }
+    }
     run.prefix_caching = r.contains("prefix_cache");
     page.runs.push_back(std::move(run));
     const auto whole = [&](std::initializer_list<const char*> keys) {
@@ -148,6 +182,17 @@ void read_replay_json(const Json& j, const std::string& path, HtmlPage& page, st
   }
 }
 
+// A duration of validate's JSON, seconds: positive (the chart draws simulated / measured).
+double duration_s(const Json& j, std::initializer_list<const char*> keys, const std::string& path) {
+  const double v = number(j, keys, path);
+  if (!(v > 0)) {
+    std::string field;
+    for (const char* k : keys) field += (field.empty() ? "" : ".") + std::string(k);
+    throw InputError(Location{path, 0, field}, fmt::format("expected a positive number of seconds, got {}", v));
+  }
+  return v;
+}
+
 // validate: mean, p50 and p99 of TTFT, TPOT and end-to-end latency, and the makespan.
 void read_validate_json(const Json& j, const std::string& path, HtmlPage& page) {
   page.title = "kvsim validate " + text(j, "run", path, "");
@@ -159,15 +204,15 @@ void read_validate_json(const Json& j, const std::string& path, HtmlPage& page) 
       const Json& m = j.value(key, Json::object()).value("measured", Json::object());
       const Json& s = j.value(key, Json::object()).value("simulated", Json::object());
       if (!m.contains(stat) || !s.contains(stat) || m[stat].is_null() || s[stat].is_null()) continue;
-      page.comparisons.push_back({fmt::format("{} {}, s", name, stat_name), number(j, {key, "measured", stat}, path),
-                                  number(j, {key, "simulated", stat}, path)});
+      page.comparisons.push_back({fmt::format("{} {}, s", name, stat_name), duration_s(j, {key, "measured", stat}, path),
+                                  duration_s(j, {key, "simulated", stat}, path)});
     }
   }
   // Null when nothing completed in the simulation: left out too.
   const Json& makespan = j.value("makespan_s", Json::object());
   if (!makespan.is_object() || !makespan.contains("simulated") || !makespan["simulated"].is_null()) {
-    page.comparisons.push_back({"makespan, s", number(j, {"makespan_s", "measured"}, path),
-                                number(j, {"makespan_s", "simulated"}, path)});
+    page.comparisons.push_back({"makespan, s", duration_s(j, {"makespan_s", "measured"}, path),
+                                duration_s(j, {"makespan_s", "simulated"}, path)});
   }
 }
 
@@ -311,6 +356,11 @@ void read_timeline(Csv& csv, const std::string& path, HtmlPage& page, const std:
     p.allocated = csv.count(allocated);
     // Sampled rows carry the interval's maximum; per-step rows (--sample-every step) do not.
     p.allocated_max = max < csv.width() && !csv.cell(max).empty() ? csv.count(max) : p.allocated;
+    if (p.allocated_max < p.allocated) {
+      throw InputError(Location{path, csv.line(), "column 'allocated_bytes_max'"},
+                       fmt::format("{} is below allocated_bytes {}: the interval's maximum holds the state it ends in",
+                                   p.allocated_max, p.allocated));
+    }
     p.reserved = csv.count(reserved);
     // Every state replay writes holds effective <= allocated <= reserved: a row that does
     // not (a block usage above 100%) was not written by it.
@@ -462,6 +512,14 @@ void read_sweep(Csv& csv, const std::string& path, HtmlPage& page) {
         [](const Row& r) { return std::optional<double>(r.tokens_per_s); });
 }
 
+// A JSON object with a sweep's leading keys: a line of sweep --jsonl, which is not read.
+void refuse_sweep_jsonl(const Json& line, const std::string& path) {
+  if (line.is_object() && line.contains("point") && line.contains("grid") && line.contains("point_rows")) {
+    throw InputError(Location{path, 0, ""},
+                     "kvsim sweep --jsonl output, which the report does not read: give the sweep's --csv output");
+  }
+}
+
 }  // namespace
 
 int run_report(const Invocation& inv) {
@@ -488,10 +546,18 @@ int run_report(const Invocation& inv) {
     // JSON opens with '{' (or '[', which no kvsim output does: refused below as JSON, not
     // misread as a CSV); anything else is read as CSV, a row at a time, once the JSON is in.
     char first = 0;
+    bool any = false;
     {
       std::ifstream in = open_input(path);
-      while (in.get(first) && std::isspace(static_cast<unsigned char>(first))) {
+      while (in.get(first)) {
+        if (!std::isspace(static_cast<unsigned char>(first))) {
+          any = true;
+          break;
+        }
       }
+    }
+    if (!any) {
+      throw InputError(Location{path, 0, ""}, "empty: not an output of kvsim replay, validate or sweep");
     }
     if (first != '{' && first != '[') {
       csvs.push_back(path);
@@ -502,19 +568,24 @@ int run_report(const Invocation& inv) {
     try {
       j = Json::parse(text);
     } catch (const Json::exception& e) {  // a syntax error, or a number beyond a double (1e400)
+      refuse_sweep_jsonl(Json::parse(text.substr(0, text.find('\n')), nullptr, false), path);
       throw InputError(Location{path, 0, ""}, std::string("not valid JSON: ") + e.what());
     }
     // After the parse, which stops at a NUL byte: an error before the byte is reported first.
     refuse_nul_bytes(text, Location{path, 0, ""});
+    const bool is_replay = j.is_object() && j.contains("runs") && j["runs"].is_array();
+    const bool is_validate = !is_replay && j.is_object() && j.contains("makespan_s") && j.contains("ttft");
+    if (!is_replay && !is_validate) {
+      refuse_sweep_jsonl(j, path);  // a sweep of one row is one JSON object
+      throw InputError(Location{path, 0, ""}, "JSON that is neither 'kvsim replay --json' nor 'kvsim validate --json' output");
+    }
     if (replay_json || validate_json) throw InputError(Location{path, 0, ""}, "a second JSON output: give one");
-    if (j.is_object() && j.contains("runs") && j["runs"].is_array()) {
+    if (is_replay) {
       read_replay_json(j, path, page, facts);
       replay_json = true;
-    } else if (j.is_object() && j.contains("makespan_s") && j.contains("ttft")) {
+    } else {
       read_validate_json(j, path, page);
       validate_json = true;
-    } else {
-      throw InputError(Location{path, 0, ""}, "JSON that is neither 'kvsim replay --json' nor 'kvsim validate --json' output");
     }
   }
   for (const auto& path : csvs) {
