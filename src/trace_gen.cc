@@ -325,7 +325,8 @@ void validate_gen_options(const GenOptions& o) {
   if (o.max_tokens.kind == MaxTokensPolicy::Kind::factor && o.max_tokens.factor_ppb < kBillion) {
     bad(kOptMaxTokens, "factor: must be at least 1");
   }
-  if (o.max_tokens.kind == MaxTokensPolicy::Kind::cap) validate_count(o.max_tokens.cap, kOptMaxTokens, 0, false);
+  // Engines require max_tokens >= 1: a cap that can give 0 is refused (lognormal: its min).
+  if (o.max_tokens.kind == MaxTokensPolicy::Kind::cap) validate_count(o.max_tokens.cap, kOptMaxTokens, 1, false);
   if (o.max_tokens.share_ppb < 0 || o.max_tokens.share_ppb > kBillion) bad(kOptMaxTokensShare, "must be in [0, 1]");
   std::int64_t cancel_total = 0;
   for (const auto& c : o.cancel) {
@@ -350,6 +351,12 @@ void validate_gen_options(const GenOptions& o) {
     validate_count(s.turns, kOptSessions, 1, false);
     validate_duration(s.gap, kOptSessions);
     if (s.user_tokens) validate_count(*s.user_tokens, kOptSessions, 0, true);
+    // A later turn's lengths come from the file as (prompt, output) pairs, whose prompt is
+    // the new user message: a user= distribution would not be drawn from.
+    if (s.user_tokens && !o.lengths_from.empty()) {
+      bad(kOptSessions, std::string("user= sets a later turn's new message, which ") + kOptLengthsFrom +
+                            " gives with its (prompt, output) pairs: it would have no effect");
+    }
     if (s.max_context_tokens < 0) bad(kOptSessions, "max_context must not be negative");
   }
   if (o.block_tokens < 1) bad(kOptBlockTokens, "must be at least 1");
@@ -428,6 +435,12 @@ struct TraceGenerator::State {
           break;
         }
         case MaxTokensPolicy::Kind::none: break;
+      }
+      // output and factor: a request of 0 output tokens would get the limit 0.
+      if (out.max_tokens == 0) {
+        bad(kOptMaxTokens, "request " + out.id +
+                               " has 0 output tokens, so its generation limit (output or factor) would be 0: engines "
+                               "require max_tokens >= 1; give outputs of at least 1 token, or a cap");
       }
     }
     // What the readers would refuse, refused here: a trace kvsim cannot read back is no use.

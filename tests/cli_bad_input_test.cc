@@ -305,6 +305,15 @@ TEST_CASE("cli bad input: option errors print the usage and exit 2") {
        "--max-tokens: a generation limit of 0 tokens: engines require max_tokens >= 1", "Usage: kvsim trace gen"},
       {{"trace", "gen", "--requests", "3", "--max-tokens", "cap:uniform:0..10"},
        "--max-tokens: a generation limit of 0 tokens", "Usage: kvsim trace gen"},
+      // Any cap that can give 0, and a limit of 0 from a request of 0 output tokens.
+      {{"trace", "gen", "--requests", "3", "--max-tokens", "cap:lognormal:mean=2,p99=20,min=0"},
+       "--max-tokens: \"lognormal:mean=2,p99=20,min=0\" can give 0; this needs at least 1", "Usage: kvsim trace gen"},
+      {{"trace", "gen", "--requests", "3", "--output", "0", "--max-tokens", "output"},
+       "--max-tokens: request 1 has 0 output tokens, so its generation limit (output or factor) would be 0",
+       "Usage: kvsim trace gen"},
+      // A later turn's new message is the lengths file's prompt: user= would not be drawn.
+      {{"trace", "gen", "--requests", "3", "--lengths-from", trace, "--sessions", "share=1,turns=2,gap=1s,user=5"},
+       "--sessions: user= sets a later turn's new message, which --lengths-from gives", "Usage: kvsim trace gen"},
       {{"trace", "stats", trace, "--seed", "18446744073709551616"},
        "--seed: expected an unsigned 64-bit integer, got \"18446744073709551616\"", "Usage: kvsim trace stats FILE"},
       {{"trace", "stats", trace, "--hash-block-tokens", "0"}, "--hash-block-tokens: expected an integer of at least 1",

@@ -165,6 +165,11 @@ TEST_CASE("OUT that is the input under another name (a hard link) is refused, th
   const auto gen = run_sh(dir, "$KVSIM trace gen --lengths-from in.csv -o alias.csv");
   CHECK(gen.exit_code == 2);
   CHECK(gen.err.rfind("kvsim trace gen: --out alias.csv is the same file as the input in.csv", 0) == 0);
+  // Every file gen reads is an input, the sessions' user= lengths included.
+  const auto user = run_sh(dir, "$KVSIM trace gen --requests 5 --sessions share=1,turns=2,gap=1s,user=empirical:in.csv "
+                                "-o alias.csv");
+  CHECK(user.exit_code == 2);
+  CHECK(user.err.rfind("kvsim trace gen: --out alias.csv is the same file as the input in.csv", 0) == 0);
   // The writer itself refuses too, whoever calls it (exit 1: the library does not know the
   // command line).
   const std::string inputs[] = {(dir / "in.csv").string()};

@@ -99,6 +99,7 @@ inline constexpr char kOptDuration[] = "--duration";
 inline constexpr char kOptArrivals[] = "--arrivals";
 inline constexpr char kOptPrompt[] = "--prompt";
 inline constexpr char kOptOutput[] = "--output";
+inline constexpr char kOptLengthsFrom[] = "--lengths-from";
 inline constexpr char kOptN[] = "--n";
 inline constexpr char kOptMaxTokens[] = "--max-tokens";
 inline constexpr char kOptMaxTokensShare[] = "--max-tokens-share";

@@ -287,7 +287,7 @@ int run_gen(const Invocation& inv) {
        "poisson:rate=R | gamma:rate=R,cv=C | onoff:rate=R,on=D,off=D[,off_rate=R]")
       (option_key(kOptPrompt), po::value(&prompt), "prompt length in tokens (a count; see above)")
       (option_key(kOptOutput), po::value(&output), "output length in tokens (a count; see above)")
-      ("lengths-from", po::value(&lengths_from),
+      (option_key(kOptLengthsFrom), po::value(&lengths_from),
        "draw (prompt, output) pairs jointly from this trace's rows, instead of --prompt/--output")
       (option_key(kOptMaxTokens), po::value(&max_tokens)->default_value(max_tokens),
        "none | output | factor:F (ceil(output x F)) | fixed:N or cap:COUNT (output is cut to the cap)")
@@ -315,7 +315,7 @@ int run_gen(const Invocation& inv) {
                      kOptSystemPrompt + " or " + kOptSessions + ": it would have no effect\nUsage: " + kGenSpec.synopsis);
   }
   if (!lengths_from.empty() && (!prompt.empty() || !output.empty())) {
-    throw UsageError("--lengths-from replaces --prompt and --output; give one or the other\nUsage: " +
+    throw UsageError(std::string(kOptLengthsFrom) + " replaces --prompt and --output; give one or the other\nUsage: " +
                      kGenSpec.synopsis);
   }
 
@@ -350,6 +350,9 @@ int run_gen(const Invocation& inv) {
   if (!gen.lengths_from.empty()) inputs.push_back(gen.lengths_from);
   for (const auto* d : {&gen.prompt_tokens, &gen.output_tokens}) {
     if (!d->path.empty()) inputs.push_back(d->path);
+  }
+  if (gen.sessions && gen.sessions->user_tokens && !gen.sessions->user_tokens->path.empty()) {
+    inputs.push_back(gen.sessions->user_tokens->path);
   }
   refuse_output_over_input({{"--out", out}}, inputs, kGenSpec.synopsis);
   TraceGenerator generator(gen);
