@@ -268,9 +268,15 @@ constexpr detail::TraceFormatInfo kFormats[] = {
     {TraceFormat::vidur, "vidur", detail::TraceSyntax::csv, false,
      "Vidur (arrived_at,num_prefill_tokens,num_decode_tokens)",
      [](const detail::FirstRecord& first) { return has(*first.header, "arrived_at"); }, detail::make_vidur_reader},
+    // Before native: prompt_tokens and output_tokens without id or arrival are lengths only,
+    // which the native reader could not read.
     {TraceFormat::lengths, "lengths", detail::TraceSyntax::csv, false,
-     "lengths only (num_prefill_tokens,num_decode_tokens)",
-     [](const detail::FirstRecord& first) { return has(*first.header, "num_prefill_tokens"); },
+     "lengths only (num_prefill_tokens,num_decode_tokens, or prompt_tokens,output_tokens without id and arrival)",
+     [](const detail::FirstRecord& first) {
+       const auto& h = *first.header;
+       return has(h, "num_prefill_tokens") ||
+              (has(h, "prompt_tokens") && has(h, "output_tokens") && !has(h, "id") && !has(h, "arrival"));
+     },
      detail::make_lengths_reader},
     {TraceFormat::token_ids, "token-ids", detail::TraceSyntax::jsonl, false,
      "token-id JSONL (input_toks,output_toks,arrival_time_ns,input_tok_ids)",

@@ -118,10 +118,16 @@ class LengthsReader final : public CsvReader {
 
   void refuse_dropped(std::string_view name) {
     if (column(name) < 0) return;
+    // A trace with arrivals is read in its own format; one without them would keep the
+    // column only as kvsim's native format, which needs id and arrival.
+    const bool timed = column("arrival") >= 0 || column("arrived_at") >= 0 || column("TIMESTAMP") >= 0 ||
+                       column("Timestamp") >= 0 || column("timestamp") >= 0;
     fail_file(header_line_, "column '" + std::string(name) +
                                 "': a trace of lengths takes its prompt and output lengths only (arrivals from " +
-                                kOptRate + "), so this column would be dropped; read the trace in its own format "
-                                "(leave --format out)");
+                                kOptRate + "), so this column would be dropped; " +
+                                (timed ? std::string("read the trace in its own format (leave --format out)")
+                                       : std::string("kvsim's native format keeps it, with id and arrival columns "
+                                                     "(traces/README.md)")));
   }
 
   int prompt_col_ = -1;

@@ -120,8 +120,10 @@ void TraceStatsBuilder::add(const Request& r) {
     ++c.prefix_requests;
     c.prefix_tokens = checked_add(c.prefix_tokens, r.prompt_tokens, "the sum of prompt_tokens over the trace");
     // A block is seen before when its whole prefix was: the chain of the hashes up to it
-    // (block_hash.h), as the replay's prefix caches compare them.
-    std::uint64_t chain = 0;
+    // (block_hash.h), as the replay's prefix caches compare them. The chain starts from the
+    // block size: a 32-token block's hash and a 16-token block's hash name different prefixes
+    // even when the numbers are equal.
+    auto chain = static_cast<std::uint64_t>(r.prefix_block_tokens);
     for (std::size_t i = 0; i < r.prefix_hashes.size(); ++i) {
       ++c.prefix_blocks;
       chain = detail::chain_given_hash(chain, r.prefix_hashes[i]);
@@ -224,14 +226,17 @@ std::string trace_stats_json(const TraceStats& s) {
   j["session_requests"] = s.session_requests;
   j["sessions"] = s.sessions;
   j["with_service_times"] = s.with_service_times;
-  j["prefix_block_tokens"] = s.prefix_block_tokens;
+  // Null where there is no figure: no prefix hashes (and no reuse to give), or block sizes
+  // that differ between requests (the table says "mixed block sizes").
+  const auto or_null = [](bool known, auto v) { return known ? json(v) : json(); };
+  j["prefix_block_tokens"] = or_null(s.prefix_block_tokens > 0, s.prefix_block_tokens);
   j["prefix_requests"] = s.prefix_requests;
   j["prefix_blocks"] = s.prefix_blocks;
   j["prefix_blocks_seen"] = s.prefix_blocks_seen;
-  j["prefix_block_reuse"] = s.prefix_block_reuse();
+  j["prefix_block_reuse"] = or_null(s.prefix_blocks > 0, s.prefix_block_reuse());
   j["prefix_tokens"] = s.prefix_tokens;
   j["prefix_tokens_seen"] = s.prefix_tokens_seen;
-  j["prefix_token_reuse"] = s.prefix_token_reuse();
+  j["prefix_token_reuse"] = or_null(s.prefix_tokens > 0, s.prefix_token_reuse());
   return j.dump(2) + "\n";
 }
 

@@ -316,6 +316,18 @@ TEST_CASE("formats are detected from the header or the first record") {
         TraceFormat::mooncake);
   CHECK(detect_trace_format(write_file("d5.jsonl", "\n{\"id\": \"a\", \"arrival\": 0}\n")) == TraceFormat::native_jsonl);
   CHECK_THROWS_WITH(detect_trace_format(write_file("d6.csv", "a,b\n")), Catch::Contains("unrecognised trace format"));
+  // traces/README.md: prompt_tokens and output_tokens alone are lengths (with --rate); with
+  // id or arrival they are the native format, whose reader names what is missing.
+  CHECK(detect_trace_format(write_file("d7.csv", "prompt_tokens,output_tokens\n10,5\n")) == TraceFormat::lengths);
+  CHECK(detect_trace_format(write_file("d8.csv", "id,prompt_tokens,output_tokens\n1,10,5\n")) ==
+        TraceFormat::native_csv);
+  // A native column the lengths reader would drop names the format that keeps it, not
+  // --format (which would only lead back here).
+  TraceOptions rate;
+  rate.synthetic_rate_per_s = 2;
+  CHECK_THROWS_WITH(read(write_file("d9.csv", "prompt_tokens,output_tokens,max_tokens\n10,5,6\n"), rate),
+                    Catch::Contains("d9.csv:1: column 'max_tokens'") &&
+                        Catch::Contains("kvsim's native format keeps it, with id and arrival columns"));
   CHECK(parse_trace_format("mooncake", "--format") == TraceFormat::mooncake);
   CHECK(trace_format_name(TraceFormat::token_ids) == "token-ids");
   CHECK_THROWS_WITH(parse_trace_format("excel", "--format"), Catch::Contains("--format") && Catch::Contains("azure"));

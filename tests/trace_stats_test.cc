@@ -104,6 +104,32 @@ TEST_CASE("a partial last block that is reused counts only its tokens") {
   CHECK(s.prefix_token_reuse() == Approx(0.5));
 }
 
+TEST_CASE("a hash is a prefix of its own block size: 16- and 32-token blocks never match") {
+  // 1 and 3 in blocks of 16 tokens; 2 in blocks of 32 (traces/README.md: each request's hashes
+  // are of its own prefix_block_tokens). 2's hash 1 names tokens [0, 32), not 1's [0, 16):
+  // seen before are 3's four blocks only, 4 of 10 blocks and 64 of 192 tokens.
+  const auto path = test::write_file("mixed-blocks.csv",
+                                     "id,arrival,prompt_tokens,output_tokens,prefix_block_tokens,prefix_hashes\n"
+                                     "1,0,64,5,16,1 2 3 4\n"
+                                     "2,1,64,5,32,1 2\n"
+                                     "3,2,64,5,16,1 2 3 4\n");
+  auto reader = open_trace(path);
+  const TraceStats s = compute_trace_stats(*reader);
+  CHECK(s.prefix_blocks == 10);
+  CHECK(s.prefix_blocks_seen == 4);
+  CHECK(s.prefix_tokens_seen == 64);
+  const auto j = nlohmann::json::parse(trace_stats_json(s));
+  CHECK(j["prefix_block_tokens"].is_null());  // mixed: the table says so
+  CHECK(j["prefix_block_reuse"].get<double>() == Approx(0.4));
+  CHECK_THAT(format_trace_stats(s), Catch::Contains("mixed block sizes"));
+  // No hashes at all: no reuse figure, null rather than 0.
+  auto plain = open_trace(test::write_file("no-hashes.csv", "id,arrival,prompt_tokens,output_tokens\n1,0,64,5\n"));
+  const auto k = nlohmann::json::parse(trace_stats_json(compute_trace_stats(*plain)));
+  CHECK(k["prefix_block_tokens"].is_null());
+  CHECK(k["prefix_block_reuse"].is_null());
+  CHECK(k["prefix_token_reuse"].is_null());
+}
+
 TEST_CASE("a block is seen before only when its whole prefix was") {
   // Hashes of each block's contents alone: B's second block has A's second block's hash (2)
   // but follows a different first block (9 against 1), so it holds other KV. C repeats A.
