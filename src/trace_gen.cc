@@ -328,9 +328,16 @@ void validate_gen_options(const GenOptions& o) {
   // Engines require max_tokens >= 1: a cap that can give 0 is refused (lognormal: its min).
   if (o.max_tokens.kind == MaxTokensPolicy::Kind::cap) validate_count(o.max_tokens.cap, kOptMaxTokens, 1, false);
   if (o.max_tokens.share_ppb < 0 || o.max_tokens.share_ppb > kBillion) bad(kOptMaxTokensShare, "must be in [0, 1]");
+  // A share of 0 asks for something no request gets: it would change nothing (a usage error,
+  // as every option that would have no effect), here and for the clauses below.
+  constexpr const char* kNone = " is 0: no request would get it, so it would have no effect";
+  if (o.max_tokens.kind != MaxTokensPolicy::Kind::none && o.max_tokens.share_ppb == 0) {
+    bad(kOptMaxTokensShare, std::string("the share") + kNone);
+  }
   std::int64_t cancel_total = 0;
   for (const auto& c : o.cancel) {
     if (c.probability_ppb < 0) bad(kOptCancel, "p must not be negative");
+    if (c.probability_ppb == 0) bad(kOptCancel, std::string("p") + kNone);
     cancel_total += c.probability_ppb;
     validate_duration(c.after, kOptCancel);
   }
@@ -338,6 +345,7 @@ void validate_gen_options(const GenOptions& o) {
   std::int64_t system_total = 0;
   for (const auto& s : o.system_prompts) {
     if (s.tokens < 1 || s.share_ppb < 0) bad(kOptSystemPrompt, "tokens must be at least 1 and share not negative");
+    if (s.share_ppb == 0) bad(kOptSystemPrompt, std::string("share") + kNone);
     if (s.tokens > kMaxHashedPromptTokens) {
       bad(kOptSystemPrompt, "tokens=" + std::to_string(s.tokens) + " is more than " +
                                 std::to_string(kMaxHashedPromptTokens) + ", the most trace gen hashes in one prompt");
@@ -348,6 +356,7 @@ void validate_gen_options(const GenOptions& o) {
   if (o.sessions) {
     const auto& s = *o.sessions;
     if (s.share_ppb < 0 || s.share_ppb > kBillion) bad(kOptSessions, "share must be in [0, 1]");
+    if (s.share_ppb == 0) bad(kOptSessions, std::string("share") + kNone);
     validate_count(s.turns, kOptSessions, 1, false);
     validate_duration(s.gap, kOptSessions);
     if (s.user_tokens) validate_count(*s.user_tokens, kOptSessions, 0, true);

@@ -311,6 +311,15 @@ TEST_CASE("cli bad input: option errors print the usage and exit 2") {
       {{"trace", "gen", "--requests", "3", "--output", "0", "--max-tokens", "output"},
        "--max-tokens: request 1 has 0 output tokens, so its generation limit (output or factor) would be 0",
        "Usage: kvsim trace gen"},
+      // A share or probability of 0 gives nothing to any request: it would have no effect.
+      {{"trace", "gen", "--requests", "3", "--cancel", "p=0,after=1s"},
+       "--cancel: p is 0: no request would get it, so it would have no effect", "Usage: kvsim trace gen"},
+      {{"trace", "gen", "--requests", "3", "--system-prompt", "tokens=100,share=0"},
+       "--system-prompt: share is 0: no request would get it", "Usage: kvsim trace gen"},
+      {{"trace", "gen", "--requests", "3", "--sessions", "share=0,turns=2,gap=1s"},
+       "--sessions: share is 0: no request would get it", "Usage: kvsim trace gen"},
+      {{"trace", "gen", "--requests", "3", "--max-tokens", "fixed:10", "--max-tokens-share", "0"},
+       "--max-tokens-share: the share is 0: no request would get it", "Usage: kvsim trace gen"},
       // A later turn's new message is the lengths file's prompt: user= would not be drawn.
       {{"trace", "gen", "--requests", "3", "--lengths-from", trace, "--sessions", "share=1,turns=2,gap=1s,user=5"},
        "--sessions: user= sets a later turn's new message, which --lengths-from gives", "Usage: kvsim trace gen"},
