@@ -121,7 +121,13 @@ std::int64_t count_value(std::string_view text, std::string_view field, std::str
 
 double positive_decimal(std::string_view text, std::string_view field, std::string_view name) {
   std::int64_t scaled = 0;
-  if (detail::parse_scaled_decimal(text, 9, scaled) != detail::DecimalStatus::ok || scaled == 0) {
+  const auto status = detail::parse_scaled_decimal(text, 9, scaled);
+  // Too large or too precise is said as such, not as "not a positive number".
+  if (status == detail::DecimalStatus::overflow || status == detail::DecimalStatus::too_precise) {
+    bad(field, std::string(name) + ": \"" + std::string(text) + "\" " + detail::describe(status) +
+                   (status == detail::DecimalStatus::too_precise ? " (9 decimal places at most)" : ""));
+  }
+  if (status != detail::DecimalStatus::ok || scaled == 0) {
     bad(field, std::string(name) + ": expected a positive number, got \"" + std::string(text) + "\"");
   }
   return static_cast<double>(scaled) / 1e9;
@@ -141,12 +147,15 @@ std::pair<std::int64_t, std::int64_t> range(std::string_view body, std::string_v
   return {low, high};
 }
 
-void check_lognormal(double mean, double p99, std::string_view field) {
+// `per_unit` and `unit` say the figures in the unit the user wrote them in (1e9 and "s" for
+// durations held in ns).
+void check_lognormal(double mean, double p99, std::string_view field, double per_unit = 1, const char* unit = "") {
   double mu = 0;
   double sigma = 0;
   if (!detail::lognormal_from_mean_p99(mean, p99, mu, sigma)) {
     bad(field, "lognormal: p99 / mean must be above 1 and below 14.97 (the most a lognormal's p99 can exceed its "
-               "mean), got p99 " + detail::plain_number(p99) + " and mean " + detail::plain_number(mean));
+               "mean), got p99 " + detail::plain_number(p99 / per_unit) + unit + " and mean " +
+                   detail::plain_number(mean / per_unit) + unit);
   }
 }
 
@@ -252,7 +261,7 @@ DurationDistribution parse_duration_distribution(std::string_view text, std::str
     const auto kvs = key_values(spec.body, {"mean", "p99"}, field, "lognormal");
     d.value_ns = duration(require(kvs, "mean", field, "lognormal"));
     d.p99_ns = duration(require(kvs, "p99", field, "lognormal"));
-    check_lognormal(static_cast<double>(d.value_ns), static_cast<double>(d.p99_ns), field);
+    check_lognormal(static_cast<double>(d.value_ns), static_cast<double>(d.p99_ns), field, 1e9, "s");
   } else {
     bad(field, "unknown duration distribution \"" + std::string(kind) +
                    "\" (known: a constant such as 5s, uniform:1s..30s, exp:20s, lognormal:mean=5s,p99=60s)");
@@ -302,8 +311,12 @@ MaxTokensPolicy parse_max_tokens_policy(std::string_view text, std::string_view 
     p.kind = MaxTokensPolicy::Kind::output;
   } else if (spec.kind == "factor") {
     p.kind = MaxTokensPolicy::Kind::factor;
-    if (detail::parse_scaled_decimal(spec.body, 9, p.factor_ppb) != detail::DecimalStatus::ok ||
-        p.factor_ppb < kBillion) {
+    const auto status = detail::parse_scaled_decimal(spec.body, 9, p.factor_ppb);
+    if (status == detail::DecimalStatus::too_precise || status == detail::DecimalStatus::overflow) {
+      bad(field, "factor: \"" + std::string(spec.body) + "\" " + detail::describe(status) +
+                     (status == detail::DecimalStatus::too_precise ? " (9 decimal places at most)" : ""));
+    }
+    if (status != detail::DecimalStatus::ok || p.factor_ppb < kBillion) {
       bad(field, "factor: expected a number of at least 1 (max_tokens = ceil(output_tokens * factor)), got \"" +
                      std::string(spec.body) + "\"");
     }

@@ -311,6 +311,14 @@ TEST_CASE("cli bad input: option errors print the usage and exit 2") {
       {{"trace", "gen", "--requests", "3", "--output", "0", "--max-tokens", "output"},
        "--max-tokens: request 1 has 0 output tokens, so its generation limit (output or factor) would be 0",
        "Usage: kvsim trace gen"},
+      // Too large or too precise is said as such; a lognormal of durations in seconds.
+      {{"trace", "gen", "--requests", "3", "--prompt", "lognormal:mean=500000000000,p99=600000000000"},
+       "--prompt: lognormal mean: \"500000000000\" is too large (overflows 64 bits)", "Usage: kvsim trace gen"},
+      {{"trace", "gen", "--requests", "3", "--max-tokens", "factor:1.3333333333"},
+       "--max-tokens: factor: \"1.3333333333\" has more decimal places than the unit can hold exactly",
+       "Usage: kvsim trace gen"},
+      {{"trace", "gen", "--requests", "3", "--cancel", "p=0.5,after=lognormal:mean=1s,p99=100s"},
+       "got p99 100s and mean 1s", "Usage: kvsim trace gen"},
       // A share or probability of 0 gives nothing to any request: it would have no effect.
       {{"trace", "gen", "--requests", "3", "--cancel", "p=0,after=1s"},
        "--cancel: p is 0: no request would get it, so it would have no effect", "Usage: kvsim trace gen"},
