@@ -318,7 +318,9 @@ TEST_CASE("cli bad input: option errors print the usage and exit 2") {
        "--max-tokens: factor: \"1.3333333333\" has more decimal places than the unit can hold exactly",
        "Usage: kvsim trace gen"},
       {{"trace", "gen", "--requests", "3", "--cancel", "p=0.5,after=lognormal:mean=1s,p99=100s"},
-       "got p99 100s and mean 1s", "Usage: kvsim trace gen"},
+       "--cancel: lognormal: p99 / mean must be above 1 and below 14.97 (the most a lognormal's p99 can exceed its mean), "
+       "got p99 100s and mean 1s",
+       "Usage: kvsim trace gen"},
       // A share or probability of 0 gives nothing to any request: it would have no effect.
       {{"trace", "gen", "--requests", "3", "--cancel", "p=0,after=1s"},
        "--cancel: p is 0: no request would get it, so it would have no effect", "Usage: kvsim trace gen"},
