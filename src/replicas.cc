@@ -167,6 +167,7 @@ ReplayReport combine(std::vector<ReplayReport>& rs, std::int64_t waiting_at_last
   const std::int64_t span = t.end_ns - t.start_ns;
   // Ratios of time integrals, each replica's integral being its mean times its own span.
   double effective_integral = 0, allocated_integral = 0, capacity_integral = 0;
+  double external_ratio_integral = 0, replica_time = 0;
   // Per layer group as for the totals (every replica serves the same model).
   t.groups = rs.front().groups;
   for (GroupReport& g : t.groups) g = GroupReport{g.group, {}, {}, {}, {}};
@@ -187,12 +188,16 @@ ReplayReport combine(std::vector<ReplayReport>& rs, std::int64_t waiting_at_last
       add_fragmentation(g.mean_slots, r.groups[k].mean_slots, share);
       add_fragmentation(g.at_peak_slots, r.groups[k].at_peak_slots, as_is);
     }
-    t.external_fragmentation_mean += share(r.external_fragmentation_mean);
+    // A ratio of each replica's own arena (1 - largest free extent / free): the replicas'
+    // mean, each weighted by its span, below; their bytes add up like the occupancy.
+    external_ratio_integral += r.external_fragmentation_mean * static_cast<double>(own);
+    replica_time += static_cast<double>(own);
     t.external_fragmentation_bytes_mean += share(r.external_fragmentation_bytes_mean);
     effective_integral += r.effective_bytes.mean * static_cast<double>(own);
     allocated_integral += r.allocated_bytes.mean * static_cast<double>(own);
     if (r.block_usage > 0) capacity_integral += r.allocated_bytes.mean * static_cast<double>(own) / r.block_usage;
   }
+  t.external_fragmentation_mean = replica_time > 0 ? external_ratio_integral / replica_time : 0;
   t.token_usage = allocated_integral > 0 ? effective_integral / allocated_integral : 0;
   t.block_usage = capacity_integral > 0 ? allocated_integral / capacity_integral : 0;
   t.tpot = detail::summarize(all.tpot_ns);
@@ -335,6 +340,14 @@ ReplicaRun replay_replicas(TraceReader& trace, const std::vector<Allocator*>& al
   std::int64_t read = 0;
   while (trace.next(r)) {
     if (!started) {
+      // A trace whose times fix one engine's schedule would be replayed measured alone
+      // (Schedule::automatic); replicas simulate it, which must be asked for, not assumed.
+      if (options.schedule == Schedule::automatic && r.has_service_times()) {
+        throw InputError(Location{trace.path(), 0, ""},
+                         std::string("its start/first_token/finish times are one engine's schedule, which ") +
+                             kOptReplicas + " cannot split; give " + kOptSchedule +
+                             " simulate to simulate the replicas from its arrivals and lengths");
+      }
       for (auto& e : engines) e->begin_at(r.arrival_ns);
       clock = r.arrival_ns;
       started = true;

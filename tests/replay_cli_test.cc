@@ -666,3 +666,49 @@ TEST_CASE("replay: --vllm-version gives that version's scheduling defaults, and 
     CHECK_THAT(bad.err, Catch::Contains("--vllm-version: expected a version such as 0.19.0, got \"" + std::string(version) + "\""));
   }
 }
+
+TEST_CASE("replay --replicas: the total's external fragmentation ratio is the replicas' mean, not their sum") {
+  // docs/replay.md ("Replicas"): 1 - largest free extent / free is a ratio of each replica's
+  // own arena, so the total is the replicas' mean weighted by each one's span, at most their
+  // largest max; the bytes outside the largest extent add up like the occupancy.
+  const std::string trace = std::string(KVSIM_SOURCE_DIR) + "/traces/chat-mix.csv";
+  const auto r = test::run_cli({"replay", trace, "--requests", "400", "--kv-budget", "2GiB", "--allocator",
+                                "dense-static:reserve=max-tokens,placement=first-fit", "--replicas", "3", "--json"});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  const Json runs = Json::parse(r.out)["runs"];
+  REQUIRE(runs.size() == 4);
+  double integral = 0, time = 0, largest = 0, bytes = 0;
+  const double span = runs[3]["time"]["duration_ns"].get<double>();
+  for (int k = 0; k < 3; ++k) {
+    const Json& x = runs[k]["external_fragmentation"];
+    const double own = runs[k]["time"]["duration_ns"].get<double>();
+    integral += x["mean"].get<double>() * own;
+    time += own;
+    largest = std::max(largest, x["max"].get<double>());
+    bytes += x["free_bytes_outside_largest_extent_mean"].get<double>() * own / span;
+  }
+  REQUIRE(largest > 0);  // the case fragments
+  const Json& total = runs[3]["external_fragmentation"];
+  CHECK(total["mean"].get<double>() == Approx(integral / time));
+  CHECK(total["mean"].get<double>() <= total["max"].get<double>());
+  CHECK(total["max"].get<double>() == Approx(largest));
+  CHECK(total["free_bytes_outside_largest_extent_mean"].get<double>() == Approx(bytes));
+}
+
+TEST_CASE("replay --replicas on a trace with measured times asks for --schedule simulate") {
+  // Without --replicas this trace replays its own schedule (Schedule::automatic); replicas
+  // can only simulate, so they are not assumed: the measured times would be dropped unsaid.
+  const std::string trace = test::write_file("replicas-measured.csv",
+                                             "id,arrival,prompt_tokens,output_tokens,start,first_token,finish\n"
+                                             "1,0,20,5,0.1,0.2,0.6\n"
+                                             "2,0.05,10,1,0.05,0.3,0.3\n");
+  auto r = test::run_cli({"replay", trace, "--allocator", "paged", "--replicas", "2"});
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("replicas-measured.csv: its start/first_token/finish times are one engine's "
+                                    "schedule, which --replicas cannot split; give --schedule simulate"));
+  r = test::run_cli({"replay", trace, "--allocator", "paged", "--replicas", "2", "--schedule", "simulate", "--json"});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(Json::parse(r.out)["runs"][2]["requests"]["completed"] == 2);
+}
