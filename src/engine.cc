@@ -489,6 +489,7 @@ void Engine::preempt(std::uint32_t victim) {
     const std::int64_t bytes = recorder_.held_bytes(victim);
     report_.swapped_out_bytes += bytes;
     step_swap_bytes_ += bytes;
+    t.swapped_bytes = bytes;
     t.swapped_tokens = v.tokens(step_) - 1;
     drop_holding(victim, 0);
     end_flight(victim);
@@ -713,9 +714,10 @@ void Engine::resume_swapped(std::int64_t& decode_seqs) {
     const bool last = tokens == f.prompt + f.output;
     if (last) finishing_.push_back({slot, f.generation});
     refresh(slot, tokens, last ? false : schedule_next(slot, tokens) > tokens + 1);
-    const std::int64_t bytes = recorder_.held_bytes(slot);
-    report_.swapped_in_bytes += bytes;
-    step_swap_bytes_ += bytes;
+    // Swapped in counts what it holds back on the device; the link carries only what went
+    // out (the block for its next token, or a regrown buffer, is new on the device).
+    report_.swapped_in_bytes += recorder_.held_bytes(slot);
+    step_swap_bytes_ += t.swapped_bytes;
   }
 }
 

@@ -48,6 +48,7 @@ struct Ticket {
   std::int64_t base_generated = 0;
   std::int64_t prompt_counted = 0;
   std::int64_t swapped_tokens = 0;
+  std::int64_t swapped_bytes = 0;  // what went to host memory, and what comes back
   std::int64_t discarded = 0;      // positions the last preemption by recompute threw away
   std::int32_t preemptions = 0;
   std::int32_t slot = -1;          // its Flight while running, else -1
