@@ -127,7 +127,9 @@ FirstFitArena::Placement FirstFitArena::allocate(std::int64_t bytes) {
     // Grow at the end; the free space just below the end joins the new extent. (An arena
     // past 2^63 bytes takes requests of absurd lengths: the input's fault, reported so.)
     if (bytes > kMaxBytes - tail_start_) throw InputError("dynamic: the arena's size overflows 64 bits");
-    p.fragmented = free_bytes() >= bytes;
+    // Counted when the arena had to grow although enough was free: a placement that ends
+    // within the high-water mark takes room the arena already holds.
+    p.fragmented = tail_start_ + bytes > high_water_ && free_bytes() >= bytes;
     p.offset = tail_start_;
     tail_start_ += bytes;
     high_water_ = std::max(high_water_, tail_start_);

@@ -44,6 +44,26 @@ TEST_CASE("arena: a refusal while enough total room is free is fragmentation") {
   arena.check();
 }
 
+TEST_CASE("arena, unbounded: growing although enough was free is fragmentation; room it already holds is not") {
+  // docs/replay.md, "The figures": placements that forced the arena to grow while enough
+  // free room existed. Freed room at the open end returns to it; the high-water mark stays.
+  FirstFitArena arena(0);
+  CHECK(arena.allocate(4).offset == 0);   // [0, 4)
+  CHECK(arena.allocate(4).offset == 4);   // [4, 8), high water 8
+  arena.free(4, 4);                       // the end moves back to 4; 8 bytes still held
+  const auto within = arena.allocate(4);  // [4, 8): inside the high-water mark, no growth
+  CHECK(within.offset == 4);
+  CHECK_FALSE(within.fragmented);
+  CHECK(arena.allocate(2).offset == 8);   // [8, 10): grows, nothing free
+  arena.free(0, 4);                       // a hole [0, 4)
+  arena.free(8, 2);                       // the end back to 8; free: 4 + 2 below 10
+  const auto grows = arena.allocate(5);   // no hole holds 5: [8, 13) grows past 10
+  CHECK(grows.offset == 8);
+  CHECK(grows.fragmented);                // while 6 were free
+  CHECK(arena.reserved_bytes() == 13);
+  arena.check();
+}
+
 TEST_CASE("dynamic with doubling: capacities 1, 2, 4, 8 and the copy peak holds old and new") {
   DynamicOptions o;
   o.growth = Growth::doubling;
