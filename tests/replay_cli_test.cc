@@ -498,6 +498,25 @@ TEST_CASE("replay: help, usage errors and input errors") {
   CHECK(r.exit_code == 2);
   CHECK_THAT(r.err, Catch::Contains("--timing-device: times the roofline, and --cost "
                                     "\"constant:step=25ms,prefill-token=50us\" names every term itself"));
+  // Likewise CUDA graphs' padding beside a cost that charges it nothing (a dense model: the
+  // linear model charges padding only through routed experts' reads), a switch against
+  // splitting prompts where nothing bounds a step's tokens, and the sglang queue order under
+  // another policy, fcfs included.
+  r = test::run_cli({"replay", trace, "--cost", "linear:base=5ms", "--cuda-graphs", "on"});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("--cuda-graphs: pads a step's tokens to a captured size, which --cost "
+                                    "\"linear") &&
+                        Catch::Contains("charges nothing for (no routed experts' read): it would have no effect"));
+  CHECK(test::run_cli({"replay", trace, "--cost", "linear:base=5ms", "--cuda-graphs", "off"}).exit_code == 0);
+  CHECK(test::run_cli({"replay", trace, "--cuda-graphs", "on"}).exit_code == 0);  // the roofline pads
+  r = test::run_cli({"replay", trace, "--no-chunked-prefill"});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("--no-chunked-prefill: with no --max-batched-tokens bound (demand mode, no "
+                                    "budget) no prompt is split into chunks"));
+  CHECK(test::run_cli({"replay", trace, "--no-chunked-prefill", "--kv-budget", "10GiB"}).exit_code == 0);
+  r = test::run_cli({"replay", trace, "--kv-budget", "10GiB", "--schedule-policy", "fcfs"});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("--schedule-policy: applies to the sglang policy only"));
   CHECK(test::run_cli({"replay", trace, "--requests", "5", "--cost", "constant:step=25ms", "--timing-device",
                        "A100-40GB"}).exit_code == 0);
   // Without chunking a prompt's first chunk is the whole sequence: the whole-sequence check

@@ -293,6 +293,19 @@ ReplayOptions replay_options_from(const po::variables_map& vm, const ModelChoice
   // Options not given are 0 here; under a budget they become vLLM's (the library's rule).
   apply_vllm_scheduler_defaults(ro);
   if (graphs) ro.cuda_graph_max_tokens = cuda_graph_max_tokens(ro.max_running, ro.max_batched_tokens);
+  // Options that cannot act in the combination given, refused rather than echoed as if they
+  // had acted: with no bound on a step's tokens (demand mode) no prompt is split, and
+  // constant and linear costs charge padding only through routed experts' reads.
+  if (given(vm, option_key(kOptNoChunkedPrefill)) && ro.max_batched_tokens == 0) {
+    throw InputError(Location{"", 0, kOptNoChunkedPrefill},
+                     std::string("with no ") + kOptMaxBatchedTokens +
+                         " bound (demand mode, no budget) no prompt is split into chunks: it would have no effect");
+  }
+  if (given(vm, option_key(kOptCudaGraphs)) && graphs && !ro.cost.roofline && ro.cost.expert_weights_ps == 0) {
+    throw InputError(Location{"", 0, kOptCudaGraphs},
+                     "pads a step's tokens to a captured size, which --cost \"" + ro.cost.name +
+                         "\" charges nothing for (no routed experts' read): it would have no effect");
+  }
   // What only a simulated schedule uses: refused on a trace whose times fix the schedule.
   for (const char* option : {kOptCost, kOptTimingDevice, kOptMaxBatchedTokens, kOptNoChunkedPrefill, kOptMaxRunning,
                              kOptAsyncScheduling, kOptCudaGraphs, kOptVllmVersion}) {
@@ -317,7 +330,7 @@ ReplayOptions replay_options_from(const po::variables_map& vm, const ModelChoice
     throw InputError(Location{"", 0, kOptSchedulePolicy}, "expected fcfs or lpm, got \"" + schedule_policy + "\"");
   }
   ro.memory.sglang_lpm = schedule_policy == "lpm";
-  if (ro.memory.sglang_lpm && policy.name != "sglang") {
+  if (!vm[option_key(kOptSchedulePolicy)].defaulted() && policy.name != "sglang") {
     throw InputError(Location{"", 0, kOptSchedulePolicy}, "applies to the sglang policy only (--policy sglang)");
   }
   const bool vllm = policy.name == "vllm";
