@@ -256,11 +256,11 @@ TEST_CASE("kvsim plan: refused requests miss every target, and a search cut by -
   CHECK(j["met"].is_null());
   CHECK(j["missed"] == "0.001");
   CHECK(j["points"].size() == 11);
-  CHECK(j["points"][0]["misses"][0] == "refused 2 of 2 requests (2 longer than the maximum length)");
+  CHECK(j["points"][0]["misses"][0] == "refused 2 of 2 requests (2 longer than the maximum length of 20 tokens)");
   CHECK_THAT(j["answer"].get<std::string>(),
              Catch::StartsWith("No rate-scale tried meets the targets (--no-preemption) for paged:block=16, down to "
                                "0.001 (") &&
-                 Catch::EndsWith("): refused 2 of 2 requests (2 longer than the maximum length)."));
+                 Catch::EndsWith("): refused 2 of 2 requests (2 longer than the maximum length of 20 tokens)."));
   // A generous target met at 1, 2 and 4 with --max-points 3: the search stopped there, far
   // below its bound of 1000, and says so instead of "no limit found".
   r = with({"--e2e-p99", "1000s", "--max-points", "3"});

@@ -123,16 +123,12 @@ std::vector<Target> read_targets(const po::variables_map& vm) {
 }
 
 // Why a run misses every target whatever they are: it refused requests (longer than
-// --max-model-len, or never fitting the budget even alone).
-std::optional<std::string> refusal_miss(const ReplayReport& r) {
+// --max-model-len, or never fitting the budget even alone), in replay's words.
+std::optional<std::string> refusal_miss(const ReplayReport& r, std::int64_t max_model_len) {
   const std::int64_t refused = r.rejected_too_long + r.rejected_too_large;
   if (refused == 0) return std::nullopt;
-  std::string why;
-  if (r.rejected_too_long > 0) why = fmt::format("{} longer than the maximum length", with_commas(r.rejected_too_long));
-  if (r.rejected_too_large > 0) {
-    why += fmt::format("{}{} never fit the capacity even alone", why.empty() ? "" : ", ", with_commas(r.rejected_too_large));
-  }
-  return fmt::format("refused {} of {} requests ({})", with_commas(refused), with_commas(r.requests), why);
+  return fmt::format("refused {} of {} requests ({})", with_commas(refused), with_commas(r.requests),
+                     refusal_causes(r, max_model_len));
 }
 
 // "1.375" from 1,375,000,000 ppb: what --rate-scale reads back exactly.
@@ -257,11 +253,13 @@ int run_plan(const Invocation& inv) {
     return SweepSetup(base, {SweepAxis{search, {value}, "", 0}});
   };
   // The first point checks what the whole search needs (one allocator, a budget where a
-  // target needs one) and reads the trace.
+  // target needs one) and reads the trace; the model's length limit is every point's.
+  std::int64_t max_model_len = 0;
   {
     const SweepSetup first = setup_for("1");  // rate-scale 1 or 1 replica: the search's start
     prepare_points(first, cache);
     const ReplayPlan plan = first.plan_point(0);
+    max_model_len = plan.options.layout.max_model_len;
     if (plan.allocators.size() != 1) {
       throw InputError(Location{"", 0, kOptAllocator}, "kvsim plan answers for one allocator; give one");
     }
@@ -282,7 +280,7 @@ int run_plan(const Invocation& inv) {
     t.report = run_point(setup, cache, 0, {}).reports.back();  // with replicas, their total
     // A refused request is traffic not served: no target is met for it, and a run that
     // refused everything would otherwise meet --no-preemption and --kv-usage-max at any load.
-    if (auto why = refusal_miss(t.report)) t.misses.push_back(*why);
+    if (auto why = refusal_miss(t.report, max_model_len)) t.misses.push_back(*why);
     for (const auto& target : targets) {
       if (auto why = target.miss(t.report)) t.misses.push_back(*why);
     }

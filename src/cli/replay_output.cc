@@ -89,6 +89,19 @@ std::string p50_p99_ms(const Latency& l) {
 
 }  // namespace
 
+std::string refusal_causes(const ReplayReport& r, std::int64_t max_model_len) {
+  std::string out;
+  if (r.rejected_too_long > 0) {
+    out = fmt::format("{} longer than the maximum length of {} tokens", with_commas(r.rejected_too_long),
+                      with_commas(max_model_len));
+  }
+  if (r.rejected_too_large > 0) {
+    out += fmt::format("{}{} never fit the capacity of {} bytes even alone", out.empty() ? "" : ", ",
+                       with_commas(r.rejected_too_large), with_commas(r.capacity_bytes));
+  }
+  return out;
+}
+
 std::string run_name(const ReplayReport& r) {
   if (r.replicas == 0) return r.allocator;
   if (r.replica < 0) return fmt::format("{} [{} replicas]", r.allocator, r.replicas);
@@ -113,20 +126,9 @@ std::vector<std::string> run_warnings(const KvLayout& layout, const ReplayReport
   std::vector<std::string> out;
   const std::int64_t refused = r.rejected_too_long + r.rejected_too_large;
   if (r.requests > 0 && refused == r.requests) {
-    std::vector<std::string> why;
-    if (r.rejected_too_long > 0) {
-      why.push_back(fmt::format("{} longer than the maximum length of {} tokens", with_commas(r.rejected_too_long),
-                                with_commas(layout.max_model_len)));
-    }
-    if (r.rejected_too_large > 0) {
-      why.push_back(fmt::format("{} never fit the capacity of {} bytes even alone", with_commas(r.rejected_too_large),
-                                with_commas(r.capacity_bytes)));
-    }
-    std::string reasons;
-    for (const auto& w : why) reasons += (reasons.empty() ? "" : ", ") + w;
     out.push_back(fmt::format("{}: refused every request ({}): {}; nothing was served, so throughput and latencies "
                               "say nothing",
-                              run_name(r), with_commas(r.requests), reasons));
+                              run_name(r), with_commas(r.requests), refusal_causes(r, layout.max_model_len)));
   }
   // The smallest request's effective tokens at its full length (one sample, sliding
   // windows capped): no allocator holds a request in less.

@@ -32,6 +32,9 @@ std::string replay_json(const ReplayContext& context, const std::vector<ReplayRe
 // What `kvsim replay --help` says about reading its figures: block-level usage in demand mode,
 // swapped in against swapped out, the warnings.
 std::string replay_figures_help();
+// Why a run refused the requests it did, "2 longer than the maximum length of 20 tokens, 1
+// never fit the capacity of 6,291,456 bytes even alone" ("" when it refused none).
+std::string refusal_causes(const ReplayReport& report, std::int64_t max_model_len);
 // A run's name for people (tables, warnings, pages): its allocator, and for a run of
 // --replicas "[replica k: R routed]" or, for their total, "[N replicas]". CSV and JSON keep
 // the allocator as it is and give the replica in fields of their own.
