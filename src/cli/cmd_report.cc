@@ -40,6 +40,13 @@ const CommandSpec kSpec{
     "  kvsim validate RUN --json > v.json && kvsim report v.json --html validate.html\n"
     "  kvsim report sweep.csv --html sweep.html"};
 
+// "runs[0].memory_bytes.peak": `keys` joined by dots after `prefix` (empty, or ending in a dot).
+std::string key_path(const std::string& prefix, std::initializer_list<const char*> keys) {
+  std::string field = prefix;
+  for (const char* k : keys) field += (field.size() > prefix.size() ? "." : "") + std::string(k);
+  return field;
+}
+
 // The value at `keys` in `j`, a number; `what` names it in the error.
 double number(const Json& j, std::initializer_list<const char*> keys, const std::string& path, bool optional = false) {
   const Json* at = &j;
@@ -87,11 +94,7 @@ void read_replay_json(const Json& j, const std::string& path, HtmlPage& page, st
     const Json& r = runs[i];
     const std::string where = fmt::format("runs[{}].", i);
     // Bytes and their means are never negative: a file that says so was not written by replay.
-    const auto field_of = [&](std::initializer_list<const char*> keys) {
-      std::string field = where;
-      for (const char* k : keys) field += std::string(field == where ? "" : ".") + k;
-      return field;
-    };
+    const auto field_of = [&](std::initializer_list<const char*> keys) { return key_path(where, keys); };
     // Bytes: not below 0, and within 64 bits (replay's counters are 64-bit integers).
     const auto amount = [&](std::initializer_list<const char*> keys, bool optional = false) {
       const double v = number(r, keys, path, optional);
@@ -164,9 +167,7 @@ void read_replay_json(const Json& j, const std::string& path, HtmlPage& page, st
     const auto whole = [&](std::initializer_list<const char*> keys) {
       const double v = number(r, keys, path);
       if (v < 0 || v != std::floor(v)) {
-        std::string field = where;
-        for (const char* k : keys) field += std::string(field == where ? "" : ".") + k;
-        throw InputError(Location{path, 0, field}, fmt::format("expected a count, got {}", v));
+        throw InputError(Location{path, 0, field_of(keys)}, fmt::format("expected a count, got {}", v));
       }
       return to_int(v);
     };
@@ -186,9 +187,8 @@ void read_replay_json(const Json& j, const std::string& path, HtmlPage& page, st
 double duration_s(const Json& j, std::initializer_list<const char*> keys, const std::string& path) {
   const double v = number(j, keys, path);
   if (!(v > 0)) {
-    std::string field;
-    for (const char* k : keys) field += (field.empty() ? "" : ".") + std::string(k);
-    throw InputError(Location{path, 0, field}, fmt::format("expected a positive number of seconds, got {}", v));
+    throw InputError(Location{path, 0, key_path("", keys)},
+                     fmt::format("expected a positive number of seconds, got {}", v));
   }
   return v;
 }
