@@ -119,14 +119,21 @@ std::int64_t count_value(std::string_view text, std::string_view field, std::str
   return v;
 }
 
-double positive_decimal(std::string_view text, std::string_view field, std::string_view name) {
-  std::int64_t scaled = 0;
+// `text` read as a decimal in billionths into `scaled`. Too large or too precise is refused
+// as such here; any other failure is the caller's to word (what it expected).
+detail::DecimalStatus billionths(std::string_view text, std::string_view field, std::string_view name,
+                                 std::int64_t& scaled) {
   const auto status = detail::parse_scaled_decimal(text, 9, scaled);
-  // Too large or too precise is said as such, not as "not a positive number".
   if (status == detail::DecimalStatus::overflow || status == detail::DecimalStatus::too_precise) {
     bad(field, std::string(name) + ": \"" + std::string(text) + "\" " + detail::describe(status) +
                    (status == detail::DecimalStatus::too_precise ? " (9 decimal places at most)" : ""));
   }
+  return status;
+}
+
+double positive_decimal(std::string_view text, std::string_view field, std::string_view name) {
+  std::int64_t scaled = 0;
+  const auto status = billionths(text, field, name, scaled);
   if (status != detail::DecimalStatus::ok || scaled == 0) {
     bad(field, std::string(name) + ": expected a positive number, got \"" + std::string(text) + "\"");
   }
@@ -311,11 +318,7 @@ MaxTokensPolicy parse_max_tokens_policy(std::string_view text, std::string_view 
     p.kind = MaxTokensPolicy::Kind::output;
   } else if (spec.kind == "factor") {
     p.kind = MaxTokensPolicy::Kind::factor;
-    const auto status = detail::parse_scaled_decimal(spec.body, 9, p.factor_ppb);
-    if (status == detail::DecimalStatus::too_precise || status == detail::DecimalStatus::overflow) {
-      bad(field, "factor: \"" + std::string(spec.body) + "\" " + detail::describe(status) +
-                     (status == detail::DecimalStatus::too_precise ? " (9 decimal places at most)" : ""));
-    }
+    const auto status = billionths(spec.body, field, "factor", p.factor_ppb);
     if (status != detail::DecimalStatus::ok || p.factor_ppb < kBillion) {
       bad(field, "factor: expected a number of at least 1 (max_tokens = ceil(output_tokens * factor)), got \"" +
                      std::string(spec.body) + "\"");
