@@ -62,6 +62,10 @@ class VidurReader final : public LengthColumnsReader {
   }
 };
 
+// The arrival columns of the other formats' CSVs (Vidur, Azure, BurstGPT, and a lowercase
+// timestamp): a lengths trace draws its own arrivals, so it refuses them.
+constexpr std::string_view kOtherArrivalColumns[] = {"arrived_at", "TIMESTAMP", "Timestamp", "timestamp"};
+
 // A CSV of lengths only (Vidur's processed traces: num_prefill_tokens,num_decode_tokens,...;
 // or prompt_tokens,output_tokens). Arrivals come from a Poisson process at
 // TraceOptions::synthetic_rate_per_s, seeded with synthetic_seed.
@@ -92,7 +96,7 @@ class LengthsReader final : public CsvReader {
       if (name == "id" || name == "prompt_tokens" || name == "output_tokens") continue;
       refuse_dropped(name);
     }
-    for (std::string_view name : {"arrived_at", "TIMESTAMP", "Timestamp", "timestamp"}) refuse_dropped(name);
+    for (std::string_view name : kOtherArrivalColumns) refuse_dropped(name);
     if (!(options.synthetic_rate_per_s > 0)) {
       fail_file(0,
                 "this trace has lengths only, no arrival times: give a synthetic Poisson arrival rate "
@@ -120,8 +124,8 @@ class LengthsReader final : public CsvReader {
     if (column(name) < 0) return;
     // A trace with arrivals is read in its own format; one without them would keep the
     // column only as kvsim's native format, which needs id and arrival.
-    const bool timed = column("arrival") >= 0 || column("arrived_at") >= 0 || column("TIMESTAMP") >= 0 ||
-                       column("Timestamp") >= 0 || column("timestamp") >= 0;
+    bool timed = column("arrival") >= 0;
+    for (std::string_view arrival : kOtherArrivalColumns) timed = timed || column(arrival) >= 0;
     fail_file(header_line_, "column '" + std::string(name) +
                                 "': a trace of lengths takes its prompt and output lengths only (arrivals from " +
                                 kOptRate + "), so this column would be dropped; " +
