@@ -193,6 +193,13 @@ TEST_CASE("swap: more bytes come back in than went out, by the block for the ret
   CHECK(run["serving"]["swapped_out_bytes"] == 32 * kLlamaBytesPerToken);
   CHECK(run["serving"]["swapped_in_bytes"] == 48 * kLlamaBytesPerToken);
   CHECK(run["requests"]["completed"] == 2);
+  // The CSV row carries both, side by side, then no request refused as too large.
+  const auto csv = test::run_cli({"replay", trace, "--model", "llama-3.1-8b", "--allocator", "paged:block=16",
+                                  "--kv-budget", std::to_string(64 * kLlamaBytesPerToken), "--preemption", "swap",
+                                  "--watermark", "0", "--cost", "constant:step=1ms,prefill-token=0ps", "--csv", "-"});
+  REQUIRE(csv.exit_code == 0);
+  CHECK_THAT(csv.out, Catch::Contains(",swapped_out_bytes,swapped_in_bytes,refused_too_large,") &&
+                          Catch::Contains(fmt::format(",{},{},0,", 32 * kLlamaBytesPerToken, 48 * kLlamaBytesPerToken)));
 }
 
 TEST_CASE("timeline: --sample-every rows carry the interval's maximum and mean, and the maximum keeps the peak") {

@@ -702,6 +702,7 @@ std::vector<std::pair<const char*, Cell>> csv_columns(const CsvShape& shape) {
       {"preemptions", integer(&ReplayReport::preemptions)},
       {"recomputed_tokens", integer(&ReplayReport::recomputed_tokens)},
       {"swapped_out_bytes", integer(&ReplayReport::swapped_out_bytes)},
+      {"swapped_in_bytes", integer(&ReplayReport::swapped_in_bytes)},
       {"refused_too_large", integer(&ReplayReport::rejected_too_large)},
       {"time_at_full_capacity_s", secs([](const ReplayReport& r) { return r.memory_bound_ns; })},
       {"queue_length_mean", decimal([](const ReplayReport& r) { return r.queue_mean; }, 3)},
