@@ -237,7 +237,8 @@ TEST_CASE("kvsim plan: refused requests miss every target, and a search cut by -
   // Two requests of 15 + 12 = 27 tokens, 1 s apart. With --max-model-len 20 both are refused
   // at every load (prompt + output beyond the maximum length), and a run that served nothing
   // must not meet --no-preemption: the search halves from 1 down to its bound, 0.001
-  // (1, 0.5, ..., 0.001953125, then 0.001: 11 points), every one missed.
+  // (1, 0.5, ..., 0.001953125, then 0.001: 11 points), every one missed. One request a
+  // second at scale 1, so s a second at scale s, in three significant digits below 1/s.
   const std::string trace = write_file("plan-two-refused.csv",
                                        "id,arrival,prompt_tokens,output_tokens\n"
                                        "a,0,15,12\n"
@@ -259,7 +260,7 @@ TEST_CASE("kvsim plan: refused requests miss every target, and a search cut by -
   CHECK(j["points"][0]["misses"][0] == "refused 2 of 2 requests (2 longer than the maximum length of 20 tokens)");
   CHECK_THAT(j["answer"].get<std::string>(),
              Catch::StartsWith("No rate-scale tried meets the targets (--no-preemption) for paged:block=16, down to "
-                               "0.001 (") &&
+                               "0.001 (0.00100 requests/s)") &&
                  Catch::EndsWith("): refused 2 of 2 requests (2 longer than the maximum length of 20 tokens)."));
   // A generous target met at 1, 2 and 4 with --max-points 3: the search stopped there, far
   // below its bound of 1000, and says so instead of "no limit found".
@@ -272,5 +273,5 @@ TEST_CASE("kvsim plan: refused requests miss every target, and a search cut by -
   r = with({"--e2e-p99", "1ms", "--max-points", "2"});
   REQUIRE(r.exit_code == 0);
   CHECK_THAT(r.out, Catch::StartsWith("Not settled: --max-points 2 ran out: no rate-scale tried meets the targets "
-                                      "(--e2e-p99 1ms) for paged:block=16, down to 0.5 ("));
+                                      "(--e2e-p99 1ms) for paged:block=16, down to 0.5 (0.500 requests/s)"));
 }

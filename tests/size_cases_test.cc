@@ -109,6 +109,10 @@ TEST_CASE("kvsim size --static-cache: the reservation, not the tokens held") {
   REQUIRE(r.exit_code == 0);
   CHECK_THAT(r.out, Catch::Contains("reserved: 4,026,531,840 bytes (3.75 GiB)"));
   CHECK_THAT(r.out, Catch::Contains("hold 983,040,000 bytes: 3,043,491,840 bytes reserved but empty"));
+  // The reservation needs no --tokens: the same 4,026,531,840 bytes, and no row of tokens held.
+  const auto bare = run_cli({"size", "--model", "seed-example", "--dtype", "fp16", "--seqs", "6", "--static-cache", "4096"});
+  REQUIRE(bare.exit_code == 0);
+  CHECK_THAT(bare.out, Catch::Contains("reserved: 4,026,531,840 bytes (3.75 GiB)") && !Catch::Contains("reserved but empty"));
   // A sliding layer reserves min(W, L) (transformers' StaticSlidingWindowLayer): Mistral, L 8,192,
   // 1 sequence: 4,096 x 131,072 = 536,870,912.
   const auto m = run_cli({"size", "--model", "mistral-7b-v0.1", "--static-cache", "8192", "--json"});
@@ -130,6 +134,8 @@ TEST_CASE("kvsim size request options: what is missing is named") {
   CHECK_THAT(err({"--prompt", "10", "--max-tokens", "5", "--n", "2", "--beams", "2"}), Catch::Contains("not both"));
   CHECK_THAT(err({"--prompt", "10", "--max-tokens", "0"}), Catch::Contains("--max-tokens"));
   CHECK_THAT(err({"--static-cache", "x"}), Catch::Contains("--static-cache"));
+  CHECK_THAT(err({"--seqs", "6"}), Catch::Contains("--seqs") && Catch::Contains("needs --tokens T (positions per "
+                                                                                "sequence) or --static-cache L"));
 }
 
 TEST_CASE("offload split: what stays, what moves, and the transfer per step") {

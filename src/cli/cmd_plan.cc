@@ -150,9 +150,9 @@ struct Tried {
 };
 
 // An arrival rate with three significant digits below 1/s (a long trace at a small scale:
-// 0.00192, not 0.000), three decimals above.
+// 0.00192 and 0.680, not 0.000 and 0.68), three decimals above.
 std::string arrivals_text(double per_s) {
-  return per_s > 0 && per_s < 1 ? fmt::format("{:.3g}", per_s) : fmt::format("{:.3f}", per_s);
+  return per_s > 0 && per_s < 1 ? fmt::format("{:#.3g}", per_s) : fmt::format("{:.3f}", per_s);
 }
 
 std::string targets_text(const std::vector<Target>& targets) {

@@ -219,7 +219,10 @@ SizeQuery size_query(const po::variables_map& vm, const ModelSpec& model, std::i
   const auto seqs_text = option_text(vm, "seqs");
   const auto tokens_text = option_text(vm, "tokens");
   if (seqs_text) q.seqs = positive_integer(*seqs_text, "--seqs");
-  if (seqs_text && !tokens_text) throw InputError(Location{"", 0, "--seqs"}, "needs --tokens T (positions per sequence)");
+  // A static cache's reservation is --seqs x its length, whatever the sequences hold.
+  if (seqs_text && !tokens_text && !option_text(vm, option_key(kOptStaticCache))) {
+    throw InputError(Location{"", 0, "--seqs"}, "needs --tokens T (positions per sequence) or --static-cache L");
+  }
   if (tokens_text) q.tokens = token_list(*tokens_text);
   if (const auto b = option_text(vm, "block-size")) q.paging.block_tokens = positive_integer(*b, "--block-size");
   if (const auto m = option_text(vm, "max-num-batched-tokens")) {
