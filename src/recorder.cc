@@ -207,12 +207,12 @@ void Recorder::finish(ReplayReport& r, const Allocator& allocator, std::int64_t 
   }
   const PoolState pool = allocator.pool();
   const Int128 allocated_integral = allocated_bytes_.integral(clock_);
-  r.token_usage = allocated_integral > 0
-                      ? static_cast<double>(effective_bytes_.integral(clock_)) / static_cast<double>(allocated_integral)
-                      : 0;
+  if (allocated_integral > 0) {
+    r.token_usage = static_cast<double>(effective_bytes_.integral(clock_)) / static_cast<double>(allocated_integral);
+  }
   const double capacity_integral = pool.capacity_bytes > 0 ? static_cast<double>(pool.capacity_bytes) * duration
                                                            : static_cast<double>(reserved_bytes_.integral(clock_));
-  r.block_usage = capacity_integral > 0 ? static_cast<double>(allocated_integral) / capacity_integral : 0;
+  if (capacity_integral > 0) r.block_usage = static_cast<double>(allocated_integral) / capacity_integral;
   r.external_fragmentation_mean = duration > 0 ? ext_integral_ / duration : 0;
   r.external_fragmentation_max = ext_max_;
   r.failed_placements = pool.failed_placements;

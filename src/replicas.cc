@@ -195,11 +195,17 @@ ReplayReport combine(std::vector<ReplayReport>& rs, std::int64_t waiting_at_last
     t.external_fragmentation_bytes_mean += share(r.external_fragmentation_bytes_mean);
     effective_integral += r.effective_bytes.mean * static_cast<double>(own);
     allocated_integral += r.allocated_bytes.mean * static_cast<double>(own);
-    if (r.block_usage > 0) capacity_integral += r.allocated_bytes.mean * static_cast<double>(own) / r.block_usage;
+    // The capacity's integral, from the replica's own ratio; a replica that allocated nothing
+    // still offered its capacity (unbounded, it reserved nothing).
+    if (r.block_usage && *r.block_usage > 0) {
+      capacity_integral += r.allocated_bytes.mean * static_cast<double>(own) / *r.block_usage;
+    } else if (r.capacity_bytes > 0) {
+      capacity_integral += static_cast<double>(r.capacity_bytes) * static_cast<double>(own);
+    }
   }
   t.external_fragmentation_mean = replica_time > 0 ? external_ratio_integral / replica_time : 0;
-  t.token_usage = allocated_integral > 0 ? effective_integral / allocated_integral : 0;
-  t.block_usage = capacity_integral > 0 ? allocated_integral / capacity_integral : 0;
+  if (allocated_integral > 0) t.token_usage = effective_integral / allocated_integral;
+  if (capacity_integral > 0) t.block_usage = allocated_integral / capacity_integral;
   t.tpot = detail::summarize(all.tpot_ns);
   if (t.itl.count > 0) {
     t.itl.mean_ns = itl_sum / static_cast<double>(t.itl.count);

@@ -314,6 +314,10 @@ TEST_CASE("replay: the peak's time is trace time in every output, nothing measur
   CHECK(run["latency"]["ttft"]["p50_s"].is_null());
   CHECK(run["latency"]["end_to_end"]["p99_s"].is_null());
   CHECK(run["serving"]["waiting"]["p50_s"].is_null());
+  // Nothing allocated: token-level usage (effective / allocated) is a ratio of nothing, while
+  // block-level usage is 0 of the capacity.
+  CHECK(run["usage"]["token_level"].is_null());
+  CHECK(run["usage"]["block_level"] == 0.0);
   // Empty cells, not zero seconds: the header and the row split on commas (no quoted cells here).
   const std::string table = test::slurp(csv);
   const auto cells = [](const std::string& line) {
@@ -329,13 +333,17 @@ TEST_CASE("replay: the peak's time is trace time in every output, nothing measur
   const auto row = cells(table.substr(newline + 1, table.find('\n', newline + 1) - newline - 1));
   REQUIRE(header.size() == row.size());
   for (const char* column : {"allocated_bytes_peak_at_s", "ttft_p50_s", "ttft_p99_s", "e2e_p50_s", "e2e_p99_s",
-                             "waiting_p50_s", "waiting_p99_s"}) {
+                             "waiting_p50_s", "waiting_p99_s", "token_usage"}) {
     const auto at = std::find(header.begin(), header.end(), column);
     REQUIRE(at != header.end());
     CHECK(row[static_cast<std::size_t>(at - header.begin())].empty());
   }
   r = with({"--kv-budget", std::to_string(50 * kLlamaBytesPerToken)});
   CHECK_THAT(r.out, Catch::Contains("TTFT p50 / p99, s") && Catch::Contains("n/a"));
+  const auto usage_at = r.out.find("token-level (effective/allocated)");
+  REQUIRE(usage_at != std::string::npos);
+  const std::string usage_line = r.out.substr(usage_at, r.out.find('\n', usage_at) - usage_at);
+  CHECK_THAT(usage_line, Catch::EndsWith(" n/a"));
 }
 
 TEST_CASE("replay: a hit rate over nothing looked up is n/a, null and an empty cell, never 0%") {

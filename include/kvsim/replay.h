@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -392,9 +393,10 @@ struct ReplayReport {
   Fragmentation at_peak_bytes;
   std::vector<GroupReport> groups;
   // Usage: token-level = effective / allocated, block-level = allocated / capacity (the
-  // reserved bytes in demand mode, the budget otherwise), both as ratios of time integrals.
-  double token_usage = 0;
-  double block_usage = 0;
+  // reserved bytes in demand mode, the budget otherwise), both as ratios of time integrals;
+  // none when the denominator's integral is 0 (nothing was ever allocated, or reserved).
+  std::optional<double> token_usage;
+  std::optional<double> block_usage;
   // External fragmentation: 1 - largest free extent / free bytes.
   double external_fragmentation_mean = 0;   // time-weighted
   double external_fragmentation_max = 0;

@@ -34,6 +34,8 @@ std::string picoseconds(std::int64_t ps) {
 }
 
 std::string percent(double ratio) { return fmt::format("{:.1f}%", ratio * 100.0); }
+std::string percent_or_na(std::optional<double> rate) { return rate ? percent(*rate) : std::string("n/a"); }
+Json number_or_null(std::optional<double> rate) { return rate ? Json(*rate) : Json(nullptr); }
 
 // "dense-static:reserve=oracle" -> {"dense-static", "reserve=oracle"}
 std::pair<std::string, std::string> split_name(const std::string& name) {
@@ -304,8 +306,8 @@ void internal_fragmentation_rows(RunColumns& t) {
 
 void usage_rows(RunColumns& t) {
   t.section("usage");
-  t.row("  token-level (effective/allocated)", [](const ReplayReport& r) { return percent(r.token_usage); });
-  t.row("  block-level (allocated/capacity)", [](const ReplayReport& r) { return percent(r.block_usage); });
+  t.row("  token-level (effective/allocated)", [](const ReplayReport& r) { return percent_or_na(r.token_usage); });
+  t.row("  block-level (allocated/capacity)", [](const ReplayReport& r) { return percent_or_na(r.block_usage); });
 }
 
 void external_fragmentation_rows(RunColumns& t) {
@@ -399,8 +401,6 @@ std::optional<double> block_hit_rate(const ReplayReport& r) {
 std::optional<double> preempted_hit_rate(const ReplayReport& r) {
   return ratio(r.prefix_preempted_hit_tokens, r.prefix_preempted_queried_tokens);
 }
-std::string percent_or_na(std::optional<double> rate) { return rate ? percent(*rate) : std::string("n/a"); }
-Json number_or_null(std::optional<double> rate) { return rate ? Json(*rate) : Json(nullptr); }
 
 // Sharing prompt blocks across requests; only when an allocator does.
 void prefix_cache_rows(RunColumns& t) {
@@ -522,7 +522,7 @@ nlohmann::ordered_json replay_run_json(const ReplayReport& r, bool placement) {
                              {"reserved_slots", occupancy_json(r.reserved_bytes, "bytes")}};
   run["internal_fragmentation_bytes"] = Json{{"mean", fragmentation_json(r.mean_bytes)},
                                              {"at_allocated_peak", fragmentation_json(r.at_peak_bytes)}};
-  run["usage"] = Json{{"token_level", r.token_usage}, {"block_level", r.block_usage}};
+  run["usage"] = Json{{"token_level", number_or_null(r.token_usage)}, {"block_level", number_or_null(r.block_usage)}};
   run["external_fragmentation"] = Json{{"mean", r.external_fragmentation_mean},
                                        {"max", r.external_fragmentation_max},
                                        {"failed_placements_with_room_free", r.failed_placements}};
@@ -640,6 +640,10 @@ std::vector<std::pair<const char*, Cell>> csv_columns(const CsvShape& shape) {
   const auto decimal = [](auto get, int places) {
     return Cell([get, places](const ReplayReport& r) { return fmt::format("{:.{}f}", get(r), places); });
   };
+  // An empty cell (NaN to pandas) for a ratio of nothing.
+  const auto ratio = [](std::optional<double> ReplayReport::*field) {
+    return Cell([field](const ReplayReport& r) { return r.*field ? fmt::format("{:.6f}", *(r.*field)) : std::string(); });
+  };
   const auto secs = [](auto get) { return Cell([get](const ReplayReport& r) { return format_seconds(get(r), 9); }); };
   // An empty cell (NaN to pandas) when nothing was measured.
   const auto latency = [](Latency ReplayReport::*field, std::int64_t Latency::*figure) {
@@ -678,8 +682,8 @@ std::vector<std::pair<const char*, Cell>> csv_columns(const CsvShape& shape) {
       {"internal_frag_duplicate_bytes_mean", decimal([](const ReplayReport& r) { return r.mean_bytes.duplicate; }, 3)},
       {"internal_frag_outside_window_bytes_mean",
        decimal([](const ReplayReport& r) { return r.mean_bytes.outside_window; }, 3)},
-      {"token_usage", decimal([](const ReplayReport& r) { return r.token_usage; }, 6)},
-      {"block_usage", decimal([](const ReplayReport& r) { return r.block_usage; }, 6)},
+      {"token_usage", ratio(&ReplayReport::token_usage)},
+      {"block_usage", ratio(&ReplayReport::block_usage)},
       {"external_frag_mean", decimal([](const ReplayReport& r) { return r.external_fragmentation_mean; }, 6)},
       {"external_frag_max", decimal([](const ReplayReport& r) { return r.external_fragmentation_max; }, 6)},
       {"failed_placements", integer(&ReplayReport::failed_placements)},

@@ -749,8 +749,8 @@ def figures(m):
                 f[f"internal_fragmentation_bytes.{prefix}.{k}"] = rounded(d[k])
             f[f"internal_fragmentation_bytes.{prefix}.total"] = rounded(sum(d.values()))
         ie, ia = byte_int("eff"), byte_int("alloc")
-        f["usage.token_level"] = float(ie) / float(ia) if ia else 0
-        f["usage.block_level"] = float(ia) / float(bk.int_reserved) if bk.int_reserved else 0
+        f["usage.token_level"] = float(ie) / float(ia) if ia else None
+        f["usage.block_level"] = float(ia) / float(bk.int_reserved) if bk.int_reserved else None
         f["external_fragmentation.mean"] = bk.ext_int / dur if dur else 0
         f["external_fragmentation.max"] = bk.ext_max
         if isinstance(bk.a, Dynamic):
