@@ -163,9 +163,9 @@ std::string lower(std::string_view text) {
 std::int64_t mul(std::int64_t a, std::int64_t b) { return checked_mul(a, b, "parameter count"); }
 std::int64_t add(std::int64_t a, std::int64_t b) { return checked_add(a, b, "parameter count"); }
 
-std::int64_t require_field(std::int64_t value, const char* field) {
+std::int64_t require_field(const ModelSpec& model, std::int64_t value, const char* field) {
   if (value <= 0) {
-    throw InputError(Location{"", 0, "field '" + std::string(field) + "'"},
+    throw InputError(Location{model.name, 0, "field '" + std::string(field) + "'"},
                      std::string("unknown, so the parameter count cannot be estimated; pass ") + kOptParams + " or " +
                          kOptWeightsBytes);
   }
@@ -237,8 +237,8 @@ std::string format_ppb(std::int64_t ppb) {
 }
 
 ParameterSplit split_parameters(const ModelSpec& m) {
-  const std::int64_t hidden = require_field(m.hidden_size, "hidden_size");
-  const std::int64_t vocab = require_field(m.vocab_size, "vocab_size");
+  const std::int64_t hidden = require_field(m, m.hidden_size, "hidden_size");
+  const std::int64_t vocab = require_field(m, m.vocab_size, "vocab_size");
   const std::int64_t heads = m.num_attention_heads;
 
   std::int64_t attention = 0;
@@ -266,14 +266,14 @@ ParameterSplit split_parameters(const ModelSpec& m) {
   std::int64_t routed_expert_params = 0;  // per MoE layer
   if (m.moe) {
     const MoeDims& e = *m.moe;
-    const std::int64_t expert = mul(3, mul(hidden, require_field(e.expert_intermediate_size, "moe_intermediate_size")));
+    const std::int64_t expert = mul(3, mul(hidden, require_field(m, e.expert_intermediate_size, "moe_intermediate_size")));
     const std::int64_t router = mul(e.routed_experts, hidden);
     moe_mlp = add(mul(add(e.routed_experts, e.shared_experts), expert), router);
     routed_expert_params = mul(e.routed_experts, expert);
     moe_mlp_per_token = add(mul(add(routed_experts_used(e), e.shared_experts), expert), router);
-    if (dense_layers > 0) dense_mlp = mul(3, mul(hidden, require_field(m.intermediate_size, "intermediate_size")));
+    if (dense_layers > 0) dense_mlp = mul(3, mul(hidden, require_field(m, m.intermediate_size, "intermediate_size")));
   } else {
-    dense_mlp = mul(3, mul(hidden, require_field(m.intermediate_size, "intermediate_size")));
+    dense_mlp = mul(3, mul(hidden, require_field(m, m.intermediate_size, "intermediate_size")));
   }
   const std::int64_t moe_layers = m.num_hidden_layers - dense_layers;
 

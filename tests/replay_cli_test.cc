@@ -116,6 +116,32 @@ TEST_CASE("replay: a cost coefficient not named is the roofline's, and a step mu
   CHECK(cost["per_prompt_token_ps"] == 17'567'578);
   CHECK(cost["per_decoding_sequence_ps"] == 0);
   CHECK(cost["per_position_read_ps"] == 0);
+  // Without a budget the weights' terms still set what the roofline reads each step:
+  // --weights-bytes 8GB, ceil(8e9 B x 1e12 / 3.015e12) = 2,653,399,669 ps; --params 4e9,
+  // ceil((4e9 - 525,336,576 table) x 2 B x 1e12 / 3.015e12) = 2,304,917,695 ps.
+  r = test::run_cli({"replay", trace, "--model", "llama-3.1-8b", "--weights-bytes", "8GB", "--cost",
+                     "linear:decode-seq=0ps", "--json"});
+  REQUIRE(r.exit_code == 0);
+  CHECK(Json::parse(r.out)["cost_model"]["step_base_ps"] == 2'653'399'669);
+  r = test::run_cli({"replay", trace, "--model", "llama-3.1-8b", "--params", "4000000000", "--cost",
+                     "linear:decode-seq=0ps", "--json"});
+  REQUIRE(r.exit_code == 0);
+  CHECK(Json::parse(r.out)["cost_model"]["step_base_ps"] == 2'304'917'695);
+  // ... and do nothing when --cost names every term itself.
+  r = test::run_cli({"replay", trace, "--model", "llama-3.1-8b", "--params", "4000000000", "--cost",
+                     "constant:step=1ms,prefill-token=0ps"});
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("--params: gives the weights the roofline reads each step, and --cost names "
+                                    "every term of its own: it would have no effect"));
+  // A config the parameter count cannot be estimated from names itself and the field.
+  const std::string config = test::write_file(
+      "no-intermediate.json",
+      R"({"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32, "num_hidden_layers": 32,)"
+      R"( "num_key_value_heads": 8, "max_position_embeddings": 8192, "vocab_size": 128256, "torch_dtype": "bfloat16"})");
+  r = test::run_cli({"replay", trace, "--config", config});
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains(config + ": field 'intermediate_size': unknown, so the parameter count cannot be "
+                                             "estimated; pass --params or --weights-bytes"));
   for (const char* zero : {"constant:step=0ms", "linear:base=0s,decode-seq=1ms"}) {
     r = test::run_cli({"replay", trace, "--cost", zero});
     CHECK(r.exit_code == 2);

@@ -251,7 +251,8 @@ ReplayOptions replay_options_from(const po::variables_map& vm, const ModelChoice
       budget_options_given && !budget_options_given->device.empty() ? budget_options_given->device : kDefaultDevice;
   if (const auto d = option_text(vm, option_key(kOptTimingDevice))) device_name = *d;
   const DevicePreset& device = find_device_preset(device_name, kOptTimingDevice);
-  BudgetOptions weight_options = budget_options_given.value_or(BudgetOptions{});
+  // Without a budget the weights' terms still give the weights the roofline reads each step.
+  BudgetOptions weight_options = budget_options_given ? *budget_options_given : weight_terms(vm);
   weight_options.expert_parallel_ranks = expert_parallel_ranks(vm, choice);
   // With expert parallelism a device reads only its own experts per step.
   const ModelWeights weights = model_weights(choice.model, choice.kv, weight_options);
@@ -269,6 +270,15 @@ ReplayOptions replay_options_from(const po::variables_map& vm, const ModelChoice
   ro.replicas_step_together = choice.model.moe.has_value();
   ro.schedule = parse_schedule(vm[option_key(kOptSchedule)].as<std::string>());
   ro.cost = parse_cost_model(vm[option_key(kOptCost)].as<std::string>(), roofline, kOptCost);
+  // Without a budget the weights' terms act only through the roofline's terms.
+  if (!budget_options_given && ro.cost.device.empty()) {
+    for (const char* term : {kOptParams, kOptWeightDtype, kOptWeightsBytes}) {
+      if (option_text(vm, option_key(term))) {
+        throw InputError(Location{"", 0, term}, std::string("gives the weights the roofline reads each step, and ") +
+                                                    kOptCost + " names every term of its own: it would have no effect");
+      }
+    }
+  }
   if (const auto t = option_text(vm, option_key(kOptMaxBatchedTokens))) {
     ro.max_batched_tokens = positive_integer(*t, kOptMaxBatchedTokens);
   }
@@ -477,7 +487,7 @@ ReplayPlan plan_replay(const po::variables_map& vm, bool open_trace_now) {
   }
 
   // A budget bounds every allocator; the cost model runs on the budget's device.
-  std::optional<BudgetOptions> budget_options_given = resolve_budget(vm);
+  std::optional<BudgetOptions> budget_options_given = resolve_budget(vm, /*weights_time_steps=*/true);
   if (budget_options_given) {
     // Each replica's device holds only its share of the experts (expert parallelism).
     budget_options_given->expert_parallel_ranks = expert_parallel_ranks(vm, plan.choice);

@@ -142,7 +142,25 @@ void reject_beside_kv_budget(const po::variables_map& vm, std::initializer_list<
   }
 }
 
-std::optional<BudgetOptions> resolve_budget(const po::variables_map& vm) {
+BudgetOptions weight_terms(const po::variables_map& vm) {
+  const auto params = option_text(vm, option_key(kOptParams));
+  const auto weight_dtype = option_text(vm, option_key(kOptWeightDtype));
+  const auto weights_bytes = option_text(vm, option_key(kOptWeightsBytes));
+  // The terms of the product --weights-bytes replaces (params x bits per weight) would be
+  // silently ignored.
+  if (weights_bytes && (params || weight_dtype)) {
+    throw InputError(Location{"", 0, kOptWeightsBytes},
+                     std::string("gives the weights' bytes directly, so ") + (params ? kOptParams : kOptWeightDtype) +
+                         " (a term of parameters x bits per weight) has no effect: give one or the other");
+  }
+  BudgetOptions bo;
+  if (params) bo.parameter_count = parse_parameter_count(*params, kOptParams);
+  if (weight_dtype) bo.weight_bits = kv_dtype_info(parse_kv_dtype(*weight_dtype, kOptWeightDtype)).bits;
+  if (weights_bytes) bo.weights_bytes = parse_byte_size(*weights_bytes, kOptWeightsBytes);
+  return bo;
+}
+
+std::optional<BudgetOptions> resolve_budget(const po::variables_map& vm, bool weights_time_steps) {
   const auto device = option_text(vm, option_key(kOptDevice));
   const auto device_memory = option_text(vm, option_key(kOptDeviceMemory));
   const auto kv_budget = option_text(vm, option_key(kOptKvBudget));
@@ -153,12 +171,13 @@ std::optional<BudgetOptions> resolve_budget(const po::variables_map& vm) {
   const auto reserve = option_text(vm, option_key(kOptReserve));
   if (!device && !device_memory && !kv_budget) {
     // Named by the option given, which is the one the user must pair with a device.
-    const char* term = utilization ? kOptGpuMemoryUtilization
-                       : params     ? kOptParams
-                       : weights_bytes ? kOptWeightsBytes
-                       : weight_dtype  ? kOptWeightDtype
-                       : reserve       ? kOptReserve
-                                       : nullptr;
+    const bool weights = !weights_time_steps;
+    const char* term = utilization               ? kOptGpuMemoryUtilization
+                       : weights && params        ? kOptParams
+                       : weights && weights_bytes ? kOptWeightsBytes
+                       : weights && weight_dtype  ? kOptWeightDtype
+                       : reserve                  ? kOptReserve
+                                                  : nullptr;
     if (term != nullptr) {
       throw InputError(Location{"", 0, term},
                        "a term of the memory budget needs a device: give --device, --device-memory or --kv-budget");
@@ -167,22 +186,13 @@ std::optional<BudgetOptions> resolve_budget(const po::variables_map& vm) {
   }
   // The terms of the subtraction --kv-budget replaces would be silently ignored.
   reject_beside_kv_budget(vm, {option_key(kOptDeviceMemory), option_key(kOptGpuMemoryUtilization), option_key(kOptReserve)});
-  // So would the terms of the product --weights-bytes replaces (params x bits per weight).
-  if (weights_bytes && (params || weight_dtype)) {
-    throw InputError(Location{"", 0, kOptWeightsBytes},
-                     std::string("gives the weights' bytes directly, so ") + (params ? kOptParams : kOptWeightDtype) +
-                         " (a term of parameters x bits per weight) has no effect: give one or the other");
-  }
-  BudgetOptions bo;
+  BudgetOptions bo = weight_terms(vm);
   if (device) bo.device = *device;
   if (device_memory) {
     bo.device_memory_bytes = parse_byte_size(*device_memory, kOptDeviceMemory);
     if (bo.device_memory_bytes <= 0) throw InputError(Location{"", 0, kOptDeviceMemory}, "expected a positive size");
   }
   if (utilization) bo.gpu_memory_utilization_ppb = parse_gpu_memory_utilization(*utilization, kOptGpuMemoryUtilization);
-  if (params) bo.parameter_count = parse_parameter_count(*params, kOptParams);
-  if (weight_dtype) bo.weight_bits = kv_dtype_info(parse_kv_dtype(*weight_dtype, kOptWeightDtype)).bits;
-  if (weights_bytes) bo.weights_bytes = parse_byte_size(*weights_bytes, kOptWeightsBytes);
   if (reserve) bo.reserve_bytes = parse_byte_size(*reserve, kOptReserve);
   if (kv_budget) bo.kv_budget_bytes = parse_byte_size(*kv_budget, kOptKvBudget);
   return bo;

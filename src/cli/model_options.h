@@ -40,8 +40,14 @@ ModelChoice resolve_model(const po::variables_map& vm, const std::string& synops
 // The budget options given, or nothing when none of --device, --device-memory and
 // --kv-budget is. Budget details without any of those three, and --kv-budget with the
 // terms it replaces (--device-memory, --gpu-memory-utilization, --reserve), are an
-// InputError.
-std::optional<BudgetOptions> resolve_budget(const po::variables_map& vm);
+// InputError. `weights_time_steps` (replay): the weights' terms (--params, --weight-dtype,
+// --weights-bytes) need no budget, since the roofline reads the weights every step; read
+// them with weight_terms().
+std::optional<BudgetOptions> resolve_budget(const po::variables_map& vm, bool weights_time_steps = false);
+
+// The weights' terms alone (--params, --weight-dtype, --weights-bytes; the last replaces the
+// product of the first two, and is refused beside them).
+BudgetOptions weight_terms(const po::variables_map& vm);
 
 // With --kv-budget given, any of `options` (names without "--") is an InputError naming
 // --kv-budget: a term of the derived budget that would be silently ignored.
