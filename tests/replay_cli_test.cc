@@ -472,6 +472,22 @@ TEST_CASE("replay: --timeline adds cached and evicted bytes when an allocator ca
   CHECK(last_cached_row.substr(last_cached_row.rfind(',') + 1) == std::to_string(evicted));
 }
 
+TEST_CASE("replay --per-request: an id with a comma, a quote, a line feed or a carriage return is quoted") {
+  // RFC 4180: a field holding any of them is quoted, its quotes doubled; a bare CR would split
+  // the row for any CSV reader.
+  const std::string trace = test::write_file(
+      "odd-ids.jsonl",
+      "{\"id\": \"a,b\", \"arrival\": 0, \"prompt_tokens\": 10, \"output_tokens\": 3}\n"
+      "{\"id\": \"say \\\"hi\\\"\", \"arrival\": 0.1, \"prompt_tokens\": 10, \"output_tokens\": 3}\n"
+      "{\"id\": \"line\\nfeed\", \"arrival\": 0.2, \"prompt_tokens\": 10, \"output_tokens\": 3}\n"
+      "{\"id\": \"carriage\\rreturn\", \"arrival\": 0.3, \"prompt_tokens\": 10, \"output_tokens\": 3}\n");
+  const auto r = test::run_cli({"replay", trace, "--model", "llama-3.1-8b", "--allocator", "paged", "--per-request", "-"});
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("\npaged:block=16,\"a,b\",1,") && Catch::Contains("\npaged:block=16,\"say \"\"hi\"\"\",2,") &&
+                        Catch::Contains("\npaged:block=16,\"line\nfeed\",3,") &&
+                        Catch::Contains("\npaged:block=16,\"carriage\rreturn\",4,"));
+}
+
 TEST_CASE("replay: --csv writes one row per allocator under a header") {
   const std::string trace = std::string(KVSIM_SOURCE_DIR) + "/traces/chat-mix.csv";
   const std::string csv = test::scratch_path("summary.csv");
