@@ -314,6 +314,7 @@ ModelWeights model_weights(const ModelSpec& model, const KvOptions& kv, const Bu
       w.parameter_count = estimate_parameter_count(model);
       w.parameter_source = "estimated from the config";
     }
+    if (o.weight_bits == 0) require_weight_bits_known(model);
     if (o.weight_bits > 0) {
       w.weight_bits = o.weight_bits;
       w.weight_bits_source = kOptWeightDtype;

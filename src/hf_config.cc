@@ -12,6 +12,7 @@
 //   5. use_sliding_window true with max_window_layers M: layers i >= M slide (Qwen2);
 //   6. otherwise sliding_window applies to every layer (Mistral, Phi-3).
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstring>
 #include <cstdio>
@@ -21,6 +22,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kvsim/error.h"
@@ -469,11 +471,12 @@ void read_layer_kinds(const Config& c, ModelSpec& m) {
 }
 
 // Bits per stored weight from quantization_config, or 0 when the weights are stored as
-// torch_dtype (or in a scheme this does not recognise). A field of the wrong type is an
-// error naming it, like any other field.
+// torch_dtype (or in a scheme this does not recognise: the caller then records the scheme as
+// unread). A field of the wrong type is an error naming it, like any other field.
 std::int64_t quantized_weight_bits(const Config& c) {
   const json* q = c.find("quantization_config");
-  if (q == nullptr || !q->is_object()) return 0;
+  if (q == nullptr || q->is_null()) return 0;
+  if (!q->is_object()) c.fail("quantization_config", "expected an object, got " + q->dump());
   auto field = [&](const char* key, bool (json::*is_type)() const noexcept, const char* type) -> const json* {
     const auto it = q->find(key);
     if (it == q->end() || it->is_null()) return nullptr;
@@ -483,9 +486,12 @@ std::int64_t quantized_weight_bits(const Config& c) {
   const json* method = field("quant_method", &json::is_string, "a string");
   const std::string method_name = method != nullptr ? method->get<std::string>() : std::string{};
   if (method_name == "fp8") return 8;
+  // `bits` is the weights' width for AWQ, GPTQ and AutoRound; other schemes use the name for
+  // other things, or not at all.
   const auto bits = q->find("bits");
-  if (bits != q->end() && bits->is_number_integer() && bits->get<std::int64_t>() > 0) {
-    return bits->get<std::int64_t>();  // AWQ, GPTQ
+  if ((method_name == "awq" || method_name == "gptq" || method_name == "auto-round") && bits != q->end() &&
+      bits->is_number_integer() && bits->get<std::int64_t>() > 0) {
+    return bits->get<std::int64_t>();
   }
   if (method_name == "bitsandbytes") {
     const json* four = field("load_in_4bit", &json::is_boolean, "true or false");
@@ -770,12 +776,28 @@ ModelSpec parse_hf_config(std::string_view json_text, const std::string& path) {
     }
   }
 
-  m.weight_dtype = c.string("torch_dtype").value_or(c.string("dtype").value_or(""));
+  const char* dtype_field = c.find("torch_dtype") != nullptr ? "torch_dtype" : "dtype";
+  m.weight_dtype = c.string(dtype_field).value_or("");
+  // torch's names of the dtypes a checkpoint is stored in (transformers writes str(dtype)
+  // without "torch."): anything else would be sized as 16 bits without a word.
+  if (!m.weight_dtype.empty()) {
+    constexpr std::array<std::string_view, 8> kTorchDtypes = {"bfloat16", "float16", "half",        "float32",
+                                                               "float",    "float8_e4m3fn", "float8_e5m2", "int8"};
+    if (std::find(kTorchDtypes.begin(), kTorchDtypes.end(), m.weight_dtype) == kTorchDtypes.end()) {
+      c.fail(dtype_field, "expected bfloat16, float16, float32, float8_e4m3fn, float8_e5m2 or int8 (torch's names), got \"" +
+                              m.weight_dtype + "\"");
+    }
+  }
   m.weight_bits = quantized_weight_bits(c);
   m.quantization = weight_quantization(c);
   // compressed-tensors says its bits inside a config group, which quantized_weight_bits does
   // not read.
   if (m.weight_bits == 0 && m.quantization) m.weight_bits = m.quantization->bits;
+  // A scheme whose bits neither read: sizing its weights as torch_dtype would be wrong.
+  if (const json* q = c.find("quantization_config"); q != nullptr && !q->is_null() && m.weight_bits == 0) {
+    const auto method = q->find("quant_method");
+    m.unread_quantization = method != q->end() && method->is_string() ? method->get<std::string>() : "(none named)";
+  }
   // Qwen2's attention always has q/k/v biases (transformers' Qwen2Attention, bias=True);
   // Llama-style configs say so in attention_bias.
   m.attention_bias = c.boolean("attention_bias")

@@ -185,6 +185,15 @@ std::int64_t kv_heads_per_device(std::int64_t kv_heads, std::int64_t attention_h
   return kv_heads / tensor_parallel;
 }
 
+void require_weight_bits_known(const ModelSpec& model) {
+  if (model.unread_quantization.empty()) return;
+  throw InputError(Location{model.name, 0, "quantization_config.quant_method"},
+                   "\"" + model.unread_quantization +
+                       "\" stores weights in a scheme kvsim does not read the bits per weight of, and torch_dtype "
+                       "would count them at full width: give --weights-bytes (about the checkpoint's size) or "
+                       "--weight-dtype");
+}
+
 void validate_model(const ModelSpec& model, const std::string& file) {
   auto fail = [&](const std::string& field, const std::string& problem) {
     throw InputError(Location{file, 0, "field '" + field + "'"}, problem);

@@ -18,9 +18,9 @@ constexpr std::int64_t kFp32 = 4;           // fp8/int8 weight scales: float32
 std::int64_t mul(std::int64_t a, std::int64_t b) { return checked_mul(a, b, "weight bytes"); }
 std::int64_t add(std::int64_t a, std::int64_t b) { return checked_add(a, b, "weight bytes"); }
 
-std::int64_t need(std::int64_t value, const char* field) {
+std::int64_t need(const ModelSpec& m, std::int64_t value, const char* field) {
   if (value <= 0) {
-    throw InputError(Location{"", 0, "field '" + std::string(field) + "'"},
+    throw InputError(Location{m.name, 0, "field '" + std::string(field) + "'"},
                      std::string("unknown, so the weights cannot be counted tensor by tensor; pass ") + kOptWeightsBytes);
   }
   return value;
@@ -141,9 +141,10 @@ struct Tally {
 std::int64_t padded_vocab(std::int64_t vocab_size) { return ceil_div(vocab_size, kVocabPadding) * kVocabPadding; }
 
 std::vector<DeviceWeights> device_weights(const ModelSpec& m, const KvOptions& kv, const WeightServing& serving) {
+  if (serving.override_bits == 0) require_weight_bits_known(m);
   const std::int64_t tp = kv.tensor_parallel;
-  const std::int64_t hidden = need(m.hidden_size, "hidden_size");
-  const std::int64_t vocab = padded_vocab(need(m.vocab_size, "vocab_size"));
+  const std::int64_t hidden = need(m, m.hidden_size, "hidden_size");
+  const std::int64_t vocab = padded_vocab(need(m, m.vocab_size, "vocab_size"));
   const std::int64_t b = serving.dtype_bytes;
   const WeightQuantization* quant = m.quantization ? &*m.quantization : nullptr;
   auto rule_for = [&](const std::string& module) {
@@ -194,14 +195,14 @@ std::vector<DeviceWeights> device_weights(const ModelSpec& m, const KvOptions& k
   const LinearRule mlp = rule_for("mlp");
   const bool has_dense = !m.moe || m.moe->dense_layers > 0;
   if (has_dense) {
-    const std::int64_t inter = shard(need(m.intermediate_size, "intermediate_size"), tp, "intermediate_size");
+    const std::int64_t inter = shard(need(m, m.intermediate_size, "intermediate_size"), tp, "intermediate_size");
     dense.linear(hidden, 2 * inter, mlp);                          // gate_up_proj
     dense.linear(inter, hidden, mlp);                              // down_proj
   }
   if (m.moe) {
     const MoeDims& e = *m.moe;
     const std::int64_t ep = std::max<std::int64_t>(1, serving.expert_parallel_ranks);
-    const std::int64_t full = need(e.expert_intermediate_size, "moe_intermediate_size");
+    const std::int64_t full = need(m, e.expert_intermediate_size, "moe_intermediate_size");
     const auto expert_tally = [&](std::int64_t width, std::int64_t count) {
       Tally one;
       one.linear(hidden, 2 * width, rule_for("experts"));          // w13 of one expert

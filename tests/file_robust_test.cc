@@ -427,8 +427,15 @@ TEST_CASE("torch_dtype int8 leaves the KV dtype at bf16, as docs/size.md says", 
   write_file(dir / "config.json", config.dump());
   const auto r = run_cli({"size", "--config", (dir / "config.json").string()});
   REQUIRE(r.exit_code == 0);
-  CHECK(r.out.find("KV dtype   bf16 (16 bits per value; default: bf16 (torch_dtype int8 is not a floating KV dtype))") !=
+  CHECK(r.out.find("KV dtype   bf16 (16 bits per value; default: bf16 (torch_dtype int8 is not fp32, fp16 or bf16))") !=
         std::string::npos);
+  // A name torch does not have is an error naming the field, not 16 bits assumed without a word.
+  config["torch_dtype"] = "banana";
+  write_file(dir / "config.json", config.dump());
+  const auto bad = run_cli({"size", "--config", (dir / "config.json").string(), "--device", "H100-80GB"});
+  CHECK(bad.exit_code == 1);
+  CHECK_THAT(bad.err, Catch::Contains("config.json: field 'torch_dtype': expected bfloat16, float16, float32, "
+                                      "float8_e4m3fn, float8_e5m2 or int8 (torch's names), got \"banana\""));
 }
 
 TEST_CASE("an MLA config with more KV heads than attention heads is refused", "[files]") {

@@ -96,6 +96,38 @@ TEST_CASE("defaults: MHA without num_key_value_heads, 4-bit weights with an fp16
   CHECK(kv_layout(load_hf_config(config("seed-40-kv-heads.json")), KvOptions{}).bytes_per_token() == 40 * 40 * 256 * 2);
 }
 
+TEST_CASE("a quantization scheme whose bits kvsim does not read needs the weights given") {
+  // gpt-oss's MXFP4 (about 4.25 bits a weight with its scales) under torch_dtype bfloat16:
+  // sizing at 16 bits would overstate the weights fourfold, so the budget asks for them.
+  const std::string base = R"({"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336,
+      "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8, "vocab_size": 128256,
+      "max_position_embeddings": 8192, "torch_dtype": "bfloat16", "quantization_config": )";
+  const ModelSpec mx = parse_hf_config(base + R"({"quant_method": "mxfp4"}})", "mx.json");
+  CHECK(mx.unread_quantization == "mxfp4");
+  CHECK(mx.weight_bits == 0);
+  BudgetOptions o;
+  o.device = "H100-80GB";
+  CHECK_THROWS_WITH(derive_budget(mx, KvOptions{}, o),
+                    Catch::Contains("mx.json: quantization_config.quant_method: \"mxfp4\" stores weights in a scheme "
+                                    "kvsim does not read the bits per weight of") &&
+                        Catch::Contains("give --weights-bytes"));
+  // Given, they are used: 8 GB, or 8,030,261,248 parameters at 4 bits.
+  o.weights_bytes = 8'000'000'000;
+  CHECK(derive_budget(mx, KvOptions{}, o).weights_bytes == 8'000'000'000);
+  o.weights_bytes.reset();
+  o.weight_bits = 4;
+  CHECK(derive_budget(mx, KvOptions{}, o).weights_bytes == 8'030'261'248LL * 4 / 8);
+  // `bits` is the width for AWQ, GPTQ and AutoRound only; under an unknown name it is not trusted.
+  CHECK(parse_hf_config(base + R"({"quant_method": "banana", "bits": 3}})", "b.json").unread_quantization == "banana");
+  CHECK(parse_hf_config(base + R"({"quant_method": "auto-round", "bits": 4}})", "a.json").weight_bits == 4);
+  // bitsandbytes says its width only through a load flag.
+  CHECK(parse_hf_config(base + R"({"quant_method": "bitsandbytes"}})", "q.json").unread_quantization == "bitsandbytes");
+  CHECK(parse_hf_config(base + R"({"quant_method": "bitsandbytes", "load_in_4bit": true}})", "q.json").weight_bits == 4);
+  // Not an object: an error naming the field.
+  CHECK_THROWS_WITH(parse_hf_config(base + R"("awq"})", "s.json"),
+                    Catch::Contains("s.json") && Catch::Contains("field 'quantization_config': expected an object"));
+}
+
 TEST_CASE("bad configs: the message names the file and the field") {
   const std::string not_json = config("bad/not-json.json");
   CHECK_THAT(load_error(not_json), Catch::Contains(not_json) && Catch::Contains("not valid JSON") &&

@@ -147,6 +147,10 @@ struct ModelSpec {
   // (kvsim/weights.h). Last, so that presets written positionally stay as they are.
   std::optional<WeightQuantization> quantization = std::nullopt;
   bool attention_bias = false;           // q/k/v projections carry biases (Qwen2: qkv_bias)
+  // quantization_config's quant_method when kvsim cannot tell the bits a weight is stored in
+  // ("mxfp4", or bitsandbytes with neither load flag): the weights then need --weights-bytes
+  // or --weight-dtype (require_weight_bits_known). Empty otherwise.
+  std::string unread_quantization;
 };
 
 // The routed experts a token goes through: num_experts_per_tok (at most every expert), or
@@ -251,6 +255,12 @@ KvDtype default_kv_dtype(const ModelSpec& model);
 // dividing attention heads, complete MLA dims). Throws InputError naming the field; `file`
 // goes into the error's Location (empty for presets).
 void validate_model(const ModelSpec& model, const std::string& file);
+
+// Throws InputError naming the config and quantization_config.quant_method when the model's
+// weights are stored in a scheme kvsim cannot tell the bits of (ModelSpec::unread_quantization):
+// its torch_dtype would count them at full width. For callers whose user gave neither
+// --weights-bytes nor --weight-dtype.
+void require_weight_bits_known(const ModelSpec& model);
 
 // The built-in presets, in the order `kvsim models` lists them.
 const std::vector<ModelSpec>& model_presets();

@@ -91,7 +91,7 @@ ModelChoice resolve_model(const po::variables_map& vm, const std::string& synops
                          : std::string("default: bf16") +
                                (c.model.weight_dtype.empty()
                                     ? " (no torch_dtype)"
-                                    : " (torch_dtype " + c.model.weight_dtype + " is not a floating KV dtype)");
+                                    : " (torch_dtype " + c.model.weight_dtype + " is not fp32, fp16 or bf16)");
   }
   if (const auto g = option_text(vm, option_key(kOptKvGroupSize))) {
     // Only the int dtypes keep a scale per group; anywhere else the option would change nothing.
