@@ -470,6 +470,57 @@ void read_layer_kinds(const Config& c, ModelSpec& m) {
   m.layer_kinds = std::move(kinds);
 }
 
+// vLLM's default max_model_len under rope scaling (vllm/config/model.py,
+// _get_and_verify_max_len): rope_scaling (transformers v5: rope_parameters, possibly one
+// entry per layer type), skipped for Gemma 3, whose max_position_embeddings is scaled already;
+// for each entry whose rope_type is not su, longrope or llama3 (those keep the length), the
+// factor (default 1) multiplies the length, which YaRN first sets to its
+// original_max_position_embeddings; Python's int() truncates. 0 when the length stays.
+std::int64_t rope_scaled_length(const Config& c, const std::string& model_type, std::int64_t positions) {
+  if (positions <= 0 || model_type.find("gemma3") != std::string::npos) return 0;
+  const char* key = c.find("rope_scaling") != nullptr ? "rope_scaling" : "rope_parameters";
+  const json* rope = c.find(key);
+  if (rope == nullptr) return 0;
+  if (!rope->is_object()) c.fail(key, "expected an object, got " + rope->dump());
+  // Nested (one entry per layer type) when no entry says a type or a factor itself.
+  const bool nested = !rope->empty() && rope->find("rope_type") == rope->end() && rope->find("type") == rope->end() &&
+                      rope->find("factor") == rope->end() &&
+                      std::all_of(rope->begin(), rope->end(), [](const json& v) { return v.is_object(); });
+  std::vector<std::pair<std::string, const json*>> entries;
+  if (nested) {
+    for (auto it = rope->begin(); it != rope->end(); ++it) entries.emplace_back(std::string(key) + "." + it.key(), &*it);
+  } else {
+    entries.emplace_back(key, rope);
+  }
+  double length = static_cast<double>(positions);
+  double factor = 1.0;
+  for (const auto& [name, rp] : entries) {
+    const auto type_it = rp->find("rope_type") != rp->end() ? rp->find("rope_type") : rp->find("type");
+    if (type_it != rp->end() && !type_it->is_null() && !type_it->is_string()) {
+      c.fail(name + ".rope_type", "expected a string, got " + type_it->dump());
+    }
+    const std::string type = type_it != rp->end() && type_it->is_string() ? type_it->get<std::string>() : "default";
+    if (type == "su" || type == "longrope" || type == "llama3") continue;
+    if (const auto f = rp->find("factor"); f != rp->end() && !f->is_null()) {
+      if (!f->is_number() || f->get<double>() <= 0) c.fail(name + ".factor", "expected a positive number, got " + f->dump());
+      factor = f->get<double>();
+    }
+    if (type == "yarn") {
+      const auto o = rp->find("original_max_position_embeddings");
+      if (o == rp->end() || !o->is_number_integer() || o->get<std::int64_t>() <= 0) {
+        c.fail(name + ".original_max_position_embeddings",
+               "expected a positive integer for rope_type yarn, got " + (o == rp->end() ? std::string("nothing") : o->dump()));
+      }
+      length = static_cast<double>(o->get<std::int64_t>());
+    }
+  }
+  const double scaled = length * factor;
+  if (scaled >= 9.2e18) c.fail(key, "scales the context past 2^63 positions");
+  const auto out = static_cast<std::int64_t>(scaled);
+  if (out <= 0) c.fail(key, "scales the context to no position");
+  return out == positions ? 0 : out;
+}
+
 // Bits per stored weight from quantization_config, or 0 when the weights are stored as
 // torch_dtype (or in a scheme this does not recognise: the caller then records the scheme as
 // unread). A field of the wrong type is an error naming it, like any other field.
@@ -705,6 +756,7 @@ ModelSpec parse_hf_config(std::string_view json_text, const std::string& path) {
   // Gemma3TextConfig defaults max_position_embeddings to 131072 and its Hub configs rely on it.
   const bool gemma3 = model_type == "gemma3" || model_type == "gemma3_text";
   m.max_position_embeddings = c.optional_positive("max_position_embeddings").value_or(gemma3 ? 131072 : 0);
+  m.rope_scaled_length = rope_scaled_length(c, model_type, m.max_position_embeddings);
 
   if (c.find("kv_lora_rank") != nullptr) {
     MlaDims mla;

@@ -280,7 +280,7 @@ std::vector<KvLayout> kv_stage_layouts(const ModelSpec& model, const KvOptions& 
       layout.conv_state_bytes_per_layer = state_bytes.first;
       layout.temporal_state_bytes_per_layer = state_bytes.second;
     }
-    layout.max_model_len = model.max_position_embeddings;
+    layout.max_model_len = context_length(model);
     layout.first_layer = first;
     layout.end_layer = end;
     for (const auto& [key, layers] : counts) {

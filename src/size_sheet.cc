@@ -143,9 +143,9 @@ SizeSheet size_sheet(const ModelSpec& model, const KvOptions& kv, const SizeQuer
     std::vector<std::int64_t> at = query.tokens;
     const bool given_max_model_len = query.startup && query.startup->max_model_len > 0;
     const std::int64_t max_model_len =
-        sheet.startup && sheet.startup->max_model_len > 0 ? sheet.startup->max_model_len : model.max_position_embeddings;
+        sheet.startup && sheet.startup->max_model_len > 0 ? sheet.startup->max_model_len : context_length(model);
     sheet.context_limit = max_model_len;
-    sheet.context_limit_source = given_max_model_len ? "max_model_len" : "max_position_embeddings";
+    sheet.context_limit_source = given_max_model_len ? "max_model_len" : context_length_source(model);
     if (at.empty() && max_model_len > 0) at.push_back(max_model_len);
     // The flat budget's weights per pipeline stage; the start-up model sizes its stages itself
     // and gives the budget of the stage that binds.

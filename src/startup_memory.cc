@@ -252,7 +252,7 @@ StartupMemory startup_memory(const ModelSpec& model, const KvOptions& kv, const 
   if (s.memory_fraction_ppb <= 0 || s.memory_fraction_ppb > kPartsPerBillion) {
     throw InputError(Location{"", 0, kOptGpuMemoryUtilization}, "expected a fraction in (0, 1]");
   }
-  s.max_model_len = settings.max_model_len > 0 ? settings.max_model_len : model.max_position_embeddings;
+  s.max_model_len = settings.max_model_len > 0 ? settings.max_model_len : context_length(model);
   if (settings.max_num_batched_tokens < 0 || settings.max_num_seqs <= 0) {
     throw InputError(Location{"", 0, kOptMaxNumBatchedTokens}, "expected a positive number of tokens");
   }

@@ -128,6 +128,44 @@ TEST_CASE("a quantization scheme whose bits kvsim does not read needs the weight
                     Catch::Contains("s.json") && Catch::Contains("field 'quantization_config': expected an object"));
 }
 
+TEST_CASE("rope scaling stretches the default maximum length as vLLM derives it") {
+  // vllm/config/model.py, _get_and_verify_max_len: a factor multiplies the length, which YaRN
+  // first sets to its original_max_position_embeddings; su, longrope and llama3 keep it; Gemma 3
+  // is scaled already.
+  const auto with = [](const std::string& type, const std::string& rope) {
+    return parse_hf_config(R"({"model_type": ")" + type + R"(", "hidden_size": 4096, "num_attention_heads": 32,
+        "num_hidden_layers": 2, "num_key_value_heads": 8, "max_position_embeddings": 40960, "rope_scaling": )" +
+                               rope + "}",
+                           "rope.json");
+  };
+  // Qwen3's documented YaRN setting: 32,768 x 4 = 131,072 (above max_position_embeddings).
+  const ModelSpec yarn = with("qwen3", R"({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768})");
+  CHECK(context_length(yarn) == 131'072);
+  CHECK(yarn.max_position_embeddings == 40'960);  // the rotary table's own length is unchanged
+  CHECK(std::string(context_length_source(yarn)) == "rope_scaling");
+  CHECK(kv_layout(yarn, KvOptions{}).max_model_len == 131'072);
+  // "type" as older configs spell it; linear and dynamic scale max_position_embeddings.
+  CHECK(context_length(with("llama", R"({"type": "linear", "factor": 2})")) == 81'920);
+  CHECK(context_length(with("llama", R"({"rope_type": "dynamic", "factor": 1.5})")) == 61'440);
+  // Kept as they are: llama3's own scaling, a type without a factor, Gemma 3, null.
+  CHECK(context_length(with("llama", R"({"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192})")) == 40'960);
+  CHECK(context_length(with("llama", R"({"rope_type": "default"})")) == 40'960);
+  CHECK(context_length(with("gemma3_text", R"({"rope_type": "linear", "factor": 8.0}, "sliding_window": null)")) == 40'960);
+  CHECK(context_length(with("llama", "null")) == 40'960);
+  // transformers v5's rope_parameters, one entry per layer type.
+  const ModelSpec nested = parse_hf_config(R"({"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32,
+      "num_hidden_layers": 2, "max_position_embeddings": 4096, "rope_parameters": {"full_attention": {"rope_type": "linear",
+      "factor": 4.0, "rope_theta": 1e6}, "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}})",
+                                           "v5.json");
+  CHECK(context_length(nested) == 16'384);
+  // Wrong types are errors naming the field.
+  CHECK_THROWS_WITH(with("llama", R"({"rope_type": "linear", "factor": "2"})"),
+                    Catch::Contains("rope.json") && Catch::Contains("rope_scaling.factor"));
+  CHECK_THROWS_WITH(with("llama", R"({"rope_type": "yarn", "factor": 4})"),
+                    Catch::Contains("rope_scaling.original_max_position_embeddings"));
+  CHECK_THROWS_WITH(with("llama", R"("yarn")"), Catch::Contains("field 'rope_scaling': expected an object"));
+}
+
 TEST_CASE("bad configs: the message names the file and the field") {
   const std::string not_json = config("bad/not-json.json");
   CHECK_THAT(load_error(not_json), Catch::Contains(not_json) && Catch::Contains("not valid JSON") &&

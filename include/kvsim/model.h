@@ -151,7 +151,22 @@ struct ModelSpec {
   // ("mxfp4", or bitsandbytes with neither load flag): the weights then need --weights-bytes
   // or --weight-dtype (require_weight_bits_known). Empty otherwise.
   std::string unread_quantization;
+  // The longest sequence vLLM serves by default when rope_scaling stretches the context past
+  // max_position_embeddings (YaRN: original_max_position_embeddings x factor; dynamic, linear:
+  // max_position_embeddings x factor), as vllm/config/model.py's _get_and_verify_max_len
+  // derives it; 0 when it is max_position_embeddings (context_length()).
+  std::int64_t rope_scaled_length = 0;
 };
+
+// The model's default maximum length: rope_scaled_length when rope scaling sets one, else
+// max_position_embeddings (0 when neither is known).
+inline std::int64_t context_length(const ModelSpec& m) {
+  return m.rope_scaled_length > 0 ? m.rope_scaled_length : m.max_position_embeddings;
+}
+// Which field context_length() comes from, for people.
+inline const char* context_length_source(const ModelSpec& m) {
+  return m.rope_scaled_length > 0 ? "rope_scaling" : "max_position_embeddings";
+}
 
 // The routed experts a token goes through: num_experts_per_tok (at most every expert), or
 // every expert when the config does not say.

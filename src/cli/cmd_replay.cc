@@ -112,8 +112,8 @@ po::options_description replay_option_descriptions(bool with_outputs, bool with_
   }
   alloc_opts.add_options()
       (option_key(kOptMaxModelLen), po::value<std::string>(),
-       "refuse requests longer than this (default: the model's max_position_embeddings); also "
-       "dense-static's max-model-len reservation")
+       "refuse requests longer than this (default: the model's max_position_embeddings, or as far as "
+       "its rope_scaling stretches it, as vLLM derives it); also dense-static's max-model-len reservation")
       (option_key(kOptSchedule), po::value<std::string>()->default_value("auto"),
        "auto (measured when the trace has start/first_token/finish), simulate, or measured");
   if (with_cost) {

@@ -91,7 +91,8 @@ po::options_description size_options() {
       (option_key(kOptEngine), po::value<std::string>(), "vllm (default; the v1 engine), vllm-v0 (V0, 0.6.5 to 0.10), vllm-v0.6.4 (V0, 0.6.4 and earlier), vllm-v0.7.1 (the first v1, 0.7.0 and 0.7.1), sglang or trtllm: whose start-up rule sizes the KV budget")
       (option_key(kOptMaxNumSeqs), po::value<std::string>(), "vLLM's max_num_seqs: requests the sampler is profiled for (default 256)")
       (option_key(kOptMaxModelLen), po::value<std::string>(),
-       "the engine's max_model_len: T of the concurrency line (default max_position_embeddings)")
+       "the engine's max_model_len: T of the concurrency line (default max_position_embeddings, or as "
+       "far as rope_scaling stretches it)")
       (option_key(kOptEnforceEager), "vLLM's enforce_eager: no CUDA graphs")
       (option_key(kOptFlashinferSampler), "vLLM samples with FlashInfer (installed, VLLM_USE_FLASHINFER_SAMPLER not 0)")
       (option_key(kOptMemFractionStatic), po::value<std::string>(), "SGLang's mem_fraction_static (default by --tp: 0.88 .. 0.79)")

@@ -217,9 +217,9 @@ std::string sequences_table(const SizeSheet& s) {
   if (s.total) add(*s.total, "total " + with_commas(s.total->tokens));
   text += t.render();
   for (const auto& r : s.sequences) {
-    if (s.model.max_position_embeddings > 0 && r.tokens > s.model.max_position_embeddings) {
-      text += fmt::format("  note: {} tokens exceed the model's max_position_embeddings ({})\n",
-                          with_commas(r.tokens), with_commas(s.model.max_position_embeddings));
+    if (context_length(s.model) > 0 && r.tokens > context_length(s.model)) {
+      text += fmt::format("  note: {} tokens exceed the model's {} ({})\n", with_commas(r.tokens),
+                          context_length_source(s.model), with_commas(context_length(s.model)));
     }
   }
   return text;
@@ -467,8 +467,9 @@ std::string paged_lines(const SizeSheet& s) {
                         with_commas(c.tokens), format_ratio(c.num_blocks, c.blocks_per_request, 2),
                         with_commas(c.num_blocks), with_commas(c.blocks_per_request),
                         !s.sequences.empty() ? ""
-                        : s.startup && s.startup->settings.max_model_len > 0 ? "; T = max_model_len"
-                                                                            : "; T = max_position_embeddings",
+                        : s.startup && s.startup->settings.max_model_len > 0
+                            ? std::string("; T = max_model_len")
+                            : std::string("; T = ") + context_length_source(s.model),
                         s.stages.size() > 1 ? fmt::format("; stage {}", c.stage) : "");
     // One sequence has a verdict of its own under offloading (what stays may fit where the
     // whole would not) and past the context limit; otherwise the concurrency line says it.
