@@ -711,7 +711,7 @@ ModelSpec parse_hf_config(std::string_view json_text, const std::string& path) {
   const std::string model_type = c.string("model_type").value_or("");
   refuse_unmodelled(c);
   // The name is the path already: the source says what in it the numbers come from.
-  m.source = "config.json" + (model_type.empty() ? std::string() : ", model_type " + model_type);
+  m.source = "config.json" + (model_type.empty() ? std::string() : ", model_type " + printable(model_type));
   // Multimodal configs: the language model is what holds KV; its weights are all the
   // parameter estimate counts.
   if (c.nested()) m.source += "; text_config: the language model (vision/audio tower weights not counted)";

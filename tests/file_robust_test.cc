@@ -484,6 +484,30 @@ TEST_CASE("control characters in a file name are printed escaped", "[files]") {
   CHECK(r.err == "kvsim: error: /nonexistent/\\x1B[31mred.csv: cannot open: No such file or directory\n");
 }
 
+TEST_CASE("control characters a config.json holds are printed escaped, on stdout and in errors", "[files]") {
+  const auto dir = fresh_dir("config-escapes");
+  auto config = nlohmann::json::parse(slurp(std::string(KVSIM_SOURCE_DIR) + "/tests/data/configs/llama-3.1-8b.json"));
+  config["model_type"] = "\x1b[31mred";
+  write_file(dir / "config.json", config.dump());
+  auto r = run_cli({"size", "--config", (dir / "config.json").string(), "--tokens", "10"});
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out.find('\x1b') == std::string::npos);
+  CHECK(r.out.find("model_type \\x1B[31mred") != std::string::npos);
+  // A layer type quoted in an error, and the JSON parser's "last read".
+  config["model_type"] = "llama";
+  config["layer_types"] = std::vector<std::string>(32, "\x1b[2J");
+  write_file(dir / "config.json", config.dump());
+  r = run_cli({"size", "--config", (dir / "config.json").string(), "--tokens", "10"});
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find('\x1b') == std::string::npos);
+  CHECK(r.err.find("\"\\x1B[2J\" is not a layer type") != std::string::npos);
+  write_file(dir / "config.json", "{\"model_type\": \"\xff\"}");
+  r = run_cli({"size", "--config", (dir / "config.json").string(), "--tokens", "10"});
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find('\xff') == std::string::npos);
+  CHECK(r.err.find("last read: '\"\\xFF'") != std::string::npos);
+}
+
 TEST_CASE("an overflow computed from a config names the config", "[files]") {
   const auto dir = fresh_dir("overflow");
   auto config = nlohmann::json::parse(slurp(std::string(KVSIM_SOURCE_DIR) + "/tests/data/configs/llama-3.1-8b.json"));

@@ -2,11 +2,13 @@
 // in libkvsim.
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <exception>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cli.h"
@@ -27,9 +29,23 @@ constexpr const char* kDescription =
 
 // Prints a usage error naming the command being run, so the user knows whose --help to
 // read (not a mistyped one's), and returns exit code 2.
+// A message as the terminal shows it: each line printable (kvsim::printable), so that what a
+// file or an option said (a config's model_type, a JSON parser's "last read") cannot drive the
+// terminal, whichever message quotes it.
+std::string shown(std::string_view message) {
+  std::string out;
+  for (std::size_t at = 0; at <= message.size();) {
+    const std::size_t end = std::min(message.find('\n', at), message.size());
+    if (at > 0) out += '\n';
+    out += kvsim::printable(message.substr(at, end - at));
+    at = end + 1;
+  }
+  return out;
+}
+
 int usage_error(const std::string& message) {
   const std::string& where = kvsim::cli::current_command();
-  fmt::print(stderr, "{}: {}\nTry '{} --help'.\n", where, message, where);
+  fmt::print(stderr, "{}: {}\nTry '{} --help'.\n", where, shown(message), where);
   return kvsim::cli::kExitUsage;
 }
 
@@ -79,16 +95,16 @@ int main(int argc, char** argv) {
     if (e.where().file.empty() && e.where().field.rfind("--", 0) == 0) {
       return usage_error(std::string(e.what()) + "\nUsage: " + current_synopsis());
     }
-    fmt::print(stderr, "kvsim: error: {}\n", e.what());
+    fmt::print(stderr, "kvsim: error: {}\n", shown(e.what()));
     return kExitInput;
   } catch (const kvsim::InternalError& e) {
-    fmt::print(stderr, "kvsim: internal error (a bug in kvsim, please report it): {}\n", e.what());
+    fmt::print(stderr, "kvsim: internal error (a bug in kvsim, please report it): {}\n", shown(e.what()));
     return kExitInternal;
   } catch (const std::bad_alloc&) {
     fmt::print(stderr, "kvsim: error: out of host memory\n");
     return kExitInput;
   } catch (const std::exception& e) {
-    fmt::print(stderr, "kvsim: internal error (a bug in kvsim, please report it): {}\n", e.what());
+    fmt::print(stderr, "kvsim: internal error (a bug in kvsim, please report it): {}\n", shown(e.what()));
     return kExitInternal;
   }
 }
