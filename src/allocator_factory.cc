@@ -105,6 +105,17 @@ std::unique_ptr<Allocator> make_dense_static(AllocatorParams& p, const KvLayout&
     p.fail("reserve=max-model-len needs the model's maximum length, which this model does not give "
            "(no max_position_embeddings): pass " + std::string(kOptMaxModelLen));
   }
+  // Every request's row is then the maximum length: one that overflows is known now.
+  if (o.reserve == Reserve::max_model_len) {
+    for (const LayerGroup& g : layout.groups) {
+      std::int64_t bytes = 0;
+      if (__builtin_mul_overflow(layout.max_model_len, g.bytes_per_position, &bytes)) {
+        p.fail("reserve=max-model-len: a row of " + std::to_string(layout.max_model_len) + " positions x " +
+               std::to_string(g.bytes_per_position) + " bytes overflows 64 bits: pass a smaller " +
+               std::string(kOptMaxModelLen));
+      }
+    }
+  }
   o.capacity_bytes = limits.capacity_bytes;
   return std::make_unique<DenseStaticAllocator>(layout, o);
 }
@@ -238,7 +249,15 @@ std::unique_ptr<Allocator> make_allocator(const AllocatorSpec& spec, const KvLay
   detail::AllocatorParams p(spec, kOptAllocator);
   // A spec not made by parse_allocator_spec may name anything: unknown is an error here too.
   if (kind == nullptr) p.fail("unknown allocator '" + spec.kind + "' (see " + kReplayHelp + ")");
-  std::unique_ptr<Allocator> made = kind->make(p, layout, limits);
+  std::unique_ptr<Allocator> made;
+  try {
+    made = kind->make(p, layout, limits);
+  } catch (const InputError& e) {
+    // A product of the spec's sizes and the model's that overflows names no option where it
+    // is found (checked_mul): here it is this spec's, with this model.
+    if (!e.where().file.empty() || !e.where().field.empty()) throw;
+    p.fail(e.problem() + " with this model's bytes per position");
+  }
   p.finish();
   return made;
 }

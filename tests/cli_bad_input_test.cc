@@ -267,11 +267,14 @@ TEST_CASE("cli bad input: a request whose bytes overflow 64 bits is an error, no
                                                 "token overflows 64 bits");
   }
   // A short request, but a row of the model's maximum length does not fit in 64-bit bytes:
-  // refused when the allocator would reserve it, before anything is allocated.
-  check_input_error(run_cli({"replay", std::string(KVSIM_SOURCE_DIR) + "/traces/chat-mix.csv", "--quiet", "--allocator",
-                             "dense-static", "--max-model-len", "9223372036854775807"},
-                            kTimeoutS),
-                    "kvsim: error: dense-static: a reserved row's bytes overflows 64 bits");
+  // refused when the allocator is built, before anything is allocated, naming the options.
+  const auto row = run_cli({"replay", std::string(KVSIM_SOURCE_DIR) + "/traces/chat-mix.csv", "--quiet", "--allocator",
+                            "dense-static", "--max-model-len", "9223372036854775807"},
+                           kTimeoutS);
+  CHECK(row.exit_code == 2);
+  CHECK(row.out.empty());
+  CHECK_THAT(row.err, Catch::StartsWith("kvsim replay: --allocator: 'dense-static': reserve=max-model-len: a row of "
+                                        "9223372036854775807 positions x 131072 bytes overflows 64 bits"));
   std::filesystem::remove_all(dir);
 }
 

@@ -517,6 +517,28 @@ TEST_CASE("an overflow computed from a config names the config", "[files]") {
   CHECK(r.exit_code == 1);
   CHECK(r.err.rfind("kvsim: error: " + (dir / "config.json").string() + ": ", 0) == 0);
   CHECK(r.err.find("overflows 64 bits") != std::string::npos);
+  // 2^40: the KV sizes fit (2^40 x 8 heads x 2 x 2 bytes x 32 layers = 2^50 per position), the
+  // parameter count does not (32 layers x 4,096 x 2^40 x 32 heads x 2 bytes): replay, which
+  // needs it for the roofline, names the config too.
+  config["head_dim"] = 1099511627776;
+  write_file(dir / "config.json", config.dump());
+  const std::string chat = std::string(KVSIM_SOURCE_DIR) + "/traces/chat-mix.csv";
+  const auto replay = run_cli({"replay", chat, "--config", (dir / "config.json").string()});
+  CHECK(replay.exit_code == 1);
+  CHECK(replay.err == "kvsim: error: " + (dir / "config.json").string() +
+                          ": parameter count overflows 64 bits (the sizes in this config are implausible: check "
+                          "num_hidden_layers, the head counts and head_dim)\n");
+  // A block of 2^47 positions x 131,072 bytes: the allocator's spec with this model.
+  const auto block = run_cli({"replay", chat, "--model", "llama-3.1-8b", "--allocator", "paged:block=140737488355328"});
+  CHECK(block.exit_code == 2);
+  CHECK_THAT(block.err, Catch::Contains("--allocator: 'paged:block=140737488355328': bytes per block overflows 64 bits "
+                                        "with this model's bytes per position"));
+  // dense-static's row of the maximum length, known before the first request.
+  const auto row = run_cli({"replay", chat, "--model", "llama-3.1-8b", "--allocator", "dense-static", "--max-model-len",
+                            "4611686018427387904"});
+  CHECK(row.exit_code == 2);
+  CHECK_THAT(row.err, Catch::Contains("reserve=max-model-len: a row of 4611686018427387904 positions x 131072 bytes "
+                                      "overflows 64 bits: pass a smaller --max-model-len"));
 }
 
 TEST_CASE("an overflow computed from the workload names the options", "[files]") {

@@ -119,6 +119,15 @@ ModelChoice resolve_model(const po::variables_map& vm, const std::string& synops
   if (const auto pp = option_text(vm, option_key(kOptPp))) kv.pipeline_parallel = positive_integer(*pp, kOptPp);
   try {
     c.stages = kv_stage_layouts(c.model, kv);
+    // The parameter count too, where the config gives what it needs: an overflow is the
+    // config's (a missing field names the file, and is reported where the weights are needed).
+    if (config && can_split_parameters(c.model)) {
+      try {
+        (void)split_parameters(c.model);
+      } catch (const InputError& e) {
+        if (e.where().file.empty()) throw;
+      }
+    }
   } catch (const InputError& e) {
     // An overflow of a product of the config's sizes names no file or field where it is
     // found: it is the config's, unless an option is named.
