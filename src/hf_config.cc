@@ -41,6 +41,7 @@ class Config {
   Config(const json& root, std::string path) : root_(root), path_(std::move(path)) {
     const auto it = root_.find("text_config");
     if (it != root_.end() && it->is_object()) text_ = &*it;
+    if (it != root_.end() && !it->is_null() && !it->is_object()) fail("text_config", "expected an object, got " + it->dump());
   }
 
   const std::string& path() const { return path_; }
@@ -188,7 +189,7 @@ std::vector<std::int64_t> layer_windows(const Config& c, const std::string& mode
     for (std::int64_t i = 0; i < layers; ++i) out.push_back((i + 1) % *pattern != 0 ? *window : 0);
     return out;
   }
-  const auto max_window_layers = c.integer("max_window_layers");
+  const auto max_window_layers = c.optional_non_negative("max_window_layers");
   if (use_sliding && *use_sliding && max_window_layers) {
     for (std::int64_t i = 0; i < layers; ++i) out.push_back(i >= *max_window_layers ? *window : 0);
     return out;
@@ -790,6 +791,10 @@ ModelSpec parse_hf_config(std::string_view json_text, const std::string& path) {
     moe.shared_experts = c.optional_non_negative("n_shared_experts").value_or(0);
     moe.expert_intermediate_size = c.required_positive("moe_intermediate_size");
     moe.dense_layers = c.optional_non_negative("first_k_dense_replace").value_or(0);
+    if (moe.dense_layers > m.num_hidden_layers) {
+      c.fail("first_k_dense_replace", std::to_string(moe.dense_layers) + " dense layers, more than the " +
+                                          std::to_string(m.num_hidden_layers) + " layers (num_hidden_layers)");
+    }
     m.moe = moe;
   } else if (const auto local = c.optional_positive("num_local_experts")) {  // Mixtral
     m.moe = MoeDims{*local, 0, m.intermediate_size, 0, 0};

@@ -205,6 +205,18 @@ TEST_CASE("bad configs: the message names the file and the field") {
   CHECK_THAT(load_error(window), Catch::Contains("field 'sliding_window'") && Catch::Contains("layer_types[0]"));
 
   CHECK_THAT(load_error(config("bad/top-level-array.json")), Catch::Contains("JSON object"));
+  // Fields of the wrong shape are errors, not ignored.
+  const std::string dense = R"({"model_type": "qwen2", "hidden_size": 1024, "num_attention_heads": 8,
+      "num_hidden_layers": 4, "max_position_embeddings": 4096, )";
+  CHECK_THROWS_WITH(parse_hf_config(dense + R"("text_config": "x"})", "t.json"),
+                    Catch::Contains("t.json") && Catch::Contains("field 'text_config': expected an object, got \"x\""));
+  CHECK_THROWS_WITH(parse_hf_config(dense + R"("use_sliding_window": true, "sliding_window": 1024, "max_window_layers": -5})",
+                                    "w.json"),
+                    Catch::Contains("field 'max_window_layers': expected a non-negative integer, got -5"));
+  CHECK_THROWS_WITH(parse_hf_config(dense + R"("n_routed_experts": 8, "moe_intermediate_size": 256,
+                                              "first_k_dense_replace": 5})",
+                                    "m.json"),
+                    Catch::Contains("field 'first_k_dense_replace': 5 dense layers, more than the 4 layers"));
   CHECK_THAT(load_error(config("bad/no-such-file.json")), Catch::Contains("no-such-file.json") &&
                                                              Catch::Contains("cannot open"));
 }
