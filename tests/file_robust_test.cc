@@ -207,6 +207,24 @@ TEST_CASE("a full disk is an error naming the file, for every output and standar
   }
 }
 
+TEST_CASE("an output that is standard output under another name is refused, as '-' beside --json is", "[files]") {
+  const auto dir = fresh_dir("stdout-alias");
+  const std::string chat = std::string(KVSIM_SOURCE_DIR) + "/traces/chat-mix.csv";
+  // /dev/stdout beside --json would interleave the CSV with the JSON.
+  auto r = run_sh(dir, "$KVSIM replay " + chat + " --model llama-3.1-8b --allocator paged --json --csv /dev/stdout");
+  CHECK(r.exit_code == 2);
+  CHECK(r.out.empty());
+  CHECK_THAT(r.err, Catch::StartsWith("kvsim replay: --csv /dev/stdout is standard output: give '-' to write it there, "
+                                      "or a file\n"));
+  // The file standard output is redirected to, under its own name.
+  r = run_sh(dir, "$KVSIM replay " + chat + " --model llama-3.1-8b --allocator paged --timeline out.txt > out.txt");
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::StartsWith("kvsim replay: --timeline out.txt is standard output"));
+  // /dev/null is a device everyone shares: both may go there.
+  r = run_sh(dir, "$KVSIM replay " + chat + " --model llama-3.1-8b --allocator paged --csv /dev/null > /dev/null");
+  CHECK(r.exit_code == 0);
+}
+
 TEST_CASE("a run killed part-way leaves OUT as it was and no temporary behind", "[files]") {
   const auto dir = fresh_dir("killed");
   write_file(dir / "out.csv", "old\n");

@@ -8,6 +8,9 @@
 #include <iostream>
 #include <sstream>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include "kvsim/error.h"
 #include "kvsim/option_names.h"
 #include "kvsim/output_file.h"
@@ -166,12 +169,34 @@ std::string read_input(const std::string& path) {
   return s.str();
 }
 
+namespace {
+
+// Whether `path` is standard output under another name: /dev/stdout and its aliases, or the
+// very file or pipe standard output is redirected to. A terminal or /dev/null given by its
+// own name is a device others share, and is left alone.
+bool names_standard_output(const std::string& path) {
+  for (const char* alias : {"/dev/stdout", "/dev/fd/1", "/proc/self/fd/1"}) {
+    if (path == alias) return true;
+  }
+  struct stat out {}, given {};
+  if (::fstat(STDOUT_FILENO, &out) != 0 || ::stat(path.c_str(), &given) != 0) return false;
+  return !S_ISCHR(out.st_mode) && out.st_dev == given.st_dev && out.st_ino == given.st_ino;
+}
+
+}  // namespace
+
 void refuse_output_over_input(const std::vector<std::pair<std::string, std::string>>& outputs,
                               const std::vector<std::string>& inputs, const std::string& synopsis) {
   // Refused before the run, not after it, when the finished output has nowhere to go.
   for (const auto& [name, path] : outputs) {
     if (path.empty()) {
       throw UsageError(name + ": an empty file name (give a path, or '-' for standard output)\nUsage: " + synopsis);
+    }
+    // Written beside the table or the JSON, it would interleave with them; '-' has the rules
+    // for sharing standard output.
+    if (path != "-" && names_standard_output(path)) {
+      throw UsageError(name + " " + printable(path) + " is standard output: give '-' to write it there, or a file\nUsage: " +
+                       synopsis);
     }
   }
   // Two outputs to one file: the one written last would replace the other without a word.
