@@ -220,7 +220,7 @@ std::int64_t parse_gpu_memory_utilization(std::string_view text, std::string_vie
   std::int64_t ppb = 0;
   const auto status = detail::parse_scaled_decimal(text, 9, ppb);
   if (status != detail::DecimalStatus::ok) {
-    throw InputError(where, "\"" + std::string(text) + "\" " + detail::describe(status) +
+    throw InputError(where, detail::describe(status, "\"" + std::string(text) + "\"") +
                                 " (expected a fraction such as 0.9, with at most 9 decimals)");
   }
   if (ppb <= 0 || ppb > kPartsPerBillion) {

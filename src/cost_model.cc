@@ -345,7 +345,7 @@ std::int64_t parse_duration_ps(std::string_view text, std::string_view field) {
     std::int64_t fixed = 0;
     const auto status = detail::parse_scaled_decimal(number, 12, fixed);
     if (status != detail::DecimalStatus::ok) {
-      throw InputError(where, "\"" + std::string(text) + "\" " + detail::describe(status));
+      throw InputError(where, detail::describe(status, "\"" + std::string(text) + "\""));
     }
     const Int128 ps = Int128{fixed} * scale;
     if (ps % kPsPerSecond != 0) throw InputError(where, "\"" + std::string(text) + "\" is finer than 1 ps");

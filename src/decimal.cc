@@ -62,14 +62,14 @@ DecimalStatus parse_non_negative(std::string_view text, std::int64_t& out) {
   return DecimalStatus::ok;
 }
 
-const char* describe(DecimalStatus status) {
+std::string describe(DecimalStatus status, const std::string& quoted) {
   switch (status) {
     case DecimalStatus::ok: return "ok";
     case DecimalStatus::empty: return "expected a value, got nothing";
-    case DecimalStatus::not_a_number: return "expected a non-negative decimal number (no exponent)";
-    case DecimalStatus::negative: return "expected a non-negative number, got a negative one";
-    case DecimalStatus::too_precise: return "has more decimal places than the unit can hold exactly";
-    case DecimalStatus::overflow: return "is too large (overflows 64 bits)";
+    case DecimalStatus::not_a_number: return "expected a non-negative decimal number (no exponent), got " + quoted;
+    case DecimalStatus::negative: return "expected a non-negative number, got a negative one: " + quoted;
+    case DecimalStatus::too_precise: return quoted + " has more decimal places than the unit can hold exactly";
+    case DecimalStatus::overflow: return quoted + " is too large (overflows 64 bits)";
   }
   return "invalid";
 }

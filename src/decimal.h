@@ -6,6 +6,7 @@
 #define KVSIM_SRC_DECIMAL_H_
 
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 namespace kvsim::detail {
@@ -27,8 +28,9 @@ DecimalStatus parse_scaled_decimal(std::string_view text, int scale, std::int64_
 // Parses a non-negative integer without sign or spaces ("0", "4096").
 DecimalStatus parse_non_negative(std::string_view text, std::int64_t& out);
 
-// A short English description of a status, for messages: "expected a non-negative number".
-const char* describe(DecimalStatus status);
+// A short English description of a status about `quoted` (the value, quoted), for messages:
+// "expected a non-negative number, got a negative one: \"-1ms\"".
+std::string describe(DecimalStatus status, const std::string& quoted);
 
 }  // namespace kvsim::detail
 

@@ -25,6 +25,8 @@
 #include <string_view>
 #include <vector>
 
+#include <sys/stat.h>
+
 #include "kvsim/error.h"
 #include "kvsim/model.h"
 
@@ -879,6 +881,9 @@ ModelSpec load_hf_config(const std::string& path) {
   constexpr std::size_t kMaxConfigBytes = std::size_t{16} << 20;
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> in(std::fopen(path.c_str(), "rb"), &std::fclose);
   if (!in) throw InputError(Location{path, 0, ""}, std::string("cannot open: ") + std::strerror(errno));
+  if (struct stat info {}; ::fstat(::fileno(in.get()), &info) == 0 && S_ISDIR(info.st_mode)) {
+    throw InputError(Location{path, 0, ""}, "is a directory, not a file");
+  }
   std::string text;
   char buffer[1 << 16];
   for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, in.get())) > 0;) {

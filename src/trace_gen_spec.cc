@@ -125,7 +125,7 @@ detail::DecimalStatus billionths(std::string_view text, std::string_view field, 
                                  std::int64_t& scaled) {
   const auto status = detail::parse_scaled_decimal(text, 9, scaled);
   if (status == detail::DecimalStatus::overflow || status == detail::DecimalStatus::too_precise) {
-    bad(field, std::string(name) + ": \"" + std::string(text) + "\" " + detail::describe(status) +
+    bad(field, std::string(name) + ": " + detail::describe(status, "\"" + std::string(text) + "\"") +
                    (status == detail::DecimalStatus::too_precise ? " (9 decimal places at most)" : ""));
   }
   return status;

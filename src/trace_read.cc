@@ -51,7 +51,13 @@ LineReader::LineReader(const std::string& path, std::size_t max_line_bytes)
   // The size of a regular file only: a pipe or a device has none (and seeking one could lose
   // what it holds).
   struct stat info {};
-  if (::fstat(::fileno(file_), &info) == 0 && S_ISREG(info.st_mode)) total_ = info.st_size;
+  const bool stated = ::fstat(::fileno(file_), &info) == 0;
+  if (stated && S_ISDIR(info.st_mode)) {
+    std::fclose(file_);
+    file_ = nullptr;
+    throw InputError(Location{path, 0, ""}, "is a directory, not a file");
+  }
+  if (stated && S_ISREG(info.st_mode)) total_ = info.st_size;
   // A file smaller than the buffer fits whole in one just large enough (one more byte, so
   // that the read which finds the end does not have to grow it): detecting a format and
   // reading a small file then costs kilobytes, not 2 MiB (which dominated fuzzing).

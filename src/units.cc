@@ -67,7 +67,7 @@ std::int64_t parse_with_unit(std::string_view text, std::string_view field,
     status = detail::parse_scaled_decimal(frac_text, kFrac, frac_fixed);
   }
   if (status != detail::DecimalStatus::ok) {
-    throw InputError(where, quoted(text) + " " + detail::describe(status));
+    throw InputError(where, detail::describe(status, quoted(text)));
   }
   const Wide product = Wide{int_part} * scale * pow10(kFrac) + Wide{frac_fixed} * scale;
   const Wide whole = product / pow10(kFrac);

@@ -359,7 +359,7 @@ TEST_CASE("cli bad input: option errors print the usage and exit 2") {
        "Usage: kvsim replay TRACE"},
       // Durations are exact decimals: an exponent is refused as such, not as "not a number".
       {{"replay", trace, "--cost", "linear:base=1e7s"},
-       "--cost base: \"1e7s\" expected a non-negative decimal number (no exponent)", "Usage: kvsim replay TRACE"},
+       "--cost base: expected a non-negative decimal number (no exponent), got \"1e7s\"", "Usage: kvsim replay TRACE"},
       // An empty value is not the option left out (a shell variable never set): refused,
       // by the option's name or the positional argument's synopsis name.
       {{"trace", "stats", trace, "--requests", ""}, "--requests: expected a value, got an empty string",

@@ -496,6 +496,20 @@ TEST_CASE("messages show what the file says: -0, a NUL byte, an invisible byte-o
   CHECK(bom.err.find(":1: unknown column '\\ufeffid'") != std::string::npos);
 }
 
+TEST_CASE("a directory given as a trace or a config is named as one, by every reader", "[files]") {
+  const auto dir = fresh_dir("a-directory");
+  const std::string d = dir.string();
+  const std::string expected = "kvsim: error: " + d + ": is a directory, not a file\n";
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"replay", d}, {"trace", "stats", d}, {"trace", "convert", d, "-", "--to", "csv"},
+        {"size", "--config", d}, {"replay", std::string(KVSIM_SOURCE_DIR) + "/traces/chat-mix.csv", "--config", d}}) {
+    const auto r = run_cli(args);
+    INFO(args.front() + " " + args[1]);
+    CHECK(r.exit_code == 1);
+    CHECK(r.err == expected);
+  }
+}
+
 TEST_CASE("control characters in a file name are printed escaped", "[files]") {
   const auto r = run_cli({"trace", "stats", "/nonexistent/\x1b[31mred.csv"});
   CHECK(r.exit_code == 1);

@@ -180,7 +180,7 @@ po::options_description replay_option_descriptions(bool with_outputs, bool with_
        "'kvsim validate' takes on for those runs); off: the next chunk's blocks suffice")
       (option_key(kOptSwapBandwidth), po::value<std::string>()->default_value("25GB"),
        "host link for swapping, bytes per second (about PCIe 4.0 x16 in practice)");
-  std::string format_help = "trace format (default: detected):";
+  std::string format_help = "trace format (default: auto, detected):";
   for (const auto name : trace_format_names()) {
     if (name != "auto") format_help.append(format_help.back() == ':' ? " " : ", ").append(name);
   }
@@ -202,7 +202,9 @@ po::options_description replay_option_descriptions(bool with_outputs, bool with_
       ("csv", po::value<std::string>(),
        "also write one CSV row per allocator to this file ('-' for any of these files: standard output, in place of "
        "the table; one of them at most)")
-      ("timeline", po::value<std::string>(), "write occupancy over time to this CSV file (columns named with units)")
+      ("timeline", po::value<std::string>(),
+       "write occupancy over time to this CSV file (columns named with units); one engine's, so not with --replicas, "
+       "as --html and --per-request")
       ("html", po::value<std::string>(),
        "write a self-contained HTML report to this file: charts of occupancy over time with the peak, where the "
        "memory goes, latency CDFs, running and queued requests (docs/report.md)")

@@ -230,7 +230,7 @@ std::string run_header(const ReplayContext& c, const std::vector<ReplayReport>& 
       differ = differ || run.end_ns - run.start_ns != r.end_ns - r.start_ns;
       spans += fmt::format("{}{} s ({})", spans.empty() ? "" : ", ", seconds(run.end_ns - run.start_ns), run_name(run));
     }
-    out += fmt::format("trace    {} requests over {} simulated\n", with_commas(r.requests),
+    out += fmt::format("trace    {} request{} over {} simulated\n", with_commas(r.requests), r.requests == 1 ? "" : "s",
                        differ ? spans : seconds(r.end_ns - r.start_ns) + " s");
   }
   for (const ReplayReport& r : reports) {
