@@ -133,6 +133,9 @@ OutputFile::OutputFile(std::string path, std::span<const std::string> inputs)
     } else {
       target_ = path_;
     }
+    // Replacing the file through a temporary needs only the directory's permission; the
+    // file's own must not be bypassed (a shell's '>' refuses a read-only file too).
+    if (exists && ::access(target_.c_str(), W_OK) != 0) fail(display_, "cannot open for writing", errno);
     std::string pattern = directory_of(target_) + "/." + base_of(target_) + ".kvsim-XXXXXX";
     // mkstemp opens with O_CREAT | O_EXCL: the name is new, never an existing file.
     fd_ = ::mkstemp(pattern.data());
