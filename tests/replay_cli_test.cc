@@ -133,6 +133,20 @@ TEST_CASE("replay: a cost coefficient not named is the roofline's, and a step mu
   CHECK(r.exit_code == 2);
   CHECK_THAT(r.err, Catch::Contains("--params: gives the weights the roofline reads each step, and --cost names "
                                     "every term of its own: it would have no effect"));
+  // The seed guide's model has no vocabulary size, so no weights to read: a cost naming every
+  // term times it without them. 100 + 50 tokens end holding 150 positions, 10 blocks of 16:
+  // 160 x 163,840 = 26,214,400 bytes allocated, 150 x 163,840 = 24,576,000 effective.
+  r = test::run_cli({"replay", trace, "--model", "seed-example", "--allocator", "paged", "--cost",
+                     "constant:step=1ms,prefill-token=0ps", "--json"});
+  REQUIRE(r.exit_code == 0);
+  const Json seed = Json::parse(r.out)["runs"][0]["memory_bytes"];
+  CHECK(seed["allocated_slots"]["peak"] == 26'214'400);
+  CHECK(seed["effective_tokens"]["peak"] == 24'576'000);
+  // The roofline needs them, and says where they come from.
+  r = test::run_cli({"replay", trace, "--model", "seed-example"});
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("seed-example: field 'vocab_size': unknown, so the parameter count cannot be "
+                                    "estimated; pass --params or --weights-bytes"));
   // A config the parameter count cannot be estimated from names itself and the field.
   const std::string config = test::write_file(
       "no-intermediate.json",

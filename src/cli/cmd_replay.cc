@@ -256,14 +256,23 @@ ReplayOptions replay_options_from(const po::variables_map& vm, const ModelChoice
   // Without a budget the weights' terms still give the weights the roofline reads each step.
   BudgetOptions weight_options = budget_options_given ? *budget_options_given : weight_terms(vm);
   weight_options.expert_parallel_ranks = expert_parallel_ranks(vm, choice);
-  // With expert parallelism a device reads only its own experts per step.
-  const ModelWeights weights = model_weights(choice.model, choice.kv, weight_options);
   const auto replicas_text = option_text(vm, option_key(kOptReplicas));
   const std::int64_t replicas = replicas_text ? positive_integer(*replicas_text, kOptReplicas) : 1;
   RooflineParallel parallel;
   parallel.tensor_parallel = choice.kv.tensor_parallel;
   parallel.pipeline_parallel = choice.kv.pipeline_parallel;
   if (choice.model.moe) parallel.moe_replicas = replicas;
+  // With expert parallelism a device reads only its own experts per step.
+  ModelWeights weights;
+  try {
+    weights = model_weights(choice.model, choice.kv, weight_options);
+  } catch (const InputError&) {
+    // Weights that cannot be counted (a model without a vocabulary size, as seed-example)
+    // matter only to a cost that takes a term from the roofline; a budget needs them anyway.
+    const CostModel named = parse_cost_model(vm[option_key(kOptCost)].as<std::string>(),
+                                             roofline_cost_model(choice.model, layout, device, weights, parallel), kOptCost);
+    if (budget_options_given || !named.device.empty()) throw;
+  }
   const CostModel roofline = roofline_cost_model(choice.model, layout, device, weights, parallel);
 
   ReplayOptions ro;
