@@ -111,7 +111,10 @@ void TraceStatsBuilder::add(const Request& r) {
     s.sessions.insert(r.session);
   }
   if (r.has_service_times()) ++c.with_service_times;
-  if (!r.prefix_hashes.empty()) {
+  // A request carries prefix identity when its block size is given, even with no full block
+  // to hash (a token-id prompt shorter than --hash-block-tokens): its tokens are prompt tokens
+  // that could have been reused, and the share below is of all of them.
+  if (r.prefix_block_tokens > 0) {
     if (c.prefix_block_tokens == 0) {
       c.prefix_block_tokens = r.prefix_block_tokens;
     } else if (c.prefix_block_tokens != r.prefix_block_tokens) {
@@ -190,8 +193,12 @@ std::string format_trace_stats(const TraceStats& s) {
   line("sessions", s.sessions == 0 ? "none"
                                    : with_commas(s.sessions) + " (" + with_commas(s.session_requests) + " requests)");
   line("service times", with_commas(s.with_service_times) + " requests");
-  if (s.prefix_blocks == 0) {
+  if (s.prefix_requests == 0) {
     line("prefix reuse", "no prefix hashes");
+  } else if (s.prefix_blocks == 0) {
+    line("prefix reuse", s.prefix_block_tokens > 0
+                             ? "no prompt holds a full block of " + with_commas(s.prefix_block_tokens) + " tokens"
+                             : "no prompt holds a full block");
   } else {
     const std::string block =
         s.prefix_block_tokens > 0 ? with_commas(s.prefix_block_tokens) + " tokens per block" : "mixed block sizes";

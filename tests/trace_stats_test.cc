@@ -6,6 +6,7 @@
 
 #include "kvsim/trace.h"
 #include "kvsim/trace_stats.h"
+#include "cli_util.h"
 #include "trace_test_util.h"
 
 using namespace kvsim;
@@ -128,6 +129,30 @@ TEST_CASE("a hash is a prefix of its own block size: 16- and 32-token blocks nev
   CHECK(k["prefix_block_tokens"].is_null());
   CHECK(k["prefix_block_reuse"].is_null());
   CHECK(k["prefix_token_reuse"].is_null());
+}
+
+TEST_CASE("token ids hashed at a block larger than a prompt: its tokens still count, none as seen") {
+  // Blocks of 4: A (6 tokens) and B (6, the same first 4) have one full block each, C (3
+  // tokens) none. Seen before: B's block, 4 tokens of all 6 + 6 + 3 = 15 prompt tokens, not
+  // of A's and B's 12 alone.
+  const auto path = test::write_file("short-ids.jsonl",
+                                     "{\"input_toks\": 6, \"output_toks\": 1, \"arrival_time_ns\": 0, "
+                                     "\"input_tok_ids\": [1, 2, 3, 4, 5, 6]}\n"
+                                     "{\"input_toks\": 6, \"output_toks\": 1, \"arrival_time_ns\": 1, "
+                                     "\"input_tok_ids\": [1, 2, 3, 4, 9, 9]}\n"
+                                     "{\"input_toks\": 3, \"output_toks\": 1, \"arrival_time_ns\": 2, "
+                                     "\"input_tok_ids\": [1, 2, 3]}\n");
+  auto r = test::run_cli({"trace", "stats", path, "--hash-block-tokens", "4", "--json"});
+  REQUIRE(r.exit_code == 0);
+  auto j = nlohmann::json::parse(r.out);
+  const auto& stats = j.contains("stats") ? j["stats"] : j;
+  CHECK(stats["prefix_requests"] == 3);
+  CHECK(stats["prefix_tokens"] == 15);
+  CHECK(stats["prefix_tokens_seen"] == 4);
+  // At blocks of 8 no prompt has a full block: 0 of 15 tokens, said in words.
+  r = test::run_cli({"trace", "stats", path, "--hash-block-tokens", "8"});
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("no prompt holds a full block of 8 tokens"));
 }
 
 TEST_CASE("a block is seen before only when its whole prefix was") {

@@ -59,13 +59,14 @@ struct TraceStats {
   std::int64_t session_requests = 0;   // requests that belong to a session
   std::int64_t sessions = 0;           // distinct session names
   std::int64_t with_service_times = 0;  // requests with start, first_token and finish
-  // Prefix hashes. block_tokens is the trace's block size: 0 when no request has hashes,
-  // -1 when requests disagree on it.
+  // Prefix identity. block_tokens is the trace's block size: 0 when no request gives one,
+  // -1 when requests disagree on it. A request with a block size carries identity even with
+  // no hash (a token-id prompt shorter than the block): its tokens count, none as seen.
   std::int64_t prefix_block_tokens = 0;
-  std::int64_t prefix_requests = 0;   // requests with at least one hash
+  std::int64_t prefix_requests = 0;   // requests with a prefix block size
   std::int64_t prefix_blocks = 0;     // hashes over all requests
   std::int64_t prefix_blocks_seen = 0;  // of which seen before
-  std::int64_t prefix_tokens = 0;       // prompt tokens of requests that have hashes
+  std::int64_t prefix_tokens = 0;       // prompt tokens of requests with a prefix block size
   std::int64_t prefix_tokens_seen = 0;  // tokens in blocks seen before
 
   double prefix_block_reuse() const;  // prefix_blocks_seen / prefix_blocks, 0 when none
