@@ -324,6 +324,10 @@ ModelWeights model_weights(const ModelSpec& model, const KvOptions& kv, const Bu
     } else if (const std::int64_t bits = bits_of(model.weight_dtype); bits > 0) {
       w.weight_bits = bits;
       w.weight_bits_source = "torch_dtype " + model.weight_dtype;
+    } else if (!model.weight_dtype.empty()) {
+      throw InputError(Location{model.name, 0, "field 'torch_dtype'"},
+                       "\"" + printable(model.weight_dtype) + "\" is not a dtype kvsim knows the width of, so the weights "
+                       "cannot be sized: give --weight-dtype or --weights-bytes");
     } else {
       w.weight_bits = 16;
       w.weight_bits_source = "assumed 16-bit (no torch_dtype)";

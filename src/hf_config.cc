@@ -12,8 +12,8 @@
 //   5. use_sliding_window true with max_window_layers M: layers i >= M slide (Qwen2);
 //   6. otherwise sliding_window applies to every layer (Mistral, Phi-3).
 #include <algorithm>
-#include <array>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <cstdio>
 #include <limits>
@@ -508,13 +508,12 @@ std::int64_t rope_scaled_length(const Config& c, const std::string& model_type, 
       if (!f->is_number() || f->get<double>() <= 0) c.fail(name + ".factor", "expected a positive number, got " + f->dump());
       factor = f->get<double>();
     }
-    if (type == "yarn") {
-      const auto o = rp->find("original_max_position_embeddings");
-      if (o == rp->end() || !o->is_number_integer() || o->get<std::int64_t>() <= 0) {
-        c.fail(name + ".original_max_position_embeddings",
-               "expected a positive integer for rope_type yarn, got " + (o == rp->end() ? std::string("nothing") : o->dump()));
+    // YaRN's original length; transformers defaults it to max_position_embeddings.
+    if (const auto o = rp->find("original_max_position_embeddings"); type == "yarn" && o != rp->end() && !o->is_null()) {
+      if (!o->is_number() || o->get<double>() < 1 || o->get<double>() != std::floor(o->get<double>())) {
+        c.fail(name + ".original_max_position_embeddings", "expected a positive whole number, got " + o->dump());
       }
-      length = static_cast<double>(o->get<std::int64_t>());
+      length = o->get<double>();
     }
   }
   const double scaled = length * factor;
@@ -539,12 +538,14 @@ std::int64_t quantized_weight_bits(const Config& c) {
   };
   const json* method = field("quant_method", &json::is_string, "a string");
   const std::string method_name = method != nullptr ? method->get<std::string>() : std::string{};
-  if (method_name == "fp8") return 8;
-  // `bits` is the weights' width for AWQ, GPTQ and AutoRound; other schemes use the name for
-  // other things, or not at all.
+  // fp8 and FBGEMM's fp8 (Meta's Llama-3.1-405B-Instruct-FP8) store a byte a weight.
+  if (method_name == "fp8" || method_name == "fbgemm_fp8") return 8;
+  // `bits` is the weights' width for AWQ, GPTQ and AutoRound (also exported as
+  // "intel/auto-round"); other schemes use the name for other things, or not at all.
   const auto bits = q->find("bits");
-  if ((method_name == "awq" || method_name == "gptq" || method_name == "auto-round") && bits != q->end() &&
-      bits->is_number_integer() && bits->get<std::int64_t>() > 0) {
+  if ((method_name == "awq" || method_name == "gptq" || method_name == "auto-round" ||
+       method_name == "intel/auto-round") &&
+      bits != q->end() && bits->is_number_integer() && bits->get<std::int64_t>() > 0) {
     return bits->get<std::int64_t>();
   }
   if (method_name == "bitsandbytes") {
@@ -836,26 +837,23 @@ ModelSpec parse_hf_config(std::string_view json_text, const std::string& path) {
   }
 
   const char* dtype_field = c.find("torch_dtype") != nullptr ? "torch_dtype" : "dtype";
+  // As written ("torch." dropped): a dtype kvsim does not know the width of is refused where
+  // the weights are sized by it (model_weights), not here, where only the KV dtype's default
+  // reads it.
   m.weight_dtype = c.string(dtype_field).value_or("");
-  // torch's names of the dtypes a checkpoint is stored in (transformers writes str(dtype)
-  // without "torch."): anything else would be sized as 16 bits without a word.
-  if (!m.weight_dtype.empty()) {
-    constexpr std::array<std::string_view, 8> kTorchDtypes = {"bfloat16", "float16", "half",        "float32",
-                                                               "float",    "float8_e4m3fn", "float8_e5m2", "int8"};
-    if (std::find(kTorchDtypes.begin(), kTorchDtypes.end(), m.weight_dtype) == kTorchDtypes.end()) {
-      c.fail(dtype_field, "expected bfloat16, float16, float32, float8_e4m3fn, float8_e5m2 or int8 (torch's names), got \"" +
-                              m.weight_dtype + "\"");
-    }
-  }
+  if (m.weight_dtype.rfind("torch.", 0) == 0) m.weight_dtype.erase(0, 6);
   m.weight_bits = quantized_weight_bits(c);
   m.quantization = weight_quantization(c);
   // compressed-tensors says its bits inside a config group, which quantized_weight_bits does
   // not read.
   if (m.weight_bits == 0 && m.quantization) m.weight_bits = m.quantization->bits;
-  // A scheme whose bits neither read: sizing its weights as torch_dtype would be wrong.
-  if (const json* q = c.find("quantization_config"); q != nullptr && !q->is_null() && m.weight_bits == 0) {
+  // A scheme whose bits neither read: sizing its weights as torch_dtype would be wrong. An
+  // empty quantization_config quantizes nothing, and compressed-tensors without a weights
+  // group (a KV-cache scheme or sparsity alone) leaves the weights as torch_dtype stores them.
+  if (const json* q = c.find("quantization_config"); q != nullptr && !q->empty() && m.weight_bits == 0) {
     const auto method = q->find("quant_method");
-    m.unread_quantization = method != q->end() && method->is_string() ? method->get<std::string>() : "(none named)";
+    const std::string name = method != q->end() && method->is_string() ? method->get<std::string>() : "(none named)";
+    if (name != "compressed-tensors") m.unread_quantization = name;
   }
   // Qwen2's attention always has q/k/v biases (transformers' Qwen2Attention, bias=True);
   // Llama-style configs say so in attention_bias.

@@ -106,10 +106,19 @@ mode_t current_umask() {
 
 }  // namespace
 
+bool names_standard_output(const std::string& path) {
+  for (const char* alias : {"/dev/stdout", "/dev/fd/1", "/proc/self/fd/1"}) {
+    if (path == alias) return true;
+  }
+  struct stat out {}, given {};
+  if (::fstat(STDOUT_FILENO, &out) != 0 || ::stat(path.c_str(), &given) != 0) return false;
+  return !S_ISCHR(out.st_mode) && out.st_dev == given.st_dev && out.st_ino == given.st_ino;
+}
+
 OutputFile::OutputFile(std::string path, std::span<const std::string> inputs)
     : path_(std::move(path)), display_(path_ == "-" ? "standard output" : path_) {
   buffer_.reserve(std::size_t{64} << 10);
-  if (path_ == "-") {
+  if (path_ == "-" || names_standard_output(path_)) {
     fd_ = STDOUT_FILENO;
     return;
   }

@@ -207,22 +207,33 @@ TEST_CASE("a full disk is an error naming the file, for every output and standar
   }
 }
 
-TEST_CASE("an output that is standard output under another name is refused, as '-' beside --json is", "[files]") {
+TEST_CASE("an output named as standard output under another name is written there, as '-' is", "[files]") {
   const auto dir = fresh_dir("stdout-alias");
   const std::string chat = std::string(KVSIM_SOURCE_DIR) + "/traces/chat-mix.csv";
-  // /dev/stdout beside --json would interleave the CSV with the JSON.
+  // /dev/stdout beside --json would interleave the CSV with the JSON: refused as '-' is.
   auto r = run_sh(dir, "$KVSIM replay " + chat + " --model llama-3.1-8b --allocator paged --json --csv /dev/stdout");
   CHECK(r.exit_code == 2);
   CHECK(r.out.empty());
-  CHECK_THAT(r.err, Catch::StartsWith("kvsim replay: --csv /dev/stdout is standard output: give '-' to write it there, "
-                                      "or a file\n"));
-  // The file standard output is redirected to, under its own name.
-  r = run_sh(dir, "$KVSIM replay " + chat + " --model llama-3.1-8b --allocator paged --timeline out.txt > out.txt");
-  CHECK(r.exit_code == 2);
-  CHECK_THAT(r.err, Catch::StartsWith("kvsim replay: --timeline out.txt is standard output"));
-  // /dev/null is a device everyone shares: both may go there.
-  r = run_sh(dir, "$KVSIM replay " + chat + " --model llama-3.1-8b --allocator paged --csv /dev/null > /dev/null");
+  CHECK_THAT(r.err, Catch::StartsWith("kvsim replay: --json and --csv both write standard output ('-')"));
+  // Alone, it takes standard output in place of the table, as '-' does.
+  const auto dash = run_sh(dir, "$KVSIM replay " + chat + " --model llama-3.1-8b --allocator paged --csv -");
+  r = run_sh(dir, "$KVSIM replay " + chat + " --model llama-3.1-8b --allocator paged --csv /dev/stdout");
   CHECK(r.exit_code == 0);
+  CHECK(r.out == dash.out);
+  CHECK_THAT(r.out, Catch::StartsWith("allocator,"));
+  // The file standard output is redirected to, under its own name, gets the output once.
+  r = run_sh(dir, "$KVSIM replay " + chat + " --model llama-3.1-8b --allocator paged --csv out.csv > out.csv");
+  CHECK(r.exit_code == 0);
+  CHECK(slurp((dir / "out.csv").string()) == dash.out);
+  // Two outputs on it are two on standard output.
+  r = run_sh(dir, "$KVSIM replay " + chat + " --model llama-3.1-8b --allocator paged --csv /dev/stdout --timeline -");
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("--timeline and --csv both write standard output") ||
+                        Catch::Contains("--csv and --timeline both write standard output"));
+  // A command that prints nothing else writes it as the file it is.
+  r = run_sh(dir, "$KVSIM trace convert " + chat + " /dev/stdout --to jsonl | head -c 1");
+  CHECK(r.exit_code == 0);
+  CHECK(r.out == "{");
 }
 
 TEST_CASE("a run killed part-way leaves OUT as it was and no temporary behind", "[files]") {
@@ -447,13 +458,24 @@ TEST_CASE("torch_dtype int8 leaves the KV dtype at bf16, as docs/size.md says", 
   REQUIRE(r.exit_code == 0);
   CHECK(r.out.find("KV dtype   bf16 (16 bits per value; default: bf16 (torch_dtype int8 is not fp32, fp16 or bf16))") !=
         std::string::npos);
-  // A name torch does not have is an error naming the field, not 16 bits assumed without a word.
-  config["torch_dtype"] = "banana";
+  // A dtype of unknown width sizes the KV cache (bf16 by default) but not the weights: where a
+  // budget needs them it is an error naming the field, not 16 bits assumed without a word.
+  config["torch_dtype"] = "float8_e4m3fnuz";
   write_file(dir / "config.json", config.dump());
+  const auto kv_only = run_cli({"size", "--config", (dir / "config.json").string(), "--tokens", "1000"});
+  CHECK(kv_only.exit_code == 0);
+  CHECK_THAT(kv_only.out, Catch::Contains("131,072,000"));  // 1,000 x 131,072 bytes
   const auto bad = run_cli({"size", "--config", (dir / "config.json").string(), "--device", "H100-80GB"});
   CHECK(bad.exit_code == 1);
-  CHECK_THAT(bad.err, Catch::Contains("config.json: field 'torch_dtype': expected bfloat16, float16, float32, "
-                                      "float8_e4m3fn, float8_e5m2 or int8 (torch's names), got \"banana\""));
+  CHECK_THAT(bad.err, Catch::Contains("config.json: field 'torch_dtype': \"float8_e4m3fnuz\" is not a dtype kvsim "
+                                      "knows the width of, so the weights cannot be sized: give --weight-dtype or "
+                                      "--weights-bytes"));
+  // "torch." as some configs write it is dropped.
+  config["torch_dtype"] = "torch.float16";
+  write_file(dir / "config.json", config.dump());
+  const auto prefixed = run_cli({"size", "--config", (dir / "config.json").string(), "--tokens", "1000"});
+  CHECK(prefixed.exit_code == 0);
+  CHECK_THAT(prefixed.out, Catch::Contains("default: the model's torch_dtype float16"));
 }
 
 TEST_CASE("an MLA config with more KV heads than attention heads is refused", "[files]") {

@@ -117,6 +117,12 @@ TEST_CASE("a quantization scheme whose bits kvsim does not read needs the weight
   o.weights_bytes.reset();
   o.weight_bits = 4;
   CHECK(derive_budget(mx, KvOptions{}, o).weights_bytes == 8'030'261'248LL * 4 / 8);
+  // FBGEMM's fp8 is a byte a weight; an empty config, or compressed-tensors without a weights
+  // group, quantizes no weight.
+  CHECK(parse_hf_config(base + R"({"quant_method": "fbgemm_fp8"}})", "f.json").weight_bits == 8);
+  CHECK(parse_hf_config(base + R"({}})", "e.json").unread_quantization.empty());
+  CHECK(parse_hf_config(base + R"({"quant_method": "compressed-tensors", "kv_cache_scheme": {"num_bits": 8}}})", "c.json")
+            .unread_quantization.empty());
   // `bits` is the width for AWQ, GPTQ and AutoRound only; under an unknown name it is not trusted.
   CHECK(parse_hf_config(base + R"({"quant_method": "banana", "bits": 3}})", "b.json").unread_quantization == "banana");
   CHECK(parse_hf_config(base + R"({"quant_method": "auto-round", "bits": 4}})", "a.json").weight_bits == 4);
@@ -142,7 +148,7 @@ TEST_CASE("rope scaling stretches the default maximum length as vLLM derives it"
   const ModelSpec yarn = with("qwen3", R"({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768})");
   CHECK(context_length(yarn) == 131'072);
   CHECK(yarn.max_position_embeddings == 40'960);  // the rotary table's own length is unchanged
-  CHECK(std::string(context_length_source(yarn)) == "rope_scaling");
+  CHECK(std::string(context_length_source(yarn)) == "rope-scaled max_position_embeddings");
   CHECK(kv_layout(yarn, KvOptions{}).max_model_len == 131'072);
   // "type" as older configs spell it; linear and dynamic scale max_position_embeddings.
   CHECK(context_length(with("llama", R"({"type": "linear", "factor": 2})")) == 81'920);
@@ -161,7 +167,12 @@ TEST_CASE("rope scaling stretches the default maximum length as vLLM derives it"
   // Wrong types are errors naming the field.
   CHECK_THROWS_WITH(with("llama", R"({"rope_type": "linear", "factor": "2"})"),
                     Catch::Contains("rope.json") && Catch::Contains("rope_scaling.factor"));
-  CHECK_THROWS_WITH(with("llama", R"({"rope_type": "yarn", "factor": 4})"),
+  // YaRN without its original length scales max_position_embeddings (transformers' default);
+  // a whole number written as a float is read.
+  CHECK(context_length(with("llama", R"({"rope_type": "yarn", "factor": 2})")) == 81'920);
+  CHECK(context_length(with("llama", R"({"rope_type": "yarn", "factor": 4, "original_max_position_embeddings": 32768.0})")) ==
+        131'072);
+  CHECK_THROWS_WITH(with("llama", R"({"rope_type": "yarn", "factor": 4, "original_max_position_embeddings": 0.5})"),
                     Catch::Contains("rope_scaling.original_max_position_embeddings"));
   CHECK_THROWS_WITH(with("llama", R"("yarn")"), Catch::Contains("field 'rope_scaling': expected an object"));
 }

@@ -165,7 +165,7 @@ inline std::int64_t context_length(const ModelSpec& m) {
 }
 // Which field context_length() comes from, for people.
 inline const char* context_length_source(const ModelSpec& m) {
-  return m.rope_scaled_length > 0 ? "rope_scaling" : "max_position_embeddings";
+  return m.rope_scaled_length > 0 ? "rope-scaled max_position_embeddings" : "max_position_embeddings";
 }
 
 // The routed experts a token goes through: num_experts_per_tok (at most every expert), or

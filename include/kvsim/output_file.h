@@ -61,6 +61,13 @@ class OutputFile {
 // a symbolic link or another spelling of the path. "-" is never the same as anything.
 bool same_file(const std::string& a, const std::string& b);
 
+// True when `path` is standard output under another name: /dev/stdout and its aliases, or the
+// very file or pipe standard output is redirected to (a terminal or /dev/null given by its own
+// name is a device others share, and is not). An OutputFile writes such a path to standard
+// output, as it writes "-", so nothing else a command prints there interleaves with a file
+// written beside it and then moved over it.
+bool names_standard_output(const std::string& path);
+
 // Writes `bytes` to `path` through an OutputFile and commits it.
 void write_output_file(const std::string& path, std::string_view bytes, std::span<const std::string> inputs = {});
 

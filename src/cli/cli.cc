@@ -8,9 +8,6 @@
 #include <iostream>
 #include <sstream>
 
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include "kvsim/error.h"
 #include "kvsim/option_names.h"
 #include "kvsim/output_file.h"
@@ -169,34 +166,12 @@ std::string read_input(const std::string& path) {
   return s.str();
 }
 
-namespace {
-
-// Whether `path` is standard output under another name: /dev/stdout and its aliases, or the
-// very file or pipe standard output is redirected to. A terminal or /dev/null given by its
-// own name is a device others share, and is left alone.
-bool names_standard_output(const std::string& path) {
-  for (const char* alias : {"/dev/stdout", "/dev/fd/1", "/proc/self/fd/1"}) {
-    if (path == alias) return true;
-  }
-  struct stat out {}, given {};
-  if (::fstat(STDOUT_FILENO, &out) != 0 || ::stat(path.c_str(), &given) != 0) return false;
-  return !S_ISCHR(out.st_mode) && out.st_dev == given.st_dev && out.st_ino == given.st_ino;
-}
-
-}  // namespace
-
 void refuse_output_over_input(const std::vector<std::pair<std::string, std::string>>& outputs,
                               const std::vector<std::string>& inputs, const std::string& synopsis) {
   // Refused before the run, not after it, when the finished output has nowhere to go.
   for (const auto& [name, path] : outputs) {
     if (path.empty()) {
       throw UsageError(name + ": an empty file name (give a path, or '-' for standard output)\nUsage: " + synopsis);
-    }
-    // Written beside the table or the JSON, it would interleave with them; '-' has the rules
-    // for sharing standard output.
-    if (path != "-" && names_standard_output(path)) {
-      throw UsageError(name + " " + printable(path) + " is standard output: give '-' to write it there, or a file\nUsage: " +
-                       synopsis);
     }
   }
   // Two outputs to one file: the one written last would replace the other without a word.
@@ -205,11 +180,13 @@ void refuse_output_over_input(const std::vector<std::pair<std::string, std::stri
     for (std::size_t k = i + 1; k < outputs.size(); ++k) {
       const std::string& a = outputs[i].second;
       const std::string& b = outputs[k].second;
-      if (a == "-" && b == "-") {
+      const bool a_out = a == "-" || names_standard_output(a);
+      const bool b_out = b == "-" || names_standard_output(b);
+      if (a_out && b_out) {
         throw UsageError(outputs[i].first + " and " + outputs[k].first +
                          " both write standard output ('-'): give one of them a file\nUsage: " + synopsis);
       }
-      if (a == "-" || b == "-") continue;
+      if (a_out || b_out) continue;
       if (std::filesystem::path(a).lexically_normal() == std::filesystem::path(b).lexically_normal() || same_file(a, b)) {
         throw UsageError(outputs[i].first + " and " + outputs[k].first + " both write " + printable(a) +
                          ": give each its own file\nUsage: " + synopsis);
@@ -230,7 +207,9 @@ bool table_keeps_stdout(const std::vector<std::pair<std::string, std::string>>& 
                         const std::string& synopsis) {
   bool keeps = true;
   for (const auto& [name, path] : outputs) {
-    if (path != "-") continue;
+    // Standard output under another name (/dev/stdout, the file it is redirected to) is
+    // standard output: OutputFile writes it there, as for '-'.
+    if (path != "-" && !names_standard_output(path)) continue;
     if (json) {
       throw UsageError("--json and " + name + " both write standard output ('-'): give " + name + " a file\nUsage: " +
                        synopsis);
