@@ -105,14 +105,18 @@ std::unique_ptr<Allocator> make_dense_static(AllocatorParams& p, const KvLayout&
     p.fail("reserve=max-model-len needs the model's maximum length, which this model does not give "
            "(no max_position_embeddings): pass " + std::string(kOptMaxModelLen));
   }
-  // Every request's row is then the maximum length: one that overflows is known now.
+  // Every request's row is then the maximum length (a sliding group's, its window): a row
+  // whose bytes overflow is known now.
   if (o.reserve == Reserve::max_model_len) {
+    std::int64_t row_bytes = 0;
     for (const LayerGroup& g : layout.groups) {
+      const std::int64_t positions =
+          g.window_tokens > 0 ? std::min(g.window_tokens, layout.max_model_len) : layout.max_model_len;
       std::int64_t bytes = 0;
-      if (__builtin_mul_overflow(layout.max_model_len, g.bytes_per_position, &bytes)) {
-        p.fail("reserve=max-model-len: a row of " + std::to_string(layout.max_model_len) + " positions x " +
-               std::to_string(g.bytes_per_position) + " bytes overflows 64 bits: pass a smaller " +
-               std::string(kOptMaxModelLen));
+      if (__builtin_mul_overflow(positions, g.bytes_per_position, &bytes) ||
+          __builtin_add_overflow(row_bytes, bytes, &row_bytes)) {
+        p.fail("reserve=max-model-len: a row of " + std::to_string(layout.max_model_len) +
+               " positions overflows 64 bits of bytes: pass a smaller " + std::string(kOptMaxModelLen));
       }
     }
   }

@@ -274,7 +274,7 @@ TEST_CASE("cli bad input: a request whose bytes overflow 64 bits is an error, no
   CHECK(row.exit_code == 2);
   CHECK(row.out.empty());
   CHECK_THAT(row.err, Catch::StartsWith("kvsim replay: --allocator: 'dense-static': reserve=max-model-len: a row of "
-                                        "9223372036854775807 positions x 131072 bytes overflows 64 bits"));
+                                        "9223372036854775807 positions overflows 64 bits of bytes"));
   std::filesystem::remove_all(dir);
 }
 

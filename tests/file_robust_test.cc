@@ -591,8 +591,14 @@ TEST_CASE("an overflow computed from a config names the config", "[files]") {
   const auto row = run_cli({"replay", chat, "--model", "llama-3.1-8b", "--allocator", "dense-static", "--max-model-len",
                             "4611686018427387904"});
   CHECK(row.exit_code == 2);
-  CHECK_THAT(row.err, Catch::Contains("reserve=max-model-len: a row of 4611686018427387904 positions x 131072 bytes "
-                                      "overflows 64 bits: pass a smaller --max-model-len"));
+  CHECK_THAT(row.err, Catch::Contains("reserve=max-model-len: a row of 4611686018427387904 positions overflows 64 "
+                                      "bits of bytes: pass a smaller --max-model-len"));
+  // A sliding group's row is its window: Mistral's 4,096 positions fit whatever the length
+  // (2^60 positions of its full groups would not, but it has none).
+  const auto sliding = run_cli({"replay", chat, "--model", "mistral-7b-v0.1", "--allocator", "dense-static",
+                                "--max-model-len", "1152921504606846976", "--requests", "2", "--cost",
+                                "constant:step=1ms,prefill-token=0ps"});
+  CHECK(sliding.exit_code == 0);
 }
 
 TEST_CASE("an overflow computed from the workload names the options", "[files]") {
