@@ -27,8 +27,6 @@ constexpr const char* kDescription =
     "kvsim replays LLM request traces through KV-cache allocators and reports, byte-exact,\n"
     "allocated slots versus effective tokens, fragmentation and peak occupancy.";
 
-// Prints a usage error naming the command being run, so the user knows whose --help to
-// read (not a mistyped one's), and returns exit code 2.
 // A message as the terminal shows it: each line printable (kvsim::printable), so that what a
 // file or an option said (a config's model_type, a JSON parser's "last read") cannot drive the
 // terminal, whichever message quotes it.
@@ -43,6 +41,8 @@ std::string shown(std::string_view message) {
   return out;
 }
 
+// Prints a usage error naming the command being run, so the user knows whose --help to
+// read (not a mistyped one's), and returns exit code 2.
 int usage_error(const std::string& message) {
   const std::string& where = kvsim::cli::current_command();
   fmt::print(stderr, "{}: {}\nTry '{} --help'.\n", where, shown(message), where);
