@@ -640,9 +640,12 @@ std::vector<std::pair<const char*, Cell>> csv_columns(const CsvShape& shape) {
   const auto decimal = [](auto get, int places) {
     return Cell([get, places](const ReplayReport& r) { return fmt::format("{:.{}f}", get(r), places); });
   };
-  // An empty cell (NaN to pandas) for a ratio of nothing.
-  const auto ratio = [](std::optional<double> ReplayReport::*field) {
-    return Cell([field](const ReplayReport& r) { return r.*field ? fmt::format("{:.6f}", *(r.*field)) : std::string(); });
+  // A share to six places, or an empty cell (NaN to pandas) for a share of nothing.
+  const auto share = [](auto get) {
+    return Cell([get](const ReplayReport& r) {
+      const std::optional<double> value = get(r);
+      return value ? fmt::format("{:.6f}", *value) : std::string();
+    });
   };
   const auto secs = [](auto get) { return Cell([get](const ReplayReport& r) { return format_seconds(get(r), 9); }); };
   // An empty cell (NaN to pandas) when nothing was measured.
@@ -682,8 +685,8 @@ std::vector<std::pair<const char*, Cell>> csv_columns(const CsvShape& shape) {
       {"internal_frag_duplicate_bytes_mean", decimal([](const ReplayReport& r) { return r.mean_bytes.duplicate; }, 3)},
       {"internal_frag_outside_window_bytes_mean",
        decimal([](const ReplayReport& r) { return r.mean_bytes.outside_window; }, 3)},
-      {"token_usage", ratio(&ReplayReport::token_usage)},
-      {"block_usage", ratio(&ReplayReport::block_usage)},
+      {"token_usage", share([](const ReplayReport& r) { return r.token_usage; })},
+      {"block_usage", share([](const ReplayReport& r) { return r.block_usage; })},
       {"external_frag_mean", decimal([](const ReplayReport& r) { return r.external_fragmentation_mean; }, 6)},
       {"external_frag_max", decimal([](const ReplayReport& r) { return r.external_fragmentation_max; }, 6)},
       {"failed_placements", integer(&ReplayReport::failed_placements)},
@@ -732,10 +735,7 @@ std::vector<std::pair<const char*, Cell>> csv_columns(const CsvShape& shape) {
         {"prefix_block_tokens", integer(&ReplayReport::prefix_block_tokens)},
         {"prefix_queried_tokens", integer(&ReplayReport::prefix_queried_tokens)},
         {"prefix_hit_tokens", integer(&ReplayReport::prefix_hit_tokens)},
-        {"prefix_hit_rate", [](const ReplayReport& r) {
-           const auto rate = hit_rate(r);
-           return rate ? fmt::format("{:.6f}", *rate) : std::string();
-         }},
+        {"prefix_hit_rate", share(hit_rate)},
         {"prefix_queried_blocks", integer(&ReplayReport::prefix_queried_blocks)},
         {"prefix_hit_blocks", integer(&ReplayReport::prefix_hit_blocks)},
         {"prefix_preempted_queried_tokens", integer(&ReplayReport::prefix_preempted_queried_tokens)},
