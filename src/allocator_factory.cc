@@ -180,10 +180,11 @@ constexpr AllocatorKind kKinds[] = {
      "      each sample reserves a fixed row at admission: the model's maximum length (default),\n"
      "      prompt + max_tokens, the next power of two of its final length, the prompt plus its\n"
      "      output rounded up to a power of two (pow2-output, the vLLM paper's Orca (Pow2)), or\n"
-     "      its true final length. Sliding-window groups hold min(W, row) as a ring (Hugging\n"
-     "      Face StaticCache). placement=first-fit|buddy (under a budget): each request's\n"
-     "      reservation is one contiguous extent in an arena the size of the budget, so it can\n"
-     "      fail with room free (external fragmentation); none (default) only counts bytes.\n",
+     "      its true final length; no row passes the maximum length. Sliding-window groups\n"
+     "      hold min(W, row) as a ring (Hugging Face StaticCache). placement=first-fit|buddy\n"
+     "      (under a budget): each request's reservation is one contiguous extent in an arena\n"
+     "      the size of the budget, so it can fail with room free (external fragmentation);\n"
+     "      none (default) only counts bytes.\n",
      "reserve=max-model-len", make_dense_static},
     {"dynamic", "dynamic[:growth=double|exact|chunk][,chunk=256][,arena=BYTES]",
      "      a contiguous buffer per sample and layer group that grows (by doubling, exactly, or\n"

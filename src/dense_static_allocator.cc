@@ -69,19 +69,22 @@ std::int64_t DenseStaticAllocator::reservation_tokens(const AdmitInfo& info) con
       // A request cannot plan past the model's length: an engine caps (or refuses) it there.
       if (max_model_len_ > 0 && info.planned_output_tokens >= max_model_len_ - info.prompt_tokens) return max_model_len_;
       return checked_add(info.prompt_tokens, info.planned_output_tokens, "dense-static: a request's planned length");
-    case Reserve::pow2: return pow2_ceil(final_tokens);
-    case Reserve::pow2_output: {
-      // No output, nothing to round; past the model's length, a row is capped there (the
-      // engine refuses requests whose final length exceeds it).
-      const std::int64_t row =
-          info.output_tokens == 0
-              ? info.prompt_tokens
-              : checked_add(info.prompt_tokens, pow2_ceil(info.output_tokens), "dense-static: a request's reserved length");
-      return max_model_len_ > 0 ? std::max(final_tokens, std::min(row, max_model_len_)) : row;
-    }
+    // Rounded rows are capped at the model's length: no row passes it (the engine refuses
+    // requests whose final length exceeds it, so the cap never cuts a request short).
+    case Reserve::pow2: return capped_row(final_tokens, pow2_ceil(final_tokens));
+    case Reserve::pow2_output:
+      // No output, nothing to round.
+      return capped_row(final_tokens,
+                        info.output_tokens == 0 ? info.prompt_tokens
+                                                : checked_add(info.prompt_tokens, pow2_ceil(info.output_tokens),
+                                                              "dense-static: a request's reserved length"));
     case Reserve::oracle: return final_tokens;
   }
   return final_tokens;
+}
+
+std::int64_t DenseStaticAllocator::capped_row(std::int64_t final_tokens, std::int64_t row) const {
+  return max_model_len_ > 0 ? std::max(final_tokens, std::min(row, max_model_len_)) : row;
 }
 
 std::int64_t DenseStaticAllocator::row_in_group(const Request& r, std::size_t g) const {

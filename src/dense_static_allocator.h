@@ -75,6 +75,9 @@ class DenseStaticAllocator final : public Allocator {
     std::int64_t offset = -1;      // in the arena; -1 when not placed
   };
   std::int64_t row_in_group(const Request& r, std::size_t g) const;
+  // A rounded-up row of a request whose final length is `final_tokens`, capped at the
+  // model's maximum length (never below the final length).
+  std::int64_t capped_row(std::int64_t final_tokens, std::int64_t row) const;
 
   std::vector<LayerGroup> groups_;
   std::int64_t max_model_len_;

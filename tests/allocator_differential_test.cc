@@ -245,7 +245,11 @@ class Reference {
     switch (c_.reserve) {
       case Reserve::max_model_len: return layout_.max_model_len;
       case Reserve::max_tokens: return std::min(r.prompt + r.planned, layout_.max_model_len);
-      case Reserve::pow2: return static_cast<std::int64_t>(std::bit_ceil(static_cast<std::uint64_t>(std::max<std::int64_t>(final_tokens, 1))));
+      case Reserve::pow2: {
+        // The next power of two, but no row past the model's length (replay.md).
+        const auto rounded = static_cast<std::int64_t>(std::bit_ceil(static_cast<std::uint64_t>(std::max<std::int64_t>(final_tokens, 1))));
+        return std::max(final_tokens, std::min(rounded, layout_.max_model_len));
+      }
       case Reserve::oracle: return final_tokens;
     }
     return -1;

@@ -57,6 +57,15 @@ TEST_CASE("dense-static reserves the whole row at admission") {
     CHECK(a.footprint(0, 0, 0).reservation == 150);
     CHECK(a.footprint(0, 0, 0).padding == 106);
   }
+  SECTION("reserve=pow2 never passes the model's length") {
+    auto a = dense(layout, Reserve::pow2);
+    CHECK(a.reservation_tokens(AdmitInfo{3000, 1000, 1000, 1}) == 4096);
+    const KvLayout short_model = test::unit_layout(3000);
+    // 2100 rounds to 4096, past a 3000-token model: the row is the model's 3000.
+    CHECK(dense(short_model, Reserve::pow2).reservation_tokens(AdmitInfo{2000, 100, 100, 1}) == 3000);
+    // 1000 rounds to 1024, within it: unchanged.
+    CHECK(dense(short_model, Reserve::pow2).reservation_tokens(AdmitInfo{900, 100, 100, 1}) == 1024);
+  }
   SECTION("reserve=oracle holds exactly the final length") {
     auto a = dense(layout, Reserve::oracle);
     REQUIRE(a.admit(0, info) == Outcome::ok);
