@@ -479,6 +479,7 @@ std::unique_ptr<TraceReader> TraceInMemory::open(const TraceOptions& load) const
 }
 
 bool trace_can_be_reread(const std::string& path) {
+  if (path == kStandardInput) return false;  // even beside a file named "-"
   struct stat info {};
   return ::stat(path.c_str(), &info) == 0 && S_ISREG(info.st_mode);
 }

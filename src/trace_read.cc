@@ -9,6 +9,7 @@
 #include <utility>
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "kvsim/option_names.h"
 #include "kvsim/units.h"
@@ -44,7 +45,14 @@ std::string_view trim(std::string_view s) {
 
 LineReader::LineReader(const std::string& path, std::size_t max_line_bytes)
     : path_(path), max_line_bytes_(max_line_bytes) {
-  file_ = std::fopen(path.c_str(), "rb");
+  if (path == kStandardInput) {
+    // A duplicate of standard input, so that closing this reader leaves it open.
+    const int fd = ::dup(STDIN_FILENO);
+    file_ = fd >= 0 ? ::fdopen(fd, "rb") : nullptr;
+    if (fd >= 0 && file_ == nullptr) ::close(fd);
+  } else {
+    file_ = std::fopen(path.c_str(), "rb");
+  }
   if (file_ == nullptr) {
     throw InputError(Location{path, 0, ""}, std::string("cannot open: ") + std::strerror(errno));
   }

@@ -312,6 +312,25 @@ TEST_CASE("a FIFO, a pipe and /dev/stdin are read once, as the file would be", "
   INFO(replay_pipe.err);
   REQUIRE(replay_pipe.exit_code == 0);
   CHECK(replay_of(replay_pipe.out) == replay_of(replay_file.out));
+  // "-" is standard input for every command that reads a trace, even beside a file named
+  // "-" (here an empty one, which would be an error if it were read).
+  write_file(dir / "-", "");
+  const auto dash_stats = run_sh(dir, "cat " + chat + " | $KVSIM trace stats - --json");
+  INFO(dash_stats.err);
+  REQUIRE(dash_stats.exit_code == 0);
+  CHECK(stats_of(dash_stats.out) == stats_of(from_file.out));
+  CHECK(nlohmann::json::parse(dash_stats.out).at("trace") == "-");
+  const auto dash_convert = run_sh(dir, "cat " + chat + " | $KVSIM trace convert - - --to csv");
+  REQUIRE(dash_convert.exit_code == 0);
+  CHECK(dash_convert.out == converted_chat());
+  const auto dash_replay =
+      run_sh(dir, "cat " + chat + " | $KVSIM replay - --model llama-3.1-8b --allocator paged,dense-static --json");
+  REQUIRE(dash_replay.exit_code == 0);
+  CHECK(replay_of(dash_replay.out) == replay_of(replay_file.out));
+  // A bad row names "-" and its line, as it would the file.
+  const auto dash_bad = run_sh(dir, "printf 'id,arrival,prompt_tokens,output_tokens\\n1,0,x,5\\n' | $KVSIM replay -");
+  CHECK(dash_bad.exit_code == 1);
+  CHECK(dash_bad.err == "kvsim: error: -:2: column 'prompt_tokens': expected a non-negative integer, got \"x\"\n");
 }
 
 TEST_CASE("/dev/zero as a trace or a config fails at the limit instead of filling memory", "[files]") {

@@ -73,6 +73,11 @@ TEST_CASE("help: kvsim help COMMAND [SUBCOMMAND] prints that command's help, as 
   }
   // Alone it lists the commands; a command that does not exist is a usage error naming it.
   CHECK(test::run_cli({"help"}).out == test::run_cli({"--help"}).out);
+  // "help --help" asks help's own help: the same list, not "unknown command '--help'".
+  const auto help_help = test::run_cli({"help", "--help"});
+  CHECK(help_help.exit_code == 0);
+  CHECK(help_help.out == test::run_cli({"--help"}).out);
+  CHECK(test::run_cli({"help", "-h"}).out == help_help.out);
   const auto r = test::run_cli({"help", "replai"});
   CHECK(r.exit_code == 2);
   CHECK_THAT(r.err, Catch::Contains("unknown command 'replai'"));

@@ -163,11 +163,14 @@ class TraceInMemory {
   std::shared_ptr<const std::vector<Request>> requests_;
 };
 
+// A trace path that names standard input, as in most command-line tools.
+inline constexpr char kStandardInput[] = "-";
+
 // True when `path` can be opened and read again from the start (a regular file), false for
-// a pipe, a FIFO, a device or /dev/stdin, which a reader may meet only once.
+// a pipe, a FIFO, a device, /dev/stdin or "-", which a reader may meet only once.
 bool trace_can_be_reread(const std::string& path);
 
-// Opens `path` and returns a reader for its format. Throws InputError when the file cannot
+// Opens `path` ("-": standard input) and returns a reader for its format. Throws InputError when the file cannot
 // be opened, its format is not recognised, or its header does not fit the format.
 std::unique_ptr<TraceReader> open_trace(const std::string& path, const TraceOptions& options = {});
 

@@ -119,6 +119,10 @@ int dispatch(const Invocation& inv, const std::string& description,
                       " <command> [options]");
   };
   const std::string& name = inv.args.front();
+  if (name == "help" && inv.args.size() == 2 && (inv.args[1] == "--help" || inv.args[1] == "-h")) {
+    write_stdout(list());  // "help --help": the list, as "help" alone
+    return kExitOk;
+  }
   if (name == "help" && inv.args.size() > 1) {
     // "help COMMAND [SUBCOMMAND]" is "COMMAND [SUBCOMMAND] --help": the help of the command named.
     for (const auto& sub : subcommands) {

@@ -50,7 +50,7 @@ const CommandSpec kSpec{
     "fragmentation, peak occupancy and latencies. Without a memory budget the run measures\n"
     "demand: every allocator sees the same schedule. The schedule is simulated continuous\n"
     "batching with a cost model, or the trace's own start/first_token/finish times when it\n"
-    "has them.\n\n" +
+    "has them. TRACE may be '-' (standard input).\n\n" +
         allocator_help() + "\n" + replay_figures_help(),
     "  kvsim replay traces/chat-mix.csv --model llama-3.1-8b\n"
     "  kvsim replay traces/long-context.csv --model gemma-3-27b --allocator paged,sliding-window --json\n"

@@ -1,7 +1,6 @@
 // kvsim trace: statistics, conversion to the native format, and synthetic generation.
 // The work is in the library (kvsim/trace*.h); this file parses options and prints.
 #include <fmt/core.h>
-#include <sys/stat.h>
 
 #include <cstdio>
 #include <span>
@@ -114,7 +113,8 @@ const CommandSpec kStatsSpec{
     "      [--time-window FROM..TO] [--requests N] [--rate-scale X]",
     "Summarises a trace: requests, duration, arrival rate and burstiness, prompt and output\n"
     "lengths (mean and nearest-rank percentiles), cancellations, parallel samples, sessions\n"
-    "and how much of the prompts a prefix cache could reuse.",
+    "and how much of the prompts a prefix cache could reuse. FILE may be '-' (standard\n"
+    "input).",
     "  kvsim trace stats traces/chat-mix.csv\n"
     "  kvsim trace stats ../shared/traces/mooncake/conversation_trace.jsonl --json\n"
     "  kvsim trace stats lengths.csv --rate 5 --seed 7\n"
@@ -125,13 +125,14 @@ int run_stats(const Invocation& inv) {
   bool as_json = false;
   ReadArgs read;
   po::options_description options("Options");
-  options.add_options()("file", po::value(&path)->required(), "the trace")(
-      "json", po::bool_switch(&as_json), "print JSON instead of text");
+  options.add_options()("json", po::bool_switch(&as_json), "print JSON instead of text");
   add_read_options(options, read);
+  po::options_description hidden;
+  hidden.add_options()("file", po::value(&path)->required(), "the trace");
   po::positional_options_description positional;
   positional.add("file", 1);
   po::variables_map vm;
-  if (!parse_options(inv, kStatsSpec, options, positional, vm)) return kExitOk;
+  if (!parse_options(inv, kStatsSpec, options, positional, vm, &hidden)) return kExitOk;
   const TraceOptions trace = trace_options(read, kStatsSpec);
 
   auto reader = open_trace(path, trace);
@@ -164,7 +165,8 @@ const CommandSpec kConvertSpec{
     "token-id trace's ids become prefix hashes of --hash-block-tokens blocks (16), so the\n"
     "output shares prompts at those blocks' boundaries only (radix:page=1 matches token by\n"
     "token on the ids). --time-window, --requests and --rate-scale write the requests they\n"
-    "keep, at their scaled times (docs/replay.md).",
+    "keep, at their scaled times (docs/replay.md). IN may be '-' (standard input), and OUT\n"
+    "'-' (standard output, with --to).",
     "  kvsim trace convert ../shared/traces/azure2023/AzureLLMInferenceTrace_conv.csv azure-conv.csv\n"
     "  kvsim trace convert traces/chat-mix.csv chat-mix.jsonl\n"
     "  kvsim trace convert traces/chat-mix.csv first-100-at-2x.csv --requests 100 --rate-scale 2"};
@@ -175,14 +177,15 @@ int run_convert(const Invocation& inv) {
   std::string to;
   ReadArgs read;
   po::options_description options("Options");
-  options.add_options()("in", po::value(&in)->required(), "the trace to read")(
-      "out", po::value(&out)->required(), "the file to write ('-' for standard output, with --to)")(
-      option_key(kOptTo), po::value(&to), "output format: csv or jsonl (default: from OUT's extension)");
+  options.add_options()(option_key(kOptTo), po::value(&to), "output format: csv or jsonl (default: from OUT's extension)");
   add_read_options(options, read);
+  po::options_description hidden;
+  hidden.add_options()("in", po::value(&in)->required(), "the trace to read")(
+      "out", po::value(&out)->required(), "the file to write");
   po::positional_options_description positional;
   positional.add("in", 1).add("out", 1);
   po::variables_map vm;
-  if (!parse_options(inv, kConvertSpec, options, positional, vm)) return kExitOk;
+  if (!parse_options(inv, kConvertSpec, options, positional, vm, &hidden)) return kExitOk;
   const TraceOptions trace = trace_options(read, kConvertSpec);
   const NativeFormat format = option_value(kConvertSpec, [&] {
     return to.empty() ? native_format_for_path(out, "OUT") : parse_native_format(to, kOptTo);
@@ -192,8 +195,7 @@ int run_convert(const Invocation& inv) {
   // Pass 1: validate everything and learn the columns, so that a bad row leaves no output.
   // A pipe, a FIFO or /dev/stdin can be read only once: its requests are kept in memory
   // for pass 2 instead of reading it again.
-  struct stat in_stat {};
-  const bool rereadable = ::stat(in.c_str(), &in_stat) == 0 && S_ISREG(in_stat.st_mode);
+  const bool rereadable = trace_can_be_reread(in);
   std::vector<Request> kept;
   TraceColumns columns;
   std::int64_t count = 0;
