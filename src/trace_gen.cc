@@ -5,7 +5,6 @@
 #include <map>
 #include <optional>
 #include <queue>
-#include <unordered_map>
 
 #include "block_hash.h"
 #include "kvsim/error.h"
@@ -247,8 +246,16 @@ class ArrivalClock {
 // The prefix-hash state of a prompt's text so far. Text is made of segments (a system
 // prompt, a user message, a model answer), each with its own id; the token at offset j of
 // segment s stands for id s * 2^32 + j, and blocks are hashed as in block_hash.h.
+//
+// The trace writes block numbers, not the 64-bit hashes: 0, 1, 2, ... in the order blocks
+// are first written. A block is shared only by copying the Prefix that holds it (a system
+// prompt's, a session's context), so each block's number travels with it: numbers[i] is
+// block i's once written (kUnnumbered before), and no table of every block ever written is
+// kept (at 16 tokens a block that table had grown by 3.4 KB a request, 6.8 GB for 2M).
 struct Prefix {
+  static constexpr std::uint64_t kUnnumbered = ~std::uint64_t{0};
   std::vector<std::uint64_t> hashes;
+  std::vector<std::uint64_t> numbers;  // as many as hashes once numbered, else fewer
   detail::BlockHasher hasher{1, nullptr};
   std::int64_t tokens = 0;
 
@@ -392,7 +399,7 @@ struct TraceGenerator::State {
   std::vector<std::pair<std::int64_t, std::int64_t>> pairs;  // --lengths-from
   bool prefixes = false;
   std::vector<Prefix> system_prefixes;
-  std::unordered_map<std::uint64_t, std::uint64_t> hash_numbers;  // 64-bit hash -> 0, 1, 2, ...
+  std::uint64_t next_block_number = 0;  // blocks written so far (Prefix::numbers)
   std::uint64_t next_segment = 0;
   std::int64_t next_new_ns = 0;
   std::int64_t emitted = 0;
@@ -416,15 +423,22 @@ struct TraceGenerator::State {
     return {p, output.sample(output_rng)};
   }
 
-  // Fills in what every request gets: prompt and its hashes, output, max_tokens, cancel, n.
-  void finish(Request& out, const Prefix& prompt, std::int64_t prompt_tokens, std::int64_t output_tokens) {
+  // Numbers the blocks of `p` not numbered yet, in order.
+  void number_blocks(Prefix& p) {
+    p.numbers.resize(p.hashes.size(), Prefix::kUnnumbered);
+    for (auto& number : p.numbers) {
+      if (number == Prefix::kUnnumbered) number = next_block_number++;
+    }
+  }
+
+  // Fills in what every request gets: prompt and its block numbers, output, max_tokens,
+  // cancel, n.
+  void finish(Request& out, Prefix& prompt, std::int64_t prompt_tokens, std::int64_t output_tokens) {
     out.prompt_tokens = prompt_tokens;
     if (prefixes) {
       out.prefix_block_tokens = o.block_tokens;
-      for (auto h : prompt.hashes) {
-        const auto [it, inserted] = hash_numbers.emplace(h, hash_numbers.size());
-        out.prefix_hashes.push_back(it->second);
-      }
+      number_blocks(prompt);
+      out.prefix_hashes.assign(prompt.numbers.begin(), prompt.numbers.end());
     }
     out.output_tokens = output_tokens;
     const auto& m = o.max_tokens;
@@ -501,6 +515,8 @@ struct TraceGenerator::State {
     }
     const bool starts_session = o.sessions && session_rng.bernoulli_ppb(o.sessions->share_ppb);
     const auto [fresh, output_tokens] = lengths(prompt);
+    // A system prompt's blocks are numbered where every copy of them starts from.
+    if (system >= 0 && prefixes) number_blocks(system_prefixes[static_cast<std::size_t>(system)]);
     Prefix text = system >= 0 ? system_prefixes[static_cast<std::size_t>(system)] : empty_prefix();
     if (prefixes) text.feed(next_segment++, fresh);
     const std::int64_t system_tokens = system >= 0 ? o.system_prompts[static_cast<std::size_t>(system)].tokens : 0;
