@@ -1,8 +1,10 @@
 // kvsim trace: statistics, conversion to the native format, and synthetic generation.
 // The work is in the library (kvsim/trace*.h); this file parses options and prints.
 #include <fmt/core.h>
+#include <unistd.h>
 
 #include <cstdio>
+#include <functional>
 #include <span>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -17,6 +19,7 @@
 #include "kvsim/trace_writer.h"
 #include "kvsim/units.h"
 #include "model_options.h"
+#include "progress.h"
 
 namespace kvsim::cli {
 namespace {
@@ -107,6 +110,38 @@ TraceOptions trace_options(const ReadArgs& args, const CommandSpec& spec) {
 }
 
 // ---------------------------------------------------------------------------------------
+// Progress on a terminal: reading or writing millions of requests takes tens of seconds.
+
+// Runs `work` on a worker thread while this one draws a bar on stderr, when stderr is a
+// terminal (nothing is drawn otherwise); errors reach the caller as if `work` ran here.
+void with_progress(const char* label, const std::function<void(Progress&)>& work) {
+  Progress progress(1, ::isatty(STDERR_FILENO) != 0, label);
+  run_in_parallel(1, 1, progress, [&](std::size_t) { work(progress); });
+}
+
+// Forwards `inner`, reporting the share of its bytes read every 4,096 requests (a stream
+// of unknown size reports nothing).
+class ProgressReader final : public TraceReader {
+ public:
+  ProgressReader(TraceReader& inner, Progress& progress) : TraceReader(inner.path()), inner_(inner), progress_(progress) {}
+  bool next(Request& out) override {
+    const bool more = inner_.next(out);
+    if ((++rows_ & 4095) == 0 && inner_.total_bytes() > 0) {
+      progress_.set(0, static_cast<double>(inner_.bytes_read()) / static_cast<double>(inner_.total_bytes()));
+    }
+    return more;
+  }
+  TraceFormat format() const override { return inner_.format(); }
+  std::int64_t bytes_read() const override { return inner_.bytes_read(); }
+  std::int64_t total_bytes() const override { return inner_.total_bytes(); }
+
+ private:
+  TraceReader& inner_;
+  Progress& progress_;
+  std::uint64_t rows_ = 0;
+};
+
+// ---------------------------------------------------------------------------------------
 
 const CommandSpec kStatsSpec{
     "kvsim trace stats FILE [--json] [--format F] [--sort] [--keep-failed] [--rate R --seed S]\n"
@@ -137,7 +172,11 @@ int run_stats(const Invocation& inv) {
 
   auto reader = open_trace(path, trace);
   reject_unused_trace_options(given_read_options(vm), reader->format());
-  const TraceStats stats = compute_trace_stats(*reader);
+  TraceStats stats;
+  with_progress("reading", [&](Progress& progress) {
+    ProgressReader watched(*reader, progress);
+    stats = compute_trace_stats(watched);
+  });
   const std::string format{trace_format_name(reader->format())};
   if (as_json) {
     nlohmann::ordered_json j;
@@ -204,23 +243,32 @@ int run_convert(const Invocation& inv) {
     auto reader = open_trace(in, trace);
     in_format = reader->format();
     reject_unused_trace_options(given_read_options(vm), in_format);
-    Request r;
-    while (reader->next(r)) {
-      columns.include(r);
-      ++count;
-      if (!rereadable) kept.push_back(r);
-    }
+    with_progress("checking", [&](Progress& progress) {
+      ProgressReader watched(*reader, progress);
+      Request r;
+      while (watched.next(r)) {
+        columns.include(r);
+        ++count;
+        if (!rereadable) kept.push_back(r);
+      }
+    });
   }
   // Pass 2: write.
   const std::string inputs[] = {in};
-  write_whole(out, format, columns, inputs, [&](TraceWriter& writer) {
-    if (!rereadable) {
-      for (const auto& r : kept) writer.write(r);
-      return;
-    }
-    auto reader = open_trace(in, trace);
-    Request r;
-    while (reader->next(r)) writer.write(r);
+  with_progress("writing", [&](Progress& progress) {
+    write_whole(out, format, columns, inputs, [&](TraceWriter& writer) {
+      if (!rereadable) {
+        for (std::size_t i = 0; i < kept.size(); ++i) {
+          writer.write(kept[i]);
+          if ((i & 4095) == 0) progress.set(0, static_cast<double>(i) / static_cast<double>(kept.size()));
+        }
+        return;
+      }
+      auto reader = open_trace(in, trace);
+      ProgressReader watched(*reader, progress);
+      Request r;
+      while (watched.next(r)) writer.write(r);
+    });
   });
   if (in_format == TraceFormat::token_ids) {
     fmt::print(stderr,
@@ -359,17 +407,25 @@ int run_gen(const Invocation& inv) {
   refuse_output_over_input({{"--out", out}}, inputs, kGenSpec.synopsis);
   TraceGenerator generator(gen);
   std::int64_t count = 0;
-  write_whole(out, format, generator.columns(), inputs, [&](TraceWriter& writer) {
-    Request r;
-    while (generator.next(r)) {
-      writer.write(r);
-      ++count;
-    }
-    // A header alone is a trace no command accepts: say why here, where the options are, and
-    // write nothing.
-    if (count == 0) {
-      throw InputError(Location{out, 0, ""}, "no request was generated: does any arrival fall inside --duration?");
-    }
+  with_progress("generating", [&](Progress& progress) {
+    write_whole(out, format, generator.columns(), inputs, [&](TraceWriter& writer) {
+      Request r;
+      while (generator.next(r)) {
+        writer.write(r);
+        ++count;
+        // The share of --requests written, or of --duration passed.
+        if ((count & 4095) == 0) {
+          progress.set(0, gen.requests > 0 ? static_cast<double>(count) / static_cast<double>(gen.requests)
+                          : gen.duration_ns > 0 ? static_cast<double>(r.arrival_ns) / static_cast<double>(gen.duration_ns)
+                                                : 0.0);
+        }
+      }
+      // A header alone is a trace no command accepts: say why here, where the options are, and
+      // write nothing.
+      if (count == 0) {
+        throw InputError(Location{out, 0, ""}, "no request was generated: does any arrival fall inside --duration?");
+      }
+    });
   });
   if (out != "-") fmt::print(stderr, "kvsim: wrote {} requests to {}\n", with_commas(count), printable(out));
   return kExitOk;
