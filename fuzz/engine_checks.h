@@ -233,7 +233,8 @@ inline bool check_engine_case(const EngineCase& c) {
     return false;
   }
   const std::int64_t ended = report.completed + report.cancelled_queued + report.cancelled_running +
-                             report.rejected_too_long + report.rejected_too_large;
+                             report.rejected_too_long + report.rejected_too_large +
+                             report.rejected_too_many_samples;
   if (report.requests != requests || ended != requests) {
     throw Finding(std::to_string(requests) + " requests in the trace, " + std::to_string(report.requests) +
                   " read, " + std::to_string(ended) + " ended (completed, cancelled or refused)");

@@ -41,6 +41,13 @@ Engine::Engine(TraceReader& trace, Allocator& allocator, const ReplayOptions& op
                      "without chunked prefill it must be at least the model's maximum length (" +
                          std::to_string(max_tokens_) + ")");
   }
+  if (opt_.max_batched_tokens > 0 && opt_.max_running > opt_.max_batched_tokens) {
+    // vLLM's SchedulerConfig refuses it too: every running sequence decodes a token a step.
+    throw InputError(Location{"", 0, kOptMaxBatchedTokens},
+                     "must be at least " + std::string(kOptMaxRunning) + " (" + std::to_string(opt_.max_running) +
+                         "): every running sequence takes a token of each step");
+  }
+  max_seqs_ = opt_.max_running > 0 ? opt_.max_running : opt_.max_batched_tokens;
   // The run is bounded by the budget, or by the allocator's own bound (dynamic:arena=BYTES)
   // when that is smaller or there is no budget: the scheduler must plan against the memory
   // that really exists, or it admits what the allocator then refuses.
@@ -100,8 +107,11 @@ std::int64_t Engine::take_ticket() {
   // prompt costs n tokens of a step's budget: with n above --max-batched-tokens that prefill
   // could never advance. vLLM refuses max_num_batched_tokens < max_num_seqs at start-up
   // (SchedulerConfig); per request, kvsim refuses it at arrival.
-  if (bounded() && opt_.max_batched_tokens > 0 && next_.n > opt_.max_batched_tokens) {
-    ++report_.rejected_too_large;
+  // Its n samples run together, each a sequence: more than max_running (which is at most
+  // max_batched_tokens) could never run at once. (vLLM runs the n samples as n requests, and
+  // refuses max_num_batched_tokens < max_num_seqs at start-up.)
+  if (max_seqs_ > 0 && next_.n > max_seqs_) {
+    ++report_.rejected_too_many_samples;
     refused_at_arrival();
     return -1;
   }
@@ -138,6 +148,7 @@ std::int64_t Engine::take_ticket() {
   // What a planner allows for: the request's own limit, else the run's default, never less
   // than what the request really generates.
   t.planned = next_.max_tokens ? *next_.max_tokens : std::max(opt_.default_max_tokens, next_.output_tokens);
+  if (!next_.max_tokens && opt_.default_max_tokens == 0) ++report_.planned_at_output_requests;
   if (opt_.per_request) {
     if (request_id_.size() <= index) {
       request_id_.resize(index + 1);
@@ -150,6 +161,7 @@ std::int64_t Engine::take_ticket() {
     if (prefix_of_.size() <= index) prefix_of_.resize(index + 1);
     if (!next_.prefix_hashes.empty()) {
       detail::rehash_prefix(next_.prefix_hashes, next_.prefix_block_tokens, t.prompt, prefix_block_, prefix_of_[index]);
+      if (!prefix_of_[index].empty()) ++report_.prefix_identified_requests;
     }
   }
   return index;
@@ -340,6 +352,7 @@ void Engine::drop_holding(std::uint32_t slot, std::int64_t correction_ns) {
   running_order_.erase({f.admit_order, slot});
   f.decoding = false;
   --running_;
+  running_seqs_ -= f.n;
 }
 
 // --- sharing across requests ----------------------------------------------------------------
@@ -498,9 +511,6 @@ void Engine::preempt(std::uint32_t victim) {
     return;
   }
   // Recompute: everything computed so far is discarded and will be computed again.
-  const std::int64_t computed = v.decoding ? v.prompt + produced : v.prefilled;
-  report_.recomputed_tokens += prefill_cost({v.prompt, v.n, v.target, 0}, 0, computed);
-  t.discarded = computed;
   drop_holding(victim, 0);
   end_flight(victim);
   t.base_generated = produced;
@@ -560,7 +570,11 @@ bool Engine::prefill(std::uint32_t slot, std::int64_t positions, bool may_preemp
     report_.prompt_tokens += prompt_done - ticket.prompt_counted;
     ticket.prompt_counted = prompt_done;
   }
-  recorder_.recomputed(prefill_cost({f.prompt, f.n, f.target, f.prefilled}, f.prefilled, prefilled) - first_time);
+  // Counted as computed, chunk by chunk: a request cancelled or refused before it comes back
+  // recomputes nothing, and what it finds cached again is skipped.
+  const std::int64_t recomputed = prefill_cost({f.prompt, f.n, f.target, f.prefilled}, f.prefilled, prefilled) - first_time;
+  report_.recomputed_tokens += recomputed;
+  recorder_.recomputed(recomputed);
   // Attention of a chunk of `positions` after `f.prefilled` cached: each query attends to the
   // cached positions and to the chunk's own up to itself.
   step_work_.prefill_pairs += positions * f.prefilled + positions * (positions + 1) / 2;
@@ -671,14 +685,18 @@ void Engine::continue_prefills(std::int64_t& budget, std::int64_t& prefill_token
   prefilling_.resize(kept);
 }
 
-void Engine::resume_swapped(std::int64_t& decode_seqs) {
-  while (!swapped_.empty() && (opt_.max_running == 0 || running_ < opt_.max_running)) {
+void Engine::resume_swapped(std::int64_t& budget, std::int64_t& decode_seqs) {
+  while (!swapped_.empty()) {
     const TicketRef ref = swapped_.front();
     Ticket& t = tickets_[ref.ticket];
     if (t.generation != ref.generation || t.phase != Phase::swapped) {
       swapped_.pop_front();
       continue;
     }
+    // Its sequences take places under max_running and, decoding in this step, a token each
+    // of the step's budget (vLLM's _schedule_swapped checks and charges both).
+    if (max_seqs_ > 0 && running_seqs_ + t.n > max_seqs_) return;
+    if (budget < t.n) return;
     // It comes back holding what it held, and decodes in this step.
     const std::int64_t tokens = t.swapped_tokens + 1;
     const std::uint32_t slot = start_flight(ref.ticket);
@@ -709,8 +727,10 @@ void Engine::resume_swapped(std::int64_t& decode_seqs) {
     f.admit_order = next_admit_order_++;
     running_order_.insert({f.admit_order, slot});
     ++running_;
+    running_seqs_ += f.n;
     start_decoding(slot, tokens, step_);
     decode_seqs += f.n;
+    budget -= f.n;
     const bool last = tokens == f.prompt + f.output;
     if (last) finishing_.push_back({slot, f.generation});
     refresh(slot, tokens, last ? false : schedule_next(slot, tokens) > tokens + 1);
@@ -734,7 +754,7 @@ void Engine::admit_waiting(std::int64_t& budget, std::int64_t& prefill_tokens) {
   const bool lagging = opt_.async_scheduling && last_step_end_ == now_ && running_ > 0;
   const std::int64_t seen_until = lagging ? last_step_start_ : now_;
   const std::int64_t held = lagging ? completed_in_last_step_ : 0;
-  while (!queue_.empty() && (opt_.max_running == 0 || running_ + held < opt_.max_running)) {
+  while (!queue_.empty()) {
     const TicketRef ref = queue_.front();
     Ticket& t = tickets_[ref.ticket];
     if (t.generation != ref.generation || t.phase != Phase::queued) {
@@ -742,6 +762,8 @@ void Engine::admit_waiting(std::int64_t& budget, std::int64_t& prefill_tokens) {
       continue;
     }
     if (t.arrival_ns > seen_until) break;  // arrived after this step was planned
+    // Places under max_running are sequences: n for a request of n samples.
+    if (max_seqs_ > 0 && running_seqs_ + held + t.n > max_seqs_) break;
     const std::int64_t target = t.prompt + t.base_generated;
     // Alone, the request has the whole budget and the whole step: what it cannot start
     // with now it can never start with (the progress guarantee: refused, not retried).
@@ -789,6 +811,7 @@ void Engine::admit_waiting(std::int64_t& budget, std::int64_t& prefill_tokens) {
     --queued_;
     t.phase = Phase::running;
     ++running_;
+    running_seqs_ += t.n;
     Flight& f = flights_[slot];
     f.admit_order = next_admit_order_++;
     running_order_.insert({f.admit_order, slot});
@@ -800,10 +823,6 @@ void Engine::admit_waiting(std::int64_t& budget, std::int64_t& prefill_tokens) {
     }
     if (scheduler_tracks_requests_) scheduler_->on_admitted(view_, slot, t);
     if (sharing()) count_prefix_lookup(t.prompt, target, cached, !first_admission);
-    if (!first_admission && cached > 0) {
-      // What it threw away and finds cached again is not computed again.
-      report_.recomputed_tokens -= prefill_cost({t.prompt, t.n, target, 0}, 0, std::min(cached, t.discarded));
-    }
     budget -= cost;
     prefill_tokens += cost;
     if (f.prefilled < f.target) prefilling_.push_back({slot, f.generation});
@@ -847,6 +866,7 @@ void Engine::deliver_step() {
     const Flight& f = flights_[ref.slot];
     if (f.generation != ref.generation) continue;
     ++report_.completed;
+    completed_seqs_ += f.n;
     const Ticket& t = tickets_[f.ticket];
     // Latencies are over completed requests: a request cancelled after its first token has a
     // TTFT in no figure, as in the per-request output (nor has one of 0 output tokens).
@@ -930,7 +950,7 @@ std::int64_t Engine::begin_step() {
   continue_prefills(budget, prefill_tokens);
   // vLLM admits nothing new in a step that had to preempt.
   if (!step_preempted_) {
-    resume_swapped(decode_seqs);
+    resume_swapped(budget, decode_seqs);
     if (swapped_.empty()) admit_waiting(budget, prefill_tokens);
   }
 
@@ -940,6 +960,11 @@ std::int64_t Engine::begin_step() {
 void Engine::end_step(std::int64_t duration) {
   const std::int64_t decode_seqs = step_decode_seqs_, prefill_tokens = step_prefill_tokens_;
   ++report_.iterations;
+  // The scheduler's limits, checked: a step's tokens (a decode is one per sequence) within
+  // max_batched_tokens, its sequences within max_running.
+  kvsim::check((opt_.max_batched_tokens == 0 || decode_seqs + prefill_tokens <= opt_.max_batched_tokens) &&
+                   (max_seqs_ == 0 || running_seqs_ <= max_seqs_),
+               "engine: a step went past max_batched_tokens or max_running");
   // The progress guarantee, checked: a step that decodes nothing, prefills nothing and
   // ends no request only starts what takes its first step next (a prompt of 0 tokens); many
   // in a row mean a livelock, which is a bug, not a result.
@@ -969,10 +994,10 @@ void Engine::end_step(std::int64_t duration) {
   step_cancelled_decodes_ = 0;
   end_span(duration);
   ++step_;
-  const std::int64_t completed_before = report_.completed;
+  const std::int64_t completed_before = completed_seqs_;
   deliver_step();
   last_step_end_ = now_;
-  completed_in_last_step_ = report_.completed - completed_before;
+  completed_in_last_step_ = completed_seqs_ - completed_before;
   // Every 64 steps: a step of long prompts under a radix tree can take milliseconds, and a
   // run of a few thousand steps must still move the bar.
   if (opt_.progress && report_.iterations % 64 == 0 && trace_.total_bytes() > 0) {
@@ -1066,8 +1091,7 @@ ReplayReport Engine::run_simulated() {
 }
 
 std::int64_t Engine::requests_ended() const {
-  return report_.completed + report_.cancelled_queued + report_.cancelled_running + report_.rejected_too_long +
-         report_.rejected_too_large;
+  return report_.completed + report_.cancelled_queued + report_.cancelled_running + report_.refused();
 }
 
 void Engine::check_accounted() const {
@@ -1078,7 +1102,7 @@ void Engine::check_accounted() const {
     throw InternalError(alloc_.name() + ": of " + std::to_string(report_.requests) + " requests, " +
                         std::to_string(report_.completed) + " completed, " +
                         std::to_string(report_.cancelled_queued + report_.cancelled_running) + " cancelled and " +
-                        std::to_string(report_.rejected_too_long + report_.rejected_too_large) +
+                        std::to_string(report_.refused()) +
                         " refused: some were lost or counted twice");
   }
 }

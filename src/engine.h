@@ -49,7 +49,6 @@ struct Ticket {
   std::int64_t prompt_counted = 0;
   std::int64_t swapped_tokens = 0;
   std::int64_t swapped_bytes = 0;  // what went to host memory, and what comes back
-  std::int64_t discarded = 0;      // positions the last preemption by recompute threw away
   std::int32_t preemptions = 0;
   std::int32_t slot = -1;          // its Flight while running, else -1
   std::uint32_t generation = 0;    // bumped when the ticket is freed: stale entries skip
@@ -230,7 +229,7 @@ class Engine {
   std::int64_t step_duration(const StepWork& work) const;
   void handle_event(std::uint32_t slot);
   void continue_prefills(std::int64_t& budget, std::int64_t& prefill_tokens);
-  void resume_swapped(std::int64_t& decode_seqs);
+  void resume_swapped(std::int64_t& budget, std::int64_t& decode_seqs);
   void admit_waiting(std::int64_t& budget, std::int64_t& prefill_tokens);
   // Positions a prefill can advance within `budget` tokens, and what they cost: prompt
   // positions 1 each, positions past the prompt (recomputed samples) n each.
@@ -329,6 +328,11 @@ class Engine {
   std::deque<TicketRef> swapped_;
   std::int64_t queued_ = 0;
   std::int64_t running_ = 0;
+  // Their sequences (n per request), which max_running bounds as vLLM's max_num_seqs does;
+  // and that bound: max_running, else max_batched_tokens (each decodes a token a step), else
+  // none (0).
+  std::int64_t running_seqs_ = 0;
+  std::int64_t max_seqs_ = 0;
   std::set<std::pair<std::uint64_t, std::uint32_t>> running_order_;  // (admit_order, slot)
   std::uint64_t next_admit_order_ = 0;
   std::vector<SlotRef> prefilling_;   // running, prefill incomplete (chunked)
@@ -353,7 +357,8 @@ class Engine {
   // ended, and the requests it completed (still holding their places in the running count).
   std::int64_t last_step_start_ = -1;
   std::int64_t last_step_end_ = -1;
-  std::int64_t completed_in_last_step_ = 0;
+  std::int64_t completed_in_last_step_ = 0;  // their sequences
+  std::int64_t completed_seqs_ = 0;          // over the run
   // Of them, the sequences of requests cancelled within the step, whose tokens never come.
   std::int64_t step_cancelled_decodes_ = 0;
   std::int64_t step_decode_seqs_ = 0;     // the step begun (begin_step) and not yet ended

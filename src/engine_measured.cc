@@ -66,6 +66,7 @@ void Engine::handle_timed(const TimedEvent& e) {
     case TimedEvent::start: {
       --queued_;
       ++running_;
+      running_seqs_ += t.n;
       t.phase = Phase::running;
       t.admitted_ns = e.at_ns;
       recorder_.waited(s.start_ns - t.arrival_ns);

@@ -7,12 +7,14 @@ namespace kvsim {
 
 void apply_vllm_scheduler_defaults(ReplayOptions& options) {
   if (options.memory.kv_budget_bytes <= 0) return;
-  if (options.max_running == 0) options.max_running = kVllmMaxNumSeqs;
   if (options.max_batched_tokens == 0) {
     options.max_batched_tokens =
         options.chunked_prefill ? kVllmMaxNumBatchedTokens
                                 : std::max(options.layout.max_model_len, kVllmMinNumBatchedTokensUnchunked);
   }
+  // vllm/engine/arg_utils.py _set_default_args: an unset max_num_seqs is the default, but
+  // no more than max_num_batched_tokens (SchedulerConfig refuses more).
+  if (options.max_running == 0) options.max_running = std::min(kVllmMaxNumSeqs, options.max_batched_tokens);
 }
 
 }  // namespace kvsim

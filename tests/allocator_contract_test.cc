@@ -345,6 +345,12 @@ TEST_CASE("allocator contract under a tight budget: every policy, every allocato
     if (info.supports_swap) policies.push_back({Policy{std::string(info.name)}, Preemption::swap, std::string(info.name) + " swap"});
   }
   REQUIRE(policies.size() >= 4);  // vllm, vllm swap, reserve, sglang at least
+  // What the budgets forced, per policy, over every layout, allocator and budget: the test
+  // is about these events, so each must have happened.
+  struct Forced {
+    std::int64_t preemptions = 0, swapped_out_bytes = 0, refused = 0, cancelled_running = 0;
+  };
+  std::map<std::string, Forced> forced;
   // Traffic with shared prompt prefixes: the sharing allocators share, evict and are
   // preempted under every policy, on full attention and on sliding windows (whose windows,
   // of 40 and 100, pass over the shared prefixes of prompts up to 300); the others ignore
@@ -378,13 +384,27 @@ TEST_CASE("allocator contract under a tight budget: every policy, every allocato
           };
           const ReplayReport r = replay(trace, *allocator, o);
           CHECK(r.leak_free);
-          CHECK(r.completed + r.cancelled_queued + r.cancelled_running + r.rejected_too_long + r.rejected_too_large ==
+          CHECK(r.completed + r.cancelled_queued + r.cancelled_running + r.rejected_too_long + r.rejected_too_large + r.rejected_too_many_samples ==
                 r.requests);
           CHECK(r.allocated_bytes.peak <= o.memory.kv_budget_bytes);
           if (p.policy == Policy::reserve && spec.rfind("dynamic", 0) != 0) CHECK(r.preemptions == 0);
           if (prefixes && shares_prefixes(spec)) CHECK(r.prefix_hit_tokens > 0);
+          Forced& f = forced[p.name];
+          f.preemptions += r.preemptions;
+          f.swapped_out_bytes += r.swapped_out_bytes;
+          f.refused += r.rejected_too_large;
+          f.cancelled_running += r.cancelled_running;
         }
       }
     }
+  }
+  for (const auto& p : policies) {
+    INFO("policy " << p.name);
+    const Forced& f = forced.at(p.name);
+    // reserve admits only what fits to the end: only dynamic's copies can still preempt.
+    CHECK(f.preemptions > 0);
+    if (p.preemption == Preemption::swap) CHECK(f.swapped_out_bytes > 0);
+    CHECK(f.refused > 0);
+    CHECK(f.cancelled_running > 0);
   }
 }

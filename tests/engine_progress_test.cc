@@ -39,7 +39,7 @@ ReplayOptions budget_of(std::int64_t bytes) {
 
 // Every request ends exactly one way (the identity the engine now checks itself).
 void check_accounted(const ReplayReport& r) {
-  CHECK(r.completed + r.cancelled_queued + r.cancelled_running + r.rejected_too_long + r.rejected_too_large ==
+  CHECK(r.completed + r.cancelled_queued + r.cancelled_running + r.rejected_too_long + r.rejected_too_large + r.rejected_too_many_samples ==
         r.requests);
   CHECK(r.leak_free);
 }
@@ -102,13 +102,15 @@ TEST_CASE("progress: a request with more samples than a step's token budget is r
   // n = 64. A preempted request is recomputed, and each generated position it prefills
   // again costs n tokens of the step's budget: with max-batched-tokens below 64 not one
   // fits, so before the fix the prefill stood still forever. vLLM itself refuses
-  // max_num_batched_tokens < max_num_seqs (vllm/config.py, SchedulerConfig._verify_args).
+  // max_num_batched_tokens < max_num_seqs (vllm/config.py, SchedulerConfig._verify_args):
+  // without max_running, a step holds at most max_batched_tokens sequences, and 64 samples
+  // are more.
   for (std::int64_t max_batched : {2, 32, 63}) {
     INFO("max batched tokens " << max_batched);
     ReplayOptions o = budget_of(1 << 20);
     o.max_batched_tokens = max_batched;
     const auto r = test::replay_under_budget("paged:block=16", {test::request("wide", 0, 10, 100, 64)}, o);
-    CHECK(r.report.rejected_too_large == 1);
+    CHECK(r.report.rejected_too_many_samples == 1);
     CHECK(r.report.completed == 0);
     check_accounted(r.report);
     REQUIRE(r.records.size() == 1);
@@ -131,7 +133,8 @@ TEST_CASE("progress: a recomputed prefill larger than an unchunked step's budget
   // k = 20 (81); B +1 at k = 6 (17) and k = 22 (33): 12 in use. At k = 36 A needs 2 more
   // (97): none free, and the newest running request, A itself, is preempted, having
   // generated 36 tokens per sample. Recomputing it costs 60 + 2 x 36 = 132 tokens > 100: it
-  // can never be admitted again. B completes alone at k = 59 (70 positions, 5 blocks).
+  // can never be admitted again, so it recomputes nothing. B completes alone at k = 59 (70
+  // positions, 5 blocks).
   // Before the fix A then sat at the head of the queue forever (every step: budget too
   // small, break); now, alone, it is refused.
   ReplayOptions o = budget_of(12 * 16);
@@ -143,9 +146,66 @@ TEST_CASE("progress: a recomputed prefill larger than an unchunked step's budget
   CHECK(r.report.completed == 1);
   CHECK(r.report.rejected_too_large == 1);
   CHECK(r.report.preemptions == 1);
-  CHECK(r.report.recomputed_tokens == 132);
+  CHECK(r.report.recomputed_tokens == 0);
   CHECK(r.report.generated_tokens == 60 + 2 * 36);
   check_accounted(r.report);
+}
+
+TEST_CASE("progress: a request cancelled while preempted (swapped out, or waiting to be recomputed) frees everything once") {
+  // PITFALLS.md, "KV leaked on abort". Pool 64 positions (4 blocks of 16), 1 ms steps. A and
+  // B (prompt 10, output 40) start at 0; after step k each holds 11 + k positions: 1 block,
+  // 2 from k = 6 (17), 3 needed at k = 22 (33). At step 22 A, grown first, finds no block:
+  // B, the newest, is preempted holding 32 positions (2 blocks) and A takes one (3 blocks,
+  // 1 free). B could come back only with 3 blocks (33 positions): it waits, and is cancelled
+  // at 30 ms. A takes the last block at k = 38 (49 positions) and finishes at 40 ms; under
+  // swap, 2 ns later: step 22 also moved B's 32 bytes out at 25 GB/s (1.28 ns, rounded up).
+  // B never came back, so nothing was recomputed.
+  for (const Preemption preemption : {Preemption::swap, Preemption::recompute}) {
+    INFO((preemption == Preemption::swap ? "swap" : "recompute"));
+    ReplayOptions o = budget_of(64);
+    o.memory.preemption = preemption;
+    Request b = test::request("b", 0, 10, 40);
+    b.cancel_ns = 30 * kMs;
+    const auto r = test::replay_under_budget("paged:block=16", {test::request("a", 0, 10, 40), b}, o);
+    CHECK(r.report.preemptions == 1);
+    CHECK(r.report.completed == 1);
+    CHECK(r.report.cancelled_queued + r.report.cancelled_running == 1);
+    CHECK(r.report.swapped_out_bytes == (preemption == Preemption::swap ? 32 : 0));
+    CHECK(r.report.swapped_in_bytes == 0);
+    CHECK(r.report.recomputed_tokens == 0);
+    CHECK(r.report.leak_free);
+    check_accounted(r.report);
+    REQUIRE(r.records.size() == 2);
+    for (const RequestRecord& rec : r.records) {
+      if (rec.id == "a") {
+        CHECK(rec.outcome == RequestRecord::Outcome::completed);
+        CHECK(rec.finish_ns == 40 * kMs + (preemption == Preemption::swap ? 2 : 0));
+      } else {
+        CHECK(rec.outcome == RequestRecord::Outcome::cancelled);
+        CHECK(rec.finish_ns == 30 * kMs);
+        CHECK(rec.preemptions == 1);
+      }
+    }
+  }
+}
+
+TEST_CASE("progress: a request cancelled between two prefill chunks frees its chunk's blocks") {
+  // 32 tokens a step: A (prompt 100, output 5, cancelled at 2.5 ms) prefills 32 positions in
+  // steps 0, 1 and 2 (2, then 4, then 6 blocks of 16) and is cancelled during step 2, before
+  // its last chunk. B (prompt 10, output 3) arrives at 0.5 ms and, behind A, starts with the
+  // 32 - 32 = 0 tokens left: only at 3 ms, once A is gone, first token at 4 ms.
+  ReplayOptions o = budget_of(1 << 20);
+  o.max_batched_tokens = 32;
+  Request a = test::request("a", 0, 100, 5);
+  a.cancel_ns = 5 * kMs / 2;
+  const auto r = test::replay_under_budget("paged:block=16", {a, test::request("b", kMs / 2, 10, 3)}, o);
+  CHECK(r.report.cancelled_running == 1);
+  CHECK(r.report.completed == 1);
+  CHECK(r.report.leak_free);
+  check_accounted(r.report);
+  for (const RequestRecord& rec : r.records) {
+    if (rec.id == "b") CHECK(rec.first_token_ns == 4 * kMs);
+  }
 }
 
 TEST_CASE("progress: a bounded dynamic arena is the run's bound, with or without a budget") {

@@ -401,3 +401,26 @@ TEST_CASE("budget: a request bigger than the whole budget is refused and the run
     CHECK(g.report.leak_free);
   }
 }
+
+TEST_CASE("budget: a request that fills the pool to its last position completes; one position more is refused") {
+  // PITFALLS.md, "Off-by-one at block boundaries". Pool 64 positions (4 blocks of 16). The
+  // step producing token j holds prompt + j positions (docs/replay.md, "Accounting
+  // convention"): prompt 10 and output 54 end at exactly 64, the pool's last position, and
+  // complete alone; output 55 ends at 65, a fifth block that can never be had: refused,
+  // with every block it held freed. The same under swap, which has nowhere to swap it to.
+  for (const Preemption preemption : {Preemption::recompute, Preemption::swap}) {
+    INFO((preemption == Preemption::swap ? "swap" : "recompute"));
+    ReplayOptions o = budget_of(64);
+    o.memory.watermark_ppb = 0;
+    o.memory.preemption = preemption;
+    const auto fits = run("paged:block=16", {test::request("a", 0, 10, 54)}, o);
+    CHECK(fits.report.completed == 1);
+    CHECK(fits.report.allocated_bytes.peak == 64);
+    CHECK(fits.report.generated_tokens == 54);
+    const auto over = run("paged:block=16", {test::request("a", 0, 10, 55)}, o);
+    CHECK(over.report.completed == 0);
+    CHECK(over.report.rejected_too_large == 1);
+    CHECK(over.report.allocated_bytes.peak == 64);
+    CHECK(over.report.leak_free);
+  }
+}

@@ -133,3 +133,94 @@ TEST_CASE("vllm v1: asynchronous scheduling plans a step while the previous one 
     CHECK(r.at("b").first_token_ns == 3 * kMs);
   }
 }
+
+TEST_CASE("vllm: max_num_seqs counts sequences, so a request of n samples takes n places") {
+  // vLLM runs a request's n samples as n requests (v1: one child request per sample;
+  // v0 counted a group's sequences), each holding a place under max_num_seqs. Places 3. A
+  // (n 2, prompt 10, output 3) runs steps 0-2 and leaves at 3 ms. B (n 2), waiting since
+  // 0.5 ms, needs 2 + 2 = 4 places and waits for A; C (n 1) behind it waits too (first come,
+  // first served). At 3 ms both start (2 + 1 = 3): first tokens at 4 ms. Counting requests,
+  // B and C would both have started at 1 ms.
+  ReplayOptions o = one_ms_steps();
+  o.max_running = 3;
+  const auto r = records_of("paged:block=16",
+                            {test::request("a", 0, 10, 3, 2), test::request("b", kMs / 2, 10, 2, 2),
+                             test::request("c", kMs / 2, 10, 2)},
+                            o);
+  CHECK(r.at("a").finish_ns == 3 * kMs);
+  CHECK(r.at("b").first_scheduled_ns == 3 * kMs);
+  CHECK(r.at("c").first_scheduled_ns == 3 * kMs);
+  CHECK(r.at("b").first_token_ns == 4 * kMs);
+  CHECK(r.at("c").first_token_ns == 4 * kMs);
+}
+
+TEST_CASE("vllm: a request of more samples than max_num_seqs is refused at arrival, alone or not") {
+  // Its samples run together in kvsim: 4 sequences can never run under 3 places.
+  ReplayOptions o = one_ms_steps();
+  o.max_running = 3;
+  const auto run = test::replay_under_budget("paged:block=16", {test::request("wide", 0, 10, 5, 4), test::request("ok", 0, 10, 5, 3)}, o);
+  CHECK(run.report.rejected_too_many_samples == 1);
+  CHECK(run.report.completed == 1);
+  REQUIRE(run.records.size() == 2);
+  CHECK(run.records[0].id == "wide");
+  CHECK(run.records[0].outcome == RequestRecord::Outcome::refused);
+}
+
+TEST_CASE("vllm: max_num_batched_tokens below max_num_seqs is refused, as vLLM's SchedulerConfig refuses it") {
+  // vllm/config/scheduler.py verify_max_model_len: "max_num_batched_tokens (...) must be
+  // greater than or equal to max_num_seqs": every running sequence decodes a token a step.
+  ReplayOptions o = one_ms_steps();
+  o.max_running = 8;
+  o.max_batched_tokens = 4;
+  CHECK_THROWS_WITH(records_of("paged:block=16", {test::request("a", 0, 10, 3)}, o),
+                    Catch::Contains("--max-batched-tokens") && Catch::Contains("must be at least --max-running (8)"));
+  // Under a budget an unset max_running is vLLM's 256 lowered to max_batched_tokens
+  // (vllm/engine/arg_utils.py _set_default_args), so 4 alone is accepted.
+  ReplayOptions budgeted = one_ms_steps();
+  budgeted.memory.kv_budget_bytes = 1 << 20;
+  budgeted.max_batched_tokens = 4;
+  apply_vllm_scheduler_defaults(budgeted);
+  CHECK(budgeted.max_running == 4);
+  budgeted.max_batched_tokens = 0;
+  budgeted.max_running = 0;
+  apply_vllm_scheduler_defaults(budgeted);
+  CHECK(budgeted.max_running == kVllmMaxNumSeqs);
+  CHECK(budgeted.max_batched_tokens == kVllmMaxNumBatchedTokens);
+}
+
+TEST_CASE("vllm: without max_num_seqs, a step still holds no more sequences than max_num_batched_tokens") {
+  // Demand mode with a step budget of 4 tokens and no limit on running requests. A (n 2,
+  // prompt 2, output 20) prefills in step 0 and decodes 2 sequences in steps 1-19, leaving at
+  // 20 ms. B (n 4, at 0.5 ms) would bring the step to 2 + 4 = 6 decoding sequences: it waits
+  // for A, starts at 20 ms and has its first token at 21 ms. (Before, B started at 1 ms and
+  // steps decoded 6 tokens against the budget of 4.)
+  ReplayOptions o = one_ms_steps();
+  o.max_batched_tokens = 4;
+  const auto run = test::replay_under_budget("paged:block=16", {test::request("a", 0, 2, 20, 2), test::request("b", kMs / 2, 2, 20, 4)}, o);
+  std::map<std::string, RequestRecord> r;
+  for (const auto& rec : run.records) r[rec.id] = rec;
+  CHECK(r.at("a").finish_ns == 20 * kMs);
+  CHECK(r.at("b").first_scheduled_ns == 20 * kMs);
+  CHECK(r.at("b").first_token_ns == 21 * kMs);
+  for (const auto& row : run.rows) CHECK(row.work.prefill_tokens + row.work.decode_seqs <= 4);
+}
+
+TEST_CASE("vllm v0 swap: a request swapped back in takes its decodes from the step's token budget") {
+  // vLLM v0's _schedule_swapped checks and charges a swapped-in group's tokens against the
+  // step's budget before any new prefill. Pool 64 positions (4 blocks of 16), six requests
+  // of prompt 14 and output 30 at once, swap preemption, 8 tokens a step: requests come back
+  // from the CPU while others wait to prefill. Every step's tokens (prefill positions plus
+  // one per decoding sequence) stay within 8; before, a swapped-in decode joined a full
+  // 8-token prefill chunk (9 tokens).
+  ReplayOptions o = one_ms_steps();
+  o.memory.kv_budget_bytes = 64;
+  o.memory.watermark_ppb = 0;
+  o.memory.preemption = Preemption::swap;
+  o.max_batched_tokens = 8;
+  std::vector<Request> trace;
+  for (const char* id : {"a", "b", "c", "d", "e", "f"}) trace.push_back(test::request(id, 0, 14, 30));
+  const auto run = test::replay_under_budget("paged:block=16", trace, o);
+  CHECK(run.report.completed == 6);
+  CHECK(run.report.swapped_in_bytes > 0);
+  for (const auto& row : run.rows) CHECK(row.work.prefill_tokens + row.work.decode_seqs <= 8);
+}

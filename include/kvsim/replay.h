@@ -244,7 +244,10 @@ struct ReplayOptions {
   // `kvsim replay` uses vLLM's defaults instead: see apply_vllm_scheduler_defaults below.
   std::int64_t max_batched_tokens = 0;  // per iteration, decodes included; 0 = unlimited
   bool chunked_prefill = true;          // with max_batched_tokens: split prompts across steps
-  std::int64_t max_running = 0;         // requests running at once; 0 = unlimited
+  // Sequences running at once (n per request: vLLM's max_num_seqs counts each sample);
+  // 0 = unlimited, though never more than max_batched_tokens when that is set. A
+  // max_batched_tokens below it is refused, as vLLM refuses it.
+  std::int64_t max_running = 0;
   MemoryOptions memory;
   // The generation limit planned for requests whose trace gives none (what reservations
   // and the reserve/sglang policies plan for); 0: their real output length.
@@ -362,6 +365,14 @@ struct ReplayReport {
   std::int64_t cancelled_running = 0;  // mid-prefill or mid-decode
   std::int64_t rejected_too_long = 0;  // prompt + output beyond the layout's max_model_len
   std::int64_t rejected_too_large = 0; // could never fit the memory budget, even alone
+  // n samples above max_running (or, without it, max_batched_tokens): the samples run
+  // together, and that many could never run at once.
+  std::int64_t rejected_too_many_samples = 0;
+  // Requests the trace gives no max_tokens for, with no default_max_tokens either: what is
+  // planned for them (dense-static's reserve=max-tokens, the reserve and sglang policies) is
+  // their true output.
+  std::int64_t planned_at_output_requests = 0;
+  std::int64_t refused() const { return rejected_too_long + rejected_too_large + rejected_too_many_samples; }
   // prompt + output tokens of the shortest request not refused as too long (0: none): what
   // the report's warnings compare with the budget (a budget that cannot hold one request).
   std::int64_t shortest_request_tokens = 0;
@@ -377,6 +388,9 @@ struct ReplayReport {
   Occupancy reserved_bytes;
   // Prefix caching (allocators that share blocks across requests; all zero otherwise).
   std::int64_t prefix_block_tokens = 0;   // the block size prompts are shared at
+  // Requests whose prompt has a full block of that size with an identity from the trace
+  // (prefix hashes, hash_ids, token ids): none, and no prompt can be found in the cache.
+  std::int64_t prefix_identified_requests = 0;
   // First admissions only, as vLLM's exported metric (PrefixCacheStats.record in
   // vllm/v1/metrics/stats.py keeps a preempted request's new lookup apart).
   std::int64_t prefix_queried_tokens = 0; // prompt tokens of admitted requests looked up (vLLM's queries)
@@ -425,8 +439,11 @@ struct ReplayReport {
   std::int64_t preemptions = 0;
   std::int64_t preempted_requests = 0; // preempted at least once
   std::int64_t max_preemptions_per_request = 0;
-  std::int64_t recomputed_tokens = 0;  // positions computed again after preemption: those a
-                                       // preemption discarded, less those found cached again
+  std::int64_t recomputed_tokens = 0;  // positions computed again after preemption, as the
+                                       // cost model charges them (a generated position n
+                                       // times): what a preemption discarded, less what was
+                                       // found cached again or never came back (cancelled,
+                                       // refused)
   std::int64_t swapped_out_bytes = 0;
   std::int64_t swapped_in_bytes = 0;
   std::int64_t memory_bound_ns = 0;    // time in steps where an allocation was refused
@@ -451,9 +468,10 @@ void judge_overload(ReplayReport& report);
 
 // The scheduler limits `kvsim replay` uses when its options leave them unset, so that a
 // library user gets the program's behaviour with one call. Under a memory budget
-// (memory.kv_budget_bytes > 0) a max_running of 0 becomes kVllmMaxNumSeqs and a
-// max_batched_tokens of 0 becomes kVllmMaxNumBatchedTokens, or without chunked prefill
-// max(layout.max_model_len, kVllmMinNumBatchedTokensUnchunked). Without a budget nothing
+// (memory.kv_budget_bytes > 0) a max_batched_tokens of 0 becomes kVllmMaxNumBatchedTokens,
+// or without chunked prefill max(layout.max_model_len, kVllmMinNumBatchedTokensUnchunked),
+// and a max_running of 0 becomes kVllmMaxNumSeqs, or max_batched_tokens if smaller (as
+// vLLM's arg_utils.py lowers an unset max_num_seqs). Without a budget nothing
 // changes: demand mode batches without limits. Call it once layout, chunked_prefill and
 // memory are set. replay() never applies it itself, so a 0 passed to replay() stays unlimited.
 void apply_vllm_scheduler_defaults(ReplayOptions& options);

@@ -123,9 +123,10 @@ std::vector<Target> read_targets(const po::variables_map& vm) {
 }
 
 // Why a run misses every target whatever they are: it refused requests (longer than
-// --max-model-len, or never fitting the budget even alone), in replay's words.
+// --max-model-len, never fitting the budget even alone, or more samples than can run at
+// once), in replay's words.
 std::optional<std::string> refusal_miss(const ReplayReport& r, std::int64_t max_model_len) {
-  const std::int64_t refused = r.rejected_too_long + r.rejected_too_large;
+  const std::int64_t refused = r.refused();
   if (refused == 0) return std::nullopt;
   return fmt::format("refused {} of {} requests ({})", with_commas(refused), with_commas(r.requests),
                      refusal_causes(r, max_model_len));
@@ -181,7 +182,8 @@ int run_plan(const Invocation& inv) {
       ("search", po::value<std::string>()->default_value("rate-scale"),
        "what to search: rate-scale (the largest that meets the targets) or replicas (the smallest)")
       ("no-preemption", "target: no request is preempted")
-      ("queue-stable", "target: the run is not overloaded (the waiting queue did not grow through the arrivals)")
+      ("queue-stable", "target: the run is not overloaded by replay's rule (fewer than a tenth of the requests wait "
+                       "after the last arrival: a loose bound, see above)")
       ("ttft-p50", po::value<std::string>(), "target: TTFT p50 at most this duration")
       ("ttft-p99", po::value<std::string>(), "target: TTFT p99 at most this duration")
       ("tpot-p50", po::value<std::string>(), "target: TPOT p50 at most this duration")

@@ -13,8 +13,11 @@
 #include <chrono>
 #include <cstdio>
 #include <exception>
+#include <functional>
 #include <memory>
+#include <span>
 #include <thread>
+#include <vector>
 
 #include "cli.h"
 #include "kvsim/allocator.h"
@@ -99,7 +102,8 @@ po::options_description replay_option_descriptions(bool with_outputs, bool with_
       "{}, or max(max model length, {}) with {})",
       kVllmMaxNumBatchedTokens, kVllmMinNumBatchedTokensUnchunked, kOptNoChunkedPrefill);
   const std::string max_running_help = fmt::format(
-      "requests running at once (default: unlimited in demand mode, {} under a budget, as vLLM)", kVllmMaxNumSeqs);
+      "sequences running at once, n per request (default: unlimited in demand mode, {} under a budget, or "
+      "--max-batched-tokens if smaller, as vLLM)", kVllmMaxNumSeqs);
   // replay's help lists the kinds above its options; other commands point to it.
   const std::string allocators_help = std::string("allocators to compare: KIND[:key=value,...] separated by commas ") +
                                       (with_outputs ? "(see above)" : "(the kinds: 'kvsim replay --help')");
@@ -505,6 +509,16 @@ ReplayPlan plan_replay(const po::variables_map& vm, bool open_trace_now) {
     plan.budget = derive_budget(plan.choice.model, plan.choice.kv, *budget_options_given);
   }
   plan.options = replay_options_from(vm, plan.choice, layout, budget_options_given, plan.budget);
+  if (!budget_options_given && !plan.options.cost.device.empty() && plan.options.schedule != Schedule::measured) {
+    BudgetOptions timing = weight_terms(vm);
+    timing.device = plan.options.cost.device;
+    timing.expert_parallel_ranks = expert_parallel_ranks(vm, plan.choice);
+    try {
+      plan.timing_device_budget = derive_budget(plan.choice.model, plan.choice.kv, timing);
+    } catch (const InputError&) {
+      // Weights unknown, or larger than the device: no budget to compare with.
+    }
+  }
   plan.trace = trace_options_from(vm);
   if (plan.options.schedule == Schedule::measured && plan.trace.rate_scale_ppb != TraceOptions{}.rate_scale_ppb) {
     throw InputError(Location{"", 0, kOptRateScale},
@@ -646,6 +660,67 @@ class TimelineScratch {
   std::vector<std::FILE*> files_;
 };
 
+// The per-request rows while the runs are under way. Requests leave in the order they end;
+// each run's rows go to a scratch file as they leave, with an index of 24 bytes a row
+// (ordinal, offset, length), and the file is written in trace order at the end: a million
+// requests hold 24 MB, not every record.
+class PerRequestScratch {
+ public:
+  explicit PerRequestScratch(std::size_t runs) : runs_(runs) {}
+  PerRequestScratch(const PerRequestScratch&) = delete;
+  PerRequestScratch& operator=(const PerRequestScratch&) = delete;
+  ~PerRequestScratch() {
+    for (Run& run : runs_) {
+      if (run.file != nullptr) std::fclose(run.file);
+    }
+  }
+  // Where run `i`'s rows go (called by run i only).
+  std::function<void(const RequestRecord&)> sink(std::size_t i, const std::string& path, std::string allocator) {
+    Run& run = runs_[i];
+    run.file = std::tmpfile();
+    if (run.file == nullptr) throw InputError(Location{path, 0, ""}, "cannot create a scratch file");
+    return [&run, allocator = std::move(allocator)](const RequestRecord& r) {
+      const std::string row = per_request_row(allocator, r);
+      run.index.push_back({r.ordinal, run.bytes, static_cast<std::int64_t>(row.size())});
+      std::fwrite(row.data(), 1, row.size(), run.file);
+      run.bytes += static_cast<std::int64_t>(row.size());
+    };
+  }
+  void write(const std::string& path, std::span<const std::string> inputs) {
+    OutputFile out(path, inputs);
+    out.write(per_request_header());
+    std::string row;
+    for (Run& run : runs_) {
+      if (run.file == nullptr) continue;
+      if (std::fflush(run.file) != 0 || std::ferror(run.file) != 0) {
+        throw InputError(Location{path, 0, ""},
+                         "cannot hold the per-request rows in a scratch file (is the temporary directory full?)");
+      }
+      std::sort(run.index.begin(), run.index.end(), [](const Row& a, const Row& b) { return a.ordinal < b.ordinal; });
+      const int fd = ::fileno(run.file);
+      for (const Row& r : run.index) {
+        row.resize(static_cast<std::size_t>(r.length));
+        if (::pread(fd, row.data(), row.size(), static_cast<off_t>(r.offset)) != static_cast<ssize_t>(row.size())) {
+          throw InputError(Location{path, 0, ""}, "cannot read back a scratch file of the per-request rows");
+        }
+        out.write(row);
+      }
+    }
+    out.commit();
+  }
+
+ private:
+  struct Row {
+    std::int64_t ordinal, offset, length;
+  };
+  struct Run {
+    std::FILE* file = nullptr;
+    std::vector<Row> index;
+    std::int64_t bytes = 0;
+  };
+  std::vector<Run> runs_;
+};
+
 // Whether an allocator of the run caches prefixes: the timeline then has its cached and
 // evicted columns (empty for the allocators that do not).
 bool any_caching(const ReplayPlan& plan) {
@@ -655,10 +730,9 @@ bool any_caching(const ReplayPlan& plan) {
 
 // One engine per allocator on plan.jobs threads; the reports in allocator order. Rethrows the
 // first error in allocator order, whichever thread met it first.
-std::vector<ReplayReport> run_all(ReplayPlan& plan, TimelineScratch& scratch,
-                                  std::vector<std::vector<RequestRecord>>& per_request, std::vector<HtmlRun>& html_runs) {
+std::vector<ReplayReport> run_all(ReplayPlan& plan, TimelineScratch& scratch, PerRequestScratch& per_request,
+                                  std::vector<HtmlRun>& html_runs) {
   const std::size_t runs = plan.allocators.size();
-  per_request.assign(runs, {});
   html_runs.assign(plan.html_path ? runs : 0, {});
   Progress progress(runs, plan.progress);
   std::vector<ReplayReport> reports(runs);
@@ -679,9 +753,10 @@ std::vector<ReplayReport> run_all(ReplayPlan& plan, TimelineScratch& scratch,
       };
     }
     if (plan.per_request_path || html != nullptr) {
-      std::vector<RequestRecord>* records = plan.per_request_path ? &per_request[i] : nullptr;
-      mine.per_request = [records, html](const RequestRecord& r) {
-        if (records != nullptr) records->push_back(r);
+      std::function<void(const RequestRecord&)> rows;
+      if (plan.per_request_path) rows = per_request.sink(i, *plan.per_request_path, plan.allocators[i]->name());
+      mine.per_request = [rows = std::move(rows), html](const RequestRecord& r) {
+        if (rows) rows(r);
         if (html != nullptr) add_latencies(*html, r);
       };
     }
@@ -715,15 +790,11 @@ namespace {
 
 // The timeline file, the CSV file and the table or JSON on stdout.
 void render(const ReplayPlan& plan, const TimelineScratch& scratch, const std::vector<ReplayReport>& reports,
-            std::vector<std::vector<RequestRecord>>& per_request, std::vector<HtmlRun>& html_runs) {
+            PerRequestScratch& per_request, std::vector<HtmlRun>& html_runs) {
   const ReplayOptions& ro = plan.options;
   const std::string inputs[] = {plan.trace_path};
   if (plan.timeline_path) scratch.write(*plan.timeline_path, ro.layout, ro.sample_every_ns > 0, any_caching(plan), inputs);
-  if (plan.per_request_path) {
-    std::string rows = per_request_header();
-    for (std::size_t i = 0; i < per_request.size(); ++i) rows += per_request_rows(reports[i].allocator, per_request[i]);
-    write_output_file(*plan.per_request_path, rows, inputs);
-  }
+  if (plan.per_request_path) per_request.write(*plan.per_request_path, inputs);
 
   ReplayContext context;
   context.trace = plan.trace_path;
@@ -735,6 +806,10 @@ void render(const ReplayPlan& plan, const TimelineScratch& scratch, const std::v
   context.layout = ro.layout;
   context.cost = ro.cost;
   context.budget = plan.budget ? budget_description(*plan.budget) : "none (demand: every allocator unbounded)";
+  if (plan.timing_device_budget && plan.timing_device_budget->kv_budget_bytes > 0) {
+    context.timing_device = ro.cost.device;
+    context.timing_device_kv_bytes = plan.timing_device_budget->kv_budget_bytes;
+  }
   context.scheduler = fmt::format("max batched tokens {}, chunked prefill {}, max running {}",
                                   ro.max_batched_tokens > 0 ? with_commas(ro.max_batched_tokens) : "unlimited",
                                   ro.chunked_prefill ? "on" : "off",
@@ -769,7 +844,7 @@ int run_replay(const Invocation& inv) {
     }
   }
   TimelineScratch scratch(plan.allocators.size());
-  std::vector<std::vector<RequestRecord>> per_request;
+  PerRequestScratch per_request(plan.allocators.size());
   std::vector<HtmlRun> html_runs;
   const std::vector<ReplayReport> reports =
       plan.replicas > 1 ? run_replicas(plan, [&plan](const TraceOptions& o) { return open_trace(plan.trace_path, o); })

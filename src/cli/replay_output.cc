@@ -101,6 +101,10 @@ std::string refusal_causes(const ReplayReport& r, std::int64_t max_model_len) {
     out += fmt::format("{}{} never fit the capacity of {} bytes even alone", out.empty() ? "" : ", ",
                        with_commas(r.rejected_too_large), with_commas(r.capacity_bytes));
   }
+  if (r.rejected_too_many_samples > 0) {
+    out += fmt::format("{}{} with more samples (n) than can run at once", out.empty() ? "" : ", ",
+                       with_commas(r.rejected_too_many_samples));
+  }
   return out;
 }
 
@@ -126,8 +130,7 @@ std::string overload_text(const ReplayReport& r) {
 // throughput of 0.0.
 std::vector<std::string> run_warnings(const KvLayout& layout, const ReplayReport& r, bool overload) {
   std::vector<std::string> out;
-  const std::int64_t refused = r.rejected_too_long + r.rejected_too_large;
-  if (r.requests > 0 && refused == r.requests) {
+  if (r.requests > 0 && r.refused() == r.requests) {
     out.push_back(fmt::format("{}: refused every request ({}): {}; nothing was served, so throughput and latencies "
                               "say nothing",
                               run_name(r), with_commas(r.requests), refusal_causes(r, layout.max_model_len)));
@@ -149,6 +152,22 @@ std::vector<std::string> run_warnings(const KvLayout& layout, const ReplayReport
                               "reservation finds an extent (give --kv-budget or --device)",
                               run_name(r)));
   }
+  // A reservation planned for max_tokens where the trace gives none: the true output, which
+  // no engine knows in advance (reserve=oracle's figures under another name).
+  if (r.allocator.find("reserve=max-tokens") != std::string::npos && r.planned_at_output_requests > 0) {
+    out.push_back(fmt::format("{}: {} of {} requests have no max_tokens in the trace, so their rows reserve their "
+                              "true output, as reserve=oracle does (give --default-max-tokens N to plan for a "
+                              "limit)",
+                              run_name(r), with_commas(r.planned_at_output_requests), with_commas(r.requests)));
+  }
+  // A prefix cache on a trace that identifies no prompt block (Azure's, BurstGPT's, lengths
+  // only): its hit rate of 0 says nothing about caching.
+  if (r.prefix_block_tokens > 0 && r.requests > 0 && r.prefix_identified_requests == 0) {
+    out.push_back(fmt::format("{}: the trace identifies no prompt block of {} tokens (no prefix hashes, Mooncake "
+                              "hash_ids or token ids, or no prompt that long), so no prompt can be found in the "
+                              "cache; 'kvsim trace stats' says what a trace carries",
+                              run_name(r), with_commas(r.prefix_block_tokens)));
+  }
   if (overload && r.overload.overloaded) out.push_back(overload_text(r));
   return out;
 }
@@ -158,8 +177,22 @@ namespace {
 // Every run's warnings, in the order of the runs.
 std::vector<std::string> warnings(const ReplayContext& c, const std::vector<ReplayReport>& reports, bool overload) {
   std::vector<std::string> out;
+  // Demand mode: the traffic's own peak (effective tokens, the same under every allocator)
+  // against the KV budget of the device whose times the run assumes, once for all runs (one
+  // device: not a total over replicas).
+  std::int64_t effective_peak = 0;
   for (const ReplayReport& r : reports) {
     for (auto& w : run_warnings(c.layout, r, overload)) out.push_back(std::move(w));
+    if (r.capacity_bytes == 0 && (r.replicas == 0 || r.replica >= 0)) {
+      effective_peak = std::max(effective_peak, r.effective_bytes.peak);
+    }
+  }
+  if (c.timing_device_kv_bytes > 0 && effective_peak > c.timing_device_kv_bytes) {
+    out.push_back(fmt::format("the traffic's effective tokens peak at {} GiB, more than the {} GiB KV budget of the "
+                              "{} whose times this demand run assumes: on it requests would wait or be preempted, "
+                              "so the run's latencies are not that device's (add --device {} to serve under its "
+                              "budget)",
+                              gib(effective_peak), gib(c.timing_device_kv_bytes), c.timing_device, c.timing_device));
   }
   return out;
 }
@@ -371,6 +404,7 @@ void serving_rows(RunColumns& t) {
     return gib(r.swapped_out_bytes) + " / " + gib(r.swapped_in_bytes);
   });
   t.row("  refused (never fits the budget)", [](const ReplayReport& r) { return with_commas(r.rejected_too_large); });
+  t.row("  refused (n above max running)", [](const ReplayReport& r) { return with_commas(r.rejected_too_many_samples); });
   t.row("  time at full capacity, s", [](const ReplayReport& r) {
     return seconds(r.memory_bound_ns) + " (" + percent(r.end_ns > r.start_ns ? static_cast<double>(r.memory_bound_ns) /
                                                                                    static_cast<double>(r.end_ns - r.start_ns)
@@ -550,6 +584,7 @@ nlohmann::ordered_json replay_run_json(const ReplayReport& r, bool placement) {
                         {"swapped_out_bytes", r.swapped_out_bytes},
                         {"swapped_in_bytes", r.swapped_in_bytes},
                         {"refused_too_large", r.rejected_too_large},
+                        {"refused_too_many_samples", r.rejected_too_many_samples},
                         {"time_at_full_capacity_ns", r.memory_bound_ns},
                         {"queue_length_mean", r.queue_mean},
                         {"queue_length_max", r.queue_max},
@@ -711,6 +746,7 @@ std::vector<std::pair<const char*, Cell>> csv_columns(const CsvShape& shape) {
       {"swapped_out_bytes", integer(&ReplayReport::swapped_out_bytes)},
       {"swapped_in_bytes", integer(&ReplayReport::swapped_in_bytes)},
       {"refused_too_large", integer(&ReplayReport::rejected_too_large)},
+      {"refused_too_many_samples", integer(&ReplayReport::rejected_too_many_samples)},
       {"time_at_full_capacity_s", secs([](const ReplayReport& r) { return r.memory_bound_ns; })},
       {"queue_length_mean", decimal([](const ReplayReport& r) { return r.queue_mean; }, 3)},
       {"waiting_p50_s", latency(&ReplayReport::waiting, &Latency::p50_ns)},
@@ -841,13 +877,6 @@ std::string per_request_row(const std::string& allocator, const RequestRecord& r
 void in_trace_order(std::vector<RequestRecord>& records) {
   std::sort(records.begin(), records.end(),
             [](const RequestRecord& a, const RequestRecord& b) { return a.ordinal < b.ordinal; });
-}
-
-std::string per_request_rows(const std::string& allocator, std::vector<RequestRecord>& records) {
-  in_trace_order(records);
-  std::string out;
-  for (const RequestRecord& r : records) out += per_request_row(allocator, r);
-  return out;
 }
 
 std::string timeline_header(const KvLayout& layout, bool sampled, bool caching) {

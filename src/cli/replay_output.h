@@ -25,6 +25,9 @@ struct ReplayContext {
   std::string budget;           // "none (demand)" or a description
   std::string scheduler;        // batching settings, for the record
   CostModel cost;               // the iteration cost model's coefficients
+  // Demand mode: the timing device and the KV budget it would give (0: none known).
+  std::string timing_device;
+  std::int64_t timing_device_kv_bytes = 0;
 };
 
 std::string replay_table(const ReplayContext& context, const std::vector<ReplayReport>& reports);
@@ -40,7 +43,8 @@ std::string refusal_causes(const ReplayReport& report, std::int64_t max_model_le
 // the allocator as it is and give the replica in fields of their own.
 std::string run_name(const ReplayReport& report);
 // What went wrong in one run, one sentence each: every request refused, a budget that cannot
-// hold one request, placement without a budget, and (with `overload`) an overloaded device.
+// hold one request, placement without a budget, reserve=max-tokens without max_tokens, a
+// prefix cache on a trace without prefix identity, and (with `overload`) an overloaded device.
 std::vector<std::string> run_warnings(const KvLayout& layout, const ReplayReport& report, bool overload);
 // The runs' warnings (every request refused, a budget that cannot hold one request, an
 // overloaded device) on stderr, one line each; the table and the JSON carry them too.
@@ -74,9 +78,7 @@ std::string replay_html(const ReplayContext& context, const std::vector<ReplayRe
 // only with two or more output tokens; an empty cell where a time does not exist.
 std::string per_request_header();
 std::string per_request_row(const std::string& allocator, const RequestRecord& record);
-// Puts one run's records in trace order (they come as requests leave) and renders their rows.
-std::string per_request_rows(const std::string& allocator, std::vector<RequestRecord>& records);
-// Puts records in trace order.
+// Puts records in trace order (they come as requests leave).
 void in_trace_order(std::vector<RequestRecord>& records);
 
 // The timeline's CSV header for `layout`, and one row; `allocator` is the first column so

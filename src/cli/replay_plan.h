@@ -26,6 +26,9 @@ struct ReplayPlan {
   std::string trace_path;
   ModelChoice choice;
   std::optional<Budget> budget;
+  // Demand mode: the KV budget the roofline's timing device would give (--device's), when
+  // the model's weights are known; the report warns when a run's peak needs more.
+  std::optional<Budget> timing_device_budget;
   ReplayOptions options;      // layout, schedule, cost, limits, memory; no callbacks yet
   TraceOptions trace;
   std::vector<std::unique_ptr<Allocator>> allocators;
