@@ -114,6 +114,10 @@ TEST_CASE("kvsim plan: brackets the rate-scale at which preemption starts, deriv
   CHECK(missed >= 10.0);
   CHECK(met < missed);
   CHECK((missed - met) / met <= 0.02);
+  // The answer's load as a number: two arrivals 1 s apart, scaled by X, are X requests a
+  // second by the overload rule's (requests - 1) / arrival span.
+  CHECK(j["met_arrival_rate_per_s"].get<double>() == Approx(met));
+  CHECK(j["missed_arrival_rate_per_s"].get<double>() == Approx(missed));
   CHECK(j["non_monotone"].empty());
   // The bracketing points are in the table of points, marked; the answer's sentence first.
   int marked = 0;

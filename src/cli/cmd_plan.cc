@@ -367,6 +367,12 @@ int run_plan(const Invocation& inv) {
     j["targets"] = ts;
     j["met"] = result.met ? nlohmann::ordered_json(find(*result.met).value_text) : nlohmann::ordered_json();
     j["missed"] = result.missed ? nlohmann::ordered_json(find(*result.missed).value_text) : nlohmann::ordered_json();
+    // The answer's load in requests a second, a number (the sentence has it in words).
+    const auto rate_of = [&](const std::optional<std::int64_t>& v) {
+      return v ? nlohmann::ordered_json(find(*v).report.overload.arrival_rate_per_s) : nlohmann::ordered_json();
+    };
+    j["met_arrival_rate_per_s"] = rate_of(result.met);
+    j["missed_arrival_rate_per_s"] = rate_of(result.missed);
     j["converged"] = result.converged;
     j["tolerance"] = vm["tolerance"].as<std::string>();
     nlohmann::ordered_json nm = nlohmann::ordered_json::array();
