@@ -347,7 +347,7 @@ void external_fragmentation_rows(RunColumns& t) {
   t.section("external fragmentation");
   t.row("  1 - largest free/free, mean", [](const ReplayReport& r) { return percent(r.external_fragmentation_mean); });
   t.row("  1 - largest free/free, max", [](const ReplayReport& r) { return percent(r.external_fragmentation_max); });
-  t.row("  placements failed with room free", [](const ReplayReport& r) { return with_commas(r.failed_placements); });
+  t.row("  no extent though room was free", [](const ReplayReport& r) { return with_commas(r.failed_placements); });
   t.row("  copied on growth, GiB", [](const ReplayReport& r) { return gib(r.copied_bytes); });
 }
 
