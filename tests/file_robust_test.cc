@@ -327,6 +327,14 @@ TEST_CASE("a FIFO, a pipe and /dev/stdin are read once, as the file would be", "
       run_sh(dir, "cat " + chat + " | $KVSIM replay - --model llama-3.1-8b --allocator paged,dense-static --json");
   REQUIRE(dash_replay.exit_code == 0);
   CHECK(replay_of(dash_replay.out) == replay_of(replay_file.out));
+  // --replicas reads the trace once per allocator: a stream is read whole first (it used to
+  // be opened again, and found empty).
+  const auto replicas_file = run_cli({"replay", kChat, "--allocator", "paged", "--replicas", "2", "--json"});
+  REQUIRE(replicas_file.exit_code == 0);
+  const auto replicas_pipe = run_sh(dir, "cat " + chat + " | $KVSIM replay - --allocator paged --replicas 2 --json");
+  INFO(replicas_pipe.err);
+  REQUIRE(replicas_pipe.exit_code == 0);
+  CHECK(replay_of(replicas_pipe.out) == replay_of(replicas_file.out));
   // A bad row names "-" and its line, as it would the file.
   const auto dash_bad = run_sh(dir, "printf 'id,arrival,prompt_tokens,output_tokens\\n1,0,x,5\\n' | $KVSIM replay -");
   CHECK(dash_bad.exit_code == 1);

@@ -564,8 +564,9 @@ ReplayPlan plan_replay(const po::variables_map& vm, bool open_trace_now) {
   // and replay's own outputs.
   if (!open_trace_now) return plan;
   // Open the trace once up front: a missing file or unknown format fails before any work.
-  // A stream can be opened once only: it is read here, whole, for every allocator, its
-  // token ids (if any) hashed at the one block size the allocators share prefixes at.
+  // A stream can be opened once only: one run reads it as it goes; several read it here,
+  // whole, its token ids (if any) hashed at the one block size the allocators share
+  // prefixes at.
   const GivenTraceOptions given = given_trace_options(vm);
   TraceOptions first_options = plan.trace;
   for (const auto& a : plan.allocators) {
@@ -583,7 +584,8 @@ ReplayPlan plan_replay(const po::variables_map& vm, bool open_trace_now) {
         }
       }
     }
-    plan.trace_in_memory = std::make_shared<const TraceInMemory>(*first);
+    if (plan.allocators.size() == 1 && plan.replicas == 1) plan.trace_stream = std::move(first);
+    else plan.trace_in_memory = std::make_shared<const TraceInMemory>(*first);
   }
 
   plan.jobs = std::max(1u, std::thread::hardware_concurrency());
@@ -762,7 +764,9 @@ std::vector<ReplayReport> run_all(ReplayPlan& plan, TimelineScratch& scratch, Pe
     }
     // Token ids are hashed at the block size the allocator shares prompts at.
     const TraceOptions trace_options = trace_options_for(plan, *plan.allocators[i]);
-    auto trace = plan.trace_in_memory ? plan.trace_in_memory->open() : open_trace(plan.trace_path, trace_options);
+    auto trace = plan.trace_stream     ? std::move(plan.trace_stream)
+                 : plan.trace_in_memory ? plan.trace_in_memory->open()
+                                        : open_trace(plan.trace_path, trace_options);
     reports[i] = replay(*trace, *plan.allocators[i], mine);
     progress.set(i, 1.0);
   });
@@ -847,7 +851,12 @@ int run_replay(const Invocation& inv) {
   PerRequestScratch per_request(plan.allocators.size());
   std::vector<HtmlRun> html_runs;
   const std::vector<ReplayReport> reports =
-      plan.replicas > 1 ? run_replicas(plan, [&plan](const TraceOptions& o) { return open_trace(plan.trace_path, o); })
+      plan.replicas > 1 ? run_replicas(plan,
+                                       [&plan](const TraceOptions& o) {
+                                         // A stream was read whole up front (plan_replay).
+                                         return plan.trace_in_memory ? plan.trace_in_memory->open()
+                                                                     : open_trace(plan.trace_path, o);
+                                       })
                         : run_all(plan, scratch, per_request, html_runs);
   render(plan, scratch, reports, per_request, html_runs);
   return kExitOk;

@@ -43,8 +43,10 @@ struct ReplayPlan {
   bool json = false;
   bool table_on_stdout = true;  // false when an output file is '-' (standard output)
   bool progress = false;
-  // A trace that cannot be read again (a pipe, a FIFO), read once for every allocator.
+  // A trace that cannot be read again (a pipe, a FIFO), read once for every allocator and
+  // replica; or, for one allocator on one engine, the stream itself, read as the run goes.
   std::shared_ptr<const TraceInMemory> trace_in_memory;
+  std::unique_ptr<TraceReader> trace_stream;
 };
 
 // One line on where the KV budget comes from: "70.08 GiB (75,243,498,700 bytes) on
