@@ -999,9 +999,14 @@ void Engine::end_step(std::int64_t duration) {
   last_step_end_ = now_;
   completed_in_last_step_ = completed_seqs_ - completed_before;
   // Every 64 steps: a step of long prompts under a radix tree can take milliseconds, and a
-  // run of a few thousand steps must still move the bar.
+  // run of a few thousand steps must still move the bar. The share of the trace read, times
+  // the share of the requests read that have ended: an overloaded run still draining its
+  // queue after the last arrival is not done.
   if (opt_.progress && report_.iterations % 64 == 0 && trace_.total_bytes() > 0) {
-    opt_.progress(static_cast<double>(trace_.bytes_read()) / static_cast<double>(trace_.total_bytes()));
+    const double read = static_cast<double>(trace_.bytes_read()) / static_cast<double>(trace_.total_bytes());
+    const double ended =
+        report_.requests > 0 ? static_cast<double>(requests_ended()) / static_cast<double>(report_.requests) : 1.0;
+    opt_.progress(read * ended);
   }
 }
 

@@ -330,3 +330,24 @@ TEST_CASE("engine: a prompt of no tokens is admitted when a step has no tokens l
   CHECK(r.report.ttft.p50_ns == 15 * kMs);  // nearest rank of {15, 50} ms
   CHECK(r.report.ttft.max_ns == 50 * kMs);
 }
+
+TEST_CASE("engine: progress counts the requests still to end, not only the trace read") {
+  // 100 requests at 0, one running at a time (max running 1), prompt 10 and output 10 in
+  // 1 ms steps: request k runs steps 10k..10k+9. The whole trace is read at step 0, yet the
+  // run is not done: every 64 steps progress reports the share read (1) times the share
+  // ended, 6 of 100 after step 63, 12 after step 127, ..., 96 after step 959. (It reported
+  // 1.0 from the start: a bar full while the queue drained.)
+  std::vector<Request> trace;
+  for (int k = 0; k < 100; ++k) trace.push_back(test::request("r" + std::to_string(k), 0, 10, 10));
+  ReplayOptions o = options(test::unit_layout(), fixed_step(kMs));
+  o.max_running = 1;
+  std::vector<double> reported;
+  o.progress = [&reported](double f) { reported.push_back(f); };
+  const auto r = run("paged:block=16", trace, o);
+  CHECK(r.report.completed == 100);
+  REQUIRE(reported.size() == 15);  // iterations 64, 128, ..., 960 of 1,000
+  for (std::size_t i = 0; i < reported.size(); ++i) {
+    INFO("report " << i);
+    CHECK(reported[i] == Approx(static_cast<double>(64 * (i + 1) / 10) / 100.0));
+  }
+}
