@@ -163,6 +163,76 @@ TEST_CASE("warnings: contiguous placement without a budget is said to change not
   CHECK(warnings_of(test::run_cli(args).out).empty());
 }
 
+TEST_CASE("warnings: reserve=max-tokens without max_tokens, and a prefix cache without prefix identity") {
+  // Neither request gives max_tokens: reserve=max-tokens plans their true output, as the
+  // oracle does. Neither carries prefix hashes: the cache can find no other request's prompt.
+  const std::string trace =
+      test::write_file("warn-plan.csv", "id,arrival,prompt_tokens,output_tokens\nr1,0,30,10\nr2,0,50,10\n");
+  const auto r = test::run_cli({"replay", trace, "--model", "llama-3.1-8b", "--allocator",
+                                "dense-static:reserve=max-tokens,paged:prefix-caching=on,paged", "--cost",
+                                "constant:step=1ms,prefill-token=0ps", "--json"});
+  REQUIRE(r.exit_code == 0);
+  const auto w = warnings_of(r.out);
+  REQUIRE(w.size() == 2);
+  CHECK(w[0] == "dense-static:reserve=max-tokens: 2 of 2 requests have no max_tokens in the trace, so their rows "
+                "reserve their true output, as reserve=oracle does (give --default-max-tokens N to plan for a limit)");
+  CHECK_THAT(w[1], Catch::StartsWith("paged:block=16,prefix-caching=on: the trace identifies no prompt block of 16 "
+                                     "tokens"));
+  // With --default-max-tokens the plan is a limit, and the bundled trace with prefix hashes
+  // (traces/shared-prefix.csv) gives the cache something to find: no warning.
+  const auto planned = test::run_cli({"replay", trace, "--model", "llama-3.1-8b", "--allocator",
+                                      "dense-static:reserve=max-tokens", "--default-max-tokens", "100", "--cost",
+                                      "constant:step=1ms,prefill-token=0ps", "--json"});
+  CHECK(warnings_of(planned.out).empty());
+  const auto shared = test::run_cli({"replay", std::string(KVSIM_SOURCE_DIR) + "/traces/shared-prefix.csv", "--model",
+                                     "llama-3.1-8b", "--allocator", "paged:prefix-caching=on", "--cost",
+                                     "constant:step=1ms,prefill-token=0ps", "--json"});
+  CHECK(warnings_of(shared.out).empty());
+}
+
+TEST_CASE("warnings: a demand run whose traffic peaks above the timing device's KV budget") {
+  // Four prompts of 120,000 tokens at 0, one output token each, through the roofline on the
+  // default H100-80GB: in demand mode all prefill in the first step, holding 4 x 120,001
+  // positions x 131,072 B = 62,915,018,752 B = 58.59 GiB of effective tokens, more than the
+  // 55.73 GiB the H100's budget leaves for KV (docs/size.md's subtraction). Under that budget
+  // (--device) the run is the device's own: no such warning.
+  std::string csv = "id,arrival,prompt_tokens,output_tokens\n";
+  for (int k = 0; k < 4; ++k) csv += "r" + std::to_string(k) + ",0,120000,1\n";
+  const std::string trace = test::write_file("warn-demand-peak.csv", csv);
+  const auto r = test::run_cli({"replay", trace, "--model", "llama-3.1-8b", "--allocator", "paged", "--json"});
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(warnings_of(r.out),
+             Catch::VectorContains(std::string(
+                 "the traffic's effective tokens peak at 58.59 GiB, more than the 55.73 GiB KV budget of the "
+                 "H100-80GB whose times this demand run assumes: on it requests would wait or be preempted, so the "
+                 "run's latencies are not that device's (add --device H100-80GB to serve under its budget)")));
+  const auto device = test::run_cli({"replay", trace, "--model", "llama-3.1-8b", "--allocator", "paged", "--device",
+                                     "H100-80GB", "--json"});
+  REQUIRE(device.exit_code == 0);
+  for (const auto& w : warnings_of(device.out)) CHECK(w.find("demand run") == std::string::npos);
+}
+
+TEST_CASE("warnings: requests with more samples than can run at once are refused, counted and said") {
+  // --max-running 2 places: the request of n = 4 can never run (its samples run together);
+  // the one of n = 2 is served. The table gains its row only in runs that refused one.
+  const std::string trace = test::write_file("warn-samples.csv",
+                                             "id,arrival,prompt_tokens,output_tokens,n\nwide,0,30,10,4\nok,0,30,10,2\n");
+  const std::vector<std::string> args{"replay", trace, "--model", "llama-3.1-8b", "--allocator", "paged",
+                                      "--max-running", "2", "--cost", "constant:step=1ms,prefill-token=0ps"};
+  auto json_args = args;
+  json_args.push_back("--json");
+  const auto r = test::run_cli(json_args);
+  REQUIRE(r.exit_code == 0);
+  const auto doc = nlohmann::json::parse(r.out);
+  CHECK(doc["runs"][0]["requests"]["refused_too_many_samples"] == 1);
+  CHECK(doc["runs"][0]["requests"]["completed"] == 1);
+  CHECK_THAT(warnings_of(r.out),
+             Catch::VectorContains(std::string("paged:block=16: refused 1 request with more samples (n) than "
+                                               "--max-running (or, without it, --max-batched-tokens) lets run at once")));
+  const auto table = test::run_cli(args);
+  CHECK_THAT(table.out, Catch::Contains("  refused (n above max running)"));
+}
+
 TEST_CASE("warnings: an overloaded device is warned about with the overload rule's own words") {
   // As tests/overload_test.cc: 20 requests 10 ms apart, 10 output tokens each, served one at a
   // time in 100 ms steps: 100 requests/s arrive, 1/s are served.

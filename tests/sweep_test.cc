@@ -319,6 +319,16 @@ TEST_CASE("sweep: a bad varied value is replay's own error naming the option, or
   CHECK(r.err.find(first_line.substr(first_line.find("--kv-budget"))) != std::string::npos);
   CHECK_FALSE(std::filesystem::exists(scratch_path("sweep-bad.csv")));
 
+  // A combination replay refuses names its point: the grid is max-running major, so points
+  // 0..3 are (16, 128), (16, 8192), (300, 128), (300, 8192), and 300 sequences need at least
+  // 300 tokens a step (vLLM's SchedulerConfig).
+  r = run_cli({"sweep", trace, "--kv-budget", "1GiB", "--vary", "max-running=16,300", "--vary",
+               "max-batched-tokens=128,8192", "--csv", scratch_path("sweep-bad.csv")});
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("--max-batched-tokens: must be at least --max-running (300)") != std::string::npos);
+  CHECK(r.err.find("(at point 2: max-running=300, max-batched-tokens=128)") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(scratch_path("sweep-bad.csv")));
+
   // From a spec file: the file and line.
   const std::string spec = write_file("sweep-spec.txt", "# the budget\n\nkv-budget = 1GiB, abc  # two values\n");
   r = run_cli({"sweep", trace, "--spec", spec});

@@ -113,9 +113,12 @@ TraceOptions trace_options(const ReadArgs& args, const CommandSpec& spec) {
 // Progress on a terminal: reading or writing millions of requests takes tens of seconds.
 
 // Runs `work` on a worker thread while this one draws a bar on stderr, when stderr is a
-// terminal (nothing is drawn otherwise); errors reach the caller as if `work` ran here.
-void with_progress(const char* label, const std::function<void(Progress&)>& work) {
-  Progress progress(1, ::isatty(STDERR_FILENO) != 0, label);
+// terminal and `output` (the file written, if any) is not standard output on a terminal,
+// where the bar would run into the rows; errors reach the caller as if `work` ran here.
+void with_progress(const char* label, const std::function<void(Progress&)>& work, const std::string& output = "") {
+  const bool rows_on_terminal =
+      (output == "-" || (!output.empty() && names_standard_output(output))) && ::isatty(STDOUT_FILENO) != 0;
+  Progress progress(1, ::isatty(STDERR_FILENO) != 0 && !rows_on_terminal, label);
   run_in_parallel(1, 1, progress, [&](std::size_t) { work(progress); });
 }
 
@@ -269,7 +272,7 @@ int run_convert(const Invocation& inv) {
       Request r;
       while (watched.next(r)) writer.write(r);
     });
-  });
+  }, out);
   if (in_format == TraceFormat::token_ids) {
     fmt::print(stderr,
                "kvsim: note: the token ids became prefix hashes of {}-token blocks: replays of {} share prompts at "
@@ -426,7 +429,7 @@ int run_gen(const Invocation& inv) {
         throw InputError(Location{out, 0, ""}, "no request was generated: does any arrival fall inside --duration?");
       }
     });
-  });
+  }, out);
   if (out != "-") fmt::print(stderr, "kvsim: wrote {} requests to {}\n", with_commas(count), printable(out));
   return kExitOk;
 }

@@ -120,6 +120,23 @@ std::string refusal_causes(const ReplayReport& r, std::int64_t max_model_len) {
   return out;
 }
 
+std::optional<std::string> timing_device_warning(const std::vector<ReplayReport>& reports, const std::string& device,
+                                                 std::int64_t kv_bytes) {
+  // The traffic's own peak (effective tokens, the same under every allocator of a demand
+  // run), on one device: not a total over replicas.
+  std::int64_t effective_peak = 0;
+  for (const ReplayReport& r : reports) {
+    if (r.capacity_bytes == 0 && (r.replicas == 0 || r.replica >= 0)) {
+      effective_peak = std::max(effective_peak, r.effective_bytes.peak);
+    }
+  }
+  if (kv_bytes <= 0 || effective_peak <= kv_bytes) return std::nullopt;
+  return fmt::format("the traffic's effective tokens peak at {} GiB, more than the {} GiB KV budget of the {} whose "
+                     "times this demand run assumes: on it requests would wait or be preempted, so the run's "
+                     "latencies are not that device's (add --device {} to serve under its budget)",
+                     gib(effective_peak), gib(kv_bytes), device, device);
+}
+
 std::string run_name(const ReplayReport& r) {
   if (r.replicas == 0) return r.allocator;
   if (r.replica < 0) return fmt::format("{} [{} replicas]", r.allocator, r.replicas);
@@ -164,6 +181,14 @@ std::vector<std::string> run_warnings(const KvLayout& layout, const ReplayReport
                               "reservation finds an extent (give --kv-budget or --device)",
                               run_name(r)));
   }
+  // Refused for their samples: kvsim runs a request's n samples together (vLLM would run them
+  // in turns), so say so even when other requests were served.
+  if (r.rejected_too_many_samples > 0 && r.refused() < r.requests) {
+    out.push_back(fmt::format("{}: refused {} {} with more samples (n) than --max-running (or, without it, "
+                              "--max-batched-tokens) lets run at once",
+                              run_name(r), with_commas(r.rejected_too_many_samples),
+                              r.rejected_too_many_samples == 1 ? "request" : "requests"));
+  }
   // A reservation planned for max_tokens where the trace gives none: the true output, which
   // no engine knows in advance (reserve=oracle's figures under another name).
   if (r.allocator.find("reserve=max-tokens") != std::string::npos && r.planned_at_output_requests > 0) {
@@ -174,10 +199,14 @@ std::vector<std::string> run_warnings(const KvLayout& layout, const ReplayReport
   }
   // A prefix cache on a trace that identifies no prompt block (Azure's, BurstGPT's, lengths
   // only): its hit rate of 0 says nothing about caching.
-  if (r.prefix_block_tokens > 0 && r.requests > 0 && r.prefix_identified_requests == 0) {
+  // Judged on the whole trace: one engine's run, or the replicas' total (a replica may have
+  // been routed none of the requests that carry identity).
+  if (r.prefix_block_tokens > 0 && r.requests > 0 && r.prefix_identified_requests == 0 &&
+      (r.replicas == 0 || r.replica < 0)) {
     out.push_back(fmt::format("{}: the trace identifies no prompt block of {} tokens (no prefix hashes, Mooncake "
-                              "hash_ids or token ids, or no prompt that long), so no prompt can be found in the "
-                              "cache; 'kvsim trace stats' says what a trace carries",
+                              "hash_ids or token ids, or no prompt that long), so no request can find another's "
+                              "prompt in the cache (a preempted one can still find its own blocks); 'kvsim trace "
+                              "stats' says what a trace carries",
                               run_name(r), with_commas(r.prefix_block_tokens)));
   }
   if (overload && r.overload.overloaded) out.push_back(overload_text(r));
@@ -189,23 +218,10 @@ namespace {
 // Every run's warnings, in the order of the runs.
 std::vector<std::string> warnings(const ReplayContext& c, const std::vector<ReplayReport>& reports, bool overload) {
   std::vector<std::string> out;
-  // Demand mode: the traffic's own peak (effective tokens, the same under every allocator)
-  // against the KV budget of the device whose times the run assumes, once for all runs (one
-  // device: not a total over replicas).
-  std::int64_t effective_peak = 0;
   for (const ReplayReport& r : reports) {
     for (auto& w : run_warnings(c.layout, r, overload)) out.push_back(std::move(w));
-    if (r.capacity_bytes == 0 && (r.replicas == 0 || r.replica >= 0)) {
-      effective_peak = std::max(effective_peak, r.effective_bytes.peak);
-    }
   }
-  if (c.timing_device_kv_bytes > 0 && effective_peak > c.timing_device_kv_bytes) {
-    out.push_back(fmt::format("the traffic's effective tokens peak at {} GiB, more than the {} GiB KV budget of the "
-                              "{} whose times this demand run assumes: on it requests would wait or be preempted, "
-                              "so the run's latencies are not that device's (add --device {} to serve under its "
-                              "budget)",
-                              gib(effective_peak), gib(c.timing_device_kv_bytes), c.timing_device, c.timing_device));
-  }
+  if (auto w = timing_device_warning(reports, c.timing_device, c.timing_device_kv_bytes)) out.push_back(std::move(*w));
   return out;
 }
 
@@ -416,7 +432,6 @@ void serving_rows(RunColumns& t) {
     return gib(r.swapped_out_bytes) + " / " + gib(r.swapped_in_bytes);
   });
   t.row("  refused (never fits the budget)", [](const ReplayReport& r) { return with_commas(r.rejected_too_large); });
-  t.row("  refused (n above max running)", [](const ReplayReport& r) { return with_commas(r.rejected_too_many_samples); });
   t.row("  time at full capacity, s", [](const ReplayReport& r) {
     return seconds(r.memory_bound_ns) + " (" + percent(r.end_ns > r.start_ns ? static_cast<double>(r.memory_bound_ns) /
                                                                                    static_cast<double>(r.end_ns - r.start_ns)
@@ -466,11 +481,16 @@ void prefix_cache_rows(RunColumns& t) {
   });
 }
 
-void request_rows(RunColumns& t) {
+// `samples_refused`: some run refused requests with more samples than can run at once (a
+// row only then, so that other runs' tables stay as they were).
+void request_rows(RunColumns& t, bool samples_refused) {
   t.section("requests");
   t.row("  completed", [](const ReplayReport& r) { return with_commas(r.completed); });
   t.row("  cancelled", [](const ReplayReport& r) { return with_commas(r.cancelled_queued + r.cancelled_running); });
   t.row("  refused (longer than max length)", [](const ReplayReport& r) { return with_commas(r.rejected_too_long); });
+  if (samples_refused) {
+    t.row("  refused (n above max running)", [](const ReplayReport& r) { return with_commas(r.rejected_too_many_samples); });
+  }
   t.row("  throughput, generated tokens/s", [](const ReplayReport& r) {
     return fmt::format("{:.1f}", r.generated_tokens_per_s);
   });
@@ -504,7 +524,8 @@ std::string replay_table(const ReplayContext& c, const std::vector<ReplayReport>
   // Only when reservations are placed, so that other runs' output stays as it was.
   if (bounded && any_placement(reports)) capacity_share_rows(t);
   if (any_sharing(reports)) prefix_cache_rows(t);
-  request_rows(t);
+  request_rows(t, std::any_of(reports.begin(), reports.end(),
+                              [](const ReplayReport& r) { return r.rejected_too_many_samples > 0; }));
   latency_rows(t);
   leak_check_row(t);
   // Warnings first, one line each; an overload keeps its own line in the header.
@@ -525,7 +546,9 @@ std::string replay_figures_help() {
          "    therefore exceed out; a request that never comes back is refused, its bytes never in.\n"
          "  warnings (stderr, table top, JSON \"warnings\"): every request refused, a budget that\n"
          "    cannot hold the trace's smallest request, an overloaded device, contiguous placement\n"
-         "    without a budget.";
+         "    without a budget, requests refused for their samples (n), reserve=max-tokens on\n"
+         "    requests without max_tokens, a prefix cache on a trace without prefix identity, and in\n"
+         "    demand mode traffic whose peak exceeds the timing device's KV budget.";
 }
 
 void print_warnings(const ReplayContext& c, const std::vector<ReplayReport>& reports) {
@@ -557,6 +580,7 @@ nlohmann::ordered_json replay_run_json(const ReplayReport& r, bool placement) {
                          {"cancelled_queued", r.cancelled_queued},
                          {"cancelled_running", r.cancelled_running},
                          {"refused_too_long", r.rejected_too_long},
+                         {"refused_too_many_samples", r.rejected_too_many_samples},
                          {"prompt_tokens", r.prompt_tokens},
                          {"generated_tokens", r.generated_tokens}};
   run["time"] = Json{{"start_s", static_cast<double>(r.start_ns) / 1e9},
@@ -596,7 +620,6 @@ nlohmann::ordered_json replay_run_json(const ReplayReport& r, bool placement) {
                         {"swapped_out_bytes", r.swapped_out_bytes},
                         {"swapped_in_bytes", r.swapped_in_bytes},
                         {"refused_too_large", r.rejected_too_large},
-                        {"refused_too_many_samples", r.rejected_too_many_samples},
                         {"time_at_full_capacity_ns", r.memory_bound_ns},
                         {"queue_length_mean", r.queue_mean},
                         {"queue_length_max", r.queue_max},
@@ -707,6 +730,7 @@ std::vector<std::pair<const char*, Cell>> csv_columns(const CsvShape& shape) {
       {"completed", integer(&ReplayReport::completed)},
       {"cancelled", [](const ReplayReport& r) { return std::to_string(r.cancelled_queued + r.cancelled_running); }},
       {"refused_too_long", integer(&ReplayReport::rejected_too_long)},
+      {"refused_too_many_samples", integer(&ReplayReport::rejected_too_many_samples)},
       {"duration_s", secs([](const ReplayReport& r) { return r.end_ns - r.start_ns; })},
       {"iterations", integer(&ReplayReport::iterations)},
       {"effective_bytes_mean", decimal([](const ReplayReport& r) { return r.effective_bytes.mean; }, 3)},
@@ -758,7 +782,6 @@ std::vector<std::pair<const char*, Cell>> csv_columns(const CsvShape& shape) {
       {"swapped_out_bytes", integer(&ReplayReport::swapped_out_bytes)},
       {"swapped_in_bytes", integer(&ReplayReport::swapped_in_bytes)},
       {"refused_too_large", integer(&ReplayReport::rejected_too_large)},
-      {"refused_too_many_samples", integer(&ReplayReport::rejected_too_many_samples)},
       {"time_at_full_capacity_s", secs([](const ReplayReport& r) { return r.memory_bound_ns; })},
       {"queue_length_mean", decimal([](const ReplayReport& r) { return r.queue_mean; }, 3)},
       {"waiting_p50_s", latency(&ReplayReport::waiting, &Latency::p50_ns)},

@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,10 @@ std::string refusal_causes(const ReplayReport& report, std::int64_t max_model_le
 // --replicas "[replica k: R routed]" or, for their total, "[N replicas]". CSV and JSON keep
 // the allocator as it is and give the replica in fields of their own.
 std::string run_name(const ReplayReport& report);
+// Demand mode: when the traffic's effective tokens peak above the KV budget `kv_bytes` of
+// `device`, whose times the run assumes, one sentence saying so (nothing when kv_bytes <= 0).
+std::optional<std::string> timing_device_warning(const std::vector<ReplayReport>& reports, const std::string& device,
+                                                 std::int64_t kv_bytes);
 // What went wrong in one run, one sentence each: every request refused, a budget that cannot
 // hold one request, placement without a budget, reserve=max-tokens without max_tokens, a
 // prefix cache on a trace without prefix identity, and (with `overload`) an overloaded device.

@@ -140,6 +140,17 @@ ReplayPlan SweepSetup::plan_point(std::int64_t p) const {
         throw InputError(Location{axis.file, axis.line, e.where().field}, e.problem());
       }
     }
+    // A value refused at one point of the grid: say which point.
+    for (const auto& axis : grid_.axes()) {
+      if (e.where().file.empty() && e.where().field == "--" + axis.name) {
+        const auto values = grid_.values_at(p);
+        std::string label;
+        for (std::size_t k = 0; k < values.size(); ++k) {
+          label += (k == 0 ? "" : ", ") + grid_.axes()[k].name + "=" + values[k];
+        }
+        throw InputError(e.where(), e.problem() + " (at point " + std::to_string(p) + ": " + label + ")");
+      }
+    }
     throw;
   }
 }
@@ -240,6 +251,11 @@ PointRun run_point(const SweepSetup& setup, const TraceCache& cache, std::int64_
     }
   }
   for (const ReplayReport& r : run.reports) run.warnings.push_back(run_warnings(plan.options.layout, r, true));
+  if (plan.timing_device_budget && !run.warnings.empty()) {
+    if (auto w = timing_device_warning(run.reports, plan.options.cost.device, plan.timing_device_budget->kv_budget_bytes)) {
+      run.warnings.front().push_back(std::move(*w));
+    }
+  }
   return run;
 }
 
