@@ -60,25 +60,18 @@ Json occupancy_json(const Occupancy& o, const char* unit) {
   return j;
 }
 
-Json fragmentation_json(const Fragmentation& f) {
-  return Json{{"tail", rounded(f.tail)},
-              {"reservation", rounded(f.reservation)},
-              {"padding", rounded(f.padding)},
-              {"duplicate", rounded(f.duplicate)},
-              {"outside_window", rounded(f.outside_window)},
-              {"total", rounded(f.total())}};
-}
-
-// At one instant (the allocated peak) every part is a whole number of bytes or positions:
-// JSON integers, as the other byte counts are.
-Json fragmentation_at_instant_json(const Fragmentation& f) {
-  const auto whole = [](double v) { return static_cast<std::int64_t>(std::llround(v)); };
-  return Json{{"tail", whole(f.tail)},
-              {"reservation", whole(f.reservation)},
-              {"padding", whole(f.padding)},
-              {"duplicate", whole(f.duplicate)},
-              {"outside_window", whole(f.outside_window)},
-              {"total", whole(f.total())}};
+// Means as decimals; `at_instant` (the allocated peak): every part is a whole number of
+// bytes or positions, JSON integers as the other byte counts are.
+Json fragmentation_json(const Fragmentation& f, bool at_instant = false) {
+  const auto value = [at_instant](double v) {
+    return at_instant ? Json(static_cast<std::int64_t>(std::llround(v))) : Json(rounded(v));
+  };
+  return Json{{"tail", value(f.tail)},
+              {"reservation", value(f.reservation)},
+              {"padding", value(f.padding)},
+              {"duplicate", value(f.duplicate)},
+              {"outside_window", value(f.outside_window)},
+              {"total", value(f.total())}};
 }
 
 // Null figures when nothing was measured: 0 s would read as instant service.
@@ -591,7 +584,7 @@ nlohmann::ordered_json replay_run_json(const ReplayReport& r, bool placement) {
                              {"allocated_slots", occupancy_json(r.allocated_bytes, "bytes")},
                              {"reserved_slots", occupancy_json(r.reserved_bytes, "bytes")}};
   run["internal_fragmentation_bytes"] = Json{{"mean", fragmentation_json(r.mean_bytes)},
-                                             {"at_allocated_peak", fragmentation_at_instant_json(r.at_peak_bytes)}};
+                                             {"at_allocated_peak", fragmentation_json(r.at_peak_bytes, true)}};
   run["usage"] = Json{{"token_level", number_or_null(r.token_usage)}, {"block_level", number_or_null(r.block_usage)}};
   run["external_fragmentation"] = Json{{"mean", r.external_fragmentation_mean},
                                        {"max", r.external_fragmentation_max},
@@ -606,7 +599,7 @@ nlohmann::ordered_json replay_run_json(const ReplayReport& r, bool placement) {
                       {"effective_tokens", occupancy_json(g.effective_tokens, "positions")},
                       {"allocated_slots", occupancy_json(g.allocated_slots, "positions")},
                       {"internal_fragmentation_positions",
-                       Json{{"mean", fragmentation_json(g.mean_slots)}, {"at_allocated_peak", fragmentation_at_instant_json(g.at_peak_slots)}}}});
+                       Json{{"mean", fragmentation_json(g.mean_slots)}, {"at_allocated_peak", fragmentation_json(g.at_peak_slots, true)}}}});
   }
   run["layer_groups"] = gs;
   run["latency"] = Json{{"ttft", latency_json(r.ttft)}, {"end_to_end", latency_json(r.e2e)},
