@@ -41,12 +41,7 @@ Engine::Engine(TraceReader& trace, Allocator& allocator, const ReplayOptions& op
                      "without chunked prefill it must be at least the model's maximum length (" +
                          std::to_string(max_tokens_) + ")");
   }
-  if (opt_.max_batched_tokens > 0 && opt_.max_running > opt_.max_batched_tokens) {
-    // vLLM's SchedulerConfig refuses it too: every running sequence decodes a token a step.
-    throw InputError(Location{"", 0, kOptMaxBatchedTokens},
-                     "must be at least " + std::string(kOptMaxRunning) + " (" + std::to_string(opt_.max_running) +
-                         "): every running sequence takes a token of each step");
-  }
+  check_scheduler_limits(opt_);
   max_seqs_ = opt_.max_running > 0 ? opt_.max_running : opt_.max_batched_tokens;
   // The run is bounded by the budget, or by the allocator's own bound (dynamic:arena=BYTES)
   // when that is smaller or there is no budget: the scheduler must plan against the memory
@@ -103,13 +98,10 @@ std::int64_t Engine::take_ticket() {
     refused_at_arrival();
     return -1;
   }
-  // Under a budget a preempted request is recomputed, and each of its positions past the
-  // prompt costs n tokens of a step's budget: with n above --max-batched-tokens that prefill
-  // could never advance. vLLM refuses max_num_batched_tokens < max_num_seqs at start-up
-  // (SchedulerConfig); per request, kvsim refuses it at arrival.
   // Its n samples run together, each a sequence: more than max_running (which is at most
-  // max_batched_tokens) could never run at once. (vLLM runs the n samples as n requests, and
-  // refuses max_num_batched_tokens < max_num_seqs at start-up.)
+  // max_batched_tokens) could never run at once, and a recomputed position past the prompt,
+  // which costs n tokens of a step, could never be scheduled. (vLLM runs the n samples as n
+  // requests, and refuses max_num_batched_tokens < max_num_seqs at start-up.)
   if (max_seqs_ > 0 && next_.n > max_seqs_) {
     ++report_.rejected_too_many_samples;
     refused_at_arrival();

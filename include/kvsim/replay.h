@@ -476,6 +476,11 @@ void judge_overload(ReplayReport& report);
 // memory are set. replay() never applies it itself, so a 0 passed to replay() stays unlimited.
 void apply_vllm_scheduler_defaults(ReplayOptions& options);
 
+// Throws InputError naming --max-batched-tokens when it is set below max_running, as vLLM's
+// SchedulerConfig refuses it: every running sequence decodes a token each step. replay()
+// checks it; `kvsim replay` and its sweeps check it when they plan, to name the point.
+void check_scheduler_limits(const ReplayOptions& options);
+
 // Replays `trace` through `allocator`. Throws InputError on a bad trace row, InternalError
 // when an invariant breaks (including a leak at the end).
 ReplayReport replay(TraceReader& trace, Allocator& allocator, const ReplayOptions& options);

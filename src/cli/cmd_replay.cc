@@ -317,12 +317,7 @@ ReplayOptions replay_options_from(const po::variables_map& vm, const ModelChoice
   if (budget) ro.memory.kv_budget_bytes = budget->kv_budget_bytes;
   // Options not given are 0 here; under a budget they become vLLM's (the library's rule).
   apply_vllm_scheduler_defaults(ro);
-  // Refused when planned, so that a sweep names its point (the engine refuses it too).
-  if (ro.max_batched_tokens > 0 && ro.max_running > ro.max_batched_tokens) {
-    throw InputError(Location{"", 0, kOptMaxBatchedTokens},
-                     "must be at least " + std::string(kOptMaxRunning) + " (" + std::to_string(ro.max_running) +
-                         "): every running sequence takes a token of each step (vLLM refuses it too)");
-  }
+  check_scheduler_limits(ro);  // when planned, so that a sweep names its point
   if (graphs) ro.cuda_graph_max_tokens = cuda_graph_max_tokens(ro.max_running, ro.max_batched_tokens);
   // Options that cannot act in the combination given, refused rather than echoed as if they
   // had acted: with no bound on a step's tokens (demand mode) no prompt is split, and
