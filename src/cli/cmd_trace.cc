@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <functional>
+#include <memory>
 #include <span>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -260,14 +261,9 @@ int run_convert(const Invocation& inv) {
   const std::string inputs[] = {in};
   with_progress("writing", [&](Progress& progress) {
     write_whole(out, format, columns, inputs, [&](TraceWriter& writer) {
-      if (!rereadable) {
-        for (std::size_t i = 0; i < kept.size(); ++i) {
-          writer.write(kept[i]);
-          if ((i & 4095) == 0) progress.set(0, static_cast<double>(i) / static_cast<double>(kept.size()));
-        }
-        return;
-      }
-      auto reader = open_trace(in, trace);
+      std::unique_ptr<TraceReader> reader;
+      if (rereadable) reader = open_trace(in, trace);
+      else reader = std::make_unique<RequestVectorReader>(std::move(kept), in);
       ProgressReader watched(*reader, progress);
       Request r;
       while (watched.next(r)) writer.write(r);
