@@ -249,13 +249,13 @@ class ArrivalClock {
 //
 // The trace writes block numbers, not the 64-bit hashes: 0, 1, 2, ... in the order blocks
 // are first written. A block is shared only by copying the Prefix that holds it (a system
-// prompt's, a session's context), so each block's number travels with it: numbers[i] is
-// block i's once written (kUnnumbered before), and no table of every block ever written is
-// kept (at 16 tokens a block that table had grown by 3.4 KB a request, 6.8 GB for 2M).
+// prompt's, a session's context), so each block's number travels with it, and no table of
+// every block ever written is kept (at 16 tokens a block that table had grown by 3.4 KB a
+// request, 6.8 GB for 2M). The hasher appends each full block's hash to `blocks`; writing
+// the block replaces the hash, which nothing reads, by the number.
 struct Prefix {
-  static constexpr std::uint64_t kUnnumbered = ~std::uint64_t{0};
-  std::vector<std::uint64_t> hashes;
-  std::vector<std::uint64_t> numbers;  // as many as hashes once numbered, else fewer
+  std::vector<std::uint64_t> blocks;  // [0, numbered): numbers; the rest: hashes
+  std::size_t numbered = 0;
   detail::BlockHasher hasher{1, nullptr};
   std::int64_t tokens = 0;
 
@@ -267,7 +267,7 @@ struct Prefix {
                        "a prompt with prefix hashes would hold more than " + std::to_string(kMaxHashedPromptTokens) +
                            " tokens, the most trace gen hashes: use shorter system prompts, turns or a max_context");
     }
-    hasher.set_output(&hashes);
+    hasher.set_output(&blocks);
     for (std::int64_t j = 0; j < count; ++j) hasher.add((segment << 32) + static_cast<std::uint64_t>(j));
     tokens += count;
   }
@@ -399,7 +399,7 @@ struct TraceGenerator::State {
   std::vector<std::pair<std::int64_t, std::int64_t>> pairs;  // --lengths-from
   bool prefixes = false;
   std::vector<Prefix> system_prefixes;
-  std::uint64_t next_block_number = 0;  // blocks written so far (Prefix::numbers)
+  std::uint64_t next_block_number = 0;  // blocks written so far (Prefix::blocks)
   std::uint64_t next_segment = 0;
   std::int64_t next_new_ns = 0;
   std::int64_t emitted = 0;
@@ -425,10 +425,7 @@ struct TraceGenerator::State {
 
   // Numbers the blocks of `p` not numbered yet, in order.
   void number_blocks(Prefix& p) {
-    p.numbers.resize(p.hashes.size(), Prefix::kUnnumbered);
-    for (auto& number : p.numbers) {
-      if (number == Prefix::kUnnumbered) number = next_block_number++;
-    }
+    for (; p.numbered < p.blocks.size(); ++p.numbered) p.blocks[p.numbered] = next_block_number++;
   }
 
   // Fills in what every request gets: prompt and its block numbers, output, max_tokens,
@@ -438,7 +435,7 @@ struct TraceGenerator::State {
     if (prefixes) {
       out.prefix_block_tokens = o.block_tokens;
       number_blocks(prompt);
-      out.prefix_hashes.assign(prompt.numbers.begin(), prompt.numbers.end());
+      out.prefix_hashes.assign(prompt.blocks.begin(), prompt.blocks.end());
     }
     out.output_tokens = output_tokens;
     const auto& m = o.max_tokens;
