@@ -433,3 +433,23 @@ TEST_CASE("sweep: varying --replicas gives every row the replicas and replica co
   CHECK(cells(3) == "3|paged:block=16|2|1|1");
   CHECK(cells(4) == "3|paged:block=16|2||3");
 }
+
+TEST_CASE("sweep: a file is read only as far as the points' --requests need, as replay reads it") {
+  // Three good rows, then a row whose arrival is not a number. Replay with --requests 2 never
+  // reads the fourth row (trace.h, load scaling); a sweep whose points need at most three rows
+  // must not either, and one that needs the fourth must report it by file, line and column.
+  const std::string trace = write_file("sweep-bad-fourth.csv", std::string(kThree) + "d,x,10,1\n");
+  const auto ok = run_cli({"sweep", trace, "--model", "llama-3.1-8b", "--allocator", "paged:block=16", "--vary",
+                           "requests=1,3", "--csv", "-"});
+  REQUIRE(ok.exit_code == 0);
+  const auto rows = lines(ok.out);
+  REQUIRE(rows.size() == 3);
+  const std::size_t completed = column(rows[0], "completed");
+  CHECK(fields(rows[1])[completed] == "1");
+  CHECK(fields(rows[2])[completed] == "3");
+
+  const auto bad = run_cli({"sweep", trace, "--model", "llama-3.1-8b", "--allocator", "paged:block=16", "--vary",
+                            "requests=1,4"});
+  CHECK(bad.exit_code != 0);
+  CHECK(bad.err.find("sweep-bad-fourth.csv:5: column 'arrival'") != std::string::npos);
+}

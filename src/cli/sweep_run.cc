@@ -193,12 +193,15 @@ std::string SweepSetup::jsonl_row(std::int64_t p, std::int64_t point_rows, const
 }
 
 const TraceInMemory& TraceCache::read(const std::string& path, const TraceOptions& options) {
+  if (traces_.empty()) windowed_reads_ = trace_can_be_reread(path);
   TraceOptions parse = options;
   const TraceOptions unscaled;
   parse.rate_scale_ppb = unscaled.rate_scale_ppb;
-  parse.window_from_ns = unscaled.window_from_ns;
-  parse.window_to_ns = unscaled.window_to_ns;
-  parse.max_requests = unscaled.max_requests;
+  if (!windowed_reads_) {
+    parse.window_from_ns = unscaled.window_from_ns;
+    parse.window_to_ns = unscaled.window_to_ns;
+    parse.max_requests = unscaled.max_requests;
+  }
   if (const auto* found = find(options)) return *found;
   if (!traces_.empty() && !trace_can_be_reread(path)) {
     throw InputError(Location{path, 0, ""}, "the points read this trace in different ways (format, sort, rate, seed "
@@ -222,8 +225,10 @@ std::string TraceCache::key(const TraceOptions& o) const {
   const TraceFormat format = o.format == TraceFormat::automatic && detected_ ? *detected_ : o.format;
   // Prefix hashes are computed from token ids only: other formats read the same at any block size.
   const std::int64_t hash = format == TraceFormat::token_ids ? o.hash_block_tokens : 0;
-  return fmt::format("{}|{}|{}|{:a}|{}|{}|{}", trace_format_name(format), o.sort, o.keep_failed,
-                     o.synthetic_rate_per_s, o.synthetic_seed, hash, o.max_errors);
+  std::string key = fmt::format("{}|{}|{}|{:a}|{}|{}|{}", trace_format_name(format), o.sort, o.keep_failed,
+                                o.synthetic_rate_per_s, o.synthetic_seed, hash, o.max_errors);
+  if (windowed_reads_) key += fmt::format("|{}|{}|{}", o.window_from_ns, o.window_to_ns, o.max_requests);
+  return key;
 }
 
 PointRun run_point(const SweepSetup& setup, const TraceCache& cache, std::int64_t p,

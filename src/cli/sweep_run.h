@@ -62,7 +62,10 @@ class SweepSetup {
 
 // The trace, read once per distinct way the points parse it (format, sort, rate, seed, and
 // the prefix block size for token-id traces) and kept in memory; load scaling is applied on
-// top per point. read() runs on one thread before the replays; find() on any.
+// top per point. A file is read only as far as a point's --time-window and --requests need
+// (once per distinct window and count: both keep the trace's own times, so applying them
+// again per point changes nothing); a pipe, which can be read once, is read whole. read()
+// runs on one thread before the replays; find() on any.
 class TraceCache {
  public:
   const TraceInMemory& read(const std::string& path, const TraceOptions& options);
@@ -72,6 +75,7 @@ class TraceCache {
   std::string key(const TraceOptions& options) const;
   std::map<std::string, std::shared_ptr<const TraceInMemory>> traces_;
   std::optional<TraceFormat> detected_;
+  bool windowed_reads_ = false;  // set at the first read: the path can be read again
 };
 
 // Plans every point of the grid (so a bad value fails before any replay), reads the trace
