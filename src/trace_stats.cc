@@ -9,6 +9,7 @@
 #include <unordered_set>
 
 #include "block_hash.h"
+#include "hash_table.h"
 #include "kvsim/error.h"
 #include "kvsim/units.h"
 
@@ -24,7 +25,7 @@ struct TraceStatsBuilder::State {
   double gap_mean = 0;
   double gap_m2 = 0;
   TraceStats counts;
-  std::unordered_set<std::uint64_t> hashes;
+  detail::HashSet64 hashes;  // the chains of every prompt block seen
   std::unordered_set<std::string> sessions;
 };
 
@@ -130,7 +131,7 @@ void TraceStatsBuilder::add(const Request& r) {
     for (std::size_t i = 0; i < r.prefix_hashes.size(); ++i) {
       ++c.prefix_blocks;
       chain = detail::chain_given_hash(chain, r.prefix_hashes[i]);
-      if (!s.hashes.insert(chain).second) {
+      if (!s.hashes.insert(chain)) {
         ++c.prefix_blocks_seen;
         const std::int64_t block_start = static_cast<std::int64_t>(i) * r.prefix_block_tokens;
         c.prefix_tokens_seen += std::min(r.prefix_block_tokens, r.prompt_tokens - block_start);  // <= prefix_tokens

@@ -1,6 +1,7 @@
-// The open-addressing maps (src/hash_table.h, and the prefix cache's src/block_index.h)
-// against std::map, the reference: the same operations must leave the same contents,
-// through growth, wrap-around probe runs and erasures that shift runs back.
+// The open-addressing maps and set (src/hash_table.h, and the prefix cache's
+// src/block_index.h) against std::map and std::set, the references: the same operations must
+// leave the same contents, through growth, wrap-around probe runs and erasures that shift
+// runs back.
 #include "hash_table.h"
 
 #include "block_index.h"
@@ -9,6 +10,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <vector>
 
 #include "random.h"
@@ -66,6 +68,29 @@ TEST_CASE("hash table: consecutive small keys, as trace-given hashes are, and th
     else REQUIRE((v != nullptr && *v == k + 1));
   }
   CHECK_FALSE(table.erase(0));
+}
+
+TEST_CASE("hash set: insert and contains agree with std::set through growth, the empty slot's key included",
+          "[hash_table]") {
+  HashSet64 set;
+  std::set<std::uint64_t> reference;
+  std::uint64_t state = 11;
+  // Small keys, so that half the inserts find their key present; 0 (the value an empty slot
+  // holds) among them, and the largest key, which must not be confused with it.
+  for (int op = 0; op < 100000; ++op) {
+    state = splitmix64(state);
+    std::uint64_t key = state % 5000;
+    if (key == 4999) key = ~std::uint64_t{0};
+    if ((state >> 32) % 2 == 0) {
+      REQUIRE(set.insert(key) == reference.insert(key).second);
+    } else {
+      REQUIRE(set.contains(key) == (reference.count(key) == 1));
+    }
+    REQUIRE(set.size() == reference.size());
+  }
+  CHECK(reference.count(0) == 1);
+  for (std::uint64_t key = 0; key < 5000; ++key) REQUIRE(set.contains(key) == (reference.count(key) == 1));
+  CHECK_FALSE(set.contains(5000));
 }
 
 // BlockIndex keeps 32 bits of each mixed key and asks hash_of(id) for the rest: keys[id].
