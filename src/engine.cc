@@ -91,6 +91,15 @@ void Engine::refused_at_arrival() {
 
 std::int64_t Engine::take_ticket() {
   ++report_.requests;
+  // vLLM's engine ends such a request at max_model_len tokens. (A prompt of exactly
+  // max_model_len, which vLLM gives one token, stays refused: kvsim would hold one position
+  // past the length for it, its accounting convention's extra position.)
+  if (opt_.cap_at_max_model_len && next_.prompt_tokens < max_tokens_ &&
+      next_.output_tokens > max_tokens_ - next_.prompt_tokens) {
+    next_.output_tokens = max_tokens_ - next_.prompt_tokens;
+    if (next_.max_tokens) next_.max_tokens = std::min(*next_.max_tokens, next_.output_tokens);
+    ++report_.capped_at_max_model_len;
+  }
   // prompt + output > max, without overflow for lengths near 2^63 (an output alone above
   // the maximum is too long whatever the prompt, 0 included).
   if (next_.output_tokens > max_tokens_ || next_.prompt_tokens > max_tokens_ - next_.output_tokens) {

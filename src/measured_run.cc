@@ -139,7 +139,15 @@ void read_engine_settings(MeasuredRun& run, const json& kw, const std::string& p
     run.kv_cache_memory_bytes = integer_member(kw, "kv_cache_memory_bytes", path, 0, 1);
     run.read_from["kv_cache_memory_bytes"] = "engine_kwargs.kv_cache_memory_bytes";
   }
-  if (gives(kw, "enforce_eager")) run.enforce_eager = bool_member(kw, "enforce_eager", path);
+  if (gives(kw, "enforce_eager")) {
+    run.enforce_eager = bool_member(kw, "enforce_eager", path);
+    run.read_from["enforce_eager"] = "engine_kwargs.enforce_eager";
+  }
+  if (gives(kw, "async_scheduling")) {
+    run.async_scheduling = bool_member(kw, "async_scheduling", path);
+    run.read_from["async_scheduling"] = "engine_kwargs.async_scheduling";
+  }
+  if (gives(kw, "enable_chunked_prefill")) run.read_from["enable_chunked_prefill"] = "engine_kwargs.enable_chunked_prefill";
   if (gives(kw, "scheduler_reserve_full_isl")) {
     run.reserve_full_isl = bool_member(kw, "scheduler_reserve_full_isl", path);
     run.read_from["scheduler_reserve_full_isl"] = "engine_kwargs.scheduler_reserve_full_isl";
@@ -150,7 +158,7 @@ void read_engine_settings(MeasuredRun& run, const json& kw, const std::string& p
       "model", "tensor_parallel_size", "data_parallel_size", "enable_expert_parallel", "max_num_seqs",
       "max_num_batched_tokens", "max_model_len", "block_size", "enable_prefix_caching", "enable_chunked_prefill",
       "gpu_memory_utilization", "dtype", "kv_cache_dtype", "num_gpu_blocks_override", "kv_cache_memory_bytes",
-      "enforce_eager", "scheduler_reserve_full_isl", "seed", "tokenizer", "tokenizer_mode", "revision",
+      "enforce_eager", "async_scheduling", "scheduler_reserve_full_isl", "seed", "tokenizer", "tokenizer_mode", "revision",
       "tokenizer_revision", "code_revision", "trust_remote_code", "download_dir", "load_format",
       "served_model_name", "disable_log_stats", "disable_log_requests", "enable_log_requests", "skip_tokenizer_init"};
   for (auto it = kw.begin(); it != kw.end(); ++it) {
@@ -195,18 +203,67 @@ void read_resolved_cache(MeasuredRun& run, const json& meta, const json& kw, con
   }
 }
 
-// meta.json's "resolved_config" (newer runs: the whole VllmConfig after start-up, one object
-// per sub-config): the scheduler settings kvsim models, where engine_kwargs is silent.
-void read_resolved_scheduler(MeasuredRun& run, const json& meta, const std::string& path) {
-  if (!gives(meta, "resolved_config")) return;
+// meta.json's resolved_config.<section> (newer runs: the whole VllmConfig after start-up, one
+// object per sub-config), or null when it has none.
+const json* resolved_section(const json& meta, const char* section) {
+  if (!gives(meta, "resolved_config")) return nullptr;
   const json& config = meta["resolved_config"];
-  if (!config.is_object() || !gives(config, "scheduler_config")) return;
-  const json& scheduler = config["scheduler_config"];
-  if (!scheduler.is_object()) return;
-  if (gives(scheduler, "scheduler_reserve_full_isl") && !run.reserve_full_isl) {
-    run.reserve_full_isl = bool_member(scheduler, "scheduler_reserve_full_isl", path);
-    run.read_from["scheduler_reserve_full_isl"] = "resolved_config.scheduler_config.scheduler_reserve_full_isl";
+  if (!config.is_object() || !gives(config, section) || !config[section].is_object()) return nullptr;
+  return &config[section];
+}
+
+// What vLLM resolved, where engine_kwargs is silent (absent or null): the scheduler's
+// settings kvsim models, the parallel sizes, the model's length and eager mode. A recorder
+// that writes only some engine arguments (LLMServingSim's writes ten) leaves the rest to
+// vLLM's defaults, which resolved_config records as they were applied.
+void read_resolved_config(MeasuredRun& run, const json& meta, const json& kw, const std::string& path) {
+  // An integer setting: engine_kwargs' if given, else the resolved one, else (required) an
+  // error naming both places.
+  const auto integer = [&](std::int64_t& out, const char* key, const json* section, const char* section_name,
+                           std::int64_t min_value, bool required) {
+    if (gives(kw, key)) {
+      out = integer_member(kw, key, path, 0, min_value);
+      return;
+    }
+    if (section != nullptr && gives(*section, key)) {
+      out = integer_member(*section, key, path, 0, min_value);
+      run.read_from[key] = std::string("resolved_config.") + section_name + "." + key;
+      return;
+    }
+    if (required) {
+      throw InputError(Location{path, 0, std::string("engine_kwargs.") + key},
+                       std::string("missing or null, and no resolved_config.") + section_name + "." + key +
+                           " gives what vLLM ran with");
+    }
+  };
+  const json* scheduler = resolved_section(meta, "scheduler_config");
+  const json* parallel = resolved_section(meta, "parallel_config");
+  const json* model = resolved_section(meta, "model_config");
+  integer(run.tensor_parallel, "tensor_parallel_size", parallel, "parallel_config", 1, true);
+  integer(run.data_parallel, "data_parallel_size", parallel, "parallel_config", 1, true);
+  integer(run.max_num_seqs, "max_num_seqs", scheduler, "scheduler_config", 1, true);
+  integer(run.max_num_batched_tokens, "max_num_batched_tokens", scheduler, "scheduler_config", 1, true);
+  // max_model_len: a length, null (the model's own) or -1 (vLLM's "auto": fit to the KV pool).
+  // What vLLM resolved wins over null and -1.
+  if (gives(kw, "max_model_len")) {
+    const json& v = kw["max_model_len"];
+    if (v.is_number_integer() && v.get<std::int64_t>() == -1) run.max_model_len_auto = true;
+    else run.max_model_len = integer_member(kw, "max_model_len", path, 0, 1);
   }
+  if (run.max_model_len == 0 && model != nullptr && gives(*model, "max_model_len")) {
+    run.max_model_len = integer_member(*model, "max_model_len", path, 0, 1);
+    run.read_from["max_model_len"] = "resolved_config.model_config.max_model_len";
+    run.max_model_len_auto = false;
+  }
+  const auto flag = [&](auto& out, const char* key, const json* section, const char* section_name) {
+    if (section == nullptr || run.read_from.count(key) != 0 || !gives(*section, key)) return;
+    out = bool_member(*section, key, path);
+    run.read_from[key] = std::string("resolved_config.") + section_name + "." + key;
+  };
+  flag(run.enforce_eager, "enforce_eager", model, "model_config");
+  flag(run.async_scheduling, "async_scheduling", scheduler, "scheduler_config");
+  flag(run.chunked_prefill, "enable_chunked_prefill", scheduler, "scheduler_config");
+  flag(run.reserve_full_isl, "scheduler_reserve_full_isl", scheduler, "scheduler_config");
 }
 
 // meta.json's "hardware" (newer runs): the GPU as CUDA reported it. Absent, null or without
@@ -230,8 +287,11 @@ void read_meta(MeasuredRun& run, bool find_workload) {
   run.model = string_member(meta, "model", path, 0);
   if (meta.contains("vllm_version") && meta["vllm_version"].is_string()) run.vllm_version = meta["vllm_version"];
   const json& kw = member(meta, "engine_kwargs", path, 0);
-  run.tensor_parallel = integer_member(kw, "tensor_parallel_size", path, 0, 1);
-  run.data_parallel = integer_member(kw, "data_parallel_size", path, 0, 1);
+  if (!kw.is_object()) throw InputError(Location{path, 0, "engine_kwargs"}, "expected a JSON object, got " + kw.dump());
+  read_engine_settings(run, kw, path);
+  read_resolved_cache(run, meta, kw, path);
+  read_recorded_device(run, meta, path);
+  read_resolved_config(run, meta, kw, path);
   if (run.data_parallel > kMaxReplicas) {
     throw InputError(Location{path, 0, "data_parallel_size"},
                      std::to_string(run.data_parallel) + " replicas; kvsim simulates at most " +
@@ -242,15 +302,6 @@ void read_meta(MeasuredRun& run, bool find_workload) {
     if (!ep.is_boolean()) throw InputError(Location{path, 0, "enable_expert_parallel"}, "expected true or false");
     run.expert_parallel = ep.get<bool>();
   }
-  run.max_num_seqs = integer_member(kw, "max_num_seqs", path, 0, 1);
-  run.max_num_batched_tokens = integer_member(kw, "max_num_batched_tokens", path, 0, 1);
-  if (kw.contains("max_model_len") && !kw["max_model_len"].is_null()) {
-    run.max_model_len = integer_member(kw, "max_model_len", path, 0, 1);
-  }
-  read_engine_settings(run, kw, path);
-  read_resolved_cache(run, meta, kw, path);
-  read_recorded_device(run, meta, path);
-  read_resolved_scheduler(run, meta, path);
   if (meta.contains("tick_seconds")) {
     run.tick_s = number_member(meta, "tick_seconds", path, 0);
     if (run.tick_s <= 0) throw InputError(Location{path, 0, "tick_seconds"}, "expected a positive number");
@@ -276,18 +327,28 @@ void read_meta(MeasuredRun& run, bool find_workload) {
 }
 
 // The places a workload named dataset_path is looked for: relative to the folder above the
-// run, else the same name beside the run. The folder above is the run's as written, made
-// absolute and normal ("run/", "run/." and "." name the run itself, not a folder inside it),
-// and, when the run is reached through a symbolic link, also the one above where it really is.
+// run (an absolute path as it is), else the same file name in the workloads folder beside the
+// run (the layout the measured runs' README describes, whatever path the recorder was given),
+// else beside the run. The folder above is the run's as written, made absolute and normal
+// ("run/", "run/." and "." name the run itself, not a folder inside it), and, when the run is
+// reached through a symbolic link, also the one above where it really is.
 std::vector<fs::path> workload_places(const MeasuredRun& run) {
   std::error_code ec;
   fs::path dir = fs::absolute(run.dir, ec).lexically_normal();
   if (ec) dir = fs::path(run.dir).lexically_normal();
   if (dir.filename().empty()) dir = dir.parent_path();  // a trailing separator
-  std::vector<fs::path> places{dir.parent_path() / run.dataset_path};
+  std::vector<fs::path> above{dir.parent_path()};
   const fs::path real = fs::canonical(dir, ec);
-  if (!ec && real != dir) places.push_back(real.parent_path() / run.dataset_path);
-  places.push_back(dir / fs::path(run.dataset_path).filename());
+  if (!ec && real != dir) above.push_back(real.parent_path());
+  const fs::path name = fs::path(run.dataset_path).filename();
+  std::vector<fs::path> places;
+  for (const fs::path& a : above) places.push_back(a / run.dataset_path);
+  for (const fs::path& a : above) {
+    if (std::find(places.begin(), places.end(), a / "workloads" / name) == places.end()) {
+      places.push_back(a / "workloads" / name);
+    }
+  }
+  places.push_back(dir / name);
   return places;
 }
 

@@ -332,12 +332,12 @@ TEST_CASE("validate: what it cannot map is an error naming the file and field") 
   CHECK_THAT(r.err, Catch::Contains("meta.json: engine_kwargs.tensor_parallel_size: tensor parallelism 3 does not "
                                     "divide the 32 attention heads (the replay takes this value as --tp)"));
   rewrite_meta("\"tensor_parallel_size\": 3", "\"tensor_parallel_size\": 1");
-  // A pool meta.json fixes whose bytes do not fit 64 bits: 2^62 blocks of 16 tokens.
+  // A pool meta.json fixes whose bytes do not fit 64 bits: 2^62 blocks of 16 tokens, 2 MiB each.
   rewrite_meta("\"max_model_len\": null", "\"max_model_len\": null, \"num_gpu_blocks_override\": 4611686018427387904");
   r = test::run_cli({"validate", dir.string(), "--workload", workload});
   CHECK(r.exit_code == 1);
-  CHECK_THAT(r.err, Catch::Contains("meta.json: engine_kwargs.num_gpu_blocks_override: 4611686018427387904 blocks of 16 tokens of "
-                                    "131072 bytes each overflow 64 bits"));
+  CHECK_THAT(r.err, Catch::Contains("meta.json: engine_kwargs.num_gpu_blocks_override: 4611686018427387904 blocks of "
+                                    "2097152 bytes each overflow 64 bits"));
   rewrite_meta(", \"num_gpu_blocks_override\": 4611686018427387904", "");
   r = test::run_cli({"validate", dir.string(), "--workload", workload, "--kv-budget", "1GB", "--tp", "3"});
   CHECK(r.exit_code == 2);
@@ -791,6 +791,98 @@ TEST_CASE("validate: what vLLM resolved at start-up, as newer runs record it in 
   r = test::run_cli({"validate", dir.string(), "--workload", workload});
   CHECK(r.exit_code == 1);
   CHECK_THAT(r.err, Catch::Contains("hardware.device_name") && Catch::Contains("--device-memory"));
+  std::filesystem::remove_all(base);
+}
+
+TEST_CASE("validate: settings engine_kwargs leaves null or -1 are what vLLM resolved, and a request past the length "
+          "is served up to it") {
+  // LLMServingSim's recorder writes ten engine arguments; newer vLLMs' resolved_config holds
+  // what the engine ran with. The tiny run: request 1 is 100 prompt + 3 output tokens,
+  // request 2 is 20 + 5.
+  const auto base = test::scratch_dir("validate-resolved-config");
+  const auto dir = copy_tiny_run(base);
+  std::filesystem::create_directories(base / "workloads");
+  std::filesystem::copy(kData + "/tiny/workloads/tiny.jsonl", base / "workloads" / "tiny.jsonl");
+  const auto write_meta = [&](const std::string& max_model_len, const std::string& resolved_model,
+                              const std::string& dataset = "workloads/tiny.jsonl") {
+    std::ofstream(dir / "meta.json") << R"({"model": "meta-llama/Llama-3.1-8B", "vllm_version": "0.19.0",
+  "engine_kwargs": {"tensor_parallel_size": null, "data_parallel_size": 1, "max_num_seqs": null,
+    "max_num_batched_tokens": null, "max_model_len": )" + max_model_len + R"(},
+  "dataset_path": ")" + dataset + R"(", "started_at": "2026-01-01T00:00:00Z", "tick_seconds": 0.25,
+  "kv_cache": {"num_gpu_blocks": 300, "block_size": 16},
+  "resolved_config": {"parallel_config": {"tensor_parallel_size": 1},
+    "scheduler_config": {"max_num_seqs": 64, "max_num_batched_tokens": 512, "async_scheduling": false},
+    "model_config": {"enforce_eager": true)" + resolved_model + "}}}";
+  };
+  // max_model_len -1 (vLLM's "auto") and no resolved length: vLLM's _auto_fit_max_model_len
+  // finds the longest sequence whose blocks fit the KV memory, capped at the model's own:
+  // 300 blocks (the null block is memory too) x 16 tokens = 4,800 < 131,072. The scheduler's
+  // limits are the resolved ones, and so are eager mode (no CUDA graphs) and synchronous
+  // scheduling, which version 0.19's defaults would have turned on. Requests found in the
+  // workloads folder above the run, although dataset_path names another place.
+  write_meta("-1", "", "/home/bench/LLMServingSim/workloads/tiny.jsonl");
+  auto r = test::run_cli({"validate", dir.string(), "--json"});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  Json doc = Json::parse(r.out);
+  CHECK(doc["kvsim"]["max_running"] == 64);
+  CHECK(doc["kvsim"]["max_batched_tokens"] == 512);
+  CHECK(doc["kvsim"]["async_scheduling"] == false);
+  CHECK(doc["kvsim"]["cuda_graph_max_tokens"] == 0);
+  CHECK(doc["kvsim"]["max_model_len"] == 4800);
+  CHECK(doc["kvsim"]["capped_at_max_model_len"] == 0);
+  CHECK(doc["completed"] == 2);
+  // A resolved length wins over -1. At 102 tokens request 1 (100 + 3) is longer: vLLM's
+  // check_stop ends it at 102 tokens (2 generated, FINISHED_LENGTH_CAPPED) where an API server
+  // would have refused it; request 2 is untouched. Both complete.
+  write_meta("-1", R"(, "max_model_len": 102)");
+  r = test::run_cli({"validate", dir.string(), "--json"});
+  REQUIRE(r.exit_code == 0);
+  doc = Json::parse(r.out);
+  CHECK(doc["kvsim"]["max_model_len"] == 102);
+  CHECK(doc["kvsim"]["capped_at_max_model_len"] == 1);
+  CHECK(doc["completed"] == 2);
+  r = test::run_cli({"validate", dir.string()});
+  CHECK_THAT(r.out, Catch::Contains("1 requests longer than max model len served up to it"));
+  // A prompt of the whole length is still refused (kvsim would hold a position past it).
+  write_meta("100", "");
+  r = test::run_cli({"validate", dir.string(), "--json"});
+  REQUIRE(r.exit_code == 0);
+  CHECK(Json::parse(r.out)["completed"] == 1);
+  // A setting neither object gives is an error naming both places.
+  std::ofstream(dir / "meta.json") << R"({"model": "meta-llama/Llama-3.1-8B", "vllm_version": "0.19.0",
+  "engine_kwargs": {"tensor_parallel_size": 1, "data_parallel_size": 1, "max_num_seqs": null,
+    "max_num_batched_tokens": 512}, "dataset_path": "workloads/tiny.jsonl", "tick_seconds": 0.25})";
+  r = test::run_cli({"validate", dir.string()});
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("meta.json: engine_kwargs.max_num_seqs: missing or null, and no "
+                                    "resolved_config.scheduler_config.max_num_seqs"));
+  std::filesystem::remove_all(base);
+}
+
+TEST_CASE("validate: a recorded block count on a model with sliding-window layers is vLLM's blocks, a page of a group") {
+  // Gemma-3-27B: 62 layers, 10 of full attention and 52 of a 1,024-token window, 16 KV heads of
+  // 128 at 2 bytes, K and V: 8,192 bytes a layer a position. vLLM's hybrid allocator puts the
+  // layers in KV-cache groups of 10 (the full layers' count; the windowed ones fill six groups,
+  // padded), and one block id is a 16-token page in every layer of a group:
+  // 16 x 8,192 x 10 = 1,310,720 bytes (`kvsim size --model gemma-3-27b` says so).
+  // 300 recorded blocks are then 393,216,000 bytes, less the null block: 391,905,280, not
+  // 300 blocks of 16 tokens across all 62 layers (2.4 GB).
+  const auto base = test::scratch_dir("validate-hybrid-blocks");
+  const auto dir = copy_tiny_run(base);
+  const std::string workload = kData + "/tiny/workloads/tiny.jsonl";
+  std::ofstream(dir / "meta.json") << R"({"model": "meta-llama/Llama-3.1-8B", "vllm_version": "0.19.0",
+  "engine_kwargs": {"tensor_parallel_size": 1, "data_parallel_size": 1, "max_num_seqs": 128,
+    "max_num_batched_tokens": 2048, "max_model_len": 4096},
+  "dataset_path": "workloads/tiny.jsonl", "started_at": "2026-01-01T00:00:00Z", "tick_seconds": 0.25,
+  "kv_cache": {"num_gpu_blocks": 300, "block_size": 16}})";
+  const auto sized = test::run_cli({"size", "--model", "gemma-3-27b", "--kv-budget", "1GiB", "--json"});
+  REQUIRE(sized.exit_code == 0);
+  CHECK(Json::parse(sized.out)["paged"]["block_bytes"] == 1310720);
+  const auto r = test::run_cli({"validate", dir.string(), "--workload", workload, "--model", "gemma-3-27b", "--json"});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(Json::parse(r.out)["kvsim"]["kv_budget_bytes"] == 391905280);
   std::filesystem::remove_all(base);
 }
 

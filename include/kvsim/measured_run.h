@@ -69,6 +69,9 @@ struct MeasuredRun {
   std::int64_t max_num_seqs = 0;
   std::int64_t max_num_batched_tokens = 0;
   std::int64_t max_model_len = 0;    // 0: null in meta.json (the model's own)
+  // max_model_len -1 (vLLM's "auto", vllm#29431) with no resolved length recorded: vLLM fit
+  // the length to its KV pool (kv_cache_utils.py, _auto_fit_max_model_len).
+  bool max_model_len_auto = false;
   // Further engine_kwargs that change what a replay of the run must model, when meta.json
   // gives them (absent or null: vLLM's default).
   std::int64_t block_size = 16;                // vLLM's default when meta.json gives none
@@ -80,6 +83,7 @@ struct MeasuredRun {
   std::int64_t num_gpu_blocks_override = 0;    // 0: none; else the KV pool's blocks per device
   std::int64_t kv_cache_memory_bytes = 0;      // 0: none; else the KV budget per device
   bool enforce_eager = false;                  // no CUDA graphs
+  std::optional<bool> async_scheduling;        // absent: the version's default
   // scheduler_reserve_full_isl, from engine_kwargs or else the resolved scheduler_config
   // (newer runs' meta.json "resolved_config"); absent: the version's default.
   std::optional<bool> reserve_full_isl;
@@ -96,10 +100,11 @@ struct MeasuredRun {
   // engine_kwargs kvsim does not model and that are not known to leave the schedule and the
   // KV budget alone, as "key=value" (validate names them rather than ignore them silently).
   std::vector<std::string> unmodelled_settings;
-  // Where meta.json gave the settings that more than one of its objects may give (block_size,
-  // enable_prefix_caching, gpu_memory_utilization, kv_cache_memory_bytes,
-  // scheduler_reserve_full_isl): the path read, e.g. "kv_cache.block_size". Every other
-  // setting comes from engine_kwargs.
+  // Where meta.json gave the settings that more than one of its objects may give (the
+  // scheduler's, the model's length and eager mode also from "resolved_config", the cache's
+  // from "kv_cache"): the path read, e.g. "kv_cache.block_size" or
+  // "resolved_config.scheduler_config.max_num_seqs". A setting not listed comes from
+  // engine_kwargs.
   std::map<std::string, std::string> read_from;
   std::string dataset_path;          // meta.json's, "" when absent
   std::string workload;              // the path the workload was found at ("" when not looked up)

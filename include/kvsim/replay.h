@@ -248,6 +248,12 @@ struct ReplayOptions {
   // 0 = unlimited, though never more than max_batched_tokens when that is set. A
   // max_batched_tokens below it is refused, as vLLM refuses it.
   std::int64_t max_running = 0;
+  // A request whose prompt fits the layout's max_model_len but whose prompt + output does not
+  // is refused at arrival (false: an engine's API server refuses it), or served with its output
+  // cut to max_model_len - prompt tokens (true: vLLM's engine, whose check_stop
+  // ends a request at max_model_len tokens, FINISHED_LENGTH_CAPPED; vllm/v1/core/sched/utils.py).
+  // kvsim validate replays a measured run's requests as the engine served them.
+  bool cap_at_max_model_len = false;
   MemoryOptions memory;
   // The generation limit planned for requests whose trace gives none (what reservations
   // and the reserve/sglang policies plan for); 0: their real output length.
@@ -364,6 +370,8 @@ struct ReplayReport {
   std::int64_t cancelled_queued = 0;   // before admission
   std::int64_t cancelled_running = 0;  // mid-prefill or mid-decode
   std::int64_t rejected_too_long = 0;  // prompt + output beyond the layout's max_model_len
+  // With ReplayOptions::cap_at_max_model_len: requests served with their output cut there.
+  std::int64_t capped_at_max_model_len = 0;
   std::int64_t rejected_too_large = 0; // could never fit the memory budget, even alone
   // n samples above max_running (or, without it, max_batched_tokens): the samples run
   // together, and that many could never run at once.

@@ -256,7 +256,12 @@ std::string table(const MeasuredRun& run, const ReplayPlan& plan, const std::str
                      plan.options.cuda_graph_max_tokens > 0
                          ? fmt::format(", CUDA graphs up to {} tokens", cuda_graph_largest(plan.options.cuda_graph_max_tokens))
                          : std::string());
-  out += fmt::format("       KV budget per device {}\n", budget_text(plan, budget_source));
+  out += fmt::format("       KV budget per device {}, max model len {}\n", budget_text(plan, budget_source),
+                     plan.options.layout.max_model_len);
+  if (report.capped_at_max_model_len > 0) {
+    out += fmt::format("       {} requests longer than max model len served up to it, as vLLM ends them "
+                       "(FINISHED_LENGTH_CAPPED)\n", report.capped_at_max_model_len);
+  }
   if (!run.unmodelled_settings.empty()) {
     std::string list;
     for (const std::string& setting : run.unmodelled_settings) list += (list.empty() ? "" : ", ") + setting;
@@ -355,7 +360,9 @@ std::string json_of(const MeasuredRun& run, const ReplayPlan& plan, const std::s
                         {"cuda_graph_max_tokens", cuda_graph_largest(plan.options.cuda_graph_max_tokens)},
                         {"policy", report.policy},
                         {"kv_budget_bytes", plan.budget ? Json(plan.budget->kv_budget_bytes) : Json(nullptr)},
-                        {"kv_budget", budget_text(plan, budget_source)}}},
+                        {"kv_budget", budget_text(plan, budget_source)},
+                        {"max_model_len", plan.options.layout.max_model_len},
+                        {"capped_at_max_model_len", report.capped_at_max_model_len}}},
          {"unmodelled_settings", run.unmodelled_settings},
          {"requests", r.requests},
          {"completed", r.completed},

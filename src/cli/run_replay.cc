@@ -107,14 +107,21 @@ std::optional<std::string> run_kv_dtype(const MeasuredRun& run, const std::strin
 // The KV budget per device meta.json fixes (bytes 0 when vLLM derives it from the device),
 // the field it comes from and how the report says so: kv_cache_memory_bytes, or
 // num_gpu_blocks_override blocks of the run's block size (vLLM sizes the KV tensors for
-// exactly that many; vllm/v1/core/kv_cache_utils.py). The block's bytes are the model's per
-// token on one device times the block size (one KV-cache group; models whose layer groups
-// differ are sized by kvsim's layout the same way). When meta.json records what vLLM
+// exactly that many; vllm/v1/core/kv_cache_utils.py). A block's bytes are vLLM's: one page of
+// every layer of a KV-cache group (paged_pool(): page x group size), which on a model with
+// sliding-window layers is less than a block of every layer. When meta.json records what vLLM
 // resolved at start-up (kv_cache.num_gpu_blocks), that count wins over both: it is the pool
 // vLLM allocated, whatever derived it. With data parallelism it is the engines' sum
 // (vllm/v1/engine/utils.py, the start-up handshake: "Sum values from all engines in DP
 // case"), so each engine's pool is the sum / dp (the engines size theirs alike; a remainder
 // is dropped).
+// The bytes behind one of the run's KV blocks on one device, as vLLM sizes it.
+std::int64_t run_block_bytes(const po::variables_map& vm, const MeasuredRun& run, const std::string& usage) {
+  PagedOptions paging;
+  paging.block_tokens = run.block_size;
+  return paged_pool(resolve_model(vm, usage, "").layout(), 0, paging).block_bytes;
+}
+
 struct FixedPool {
   std::int64_t bytes = 0;
   std::string field;  // meta.json's, as read
@@ -144,13 +151,10 @@ FixedPool run_fixed_pool(const po::variables_map& vm, const MeasuredRun& run, co
   } else {
     return pool;
   }
-  const ModelChoice choice = resolve_model(vm, usage, "");
-  const std::int64_t per_token = choice.layout().bytes_per_token();
-  std::int64_t tokens = 0;
-  if (__builtin_mul_overflow(blocks, run.block_size, &tokens) || __builtin_mul_overflow(tokens, per_token, &pool.bytes)) {
+  const std::int64_t block_bytes = run_block_bytes(vm, run, usage);
+  if (__builtin_mul_overflow(blocks, block_bytes, &pool.bytes)) {
     throw InputError(Location{run.dir + "/meta.json", 0, pool.field},
-                     fmt::format("{} blocks of {} tokens of {} bytes each overflow 64 bits", blocks, run.block_size,
-                                 per_token));
+                     fmt::format("{} blocks of {} bytes each overflow 64 bits", blocks, block_bytes));
   }
   return pool;
 }
@@ -346,6 +350,9 @@ std::string fill_in_run_settings(RunDefaults& defaults, const MeasuredRun& run, 
     defaults.set(kOptReserveFullIsl, *run.reserve_full_isl ? "on" : "off", setting("scheduler_reserve_full_isl"));
   }
   if (run.enforce_eager) defaults.set(kOptCudaGraphs, "off", setting("enforce_eager"));
+  if (run.async_scheduling) {
+    defaults.set(kOptAsyncScheduling, *run.async_scheduling ? "on" : "off", setting("async_scheduling"));
+  }
   defaults.set(kOptMaxBatchedTokens, std::to_string(run.max_num_batched_tokens), setting("max_num_batched_tokens"));
   if (run.max_model_len > 0) defaults.set(kOptMaxModelLen, std::to_string(run.max_model_len), setting("max_model_len"));
   // vLLM's defaults unless meta.json says otherwise: 16-token blocks, prefix caching on,
@@ -433,9 +440,45 @@ std::string fill_in_run_settings(RunDefaults& defaults, const MeasuredRun& run, 
 
 }  // namespace
 
+// max_model_len -1 (vLLM's "auto") with no resolved length: the longest that vLLM's
+// _auto_fit_max_model_len (vllm/v1/core/kv_cache_utils.py) finds, by a binary search for
+// the largest length whose one sequence fits the KV memory, capped at the model's own. For a
+// full-attention model a sequence of L tokens takes ceil(L / block) blocks, so that is
+// every block of the pool (vLLM's null block included: it counts the memory, not the free
+// blocks) times the block size. Models with sliding windows take fewer blocks at length and
+// are not fitted here: their length is asked for.
+void fit_auto_max_model_len(RunDefaults& defaults, const MeasuredRun& run, const std::string& usage) {
+  po::variables_map& vm = defaults.vm();
+  const bool defaulted = defaults.from(kOptMaxModelLen) != nullptr;  // by validate's table of models
+  if (!run.max_model_len_auto || (given(vm, option_key(kOptMaxModelLen)) && !defaulted)) return;
+  const Location from{run.dir + "/meta.json", 0, "engine_kwargs.max_model_len"};
+  const ModelChoice choice = resolve_model(vm, usage, "");
+  const KvLayout layout = choice.layout();
+  const auto budget = option_text(vm, option_key(kOptKvBudget));
+  const bool windowed = std::any_of(layout.groups.begin(), layout.groups.end(),
+                                    [](const auto& g) { return g.window_tokens > 0; });
+  if (windowed || !budget) {
+    throw InputError(from, std::string("-1 (vLLM fits the length to its KV pool) is fitted here only for a "
+                                       "full-attention model whose pool validate sizes; give ") + kOptMaxModelLen);
+  }
+  const std::int64_t block_bytes = run_block_bytes(vm, run, usage);
+  const std::int64_t pool = parse_byte_size(*budget, kOptKvBudget) + null_block_bytes(vm, choice);
+  const std::int64_t blocks = pool / block_bytes;
+  const std::int64_t own =
+      defaulted ? positive_integer(*option_text(vm, option_key(kOptMaxModelLen)), kOptMaxModelLen) : layout.max_model_len;
+  if (blocks < 1) throw InputError(from, "-1, but the KV pool holds no block: no length fits");
+  const std::int64_t fitted = blocks > own / run.block_size ? own : blocks * run.block_size;
+  defaults.erase(kOptMaxModelLen);
+  defaults.set(kOptMaxModelLen, std::to_string(fitted), from);
+}
+
 std::string apply_run_settings(po::variables_map& vm, const MeasuredRun& run, const std::string& usage) {
   RunDefaults defaults(vm);
-  return blaming_meta(defaults, [&] { return fill_in_run_settings(defaults, run, usage); });
+  return blaming_meta(defaults, [&] {
+    std::string source = fill_in_run_settings(defaults, run, usage);
+    fit_auto_max_model_len(defaults, run, usage);
+    return source;
+  });
 }
 
 RunReplay replay_run(po::variables_map vm, const MeasuredRun& run, const std::string& usage,
@@ -444,12 +487,17 @@ RunReplay replay_run(po::variables_map vm, const MeasuredRun& run, const std::st
   // Asked before the run's settings fill in the rest: they set its GPU as the timing device.
   const bool given_timing_device = given(vm, option_key(kOptTimingDevice));
   RunDefaults defaults(vm);
-  out.budget_source = blaming_meta(defaults, [&] { return fill_in_run_settings(defaults, run, usage); });
+  out.budget_source = blaming_meta(defaults, [&] {
+    std::string source = fill_in_run_settings(defaults, run, usage);
+    fit_auto_max_model_len(defaults, run, usage);
+    return source;
+  });
   out.plan = blaming_meta(defaults, [&] { return plan_replay(vm); });
   ReplayPlan& plan = out.plan;
   refuse_idle_timing_device(given_timing_device, plan);
   if (plan.allocators.size() != 1) throw UsageError("a measured run is replayed with one allocator\nUsage: " + usage);
   ReplayOptions options_run = plan.options;
+  options_run.cap_at_max_model_len = true;  // the run's engine served them, to its length
   options_run.per_request = [&](const RequestRecord& r) { out.records.push_back(r); };
   if (timeline) options_run.timeline = timeline;
   TraceOptions trace_options = plan.trace;
