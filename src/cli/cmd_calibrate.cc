@@ -247,13 +247,17 @@ std::ptrdiff_t tick_of(const MeasuredRun& run, double wall_offset, double worklo
 }
 
 // The replay's requests as requests.jsonl would give them (each decoding from its first token
-// to its last), on the run's monotonic clock; untimed where one did not complete.
+// to its last), on the run's monotonic clock; untimed where one did not complete, and where
+// the run's own is untimed (vLLM returned no metrics for it): the run's decoding spans, which
+// these are set against, leave it out too. Records are in trace order, one per run request.
 std::vector<MeasuredRequest> on_run_clock(const MeasuredRun& run, const RunReplay& replayed) {
   std::vector<MeasuredRequest> out;
   const double to_monotonic = tick_origin_monotonic_s(run) + replayed.wall_offset_s - run.started_at_s;
-  for (const RequestRecord& r : replayed.records) {
+  for (std::size_t k = 0; k < replayed.records.size(); ++k) {
+    const RequestRecord& r = replayed.records[k];
     MeasuredRequest m;
-    m.timed = r.first_token_ns >= 0 && r.finish_ns >= 0 && r.outcome == RequestRecord::Outcome::completed;
+    m.timed = run.requests[k].timed && r.first_token_ns >= 0 && r.finish_ns >= 0 &&
+              r.outcome == RequestRecord::Outcome::completed;
     m.input_tokens = r.prompt_tokens;
     m.output_tokens = r.output_tokens;
     m.first_token_s = static_cast<double>(r.first_token_ns) / 1e9 + to_monotonic;
