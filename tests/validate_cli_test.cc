@@ -776,7 +776,23 @@ TEST_CASE("validate: what vLLM resolved at start-up, as newer runs record it in 
   write_meta("", R"(, "kv_cache": {"num_gpu_blocks": 300}, "hardware": {"device_name": "Example GPU 9000"})");
   r = test::run_cli({"validate", dir.string(), "--workload", workload, "--json"});
   REQUIRE(r.exit_code == 0);
-  CHECK(Json::parse(r.out)["kvsim"]["kv_budget_bytes"] == 627048448);
+  doc = Json::parse(r.out);
+  CHECK(doc["kvsim"]["kv_budget_bytes"] == 627048448);
+  // ... and says on which device its steps are timed, not silently.
+  const std::string untimed_gpu = "the run's GPU, \"Example GPU 9000\", is no kvsim device preset: the steps are "
+                                  "timed on H100-80GB (give --timing-device, or --cost from kvsim calibrate)";
+  CHECK(doc["warnings"] == Json::array({untimed_gpu}));
+  CHECK_THAT(r.err, Catch::Contains(untimed_gpu));
+  r = test::run_cli({"validate", dir.string(), "--workload", workload, "--json", "--timing-device", "L4"});
+  REQUIRE(r.exit_code == 0);
+  CHECK(Json::parse(r.out)["warnings"].empty());
+  // The card CUDA named wins over the peer's family name: its "A100" says neither 40 nor 80 GB.
+  write_meta("", R"(, "hardware": {"device_name": "NVIDIA A100-SXM4-40GB"})");
+  std::ofstream(dir / "peer_cluster_config.json") << R"({"nodes": [{"instances": [{"hardware": "A100"}]}]})";
+  r = test::run_cli({"validate", dir.string(), "--workload", workload, "--json"});
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(Json::parse(r.out)["kvsim"]["kv_budget"].get<std::string>(), Catch::Contains("start-up rule on A100-40GB:"));
+  std::filesystem::remove(dir / "peer_cluster_config.json");
 
   // What cannot be a pool, or names no known GPU: an error naming the file and the field.
   write_meta("", R"(, "kv_cache": {"num_gpu_blocks": 1})" + rtx4090);
@@ -844,11 +860,17 @@ TEST_CASE("validate: settings engine_kwargs leaves null or -1 are what vLLM reso
   CHECK(doc["completed"] == 2);
   r = test::run_cli({"validate", dir.string()});
   CHECK_THAT(r.out, Catch::Contains("1 requests longer than max model len served up to it"));
-  // A prompt of the whole length is still refused (kvsim would hold a position past it).
+  // A prompt of the whole length is still refused (kvsim would hold a position past it), and
+  // the warning says so, in the JSON and on standard error.
   write_meta("100", "");
   r = test::run_cli({"validate", dir.string(), "--json"});
   REQUIRE(r.exit_code == 0);
-  CHECK(Json::parse(r.out)["completed"] == 1);
+  doc = Json::parse(r.out);
+  CHECK(doc["completed"] == 1);
+  const std::string refused = "1 of 2 requests did not complete in the simulation (1 refused: a prompt not shorter "
+                              "than max model len 100): the figures are over the rest only";
+  CHECK(doc["warnings"] == Json::array({refused}));
+  CHECK_THAT(r.err, Catch::Contains("kvsim validate: warning: " + refused));
   // A setting neither object gives is an error naming both places.
   std::ofstream(dir / "meta.json") << R"({"model": "meta-llama/Llama-3.1-8B", "vllm_version": "0.19.0",
   "engine_kwargs": {"tensor_parallel_size": 1, "data_parallel_size": 1, "max_num_seqs": null,

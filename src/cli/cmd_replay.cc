@@ -63,7 +63,6 @@ const CommandSpec kSpec{
 
 const char* kDefaultAllocators = "dense-static,dynamic,paged,sliding-window";
 const char* kDefaultModel = "llama-3.1-8b";
-const char* kDefaultDevice = "H100-80GB";
 // The timeline's default sampling: a row at least this often at first, and at most this many
 // rows per allocator (a few thousand: what a plot needs).
 constexpr std::int64_t kDefaultSampleEveryNs = 1'000'000;  // 1 ms
@@ -248,13 +247,13 @@ std::int64_t expert_parallel_ranks(const po::variables_map& vm, const ModelChoic
 namespace {
 
 // The engine's options: layout, schedule, cost model and limits, and serving under a budget.
-// The model's roofline on the budget's device (or kDefaultDevice) is the cost model's default.
+// The model's roofline on the budget's device (or kDefaultTimingDevice) is the cost model's default.
 ReplayOptions replay_options_from(const po::variables_map& vm, const ModelChoice& choice, const KvLayout& layout,
                                   const std::optional<BudgetOptions>& budget_options_given,
                                   const std::optional<Budget>& budget) {
   // The timing device: its own option, else the budget's device, else the default.
   std::string device_name =
-      budget_options_given && !budget_options_given->device.empty() ? budget_options_given->device : kDefaultDevice;
+      budget_options_given && !budget_options_given->device.empty() ? budget_options_given->device : kDefaultTimingDevice;
   if (const auto d = option_text(vm, option_key(kOptTimingDevice))) device_name = *d;
   const DevicePreset& device = find_device_preset(device_name, kOptTimingDevice);
   // Without a budget the weights' terms still give the weights the roofline reads each step.

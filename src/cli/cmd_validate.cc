@@ -242,8 +242,25 @@ std::string budget_text(const ReplayPlan& plan, const std::string& source) {
   return source.empty() ? budget_description(*plan.budget) : budget_description(*plan.budget, source);
 }
 
+// What the figures do not show by themselves: requests the simulation did not complete,
+// and what the replay could not take from the run (RunReplay::warnings). The table ends with
+// them, the JSON lists them, and standard error carries them either way.
+std::vector<std::string> warnings_of(const RunReplay& replayed, const Result& r) {
+  std::vector<std::string> out = replayed.warnings;
+  if (r.completed < r.requests) {
+    const std::int64_t too_long = replayed.report.rejected_too_long;
+    out.push_back(fmt::format("{} of {} requests did not complete in the simulation{}: the figures are over the rest "
+                              "only",
+                              r.requests - r.completed, r.requests,
+                              too_long > 0 ? fmt::format(" ({} refused: a prompt not shorter than max model len {})",
+                                                         too_long, replayed.plan.options.layout.max_model_len)
+                                           : std::string()));
+  }
+  return out;
+}
+
 std::string table(const MeasuredRun& run, const ReplayPlan& plan, const std::string& budget_source, const ReplayReport& report,
-                  const Result& r) {
+                  const Result& r, const std::vector<std::string>& warnings) {
   std::string out = fmt::format("validation of {} ({}, vLLM {})\n", run.dir, run.model, run.vllm_version);
   out += fmt::format("workload {}: {} requests, {} completed in the simulation, {} preemptions\n", plan.trace_path,
                      r.requests, r.completed, r.preemptions);
@@ -316,16 +333,12 @@ std::string table(const MeasuredRun& run, const ReplayPlan& plan, const std::str
                        "replayed, but the latencies and the makespan above are over the other {}\n",
                        run.untimed_requests, r.requests, timed_requests(run));
   }
-  if (r.completed < r.requests) {
-    out += fmt::format("WARNING: {} of {} requests did not complete in the simulation: the figures above are over "
-                       "the rest only\n",
-                       r.requests - r.completed, r.requests);
-  }
+  for (const std::string& w : warnings) out += "WARNING: " + w + "\n";
   return out;
 }
 
 std::string json_of(const MeasuredRun& run, const ReplayPlan& plan, const std::string& budget_source,
-                    const ReplayReport& report, const Result& r) {
+                    const ReplayReport& report, const Result& r, const std::vector<std::string>& warnings) {
   using Json = nlohmann::ordered_json;
   // No samples: null figures, never 0.
   const auto dist = [](const Distribution& d) {
@@ -381,7 +394,8 @@ std::string json_of(const MeasuredRun& run, const ReplayPlan& plan, const std::s
          {"ticks", r.ticks},
          {"running_mae", r.ticks > 0 ? Json(r.running_mae) : Json(nullptr)},
          {"waiting_mae", r.ticks > 0 ? Json(r.waiting_mae) : Json(nullptr)},
-         {"kv_usage_mae_percent", r.kv_recorded ? Json(r.kv_mae_percent) : Json(nullptr)}};
+         {"kv_usage_mae_percent", r.kv_recorded ? Json(r.kv_mae_percent) : Json(nullptr)},
+         {"warnings", warnings}};
   return j.dump(2) + "\n";
 }
 
@@ -480,10 +494,12 @@ int run_validate(const Invocation& inv) {
                       inputs);
   }
   if (const auto path = option_text(vm, "per-tick")) write_output_file(*path, per_tick_csv(result), inputs);
+  const std::vector<std::string> warnings = warnings_of(r, result);
+  for (const std::string& w : warnings) fmt::print(stderr, "kvsim validate: warning: {}\n", w);
   if (plan.json) {
-    write_stdout(json_of(run, plan, r.budget_source, r.report, result));
+    write_stdout(json_of(run, plan, r.budget_source, r.report, result, warnings));
   } else if (table_on_stdout) {
-    write_stdout(table(run, plan, r.budget_source, r.report, result));
+    write_stdout(table(run, plan, r.budget_source, r.report, result, warnings));
   }
   return kExitOk;
 }

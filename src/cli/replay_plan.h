@@ -21,6 +21,10 @@
 
 namespace kvsim::cli {
 
+// The device the roofline times steps on when neither a budget's device nor --timing-device
+// names one.
+inline constexpr char kDefaultTimingDevice[] = "H100-80GB";
+
 // Everything the options decide, checked, before any trace is read.
 struct ReplayPlan {
   std::string trace_path;

@@ -159,14 +159,16 @@ FixedPool run_fixed_pool(const po::variables_map& vm, const MeasuredRun& run, co
   return pool;
 }
 
-// The kvsim preset of the run's GPU: peer_cluster_config.json's hardware by validate's table,
-// else meta.json's recorded device name (hardware.device_name, as CUDA names it) matched
-// against the presets' product names (case aside); nullptr when neither names one.
+// The kvsim preset of the run's GPU: meta.json's recorded device name (hardware.device_name,
+// as CUDA names the card the run used) when it is a preset's product name (case aside), else
+// peer_cluster_config.json's hardware by validate's table (the peer's own name for a family:
+// its "A100" does not say 40 or 80 GB); nullptr when neither names one.
+const DevicePreset* recorded_device(const MeasuredRun& run) {
+  return run.device_name.empty() ? nullptr : find_device_preset_by_product(run.device_name);
+}
 const char* run_device(const MeasuredRun& run) {
-  if (const char* preset = run_device_preset(run.hardware)) return preset;
-  if (run.device_name.empty()) return nullptr;
-  const DevicePreset* preset = find_device_preset_by_product(run.device_name);
-  return preset == nullptr ? nullptr : preset->name.data();
+  if (const DevicePreset* preset = recorded_device(run)) return preset->name.data();
+  return run_device_preset(run.hardware);
 }
 
 // vLLM's first block is its null block (vllm/v1/core/block_pool.py: BlockPool.__init__ takes
@@ -370,7 +372,7 @@ std::string fill_in_run_settings(RunDefaults& defaults, const MeasuredRun& run, 
   // The run's GPU times the steps, unless --device or --timing-device names another.
   const char* preset = run_device(run);
   const bool known = preset != nullptr && has_device_preset(preset);
-  const Location device_from = run_device_preset(run.hardware) != nullptr
+  const Location device_from = recorded_device(run) == nullptr && run_device_preset(run.hardware) != nullptr
                                    ? Location{run.dir + "/peer_cluster_config.json", 0, "hardware"}
                                    : field("hardware.device_name");
   if (known && !given(vm, option_key(kOptDevice))) defaults.set(kOptTimingDevice, preset, device_from);
@@ -495,6 +497,16 @@ RunReplay replay_run(po::variables_map vm, const MeasuredRun& run, const std::st
   out.plan = blaming_meta(defaults, [&] { return plan_replay(vm); });
   ReplayPlan& plan = out.plan;
   refuse_idle_timing_device(given_timing_device, plan);
+  // A GPU the run names but no preset matches, whose pool meta.json recorded: replayed, but
+  // timed on another device unless the user chose one.
+  const char* known = run_device(run);
+  if ((known == nullptr || !has_device_preset(known)) && !given_timing_device && !given(vm, option_key(kOptDevice)) &&
+      !given(vm, option_key(kOptCost)) && (!run.device_name.empty() || !run.hardware.empty())) {
+    out.warnings.push_back(fmt::format(
+        "the run's GPU, \"{}\", is no kvsim device preset: the steps are timed on {} (give --timing-device, or "
+        "--cost from kvsim calibrate)",
+        run.device_name.empty() ? run.hardware : run.device_name, kDefaultTimingDevice));
+  }
   if (plan.allocators.size() != 1) throw UsageError("a measured run is replayed with one allocator\nUsage: " + usage);
   ReplayOptions options_run = plan.options;
   options_run.cap_at_max_model_len = true;  // the run's engine served them, to its length

@@ -54,6 +54,8 @@ struct RunReplay {
   // requests.jsonl's arrival_time less the workload's arrival. A replay instant w (s on the
   // workload's clock) is timeseries.csv's t = w + wall_offset_s - run.started_at_s.
   double wall_offset_s = 0;
+  // What the replay could not take from the run as it was (validate prints them).
+  std::vector<std::string> warnings;
 };
 
 // Replays `run`'s workload with `vm` (replay's options, parsed) and the run's settings as
