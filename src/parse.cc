@@ -39,29 +39,33 @@ std::int64_t parse_fraction_ppb(std::string_view text, std::string_view field) {
 }
 
 std::int64_t parse_parameter_count(std::string_view text, std::string_view field) {
-  std::int64_t scale = 1;
+  // The number scaled by its suffix's power of ten, parsed in one step (a plain count with no
+  // decimals: scaling it by 10^9 first would refuse counts above 9.2 billion).
+  int digits = 0;
   std::string_view number = text;
-  if (!number.empty() && (number.back() == 'B' || number.back() == 'b')) {
-    scale = 1'000'000'000;
-    number.remove_suffix(1);
-  } else if (!number.empty() && (number.back() == 'M' || number.back() == 'm')) {
-    scale = 1'000'000;
-    number.remove_suffix(1);
+  if (!number.empty()) {
+    switch (number.back()) {
+      case 'T': case 't': digits = 12; break;
+      case 'B': case 'b': digits = 9; break;
+      case 'M': case 'm': digits = 6; break;
+      default: break;
+    }
+    if (digits > 0) number.remove_suffix(1);
   }
-  std::int64_t fixed = 0;  // value x 10^9
-  if (detail::parse_scaled_decimal(number, 9, fixed) != detail::DecimalStatus::ok) {
+  std::int64_t count = 0;
+  const auto status = detail::parse_scaled_decimal(number, digits, count);
+  if (status == detail::DecimalStatus::too_precise) {
+    throw InputError(where(field), "a count of parameters is whole, got \"" + std::string(text) +
+                                       "\" (8.03B is 8.03 billion, 350M 350 million, 1.2T 1.2 trillion)");
+  }
+  if (status == detail::DecimalStatus::overflow) {
+    throw InputError(where(field), "expected a count that fits 64 bits, got \"" + std::string(text) + "\"");
+  }
+  if (status != detail::DecimalStatus::ok || count <= 0) {
     throw InputError(where(field),
-                     "expected a count such as 8030261248, 8.03B or 350M, got \"" + std::string(text) + "\"");
+                     "expected a positive count such as 8030261248, 8.03B, 350M or 1.2T, got \"" + std::string(text) + "\"");
   }
-  if (scale == 1 && fixed % 1'000'000'000 != 0) {
-    throw InputError(where(field),
-                     "a count of parameters is whole, got \"" + std::string(text) + "\" (8.03B is 8.03 billion)");
-  }
-  const Wide value = Wide{fixed} * scale / 1'000'000'000;
-  if (value <= 0 || value > Wide{std::numeric_limits<std::int64_t>::max()}) {
-    throw InputError(where(field), "expected a positive count that fits 64 bits, got \"" + std::string(text) + "\"");
-  }
-  return static_cast<std::int64_t>(value);
+  return count;
 }
 
 std::vector<std::pair<std::string_view, std::string_view>> parse_key_values(std::string_view text,

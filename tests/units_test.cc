@@ -51,12 +51,22 @@ TEST_CASE("byte sizes parse exactly in decimal and binary units") {
   CHECK(parse_byte_size("7.", "--kv-budget") == 7);
 }
 
-TEST_CASE("a parameter count is whole unless it is in millions or billions") {
+TEST_CASE("a parameter count is whole unless it is in millions, billions or trillions, and may be any 64-bit count") {
   CHECK(parse_parameter_count("8030261248", "--params") == 8'030'261'248);
   CHECK(parse_parameter_count("8.03B", "--params") == 8'030'000'000);
   CHECK(parse_parameter_count("350M", "--params") == 350'000'000);
   CHECK_THROWS_WITH(parse_parameter_count("1.5", "--params"),
                     Catch::Contains("--params") && Catch::Contains("whole"));
+  // Plain counts past 9,223,372,036 (= floor((2^63 - 1) / 10^9)), which were once scaled by
+  // 10^9 before anything else and refused; Llama-3.1-70B's count, and trillions.
+  CHECK(parse_parameter_count("70553706496", "--params") == 70'553'706'496);
+  CHECK(parse_parameter_count("9223372036854775807", "--params") == 9'223'372'036'854'775'807);
+  CHECK(parse_parameter_count("1.2T", "--params") == 1'200'000'000'000);
+  CHECK(parse_parameter_count("0.5M", "--params") == 500'000);
+  CHECK_THROWS_WITH(parse_parameter_count("9223372036854775808", "--params"), Catch::Contains("fits 64 bits"));
+  CHECK_THROWS_WITH(parse_parameter_count("10000000000B", "--params"), Catch::Contains("fits 64 bits"));
+  CHECK_THROWS_WITH(parse_parameter_count("0", "--params"), Catch::Contains("positive"));
+  CHECK_THROWS_WITH(parse_parameter_count("1.0000000005B", "--params"), Catch::Contains("whole"));
 }
 
 // Issue 14 item 4: a plain byte count was multiplied by 10^9 (nine fixed fractional digits)

@@ -62,7 +62,7 @@ po::options_description budget_options() {
       (option_key(kOptDeviceMemory), po::value<std::string>(),
        "device total instead of the preset's, e.g. torch.cuda.mem_get_info()[1] (80GB, 79.2GiB, bytes)")
       (option_key(kOptGpuMemoryUtilization), po::value<std::string>(), "fraction of the device the engine may use (default 0.9)")
-      (option_key(kOptParams), po::value<std::string>(), "parameter count (default: published, else estimated from the config); with --weight-dtype and "
+      (option_key(kOptParams), po::value<std::string>(), "parameter count, such as 70553706496, 8.03B, 350M or 1.2T (default: published, else estimated from the config); with --weight-dtype and "
        "--weights-bytes, the budget's weights and the weights replay's roofline reads each step (no budget needed there)")
       (option_key(kOptWeightDtype), po::value<std::string>(), "bits per weight: fp32, fp16, bf16, fp8, int8, int4 (default: as stored)")
       (option_key(kOptWeightsBytes), po::value<std::string>(), "all weights in bytes, instead of params x dtype")
