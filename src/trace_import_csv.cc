@@ -2,6 +2,8 @@
 // Poisson arrival process. None of these formats names its requests: a request's id is
 // its row number among the data rows, from 1. Their columns are found by name, and
 // columns they do not use are ignored (BurstGPT's later releases insert columns).
+#include <fmt/core.h>
+
 #include "kvsim/option_names.h"
 #include "random.h"
 #include "trace_native.h"
@@ -111,7 +113,12 @@ class LengthsReader final : public CsvReader {
     ++row_;
     // The clock advances for every row, good or bad, so that fixing a bad row does not
     // move the arrivals of the rows after it.
-    now_ns_ += poisson_gap_ns(rng_, options_.synthetic_rate_per_s);
+    if (__builtin_add_overflow(now_ns_, poisson_gap_ns(rng_, options_.synthetic_rate_per_s), &now_ns_)) {
+      fail_file(lines_.line_number(),
+                fmt::format("the Poisson arrivals at {} {} requests per second pass the largest time kvsim "
+                            "represents (about 292 years) at row {}: give a higher rate, or fewer rows",
+                            kOptRate, options_.synthetic_rate_per_s, row_));
+    }
     if (!split_row(line)) return Row::bad;
     name_by_row(out, row_);
     out.arrival_ns = now_ns_;

@@ -278,6 +278,28 @@ TEST_CASE("cli bad input: a request whose bytes overflow 64 bits is an error, no
   std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("cli bad input: Poisson arrivals for a trace of lengths that pass 2^63 ns are an error naming --rate") {
+  // At --rate 0.000000001 a gap averages 10^9 s = 10^18 ns, so twenty rows pass the largest
+  // 64-bit nanosecond (about 9.2 x 10^18) with near certainty; the clock must not wrap to
+  // negative arrivals (which were then reported as unsorted rows of an 'arrival' column the
+  // file does not have).
+  const auto dir = kvsim::test::scratch_dir("cli-bad-input-rate");
+  const std::string lengths = (dir / "lengths.csv").string();
+  std::string rows = "num_prefill_tokens,num_decode_tokens\n";
+  for (int i = 0; i < 20; ++i) rows += "10,5\n";
+  std::ofstream(lengths) << rows;
+  for (const bool sort : {false, true}) {
+    std::vector<std::string> args{"replay", lengths, "--quiet", "--rate", "0.000000001"};
+    if (sort) args.emplace_back("--sort");
+    const auto r = run_cli(args, kTimeoutS);
+    check_input_error(r, "kvsim: error: " + lengths + ":");
+    CHECK_THAT(r.err, Catch::Contains("the Poisson arrivals at --rate 1e-09 requests per second pass the largest time "
+                                      "kvsim represents (about 292 years)") &&
+                          !Catch::Contains("arrival'"));
+  }
+  std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("cli bad input: option errors print the usage and exit 2") {
   const std::string trace = std::string(KVSIM_SOURCE_DIR) + "/traces/chat-mix.csv";
   struct UsageCase {
