@@ -310,6 +310,10 @@ TEST_CASE("cli bad input: option errors print the usage and exit 2") {
   const UsageCase cases[] = {
       {{"replay", trace, "--frobnicate"}, "unrecognised option '--frobnicate'", "Usage: kvsim replay TRACE"},
       {{"replay", trace, "--jobs", "many"}, "--jobs: expected a positive integer, got \"many\"", "Usage: kvsim replay TRACE"},
+      // One allocator twice (its default block written out): two rows of one name.
+      {{"replay", trace, "--allocator", "paged,paged:block=16"},
+       "--allocator: 'paged' and 'paged:block=16' are the same allocator (paged:block=16): give it once",
+       "Usage: kvsim replay TRACE"},
       {{"replay", trace, "--max-model-len", "-5"}, "--max-model-len: expected a positive integer, got \"-5\"",
        "Usage: kvsim replay TRACE"},
       {{"replay", trace, "--max-batched-tokens", "99999999999999999999"},

@@ -531,7 +531,18 @@ ReplayPlan plan_replay(const po::variables_map& vm, bool open_trace_now) {
   // Build every allocator before reading anything, so a bad spec fails at once.
   AllocatorLimits limits;
   limits.capacity_bytes = plan.options.memory.kv_budget_bytes;
-  for (const auto& spec : specs) plan.allocators.push_back(make_allocator(spec, layout, limits));
+  for (const auto& spec : specs) {
+    plan.allocators.push_back(make_allocator(spec, layout, limits));
+    // Two specs of one allocator (its defaults written out, or parameters in another order)
+    // would give two rows of one name: outputs keyed by the allocator could not tell them apart.
+    for (std::size_t i = 0; i + 1 < plan.allocators.size(); ++i) {
+      if (plan.allocators[i]->name() == plan.allocators.back()->name()) {
+        throw InputError(Location{"", 0, kOptAllocator},
+                         fmt::format("'{}' and '{}' are the same allocator ({}): give it once", specs[i].text, spec.text,
+                                     plan.allocators.back()->name()));
+      }
+    }
+  }
   // SGLang orders by the prefix its radix cache holds; with no allocator sharing prompts every
   // prefix is 0 and the order FCFS (SGLang itself falls back to fcfs without its cache).
   if (plan.options.memory.sglang_lpm &&
