@@ -35,6 +35,7 @@ Engine::Engine(TraceReader& trace, Allocator& allocator, const ReplayOptions& op
   for (const auto& g : options.layout.groups) bytes_per_position_.push_back(g.bytes_per_position);
   bytes_per_token_ = options.layout.bytes_per_token();
   max_tokens_ = options.layout.max_model_len > 0 ? options.layout.max_model_len : kUnlimited;
+  whole_step_budget_ = options.max_batched_tokens > 0 ? options.max_batched_tokens : kUnlimited;
   if (opt_.max_batched_tokens > 0 && !opt_.chunked_prefill && opt_.max_batched_tokens < max_tokens_) {
     // As vLLM insists: without chunking, a prompt must fit in one iteration's budget.
     throw InputError(Location{"", 0, kOptMaxBatchedTokens},
@@ -774,6 +775,17 @@ void Engine::admit_waiting(std::int64_t& budget, std::int64_t& prefill_tokens) {
     // (prompt and generated), are not computed again.
     const AdmitInfo info = admit_info_of(ref.ticket);
     const std::int64_t cached = sharing() ? alloc_.cached_tokens(info) : 0;
+    if (!alone) {
+      // What it could not start with alone (the whole step's token budget, the whole
+      // capacity) it can never start with: refused now, rather than blocking the queue
+      // behind it until nothing else runs.
+      const std::int64_t whole = chunk_for({t.prompt, t.n, target, cached}, whole_step_budget_).first;
+      if ((cached + whole < target && (!opt_.chunked_prefill || whole == 0)) ||
+          scheduler_->never_admits(view_, t, info, cached + whole)) {
+        refuse_too_large(ref.ticket);
+        continue;
+      }
+    }
     const auto [positions, cost] = chunk_for({t.prompt, t.n, target, cached}, budget);
     if (cached + positions < target && (!opt_.chunked_prefill || positions == 0)) {
       // Its prefill (a recomputed one costs n tokens per generated position) does not fit a
@@ -946,7 +958,7 @@ std::int64_t Engine::begin_step() {
   // The decoding batch is fixed before new prefills join it (they decode from the next step).
   std::int64_t decode_seqs = decoding_seqs_;
   const std::int64_t context = context_base_ + context_slope_ * step_;
-  std::int64_t budget = opt_.max_batched_tokens > 0 ? opt_.max_batched_tokens - decoding_seqs_ : kUnlimited;
+  std::int64_t budget = opt_.max_batched_tokens > 0 ? whole_step_budget_ - decoding_seqs_ : kUnlimited;
   std::int64_t prefill_tokens = 0;
   continue_prefills(budget, prefill_tokens);
   // vLLM admits nothing new in a step that had to preempt.

@@ -311,6 +311,8 @@ class Engine {
   std::vector<std::int64_t> bytes_per_position_;
   std::int64_t bytes_per_token_ = 0;  // all groups
   std::int64_t max_tokens_;
+  // A step's token budget before any decode takes from it: max_batched_tokens, or unlimited.
+  std::int64_t whole_step_budget_;
   std::int64_t capacity_bytes_ = 0;
 
   // The trace.

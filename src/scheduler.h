@@ -77,6 +77,12 @@ class Scheduler {
   // admission (with the prefix hashes, for Allocator::roomless_hit_bytes()).
   // The allocation itself may still fail after a yes.
   virtual bool admits(const EngineView& engine, const Ticket& t, const AdmitInfo& info, std::int64_t positions) = 0;
+  // Whether admits() would refuse `t` even with nothing else on the device (the whole
+  // capacity free): then it never starts, and the engine refuses it as soon as it heads the
+  // queue rather than letting it block everyone behind it until nothing else runs (vLLM v0's
+  // AllocStatus.NEVER, FINISHED_IGNORED). `positions` as for admits(), at a whole step's token
+  // budget. false (the default): the policy cannot tell, and the request is refused once alone.
+  virtual bool never_admits(const EngineView&, const Ticket&, const AdmitInfo&, std::int64_t) const { return false; }
 
   // Whether the policy orders the waiting queue itself (order_queue()); asked once.
   virtual bool orders_queue() const { return false; }

@@ -23,6 +23,9 @@ class MaxUtilizationScheduler final : public Scheduler {
   bool admits(const EngineView& engine, const Ticket& t, const AdmitInfo&, std::int64_t positions) override {
     return chunk_bytes(engine, t, positions) <= engine.free_bytes();
   }
+  bool never_admits(const EngineView& engine, const Ticket& t, const AdmitInfo&, std::int64_t positions) const override {
+    return chunk_bytes(engine, t, positions) > engine.capacity_bytes;
+  }
 
   std::uint32_t choose_victim(const EngineView& engine, std::uint32_t) const override {
     return engine.newest_running();  // the last started

@@ -23,10 +23,14 @@ class VllmScheduler final : public Scheduler {
       : swap_(engine.options.memory.preemption == Preemption::swap),
         reserve_full_isl_(engine.options.memory.reserve_full_isl),
         watermark_ppb_(engine.options.memory.watermark_ppb),
-        // In whole units (blocks): vLLM's watermark_blocks = int(watermark x num_gpu_blocks)
-        // (v0's BlockSpaceManager), in bytes for a byte-addressed arena.
-        watermark_bytes_(static_cast<std::int64_t>(Int128{engine.capacity_bytes / engine.capacity_unit_bytes} *
-                                                   engine.options.memory.watermark_ppb / kPartsPerBillion) *
+        // In whole units (blocks): vLLM's watermark_blocks = int(watermark * num_gpu_blocks)
+        // (v0's BlockSpaceManager), in bytes for a byte-addressed arena. Python multiplies in
+        // double precision and truncates, so 0.29 x 100 blocks is 28 (28.999999999999996),
+        // not the exact product's 29; the watermark, read as a decimal, is the double
+        // nearest it, as Python's float() gives.
+        watermark_bytes_(static_cast<std::int64_t>(static_cast<double>(engine.options.memory.watermark_ppb) /
+                                                   static_cast<double>(kPartsPerBillion) *
+                                                   static_cast<double>(engine.capacity_bytes / engine.capacity_unit_bytes)) *
                          engine.capacity_unit_bytes) {}
 
   std::string name() const override {
@@ -57,6 +61,13 @@ class VllmScheduler final : public Scheduler {
     // stops admission, when they do not fit.
     if (reserve_full_isl_ && !fits(engine.allocator.peak_bytes(info, t.prompt + t.base_generated))) return false;
     return fits(chunk_bytes(engine, t, positions));
+  }
+  // Alone, nothing is referenced (no hit is roomless) and no watermark is kept: the blocks
+  // asked for must fit the whole capacity.
+  bool never_admits(const EngineView& engine, const Ticket& t, const AdmitInfo& info,
+                    std::int64_t positions) const override {
+    return (reserve_full_isl_ && engine.allocator.peak_bytes(info, t.prompt + t.base_generated) > engine.capacity_bytes) ||
+           chunk_bytes(engine, t, positions) > engine.capacity_bytes;
   }
 
   std::uint32_t choose_victim(const EngineView& engine, std::uint32_t) const override {

@@ -402,6 +402,56 @@ TEST_CASE("budget: a request bigger than the whole budget is refused and the run
   }
 }
 
+TEST_CASE("budget: a request that can never fit is refused as it heads the queue, not when the others are done") {
+  // 20 blocks of 16 one-byte positions, steps of 1 ms, at most 512 tokens a step, no
+  // watermark. A (prompt 100, output 50) starts at 0 holding ceil(101/16) = 7 blocks and
+  // runs to the end of step 49 (50 ms). B (prompt 400) arrives at 5 ms: its first chunk, 400
+  // positions and its first token, needs ceil(401/16) = 26 blocks, more than the 20 there
+  // are, so it can never start; it is refused at step 5, as it heads the queue. C (prompt 50,
+  // output 20), arriving at 6 ms, then starts at once: 4 blocks, first token at 7 ms, last at
+  // 26 ms. Left at the head until A finished, B would have held C back until 50 ms (TTFT
+  // 45 ms) and every step between would have counted as time at full capacity.
+  // Found by tools/xcheck/budget_model.py (doomed-head-blocks-queue.csv).
+  for (const Policy& policy : {Policy::vllm, Policy{"max-utilization"}}) {
+    ReplayOptions o = budget_of(20 * 16, policy);
+    o.memory.watermark_ppb = 0;
+    o.max_batched_tokens = 512;
+    o.max_running = 8;
+    const auto r = run("paged:block=16",
+                       {test::request("a", 0, 100, 50), test::request("b", 5 * kMs, 400, 10),
+                        test::request("c", 6 * kMs, 50, 20)},
+                       o);
+    CHECK(r.report.rejected_too_large == 1);
+    CHECK(r.report.completed == 2);
+    CHECK(r.report.memory_bound_ns == 0);
+    CHECK(r.report.end_ns == 50 * kMs);
+    std::map<std::string, RequestRecord> by_id;
+    for (const RequestRecord& rec : r.records) by_id[rec.id] = rec;
+    CHECK(by_id.at("b").outcome == RequestRecord::Outcome::refused);
+    CHECK(by_id.at("c").first_token_ns == 7 * kMs);
+    CHECK(by_id.at("c").finish_ns == 26 * kMs);
+  }
+}
+
+TEST_CASE("budget: vLLM's watermark is int(watermark * blocks) in double precision, as v0's Python computes it") {
+  // 100 blocks, watermark 0.29: 0.29 * 100 is 28.999999999999996 in double precision, so vLLM
+  // v0 keeps 28 blocks free, not the exact product's 29. A (prompt 1000, output 50) holds
+  // ceil(1001/16) = 63 blocks from step 0; B (prompt 128, output 5) arrives at 0.5 ms and
+  // needs ceil(129/16) = 9 blocks: 100 - 63 - 9 = 28 left, exactly the watermark, so it
+  // starts at step 1 (1 ms) beside A (a 29-block watermark would have held it until A
+  // finished at 50 ms). Found by tools/xcheck/budget_model.py (watermark-float-product.csv).
+  ReplayOptions o = budget_of(100 * 16);
+  o.memory.watermark_ppb = 290'000'000;
+  o.max_batched_tokens = 1024;
+  o.max_running = 4;
+  const auto r = run("paged:block=16", {test::request("a", 0, 1000, 50), test::request("b", kMs / 2, 128, 5)}, o);
+  CHECK(r.report.completed == 2);
+  std::map<std::string, RequestRecord> by_id;
+  for (const RequestRecord& rec : r.records) by_id[rec.id] = rec;
+  CHECK(by_id.at("b").first_scheduled_ns == 1 * kMs);
+  CHECK(by_id.at("b").first_token_ns == 2 * kMs);
+}
+
 TEST_CASE("budget: a request that fills the pool to its last position completes; one position more is refused") {
   // PITFALLS.md, "Off-by-one at block boundaries". Pool 64 positions (4 blocks of 16). The
   // step producing token j holds prompt + j positions (docs/replay.md, "Accounting

@@ -1,0 +1,479 @@
+#!/usr/bin/env python3
+"""Independent model of `kvsim replay` under a memory budget with --policy vllm (recompute),
+for Llama-3.1-8B (131,072 bytes per position), paged:block=16 without prefix caching and
+--cost constant:step=1ms,prefill-token=0ps (every step lasts 1 ms), n = 1, native CSV traces
+(id, arrival, prompt_tokens, output_tokens[, cancel_at]).
+
+Usage: budget_model.py [--kvsim PATH] --config B:T:S[:W] [--config ...] [-v]
+                       TRACE.csv...
+       (or --blocks B --mbt T --max-running S [--watermark W] for one configuration)
+Runs, for every trace and configuration, `kvsim replay TRACE --model llama-3.1-8b --allocator
+paged:block=16 --kv-budget B x 2 MiB --cost constant:step=1ms,prefill-token=0ps
+--max-batched-tokens T --max-running S [--watermark W] --per-request F --json` (W omitted or
+`default`: kvsim's own 0.01; PATH defaults to $KVSIM, else build-rel/src/kvsim) and compares,
+exactly, per request (`--per-request`): outcome, first_scheduled_s, first_token_s, finish_s,
+ttft_s, e2e_s, tpot_s, preemptions, arrival_s; per run (JSON `runs[0]`): serving.preemptions,
+preempted_requests, max_preemptions_per_request, recomputed_tokens, refused_too_large,
+time_at_full_capacity_ns; requests.total, completed, cancelled_queued, cancelled_running,
+refused_too_long, generated_tokens; time.duration_ns, time.iterations. Prints what differs
+(everything with -v) and exits 1 on any mismatch. BUDGET_DEBUG=1 traces preemptions and
+re-admissions on stderr; BUDGET_COVER=1 prints which rule branches the runs took.
+
+Written from docs/replay.md ("The engine", "Serving under a memory budget", "Per-request
+output"), `kvsim replay --help` and vLLM's scheduler, not from the engine's or the
+schedulers' code.
+
+Rules modelled (positions held per request; blocks(x) = ceil(x / 16); capacity C blocks):
+  * time in ns; every step lasts 1 ms. At a step's start the arrivals and cancellations due
+    at or before it are taken, in time order, an arrival first at one instant; arrivals join
+    the back of the waiting queue. When nothing runs or waits, time jumps to the next
+    arrival. A cancellation inside a step takes effect at its instant: the request's token of
+    that step never comes (a request finishing at the step's end is completed if the
+    cancellation falls exactly then: it is taken at the next step's start);
+  * accounting: a step allocates, at its start, a slot for every token it produces; the step
+    that completes a prefill of `need` tokens also produces an output token (it then holds
+    need + 1); a decode step adds one position; a request with prompt P and output m ends
+    holding P + m. First token: the end of the step completing its first prefill; finish:
+    the end of the step producing token m, when it is released;
+  * each step first grows the running requests in the running queue's order (admission
+    order; a re-admitted request goes to the back): decodes by one position, then the prefill
+    under way (there is at most one, the newest) by min(remaining, T - tokens taken), so a
+    prefill gets what T leaves after one token per decoding sequence;
+  * a running request that cannot get its blocks: when it is the only running request it is
+    refused (`refused_too_large`: it outgrows the whole budget alone); otherwise the last of
+    the running queue is preempted by recompute (freed, its generated tokens kept, put at the
+    front of the waiting queue; several victims of one step keep admission order there) and
+    it tries again, unless the victim was itself. A step that preempted admits nothing;
+  * admission, when nothing was preempted: waiting requests in queue order, nobody
+    overtaking the head, while fewer than S sequences run and the step has tokens left. The
+    chunk is min(need, T - tokens taken), need = prompt + tokens generated before a
+    preemption, plus one position when it completes `need`. It must fit the free blocks and,
+    while any request runs (requests admitted earlier in this step included), leave
+    int(W x C) blocks free (v0's `watermark_blocks = int(watermark * num_gpu_blocks)`, as the
+    docs give it: a float product, truncated). A head whose first chunk, min(need, T), does
+    not fit C blocks is refused as soon as it heads the queue (nothing need have left);
+  * tokens recomputed: positions a preemption discarded (its computed positions: P + g for a
+    decoding request, the prefill's computed part otherwise) that a later prefill chunk
+    computes again, counted chunk by chunk as the chunks are scheduled: a re-prefill that is
+    preempted or cancelled before reaching the old length counts only what it reached;
+  * generated tokens: every output token produced, those of requests later refused or
+    cancelled included;
+  * time at full capacity: 1 ms for each step in which a growth forced a preemption or an
+    admission was refused for room (free blocks or watermark);
+  * run duration: from the first arrival to the end of the last step (or a later arrival).
+
+Where the docs said nothing, the model followed kvsim, and docs/replay.md now says so:
+  OBSERVED 1: a refusal (growing alone, or a head that can never fit) is not time at full
+    capacity, and the step in which the last running request is refused still counts as an
+    iteration of 1 ms (an empty step) even when nothing else is left.
+  OBSERVED 2: a request cancelled after its first admission counts as `cancelled_running`
+    even when the cancellation finds it back in the waiting queue after a preemption;
+    `finish_s` of a cancelled request is its cancellation instant.
+Two rules this model first read differently from kvsim, where kvsim was changed:
+  * a head whose first chunk can never fit is refused as soon as it heads the queue in a
+    step with room under S and tokens left, as vLLM v0 refuses AllocStatus.NEVER
+    (`_schedule_prefills`: FINISHED_IGNORED, popleft, continue); kvsim had left it blocking
+    the queue until nothing else ran;
+  * the watermark is int(W * C) in double precision, as vLLM v0's Python computes it: with
+    W = 0.29 and C = 100, int(28.999999999999996) = 28 blocks; kvsim had taken the exact
+    product's floor, 29.
+"""
+import csv
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from decimal import Decimal
+
+STEP = 1_000_000
+BLOCK = 16
+BPP = 131072
+BLOCK_BYTES = BLOCK * BPP
+KVSIM = os.environ.get("KVSIM", "build-rel/src/kvsim")
+COVER = __import__("collections").Counter()
+DEBUG = bool(os.environ.get("BUDGET_DEBUG"))
+MAXLEN = 131072
+
+
+def blocks(x):
+    return -(-x // BLOCK)
+
+
+def secs_to_ns(text):
+    d = Decimal(text) * 1_000_000_000
+    assert d == d.to_integral_value(), text
+    return int(d)
+
+
+class Req:
+    __slots__ = ("ordinal", "id", "arr", "P", "m", "cancel", "g", "held", "need", "done",
+                 "first_sched", "first_tok", "finish", "npre", "outcome", "discarded", "adm")
+
+    def decoding(self):
+        return self.done >= self.need
+
+
+def read_trace(path):
+    reqs = []
+    with open(path, newline="") as f:
+        for i, row in enumerate(csv.DictReader(f)):
+            r = Req()
+            r.ordinal = i + 1
+            r.id = row["id"]
+            r.arr = secs_to_ns(row["arrival"])
+            r.P = int(row["prompt_tokens"])
+            r.m = int(row["output_tokens"])
+            ca = (row.get("cancel_at") or "").strip()
+            r.cancel = secs_to_ns(ca) if ca else None
+            r.g = 0          # output tokens produced
+            r.held = 0       # positions held
+            r.need = 0       # tokens of the current prefill (prompt + g at its admission)
+            r.done = 0       # of them computed
+            r.first_sched = r.first_tok = r.finish = None
+            r.npre = 0
+            r.outcome = None
+            r.discarded = 0  # the most positions of its sequence it ever had computed
+            reqs.append(r)
+    for a, b in zip(reqs, reqs[1:]):
+        assert a.arr <= b.arr, "trace must be in arrival order"
+    return reqs
+
+
+def run_model(reqs, cap, T, S, wm):
+    wm_blocks = int(wm * cap)
+    free = cap
+    waiting = []   # queue order
+    running = []   # admission order
+    now = None
+    st = dict(preemptions=0, recomputed=0, full_ns=0, iterations=0, refused_large=0,
+              refused_long=0, end=None, admissions=0, arrived=0,
+              cancelled_running=0, cancelled_queued=0)
+
+    def release(r):
+        nonlocal free
+        free += blocks(r.held)
+        r.held = 0
+
+    def recompute(r, tok):
+        """A prefill chunk of `tok` positions from r.done: those below what the request had
+        computed before a preemption are computed again (counted as scheduled, chunk by chunk,
+        so a re-prefill preempted or cancelled part-way counts only what it reached)."""
+        st["recomputed"] += max(0, min(r.done + tok, r.discarded) - r.done)
+
+    def preempt(v):
+        if DEBUG:
+            print(f"  t={now} preempt {v.id} held={v.held} g={v.g} need={v.need} done={v.done}",
+                  file=sys.stderr)
+        running.remove(v)
+        release(v)
+        v.npre += 1
+        st["preemptions"] += 1
+        # the positions it had computed (not a slot allocated for this step's token)
+        v.discarded = max(v.discarded, v.P + v.g if v.decoding() else v.done)
+        v.need = 0
+        v.done = 0
+        return v
+
+    # arrivals and cancellations in time order, an arrival first at one instant
+    events = sorted([(r.arr, 0, r.ordinal, r) for r in reqs] +
+                    [(r.cancel, 1, r.ordinal, r) for r in reqs if r.cancel is not None],
+                    key=lambda e: e[:3])
+    ei = 0
+
+    def process(until, strict):
+        """Take the events due at or before `until` (before it, when strict: inside a step)."""
+        nonlocal ei
+        while ei < len(events) and (events[ei][0] < until if strict else events[ei][0] <= until):
+            at, kind, _, r = events[ei]
+            ei += 1
+            if kind == 0:
+                st["arrived"] += 1
+                if r.P + r.m > MAXLEN or r.m > MAXLEN or r.P == 0:
+                    r.outcome = "refused"
+                    st["refused_long"] += 1
+                    continue
+                waiting.append(r)
+            elif r.outcome is None:
+                if r in running:
+                    if DEBUG:
+                        print(f"  t={at} cancel running {r.id} npre={r.npre} held={r.held} "
+                              f"g={r.g} need={r.need} done={r.done}", file=sys.stderr)
+                    running.remove(r)
+                    release(r)
+                    st["cancelled_running"] += 1
+                elif r in waiting:
+                    waiting.remove(r)
+                    # OBSERVED 2: admitted once, then preempted: counted as running
+                    st["cancelled_running" if r.first_sched is not None else "cancelled_queued"] += 1
+                else:
+                    continue
+                r.outcome = "cancelled"
+                r.finish = at  # OBSERVED 2: finish_s of a cancelled request is its cancellation
+
+    while True:
+        # the next step's start
+        if not running and not waiting:
+            # idle until the next arrival (a cancellation then finds nothing to cancel)
+            while ei < len(events) and events[ei][1] == 1 and not (running or waiting):
+                process(events[ei][0], False)
+            if ei >= len(events):
+                break
+            t_next = events[ei][0]
+            now = t_next if now is None else max(now, t_next)
+        process(now, False)
+        if not running and not waiting:
+            continue
+        full = False
+        refused_alone = 0
+        preempted = []
+        scheduled = {}  # request -> tokens this step
+        # growth: decodes first, then prefills under way, each in running order (with one
+        # prefill under way at most, the newest, this is also vLLM's plain running order)
+        for phase in ("decode", "prefill"):
+            i = 0
+            while i < len(running):
+                r = running[i]
+                if r in scheduled:
+                    i += 1
+                    continue
+                if (phase == "decode") != r.decoding():
+                    i += 1
+                    continue
+                if phase == "decode":
+                    tok, newheld = 1, r.held + 1
+                else:
+                    left = T - sum(scheduled.values())
+                    if left <= 0:
+                        i += 1
+                        continue
+                    tok = min(r.need - r.done, left)
+                    newheld = r.held + tok + (1 if r.done + tok == r.need else 0)
+                ok = True
+                while blocks(newheld) - blocks(r.held) > free:
+                    if len(running) == 1:
+                        running.remove(r)
+                        release(r)
+                        r.outcome = "refused"
+                        COVER["refused growing alone"] += 1
+                        refused_alone += 1
+                        st["refused_large"] += 1
+                        ok = False
+                        break
+                    full = True
+                    v = running[-1]
+                    preempted.append(preempt(v))
+                    COVER[f"preempted in {phase}"] += 1
+                    if v is r:
+                        COVER["victim is itself"] += 1
+                        ok = False
+                        break
+                    if v in scheduled:  # grown earlier this step: its tokens go back
+                        del scheduled[v]
+                        COVER["victim grown this step"] += 1
+                if not ok:
+                    continue  # r left running (refused or preempted); running[i] is the next
+                free -= blocks(newheld) - blocks(r.held)
+                r.held = newheld
+                scheduled[r] = tok
+                if phase == "prefill":
+                    recompute(r, tok)
+                i += 1
+        # victims to the front of the queue, in admission order
+        waiting[:0] = sorted(preempted, key=lambda v: v.adm)
+        if not preempted:
+            while waiting:
+                if len(running) >= S:
+                    break
+                left = T - sum(scheduled.values())
+                if left <= 0:
+                    break
+                r = waiting[0]
+                need = r.P + r.g
+                tok = min(need, left)
+                newheld = tok + (1 if tok == need else 0)
+                b = blocks(newheld)
+                if blocks(min(need, T) + (1 if need <= T else 0)) > cap:
+                    COVER["refused at the head"] += 1
+                    waiting.pop(0)
+                    r.outcome = "refused"
+                    st["refused_large"] += 1
+                    continue
+                if b > free or (running and free - b < wm_blocks):
+                    if b <= free:
+                        COVER["watermark alone refused"] += 1
+                    full = True
+                    break
+                if not running and free - b < wm_blocks:
+                    COVER["watermark waived, nothing running"] += 1
+                if tok < need:
+                    COVER["admitted on a partial chunk"] += 1
+                waiting.pop(0)
+                free -= b
+                r.held = newheld
+                r.need = need
+                r.done = 0
+                if DEBUG and r.discarded:
+                    print(f"  t={now} readmit {r.id} had {r.discarded} chunk {tok}", file=sys.stderr)
+                recompute(r, tok)
+                if r.first_sched is None:
+                    r.first_sched = now
+                running.append(r)
+                r.adm = st["admissions"]
+                st["admissions"] += 1
+                scheduled[r] = tok
+        if not scheduled:
+            COVER["empty step"] += 1
+            COVER[f"empty step: preempted={bool(preempted)} running={len(running)} "
+                  f"waiting={len(waiting)} refused alone={refused_alone}"] += 1
+        # the step
+        end = now + STEP
+        st["iterations"] += 1
+        if full:
+            st["full_ns"] += STEP
+        process(end, True)
+        for r, tok in scheduled.items():
+            if r.outcome is not None:
+                continue  # cancelled inside the step: its token never came
+            if r.decoding():
+                r.g += 1
+            else:
+                r.done += tok
+                if r.done == r.need:
+                    r.g += 1
+                    if r.first_tok is None:
+                        r.first_tok = end
+        for r in list(running):
+            if r.g >= r.m:
+                running.remove(r)
+                release(r)
+                r.finish = end
+                r.outcome = "completed"
+        st["end"] = end
+        now = end
+    assert free == cap, (free, cap)
+    return st
+
+
+def fmt(ns):
+    return None if ns is None else f"{ns // 10**9}.{ns % 10**9:09d}"
+
+
+def run_kvsim(trace, cap, T, S, wm):
+    with tempfile.TemporaryDirectory() as d:
+        pr = os.path.join(d, "per-request.csv")
+        cmd = [KVSIM, "replay", trace, "--model", "llama-3.1-8b", "--allocator", "paged:block=16",
+               "--kv-budget", str(cap * BLOCK_BYTES), "--cost", "constant:step=1ms,prefill-token=0ps",
+               "--max-batched-tokens", str(T), "--max-running", str(S), "--per-request", pr,
+               "--json", "--quiet"]
+        if wm is not None:
+            cmd += ["--watermark", str(wm)]
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+        with open(pr, newline="") as f:
+            rows = list(csv.DictReader(f))
+    return json.loads(out), rows, cmd
+
+
+def compare(trace, cap, T, S, wm, verbose=False):
+    js, rows, cmd = run_kvsim(trace, cap, T, S, wm)
+    reqs = read_trace(trace)
+    st = run_model(reqs, cap, T, S, 0.01 if wm is None else wm)
+    run = js["runs"][0]
+    assert run["allocator"] == "paged:block=16"
+    assert run["serving"]["capacity_bytes"] == cap * BLOCK_BYTES, run["serving"]["capacity_bytes"]
+    assert js["model"]["layer_groups"][0]["bytes_per_position"] == BPP
+    bad = total = 0
+    lines = []
+
+    def chk(key, mine, theirs):
+        nonlocal bad, total
+        total += 1
+        ok = mine == theirs
+        bad += not ok
+        if not ok or verbose:
+            lines.append(f"{'ok' if ok else 'MISMATCH':8s} {key:48s} model={mine!r} kvsim={theirs!r}")
+
+    assert len(rows) == len(reqs), (len(rows), len(reqs))
+    for r, row in zip(reqs, rows):
+        assert row["id"] == r.id and int(row["ordinal"]) == r.ordinal
+        chk(f"{r.id} outcome", r.outcome, row["outcome"])
+        chk(f"{r.id} first_scheduled_s", fmt(r.first_sched), row["first_scheduled_s"] or None)
+        chk(f"{r.id} first_token_s", fmt(r.first_tok), row["first_token_s"] or None)
+        chk(f"{r.id} finish_s", fmt(r.finish), row["finish_s"] or None)
+        chk(f"{r.id} preemptions", r.npre, int(row["preemptions"]))
+        chk(f"{r.id} arrival_s", fmt(r.arr), row["arrival_s"])
+        done = r.outcome == "completed"
+        chk(f"{r.id} ttft_s", fmt(r.first_tok - r.arr) if done else None, row["ttft_s"] or None)
+        chk(f"{r.id} e2e_s", fmt(r.finish - r.arr) if done else None, row["e2e_s"] or None)
+        tpot = (r.finish - r.first_tok) // (r.m - 1) if done and r.m >= 2 else None
+        chk(f"{r.id} tpot_s", fmt(tpot), row["tpot_s"] or None)
+    sv, rq, tm = run["serving"], run["requests"], run["time"]
+    pre = [r.npre for r in reqs]
+    chk("serving.preemptions", st["preemptions"], sv["preemptions"])
+    chk("serving.preempted_requests", sum(1 for p in pre if p), sv["preempted_requests"])
+    chk("serving.max_preemptions_per_request", max(pre, default=0), sv["max_preemptions_per_request"])
+    chk("serving.recomputed_tokens", st["recomputed"], sv["recomputed_tokens"])
+    chk("serving.refused_too_large", st["refused_large"], sv["refused_too_large"])
+    chk("serving.time_at_full_capacity_ns", st["full_ns"], sv["time_at_full_capacity_ns"])
+    chk("requests.completed", sum(r.outcome == "completed" for r in reqs), rq["completed"])
+    chk("requests.refused_too_long", st["refused_long"], rq["refused_too_long"])
+    chk("requests.total", st["arrived"], rq["total"])
+    chk("requests.cancelled_queued", st["cancelled_queued"], rq["cancelled_queued"])
+    chk("requests.cancelled_running", st["cancelled_running"], rq["cancelled_running"])
+    chk("requests.generated_tokens", sum(r.g for r in reqs),
+        rq["generated_tokens"])
+    end = max([st["end"] or 0] + [r.arr for r in reqs])
+    start = reqs[0].arr if reqs else 0
+    chk("time.duration_ns", end - start, tm["duration_ns"])
+    chk("time.iterations", st["iterations"], tm["iterations"])
+    return bad, total, lines, cmd
+
+
+def parse_config(text):
+    """B:T:S[:W] (W a fraction, or 'default' for kvsim's own 0.01 without --watermark)."""
+    parts = text.split(":")
+    wm = None if len(parts) < 4 or parts[3] == "default" else float(parts[3])
+    return int(parts[0]), int(parts[1]), int(parts[2]), wm
+
+
+if __name__ == "__main__":
+    argv = sys.argv[1:]
+    configs = []
+    while "--config" in argv:
+        i = argv.index("--config")
+        configs.append(parse_config(argv[i + 1]))
+        del argv[i:i + 2]
+    opts = {"--kvsim": None, "--blocks": None, "--mbt": None, "--max-running": None,
+            "--watermark": None}
+    for k in opts:
+        if k in argv:
+            i = argv.index(k)
+            opts[k] = argv[i + 1]
+            del argv[i:i + 2]
+    if opts["--kvsim"]:
+        KVSIM = opts["--kvsim"]
+    verbose = "-v" in argv
+    argv = [a for a in argv if a != "-v"]
+    if opts["--blocks"]:
+        configs.append((int(opts["--blocks"]), int(opts["--mbt"]), int(opts["--max-running"]),
+                        None if opts["--watermark"] is None else float(opts["--watermark"])))
+    if len(argv) < 1 or not configs:
+        sys.exit(__doc__)
+    failed = 0
+    for trace in argv:
+        for cap, T, S, wm in configs:
+            bad, total, lines, cmd = compare(trace, cap, T, S, wm, verbose)
+            for l in lines[:40]:
+                print(l)
+            if len(lines) > 40:
+                print(f"... {len(lines) - 40} more lines")
+            nreq = len(read_trace(trace))
+            print(f"{'MISMATCH' if bad else 'ok':8s} {trace} [blocks {cap}, T {T}, S {S}, watermark "
+                  f"{wm if wm is not None else 'default'}]: {total - bad}/{total} figures match, "
+                  f"{nreq} requests")
+            if bad:
+                print("  " + " ".join(cmd).replace(cmd[cmd.index("--per-request") + 1], "OUT.csv"))
+            failed += bool(bad)
+    if os.environ.get("BUDGET_COVER"):
+        print("branches taken:", dict(COVER))
+    sys.exit(1 if failed else 0)
