@@ -496,7 +496,7 @@ void read_ticks(MeasuredRun& run) {
   const std::string path = join(run.dir, "timeseries.csv");
   std::ifstream in = open_file(path);
   std::string text;
-  const std::vector<std::string> wanted = {"t", "prompt_throughput", "gen_throughput", "running", "waiting", "kv_cache_pct"};
+  const std::vector<std::string> wanted = {"t", "prompt_throughput", "gen_throughput", "running", "waiting"};
   auto split = [](const std::string& s) {
     std::vector<std::string> cells;
     std::string cell;
@@ -522,6 +522,9 @@ void read_ticks(MeasuredRun& run) {
     const auto it = std::find(header.begin(), header.end(), name);
     return it == header.end() ? std::ptrdiff_t{-1} : it - header.begin();
   };
+  // kv_cache_pct: absent, as 0 throughout (not recorded): calibrate does not need it, and
+  // validate then says KV usage was not recorded.
+  const std::ptrdiff_t kv_at = optional_column("kv_cache_pct");
   const std::ptrdiff_t computed_at = optional_column("prompt_compute_throughput");
   const std::ptrdiff_t preempted_at = optional_column("preempted");
   run.preemptions_recorded = preempted_at >= 0;
@@ -544,9 +547,12 @@ void read_ticks(MeasuredRun& run) {
     }
     t.running = csv_count(cells[at[3]], path, line, wanted[3]);
     t.waiting = csv_count(cells[at[4]], path, line, wanted[4]);
-    t.kv_cache_percent = csv_number(cells[at[5]], path, line, wanted[5]);
-    if (t.kv_cache_percent < 0 || t.kv_cache_percent > 100) {
-      throw InputError(Location{path, line, wanted[5]}, "expected a percentage from 0 to 100, got \"" + cells[at[5]] + "\"");
+    if (kv_at >= 0) {
+      const std::string& kv = cells[static_cast<std::size_t>(kv_at)];
+      t.kv_cache_percent = csv_number(kv, path, line, "kv_cache_pct");
+      if (t.kv_cache_percent < 0 || t.kv_cache_percent > 100) {
+        throw InputError(Location{path, line, "kv_cache_pct"}, "expected a percentage from 0 to 100, got \"" + kv + "\"");
+      }
     }
     if (t.kv_cache_percent > 0) run.kv_usage_recorded = true;
     if (computed_at >= 0) {

@@ -209,6 +209,17 @@ TEST_CASE("measured run: a bad file is an error naming the file, line and field"
     CHECK(e.where().line == 3);
     CHECK(e.where().field == "kv_cache_pct");
   }
+  // Without kv_cache_pct (a recorder that could not read the pool), the run is read and its
+  // KV usage is not recorded; the counts calibrate and validate need are still required.
+  {
+    std::ofstream(dir / "timeseries.csv") << "t,prompt_throughput,gen_throughput,running,waiting\n1.0,5,6,1,0\n";
+    const MeasuredRun run = read_measured_run(dir.string(), std::nullopt, false);
+    CHECK(run.ticks.size() == 1);
+    CHECK(run.ticks[0].waiting == 0);
+    CHECK_FALSE(run.kv_usage_recorded);
+    const InputError e = ticks_error("t,prompt_throughput,gen_throughput,running\n1.0,5,6,1\n");
+    CHECK(e.where().field == "waiting");
+  }
   // One request whose wall clock is 1,000 s off the others' offset (100 s here) would move the
   // mapping of the two clocks, a mean, by 333 s: a damaged record, named.
   {

@@ -871,6 +871,19 @@ TEST_CASE("validate: settings engine_kwargs leaves null or -1 are what vLLM reso
                               "than max model len 100): the figures are over the rest only";
   CHECK(doc["warnings"] == Json::array({refused}));
   CHECK_THAT(r.err, Catch::Contains("kvsim validate: warning: " + refused));
+  // A version that is not one (a recorder writes "unknown" when it cannot tell) is an error
+  // naming the option that gives it; given, the run replays.
+  std::ofstream(dir / "meta.json") << R"({"model": "meta-llama/Llama-3.1-8B", "vllm_version": "unknown",
+  "engine_kwargs": {"tensor_parallel_size": 1, "data_parallel_size": 1, "max_num_seqs": 8,
+    "max_num_batched_tokens": 512, "max_model_len": 4096}, "dataset_path": "workloads/tiny.jsonl",
+  "tick_seconds": 0.25, "kv_cache": {"num_gpu_blocks": 300}})";
+  r = test::run_cli({"validate", dir.string()});
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("meta.json: vllm_version: \"unknown\" is not a version such as \"0.19.0\"; give "
+                                    "the version the run used with --vllm-version"));
+  r = test::run_cli({"validate", dir.string(), "--vllm-version", "0.19.0", "--json"});
+  CHECK(r.exit_code == 0);
+  CHECK(Json::parse(r.out)["kvsim"]["async_scheduling"] == true);
   // A setting neither object gives is an error naming both places.
   std::ofstream(dir / "meta.json") << R"({"model": "meta-llama/Llama-3.1-8B", "vllm_version": "0.19.0",
   "engine_kwargs": {"tensor_parallel_size": 1, "data_parallel_size": 1, "max_num_seqs": null,

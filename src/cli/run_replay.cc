@@ -337,10 +337,11 @@ std::string fill_in_run_settings(RunDefaults& defaults, const MeasuredRun& run, 
   defaults.set(kOptMaxRunning, std::to_string(run.max_num_seqs), setting("max_num_seqs"));
   // The run's vLLM version gives replay's --vllm-version (asynchronous scheduling, CUDA
   // graphs, v1's admission rules; plan_replay applies it), unless the user gives another.
-  if (!run.vllm_version.empty()) {
+  if (!run.vllm_version.empty() && !given(vm, option_key(kOptVllmVersion))) {
     if (!vllm_version_defaults(run.vllm_version)) {
       throw InputError(Location{meta, 0, "vllm_version"},
-                       "\"" + run.vllm_version + "\" is not a version such as \"0.19.0\"");
+                       "\"" + run.vllm_version + "\" is not a version such as \"0.19.0\"; give the version the "
+                           "run used with " + kOptVllmVersion);
     }
     defaults.set(kOptVllmVersion, run.vllm_version, field("vllm_version"));
   }
