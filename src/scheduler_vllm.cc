@@ -62,12 +62,20 @@ class VllmScheduler final : public Scheduler {
     if (reserve_full_isl_ && !fits(engine.allocator.peak_bytes(info, t.prompt + t.base_generated))) return false;
     return fits(chunk_bytes(engine, t, positions));
   }
-  // Alone, nothing is referenced (no hit is roomless) and no watermark is kept: the blocks
-  // asked for must fit the whole capacity.
+  // Alone, no watermark is kept and the whole capacity is free: what admits() asks for must
+  // exceed it. Less every hit that takes no free block now (a sliding window's hits behind
+  // the window take none even alone; those a running request holds might, once it is gone):
+  // refused here only what is refused alone too.
   bool never_admits(const EngineView& engine, const Ticket& t, const AdmitInfo& info,
                     std::int64_t positions) const override {
-    return (reserve_full_isl_ && engine.allocator.peak_bytes(info, t.prompt + t.base_generated) > engine.capacity_bytes) ||
-           chunk_bytes(engine, t, positions) > engine.capacity_bytes;
+    std::int64_t roomless = -1;
+    const auto over = [&](std::int64_t bytes) {
+      if (bytes <= engine.capacity_bytes) return false;
+      if (roomless < 0) roomless = engine.allocator.roomless_hit_bytes(info);
+      return bytes - roomless > engine.capacity_bytes;
+    };
+    return (reserve_full_isl_ && over(engine.allocator.peak_bytes(info, t.prompt + t.base_generated))) ||
+           over(chunk_bytes(engine, t, positions));
   }
 
   std::uint32_t choose_victim(const EngineView& engine, std::uint32_t) const override {

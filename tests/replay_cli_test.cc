@@ -795,3 +795,33 @@ TEST_CASE("replay --replicas on a trace with measured times asks for --schedule 
   REQUIRE(r.exit_code == 0);
   CHECK(Json::parse(r.out)["runs"][2]["requests"]["completed"] == 2);
 }
+
+TEST_CASE("replay: a request whose cache hits lie behind a sliding window is not refused as never fitting") {
+  // Mistral-7B (one group, a 4,096-token window, 131,072 bytes a position): 600 MiB is 300
+  // blocks of 16. A (8,000 tokens, prefix hashes per 16) is computed and cached; B (8,100
+  // tokens, A's 500 blocks then 6 of its own) comes at 3 s while C decodes. B's whole
+  // sequence is 507 blocks, more than the pool, but the 8,000 cached tokens behind its window
+  // take no block (vLLM's null blocks): alone it fits, so it must not be refused as a request
+  // that can never fit (Scheduler::never_admits) just because C is running. With or without
+  // C, all complete.
+  std::string hashes_a, hashes_b;
+  for (int i = 1; i <= 506; ++i) {
+    (i <= 500 ? hashes_a : hashes_b) += (i == 1 ? "" : " ") + std::to_string(i);
+  }
+  const std::string header = "id,arrival,prompt_tokens,output_tokens,prefix_block_tokens,prefix_hashes\n";
+  const std::string a = "a,0,8000,2,16," + hashes_a + "\n";
+  const std::string b = "b,3,8100,2,16," + hashes_a + " " + hashes_b + "\n";
+  for (const bool with_c : {false, true}) {
+    INFO((with_c ? "with C decoding" : "alone"));
+    const std::string trace =
+        test::write_file("window-hits-behind.csv", header + a + (with_c ? "c,0.001,16,3000,16,9001\n" : "") + b);
+    const auto r = test::run_cli({"replay", trace, "--model", "mistral-7b-v0.1", "--allocator",
+                                  "sliding-window:block=16,prefix-caching=on", "--kv-budget", "600MiB",
+                                  "--max-batched-tokens", "512", "--watermark", "0", "--json"});
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+    const Json run = Json::parse(r.out)["runs"][0];
+    CHECK(run["requests"]["completed"] == (with_c ? 3 : 2));
+    CHECK(run["serving"]["refused_too_large"] == 0);
+  }
+}
