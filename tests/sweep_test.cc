@@ -453,3 +453,28 @@ TEST_CASE("sweep: a file is read only as far as the points' --requests need, as 
   CHECK(bad.exit_code != 0);
   CHECK(bad.err.find("sweep-bad-fourth.csv:5: column 'arrival'") != std::string::npos);
 }
+
+TEST_CASE("sweep: points with different windows and counts each get their own requests from one read") {
+  // Six requests 1 s apart, prompts of 10, 20, ..., 60 tokens and one output token each, so
+  // at most one is live and the effective peak is the largest prompt read + 1 positions, at
+  // Llama-3.1-8B's 131,072 bytes a position. The file is read once, as far as the widest
+  // point needs (here to its end, for "2s.."); each point then takes its own window and count:
+  //   ..3s, first 1: a (10)          -> 11 positions    2s.., first 1: c (30)          -> 31
+  //   ..3s, first 3: a, b, c (<= 30) -> 31              2s.., first 3: c, d, e (<= 50) -> 51
+  const std::string trace = write_file("sweep-six.csv",
+                                       "id,arrival,prompt_tokens,output_tokens\na,0,10,1\nb,1,20,1\nc,2,30,1\n"
+                                       "d,3,40,1\ne,4,50,1\nf,5,60,1\n");
+  const auto r = run_cli({"sweep", trace, "--model", "llama-3.1-8b", "--allocator", "paged:block=16", "--vary",
+                          "time-window=..3s,2s..", "--vary", "requests=1,3", "--csv", "-"});
+  REQUIRE(r.exit_code == 0);
+  const auto rows = lines(r.out);
+  REQUIRE(rows.size() == 5);
+  const std::size_t peak = column(rows[0], "effective_bytes_peak");
+  const std::size_t completed = column(rows[0], "completed");
+  const std::int64_t expected[][2] = {{1, 11}, {3, 31}, {1, 31}, {3, 51}};
+  for (std::size_t p = 0; p < 4; ++p) {
+    INFO("point " << p);
+    CHECK(fields(rows[p + 1])[completed] == std::to_string(expected[p][0]));
+    CHECK(fields(rows[p + 1])[peak] == std::to_string(expected[p][1] * 131072));
+  }
+}

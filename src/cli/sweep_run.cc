@@ -192,43 +192,79 @@ std::string SweepSetup::jsonl_row(std::int64_t p, std::int64_t point_rows, const
   return row.dump() + "\n";
 }
 
+void TraceCache::note(const TraceOptions& o) {
+  const auto [it, first] = extents_.try_emplace(extent_key(o), Extent{o.window_from_ns, o.window_to_ns, o.max_requests});
+  if (first) return;
+  Extent& e = it->second;
+  e.counted = e.counted && o.window_from_ns == e.from_ns && o.max_requests > 0 && e.max_requests > 0;
+  e.from_ns = std::min(e.from_ns, o.window_from_ns);
+  e.to_ns = std::max(e.to_ns, o.window_to_ns);
+  e.max_requests = std::max(e.max_requests, o.max_requests);
+}
+
+bool TraceCache::covers(const Extent& e, const TraceOptions& o) {
+  return o.window_from_ns >= e.from_ns && o.window_to_ns <= e.to_ns &&
+         (e.max_requests == 0 || (o.window_from_ns == e.from_ns && o.max_requests > 0 && o.max_requests <= e.max_requests));
+}
+
 const TraceInMemory& TraceCache::read(const std::string& path, const TraceOptions& options) {
-  if (traces_.empty()) windowed_reads_ = trace_can_be_reread(path);
-  TraceOptions parse = options;
-  const TraceOptions unscaled;
-  parse.rate_scale_ppb = unscaled.rate_scale_ppb;
-  if (!windowed_reads_) {
-    parse.window_from_ns = unscaled.window_from_ns;
-    parse.window_to_ns = unscaled.window_to_ns;
-    parse.max_requests = unscaled.max_requests;
+  // A read that does not cover these options (noted after it: plan's later points) is read
+  // again, as widely as now noted, and replaces it.
+  if (options.format != TraceFormat::automatic || detected_) {
+    const auto it = traces_.find(key(options));
+    if (it != traces_.end() && covers(it->second.extent, options)) return *it->second.trace;
   }
-  if (const auto* found = find(options)) return *found;
-  if (!traces_.empty() && !trace_can_be_reread(path)) {
+  const bool rereadable = trace_can_be_reread(path);
+  if (!traces_.empty() && !rereadable) {
     throw InputError(Location{path, 0, ""}, "the points read this trace in different ways (format, sort, rate, seed "
                                             "or prefix block size), and a pipe or FIFO can be read once: save it to "
                                             "a file first");
   }
+  TraceOptions parse = options;
+  const TraceOptions whole;
+  parse.rate_scale_ppb = whole.rate_scale_ppb;
+  parse.window_from_ns = whole.window_from_ns;
+  parse.window_to_ns = whole.window_to_ns;
+  parse.max_requests = whole.max_requests;
+  // As widely as noted, when noted (a read not noted first is a whole one).
+  Extent extent{whole.window_from_ns, whole.window_to_ns, 0, true};
+  if (const auto it = extents_.find(extent_key(options)); rereadable && it != extents_.end()) {
+    Extent noted = it->second;
+    if (!noted.counted) noted.max_requests = 0;
+    if (covers(noted, options)) extent = noted;
+  }
+  parse.window_from_ns = extent.from_ns;
+  parse.window_to_ns = extent.to_ns;
+  parse.max_requests = extent.max_requests;
   auto reader = open_trace(path, parse);
   auto memory = std::make_shared<const TraceInMemory>(*reader);
   if (options.format == TraceFormat::automatic && !detected_) detected_ = reader->format();
-  traces_[key(options)] = memory;
+  Read& r = traces_[key(options)];
+  r.trace = memory;
+  r.extent = extent;
   return *memory;
 }
 
 const TraceInMemory* TraceCache::find(const TraceOptions& options) const {
   if (options.format == TraceFormat::automatic && !detected_) return nullptr;
   const auto it = traces_.find(key(options));
-  return it == traces_.end() ? nullptr : it->second.get();
+  return it == traces_.end() || !covers(it->second.extent, options) ? nullptr : it->second.trace.get();
 }
 
 std::string TraceCache::key(const TraceOptions& o) const {
   const TraceFormat format = o.format == TraceFormat::automatic && detected_ ? *detected_ : o.format;
   // Prefix hashes are computed from token ids only: other formats read the same at any block size.
   const std::int64_t hash = format == TraceFormat::token_ids ? o.hash_block_tokens : 0;
-  std::string key = fmt::format("{}|{}|{}|{:a}|{}|{}|{}", trace_format_name(format), o.sort, o.keep_failed,
-                                o.synthetic_rate_per_s, o.synthetic_seed, hash, o.max_errors);
-  if (windowed_reads_) key += fmt::format("|{}|{}|{}", o.window_from_ns, o.window_to_ns, o.max_requests);
-  return key;
+  return fmt::format("{}|{}|{}|{:a}|{}|{}|{}", trace_format_name(format), o.sort, o.keep_failed,
+                     o.synthetic_rate_per_s, o.synthetic_seed, hash, o.max_errors);
+}
+
+// As key(), with the format as the points give it (before detection), and the prefix block
+// size whatever the format: every point that read() will file under one key is noted under
+// one extent key (two extents for one read only narrow nothing: the first read serves both).
+std::string TraceCache::extent_key(const TraceOptions& o) {
+  return fmt::format("{}|{}|{}|{:a}|{}|{}|{}", trace_format_name(o.format), o.sort, o.keep_failed,
+                     o.synthetic_rate_per_s, o.synthetic_seed, o.hash_block_tokens, o.max_errors);
 }
 
 PointRun run_point(const SweepSetup& setup, const TraceCache& cache, std::int64_t p,
@@ -266,6 +302,13 @@ PointRun run_point(const SweepSetup& setup, const TraceCache& cache, std::int64_
 
 CsvShape prepare_points(const SweepSetup& setup, TraceCache& cache) {
   CsvShape shape;
+  // Every point's plan first (a bad value fails before anything is read), and every way the
+  // points read the trace, so that each read goes as far as the widest of them needs.
+  struct Reading {
+    std::int64_t point;
+    TraceOptions options;
+  };
+  std::vector<Reading> readings;
   for (std::int64_t p = 0; p < setup.grid().points(); ++p) {
     ReplayPlan plan = setup.plan_point(p);
     shape.replicas = shape.replicas || plan.replicas > 1;
@@ -275,9 +318,13 @@ CsvShape prepare_points(const SweepSetup& setup, TraceCache& cache) {
     for (const Allocator* a : runs) {
       shape.placement = shape.placement || a->pool().places_reservations;
       shape.sharing = shape.sharing || a->prefix_block_tokens() > 0;
-      const TraceInMemory& trace = cache.read(setup.trace_path(), trace_options_for(plan, *a));
-      reject_unused_trace_options(given_trace_options(setup.point_options(p)), trace.open()->format());
+      readings.push_back({p, trace_options_for(plan, *a)});
+      cache.note(readings.back().options);
     }
+  }
+  for (const Reading& r : readings) {
+    const TraceInMemory& trace = cache.read(setup.trace_path(), r.options);
+    reject_unused_trace_options(given_trace_options(setup.point_options(r.point)), trace.open()->format());
   }
   return shape;
 }

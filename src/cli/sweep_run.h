@@ -62,20 +62,37 @@ class SweepSetup {
 
 // The trace, read once per distinct way the points parse it (format, sort, rate, seed, and
 // the prefix block size for token-id traces) and kept in memory; load scaling is applied on
-// top per point. A file is read only as far as a point's --time-window and --requests need
-// (once per distinct window and count: both keep the trace's own times, so applying them
-// again per point changes nothing); a pipe, which can be read once, is read whole. read()
-// runs on one thread before the replays; find() on any.
+// top per point. A file is read only as far as the points' --time-window and --requests need:
+// note() every way a point will read it first, and each read() stops where the widest of
+// them does (the latest window end; the largest count, when every point counts from the same
+// window start). Both keep the trace's own times, so a point's own window and count, applied
+// again on top, select what they would from the whole file. A pipe, which can be read once,
+// is read whole. note() and read() run on one thread before the replays; find() on any.
 class TraceCache {
  public:
+  void note(const TraceOptions& options);
   const TraceInMemory& read(const std::string& path, const TraceOptions& options);
   const TraceInMemory* find(const TraceOptions& options) const;
 
  private:
+  // The widest window and count noted for one way of parsing (extent_key()).
+  struct Extent {
+    std::int64_t from_ns = 0;
+    std::int64_t to_ns = 0;
+    std::int64_t max_requests = 0;  // 0: no count bounds the read
+    bool counted = true;            // every point noted counts from the same window start
+  };
+  // Whether a trace read with `e` holds every request `o`'s window and count select.
+  static bool covers(const Extent& e, const TraceOptions& o);
   std::string key(const TraceOptions& options) const;
-  std::map<std::string, std::shared_ptr<const TraceInMemory>> traces_;
+  static std::string extent_key(const TraceOptions& options);
+  struct Read {
+    std::shared_ptr<const TraceInMemory> trace;
+    Extent extent;  // what it was read with
+  };
+  std::map<std::string, Read> traces_;
+  std::map<std::string, Extent> extents_;
   std::optional<TraceFormat> detected_;
-  bool windowed_reads_ = false;  // set at the first read: the path can be read again
 };
 
 // Plans every point of the grid (so a bad value fails before any replay), reads the trace
