@@ -125,7 +125,6 @@ void read_engine_settings(MeasuredRun& run, const json& kw, const std::string& p
     run.prefix_caching = bool_member(kw, "enable_prefix_caching", path);
     run.read_from["enable_prefix_caching"] = "engine_kwargs.enable_prefix_caching";
   }
-  if (gives(kw, "enable_chunked_prefill")) run.chunked_prefill = bool_member(kw, "enable_chunked_prefill", path);
   if (gives(kw, "gpu_memory_utilization")) {
     run.gpu_memory_utilization = utilisation_member(kw, path, "gpu_memory_utilization");
     run.read_from["gpu_memory_utilization"] = "engine_kwargs.gpu_memory_utilization";
@@ -147,7 +146,10 @@ void read_engine_settings(MeasuredRun& run, const json& kw, const std::string& p
     run.async_scheduling = bool_member(kw, "async_scheduling", path);
     run.read_from["async_scheduling"] = "engine_kwargs.async_scheduling";
   }
-  if (gives(kw, "enable_chunked_prefill")) run.read_from["enable_chunked_prefill"] = "engine_kwargs.enable_chunked_prefill";
+  if (gives(kw, "enable_chunked_prefill")) {
+    run.chunked_prefill = bool_member(kw, "enable_chunked_prefill", path);
+    run.read_from["enable_chunked_prefill"] = "engine_kwargs.enable_chunked_prefill";
+  }
   if (gives(kw, "scheduler_reserve_full_isl")) {
     run.reserve_full_isl = bool_member(kw, "scheduler_reserve_full_isl", path);
     run.read_from["scheduler_reserve_full_isl"] = "engine_kwargs.scheduler_reserve_full_isl";

@@ -101,6 +101,7 @@ constexpr std::int64_t ReplayReport::*kSummed[] = {
     &ReplayReport::rejected_too_long,
     &ReplayReport::rejected_too_large,
     &ReplayReport::rejected_too_many_samples,
+    &ReplayReport::capped_at_max_model_len,
     &ReplayReport::prefix_identified_requests,
     &ReplayReport::planned_at_output_requests,
     &ReplayReport::prompt_tokens,

@@ -786,6 +786,13 @@ TEST_CASE("validate: what vLLM resolved at start-up, as newer runs record it in 
   r = test::run_cli({"validate", dir.string(), "--workload", workload, "--json", "--timing-device", "L4"});
   REQUIRE(r.exit_code == 0);
   CHECK(Json::parse(r.out)["warnings"].empty());
+  // A recorded pool and no GPU named at all: the same warning, saying so.
+  write_meta("", R"(, "kv_cache": {"num_gpu_blocks": 300})");
+  r = test::run_cli({"validate", dir.string(), "--workload", workload, "--json"});
+  REQUIRE(r.exit_code == 0);
+  CHECK(Json::parse(r.out)["warnings"] ==
+        Json::array({"the run names no GPU: the steps are timed on H100-80GB (give --timing-device, or --cost from "
+                     "kvsim calibrate)"}));
   // The card CUDA named wins over the peer's family name: its "A100" says neither 40 nor 80 GB.
   write_meta("", R"(, "hardware": {"device_name": "NVIDIA A100-SXM4-40GB"})");
   std::ofstream(dir / "peer_cluster_config.json") << R"({"nodes": [{"instances": [{"hardware": "A100"}]}]})";
@@ -820,12 +827,13 @@ TEST_CASE("validate: settings engine_kwargs leaves null or -1 are what vLLM reso
   std::filesystem::create_directories(base / "workloads");
   std::filesystem::copy(kData + "/tiny/workloads/tiny.jsonl", base / "workloads" / "tiny.jsonl");
   const auto write_meta = [&](const std::string& max_model_len, const std::string& resolved_model,
-                              const std::string& dataset = "workloads/tiny.jsonl") {
+                              const std::string& dataset = "workloads/tiny.jsonl", int dp = 1) {
     std::ofstream(dir / "meta.json") << R"({"model": "meta-llama/Llama-3.1-8B", "vllm_version": "0.19.0",
-  "engine_kwargs": {"tensor_parallel_size": null, "data_parallel_size": 1, "max_num_seqs": null,
-    "max_num_batched_tokens": null, "max_model_len": )" + max_model_len + R"(},
+  "engine_kwargs": {"tensor_parallel_size": null, "data_parallel_size": )" + std::to_string(dp) + R"(,
+    "max_num_seqs": null, "max_num_batched_tokens": null, "max_model_len": )" + max_model_len + R"(},
   "dataset_path": ")" + dataset + R"(", "started_at": "2026-01-01T00:00:00Z", "tick_seconds": 0.25,
-  "kv_cache": {"num_gpu_blocks": 300, "block_size": 16},
+  "kv_cache": {"num_gpu_blocks": )" + std::to_string(300 * dp) + R"(, "block_size": 16},
+  "hardware": {"device_name": "NVIDIA GeForce RTX 4090"},
   "resolved_config": {"parallel_config": {"tensor_parallel_size": 1},
     "scheduler_config": {"max_num_seqs": 64, "max_num_batched_tokens": 512, "async_scheduling": false},
     "model_config": {"enforce_eager": true)" + resolved_model + "}}}";
@@ -860,6 +868,14 @@ TEST_CASE("validate: settings engine_kwargs leaves null or -1 are what vLLM reso
   CHECK(doc["completed"] == 2);
   r = test::run_cli({"validate", dir.string()});
   CHECK_THAT(r.out, Catch::Contains("1 requests longer than max model len served up to it"));
+  // With two data-parallel engines the count is their sum (request 1 goes to one of them).
+  write_meta("-1", R"(, "max_model_len": 102)", "workloads/tiny.jsonl", 2);
+  r = test::run_cli({"validate", dir.string(), "--json"});
+  REQUIRE(r.exit_code == 0);
+  doc = Json::parse(r.out);
+  CHECK(doc["kvsim"]["replicas"] == 2);
+  CHECK(doc["kvsim"]["capped_at_max_model_len"] == 1);
+  CHECK(doc["completed"] == 2);
   // A prompt of the whole length is still refused (kvsim would hold a position past it), and
   // the warning says so, in the JSON and on standard error.
   write_meta("100", "");

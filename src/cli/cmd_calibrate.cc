@@ -442,6 +442,8 @@ int run_calibrate(const Invocation& inv) {
     throw UsageError("give --model or --config, not both\nUsage: " + kSpec.synopsis);
   }
   MeasuredRun run = read_measured_run(*dir, option_text(vm, option_key(kOptWorkload)), false);
+  // The version replayed, which the header names: the user's, over the run's.
+  if (const auto version = option_text(vm, option_key(kOptVllmVersion))) run.vllm_version = *version;
   const CalibrationModel model = calibration_model(run, vm);
   Calibration c = calibrate(run, model);
   // What the timeseries does not show, a replay of the run finds: the prompt tokens the

@@ -53,13 +53,16 @@ const CommandSpec kSpec{
     "(vLLM's defaults) and --schedule simulate; --vllm-version (vllm_version), which for vLLM\n"
     "0.19 and later gives --async-scheduling on and --cuda-graphs on (off with enforce_eager),\n"
     "and with --policy vllm v1's admission: --watermark 0 from 0.8, --reserve-full-isl on from\n"
-    "0.19 (or as meta.json's scheduler_reserve_full_isl says); the device from\n"
-    "peer_cluster_config.json (--timing-device), and its KV pool by vLLM's start-up rule (as\n"
-    "'kvsim size --engine vllm', with the replay's options; the device's total as meta.json's\n"
-    "hardware records it) or as meta.json fixes it (kv_cache.num_gpu_blocks, what vLLM\n"
-    "allocated; kv_cache_memory_bytes; num_gpu_blocks_override), less vLLM's null block\n"
-    "(--kv-budget: that pool; --reserve or --params: replay's rule). The device may also come\n"
-    "from meta.json's hardware.device_name.\n"
+    "0.19 (or as meta.json's scheduler_reserve_full_isl says); the device from meta.json's\n"
+    "hardware.device_name, else peer_cluster_config.json (--timing-device; a GPU with no preset\n"
+    "is a warning), and its KV pool by vLLM's start-up rule (as 'kvsim size --engine vllm',\n"
+    "with the replay's options; the device's total as meta.json's hardware records it) or as\n"
+    "meta.json fixes it (kv_cache.num_gpu_blocks, what vLLM allocated; kv_cache_memory_bytes;\n"
+    "num_gpu_blocks_override), less vLLM's null block (--kv-budget: that pool; --reserve or\n"
+    "--params: replay's rule). Where engine_kwargs is null or silent, meta.json's\n"
+    "resolved_config (what vLLM ran with) gives the setting; max_model_len -1 (vLLM's auto) is\n"
+    "fitted to the pool replayed, as vLLM fits it. A request longer than max_model_len is\n"
+    "served up to it, as vLLM's engine ends it.\n"
     "Any option may be given but --time-window, --requests and --rate-scale (the run is replayed\n"
     "whole, at its own load); --cost takes the spec 'kvsim calibrate RUN_DIR' prints. Measured\n"
     "figures follow the run's README: TTFT = first_token - queued, TPOT = (last_token -\n"
@@ -465,7 +468,9 @@ int run_validate(const Invocation& inv) {
   po::variables_map vm;
   const auto dir = parse_run_command(inv, kSpec, options, vm);
   if (!dir) return kExitOk;
-  const MeasuredRun run = read_measured_run(*dir, option_text(vm, option_key(kOptWorkload)), true);
+  MeasuredRun run = read_measured_run(*dir, option_text(vm, option_key(kOptWorkload)), true);
+  // The version replayed, which the header names: the user's, over the run's.
+  if (const auto version = option_text(vm, option_key(kOptVllmVersion))) run.vllm_version = *version;
   // Written as every output is (include/kvsim/output_file.h): never over the run's files or
   // its workload, never two to one file, and an output given as '-' takes standard output in
   // place of the table (as in kvsim replay), not in place of --json.

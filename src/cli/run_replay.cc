@@ -475,13 +475,19 @@ void fit_auto_max_model_len(RunDefaults& defaults, const MeasuredRun& run, const
   defaults.set(kOptMaxModelLen, std::to_string(fitted), from);
 }
 
-std::string apply_run_settings(po::variables_map& vm, const MeasuredRun& run, const std::string& usage) {
-  RunDefaults defaults(vm);
+// The run's settings as the replay's defaults, max_model_len -1 fitted to the pool they give;
+// returns where the pool comes from. Errors about a value meta.json gave name its field.
+std::string settle_run_settings(RunDefaults& defaults, const MeasuredRun& run, const std::string& usage) {
   return blaming_meta(defaults, [&] {
     std::string source = fill_in_run_settings(defaults, run, usage);
     fit_auto_max_model_len(defaults, run, usage);
     return source;
   });
+}
+
+std::string apply_run_settings(po::variables_map& vm, const MeasuredRun& run, const std::string& usage) {
+  RunDefaults defaults(vm);
+  return settle_run_settings(defaults, run, usage);
 }
 
 RunReplay replay_run(po::variables_map vm, const MeasuredRun& run, const std::string& usage,
@@ -490,11 +496,7 @@ RunReplay replay_run(po::variables_map vm, const MeasuredRun& run, const std::st
   // Asked before the run's settings fill in the rest: they set its GPU as the timing device.
   const bool given_timing_device = given(vm, option_key(kOptTimingDevice));
   RunDefaults defaults(vm);
-  out.budget_source = blaming_meta(defaults, [&] {
-    std::string source = fill_in_run_settings(defaults, run, usage);
-    fit_auto_max_model_len(defaults, run, usage);
-    return source;
-  });
+  out.budget_source = settle_run_settings(defaults, run, usage);
   out.plan = blaming_meta(defaults, [&] { return plan_replay(vm); });
   ReplayPlan& plan = out.plan;
   refuse_idle_timing_device(given_timing_device, plan);
@@ -502,11 +504,13 @@ RunReplay replay_run(po::variables_map vm, const MeasuredRun& run, const std::st
   // timed on another device unless the user chose one.
   const char* known = run_device(run);
   if ((known == nullptr || !has_device_preset(known)) && !given_timing_device && !given(vm, option_key(kOptDevice)) &&
-      !given(vm, option_key(kOptCost)) && (!run.device_name.empty() || !run.hardware.empty())) {
-    out.warnings.push_back(fmt::format(
-        "the run's GPU, \"{}\", is no kvsim device preset: the steps are timed on {} (give --timing-device, or "
-        "--cost from kvsim calibrate)",
-        run.device_name.empty() ? run.hardware : run.device_name, kDefaultTimingDevice));
+      !given(vm, option_key(kOptCost))) {
+    const std::string name = run.device_name.empty() ? run.hardware : run.device_name;
+    out.warnings.push_back(fmt::format("{}: the steps are timed on {} (give --timing-device, or --cost from kvsim "
+                                       "calibrate)",
+                                       name.empty() ? std::string("the run names no GPU")
+                                                    : "the run's GPU, \"" + name + "\", is no kvsim device preset",
+                                       kDefaultTimingDevice));
   }
   if (plan.allocators.size() != 1) throw UsageError("a measured run is replayed with one allocator\nUsage: " + usage);
   ReplayOptions options_run = plan.options;
