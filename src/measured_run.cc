@@ -138,22 +138,16 @@ void read_engine_settings(MeasuredRun& run, const json& kw, const std::string& p
     run.kv_cache_memory_bytes = integer_member(kw, "kv_cache_memory_bytes", path, 0, 1);
     run.read_from["kv_cache_memory_bytes"] = "engine_kwargs.kv_cache_memory_bytes";
   }
-  if (gives(kw, "enforce_eager")) {
-    run.enforce_eager = bool_member(kw, "enforce_eager", path);
-    run.read_from["enforce_eager"] = "engine_kwargs.enforce_eager";
-  }
-  if (gives(kw, "async_scheduling")) {
-    run.async_scheduling = bool_member(kw, "async_scheduling", path);
-    run.read_from["async_scheduling"] = "engine_kwargs.async_scheduling";
-  }
-  if (gives(kw, "enable_chunked_prefill")) {
-    run.chunked_prefill = bool_member(kw, "enable_chunked_prefill", path);
-    run.read_from["enable_chunked_prefill"] = "engine_kwargs.enable_chunked_prefill";
-  }
-  if (gives(kw, "scheduler_reserve_full_isl")) {
-    run.reserve_full_isl = bool_member(kw, "scheduler_reserve_full_isl", path);
-    run.read_from["scheduler_reserve_full_isl"] = "engine_kwargs.scheduler_reserve_full_isl";
-  }
+  // Switches resolved_config may give instead (read_resolved_config): noted as read here.
+  const auto flag = [&](auto& out, const char* key) {
+    if (!gives(kw, key)) return;
+    out = bool_member(kw, key, path);
+    run.read_from[key] = std::string("engine_kwargs.") + key;
+  };
+  flag(run.enforce_eager, "enforce_eager");
+  flag(run.async_scheduling, "async_scheduling");
+  flag(run.chunked_prefill, "enable_chunked_prefill");
+  flag(run.reserve_full_isl, "scheduler_reserve_full_isl");
   // Read above or by read_meta(), or known to change neither the schedule nor the KV
   // budget (where the weights come from, logging, the sampling seed, the served name).
   static const char* const kKnown[] = {
