@@ -104,6 +104,13 @@ std::optional<std::string> run_kv_dtype(const MeasuredRun& run, const std::strin
   return pick(run.dtype, "dtype");
 }
 
+// The bytes behind one of the run's KV blocks on one device, as vLLM sizes it.
+std::int64_t run_block_bytes(const po::variables_map& vm, const MeasuredRun& run, const std::string& usage) {
+  PagedOptions paging;
+  paging.block_tokens = run.block_size;
+  return paged_pool(resolve_model(vm, usage, "").layout(), 0, paging).block_bytes;
+}
+
 // The KV budget per device meta.json fixes (bytes 0 when vLLM derives it from the device),
 // the field it comes from and how the report says so: kv_cache_memory_bytes, or
 // num_gpu_blocks_override blocks of the run's block size (vLLM sizes the KV tensors for
@@ -115,13 +122,6 @@ std::optional<std::string> run_kv_dtype(const MeasuredRun& run, const std::strin
 // (vllm/v1/engine/utils.py, the start-up handshake: "Sum values from all engines in DP
 // case"), so each engine's pool is the sum / dp (the engines size theirs alike; a remainder
 // is dropped).
-// The bytes behind one of the run's KV blocks on one device, as vLLM sizes it.
-std::int64_t run_block_bytes(const po::variables_map& vm, const MeasuredRun& run, const std::string& usage) {
-  PagedOptions paging;
-  paging.block_tokens = run.block_size;
-  return paged_pool(resolve_model(vm, usage, "").layout(), 0, paging).block_bytes;
-}
-
 struct FixedPool {
   std::int64_t bytes = 0;
   std::string field;  // meta.json's, as read
