@@ -210,10 +210,7 @@ bool TraceCache::covers(const Extent& e, const TraceOptions& o) {
 const TraceInMemory& TraceCache::read(const std::string& path, const TraceOptions& options) {
   // A read that does not cover these options (noted after it: plan's later points) is read
   // again, as widely as now noted, and replaces it.
-  if (options.format != TraceFormat::automatic || detected_) {
-    const auto it = traces_.find(key(options));
-    if (it != traces_.end() && covers(it->second.extent, options)) return *it->second.trace;
-  }
+  if (const auto* found = find(options)) return *found;
   const bool rereadable = trace_can_be_reread(path);
   if (!traces_.empty() && !rereadable) {
     throw InputError(Location{path, 0, ""}, "the points read this trace in different ways (format, sort, rate, seed "
@@ -223,9 +220,6 @@ const TraceInMemory& TraceCache::read(const std::string& path, const TraceOption
   TraceOptions parse = options;
   const TraceOptions whole;
   parse.rate_scale_ppb = whole.rate_scale_ppb;
-  parse.window_from_ns = whole.window_from_ns;
-  parse.window_to_ns = whole.window_to_ns;
-  parse.max_requests = whole.max_requests;
   // As widely as noted, when noted (a read not noted first is a whole one).
   Extent extent{whole.window_from_ns, whole.window_to_ns, 0, true};
   if (const auto it = extents_.find(extent_key(options)); rereadable && it != extents_.end()) {
