@@ -860,6 +860,14 @@ std::int64_t Engine::step_duration(const StepWork& work) const {
                         " ns would last no time");
   }
   if (ns > std::numeric_limits<std::int64_t>::max() - now_) {
+    if (step_swap_bytes_ > 0) {
+      // The transfer, not the trace, is what takes that long: a link of a few bytes a second.
+      throw InputError(Location{"", 0, kOptSwapBandwidth},
+                       "step " + std::to_string(step_) + " swaps " + std::to_string(step_swap_bytes_) +
+                           " bytes at " + std::to_string(opt_.memory.swap_bytes_per_second) +
+                           " bytes a second and would end past the largest representable time (" +
+                           std::to_string(std::numeric_limits<std::int64_t>::max()) + " ns); give a faster link");
+    }
     throw InputError(Location{trace_.path(), 0, ""},
                      "step " + std::to_string(step_) + " starts at " + std::to_string(now_) + " ns and would end past " +
                          "the largest representable time (" + std::to_string(std::numeric_limits<std::int64_t>::max()) +

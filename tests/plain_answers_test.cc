@@ -277,6 +277,24 @@ TEST_CASE("swap: more bytes come back in than went out, by the block for the ret
                           Catch::Contains(fmt::format(",{},{},0,", 32 * kLlamaBytesPerToken, 48 * kLlamaBytesPerToken)));
 }
 
+TEST_CASE("swap: a link too slow for the clock's range is blamed on --swap-bandwidth, not on the trace") {
+  // Two prompts of 80,000 tokens in a budget of 10,002 blocks of 16, each prefilled whole in
+  // the first step with its first token: 80,001 positions, 5,001 blocks each, the pool full.
+  // At 80,017 positions r1 needs a 5,002nd block: the newest, r2, is swapped out, 5,001 x 16 x
+  // 131,072 = 10,487,857,152 bytes, which at 1 byte a second is 1.05e19 ns, past the 9.22e18 ns
+  // a 64-bit clock holds.
+  const std::string trace = test::write_file("swap-slow.csv",
+                                             "id,arrival,prompt_tokens,output_tokens\nr1,0,80000,30\nr2,0,80000,30\n");
+  const auto r = test::run_cli({"replay", trace, "--model", "llama-3.1-8b", "--allocator", "paged:block=16",
+                                "--kv-budget", std::to_string(10'002 * 16 * kLlamaBytesPerToken), "--preemption",
+                                "swap", "--swap-bandwidth", "1", "--max-batched-tokens", "160000", "--watermark", "0",
+                                "--cost", "constant:step=1ms,prefill-token=0ps", "--json"});
+  CHECK(r.exit_code == 2);  // an option's value: a usage error, as the other options' are
+  CHECK_THAT(r.err, Catch::Contains("--swap-bandwidth") && Catch::Contains("swaps 10487857152 bytes at 1 bytes a second") &&
+                        !Catch::Contains("swap-slow.csv"));
+  CHECK(r.out.empty());
+}
+
 TEST_CASE("timeline: --sample-every rows carry the interval's maximum and mean, and the maximum keeps the peak") {
   // One request, 100 + 50 tokens, paged blocks of 16, 1 ms steps from t = 0: step k starts at
   // (k - 1) ms and holds 100 + k positions, ceil((100 + k) / 16) blocks. Rows at the first step
