@@ -402,6 +402,7 @@ ReplicaRun replay_replicas(TraceReader& trace, const std::vector<Allocator*>& al
     run.replicas[k].replica = static_cast<std::int64_t>(k);
   }
   run.total.replicas = static_cast<std::int64_t>(n);
+  run.total.trace_dropped = trace.dropped();  // the replicas read the router's shares, which drop nothing
   return run;
 }
 

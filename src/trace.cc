@@ -87,6 +87,7 @@ class SortedReader final : public TraceReader {
     Request r;
     while (inner->next(r)) requests_.push_back(r);
     total_bytes_ = inner->total_bytes();
+    dropped_ = inner->dropped();
     std::stable_sort(requests_.begin(), requests_.end(),
                      [](const Request& a, const Request& b) { return a.arrival_ns < b.arrival_ns; });
     if (!requests_.empty() && requests_.front().arrival_ns < 0) {
@@ -118,12 +119,14 @@ class SortedReader final : public TraceReader {
   TraceFormat format() const override { return format_; }
   std::int64_t bytes_read() const override { return total_bytes_; }
   std::int64_t total_bytes() const override { return total_bytes_; }
+  std::int64_t dropped() const override { return dropped_; }
 
  private:
   TraceFormat format_;
   std::vector<Request> requests_;
   std::size_t next_ = 0;
   std::int64_t total_bytes_ = 0;
+  std::int64_t dropped_ = 0;
 };
 
 constexpr std::int64_t kUnscaledPpb = 1'000'000'000;
@@ -168,6 +171,7 @@ class LoadScaleReader final : public TraceReader {
     return std::min(bytes, total);
   }
   std::int64_t total_bytes() const override { return inner_->total_bytes(); }
+  std::int64_t dropped() const override { return inner_->dropped(); }
 
  private:
   bool finish() {

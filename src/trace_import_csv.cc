@@ -27,10 +27,7 @@ class BurstGptReader final : public LengthColumnsReader {
     if (!parse_time(column_names_.time, time_text(), out.arrival_ns, true)) return Row::bad;
     if (!parse_lengths(out)) return Row::bad;
     if (out.output_tokens == 0) {
-      if (!options_.keep_failed) {
-        ++dropped_;
-        return Row::skip;
-      }
+      if (!options_.keep_failed) return Row::skip;
       // Replayed as a request the client gave up on the moment it arrived: it is admitted
       // (and its prompt counted) only if the replay processes arrivals before cancellations.
       out.cancel_ns = out.arrival_ns;
@@ -39,13 +36,11 @@ class BurstGptReader final : public LengthColumnsReader {
   }
 
   std::string no_requests_problem() const override {
-    if (dropped_ == 0) return RowReader::no_requests_problem();
-    return "no requests: all " + std::to_string(dropped_) +
+    if (dropped() == 0) return RowReader::no_requests_problem();
+    return "no requests: all " + std::to_string(dropped()) +
            " rows are failed requests (0 response tokens), which are dropped; "
            "keep them as cancelled at arrival with " + kOptKeepFailed;
   }
-
-  std::int64_t dropped_ = 0;
 };
 
 // Vidur's trace-replay CSVs: arrived_at in seconds (printed from doubles: rounded to the

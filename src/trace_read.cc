@@ -416,7 +416,9 @@ bool RowReader::next(Request& out) {
       fail("", "a NUL byte at column " + std::to_string(nul + 1) + ": a trace is text (is this a binary file?)");
       continue;
     }
-    if (parse_line(line, out) != Row::ok) continue;
+    const Row row = parse_line(line, out);
+    if (row == Row::skip) ++dropped_;
+    if (row != Row::ok) continue;
     if (!options_.sort && rows_returned_ > 0 && out.arrival_ns < last_arrival_ns_) {
       fail(label(message_names_.arrival), "arrival " + seconds_text(out.arrival_ns) + " s is before the arrival " +
                                       seconds_text(last_arrival_ns_) + " s on line " +

@@ -162,6 +162,7 @@ class RowReader : public TraceReader {
   TraceFormat format() const final { return format_; }
   std::int64_t bytes_read() const final { return lines_.bytes_consumed(); }
   std::int64_t total_bytes() const final { return lines_.total_bytes(); }
+  std::int64_t dropped() const final { return dropped_; }
 
  protected:
   enum class Row { ok, bad, skip };
@@ -211,6 +212,7 @@ class RowReader : public TraceReader {
   std::int64_t last_arrival_ns_ = 0;
   std::int64_t last_arrival_line_ = 0;
   std::int64_t rows_returned_ = 0;
+  std::int64_t dropped_ = 0;  // rows parse_line() skipped
 };
 
 // Splits one CSV line into fields. Quoted fields ("a,b", "say ""hi""") are unquoted;

@@ -11,6 +11,7 @@
 #include "block_hash.h"
 #include "hash_table.h"
 #include "kvsim/error.h"
+#include "kvsim/option_names.h"
 #include "kvsim/units.h"
 
 namespace kvsim {
@@ -161,7 +162,9 @@ TraceStats compute_trace_stats(TraceReader& reader) {
   Request r;
   try {
     while (reader.next(r)) builder.add(r);
-    return builder.finish();
+    TraceStats stats = builder.finish();
+    stats.dropped = reader.dropped();
+    return stats;
   } catch (const InputError& e) {
     // A total that does not fit (lengths near 2^63) is the file's fault: say which file.
     if (!e.where().file.empty()) throw;
@@ -175,6 +178,10 @@ std::string format_trace_stats(const TraceStats& s) {
     out += fmt::format("{:<18} {}\n", name, value);
   };
   line("requests", with_commas(s.requests));
+  if (s.dropped > 0) {
+    line("dropped", with_commas(s.dropped) + " failed requests (0 response tokens), in no figure below; " +
+                        kOptKeepFailed + " keeps them as cancelled at arrival");
+  }
   line("duration", fixed(static_cast<double>(s.duration_ns) / 1e9, 3) + " s (first to last arrival)");
   const std::string at_once = "n/a (every arrival at one instant)";
   line("rate", s.rate_per_s ? fixed(*s.rate_per_s, 3) + " requests/s (1 / mean inter-arrival gap)" : at_once);
@@ -219,6 +226,7 @@ std::string trace_stats_json(const TraceStats& s) {
   };
   json j;
   j["requests"] = s.requests;
+  j["dropped_failed_requests"] = s.dropped;
   j["first_arrival_ns"] = s.first_arrival_ns;
   j["last_arrival_ns"] = s.last_arrival_ns;
   j["duration_ns"] = s.duration_ns;

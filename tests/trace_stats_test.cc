@@ -1,6 +1,7 @@
 // Trace statistics: a small trace computed by hand, the percentile definition, and the
 // figures of the real production traces (issue 3 and ../shared/traces/README.md).
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
 
@@ -239,4 +240,48 @@ TEST_CASE("the Vidur lengths trace needs --rate, then reads") {
   const auto j = nlohmann::json::parse(with.out);
   CHECK(j["stats"]["requests"] == 28'257);
   CHECK(j["stats"]["rate_per_s"].get<double>() == Approx(2).epsilon(0.05));
+}
+
+TEST_CASE("BurstGPT's dropped failed requests are counted by trace stats and replay, and only those read") {
+  // Three rows; the second has 0 response tokens: a failed request, dropped unless --keep-failed.
+  const std::string path = test::write_file("burst-dropped.csv",
+                                            "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+                                            "5,ChatGPT,100,20,120,Conversation log\n"
+                                            "6,ChatGPT,30,0,30,Conversation log\n"
+                                            "7,GPT-4,40,8,48,API log\n");
+  auto r = test::run_cli({"trace", "stats", path});
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("requests           2\ndropped            1 failed requests (0 response tokens)"));
+  r = test::run_cli({"trace", "stats", path, "--json"});
+  REQUIRE(r.exit_code == 0);
+  CHECK(nlohmann::json::parse(r.out)["stats"]["dropped_failed_requests"] == 1);
+  // Sorted (read whole, then replayed) the count is the same.
+  r = test::run_cli({"trace", "stats", path, "--json", "--sort"});
+  REQUIRE(r.exit_code == 0);
+  CHECK(nlohmann::json::parse(r.out)["stats"]["dropped_failed_requests"] == 1);
+  // Kept, none is dropped and no line says so.
+  r = test::run_cli({"trace", "stats", path, "--keep-failed"});
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("requests           3\n") && !Catch::Contains("\ndropped "));
+  // The first request alone: the read stops before the failed row, which nothing then drops.
+  r = test::run_cli({"trace", "stats", path, "--json", "--requests", "1"});
+  REQUIRE(r.exit_code == 0);
+  CHECK(nlohmann::json::parse(r.out)["stats"]["dropped_failed_requests"] == 0);
+
+  // replay: once in its warnings (standard error and the JSON), however many allocators ran.
+  r = test::run_cli({"replay", path, "--allocator", "paged,dynamic", "--json"});
+  REQUIRE(r.exit_code == 0);
+  const auto doc = nlohmann::json::parse(r.out);
+  CHECK(doc["runs"][0]["requests"]["total"] == 2);
+  CHECK(doc["runs"][0]["requests"]["dropped_failed"] == 1);
+  CHECK(doc["runs"][1]["requests"]["dropped_failed"] == 1);
+  const std::string warning = "1 failed requests (0 response tokens) of the trace were dropped";
+  CHECK(std::count(doc["warnings"].begin(), doc["warnings"].end(), nlohmann::json(warning + " and are in no figure; "
+                                                                                  "--keep-failed replays them as "
+                                                                                  "cancelled at arrival")) == 1);
+  CHECK_THAT(r.err, Catch::Contains("kvsim replay: warning: " + warning));
+  r = test::run_cli({"replay", path, "--keep-failed", "--json"});
+  REQUIRE(r.exit_code == 0);
+  CHECK(nlohmann::json::parse(r.out)["runs"][0]["requests"]["dropped_failed"] == 0);
+  CHECK_THAT(r.err, !Catch::Contains("dropped"));
 }

@@ -366,6 +366,7 @@ struct ReplayReport {
   std::string schedule;             // "simulated" or "measured"
   // Requests.
   std::int64_t requests = 0;        // read from the trace
+  std::int64_t trace_dropped = 0;   // rows the trace's format dropped (TraceReader::dropped): in no figure
   std::int64_t completed = 0;
   std::int64_t cancelled_queued = 0;   // before admission
   std::int64_t cancelled_running = 0;  // mid-prefill or mid-decode

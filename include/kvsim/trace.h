@@ -114,6 +114,10 @@ class TraceReader {
   // Bytes consumed so far and the file's size, for progress reporting.
   virtual std::int64_t bytes_read() const = 0;
   virtual std::int64_t total_bytes() const = 0;
+  // Rows read so far that the format drops on purpose and never returns: BurstGPT's failed
+  // requests (0 response tokens) unless TraceOptions::keep_failed. The count says how many
+  // requests of the file a replay or a summary leaves out.
+  virtual std::int64_t dropped() const { return 0; }
 
  protected:
   explicit TraceReader(std::string path) : path_(std::move(path)) {}

@@ -59,6 +59,7 @@ struct TraceStats {
   std::int64_t session_requests = 0;   // requests that belong to a session
   std::int64_t sessions = 0;           // distinct session names
   std::int64_t with_service_times = 0;  // requests with start, first_token and finish
+  std::int64_t dropped = 0;             // rows the format drops (TraceReader::dropped), in no figure
   // Prefix identity. block_tokens is the trace's block size: 0 when no request gives one,
   // -1 when requests disagree on it. A request with a block size carries identity even with
   // no hash (a token-id prompt shorter than the block): its tokens count, none as seen.

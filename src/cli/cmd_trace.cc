@@ -138,6 +138,7 @@ class ProgressReader final : public TraceReader {
   TraceFormat format() const override { return inner_.format(); }
   std::int64_t bytes_read() const override { return inner_.bytes_read(); }
   std::int64_t total_bytes() const override { return inner_.total_bytes(); }
+  std::int64_t dropped() const override { return inner_.dropped(); }
 
  private:
   TraceReader& inner_;

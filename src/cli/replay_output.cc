@@ -8,6 +8,7 @@
 #include <optional>
 #include <nlohmann/json.hpp>
 
+#include "kvsim/option_names.h"
 #include "kvsim/units.h"
 #include "layout_json.h"
 #include "sheet_table.h"
@@ -215,6 +216,13 @@ std::vector<std::string> warnings(const ReplayContext& c, const std::vector<Repl
     for (auto& w : run_warnings(c.layout, r, overload)) out.push_back(std::move(w));
   }
   if (auto w = timing_device_warning(reports, c.timing_device, c.timing_device_kv_bytes)) out.push_back(std::move(*w));
+  std::int64_t dropped = 0;
+  for (const ReplayReport& r : reports) dropped = std::max(dropped, r.trace_dropped);
+  if (dropped > 0) {
+    out.push_back(fmt::format("{} failed requests (0 response tokens) of the trace were dropped and are in no figure; "
+                              "{} replays them as cancelled at arrival",
+                              with_commas(dropped), kOptKeepFailed));
+  }
   return out;
 }
 
@@ -569,6 +577,7 @@ nlohmann::ordered_json replay_run_json(const ReplayReport& r, bool placement) {
   run["schedule"] = r.schedule;
   run["cost_model"] = r.cost_model;
   run["requests"] = Json{{"total", r.requests},
+                         {"dropped_failed", r.trace_dropped},
                          {"completed", r.completed},
                          {"cancelled_queued", r.cancelled_queued},
                          {"cancelled_running", r.cancelled_running},
