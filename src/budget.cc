@@ -70,6 +70,25 @@ const std::vector<DevicePreset>& presets() {
        "NVIDIA A100 datasheet: 2,039 GB/s HBM2e (SXM4 80GB), 312 TFLOPS BF16 dense",
        869, kMemoryPermille, "compute: A100 SXM MAMF 271.2 of 312 TFLOPS (86.9%); memory: 90%", 85'100'068'864, 80,
        link(300), kNvlinkLatencyNs, "NVLink 3: 600 GB/s both ways, 300 one way, at 84%"},
+      {"A100-PCIe-40GB", "NVIDIA A100-PCIE-40GB", 40960 * kMiB, 1555 * kGBps, 312 * kTflops,
+       "total: nvidia-smi 40960MiB (nvidia-smi --query-gpu output quoted in many public logs, e.g. "
+       "\"NVIDIA A100-PCIE-40GB, 40960 MiB\"; CUDA reports 42,297,786,368 bytes under driver 12.3 and "
+       "42,405,855,232 under 13.0, felicepantaleo/gpu_training cuda.md deviceQuery); NVIDIA A100 datasheet: "
+       "1,555 GB/s HBM2 (PCIe 40GB), 312 TFLOPS BF16 dense (624 with sparsity)",
+       811, kMemoryPermille, "compute: A100 PCIe MAMF 252.9 of 312 TFLOPS (81.1%), its own row; memory: 90%",
+       42'405'855'232, 80,
+       link(32), kPcieLatencyNs,
+       "PCIe 4.0 x16: 32 GB/s one way, at 84% (an NVLink bridge pairing two cards, 600 GB/s both ways, is optional "
+       "and not modelled)"},
+      {"A100-PCIe-80GB", "NVIDIA A100 80GB PCIe", 81920 * kMiB, 1935 * kGBps, 312 * kTflops,
+       "total: nvidia-smi 81920MiB (nvidia-smi --query-gpu output quoted in many public logs, e.g. "
+       "\"NVIDIA A100 80GB PCIe, 81920 MiB, 8.0\"; CUDA reports 84,974,239,744 bytes under driver 12.4 in a "
+       "published deviceQuery log); NVIDIA A100 datasheet: 1,935 GB/s HBM2e (PCIe 80GB), 312 TFLOPS BF16 dense",
+       811, kMemoryPermille, "compute: A100 PCIe MAMF 252.9 of 312 TFLOPS (81.1%), its own row; memory: 90%",
+       84'974'239'744, 80,
+       link(32), kPcieLatencyNs,
+       "PCIe 4.0 x16: 32 GB/s one way, at 84% (an NVLink bridge pairing two cards, 600 GB/s both ways, is optional "
+       "and not modelled)"},
       {"H100-80GB", "NVIDIA H100 80GB HBM3", 81559 * kMiB, 3350 * kGBps, 989'500 * (kTflops / 1000),
        "total: nvidia-smi 81559MiB = 85,520,809,984 bytes (modal-labs/modal-client PR #2797; CUDA "
        "reports 85,045,477,376 under driver 12.7 and 85,017,755,648 under 13.0 in deviceQuery "
@@ -77,6 +96,30 @@ const std::vector<DevicePreset>& presets() {
        "989.5 dense",
        803, kMemoryPermille, "compute: H100 SXM MAMF 794.5 of 989 TFLOPS (80.3%); memory: 90%", 85'017'755'648, 90,
        link(450), kNvlinkLatencyNs, "NVLink 4: 900 GB/s both ways, 450 one way, at 84%"},
+      {"H100-PCIe", "NVIDIA H100 PCIe", 81559 * kMiB, 2000 * kGBps, 756'500 * (kTflops / 1000),
+       "total: nvidia-smi 81559MiB (nvidia-smi --query-gpu output quoted in many public logs, e.g. "
+       "\"NVIDIA H100 PCIe, 81559 MiB\"; no published CUDA total found); NVIDIA H100 datasheet (PCIe column) "
+       "and product brief PB-11133-001: 80 GB HBM2e at 2 TB/s, 1,513 TFLOPS BF16 with sparsity = 756.5 dense",
+       660, kMemoryPermille,
+       "compute: mamf-finder measures 499.5 of 756.5 TFLOPS (66.0%, mag-/gpu_benchmark README; a torch bf16 "
+       "matmul sweep gives 495.9, zzc0721/torch-performance-test-data issue 95); the 350 W card does not reach "
+       "H100 SXM's 80.3%; memory: 90%",
+       0, 90,
+       link(63), kPcieLatencyNs,
+       "PCIe 5.0 x16: 63 GB/s one way (NVIDIA quotes 128 GB/s both ways), at 84% (an NVLink bridge, 600 GB/s both "
+       "ways, is optional and not modelled)"},
+      {"H100-NVL", "NVIDIA H100 NVL", 95830 * kMiB, 3938 * kGBps, 835'500 * (kTflops / 1000),
+       "total: nvidia-smi 95830MiB (thamada/nvidia-smi nvsim/H100NVLx2_smi.py, driver 550.54.14; CUDA reports "
+       "99,861,594,112 bytes under driver 12.4, gls/H100NVLx2_deviceQuery.py); NVIDIA H100 NVL product brief "
+       "PB-11773-001, table 2: 94 GB HBM3 at 3,938 GB/s; H100 NVL datasheet: 1,671 TFLOPS BF16 with sparsity "
+       "= 835.5 dense",
+       585, kMemoryPermille,
+       "compute: mamf-finder measures 488.5 of 835.5 TFLOPS on one card (58.5%, mag-/gpu_benchmark README); "
+       "memory: 90%",
+       99'861'594'112, 90,
+       link(300), kNvlinkLatencyNs,
+       "NVLink bridge of an H100 NVL pair: 600 GB/s both ways, 300 one way, at 84% (only the two bridged cards; "
+       "a larger group crosses PCIe 5.0)"},
       {"H200-141GB", "NVIDIA H200", 143771 * kMiB, 4800 * kGBps, 989'500 * (kTflops / 1000),
        "total: nvidia-smi 143771MiB (nvidia-smi --query-gpu output quoted in many public logs); "
        "NVIDIA H200 datasheet (SXM): 4.8 TB/s HBM3e, 1,979 TFLOPS BF16 with sparsity = 989.5 dense",
@@ -88,6 +131,16 @@ const std::vector<DevicePreset>& presets() {
        "GDDR6, 242 TFLOPS BF16 with sparsity = 121 dense",
        803, kMemoryPermille, "compute: no Ada row in the MAMF table; H100 SXM's 80.3% stands in; memory: 90%", 23'612'293'120, 89,
        link(32), kPcieLatencyNs, "PCIe 4.0 x16: 32 GB/s one way, at 84%"},
+      {"T4", "Tesla T4", 15360 * kMiB, 300 * kGBps, 65 * kTflops,
+       "total: nvidia-smi 15360MiB (modal-labs/modal-client PR #2797; CUDA reports 15,843,721,216 bytes under "
+       "driver 11.2 and 15,642,329,088 under 12.5 in published deviceQuery logs); NVIDIA T4 datasheet: 16 GB "
+       "GDDR6 at 300 GB/s (the product page says 320+), 65 TFLOPS FP16 mixed precision (FP32 accumulate, dense): "
+       "Turing has no BF16, so this is the FP16 tensor figure and the card serves in FP16",
+       811, kMemoryPermille,
+       "compute: no Turing row in the MAMF table; A100 PCIe's 252.9 of 312 (81.1%), the closest measured PCIe card "
+       "with pre-Hopper (mma.sync) tensor cores; the 70 W cap may keep a T4 below it; memory: 90%",
+       15'642'329'088, 75,
+       link(16), kPcieLatencyNs, "PCIe 3.0 x16: 16 GB/s one way (NVIDIA quotes 32 GB/s), at 84%"},
       {"RTX-4090", "NVIDIA GeForce RTX 4090", 24564 * kMiB, 1008 * kGBps, 165'200 * (kTflops / 1000),
        "total: nvidia-smi 24564MiB (nvidia-smi --query-gpu output quoted in public logs; CUDA "
        "reports 25,386,352,640 bytes on Linux under driver 12.4); NVIDIA Ada whitepaper: 1,008 GB/s "
@@ -108,6 +161,14 @@ const std::vector<DevicePreset>& presets() {
        "TFLOPS BF16 dense with FP32 accumulate (309.7 with sparsity)",
        811, kMemoryPermille, kAmperePcieEfficiency, 0, 86,
        link(32), kPcieLatencyNs, "PCIe 4.0 x16: 32 GB/s one way, at 84% (an NVLink bridge, 112.5 GB/s both ways, is optional)"},
+      {"RTX-6000-Ada", "NVIDIA RTX 6000 Ada Generation", 49140 * kMiB, 960 * kGBps, 364'250 * (kTflops / 1000),
+       "total: nvidia-smi 49140MiB with ECC off, the default (thamada/nvidia-smi gls/RTX6000Ada_x8_smi.py, driver "
+       "550.127.05; CUDA reports 51,002,867,712 bytes under driver 12.4, gls/RTX6000Ada_x8_deviceQuery.py); NVIDIA "
+       "RTX 6000 Ada datasheet: 48 GB GDDR6 at 960 GB/s, 1,457 TFLOPS tensor (FP8 with sparsity) = 364.25 TFLOPS "
+       "BF16 dense with FP32 accumulate (142 SMs x 2,505 MHz x 1,024)",
+       803, kMemoryPermille, "compute: no Ada row in the MAMF table; H100 SXM's 80.3% stands in, as for L40S; memory: 90%",
+       51'002'867'712, 89,
+       link(32), kPcieLatencyNs, "PCIe 4.0 x16: 32 GB/s one way, at 84% (no NVLink on Ada)"},
       {"RTX-PRO-6000", "NVIDIA RTX PRO 6000 Blackwell Server Edition", 97887 * kMiB, 1597 * kGBps,
        500 * kTflops,
        "total: nvidia-smi 97887MiB (published nvidia-smi logs of the Server Edition); NVIDIA's RTX PRO "
@@ -129,11 +190,25 @@ const std::vector<DevicePreset>& presets() {
        "datasheet: 48 GB GDDR6, 864 GB/s, 362.05 TFLOPS BF16 dense (733 with sparsity)",
        803, kMemoryPermille, "compute: no Ada row in the MAMF table; H100 SXM's 80.3% stands in; memory: 90%", 0, 89,
        link(32), kPcieLatencyNs, "PCIe 4.0 x16: 32 GB/s one way, at 84%"},
+      {"L40", "NVIDIA L40", 46068 * kMiB, 864 * kGBps, 181'050 * (kTflops / 1000),
+       "total: nvidia-smi 46068MiB (nvidia-smi --query-gpu output quoted in many public logs, e.g. "
+       "\"NVIDIA L40, 46068 MiB\"; no published CUDA total found); NVIDIA L40 datasheet: 48 GB GDDR6 with ECC at "
+       "864 GB/s, 181.05 TFLOPS BF16 dense (362.1 with sparsity)",
+       803, kMemoryPermille, "compute: no Ada row in the MAMF table; H100 SXM's 80.3% stands in, as for L40S; memory: 90%",
+       0, 89,
+       link(32), kPcieLatencyNs, "PCIe 4.0 x16: 32 GB/s one way, at 84% (no NVLink)"},
       {"A10G", "NVIDIA A10G", 23028 * kMiB, 600 * kGBps, 70 * kTflops,
        "total: nvidia-smi 23028MiB (published nvidia-smi logs of AWS g5 instances); 24 GB GDDR6 at "
        "600 GB/s and 70 TFLOPS BF16 dense tensor (AWS's A10G variant of the A10, whose datasheet "
        "gives 125; Baseten, \"NVIDIA A10 vs A10G for ML model inference\")",
        811, kMemoryPermille, kAmperePcieEfficiency, 0, 86,
+       link(32), kPcieLatencyNs, "PCIe 4.0 x16: 32 GB/s one way, at 84%"},
+      {"A10", "NVIDIA A10", 23028 * kMiB, 600 * kGBps, 125 * kTflops,
+       "total: nvidia-smi 23028MiB (NVML total 24,146,608,128 bytes under driver 535.129.03, mayooot/detect-gpu "
+       "issue 3; CUDA reports 23,609,475,072 bytes under driver 12.2 and 23,696,375,808 under 12.8 in published "
+       "deviceQuery logs); NVIDIA A10 datasheet: 24 GB GDDR6 at 600 GB/s, BFLOAT16 Tensor Core 125 TFLOPS dense "
+       "(250 with sparsity)",
+       811, kMemoryPermille, kAmperePcieEfficiency, 23'696'375'808, 86,
        link(32), kPcieLatencyNs, "PCIe 4.0 x16: 32 GB/s one way, at 84%"},
       {"H20", "NVIDIA H20", 97871 * kMiB, 4000 * kGBps, 148 * kTflops,
        "total: nvidia-smi 97871MiB (published nvidia-smi logs); NVIDIA H20: 96 GB HBM3, 4.0 TB/s, "

@@ -59,7 +59,36 @@ TEST_CASE("device presets carry nvidia-smi's totals and spec-sheet rates") {
   CHECK(find_device_preset("RTX-A6000").total_bytes == 49140 * kMiB);
   CHECK(find_device_preset("RTX-A6000").hbm_bytes_per_second == 768'000'000'000);
   CHECK(find_device_preset_by_product("NVIDIA RTX A6000") == &find_device_preset("RTX-A6000"));
-  CHECK(device_presets().size() == 15);
+  // The PCIe and smaller cards of inference fleets (sources in budget.cc): an A100 PCIe's 80 GB
+  // at 1,935 GB/s (the SXM card's 2,039) on its own MAMF row, 252.9 of 312 = 81.1%; a T4's
+  // FP16 tensor peak (Turing has no BF16) on PCIe 3.0 x16, 16 GB/s at 84% = 13.44 GB/s; an H100
+  // PCIe's 1,513 sparse TFLOPS / 2, of which mamf-finder measures 499.5 = 66.0%; an H100 NVL's
+  // bridge, 600 GB/s both ways, 300 one way at 84% = 252 GB/s.
+  const DevicePreset& a100_pcie = find_device_preset("A100-PCIe-80GB");
+  CHECK(a100_pcie.total_bytes == 81920 * kMiB);
+  CHECK(a100_pcie.hbm_bytes_per_second == 1'935'000'000'000);
+  CHECK(a100_pcie.compute_permille == 811);
+  CHECK(find_device_preset_by_product("NVIDIA A100 80GB PCIe") == &a100_pcie);
+  CHECK(find_device_preset_by_product("NVIDIA A100-PCIE-40GB") == &find_device_preset("A100-PCIe-40GB"));
+  const DevicePreset& t4 = find_device_preset("t4");
+  CHECK(t4.total_bytes == 15360 * kMiB);
+  CHECK(t4.bf16_dense_flops == 65'000'000'000'000);
+  CHECK(t4.link_bytes_per_second == 13'440'000'000);
+  CHECK(t4.compute_capability == 75);
+  CHECK(find_device_preset_by_product("Tesla T4") == &t4);
+  const DevicePreset& h100_pcie = find_device_preset("H100-PCIe");
+  CHECK(h100_pcie.bf16_dense_flops == 756'500'000'000'000);
+  CHECK(h100_pcie.compute_permille == 660);
+  CHECK(find_device_preset("H100-NVL").total_bytes == 95830 * kMiB);
+  CHECK(find_device_preset("H100-NVL").link_bytes_per_second == 252'000'000'000);
+  // A10 and A10G are two cards: the A10's datasheet gives 125 dense BF16 TFLOPS, AWS's A10G 70.
+  CHECK(find_device_preset("A10").bf16_dense_flops == 125'000'000'000'000);
+  CHECK(find_device_preset_by_product("NVIDIA A10") == &find_device_preset("A10"));
+  CHECK(find_device_preset_by_product("NVIDIA A10G") == &find_device_preset("A10G"));
+  CHECK(find_device_preset("L40").bf16_dense_flops == 181'050'000'000'000);
+  CHECK(find_device_preset("RTX-6000-Ada").hbm_bytes_per_second == 960'000'000'000);
+  CHECK(find_device_preset_by_product("NVIDIA RTX 6000 Ada Generation") == &find_device_preset("RTX-6000-Ada"));
+  CHECK(device_presets().size() == 23);
   // Links (budget.cc): RTX PRO 6000 over PCIe 5.0 as measured, 53 GB/s and 7.5 us; H100 SXM
   // NVLink 4, 900 GB/s both ways = 450 one way, at 84% = 378 GB/s and 9 us; an L4 on PCIe 4.0
   // x16, 32 GB/s at 84% = 26.88 GB/s. Compute capabilities: Hopper 9.0, Blackwell 12.0.

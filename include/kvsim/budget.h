@@ -63,8 +63,9 @@ struct DevicePreset {
   std::string_view link_source = "";
 };
 
-// A100-40GB, A100-80GB, H100-80GB, H200-141GB, L4, RTX-4090, RTX-3090, RTX-A6000, RTX-PRO-6000,
-// RTX-PRO-6000-WS, L40S, A10G, H20, B200, MI300X, in that order.
+// A100-40GB, A100-80GB, A100-PCIe-40GB, A100-PCIe-80GB, H100-80GB, H100-PCIe, H100-NVL,
+// H200-141GB, L4, T4, RTX-4090, RTX-3090, RTX-A6000, RTX-6000-Ada, RTX-PRO-6000, RTX-PRO-6000-WS,
+// L40S, L40, A10G, A10, H20, B200, MI300X, in that order.
 const std::vector<DevicePreset>& device_presets();
 
 // A device preset by name (case-insensitive). Throws InputError naming `field` (the option
