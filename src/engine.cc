@@ -63,6 +63,7 @@ Engine::Engine(TraceReader& trace, Allocator& allocator, const ReplayOptions& op
   scheduler_ = make_scheduler(view_);
   scheduler_tracks_requests_ = scheduler_->tracks_requests();
   scheduler_orders_queue_ = scheduler_->orders_queue();
+  linger_ = opt_.async_scheduling && bounded();
 }
 
 [[noreturn]] void Engine::broken(const Flight& f, const std::string& what) const {
@@ -338,23 +339,85 @@ void Engine::after_op(std::int64_t correction_ns) {
   check_after_operation(alloc_);
 }
 
-void Engine::drop_holding(std::uint32_t slot, std::int64_t correction_ns) {
+void Engine::stop_running(std::uint32_t slot) {
   Flight& f = flights_[slot];
   if (f.decoding) {
     decoding_seqs_ -= f.n;
     context_base_ -= f.n * f.tokens_at - f.n * f.step_at;
     context_slope_ -= f.n;
+    f.tokens_at = f.tokens(step_);
+    f.step_at = step_;
+    f.decoding = false;
   }
   if (scheduler_tracks_requests_) scheduler_->on_stopped(slot);
+}
+
+void Engine::free_holding(std::uint32_t slot, std::int64_t correction_ns) {
   for (std::size_t g = 0; g < groups_; ++g) recorder_.apply(slot, g, Contribution{step_, {}, {}}, correction_ns);
   if (sharing()) drop_prefix(slot);
   alloc_.release(slot);
   op_transient_bytes_ = 0;
   after_op(correction_ns);
+}
+
+void Engine::leave_running(std::uint32_t slot) {
+  const Flight& f = flights_[slot];
   running_order_.erase({f.admit_order, slot});
-  f.decoding = false;
   --running_;
   running_seqs_ -= f.n;
+}
+
+void Engine::drop_holding(std::uint32_t slot, std::int64_t correction_ns) {
+  stop_running(slot);
+  free_holding(slot, correction_ns);
+  leave_running(slot);
+  // With nothing left running, vLLM's next plan comes after the last step's outputs were
+  // processed (an empty planned step, then a plan at once): nothing lingers into it.
+  if (running_ == 0 && !lingering_.empty()) free_lingering();
+}
+
+void Engine::linger(std::uint32_t slot) {
+  // It stops running now: no decode, no place in running_order_ or the running counts
+  // (those places are completed_in_last_step_'s). What it holds stays, unchanged: it is
+  // freed within the next step's planning, at this same step and instant.
+  stop_running(slot);
+  leave_running(slot);
+  const Flight& f = flights_[slot];
+  ++tickets_[f.ticket].generation;  // completed: a cancellation due now finds it gone
+  lingering_.push_back({slot, now_, f.admit_order});
+}
+
+void Engine::free_lingering(std::size_t index) {
+  const Lingering l = lingering_[index];
+  lingering_.erase(lingering_.begin() + static_cast<std::ptrdiff_t>(index));
+  const std::uint32_t ticket = flights_[l.slot].ticket;
+  free_holding(l.slot, 0);
+  end_flight(l.slot);
+  leaves(ticket, RequestRecord::Outcome::completed, l.finish_ns);
+  free_ticket(ticket);
+}
+
+void Engine::free_lingering() {
+  while (!lingering_.empty()) free_lingering(lingering_.size() - 1);
+}
+
+bool Engine::preempt_lingering() {
+  if (lingering_.empty() || !scheduler_->victim_is_newest()) return false;
+  std::size_t newest = 0;
+  for (std::size_t i = 1; i < lingering_.size(); ++i) {
+    if (lingering_[i].admit_order > lingering_[newest].admit_order) newest = i;
+  }
+  if (running_ > 0 && running_order_.rbegin()->first > lingering_[newest].admit_order) return false;
+  // vLLM's _preempt_request on a request whose last token is in flight: counted as a
+  // preemption, its blocks freed; the token still arrives and completes it.
+  Ticket& t = tickets_[flights_[lingering_[newest].slot].ticket];
+  ++report_.preemptions;
+  if (++t.preemptions == 1) ++report_.preempted_requests;
+  report_.max_preemptions_per_request = std::max<std::int64_t>(report_.max_preemptions_per_request, t.preemptions);
+  step_memory_bound_ = true;
+  step_preempted_ = true;
+  free_lingering(newest);
+  return true;
 }
 
 // --- sharing across requests ----------------------------------------------------------------
@@ -530,8 +593,9 @@ bool Engine::grow_or_preempt(std::uint32_t slot, std::int64_t tokens, std::int64
     const Outcome o = alloc_.grow(slot, tokens, step_tokens);
     if (o == Outcome::ok) return true;
     if (!bounded()) broken(flights_[slot], "allocation failed in a run without a memory bound");
+    if (preempt_lingering()) continue;
     const std::uint32_t victim = scheduler_->choose_victim(view_, slot);
-    if (victim == slot && running_ == 1 && swapped_.empty()) {
+    if (victim == slot && running_ == 1 && swapped_.empty() && lingering_.empty()) {
       // Alone, with the whole budget, and still short: it never fits. Preempting it would
       // only start it over, forever. (With others swapped out it swaps itself out: coming
       // back it is placed afresh, which may fit where growing in place did not; if it
@@ -894,11 +958,16 @@ void Engine::deliver_step() {
     if (t.first_token_ns >= 0) recorder_.first_token(t.first_token_ns - t.arrival_ns);
     recorder_.completed(now_ - t.arrival_ns);
     if (f.output >= 2) recorder_.per_output_token((now_ - t.first_token_ns) / (f.output - 1));
-    leaves(f.ticket, RequestRecord::Outcome::completed, now_);
     report_.generated_tokens += f.n * f.output;
-    release(ref.slot, 0);
+    if (linger_) {
+      linger(ref.slot);
+    } else {
+      leaves(f.ticket, RequestRecord::Outcome::completed, now_);
+      release(ref.slot, 0);
+    }
   }
   finishing_.clear();
+  if (running_ == 0 && !lingering_.empty()) free_lingering();
 }
 
 void Engine::run_iteration() { end_step(begin_step()); }
@@ -940,6 +1009,7 @@ std::int64_t Engine::run_quiet_steps(std::int64_t start_before_ns) {
   std::int64_t steps = 0;
   while (now_ < start_before_ns && quiet_step_ahead()) {
     open_step();
+    free_lingering();
     const std::int64_t duration = time_step(decoding_seqs_, 0, context_base_ + context_slope_ * step_);
     // What arrives or is cancelled within the step (or at its start: the loop around takes
     // up those at a boundary) leaves it to the full path, which times it the same way.
@@ -958,6 +1028,10 @@ std::int64_t Engine::run_quiet_steps(std::int64_t start_before_ns) {
 
 std::int64_t Engine::begin_step() {
   open_step();
+  // Asynchronous scheduling: the last step's completions still hold their blocks while this
+  // step is planned, if it was planned as the last one began (something else ran).
+  const bool lingering = !lingering_.empty() && last_step_end_ == now_ && running_ > 0;
+  if (!lingering) free_lingering();
   // Requests whose next event falls on this step.
   wheel_.take(step_, due_);
   for (const StepEvent& e : due_) {
@@ -974,6 +1048,7 @@ std::int64_t Engine::begin_step() {
     resume_swapped(budget, decode_seqs);
     if (swapped_.empty()) admit_waiting(budget, prefill_tokens);
   }
+  free_lingering();  // the last step's outputs are processed while this one runs
 
   return time_step(decode_seqs, prefill_tokens, context);
 }

@@ -263,8 +263,21 @@ class Engine {
   // Frees everything the request holds on the device (correction_ns: how far into the
   // current span that happens). The request keeps its slot.
   void drop_holding(std::uint32_t slot, std::int64_t correction_ns);
+  // drop_holding's three parts: the request stops decoding, what it holds is freed, it leaves
+  // the running counts and order.
+  void stop_running(std::uint32_t slot);
+  void free_holding(std::uint32_t slot, std::int64_t correction_ns);
+  void leave_running(std::uint32_t slot);
   // The request leaves for good (completed or cancelled): its holding, slot and ticket.
   void release(std::uint32_t slot, std::int64_t correction_ns);
+  // Asynchronous scheduling: the completed request in `slot` keeps its blocks until the next
+  // step has been planned (Lingering); free_lingering() frees what they hold, one or all.
+  void linger(std::uint32_t slot);
+  void free_lingering(std::size_t index);
+  void free_lingering();
+  // The newest lingering request, if it is newer than every running one (vLLM's running.pop()
+  // would take it): preempted for nothing (its tokens are all computed); true if there was one.
+  bool preempt_lingering();
   void end_span(std::int64_t duration_ns);
 
   // --- sharing across requests (allocators with prefix_block_tokens() > 0)
@@ -360,6 +373,17 @@ class Engine {
   std::int64_t last_step_start_ = -1;
   std::int64_t last_step_end_ = -1;
   std::int64_t completed_in_last_step_ = 0;  // their sequences
+  // ... and, under a budget, those requests' blocks: vLLM frees a request's blocks when it
+  // processes the output of the step that completed it, which with asynchronous scheduling is
+  // after the next step was planned. They are no longer running (no decode, no place in
+  // running_order_), but hold their memory through that plan and may be its victims.
+  struct Lingering {
+    std::uint32_t slot;
+    std::int64_t finish_ns;      // when it completed
+    std::uint64_t admit_order;   // its place in vLLM's running list
+  };
+  std::vector<Lingering> lingering_;
+  bool linger_ = false;          // async_scheduling under a memory bound
   std::int64_t completed_seqs_ = 0;          // over the run
   // Of them, the sequences of requests cancelled within the step, whose tokens never come.
   std::int64_t step_cancelled_decodes_ = 0;

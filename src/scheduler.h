@@ -111,6 +111,10 @@ class Scheduler {
   // The request in `failed` cannot grow: the running request to preempt (`failed` itself
   // is allowed). REQUIRES: at least one request is running.
   virtual std::uint32_t choose_victim(const EngineView& engine, std::uint32_t failed) const = 0;
+  // Whether the victim is always the last of vLLM's running list (the newest admitted), which
+  // under asynchronous scheduling still holds the requests the previous step completed: the
+  // engine then preempts such a request when it is the newest (Engine::grow_or_preempt).
+  virtual bool victim_is_newest() const { return false; }
 
   // Whether `victim` goes to host memory (swap) rather than being recomputed.
   virtual bool swaps(const Flight& /*victim*/) const { return false; }

@@ -81,6 +81,7 @@ class VllmScheduler final : public Scheduler {
   std::uint32_t choose_victim(const EngineView& engine, std::uint32_t) const override {
     return engine.newest_running();  // the last of the running queue
   }
+  bool victim_is_newest() const override { return true; }
 
   bool swaps(const Flight& victim) const override { return swap_ && victim.decoding; }
 

@@ -134,6 +134,52 @@ TEST_CASE("vllm v1: asynchronous scheduling plans a step while the previous one 
   }
 }
 
+TEST_CASE("vllm v1: with asynchronous scheduling a completed request holds its blocks through the next plan") {
+  // vllm/v1/engine/core.py step_with_batch_queue schedules step k + 1 before it processes step
+  // k's output, and Scheduler.update_from_output frees a finished request's blocks
+  // (_free_request) only then: while step k + 1 is planned, a request whose last token step k
+  // produced still holds its blocks and its place in self.running, whose last entry is what
+  // a failed allocation preempts (self.running.pop()).
+  // 8 blocks of 16, no watermark, 1 ms steps. Both arrive at 0 and prefill in step 0: B
+  // (prompt 62, output 50) 63 positions, A (prompt 60, output 2) 61: 4 blocks each, the pool
+  // full. A's last token ends step 1 (2 ms). B holds 62 + 3 = 65 positions in step 2: a 5th
+  // block, with A's 4 still held.
+  ReplayOptions o = one_ms_steps();
+  o.memory.kv_budget_bytes = 8 * 16;
+  o.memory.policy = Policy::vllm;
+  o.memory.watermark_ppb = 0;
+  o.async_scheduling = true;
+  SECTION("the completed request, the newest, is preempted for nothing") {
+    // A was admitted after B: running.pop() takes A, counted as a preemption; its blocks go
+    // to B and its token still arrives. Synchronously A is gone before step 2 is planned.
+    const auto r = records_of("paged:block=16", {test::request("b", 0, 62, 50), test::request("a", 0, 60, 2)}, o);
+    CHECK(r.at("a").outcome == RequestRecord::Outcome::completed);
+    CHECK(r.at("a").finish_ns == 2 * kMs);
+    CHECK(r.at("a").preemptions == 1);
+    CHECK(r.at("b").preemptions == 0);
+    CHECK(r.at("b").finish_ns == 50 * kMs);
+    o.async_scheduling = false;
+    const auto sync = records_of("paged:block=16", {test::request("b", 0, 62, 50), test::request("a", 0, 60, 2)}, o);
+    CHECK(sync.at("a").preemptions == 0);
+    CHECK(sync.at("b").finish_ns == 50 * kMs);
+  }
+  SECTION("behind an older completed request, the one that cannot grow preempts itself") {
+    // A was admitted first: running.pop() takes B itself, which goes back to the queue having
+    // generated 2 tokens; A's blocks are freed once step 2's plan is done. Step 2 runs nothing
+    // (kvsim charges it its full 1 ms; vLLM's empty step skips the forward pass). Step 3
+    // recomputes B's 62 + 2 positions and produces its 3rd token; its 50th ends step 50: 51 ms.
+    const auto r = records_of("paged:block=16", {test::request("a", 0, 60, 2), test::request("b", 0, 62, 50)}, o);
+    CHECK(r.at("a").finish_ns == 2 * kMs);
+    CHECK(r.at("a").preemptions == 0);
+    CHECK(r.at("b").preemptions == 1);
+    CHECK(r.at("b").finish_ns == 51 * kMs);
+    o.async_scheduling = false;
+    const auto sync = records_of("paged:block=16", {test::request("a", 0, 60, 2), test::request("b", 0, 62, 50)}, o);
+    CHECK(sync.at("b").preemptions == 0);
+    CHECK(sync.at("b").finish_ns == 50 * kMs);
+  }
+}
+
 TEST_CASE("vllm: max_num_seqs counts sequences, so a request of n samples takes n places") {
   // vLLM runs a request's n samples as n requests (v1: one child request per sample;
   // v0 counted a group's sequences), each holding a place under max_num_seqs. Places 3. A
