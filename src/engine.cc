@@ -63,7 +63,7 @@ Engine::Engine(TraceReader& trace, Allocator& allocator, const ReplayOptions& op
   scheduler_ = make_scheduler(view_);
   scheduler_tracks_requests_ = scheduler_->tracks_requests();
   scheduler_orders_queue_ = scheduler_->orders_queue();
-  linger_ = opt_.async_scheduling && bounded();
+  linger_ = opt_.async_scheduling && bounded() && scheduler_->victim_is_newest();
 }
 
 [[noreturn]] void Engine::broken(const Flight& f, const std::string& what) const {
@@ -398,7 +398,9 @@ void Engine::free_lingering(std::size_t index) {
 }
 
 void Engine::free_lingering() {
-  while (!lingering_.empty()) free_lingering(lingering_.size() - 1);
+  // Oldest first, in the order they completed, as vLLM processes a step's finished requests:
+  // with a prefix cache, the order decides which freed blocks are evicted first.
+  while (!lingering_.empty()) free_lingering(0);
 }
 
 bool Engine::preempt_lingering() {
@@ -1049,6 +1051,16 @@ std::int64_t Engine::begin_step() {
     if (swapped_.empty()) admit_waiting(budget, prefill_tokens);
   }
   free_lingering();  // the last step's outputs are processed while this one runs
+  if (lingering && step_preempted_ && running_ == 0 && decode_seqs == 0 && prefill_tokens == 0) {
+    // The plan holds nothing: behind a completion's blocks, every running request preempted
+    // itself. vLLM's empty step skips the forward pass, and it plans again as soon as the
+    // last step's output is processed, which frees those blocks: at this same instant, with
+    // nothing running, so with no lag and admissions allowed.
+    step_preempted_ = false;
+    budget = whole_step_budget_;
+    resume_swapped(budget, decode_seqs);
+    if (swapped_.empty()) admit_waiting(budget, prefill_tokens);
+  }
 
   return time_step(decode_seqs, prefill_tokens, context);
 }

@@ -140,6 +140,9 @@ TEST_CASE("vllm v1: with asynchronous scheduling a completed request holds its b
   // (_free_request) only then: while step k + 1 is planned, a request whose last token step k
   // produced still holds its blocks and its place in self.running, whose last entry is what
   // a failed allocation preempts (self.running.pop()).
+  // Under kvsim's accounting (a step producing token j holds prompt + j positions; vLLM holds
+  // one fewer, docs/fidelity.md), so these schedules pin kvsim's model of the rule: vLLM
+  // reaches each block boundary a step later.
   // 8 blocks of 16, no watermark, 1 ms steps. Both arrive at 0 and prefill in step 0: B
   // (prompt 62, output 50) 63 positions, A (prompt 60, output 2) 61: 4 blocks each, the pool
   // full. A's last token ends step 1 (2 ms). B holds 62 + 3 = 65 positions in step 2: a 5th
@@ -165,19 +168,54 @@ TEST_CASE("vllm v1: with asynchronous scheduling a completed request holds its b
   }
   SECTION("behind an older completed request, the one that cannot grow preempts itself") {
     // A was admitted first: running.pop() takes B itself, which goes back to the queue having
-    // generated 2 tokens; A's blocks are freed once step 2's plan is done. Step 2 runs nothing
-    // (kvsim charges it its full 1 ms; vLLM's empty step skips the forward pass). Step 3
-    // recomputes B's 62 + 2 positions and produces its 3rd token; its 50th ends step 50: 51 ms.
+    // generated 2 tokens, and A's blocks are freed once step 2's plan is done. That plan holds
+    // nothing: vLLM skips the empty step's forward pass and plans again when step 1's output
+    // is processed, which kvsim does at once, within step 2: B recomputes its 62 + 2 positions
+    // there and produces its 3rd token at 3 ms; its 50th ends step 49: 50 ms, as without the
+    // preemption, which cost only the recomputation.
     const auto r = records_of("paged:block=16", {test::request("a", 0, 60, 2), test::request("b", 0, 62, 50)}, o);
     CHECK(r.at("a").finish_ns == 2 * kMs);
     CHECK(r.at("a").preemptions == 0);
     CHECK(r.at("b").preemptions == 1);
-    CHECK(r.at("b").finish_ns == 51 * kMs);
+    CHECK(r.at("b").finish_ns == 50 * kMs);
     o.async_scheduling = false;
     const auto sync = records_of("paged:block=16", {test::request("a", 0, 60, 2), test::request("b", 0, 62, 50)}, o);
     CHECK(sync.at("b").preemptions == 0);
     CHECK(sync.at("b").finish_ns == 50 * kMs);
   }
+}
+
+TEST_CASE("vllm v1: asynchronous scheduling frees a step's completed requests in the order they completed") {
+  // Scheduler.update_from_output frees a step's finished requests in order; with prefix caching
+  // the order is the free queue's, so it decides whose cached blocks are evicted first.
+  // 10 blocks of 16, no watermark, 1 ms steps. In step 0: Z (prompt 16, output 100, no
+  // identity) takes 2 blocks, Y (32 tokens in blocks 201, 202, output 2) and X (blocks 101,
+  // 102, output 2) 3 each. Y and X complete at 2 ms and are freed, in that order, once step 2
+  // is planned: the free queue holds the 2 never-used blocks, then Y's 3 and X's 3, each
+  // request's tail first. W (80 tokens, no identity) arrives at 2.5 ms and starts at 4 ms
+  // (planned at 3 ms, when step 3 began): 81 positions, 6 blocks, which take the never-used 2,
+  // Y's 3 and X's uncached tail. V (X's prompt) then finds block 101 (at most 31 of its 32
+  // tokens are looked up), U (Y's) nothing. Freed in the reverse order, V would find nothing
+  // and U 16 tokens.
+  ReplayOptions o = one_ms_steps();
+  o.memory.kv_budget_bytes = 10 * 16;
+  o.memory.policy = Policy::vllm;
+  o.memory.watermark_ppb = 0;
+  o.async_scheduling = true;
+  const auto with = [](Request r, std::vector<std::uint64_t> hashes) {
+    r.prefix_block_tokens = 16;
+    r.prefix_hashes = std::move(hashes);
+    return r;
+  };
+  const auto r = records_of("paged:block=16,prefix-caching=on",
+                            {test::request("z", 0, 16, 100), with(test::request("y", 0, 32, 2), {201, 202}),
+                             with(test::request("x", 0, 32, 2), {101, 102}), test::request("w", 5 * kMs / 2, 80, 2),
+                             with(test::request("v", 10 * kMs, 32, 2), {101, 102}),
+                             with(test::request("u", 11 * kMs, 32, 2), {201, 202})},
+                            o);
+  CHECK(r.at("w").first_scheduled_ns == 4 * kMs);
+  CHECK(r.at("v").cached_prompt_tokens == 16);
+  CHECK(r.at("u").cached_prompt_tokens == 0);
 }
 
 TEST_CASE("vllm: max_num_seqs counts sequences, so a request of n samples takes n places") {

@@ -4,8 +4,11 @@ for Llama-3.1-8B (131,072 bytes per position), paged:block=16 without prefix cac
 --cost constant:step=1ms,prefill-token=0ps (every step lasts 1 ms), n = 1, native CSV traces
 (id, arrival, prompt_tokens, output_tokens[, cancel_at]).
 
-Usage: budget_model.py [--kvsim PATH] --config B:T:S[:W] [--config ...] [-v]
-                       TRACE.csv...
+Usage: budget_model.py [--kvsim PATH] [--async | --both] [--peak] --config B:T:S[:W][:async]
+                       [--config ...] [-v] TRACE.csv...
+       (`:async`, or --async for every configuration, adds `--async-scheduling on`; --both runs
+       every configuration synchronously and then asynchronously; --peak also compares
+       memory_bytes.allocated_slots.peak, in blocks)
        (or --blocks B --mbt T --max-running S [--watermark W] for one configuration)
 Runs, for every trace and configuration, `kvsim replay TRACE --model llama-3.1-8b --allocator
 paged:block=16 --kv-budget B x 2 MiB --cost constant:step=1ms,prefill-token=0ps
@@ -62,6 +65,31 @@ Rules modelled (positions held per request; blocks(x) = ceil(x / 16); capacity C
     admission was refused for room (free blocks or watermark);
   * run duration: from the first arrival to the end of the last step (or a later arrival).
 
+Asynchronous scheduling (`--async-scheduling on`; docs/replay.md "Asynchronous scheduling"),
+the lines marked ASYNC:
+  * a step that directly follows a step in which something ran was planned when that step
+    began: it admits only requests that arrived at or before the previous step's start (the
+    queue is FCFS, so admission stops at the first later arrival; a request not yet seen is
+    not refused either);
+  * a request that completes in step k (not a cancelled one) keeps its place in the running
+    list and its blocks while step k + 1 is planned: it takes no tokens and does not grow, it
+    counts against S, its blocks are taken for growth, admission and the watermark; when a
+    request cannot grow and the running list's last entry is such a completion, it is
+    preempted for nothing (a preemption for it and the run, its blocks freed, its outcome
+    and times unchanged, nothing queued, and the step admits nothing); when the growing
+    request is itself the last entry (an older completion holds the blocks) it preempts
+    itself as usual. The completions' blocks are freed once the plan is made; when that left
+    the plan empty (every running request preempted itself, nothing scheduled), vLLM's empty
+    step skips the forward pass and the plan is made again at once, at the same instant and
+    within the same step, with no lag and admissions allowed;
+  * no lag when nothing else runs: at a step's start, after the cancellations due then,
+    only completions left: their blocks are freed first and the step admits as if
+    synchronous. Also when the plan's growth refused the only running request (it outgrew
+    the budget alone): then nothing runs when the admissions are planned (LAG_AT_ADMISSION;
+    the docs leave the instant open, kvsim judges it at admission: BUDGET_LAG_AT_START=1
+    gives the other reading, which differs from kvsim on 10 of the 187 seeded/case runs);
+  * chunked prefills and decodes continue every step, as before.
+
 Where the docs said nothing, the model followed kvsim, and docs/replay.md now says so:
   OBSERVED 1: a refusal (growing alone, or a head that can never fit) is not time at full
     capacity, and the step in which the last running request is refused still counts as an
@@ -94,6 +122,14 @@ KVSIM = os.environ.get("KVSIM", "build-rel/src/kvsim")
 COVER = __import__("collections").Counter()
 DEBUG = bool(os.environ.get("BUDGET_DEBUG"))
 MAXLEN = 131072
+# ASYNC: "nothing else running" is judged when the admissions are planned (after the growth,
+# whose refusal of a lone request leaves nothing running), not at the step's start;
+# BUDGET_LAG_AT_START=1 judges it at the start (the first reading of the docs).
+PEAK = False  # --peak
+LAG_AT_ADMISSION = not os.environ.get("BUDGET_LAG_AT_START")
+# ASYNC: a plan made at the previous step's start sees the arrivals due at that instant (taken
+# at its start, as every step takes them); BUDGET_STRICT_LAG=1 hides them too.
+STRICT_LAG = bool(os.environ.get("BUDGET_STRICT_LAG"))
 
 
 def blocks(x):
@@ -108,7 +144,8 @@ def secs_to_ns(text):
 
 class Req:
     __slots__ = ("ordinal", "id", "arr", "P", "m", "cancel", "g", "held", "need", "done",
-                 "first_sched", "first_tok", "finish", "npre", "outcome", "discarded", "adm")
+                 "first_sched", "first_tok", "finish", "npre", "outcome", "discarded", "adm",
+                 "lingering")
 
     def decoding(self):
         return self.done >= self.need
@@ -134,21 +171,24 @@ def read_trace(path):
             r.npre = 0
             r.outcome = None
             r.discarded = 0  # the most positions of its sequence it ever had computed
+            r.lingering = False  # ASYNC: completed in the previous step, blocks still held
             reqs.append(r)
     for a, b in zip(reqs, reqs[1:]):
         assert a.arr <= b.arr, "trace must be in arrival order"
     return reqs
 
 
-def run_model(reqs, cap, T, S, wm):
+def run_model(reqs, cap, T, S, wm, async_sched=False):
     wm_blocks = int(wm * cap)
     free = cap
     waiting = []   # queue order
     running = []   # admission order
     now = None
+    prev_start = None  # ASYNC: the start of the step before this one
+    carry_full = False  # ASYNC: a plan redone at once
     st = dict(preemptions=0, recomputed=0, full_ns=0, iterations=0, refused_large=0,
               refused_long=0, end=None, admissions=0, arrived=0,
-              cancelled_running=0, cancelled_queued=0)
+              cancelled_running=0, cancelled_queued=0, peak_end=0, peak_mid=0)
 
     def release(r):
         nonlocal free
@@ -212,6 +252,17 @@ def run_model(reqs, cap, T, S, wm):
                 r.finish = at  # OBSERVED 2: finish_s of a cancelled request is its cancellation
 
     while True:
+        # ASYNC: the step this one follows planned it while it ran. With nothing else running
+        # (only the previous step's completions), vLLM's plan was empty and it plans again
+        # once the outputs arrive: no lag, and the completions' blocks are freed first.
+        def unlag():
+            for r in [r for r in running if r.lingering]:
+                COVER["async: nothing else running, lingering freed first"] += 1
+                running.remove(r)
+                release(r)
+                r.lingering = False
+        if async_sched and all(r.lingering for r in running):
+            unlag()
         # the next step's start
         if not running and not waiting:
             # idle until the next arrival (a cancellation then finds nothing to cancel)
@@ -221,12 +272,29 @@ def run_model(reqs, cap, T, S, wm):
                 break
             t_next = events[ei][0]
             now = t_next if now is None else max(now, t_next)
+        active_before = any(not r.lingering for r in running)
         process(now, False)
+        lag = False
+        if async_sched and active_before and not any(not r.lingering for r in running):
+            # (taken first, as every step takes them: then nothing else runs, no lag)
+            COVER["async: a cancellation at the step's start left nothing running"] += 1
+        if async_sched:
+            # decided after the cancellations due at this instant are taken
+            if any(not r.lingering for r in running):
+                lag = True
+                COVER["async: lagged plan"] += 1
+                if any(r.lingering for r in running):
+                    COVER["async: lagged plan with lingering completions"] += 1
+            else:
+                unlag()
         if not running and not waiting:
             continue
-        full = False
+        had_lingering = lag and any(r.lingering for r in running)
+        full = carry_full  # ASYNC: an empty plan redone at once keeps its refusals
+        carry_full = False
         refused_alone = 0
         preempted = []
+        preempted_nothing = []  # ASYNC: completions preempted for nothing
         scheduled = {}  # request -> tokens this step
         # growth: decodes first, then prefills under way, each in running order (with one
         # prefill under way at most, the newest, this is also vLLM's plain running order)
@@ -234,7 +302,7 @@ def run_model(reqs, cap, T, S, wm):
             i = 0
             while i < len(running):
                 r = running[i]
-                if r in scheduled:
+                if r in scheduled or r.lingering:  # ASYNC: no extra decode for a completion
                     i += 1
                     continue
                 if (phase == "decode") != r.decoding():
@@ -262,6 +330,21 @@ def run_model(reqs, cap, T, S, wm):
                         break
                     full = True
                     v = running[-1]
+                    if v.lingering:
+                        # ASYNC: the newest is a completion holding its blocks through this
+                        # plan: preempted for nothing (counted, freed, its token still comes)
+                        if DEBUG:
+                            print(f"  t={now} preempt completed {v.id} held={v.held}", file=sys.stderr)
+                        COVER[f"async: completion preempted for nothing in {phase}"] += 1
+                        running.remove(v)
+                        release(v)
+                        v.lingering = False
+                        v.npre += 1
+                        st["preemptions"] += 1
+                        preempted_nothing.append(v)
+                        continue
+                    if v is r and any(x.lingering for x in running):
+                        COVER["async: self-preemption behind an older completion"] += 1
                     preempted.append(preempt(v))
                     COVER[f"preempted in {phase}"] += 1
                     if v is r:
@@ -274,6 +357,7 @@ def run_model(reqs, cap, T, S, wm):
                 if not ok:
                     continue  # r left running (refused or preempted); running[i] is the next
                 free -= blocks(newheld) - blocks(r.held)
+                st["peak_mid"] = max(st["peak_mid"], cap - free)
                 r.held = newheld
                 scheduled[r] = tok
                 if phase == "prefill":
@@ -281,7 +365,12 @@ def run_model(reqs, cap, T, S, wm):
                 i += 1
         # victims to the front of the queue, in admission order
         waiting[:0] = sorted(preempted, key=lambda v: v.adm)
-        if not preempted:
+        if lag and LAG_AT_ADMISSION and not any(not r.lingering for r in running):
+            # ASYNC: the plan's growth refused the only running request (it outgrew the budget
+            # alone): nothing else runs when the admissions are planned, so they are not lagged
+            COVER["async: lag lifted, no request left running after the growth"] += 1
+            lag = False
+        if not preempted and not preempted_nothing:
             while waiting:
                 if len(running) >= S:
                     break
@@ -289,6 +378,12 @@ def run_model(reqs, cap, T, S, wm):
                 if left <= 0:
                     break
                 r = waiting[0]
+                if lag and r.arr == prev_start:
+                    COVER["async: head arrived exactly at the previous step's start"] += 1
+                if lag and (r.arr >= prev_start if STRICT_LAG else r.arr > prev_start):
+                    # ASYNC: arrived during the previous step: this plan was made before it came
+                    COVER["async: head arrived too late for this plan"] += 1
+                    break
                 need = r.P + r.g
                 tok = min(need, left)
                 newheld = tok + (1 if tok == need else 0)
@@ -310,6 +405,7 @@ def run_model(reqs, cap, T, S, wm):
                     COVER["admitted on a partial chunk"] += 1
                 waiting.pop(0)
                 free -= b
+                st["peak_mid"] = max(st["peak_mid"], cap - free)
                 r.held = newheld
                 r.need = need
                 r.done = 0
@@ -322,6 +418,21 @@ def run_model(reqs, cap, T, S, wm):
                 r.adm = st["admissions"]
                 st["admissions"] += 1
                 scheduled[r] = tok
+        # PEAK: blocks held once the step is planned (the completions' included, in async)
+        st["peak_end"] = max(st["peak_end"], cap - free)
+        # ASYNC: the completions' blocks are freed once this step is planned (same instant)
+        for r in [r for r in running if r.lingering]:
+            running.remove(r)
+            release(r)
+            r.lingering = False
+        if async_sched and had_lingering and (preempted or preempted_nothing) and not scheduled and not running:
+            # ASYNC: behind a completion's blocks every running request preempted itself: the
+            # plan holds nothing, vLLM's empty step skips the forward pass and it plans again
+            # at once (the completions' output processed, their blocks freed): the same
+            # instant, one step, no lag, admissions allowed
+            COVER["async: empty plan redone at once"] += 1
+            carry_full = full
+            continue
         if not scheduled:
             COVER["empty step"] += 1
             COVER[f"empty step: preempted={bool(preempted)} running={len(running)} "
@@ -345,12 +456,20 @@ def run_model(reqs, cap, T, S, wm):
                         r.first_tok = end
         for r in list(running):
             if r.g >= r.m:
-                running.remove(r)
-                release(r)
+                if async_sched:
+                    r.lingering = True  # ASYNC: keeps its place and blocks through the next plan
+                else:
+                    running.remove(r)
+                    release(r)
                 r.finish = end
                 r.outcome = "completed"
         st["end"] = end
+        prev_start = now
         now = end
+    for r in [r for r in running if r.lingering]:  # the last step's completions
+        running.remove(r)
+        release(r)
+        r.lingering = False
     assert free == cap, (free, cap)
     return st
 
@@ -359,7 +478,7 @@ def fmt(ns):
     return None if ns is None else f"{ns // 10**9}.{ns % 10**9:09d}"
 
 
-def run_kvsim(trace, cap, T, S, wm):
+def run_kvsim(trace, cap, T, S, wm, async_sched=False):
     with tempfile.TemporaryDirectory() as d:
         pr = os.path.join(d, "per-request.csv")
         cmd = [KVSIM, "replay", trace, "--model", "llama-3.1-8b", "--allocator", "paged:block=16",
@@ -368,16 +487,18 @@ def run_kvsim(trace, cap, T, S, wm):
                "--json", "--quiet"]
         if wm is not None:
             cmd += ["--watermark", str(wm)]
+        if async_sched:
+            cmd += ["--async-scheduling", "on"]
         out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
         with open(pr, newline="") as f:
             rows = list(csv.DictReader(f))
     return json.loads(out), rows, cmd
 
 
-def compare(trace, cap, T, S, wm, verbose=False):
-    js, rows, cmd = run_kvsim(trace, cap, T, S, wm)
+def compare(trace, cap, T, S, wm, async_sched=False, verbose=False):
+    js, rows, cmd = run_kvsim(trace, cap, T, S, wm, async_sched)
     reqs = read_trace(trace)
-    st = run_model(reqs, cap, T, S, 0.01 if wm is None else wm)
+    st = run_model(reqs, cap, T, S, 0.01 if wm is None else wm, async_sched)
     run = js["runs"][0]
     assert run["allocator"] == "paged:block=16"
     assert run["serving"]["capacity_bytes"] == cap * BLOCK_BYTES, run["serving"]["capacity_bytes"]
@@ -426,22 +547,37 @@ def compare(trace, cap, T, S, wm, verbose=False):
     start = reqs[0].arr if reqs else 0
     chk("time.duration_ns", end - start, tm["duration_ns"])
     chk("time.iterations", st["iterations"], tm["iterations"])
+    if PEAK:  # opt-in: the peak of allocated slots (blocks x 16) at any allocation, a growth
+        # that a later preemption of the same plan undoes included (BUDGET_PEAK_END=1: only
+        # once each step is planned, a reading kvsim does not follow)
+        key = "peak_end" if os.environ.get("BUDGET_PEAK_END") else "peak_mid"
+        chk("memory_bytes.allocated_slots.peak / block bytes", st[key],
+            run["memory_bytes"]["allocated_slots"]["peak"] // BLOCK_BYTES)
     return bad, total, lines, cmd
 
 
-def parse_config(text):
-    """B:T:S[:W] (W a fraction, or 'default' for kvsim's own 0.01 without --watermark)."""
+def parse_config(text, async_all=False):
+    """B:T:S[:W][:async] (W a fraction, or 'default' or empty for kvsim's own 0.01 without
+    --watermark; a last field `async` adds --async-scheduling on)."""
     parts = text.split(":")
-    wm = None if len(parts) < 4 or parts[3] == "default" else float(parts[3])
-    return int(parts[0]), int(parts[1]), int(parts[2]), wm
+    async_sched = async_all
+    if parts[-1] == "async":
+        async_sched = True
+        parts = parts[:-1]
+    wm = None if len(parts) < 4 or parts[3] in ("default", "") else float(parts[3])
+    return int(parts[0]), int(parts[1]), int(parts[2]), wm, async_sched
 
 
 if __name__ == "__main__":
     argv = sys.argv[1:]
+    async_all = "--async" in argv       # every configuration with --async-scheduling on
+    both = "--both" in argv             # every configuration synchronous, then asynchronous
+    PEAK = "--peak" in argv             # also compare the peak of allocated slots
+    argv = [a for a in argv if a not in ("--async", "--both", "--peak")]
     configs = []
     while "--config" in argv:
         i = argv.index("--config")
-        configs.append(parse_config(argv[i + 1]))
+        configs.append(parse_config(argv[i + 1], async_all))
         del argv[i:i + 2]
     opts = {"--kvsim": None, "--blocks": None, "--mbt": None, "--max-running": None,
             "--watermark": None}
@@ -456,20 +592,24 @@ if __name__ == "__main__":
     argv = [a for a in argv if a != "-v"]
     if opts["--blocks"]:
         configs.append((int(opts["--blocks"]), int(opts["--mbt"]), int(opts["--max-running"]),
-                        None if opts["--watermark"] is None else float(opts["--watermark"])))
+                        None if opts["--watermark"] is None else float(opts["--watermark"]),
+                        async_all))
+    if both:
+        configs = [c[:4] + (False,) for c in configs] + [c[:4] + (True,) for c in configs]
     if len(argv) < 1 or not configs:
         sys.exit(__doc__)
     failed = 0
     for trace in argv:
-        for cap, T, S, wm in configs:
-            bad, total, lines, cmd = compare(trace, cap, T, S, wm, verbose)
+        for cap, T, S, wm, async_sched in configs:
+            bad, total, lines, cmd = compare(trace, cap, T, S, wm, async_sched, verbose)
             for l in lines[:40]:
                 print(l)
             if len(lines) > 40:
                 print(f"... {len(lines) - 40} more lines")
             nreq = len(read_trace(trace))
             print(f"{'MISMATCH' if bad else 'ok':8s} {trace} [blocks {cap}, T {T}, S {S}, watermark "
-                  f"{wm if wm is not None else 'default'}]: {total - bad}/{total} figures match, "
+                  f"{wm if wm is not None else 'default'}{', async' if async_sched else ''}]: "
+                  f"{total - bad}/{total} figures match, "
                   f"{nreq} requests")
             if bad:
                 print("  " + " ".join(cmd).replace(cmd[cmd.index("--per-request") + 1], "OUT.csv"))
