@@ -382,9 +382,8 @@ void Engine::linger(std::uint32_t slot) {
   // freed within the next step's planning, at this same step and instant.
   stop_running(slot);
   leave_running(slot);
-  const Flight& f = flights_[slot];
-  ++tickets_[f.ticket].generation;  // completed: a cancellation due now finds it gone
-  lingering_.push_back({slot, now_, f.admit_order});
+  ++tickets_[flights_[slot].ticket].generation;  // completed: a cancellation due now finds it gone
+  lingering_.push_back({slot, now_});
 }
 
 void Engine::free_lingering(std::size_t index) {
@@ -405,19 +404,16 @@ void Engine::free_lingering() {
 
 bool Engine::preempt_lingering() {
   if (lingering_.empty() || !scheduler_->victim_is_newest()) return false;
+  // Its place in vLLM's running list: the admission order its flight keeps until it is freed.
+  const auto order = [&](std::size_t i) { return flights_[lingering_[i].slot].admit_order; };
   std::size_t newest = 0;
   for (std::size_t i = 1; i < lingering_.size(); ++i) {
-    if (lingering_[i].admit_order > lingering_[newest].admit_order) newest = i;
+    if (order(i) > order(newest)) newest = i;
   }
-  if (running_ > 0 && running_order_.rbegin()->first > lingering_[newest].admit_order) return false;
+  if (running_ > 0 && running_order_.rbegin()->first > order(newest)) return false;
   // vLLM's _preempt_request on a request whose last token is in flight: counted as a
   // preemption, its blocks freed; the token still arrives and completes it.
-  Ticket& t = tickets_[flights_[lingering_[newest].slot].ticket];
-  ++report_.preemptions;
-  if (++t.preemptions == 1) ++report_.preempted_requests;
-  report_.max_preemptions_per_request = std::max<std::int64_t>(report_.max_preemptions_per_request, t.preemptions);
-  step_memory_bound_ = true;
-  step_preempted_ = true;
+  count_preemption(tickets_[flights_[lingering_[newest].slot].ticket]);
   free_lingering(newest);
   return true;
 }
@@ -553,15 +549,19 @@ std::pair<std::int64_t, std::int64_t> Engine::chunk_for(const PrefillState& p, s
   return {positions, prefill_cost(p, p.prefilled, p.prefilled + positions)};
 }
 
-void Engine::preempt(std::uint32_t victim) {
-  Flight& v = flights_[victim];
-  const std::uint32_t ticket = v.ticket;
-  Ticket& t = tickets_[ticket];
+void Engine::count_preemption(Ticket& t) {
   ++report_.preemptions;
   if (++t.preemptions == 1) ++report_.preempted_requests;
   report_.max_preemptions_per_request = std::max<std::int64_t>(report_.max_preemptions_per_request, t.preemptions);
   step_memory_bound_ = true;
   step_preempted_ = true;
+}
+
+void Engine::preempt(std::uint32_t victim) {
+  Flight& v = flights_[victim];
+  const std::uint32_t ticket = v.ticket;
+  Ticket& t = tickets_[ticket];
+  count_preemption(t);
   const std::int64_t produced = v.produced_before(step_);
   if (scheduler_->swaps(v)) {
     // The request's blocks go to host memory and come back before anything new is

@@ -246,6 +246,8 @@ class Engine {
   bool grow_or_preempt(std::uint32_t slot, std::int64_t tokens, std::int64_t step_tokens);
   std::uint32_t choose_victim(std::uint32_t failed) const;
   void preempt(std::uint32_t victim);
+  // The report's and the request's preemption counts, and the step's flags, for one preemption.
+  void count_preemption(Ticket& t);
   void start_decoding(std::uint32_t slot, std::int64_t tokens, std::int64_t decode_from);
   // Schedules the request's next event and returns the token count it falls at.
   std::int64_t schedule_next(std::uint32_t slot, std::int64_t tokens);
@@ -379,11 +381,12 @@ class Engine {
   // running_order_), but hold their memory through that plan and may be its victims.
   struct Lingering {
     std::uint32_t slot;
-    std::int64_t finish_ns;      // when it completed
-    std::uint64_t admit_order;   // its place in vLLM's running list
+    std::int64_t finish_ns;  // when it completed
   };
   std::vector<Lingering> lingering_;
-  bool linger_ = false;          // async_scheduling under a memory bound
+  // async_scheduling under a memory bound, with a policy whose victim is vLLM's
+  // (Scheduler::victim_is_newest)
+  bool linger_ = false;
   std::int64_t completed_seqs_ = 0;          // over the run
   // Of them, the sequences of requests cancelled within the step, whose tokens never come.
   std::int64_t step_cancelled_decodes_ = 0;

@@ -25,6 +25,16 @@ ReplayOptions one_ms_steps() {
 }
 
 // Each request's record by id.
+// One-millisecond steps under vLLM's policy, a budget of `blocks` blocks of 16 positions, no
+// watermark.
+ReplayOptions one_ms_steps_in_blocks(std::int64_t blocks) {
+  ReplayOptions o = one_ms_steps();
+  o.memory.kv_budget_bytes = blocks * 16;
+  o.memory.policy = Policy::vllm;
+  o.memory.watermark_ppb = 0;
+  return o;
+}
+
 std::map<std::string, RequestRecord> records_of(const std::string& spec, std::vector<Request> trace, ReplayOptions o) {
   std::map<std::string, RequestRecord> out;
   o.per_request = [&out](const RequestRecord& r) { out[r.id] = r; };
@@ -77,10 +87,7 @@ TEST_CASE("vllm v1: a preempted request goes back to the front of the waiting qu
   //   tokens end with step 43 (it takes the 4th block at step 36, 49 positions): 44 ms.
   //   Step 44: C starts; its first token at 45 ms.
   // Were B requeued at the back, C would start at 20 ms instead.
-  ReplayOptions o = one_ms_steps();
-  o.memory.kv_budget_bytes = 4 * 16;
-  o.memory.policy = Policy::vllm;
-  o.memory.watermark_ppb = 0;
+  ReplayOptions o = one_ms_steps_in_blocks(4);
   const auto r = records_of("paged:block=16",
                             {test::request("a", 0, 16, 20), test::request("b", 0, 16, 40), test::request("c", kMs / 2, 16, 2)}, o);
   CHECK(r.at("a").finish_ns == 20 * kMs);
@@ -147,10 +154,7 @@ TEST_CASE("vllm v1: with asynchronous scheduling a completed request holds its b
   // (prompt 62, output 50) 63 positions, A (prompt 60, output 2) 61: 4 blocks each, the pool
   // full. A's last token ends step 1 (2 ms). B holds 62 + 3 = 65 positions in step 2: a 5th
   // block, with A's 4 still held.
-  ReplayOptions o = one_ms_steps();
-  o.memory.kv_budget_bytes = 8 * 16;
-  o.memory.policy = Policy::vllm;
-  o.memory.watermark_ppb = 0;
+  ReplayOptions o = one_ms_steps_in_blocks(8);
   o.async_scheduling = true;
   SECTION("the completed request, the newest, is preempted for nothing") {
     // A was admitted after B: running.pop() takes A, counted as a preemption; its blocks go
@@ -197,10 +201,7 @@ TEST_CASE("vllm v1: asynchronous scheduling frees a step's completed requests in
   // Y's 3 and X's uncached tail. V (X's prompt) then finds block 101 (at most 31 of its 32
   // tokens are looked up), U (Y's) nothing. Freed in the reverse order, V would find nothing
   // and U 16 tokens.
-  ReplayOptions o = one_ms_steps();
-  o.memory.kv_budget_bytes = 10 * 16;
-  o.memory.policy = Policy::vllm;
-  o.memory.watermark_ppb = 0;
+  ReplayOptions o = one_ms_steps_in_blocks(10);
   o.async_scheduling = true;
   const auto with = [](Request r, std::vector<std::uint64_t> hashes) {
     r.prefix_block_tokens = 16;
