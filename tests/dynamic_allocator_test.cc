@@ -44,7 +44,7 @@ TEST_CASE("arena: a refusal while enough total room is free is fragmentation") {
   arena.check();
 }
 
-TEST_CASE("arena, unbounded: growing although enough was free is fragmentation; room it already holds is not") {
+TEST_CASE("arena, unbounded: growing although enough was free is fragmentation, and room it already holds is not") {
   // docs/replay.md, "The figures": placements that forced the arena to grow while enough
   // free room existed. Freed room at the open end returns to it; the high-water mark stays.
   FirstFitArena arena(0);

@@ -452,7 +452,7 @@ TEST_CASE("budget: vLLM's watermark is int(watermark * blocks) in double precisi
   CHECK(by_id.at("b").first_token_ns == 2 * kMs);
 }
 
-TEST_CASE("budget: a request that fills the pool to its last position completes; one position more is refused") {
+TEST_CASE("budget: a request that fills the pool to its last position completes, and one position more is refused") {
   // PITFALLS.md, "Off-by-one at block boundaries". Pool 64 positions (4 blocks of 16). The
   // step producing token j holds prompt + j positions (docs/replay.md, "Accounting
   // convention"): prompt 10 and output 54 end at exactly 64, the pool's last position, and

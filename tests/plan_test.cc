@@ -51,7 +51,7 @@ TEST_CASE("plan search: expands from the start, bisects to the tolerance, verifi
   CHECK(*short_run.missed == 12'000);
 }
 
-TEST_CASE("plan search: replicas, the smallest that meets; a contradiction is reported") {
+TEST_CASE("plan search: replicas, the smallest that meets, and a contradiction is reported") {
   SearchSpec spec;
   spec.start = 1;
   spec.min = 1;

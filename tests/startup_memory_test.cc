@@ -41,7 +41,7 @@ std::string startup_file(const std::string& name) { return std::string(KVSIM_SOU
 
 }  // namespace
 
-TEST_CASE("AWQ weights count packed values, fp16 scales and packed zeros per group; embeddings and head stay 16-bit") {
+TEST_CASE("AWQ weights count packed values, fp16 scales and packed zeros per group, and embeddings and head stay 16-bit") {
   const ModelSpec m = tiny(R"({"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": true})");
   REQUIRE(m.quantization);
   CHECK(m.quantization->method == WeightQuantMethod::awq);

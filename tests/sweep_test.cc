@@ -106,7 +106,7 @@ TEST_CASE("sweep: grid order (last axis fastest), columns named as the options, 
   CHECK(fields(rows[1])[2] == fields(rows[6])[2]);
 }
 
-TEST_CASE("sweep: several allocators in one point give one row each; a bracketed value keeps its commas") {
+TEST_CASE("sweep: several allocators in one point give one row each, and a bracketed value keeps its commas") {
   const std::string out = scratch_path("sweep-multi.csv");
   const auto r = run_cli({"sweep", three(), "--model", "llama-3.1-8b", "--vary",
                           "allocator=[paged:block=16,paged:block=32],paged:block=64", "--csv", out});
