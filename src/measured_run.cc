@@ -262,6 +262,57 @@ void read_resolved_config(MeasuredRun& run, const json& meta, const json& kw, co
   flag(run.reserve_full_isl, "scheduler_reserve_full_isl", scheduler, "scheduler_config");
 }
 
+// The settings in resolved_config that change the schedule, the KV pool or the steps' cost
+// when they leave vLLM's defaults, and that kvsim does not model: named in
+// run.unmodelled_settings as "resolved_config.<section>.<key>=value", unless engine_kwargs
+// already names the same key. At the default value (or null), nothing.
+void note_unmodelled_resolved(MeasuredRun& run, const json& meta, const json& kw) {
+  struct Setting {
+    const char* section;
+    const char* key;
+    const char* default_value;  // the value as JSON, which leaves the schedule as kvsim models it
+  };
+  static const Setting kSettings[] = {
+      // vllm/config/scheduler.py: the queue's order, the prefills' cadence and share of a step,
+      // a step's tokens, admission's reserve.
+      {"scheduler_config", "policy", R"("fcfs")"},
+      {"scheduler_config", "prefill_schedule_interval", "1"},
+      {"scheduler_config", "long_prefill_token_threshold", "0"},
+      {"scheduler_config", "max_num_partial_prefills", "1"},
+      {"scheduler_config", "watermark", "0.0"},
+      // vllm/config/cache.py: KV blocks offloaded to the host.
+      {"cache_config", "kv_offloading_size", "null"},
+      // vllm/config/model.py: the weights' format (the steps' cost, and the pool's size when
+      // kv_cache does not record it).
+      {"model_config", "quantization", "null"},
+      // vllm/config/parallel.py: the other ways of splitting a model kvsim does not model.
+      {"parallel_config", "pipeline_parallel_size", "1"},
+      {"parallel_config", "decode_context_parallel_size", "1"},
+      {"parallel_config", "prefill_context_parallel_size", "1"},
+      {"parallel_config", "enable_dbo", "false"},
+      {"parallel_config", "enable_eplb", "false"},
+      {"parallel_config", "disable_custom_all_reduce", "false"},
+  };
+  for (const Setting& s : kSettings) {
+    const json* section = resolved_section(meta, s.section);
+    if (section == nullptr || !gives(*section, s.key) || kw.contains(s.key)) continue;
+    const json& value = (*section)[s.key];
+    const json default_value = json::parse(s.default_value);
+    if (value == default_value || (value.is_number() && default_value.is_number() &&
+                                   value.get<double>() == default_value.get<double>())) {
+      continue;
+    }
+    run.unmodelled_settings.push_back(std::string("resolved_config.") + s.section + "." + s.key + "=" + value.dump());
+  }
+  // A draft model or n-gram speculation proposes tokens kvsim's steps do not hold.
+  if (const json* config = gives(meta, "resolved_config") && meta["resolved_config"].is_object()
+                               ? &meta["resolved_config"]
+                               : nullptr;
+      config != nullptr && gives(*config, "speculative_config")) {
+    run.unmodelled_settings.push_back("resolved_config.speculative_config=" + (*config)["speculative_config"].dump());
+  }
+}
+
 // meta.json's "hardware" (newer runs): the GPU as CUDA reported it. Absent, null or without
 // the fields (the recorder found no GPU): nothing.
 void read_recorded_device(MeasuredRun& run, const json& meta, const std::string& path) {
@@ -288,6 +339,7 @@ void read_meta(MeasuredRun& run, bool find_workload) {
   read_resolved_cache(run, meta, kw, path);
   read_recorded_device(run, meta, path);
   read_resolved_config(run, meta, kw, path);
+  note_unmodelled_resolved(run, meta, kw);
   if (run.data_parallel > kMaxReplicas) {
     throw InputError(Location{path, 0, "data_parallel_size"},
                      std::to_string(run.data_parallel) + " replicas; kvsim simulates at most " +

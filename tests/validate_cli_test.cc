@@ -431,7 +431,7 @@ TEST_CASE("validate: meta.json's engine settings are replayed, and the ones it c
   // The table says the same.
   r = test::run_cli({"validate", dir.string(), "--workload", workload});
   CHECK_THAT(r.out, Catch::Contains("(no chunked prefill)") && Catch::Contains("836,763,648 bytes") &&
-                        Catch::Contains("not modelled (meta.json engine_kwargs): made_up=\"x\", swap_space=4"));
+                        Catch::Contains("not modelled (meta.json engine_kwargs, or the resolved_config named): made_up=\"x\", swap_space=4"));
 
   // gpu_memory_utilization 0.5 on the RTX PRO 6000 preset (102,641,958,912 bytes): the
   // subtraction starts from 51,320,979,456 bytes. The rest is vLLM's start-up rule, which
@@ -1138,6 +1138,64 @@ TEST_CASE("validate: another run's workload of the same size is refused, request
   CHECK(r.exit_code == 1);
   CHECK_THAT(r.err, Catch::Contains("requests.jsonl:2: input_toks: 21 prompt tokens, but request 2 of the workload") &&
                         Catch::Contains("has 20: not this run's workload"));
+  std::filesystem::remove_all(base);
+}
+
+TEST_CASE("validate: a model loaded from a path is found by its last component, and resolved settings kvsim does not "
+          "model are named") {
+  // Newer recorders write the path vLLM loaded ("/data/model/Qwen3-32B"), not the Hub name.
+  // The tiny run on an RTX 4090, its pool recorded: 300 blocks of 16 tokens.
+  const auto base = test::scratch_dir("validate-model-path");
+  const auto dir = copy_tiny_run(base);
+  const std::string workload = kData + "/tiny/workloads/tiny.jsonl";
+  const auto write_meta = [&](const std::string& model, const std::string& resolved) {
+    std::ofstream(dir / "meta.json") << R"({"model": ")" + model + R"(", "vllm_version": "0.28.0",
+  "engine_kwargs": {"tensor_parallel_size": 1, "data_parallel_size": 1, "max_num_seqs": 8,
+    "max_num_batched_tokens": 512, "max_model_len": 4096, "disable_custom_all_reduce": true},
+  "dataset_path": "workloads/tiny.jsonl", "started_at": "2026-01-01T00:00:00Z", "tick_seconds": 0.25,
+  "kv_cache": {"num_gpu_blocks": 300, "block_size": 16},
+  "hardware": {"device_name": "NVIDIA GeForce RTX 4090"},
+  "resolved_config": {)" + resolved + "}}";
+  };
+  // At vLLM's defaults nothing is named: fcfs, every step admits prefills, no watermark (0.0
+  // and 0 alike), no quantization, one pipeline stage. disable_custom_all_reduce is named
+  // once, from engine_kwargs, although resolved_config gives it too.
+  write_meta("/data/model/Llama-3.1-8B/",
+             R"("scheduler_config": {"policy": "fcfs", "prefill_schedule_interval": 1, "watermark": 0.0,
+    "long_prefill_token_threshold": 0}, "model_config": {"quantization": null},
+    "parallel_config": {"pipeline_parallel_size": 1, "disable_custom_all_reduce": true}, "speculative_config": null)");
+  auto r = test::run_cli({"validate", dir.string(), "--workload", workload, "--json"});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  Json doc = Json::parse(r.out);
+  CHECK(doc["kvsim"]["model"] == "llama-3.1-8b");
+  CHECK(doc["unmodelled_settings"] == Json::array({"disable_custom_all_reduce=true"}));
+  // Away from the defaults, each is named with where it was read, in the table too.
+  write_meta("models/Llama-3.1-8B",
+             R"("scheduler_config": {"policy": "priority", "prefill_schedule_interval": 4, "watermark": 0.01},
+    "model_config": {"quantization": "fp8"}, "parallel_config": {"pipeline_parallel_size": 2},
+    "speculative_config": {"method": "ngram"})");
+  r = test::run_cli({"validate", dir.string(), "--workload", workload, "--json"});
+  REQUIRE(r.exit_code == 0);
+  doc = Json::parse(r.out);
+  CHECK(doc["kvsim"]["model"] == "llama-3.1-8b");
+  CHECK(doc["unmodelled_settings"] ==
+        Json::array({"disable_custom_all_reduce=true", "resolved_config.scheduler_config.policy=\"priority\"",
+                     "resolved_config.scheduler_config.prefill_schedule_interval=4",
+                     "resolved_config.scheduler_config.watermark=0.01", "resolved_config.model_config.quantization=\"fp8\"",
+                     "resolved_config.parallel_config.pipeline_parallel_size=2",
+                     "resolved_config.speculative_config={\"method\":\"ngram\"}"}));
+  r = test::run_cli({"validate", dir.string(), "--workload", workload});
+  CHECK_THAT(r.out, Catch::Contains("resolved_config.scheduler_config.prefill_schedule_interval=4"));
+  // A directory no Hub name in the table ends with, or a bare name, is still an error naming
+  // the field; a name is matched whole, not by a prefix.
+  for (const char* model : {"/data/model/Llama-3.1-8B-Sparse", "Llama-3.1-8B", "/data/model/"}) {
+    write_meta(model, "");
+    r = test::run_cli({"validate", dir.string(), "--workload", workload});
+    INFO(model);
+    CHECK(r.exit_code == 1);
+    CHECK_THAT(r.err, Catch::Contains("meta.json: model:") && Catch::Contains("has no kvsim preset in validate's table"));
+  }
   std::filesystem::remove_all(base);
 }
 

@@ -98,7 +98,9 @@ struct MeasuredRun {
   std::string device_name;
   std::int64_t device_total_bytes = 0;
   // engine_kwargs kvsim does not model and that are not known to leave the schedule and the
-  // KV budget alone, as "key=value" (validate names them rather than ignore them silently).
+  // KV budget alone, as "key=value", then the resolved_config settings that leave vLLM's
+  // defaults in ways kvsim does not model, as "resolved_config.<section>.<key>=value"
+  // (validate names them rather than ignore them silently).
   std::vector<std::string> unmodelled_settings;
   // Where meta.json gave the settings that more than one of its objects may give (the
   // scheduler's, the model's length and eager mode also from "resolved_config", the cache's

@@ -285,7 +285,7 @@ std::string table(const MeasuredRun& run, const ReplayPlan& plan, const std::str
   if (!run.unmodelled_settings.empty()) {
     std::string list;
     for (const std::string& setting : run.unmodelled_settings) list += (list.empty() ? "" : ", ") + setting;
-    out += "       not modelled (meta.json engine_kwargs): " + list + "\n";
+    out += "       not modelled (meta.json engine_kwargs, or the resolved_config named): " + list + "\n";
   }
   out += "\n";
   out += fmt::format("{:<24} {:>12} {:>12} {:>9}\n", "Metric", "measured", "kvsim", "Diff%");

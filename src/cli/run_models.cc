@@ -50,7 +50,19 @@ constexpr DeviceRow kDevices[] = {
 const RunModelRow* run_model_row(std::string_view hf_name) {
   const auto row = std::find_if(std::begin(kModels), std::end(kModels),
                                 [&](const RunModelRow& r) { return hf_name == r.hf_name; });
-  return row == std::end(kModels) ? nullptr : row;
+  if (row != std::end(kModels)) return row;
+  // A local checkpoint ("/data/model/Qwen3-32B": vLLM records the path it loaded), or another
+  // organisation's copy, by its last component: the Hub repository's name when downloaded under
+  // it. The repository names in the table are distinct, so the match is unambiguous.
+  std::string_view dir = hf_name;
+  while (!dir.empty() && dir.back() == '/') dir.remove_suffix(1);
+  if (dir.find('/') == std::string_view::npos) return nullptr;  // a bare name is not a path
+  dir.remove_prefix(dir.rfind('/') + 1);
+  const auto by_dir = std::find_if(std::begin(kModels), std::end(kModels), [&](const RunModelRow& r) {
+    const std::string_view name = r.hf_name;
+    return name.substr(name.rfind('/') + 1) == dir;
+  });
+  return by_dir == std::end(kModels) ? nullptr : by_dir;
 }
 
 const char* run_device_preset(std::string_view hardware) {
@@ -67,6 +79,8 @@ std::string run_name_table() {
     out += "\n";
   }
   for (const DeviceRow& r : kDevices) out += "  " + std::string(r.hardware) + " -> " + r.preset + "\n";
+  out += "A model given as a path (or another organisation's copy) is found by its last component:\n"
+         "/data/model/Qwen3-32B as Qwen/Qwen3-32B.\n";
   return out;
 }
 

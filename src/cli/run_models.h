@@ -18,7 +18,8 @@ struct RunModelRow {
   const char* preset;
   std::int64_t max_model_len = 0;
 };
-// The row for `hf_name`, or nullptr.
+// The row for `hf_name`, or for its last component (a local path the checkpoint was loaded
+// from), or nullptr.
 const RunModelRow* run_model_row(std::string_view hf_name);
 
 // peer_cluster_config.json's hardware -> kvsim's device preset, or nullptr.
