@@ -149,7 +149,7 @@ TEST_CASE("the writer refuses what CSV cannot hold, and JSONL escapes it") {
   CHECK(back[0].id == "line\nbreak");
 }
 
-TEST_CASE("a JSONL id or session holding \\u0000 is refused at its line: no text output could carry it") {
+TEST_CASE("a JSONL id or session holding NUL (the JSON escape u0000) is refused at its line: no text output could carry it") {
   // Convert wrote the NUL byte into the CSV, which every reader then refused.
   const auto in = write_file("nul-id.jsonl", "{\"id\":\"a\",\"arrival\":0,\"prompt_tokens\":3,\"output_tokens\":1}\n"
                                              "{\"id\":\"\\u0000x\",\"arrival\":0.5,\"prompt_tokens\":3,\"output_tokens\":1}\n");
