@@ -194,6 +194,41 @@ const PresetRow kPresets[] = {
      .max_position_embeddings = 262144,
      .moe = MoeDims{128, 0, 768, 0, 8},
      .weight_dtype = "bfloat16"},
+    // mistralai/Mixtral-8x7B-v0.1 (mixtral): every one of the 32 layers is sparse, 8 experts of
+    // intermediate_size 14336, 2 per token; "sliding_window": null (every layer full
+    // attention; the instruction-tuned release has the same geometry). Estimated
+    // 46,702,792,704 parameters (Hub: 46.7B; router and norms included, no biases).
+    {.name = "mixtral-8x7b-v0.1",
+     .source = "mistralai/Mixtral-8x7B-v0.1 config.json",
+     .num_hidden_layers = 32,
+     .num_attention_heads = 32,
+     .num_key_value_heads = 8,
+     .head_dim = 128,  // 4096 / 32
+     .hidden_size = 4096,
+     .intermediate_size = 14336,
+     .vocab_size = 32000,
+     .max_position_embeddings = 32768,
+     .moe = MoeDims{8, 0, 14336, 0, 2},
+     .weight_dtype = "bfloat16"},
+    // microsoft/Phi-mini-MoE-instruct (phimoe): 32 sparse layers of 16 experts of
+    // intermediate_size 960, 2 per token, head_dim 128 its own field; "sliding_window": 2047
+    // with no per-layer pattern, which vLLM applies to every layer (PhiMoEAttention passes no
+    // per-layer window, so Attention takes cache_config.sliding_window, the config's), as
+    // for Phi-3-mini. The attention projections and the LM head have biases, the norms are
+    // LayerNorms; the estimate from the config leaves those vectors out (Hub: 7.65B).
+    {.name = "phi-mini-moe",
+     .source = "microsoft/Phi-mini-MoE-instruct config.json",
+     .num_hidden_layers = 32,
+     .num_attention_heads = 32,
+     .num_key_value_heads = 8,
+     .head_dim = 128,
+     .hidden_size = 4096,
+     .intermediate_size = 960,
+     .vocab_size = 32064,
+     .max_position_embeddings = 4096,
+     .sliding_window = 2047,
+     .moe = MoeDims{16, 0, 960, 0, 2},
+     .weight_dtype = "bfloat16"},
     // google/gemma-2-9b-it: the instruction-tuned checkpoint, stored in bfloat16. The base
     // google/gemma-2-9b has the same geometry but ships float32 weights (torch_dtype float32),
     // which would make fp32 the default KV dtype; engines serve both in bf16.

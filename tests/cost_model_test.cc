@@ -281,6 +281,25 @@ TEST_CASE("roofline: an MoE model's compute counts the experts a token uses, its
   // Qwen3-32B, dense: 2 x 151,936 x 5120 + 5120 + 64 x (5120 x 8192 x 2 + 2 x 5120 x 1024
   // + 3 x 5120 x 25600 + 2 x 5120) = 32,762,106,880.
   CHECK(estimate_parameter_count(find_model_preset("qwen3-32b")) == 32'762'106'880);
+  // Mixtral-8x7B-v0.1 (config.json): hidden 4096, 32 layers, 32 heads and 8 KV heads of 128,
+  // 8 experts of 14,336, 2 per token, vocabulary 32,000, untied.
+  //   attention per layer = 4096 x 4096 x 2 + 2 x 4096 x 1024 = 41,943,040
+  //   one expert = 3 x 4096 x 14,336 = 176,160,768; router = 8 x 4096 = 32,768
+  //   total = 2 x 32,000 x 4096 + 4096 + 32 x (41,943,040 + 8 x 176,160,768 + 32,768 + 2 x 4096)
+  //         = 46,702,792,704 (the Hub's 46.7B)
+  //   per token = 32 x (41,943,040 + 2 x 176,160,768 + 32,768) = 12,617,515,008
+  const ParameterSplit mixtral = split_parameters(find_model_preset("mixtral-8x7b-v0.1"));
+  CHECK(mixtral.total == 46'702'792'704);
+  CHECK(mixtral.per_token == 12'617'515'008);
+  // Phi-mini-MoE-instruct: hidden 4096, 32 layers, 32 heads and 8 KV heads of 128, 16 experts
+  // of 960, 2 per token, vocabulary 32,064, untied; biases and LayerNorm biases left out.
+  //   one expert = 3 x 4096 x 960 = 11,796,480; router = 16 x 4096 = 65,536
+  //   total = 2 x 32,064 x 4096 + 4096 + 32 x (41,943,040 + 16 x 11,796,480 + 65,536 + 2 x 4096)
+  //         = 7,647,006,720
+  //   per token = 32 x (41,943,040 + 2 x 11,796,480 + 65,536) = 2,099,249,152
+  const ParameterSplit phi = split_parameters(find_model_preset("phi-mini-moe"));
+  CHECK(phi.total == 7'647'006'720);
+  CHECK(phi.per_token == 2'099'249'152);
 }
 
 TEST_CASE("roofline: the engine counts a chunked prompt's attention pairs") {

@@ -264,7 +264,7 @@ TEST_CASE("default KV dtype follows torch_dtype, else bf16") {
 
 TEST_CASE("presets are found case-insensitively and unknown names list the known ones") {
   CHECK(find_model_preset("Gemma-3-27B").name == "gemma-3-27b");
-  CHECK(model_presets().size() == 15);
+  CHECK(model_presets().size() == 17);
   CHECK_THROWS_WITH(find_model_preset("llama-4"), Catch::Contains("llama-3.1-8b") && Catch::Contains("--model"));
   for (const auto& m : model_presets()) {
     CHECK_FALSE(m.source.empty());

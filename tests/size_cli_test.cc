@@ -281,7 +281,7 @@ TEST_CASE("kvsim models lists the presets") {
   r = run_cli({"models", "--json"});
   REQUIRE(r.exit_code == 0);
   const auto doc = nlohmann::json::parse(r.out);
-  REQUIRE(doc.size() == 15);
+  REQUIRE(doc.size() == 17);
   CHECK(doc[0]["name"] == "llama-3.1-8b");
   CHECK(doc[0]["bf16_bytes_per_token"].get<std::int64_t>() == 131'072);
   for (const auto& m : doc) {
@@ -289,5 +289,8 @@ TEST_CASE("kvsim models lists the presets") {
     // Qwen3: 64 layers x 8 KV heads x (128 + 128) x 2 B; the MoE: 48 x 4 x 256 x 2.
     if (m["name"] == "qwen3-32b") CHECK(m["bf16_bytes_per_token"].get<std::int64_t>() == 262'144);
     if (m["name"] == "qwen3-30b-a3b") CHECK(m["bf16_bytes_per_token"].get<std::int64_t>() == 98'304);
+    // Mixtral and Phi-mini-MoE: 32 x 8 x 256 x 2.
+    if (m["name"] == "mixtral-8x7b-v0.1") CHECK(m["bf16_bytes_per_token"].get<std::int64_t>() == 131'072);
+    if (m["name"] == "phi-mini-moe") CHECK(m["bf16_bytes_per_token"].get<std::int64_t>() == 131'072);
   }
 }

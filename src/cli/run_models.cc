@@ -34,6 +34,10 @@ constexpr RunModelRow kModels[] = {
     // The preset is the 2507 release (262,144 positions); the original has 40,960.
     {"Qwen/Qwen3-30B-A3B", "qwen3-30b-a3b", 40960},
     {"Qwen/Qwen3-30B-A3B-Instruct-2507", "qwen3-30b-a3b"},
+    // The MoE models LLMServingSim ships configs for (configs/model/), besides the ones above.
+    {"mistralai/Mixtral-8x7B-v0.1", "mixtral-8x7b-v0.1"},
+    {"mistralai/Mixtral-8x7B-Instruct-v0.1", "mixtral-8x7b-v0.1"},
+    {"microsoft/Phi-mini-MoE-instruct", "phi-mini-moe"},
 };
 
 struct DeviceRow {
