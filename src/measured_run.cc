@@ -148,13 +148,14 @@ void read_engine_settings(MeasuredRun& run, const json& kw, const std::string& p
   flag(run.async_scheduling, "async_scheduling");
   flag(run.chunked_prefill, "enable_chunked_prefill");
   flag(run.reserve_full_isl, "scheduler_reserve_full_isl");
+  flag(run.disable_hybrid_kv_cache_manager, "disable_hybrid_kv_cache_manager");
   // Read above or by read_meta(), or known to change neither the schedule nor the KV
   // budget (where the weights come from, logging, the sampling seed, the served name).
   static const char* const kKnown[] = {
       "model", "tensor_parallel_size", "data_parallel_size", "enable_expert_parallel", "max_num_seqs",
       "max_num_batched_tokens", "max_model_len", "block_size", "enable_prefix_caching", "enable_chunked_prefill",
       "gpu_memory_utilization", "dtype", "kv_cache_dtype", "num_gpu_blocks_override", "kv_cache_memory_bytes",
-      "enforce_eager", "async_scheduling", "scheduler_reserve_full_isl", "seed", "tokenizer", "tokenizer_mode", "revision",
+      "enforce_eager", "async_scheduling", "scheduler_reserve_full_isl", "disable_hybrid_kv_cache_manager", "seed", "tokenizer", "tokenizer_mode", "revision",
       "tokenizer_revision", "code_revision", "trust_remote_code", "download_dir", "load_format",
       "served_model_name", "disable_log_stats", "disable_log_requests", "enable_log_requests", "skip_tokenizer_init"};
   for (auto it = kw.begin(); it != kw.end(); ++it) {
@@ -260,6 +261,7 @@ void read_resolved_config(MeasuredRun& run, const json& meta, const json& kw, co
   flag(run.async_scheduling, "async_scheduling", scheduler, "scheduler_config");
   flag(run.chunked_prefill, "enable_chunked_prefill", scheduler, "scheduler_config");
   flag(run.reserve_full_isl, "scheduler_reserve_full_isl", scheduler, "scheduler_config");
+  flag(run.disable_hybrid_kv_cache_manager, "disable_hybrid_kv_cache_manager", scheduler, "scheduler_config");
 }
 
 // The settings in resolved_config that change the schedule, the KV pool or the steps' cost

@@ -937,6 +937,46 @@ TEST_CASE("validate: a recorded block count on a model with sliding-window layer
   std::filesystem::remove_all(base);
 }
 
+TEST_CASE("validate: a model with sliding windows is replayed on vLLM v1's hybrid manager, which frees what a "
+          "window leaves, unless the run turned it off") {
+  // vLLM v1 hands a sliding-window layer's blocks out through SlidingWindowManager, which
+  // frees the blocks its window has passed (remove_skipped_blocks): replay's sliding-window
+  // allocator. disable_hybrid_kv_cache_manager turns a model with both kinds of layers into
+  // full attention (unify_hybrid_kv_cache_specs): paged. A model whose layers all slide has
+  // one kind of layer, so its window manager stays. A full-attention model is paged either way.
+  const auto base = test::scratch_dir("validate-hybrid-manager");
+  const auto dir = copy_tiny_run(base);
+  const std::string workload = kData + "/tiny/workloads/tiny.jsonl";
+  const auto allocator = [&](const std::string& model, const std::string& disable, const std::string& preset = "") {
+    std::ofstream(dir / "meta.json") << R"({"model": ")" + model + R"(", "vllm_version": "0.19.0",
+  "engine_kwargs": {"tensor_parallel_size": 1, "data_parallel_size": 1, "max_num_seqs": 128,
+    "max_num_batched_tokens": 2048, "max_model_len": 4096, "enable_prefix_caching": false},
+  "dataset_path": "workloads/tiny.jsonl", "started_at": "2026-01-01T00:00:00Z", "tick_seconds": 0.25,
+  "kv_cache": {"num_gpu_blocks": 300, "block_size": 16},
+  "resolved_config": {"scheduler_config": {)" + disable + "}}}";
+    std::vector<std::string> args{"validate", dir.string(), "--workload", workload, "--json"};
+    if (!preset.empty()) args.insert(args.end(), {"--model", preset});
+    const auto r = test::run_cli(args);
+    INFO(model << " " << disable << " " << preset << "\n" << r.err);
+    REQUIRE(r.exit_code == 0);
+    return Json::parse(r.out)["kvsim"]["allocator"].get<std::string>();
+  };
+  const std::string off = R"("disable_hybrid_kv_cache_manager": true)";
+  const std::string on = R"("disable_hybrid_kv_cache_manager": false)";
+  // Every layer slides (4,096 and 2,047 tokens).
+  CHECK(allocator("mistralai/Mistral-7B-v0.1", "") == "sliding-window:block=16");
+  CHECK(allocator("mistralai/Mistral-7B-v0.1", off) == "sliding-window:block=16");
+  CHECK(allocator("microsoft/Phi-mini-MoE-instruct", on) == "sliding-window:block=16");
+  // Both kinds (Gemma 3: 10 full layers, 52 of a 1,024-token window).
+  CHECK(allocator("meta-llama/Llama-3.1-8B", "", "gemma-3-27b") == "sliding-window:block=16");
+  CHECK(allocator("meta-llama/Llama-3.1-8B", on, "gemma-3-27b") == "sliding-window:block=16");
+  CHECK(allocator("meta-llama/Llama-3.1-8B", off, "gemma-3-27b") == "paged:block=16");
+  // Full attention only.
+  CHECK(allocator("meta-llama/Llama-3.1-8B", "") == "paged:block=16");
+  CHECK(allocator("meta-llama/Llama-3.1-8B", on) == "paged:block=16");
+  std::filesystem::remove_all(base);
+}
+
 TEST_CASE("validate: KV usage per tick as vLLM counts it, the pool less its null block, cached blocks free") {
   // vLLM's kv_cache_usage is 1 - free blocks / (num_gpu_blocks - 1) (vllm/v1/core/block_pool.py
   // get_usage), a block cached but unreferenced counting as free. meta.json's

@@ -87,6 +87,9 @@ struct MeasuredRun {
   // scheduler_reserve_full_isl, from engine_kwargs or else the resolved scheduler_config
   // (newer runs' meta.json "resolved_config"); absent: the version's default.
   std::optional<bool> reserve_full_isl;
+  // disable_hybrid_kv_cache_manager, from engine_kwargs or else the resolved scheduler_config;
+  // absent: vLLM v1's default, the hybrid manager on (sliding windows free what they leave).
+  std::optional<bool> disable_hybrid_kv_cache_manager;
   // What vLLM resolved at start-up, when meta.json records it (newer runs: its "kv_cache"
   // object, read from the front end's cache_config after boot): the blocks of the KV pool on
   // each device, null block included, summed over the data-parallel engines (vLLM's start-up

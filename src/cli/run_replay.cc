@@ -180,7 +180,9 @@ std::int64_t null_block_bytes(const po::variables_map& vm, const ModelChoice& ch
   const auto text = option_text(vm, option_key(kOptAllocator));
   if (!text) return 0;
   const std::vector<AllocatorSpec> specs = parse_allocator_list(*text, kOptAllocator);
-  if (specs.size() != 1 || specs[0].kind != "paged") return 0;
+  // vLLM's pool, whichever manager hands its blocks out (paged, or the hybrid manager's
+  // sliding windows), keeps block 0 back.
+  if (specs.size() != 1 || (specs[0].kind != "paged" && specs[0].kind != "sliding-window")) return 0;
   PagedOptions paging;
   for (const auto& [key, value] : specs[0].params) {
     if (key == "block") paging.block_tokens = positive_integer(value, kOptAllocator);
@@ -359,10 +361,22 @@ std::string fill_in_run_settings(RunDefaults& defaults, const MeasuredRun& run, 
   defaults.set(kOptMaxBatchedTokens, std::to_string(run.max_num_batched_tokens), setting("max_num_batched_tokens"));
   if (run.max_model_len > 0) defaults.set(kOptMaxModelLen, std::to_string(run.max_model_len), setting("max_model_len"));
   // vLLM's defaults unless meta.json says otherwise: 16-token blocks, prefix caching on,
-  // chunked prefill on (vllm/config/cache.py, scheduler.py).
+  // chunked prefill on (vllm/config/cache.py, scheduler.py). On a model with sliding-window
+  // layers vLLM v1's hybrid KV-cache manager frees the blocks a window has left
+  // (SlidingWindowManager.remove_skipped_blocks, vllm/v1/core/single_type_kv_cache_manager.py):
+  // replay's sliding-window allocator. With the manager disabled, a model that mixes both
+  // kinds of layers keeps every block (unify_hybrid_kv_cache_specs turns its windows into
+  // full attention, vllm/v1/core/kv_cache_utils.py): paged; a model whose layers all slide has
+  // one kind of layer and keeps its window manager either way.
   const bool caching_recorded = run.read_from.count("block_size") == 0 && run.read_from.count("enable_prefix_caching") != 0;
+  const KvLayout layout = resolve_model(vm, usage, "").layout();
+  const auto sliding = [](const LayerGroup& g) { return g.window_tokens > 0; };
+  const bool any_window = std::any_of(layout.groups.begin(), layout.groups.end(), sliding);
+  const bool all_windows = std::all_of(layout.groups.begin(), layout.groups.end(), sliding);
+  const bool windows_free = any_window && (all_windows || !run.disable_hybrid_kv_cache_manager.value_or(false));
   defaults.set(kOptAllocator,
-               fmt::format("paged:block={}{}", run.block_size, run.prefix_caching.value_or(true) ? ",prefix-caching=on" : ""),
+               fmt::format("{}:block={}{}", windows_free ? "sliding-window" : "paged", run.block_size,
+                           run.prefix_caching.value_or(true) ? ",prefix-caching=on" : ""),
                setting(caching_recorded ? "enable_prefix_caching" : "block_size"));
   if (run.chunked_prefill == false) defaults.set_switch(kOptNoChunkedPrefill, setting("enable_chunked_prefill"));
   if (const auto dtype = run_kv_dtype(run, meta)) {
