@@ -149,6 +149,9 @@ void read_engine_settings(MeasuredRun& run, const json& kw, const std::string& p
   flag(run.chunked_prefill, "enable_chunked_prefill");
   flag(run.reserve_full_isl, "scheduler_reserve_full_isl");
   flag(run.disable_hybrid_kv_cache_manager, "disable_hybrid_kv_cache_manager");
+  // Read for the allocator's choice, and still named as not modelled: the length's cap at the
+  // window is what vLLM resolved (max_model_len), not worked out here.
+  if (gives(kw, "disable_sliding_window")) run.disable_sliding_window = bool_member(kw, "disable_sliding_window", path);
   // Read above or by read_meta(), or known to change neither the schedule nor the KV
   // budget (where the weights come from, logging, the sampling seed, the served name).
   static const char* const kKnown[] = {
@@ -262,56 +265,63 @@ void read_resolved_config(MeasuredRun& run, const json& meta, const json& kw, co
   flag(run.chunked_prefill, "enable_chunked_prefill", scheduler, "scheduler_config");
   flag(run.reserve_full_isl, "scheduler_reserve_full_isl", scheduler, "scheduler_config");
   flag(run.disable_hybrid_kv_cache_manager, "disable_hybrid_kv_cache_manager", scheduler, "scheduler_config");
+  // vLLM turns the hybrid manager off itself when KV events or a KV connector are configured
+  // and the flag was not given (VllmConfig.__post_init__, vllm/config/vllm.py); a recorder
+  // that writes no resolved_config leaves only engine_kwargs to tell.
+  if (!run.disable_hybrid_kv_cache_manager && (gives(kw, "kv_events_config") || gives(kw, "kv_transfer_config"))) {
+    run.disable_hybrid_kv_cache_manager = true;
+  }
+  if (!gives(kw, "disable_sliding_window") && model != nullptr && gives(*model, "disable_sliding_window")) {
+    run.disable_sliding_window = bool_member(*model, "disable_sliding_window", path);
+  }
 }
 
 // The settings in resolved_config that change the schedule, the KV pool or the steps' cost
 // when they leave vLLM's defaults, and that kvsim does not model: named in
 // run.unmodelled_settings as "resolved_config.<section>.<key>=value", unless engine_kwargs
-// already names the same key. At the default value (or null), nothing.
+// gives the same setting (under `engine_key`, the engine argument's name), which is named
+// already. At the default value (or null), nothing.
 void note_unmodelled_resolved(MeasuredRun& run, const json& meta, const json& kw) {
   struct Setting {
-    const char* section;
+    const char* section;        // "" for a top-level object of resolved_config
     const char* key;
+    const char* engine_key;     // the engine argument that sets it
     const char* default_value;  // the value as JSON, which leaves the schedule as kvsim models it
   };
   static const Setting kSettings[] = {
       // vllm/config/scheduler.py: the queue's order, the prefills' cadence and share of a step,
-      // a step's tokens, admission's reserve.
-      {"scheduler_config", "policy", R"("fcfs")"},
-      {"scheduler_config", "prefill_schedule_interval", "1"},
-      {"scheduler_config", "long_prefill_token_threshold", "0"},
-      {"scheduler_config", "max_num_partial_prefills", "1"},
-      {"scheduler_config", "watermark", "0.0"},
+      // admission's reserve.
+      {"scheduler_config", "policy", "scheduling_policy", R"("fcfs")"},
+      {"scheduler_config", "prefill_schedule_interval", "prefill_schedule_interval", "1"},
+      {"scheduler_config", "long_prefill_token_threshold", "long_prefill_token_threshold", "0"},
+      {"scheduler_config", "max_num_partial_prefills", "max_num_partial_prefills", "1"},
+      {"scheduler_config", "watermark", "watermark", "0"},
       // vllm/config/cache.py: KV blocks offloaded to the host.
-      {"cache_config", "kv_offloading_size", "null"},
+      {"cache_config", "kv_offloading_size", "kv_offloading_size", "null"},
       // vllm/config/model.py: the weights' format (the steps' cost, and the pool's size when
-      // kv_cache does not record it).
-      {"model_config", "quantization", "null"},
+      // kv_cache does not record it); sliding windows turned off (and max_model_len capped
+      // to the window: what vLLM resolved gives the length).
+      {"model_config", "quantization", "quantization", "null"},
+      {"model_config", "disable_sliding_window", "disable_sliding_window", "false"},
       // vllm/config/parallel.py: the other ways of splitting a model kvsim does not model.
-      {"parallel_config", "pipeline_parallel_size", "1"},
-      {"parallel_config", "decode_context_parallel_size", "1"},
-      {"parallel_config", "prefill_context_parallel_size", "1"},
-      {"parallel_config", "enable_dbo", "false"},
-      {"parallel_config", "enable_eplb", "false"},
-      {"parallel_config", "disable_custom_all_reduce", "false"},
+      {"parallel_config", "pipeline_parallel_size", "pipeline_parallel_size", "1"},
+      {"parallel_config", "decode_context_parallel_size", "decode_context_parallel_size", "1"},
+      {"parallel_config", "prefill_context_parallel_size", "prefill_context_parallel_size", "1"},
+      {"parallel_config", "enable_dbo", "enable_dbo", "false"},
+      {"parallel_config", "enable_eplb", "enable_eplb", "false"},
+      {"parallel_config", "disable_custom_all_reduce", "disable_custom_all_reduce", "false"},
+      // A draft model or n-gram speculation proposes tokens kvsim's steps do not hold.
+      {"", "speculative_config", "speculative_config", "null"},
   };
+  if (!gives(meta, "resolved_config") || !meta["resolved_config"].is_object()) return;
+  const json& config = meta["resolved_config"];
   for (const Setting& s : kSettings) {
-    const json* section = resolved_section(meta, s.section);
-    if (section == nullptr || !gives(*section, s.key) || kw.contains(s.key)) continue;
+    const json* section = *s.section == '\0' ? &config : resolved_section(meta, s.section);
+    if (section == nullptr || !gives(*section, s.key) || gives(kw, s.engine_key)) continue;
     const json& value = (*section)[s.key];
-    const json default_value = json::parse(s.default_value);
-    if (value == default_value || (value.is_number() && default_value.is_number() &&
-                                   value.get<double>() == default_value.get<double>())) {
-      continue;
-    }
-    run.unmodelled_settings.push_back(std::string("resolved_config.") + s.section + "." + s.key + "=" + value.dump());
-  }
-  // A draft model or n-gram speculation proposes tokens kvsim's steps do not hold.
-  if (const json* config = gives(meta, "resolved_config") && meta["resolved_config"].is_object()
-                               ? &meta["resolved_config"]
-                               : nullptr;
-      config != nullptr && gives(*config, "speculative_config")) {
-    run.unmodelled_settings.push_back("resolved_config.speculative_config=" + (*config)["speculative_config"].dump());
+    if (value == json::parse(s.default_value)) continue;  // numbers compare by value: 0 == 0.0
+    run.unmodelled_settings.push_back(std::string("resolved_config.") + s.section + (*s.section ? "." : "") +
+                                      s.key + "=" + value.dump());
   }
 }
 

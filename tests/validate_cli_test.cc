@@ -947,19 +947,25 @@ TEST_CASE("validate: a model with sliding windows is replayed on vLLM v1's hybri
   const auto base = test::scratch_dir("validate-hybrid-manager");
   const auto dir = copy_tiny_run(base);
   const std::string workload = kData + "/tiny/workloads/tiny.jsonl";
-  const auto allocator = [&](const std::string& model, const std::string& disable, const std::string& preset = "") {
-    std::ofstream(dir / "meta.json") << R"({"model": ")" + model + R"(", "vllm_version": "0.19.0",
+  std::int64_t budget = 0;  // the last replay's KV pool, bytes
+  const auto allocator = [&](const std::string& model, const std::string& disable, const std::string& preset = "",
+                             const std::string& section = "scheduler_config", const std::string& engine = "",
+                             const std::string& version = "0.19.0", bool caching = false) {
+    std::ofstream(dir / "meta.json") << R"({"model": ")" + model + R"(", "vllm_version": ")" + version + R"(",
   "engine_kwargs": {"tensor_parallel_size": 1, "data_parallel_size": 1, "max_num_seqs": 128,
-    "max_num_batched_tokens": 2048, "max_model_len": 4096, "enable_prefix_caching": false},
+    "max_num_batched_tokens": 2048, "max_model_len": 4096)" + (caching ? "" : R"(, "enable_prefix_caching": false)") +
+                                            engine + R"(},
   "dataset_path": "workloads/tiny.jsonl", "started_at": "2026-01-01T00:00:00Z", "tick_seconds": 0.25,
   "kv_cache": {"num_gpu_blocks": 300, "block_size": 16},
-  "resolved_config": {"scheduler_config": {)" + disable + "}}}";
+  "resolved_config": {")" + section + R"(": {)" + disable + "}}}";
     std::vector<std::string> args{"validate", dir.string(), "--workload", workload, "--json"};
     if (!preset.empty()) args.insert(args.end(), {"--model", preset});
     const auto r = test::run_cli(args);
     INFO(model << " " << disable << " " << preset << "\n" << r.err);
     REQUIRE(r.exit_code == 0);
-    return Json::parse(r.out)["kvsim"]["allocator"].get<std::string>();
+    const Json doc = Json::parse(r.out);
+    budget = doc["kvsim"]["kv_budget_bytes"].get<std::int64_t>();
+    return doc["kvsim"]["allocator"].get<std::string>();
   };
   const std::string off = R"("disable_hybrid_kv_cache_manager": true)";
   const std::string on = R"("disable_hybrid_kv_cache_manager": false)";
@@ -971,9 +977,28 @@ TEST_CASE("validate: a model with sliding windows is replayed on vLLM v1's hybri
   CHECK(allocator("meta-llama/Llama-3.1-8B", "", "gemma-3-27b") == "sliding-window:block=16");
   CHECK(allocator("meta-llama/Llama-3.1-8B", on, "gemma-3-27b") == "sliding-window:block=16");
   CHECK(allocator("meta-llama/Llama-3.1-8B", off, "gemma-3-27b") == "paged:block=16");
+  // Its pool then is one group of all 62 layers: a block id is 16 positions of 507,904 bytes
+  // (`kvsim models`), 8,126,464 bytes; 300 recorded blocks less the null block are
+  // 299 x 8,126,464 = 2,429,812,736 bytes. With the hybrid manager a block id is a page of a
+  // group of 10 layers (the test above): 391,905,280.
+  CHECK(budget == 2429812736);
+  CHECK(allocator("meta-llama/Llama-3.1-8B", on, "gemma-3-27b") == "sliding-window:block=16");
+  CHECK(budget == 391905280);
   // Full attention only.
   CHECK(allocator("meta-llama/Llama-3.1-8B", "") == "paged:block=16");
   CHECK(allocator("meta-llama/Llama-3.1-8B", on) == "paged:block=16");
+  // disable_sliding_window serves every window as full attention.
+  CHECK(allocator("mistralai/Mistral-7B-v0.1", R"("disable_sliding_window": true)", "", "model_config") ==
+        "paged:block=16");
+  // KV events (or a KV connector) turn the hybrid manager off when nothing says otherwise; a
+  // version before 0.10 has none for a mixed model.
+  CHECK(allocator("meta-llama/Llama-3.1-8B", "", "gemma-3-27b", "scheduler_config", R"(, "kv_events_config": {})") ==
+        "paged:block=16");
+  CHECK(allocator("meta-llama/Llama-3.1-8B", "", "gemma-3-27b", "scheduler_config", "", "0.9.0") == "paged:block=16");
+  CHECK(allocator("mistralai/Mistral-7B-v0.1", "", "", "scheduler_config", "", "0.9.0") == "sliding-window:block=16");
+  // vLLM's default, prefix caching on, is kept on either allocator.
+  CHECK(allocator("microsoft/Phi-mini-MoE-instruct", "", "", "scheduler_config", "", "0.19.0", true) ==
+        "sliding-window:block=16,prefix-caching=on");
   std::filesystem::remove_all(base);
 }
 
@@ -1201,7 +1226,7 @@ TEST_CASE("validate: a model loaded from a path is found by its last component, 
   // and 0 alike), no quantization, one pipeline stage. disable_custom_all_reduce is named
   // once, from engine_kwargs, although resolved_config gives it too.
   write_meta("/data/model/Llama-3.1-8B/",
-             R"("scheduler_config": {"policy": "fcfs", "prefill_schedule_interval": 1, "watermark": 0.0,
+             R"("scheduler_config": {"policy": "fcfs", "prefill_schedule_interval": 1.0, "watermark": 0.0,
     "long_prefill_token_threshold": 0}, "model_config": {"quantization": null},
     "parallel_config": {"pipeline_parallel_size": 1, "disable_custom_all_reduce": true}, "speculative_config": null)");
   auto r = test::run_cli({"validate", dir.string(), "--workload", workload, "--json"});
@@ -1210,6 +1235,10 @@ TEST_CASE("validate: a model loaded from a path is found by its last component, 
   Json doc = Json::parse(r.out);
   CHECK(doc["kvsim"]["model"] == "llama-3.1-8b");
   CHECK(doc["unmodelled_settings"] == Json::array({"disable_custom_all_reduce=true"}));
+  write_meta("/data/model/Llama-3.1-8B/", R"("scheduler_config": {"watermark": 0})");
+  r = test::run_cli({"validate", dir.string(), "--workload", workload, "--json"});
+  REQUIRE(r.exit_code == 0);
+  CHECK(Json::parse(r.out)["unmodelled_settings"] == Json::array({"disable_custom_all_reduce=true"}));
   // Away from the defaults, each is named with where it was read, in the table too.
   write_meta("models/Llama-3.1-8B",
              R"("scheduler_config": {"policy": "priority", "prefill_schedule_interval": 4, "watermark": 0.01},
@@ -1227,9 +1256,35 @@ TEST_CASE("validate: a model loaded from a path is found by its last component, 
                      "resolved_config.speculative_config={\"method\":\"ngram\"}"}));
   r = test::run_cli({"validate", dir.string(), "--workload", workload});
   CHECK_THAT(r.out, Catch::Contains("resolved_config.scheduler_config.prefill_schedule_interval=4"));
+  // A setting engine_kwargs gives (under the engine argument's own name: scheduling_policy) is
+  // named once, from there; a null there is no setting, and the resolved value is named.
+  std::string meta = test::slurp(dir / "meta.json");
+  meta.replace(meta.find(R"("disable_custom_all_reduce": true)"), 33,
+               R"("disable_custom_all_reduce": true, "scheduling_policy": "priority", "quantization": null,
+    "speculative_config": {"method": "ngram"})");
+  std::ofstream(dir / "meta.json") << meta;
+  r = test::run_cli({"validate", dir.string(), "--workload", workload, "--json"});
+  REQUIRE(r.exit_code == 0);
+  CHECK(Json::parse(r.out)["unmodelled_settings"] ==
+        Json::array({"disable_custom_all_reduce=true", "scheduling_policy=\"priority\"",
+                     "speculative_config={\"method\":\"ngram\"}",
+                     "resolved_config.scheduler_config.prefill_schedule_interval=4",
+                     "resolved_config.scheduler_config.watermark=0.01", "resolved_config.model_config.quantization=\"fp8\"",
+                     "resolved_config.parallel_config.pipeline_parallel_size=2"}));
+  // Paths as a recorder may write them (JSON text: a Windows path's backslashes escaped): any
+  // case, Windows separators, a "." component, and
+  // Hugging Face's cache folder (models--ORG--NAME/snapshots/COMMIT).
+  for (const char* model : {"/models/llama-3.1-8b", R"(C:\\models\\Llama-3.1-8B)", "/data/model/Llama-3.1-8B/.",
+                            "/root/.cache/huggingface/hub/models--meta-llama--Llama-3.1-8B/snapshots/0e9e39f2"}) {
+    write_meta(model, "");
+    r = test::run_cli({"validate", dir.string(), "--workload", workload, "--json"});
+    INFO(model << "\n" << r.err);
+    REQUIRE(r.exit_code == 0);
+    CHECK(Json::parse(r.out)["kvsim"]["model"] == "llama-3.1-8b");
+  }
   // A directory no Hub name in the table ends with, or a bare name, is still an error naming
   // the field; a name is matched whole, not by a prefix.
-  for (const char* model : {"/data/model/Llama-3.1-8B-Sparse", "Llama-3.1-8B", "/data/model/"}) {
+  for (const char* model : {"/data/model/Llama-3.1-8B-Sparse", "Llama-3.1-8B", "/data/model/", "/", ""}) {
     write_meta(model, "");
     r = test::run_cli({"validate", dir.string(), "--workload", workload});
     INFO(model);

@@ -90,6 +90,9 @@ struct MeasuredRun {
   // disable_hybrid_kv_cache_manager, from engine_kwargs or else the resolved scheduler_config;
   // absent: vLLM v1's default, the hybrid manager on (sliding windows free what they leave).
   std::optional<bool> disable_hybrid_kv_cache_manager;
+  // disable_sliding_window (engine_kwargs, else the resolved model_config): vLLM serves the
+  // windowed layers as full attention (and caps max_model_len at the window).
+  bool disable_sliding_window = false;
   // What vLLM resolved at start-up, when meta.json records it (newer runs: its "kv_cache"
   // object, read from the front end's cache_config after boot): the blocks of the KV pool on
   // each device, null block included, summed over the data-parallel engines (vLLM's start-up

@@ -479,6 +479,7 @@ std::optional<VllmVersionDefaults> vllm_version_defaults(const std::string& vers
   d.cuda_graphs = at_least(0, 19);
   d.no_watermark = at_least(0, 8);
   d.reserve_full_isl = at_least(0, 19);
+  d.hybrid_kv_cache_manager = at_least(0, 10);
   return d;
 }
 

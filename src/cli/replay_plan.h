@@ -73,6 +73,11 @@ struct VllmVersionDefaults {
   bool cuda_graphs = false;       // from 0.19 (validate: off when meta.json sets enforce_eager)
   bool no_watermark = false;      // from 0.8, v1's default engine: no watermark through 0.19
   bool reserve_full_isl = false;  // from 0.19: scheduler_reserve_full_isl (vllm#37307)
+  // from 0.10: v1's hybrid KV-cache manager gives a model with both full and sliding-window
+  // layers a manager per kind (vllm#17996, merged June 2025); before, such a model was served
+  // as full attention. A model whose layers all slide had its window manager from v1's start
+  // (vllm#14097).
+  bool hybrid_kv_cache_manager = false;
 };
 // `version` is MAJOR.MINOR, then nothing, or ".PATCH", a pre-release ("rc1") or a local
 // label ("+cu128"): "0.19", "0.19.0", "0.19.1rc1". nullopt otherwise.

@@ -1,7 +1,10 @@
 #include "run_models.h"
 
 #include <algorithm>
+#include <cctype>
 #include <iterator>
+#include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -56,15 +59,37 @@ const RunModelRow* run_model_row(std::string_view hf_name) {
                                 [&](const RunModelRow& r) { return hf_name == r.hf_name; });
   if (row != std::end(kModels)) return row;
   // A local checkpoint ("/data/model/Qwen3-32B": vLLM records the path it loaded), or another
-  // organisation's copy, by its last component: the Hub repository's name when downloaded under
-  // it. The repository names in the table are distinct, so the match is unambiguous.
-  std::string_view dir = hf_name;
-  while (!dir.empty() && dir.back() == '/') dir.remove_suffix(1);
-  if (dir.find('/') == std::string_view::npos) return nullptr;  // a bare name is not a path
-  dir.remove_prefix(dir.rfind('/') + 1);
+  // organisation's copy, by its last component, in any case: the Hub repository's name when
+  // downloaded under it. The repository names in the table are distinct, so the match is
+  // unambiguous. Hugging Face's cache names a repository's folder "models--ORG--NAME", with
+  // the files under snapshots/<commit>: that folder gives the whole Hub name.
+  std::vector<std::string_view> parts;
+  for (std::size_t at = 0; at <= hf_name.size();) {
+    const std::size_t end = std::min(hf_name.find_first_of("/\\", at), hf_name.size());
+    const std::string_view part = hf_name.substr(at, end - at);
+    if (!part.empty() && part != ".") parts.push_back(part);
+    at = end + 1;
+  }
+  if (parts.size() < 2) return nullptr;  // a bare name is not a path
+  const auto same = [](std::string_view a, std::string_view b) {
+    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+             return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
+           });
+  };
+  for (const std::string_view part : parts) {
+    if (!part.starts_with("models--")) continue;
+    std::string hub(part.substr(8));
+    const std::size_t dashes = hub.find("--");
+    if (dashes == std::string::npos) continue;
+    hub.replace(dashes, 2, "/");
+    const auto cached = std::find_if(std::begin(kModels), std::end(kModels),
+                                     [&](const RunModelRow& r) { return same(hub, r.hf_name); });
+    if (cached != std::end(kModels)) return cached;
+  }
+  const std::string_view last = parts.back();
   const auto by_dir = std::find_if(std::begin(kModels), std::end(kModels), [&](const RunModelRow& r) {
     const std::string_view name = r.hf_name;
-    return name.substr(name.rfind('/') + 1) == dir;
+    return same(name.substr(name.rfind('/') + 1), last);
   });
   return by_dir == std::end(kModels) ? nullptr : by_dir;
 }
@@ -83,8 +108,9 @@ std::string run_name_table() {
     out += "\n";
   }
   for (const DeviceRow& r : kDevices) out += "  " + std::string(r.hardware) + " -> " + r.preset + "\n";
-  out += "A model given as a path (or another organisation's copy) is found by its last component:\n"
-         "/data/model/Qwen3-32B as Qwen/Qwen3-32B.\n";
+  out += "A model given as a path (or another organisation's copy) is found by its last component,\n"
+         "in any case (/data/model/Qwen3-32B as Qwen/Qwen3-32B), or by Hugging Face's cache folder\n"
+         "(.../models--Qwen--Qwen3-32B/snapshots/<commit>).\n";
   return out;
 }
 

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <map>
 #include <optional>
+#include <string>
+#include <string_view>
 
 #include "kvsim/allocator.h"
 #include "kvsim/budget.h"
@@ -104,11 +106,31 @@ std::optional<std::string> run_kv_dtype(const MeasuredRun& run, const std::strin
   return pick(run.dtype, "dtype");
 }
 
+// The bytes behind one block id of vLLM's pool on one device, for the allocator replayed:
+// with the hybrid manager (sliding-window), one page of every layer of a KV-cache group
+// (paged_pool(): page x group size); served as full attention (paged: no hybrid manager, or
+// windows disabled), one group of every layer, a page of each (unify_hybrid_kv_cache_specs,
+// vllm/v1/core/kv_cache_utils.py). The two differ only on a model with sliding windows.
+std::int64_t vllm_block_bytes(const KvLayout& layout, std::int64_t block_tokens, std::string_view allocator) {
+  PagedOptions paging;
+  paging.block_tokens = block_tokens;
+  const bool windows = std::any_of(layout.groups.begin(), layout.groups.end(),
+                                   [](const LayerGroup& g) { return g.window_tokens > 0; });
+  if (allocator == "paged" && windows) return block_tokens * layout.bytes_per_token();
+  return paged_pool(layout, 0, paging).block_bytes;
+}
+
+// The replayed allocator's kind ("paged", "sliding-window", ...), "" when several or none.
+std::string replayed_allocator_kind(const po::variables_map& vm) {
+  const auto text = option_text(vm, option_key(kOptAllocator));
+  if (!text) return "";
+  const std::vector<AllocatorSpec> specs = parse_allocator_list(*text, kOptAllocator);
+  return specs.size() == 1 ? specs[0].kind : "";
+}
+
 // The bytes behind one of the run's KV blocks on one device, as vLLM sizes it.
 std::int64_t run_block_bytes(const po::variables_map& vm, const MeasuredRun& run, const std::string& usage) {
-  PagedOptions paging;
-  paging.block_tokens = run.block_size;
-  return paged_pool(resolve_model(vm, usage, "").layout(), 0, paging).block_bytes;
+  return vllm_block_bytes(resolve_model(vm, usage, "").layout(), run.block_size, replayed_allocator_kind(vm));
 }
 
 // The KV budget per device meta.json fixes (bytes 0 when vLLM derives it from the device),
@@ -183,11 +205,11 @@ std::int64_t null_block_bytes(const po::variables_map& vm, const ModelChoice& ch
   // vLLM's pool, whichever manager hands its blocks out (paged, or the hybrid manager's
   // sliding windows), keeps block 0 back.
   if (specs.size() != 1 || (specs[0].kind != "paged" && specs[0].kind != "sliding-window")) return 0;
-  PagedOptions paging;
+  std::int64_t block_tokens = PagedOptions{}.block_tokens;
   for (const auto& [key, value] : specs[0].params) {
-    if (key == "block") paging.block_tokens = positive_integer(value, kOptAllocator);
+    if (key == "block") block_tokens = positive_integer(value, kOptAllocator);
   }
-  return paged_pool(choice.layout(), 0, paging).block_bytes;
+  return vllm_block_bytes(choice.layout(), block_tokens, specs[0].kind);
 }
 
 // A pool validate sized itself, less the null block; `what` names where it came from.
@@ -362,18 +384,21 @@ std::string fill_in_run_settings(RunDefaults& defaults, const MeasuredRun& run, 
   if (run.max_model_len > 0) defaults.set(kOptMaxModelLen, std::to_string(run.max_model_len), setting("max_model_len"));
   // vLLM's defaults unless meta.json says otherwise: 16-token blocks, prefix caching on,
   // chunked prefill on (vllm/config/cache.py, scheduler.py). On a model with sliding-window
-  // layers vLLM v1's hybrid KV-cache manager frees the blocks a window has left
-  // (SlidingWindowManager.remove_skipped_blocks, vllm/v1/core/single_type_kv_cache_manager.py):
-  // replay's sliding-window allocator. With the manager disabled, a model that mixes both
-  // kinds of layers keeps every block (unify_hybrid_kv_cache_specs turns its windows into
-  // full attention, vllm/v1/core/kv_cache_utils.py): paged; a model whose layers all slide has
-  // one kind of layer and keeps its window manager either way.
+  // layers vLLM v1 frees the blocks a window has left (SlidingWindowManager.remove_skipped_blocks,
+  // vllm/v1/core/single_type_kv_cache_manager.py): replay's sliding-window allocator. A model
+  // that mixes both kinds of layers needs the hybrid manager for that (vLLM 0.10 on, unless
+  // the run disabled it: unify_hybrid_kv_cache_specs, vllm/v1/core/kv_cache_utils.py, then
+  // makes its windows full attention): otherwise paged. A model whose layers all slide has one
+  // kind of layer and keeps its window manager either way. disable_sliding_window serves the
+  // windows as full attention.
   const bool caching_recorded = run.read_from.count("block_size") == 0 && run.read_from.count("enable_prefix_caching") != 0;
   const KvLayout layout = resolve_model(vm, usage, "").layout();
   const auto sliding = [](const LayerGroup& g) { return g.window_tokens > 0; };
   const bool any_window = std::any_of(layout.groups.begin(), layout.groups.end(), sliding);
   const bool all_windows = std::all_of(layout.groups.begin(), layout.groups.end(), sliding);
-  const bool windows_free = any_window && (all_windows || !run.disable_hybrid_kv_cache_manager.value_or(false));
+  const bool hybrid = run_vllm_version_defaults(run, vm).hybrid_kv_cache_manager &&
+                      !run.disable_hybrid_kv_cache_manager.value_or(false);
+  const bool windows_free = any_window && !run.disable_sliding_window && (all_windows || hybrid);
   defaults.set(kOptAllocator,
                fmt::format("{}:block={}{}", windows_free ? "sliding-window" : "paged", run.block_size,
                            run.prefix_caching.value_or(true) ? ",prefix-caching=on" : ""),
