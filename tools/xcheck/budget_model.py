@@ -1,19 +1,26 @@
 #!/usr/bin/env python3
 """Independent model of `kvsim replay` under a memory budget with --policy vllm (recompute),
-for Llama-3.1-8B (131,072 bytes per position), paged:block=16 without prefix caching and
+for Llama-3.1-8B (131,072 bytes per position) on paged:block=16, or for a model whose layers
+all slide on sliding-window:block=16 (vLLM v1's hybrid manager): Mistral-7B-v0.1 (window
+4,096, 131,072 bytes per position, max model len 32,768) or Phi-3-mini-4k (window 2,047, off
+the block grid, 393,216 bytes per position, max model len 4,096); without prefix caching,
 --cost constant:step=1ms,prefill-token=0ps (every step lasts 1 ms), n = 1, native CSV traces
 (id, arrival, prompt_tokens, output_tokens[, cancel_at]).
 
-Usage: budget_model.py [--kvsim PATH] [--async | --both] [--peak] --config B:T:S[:W][:async]
-                       [--config ...] [-v] TRACE.csv...
+Usage: budget_model.py [--kvsim PATH] [--model NAME] [--allocator paged|sliding-window]
+                       [--max-model-len N] [--async | --both] [--peak] [--reserve-full-isl]
+                       --config B:T:S[:W][:async][:isl] [--config ...] [-v] TRACE.csv...
        (`:async`, or --async for every configuration, adds `--async-scheduling on`; --both runs
-       every configuration synchronously and then asynchronously; --peak also compares
-       memory_bytes.allocated_slots.peak, in blocks)
+       every configuration synchronously and then asynchronously; `:isl`, or
+       --reserve-full-isl for every configuration, adds `--reserve-full-isl on`; --peak also
+       compares memory_bytes.allocated_slots.peak, in blocks; --model llama-3.1-8b (default),
+       mistral-7b-v0.1 or phi-3-mini-4k; --allocator paged (default) or sliding-window)
        (or --blocks B --mbt T --max-running S [--watermark W] for one configuration)
-Runs, for every trace and configuration, `kvsim replay TRACE --model llama-3.1-8b --allocator
-paged:block=16 --kv-budget B x 2 MiB --cost constant:step=1ms,prefill-token=0ps
---max-batched-tokens T --max-running S [--watermark W] --per-request F --json` (W omitted or
-`default`: kvsim's own 0.01; PATH defaults to $KVSIM, else build-rel/src/kvsim) and compares,
+Runs, for every trace and configuration, `kvsim replay TRACE --model NAME --allocator
+paged:block=16|sliding-window:block=16 --kv-budget B x 16 x (bytes per position)
+--cost constant:step=1ms,prefill-token=0ps --max-batched-tokens T --max-running S
+[--max-model-len N] [--watermark W] [--reserve-full-isl on] --per-request F --json` (W omitted
+or `default`: kvsim's own 0.01; PATH defaults to $KVSIM, else build-rel/src/kvsim) and compares,
 exactly, per request (`--per-request`): outcome, first_scheduled_s, first_token_s, finish_s,
 ttft_s, e2e_s, tpot_s, preemptions, arrival_s; per run (JSON `runs[0]`): serving.preemptions,
 preempted_requests, max_preemptions_per_request, recomputed_tokens, refused_too_large,
@@ -23,8 +30,8 @@ refused_too_long, generated_tokens; time.duration_ns, time.iterations. Prints wh
 re-admissions on stderr; BUDGET_COVER=1 prints which rule branches the runs took.
 
 Written from docs/replay.md ("The engine", "Serving under a memory budget", "Per-request
-output"), `kvsim replay --help` and vLLM's scheduler, not from the engine's or the
-schedulers' code.
+output", the allocators' table), `kvsim replay --help` and vLLM's scheduler and KV-cache
+manager, not from the engine's, the schedulers' or the allocators' code.
 
 Rules modelled (positions held per request; blocks(x) = ceil(x / 16); capacity C blocks):
   * time in ns; every step lasts 1 ms. At a step's start the arrivals and cancellations due
@@ -55,6 +62,13 @@ Rules modelled (positions held per request; blocks(x) = ceil(x / 16); capacity C
     int(W x C) blocks free (v0's `watermark_blocks = int(watermark * num_gpu_blocks)`, as the
     docs give it: a float product, truncated). A head whose first chunk, min(need, T), does
     not fit C blocks is refused as soon as it heads the queue (nothing need have left);
+  * --reserve-full-isl on (docs: "the blocks of its whole sequence so far must fit too";
+    vLLM's allocate_slots(full_sequence_must_fit=True) asks get_num_blocks_to_allocate for
+    min(request.num_tokens, max_model_len) first): before the chunk, blocks(need) must fit the
+    free blocks, leaving the watermark too while any request runs (the docs leave open
+    whether the watermark applies; kvsim applies it, as later vLLMs add watermark_blocks to
+    both checks; BUDGET_ISL_NO_WM=1: not). When it does not, admission stops (time at full
+    capacity); a head whose whole sequence can never fit C blocks is refused at the head;
   * tokens recomputed: positions a preemption discarded (its computed positions: P + g for a
     decoding request, the prefill's computed part otherwise) that a later prefill chunk
     computes again, counted chunk by chunk as the chunks are scheduled: a re-prefill that is
@@ -64,6 +78,38 @@ Rules modelled (positions held per request; blocks(x) = ceil(x / 16); capacity C
   * time at full capacity: 1 ms for each step in which a growth forced a preemption or an
     admission was refused for room (free blocks or watermark);
   * run duration: from the first arrival to the end of the last step (or a later arrival).
+
+Sliding-window:block=16 (the allocators' table: "paged, and on sliding-window groups the blocks
+wholly before the window are freed: a step that starts with c tokens computed skips positions
+before c - W + 1"; vLLM: SlidingWindowManager.get_num_skipped_tokens = max(0, c - W + 1),
+remove_skipped_blocks frees the blocks wholly before it; kvsim's c is one more than vLLM's
+num_computed_tokens, as its positions are), the lines marked SLIDING:
+  * a request holds blocks(held) - dropped blocks; at each allocator call for this step's
+    tokens (a decode whose next position starts a block or whose window passes a block, a
+    prefill chunk) c = the positions it holds, and the blocks wholly before c - W + 1 are
+    freed first, before the new blocks are counted (allocate_slots calls
+    remove_skipped_blocks before get_num_blocks_to_allocate, even when the allocation then
+    fails). So a prompt prefilled in one step is held whole in that step (c = 0) and dropped
+    at the next, and a decoding sequence holds at most ceil((W - 1) / 16) + 1 blocks;
+  * admission (c = 0, nothing computed: no prefix caching) counts blocks(chunk) as paged does;
+    a preempted request is freed whole and its re-prefill starts again from c = 0;
+  * ASYNC: c includes the previous step's tokens (a scheduled chunk counts as computed), as
+    in vLLM 0.19; vllm#47728 (later) frees on the processed count, one step later;
+  * OBSERVED 3 (kvsim, not vLLM): within a step, the decodes whose call falls on it are
+    taken in the order their calls were scheduled (the step of their previous call,
+    admission or chunk, and the order within it), not in running order; so a request that
+    cannot get a block may preempt the newest although an older request's window would have
+    freed one later in the step. vLLM's scheduler takes self.running in order, each
+    allocate_slots freeing its own window first: BUDGET_DROP_ORDER=vllm;
+  * OBSERVED 4 (kvsim, not vLLM 0.19): a request that has generated tokens (a preempted one)
+    is counted, at L positions, max(blocks(min(L, P + 1)), min(blocks(L), ceil((W - 1) / 16)
+    + 1)) blocks (as if it had prefilled its prompt whole and decoded since) for the
+    watermark (L = its chunk's positions) and, with --reserve-full-isl, for the whole
+    sequence (L = P + g), not blocks(L); the chunk must still fit the free blocks at
+    blocks(L), and takes them. vLLM counts cdiv(num_tokens, 16) for both (free() dropped its
+    num_cached_block, so get_num_blocks_to_allocate skips no window): BUDGET_ISL_VLLM=1.
+    vLLM 0.20 (vllm#40946) caps the whole sequence's count at
+    cdiv(min(W - 1 + T, max_model_len), 16) + 1 for every request: BUDGET_ISL_CAP=1.
 
 Asynchronous scheduling (`--async-scheduling on`; docs/replay.md "Asynchronous scheduling"),
 the lines marked ASYNC:
@@ -116,12 +162,30 @@ from decimal import Decimal
 
 STEP = 1_000_000
 BLOCK = 16
-BPP = 131072
+# --model: (bytes per position, sliding window W or 0 for full attention, max model length);
+# every layer of these slides with one window, or none does: one layer group
+MODELS = {"llama-3.1-8b": (131072, 0, 131072),
+          "mistral-7b-v0.1": (131072, 4096, 32768),
+          "phi-3-mini-4k": (393216, 2047, 4096)}  # a window off the 16-token block grid
+MODEL = "llama-3.1-8b"
+BPP, WINDOW, MAXLEN = MODELS[MODEL]
 BLOCK_BYTES = BLOCK * BPP
+SLIDING = False  # --allocator sliding-window: blocks behind the window are freed
+FULL_ISL = False  # --reserve-full-isl on (every configuration; `:isl` for one)
+# SLIDING + FULL_ISL: vLLM 0.19 counts the whole sequence's blocks, uncapped; BUDGET_ISL_CAP=1
+# caps them at cdiv(min(W - 1 + T, max model len), 16) + 1 as vLLM 0.20 does (vllm#40946,
+# SlidingWindowSpec.max_admission_blocks_per_request)
+ISL_CAP = bool(os.environ.get("BUDGET_ISL_CAP"))
+# SLIDING: BUDGET_ISL_VLLM=1 counts a preempted request's blocks (its chunk's for the watermark,
+# its whole sequence's with FULL_ISL) as vLLM 0.19 does (OBSERVED 4 is kvsim's count)
+ISL_VLLM = bool(os.environ.get("BUDGET_ISL_VLLM"))
+ISL_WM = not os.environ.get("BUDGET_ISL_NO_WM")
+# SLIDING: BUDGET_DROP_ORDER=vllm grows the decodes in running order, each freeing what its
+# window passed first, as vLLM's allocate_slots does (OBSERVED 3 is kvsim's order)
+DROP_VLLM = os.environ.get("BUDGET_DROP_ORDER") == "vllm"
 KVSIM = os.environ.get("KVSIM", "build-rel/src/kvsim")
 COVER = __import__("collections").Counter()
 DEBUG = bool(os.environ.get("BUDGET_DEBUG"))
-MAXLEN = 131072
 # ASYNC: "nothing else running" is judged when the admissions are planned (after the growth,
 # whose refusal of a lone request leaves nothing running), not at the step's start;
 # BUDGET_LAG_AT_START=1 judges it at the start (the first reading of the docs).
@@ -136,6 +200,18 @@ def blocks(x):
     return -(-x // BLOCK)
 
 
+def held_blocks(r):
+    """Blocks a request holds: those of its positions less those its window dropped."""
+    return blocks(r.held) - r.dropped
+
+
+def set_model(name):
+    global MODEL, BPP, WINDOW, MAXLEN, BLOCK_BYTES
+    MODEL = name
+    BPP, WINDOW, MAXLEN = MODELS[name]
+    BLOCK_BYTES = BLOCK * BPP
+
+
 def secs_to_ns(text):
     d = Decimal(text) * 1_000_000_000
     assert d == d.to_integral_value(), text
@@ -145,7 +221,7 @@ def secs_to_ns(text):
 class Req:
     __slots__ = ("ordinal", "id", "arr", "P", "m", "cancel", "g", "held", "need", "done",
                  "first_sched", "first_tok", "finish", "npre", "outcome", "discarded", "adm",
-                 "lingering")
+                 "lingering", "dropped", "ev")
 
     def decoding(self):
         return self.done >= self.need
@@ -172,13 +248,15 @@ def read_trace(path):
             r.outcome = None
             r.discarded = 0  # the most positions of its sequence it ever had computed
             r.lingering = False  # ASYNC: completed in the previous step, blocks still held
+            r.dropped = 0    # SLIDING: leading blocks freed, wholly behind the window
+            r.ev = 0         # OBSERVED 3: when its next allocator call was scheduled
             reqs.append(r)
     for a, b in zip(reqs, reqs[1:]):
         assert a.arr <= b.arr, "trace must be in arrival order"
     return reqs
 
 
-def run_model(reqs, cap, T, S, wm, async_sched=False):
+def run_model(reqs, cap, T, S, wm, async_sched=False, full_isl=False):
     wm_blocks = int(wm * cap)
     free = cap
     waiting = []   # queue order
@@ -192,8 +270,41 @@ def run_model(reqs, cap, T, S, wm, async_sched=False):
 
     def release(r):
         nonlocal free
-        free += blocks(r.held)
+        free += held_blocks(r)
         r.held = 0
+        r.dropped = 0
+
+    evseq = __import__("itertools").count()  # OBSERVED 3: the order allocator calls are scheduled
+
+    def call_due(r):
+        """SLIDING: a decode step that takes a new block or frees one behind the window."""
+        return (blocks(r.held + 1) > blocks(r.held) or
+                bool(WINDOW) and max(0, r.held - WINDOW + 1) // BLOCK > r.dropped)
+
+    def counted(r, L):
+        """Blocks an admission of r at L positions is counted for the watermark and the whole
+        sequence: blocks(L). OBSERVED 4 (kvsim, not vLLM): a request that has generated tokens
+        is counted as if its prompt had been prefilled whole and it had decoded since, at most
+        a decoding sequence's ceil((W - 1) / 16) + 1 blocks past its prompt's step."""
+        if SLIDING and WINDOW and r.g and not ISL_VLLM:
+            return max(blocks(min(L, r.P + 1)), min(blocks(L), blocks(WINDOW - 1) + 1))
+        return blocks(L)
+
+    def drop(r):
+        """SLIDING: the call for this step's tokens starts with c = r.held positions computed
+        and frees the blocks wholly before c - W + 1 (get_num_skipped_tokens), before it
+        counts the new blocks (allocate_slots: remove_skipped_blocks first, even when the
+        allocation then fails)."""
+        nonlocal free
+        if not SLIDING or not WINDOW:
+            return
+        d = max(r.dropped, max(0, r.held - WINDOW + 1) // BLOCK)
+        if d > r.dropped:
+            COVER["window dropped blocks"] += 1
+            if not r.decoding():
+                COVER["window dropped blocks of a prefill under way"] += 1
+            free += d - r.dropped
+            r.dropped = d
 
     def recompute(r, tok):
         """A prefill chunk of `tok` positions from r.done: those below what the request had
@@ -297,26 +408,31 @@ def run_model(reqs, cap, T, S, wm, async_sched=False):
         preempted_nothing = []  # ASYNC: completions preempted for nothing
         scheduled = {}  # request -> tokens this step
         # growth: decodes first, then prefills under way, each in running order (with one
-        # prefill under way at most, the newest, this is also vLLM's plain running order)
+        # prefill under way at most, the newest, this is also vLLM's plain running order);
+        # SLIDING, OBSERVED 3: kvsim takes the decodes whose allocator call falls on this step
+        # (a new block or a block leaving the window) in the order their calls were scheduled
         for phase in ("decode", "prefill"):
-            i = 0
-            while i < len(running):
-                r = running[i]
-                if r in scheduled or r.lingering:  # ASYNC: no extra decode for a completion
-                    i += 1
-                    continue
-                if (phase == "decode") != r.decoding():
-                    i += 1
-                    continue
+            order = [r for r in running if not r.lingering  # ASYNC: no extra decode for a completion
+                     and (phase == "decode") == r.decoding()]
+            if phase == "decode" and SLIDING and WINDOW and not DROP_VLLM:
+                calls = sorted([r for r in order if call_due(r)], key=lambda r: r.ev)
+                if [r for r in order if r in calls] != calls:
+                    COVER["window: calls out of running order"] += 1
+                order = calls + [r for r in order if r not in calls]
+            for r in order:
+                if r not in running:
+                    continue  # preempted this step
                 if phase == "decode":
                     tok, newheld = 1, r.held + 1
                 else:
                     left = T - sum(scheduled.values())
                     if left <= 0:
-                        i += 1
                         continue
                     tok = min(r.need - r.done, left)
                     newheld = r.held + tok + (1 if r.done + tok == r.need else 0)
+                if phase == "prefill" or call_due(r):
+                    r.ev = next(evseq)
+                drop(r)
                 ok = True
                 while blocks(newheld) - blocks(r.held) > free:
                     if len(running) == 1:
@@ -355,14 +471,13 @@ def run_model(reqs, cap, T, S, wm, async_sched=False):
                         del scheduled[v]
                         COVER["victim grown this step"] += 1
                 if not ok:
-                    continue  # r left running (refused or preempted); running[i] is the next
+                    continue  # r left running (refused or preempted)
                 free -= blocks(newheld) - blocks(r.held)
                 st["peak_mid"] = max(st["peak_mid"], cap - free)
                 r.held = newheld
                 scheduled[r] = tok
                 if phase == "prefill":
                     recompute(r, tok)
-                i += 1
         # victims to the front of the queue, in admission order
         waiting[:0] = sorted(preempted, key=lambda v: v.adm)
         if lag and LAG_AT_ADMISSION and not any(not r.lingering for r in running):
@@ -388,13 +503,34 @@ def run_model(reqs, cap, T, S, wm, async_sched=False):
                 tok = min(need, left)
                 newheld = tok + (1 if tok == need else 0)
                 b = blocks(newheld)
-                if blocks(min(need, T) + (1 if need <= T else 0)) > cap:
+                # --reserve-full-isl: allocate_slots(full_sequence_must_fit=True) first asks for
+                # the blocks of request.num_tokens (prompt + generated), with no window skips
+                # (nothing computed yet), against the free blocks: None stops admission
+                fb = counted(r, need)
+                if SLIDING and WINDOW and ISL_CAP:
+                    fb = min(blocks(need), blocks(min(WINDOW - 1 + T, MAXLEN)) + 1)
+                if full_isl and fb < blocks(need):
+                    COVER["window: whole sequence counted within the window"] += 1
+                if blocks(min(need, T) + (1 if need <= T else 0)) > cap or (full_isl and fb > cap):
+                    # (with --reserve-full-isl, also a whole sequence that can never fit)
                     COVER["refused at the head"] += 1
+                    if blocks(min(need, T) + (1 if need <= T else 0)) <= cap:
+                        COVER["refused at the head: whole sequence never fits"] += 1
                     waiting.pop(0)
                     r.outcome = "refused"
                     st["refused_large"] += 1
                     continue
-                if b > free or (running and free - b < wm_blocks):
+                if full_isl:
+                    if fb > free or (ISL_WM and running and free - fb < wm_blocks):
+                        COVER["whole sequence does not fit"] += 1
+                        if b <= free and not (running and free - b < wm_blocks):
+                            COVER["whole sequence does not fit, its chunk would"] += 1
+                        full = True
+                        break
+                bw = counted(r, newheld)  # OBSERVED 4: the watermark's count
+                if bw < b and running and free - bw >= wm_blocks > free - b:
+                    COVER["window: watermark left by the chunk counted within the window"] += 1
+                if b > free or (running and free - bw < wm_blocks):
                     if b <= free:
                         COVER["watermark alone refused"] += 1
                     full = True
@@ -406,6 +542,7 @@ def run_model(reqs, cap, T, S, wm, async_sched=False):
                 waiting.pop(0)
                 free -= b
                 st["peak_mid"] = max(st["peak_mid"], cap - free)
+                r.ev = next(evseq)
                 r.held = newheld
                 r.need = need
                 r.done = 0
@@ -478,31 +615,42 @@ def fmt(ns):
     return None if ns is None else f"{ns // 10**9}.{ns % 10**9:09d}"
 
 
-def run_kvsim(trace, cap, T, S, wm, async_sched=False):
+def allocator():
+    return "sliding-window:block=16" if SLIDING else "paged:block=16"
+
+
+def run_kvsim(trace, cap, T, S, wm, async_sched=False, full_isl=False):
     with tempfile.TemporaryDirectory() as d:
         pr = os.path.join(d, "per-request.csv")
-        cmd = [KVSIM, "replay", trace, "--model", "llama-3.1-8b", "--allocator", "paged:block=16",
+        cmd = [KVSIM, "replay", trace, "--model", MODEL, "--allocator", allocator(),
                "--kv-budget", str(cap * BLOCK_BYTES), "--cost", "constant:step=1ms,prefill-token=0ps",
                "--max-batched-tokens", str(T), "--max-running", str(S), "--per-request", pr,
                "--json", "--quiet"]
+        if MAXLEN != MODELS[MODEL][2]:
+            cmd += ["--max-model-len", str(MAXLEN)]
         if wm is not None:
             cmd += ["--watermark", str(wm)]
         if async_sched:
             cmd += ["--async-scheduling", "on"]
+        if full_isl:
+            cmd += ["--reserve-full-isl", "on"]
         out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
         with open(pr, newline="") as f:
             rows = list(csv.DictReader(f))
     return json.loads(out), rows, cmd
 
 
-def compare(trace, cap, T, S, wm, async_sched=False, verbose=False):
-    js, rows, cmd = run_kvsim(trace, cap, T, S, wm, async_sched)
+def compare(trace, cap, T, S, wm, async_sched=False, full_isl=False, verbose=False):
+    js, rows, cmd = run_kvsim(trace, cap, T, S, wm, async_sched, full_isl)
     reqs = read_trace(trace)
-    st = run_model(reqs, cap, T, S, 0.01 if wm is None else wm, async_sched)
+    st = run_model(reqs, cap, T, S, 0.01 if wm is None else wm, async_sched, full_isl)
     run = js["runs"][0]
-    assert run["allocator"] == "paged:block=16"
+    assert run["allocator"] == allocator()
     assert run["serving"]["capacity_bytes"] == cap * BLOCK_BYTES, run["serving"]["capacity_bytes"]
-    assert js["model"]["layer_groups"][0]["bytes_per_position"] == BPP
+    (group,) = js["model"]["layer_groups"]
+    assert group["bytes_per_position"] == BPP
+    assert group.get("window_tokens", 0) == WINDOW, group
+    assert js["model"]["max_model_len"] == MAXLEN
     bad = total = 0
     lines = []
 
@@ -557,15 +705,20 @@ def compare(trace, cap, T, S, wm, async_sched=False, verbose=False):
 
 
 def parse_config(text, async_all=False):
-    """B:T:S[:W][:async] (W a fraction, or 'default' or empty for kvsim's own 0.01 without
-    --watermark; a last field `async` adds --async-scheduling on)."""
+    """B:T:S[:W][:async][:isl] (W a fraction, or 'default' or empty for kvsim's own 0.01
+    without --watermark; a field `async` adds --async-scheduling on, `isl` --reserve-full-isl
+    on)."""
     parts = text.split(":")
     async_sched = async_all
-    if parts[-1] == "async":
-        async_sched = True
+    full_isl = FULL_ISL
+    while parts[-1] in ("async", "isl"):
+        if parts[-1] == "async":
+            async_sched = True
+        else:
+            full_isl = True
         parts = parts[:-1]
     wm = None if len(parts) < 4 or parts[3] in ("default", "") else float(parts[3])
-    return int(parts[0]), int(parts[1]), int(parts[2]), wm, async_sched
+    return int(parts[0]), int(parts[1]), int(parts[2]), wm, async_sched, full_isl
 
 
 if __name__ == "__main__":
@@ -573,14 +726,10 @@ if __name__ == "__main__":
     async_all = "--async" in argv       # every configuration with --async-scheduling on
     both = "--both" in argv             # every configuration synchronous, then asynchronous
     PEAK = "--peak" in argv             # also compare the peak of allocated slots
-    argv = [a for a in argv if a not in ("--async", "--both", "--peak")]
-    configs = []
-    while "--config" in argv:
-        i = argv.index("--config")
-        configs.append(parse_config(argv[i + 1], async_all))
-        del argv[i:i + 2]
+    FULL_ISL = "--reserve-full-isl" in argv  # every configuration with --reserve-full-isl on
+    argv = [a for a in argv if a not in ("--async", "--both", "--peak", "--reserve-full-isl")]
     opts = {"--kvsim": None, "--blocks": None, "--mbt": None, "--max-running": None,
-            "--watermark": None}
+            "--watermark": None, "--model": None, "--allocator": None, "--max-model-len": None}
     for k in opts:
         if k in argv:
             i = argv.index(k)
@@ -588,29 +737,42 @@ if __name__ == "__main__":
             del argv[i:i + 2]
     if opts["--kvsim"]:
         KVSIM = opts["--kvsim"]
+    if opts["--model"]:
+        set_model(opts["--model"])
+    if opts["--allocator"]:
+        assert opts["--allocator"] in ("paged", "sliding-window"), opts["--allocator"]
+        SLIDING = opts["--allocator"] == "sliding-window"
+    if opts["--max-model-len"]:
+        MAXLEN = int(opts["--max-model-len"])
+    configs = []
+    while "--config" in argv:
+        i = argv.index("--config")
+        configs.append(parse_config(argv[i + 1], async_all))
+        del argv[i:i + 2]
     verbose = "-v" in argv
     argv = [a for a in argv if a != "-v"]
     if opts["--blocks"]:
         configs.append((int(opts["--blocks"]), int(opts["--mbt"]), int(opts["--max-running"]),
                         None if opts["--watermark"] is None else float(opts["--watermark"]),
-                        async_all))
+                        async_all, FULL_ISL))
     if both:
-        configs = [c[:4] + (False,) for c in configs] + [c[:4] + (True,) for c in configs]
+        configs = ([c[:4] + (False,) + c[5:] for c in configs] +
+                   [c[:4] + (True,) + c[5:] for c in configs])
     if len(argv) < 1 or not configs:
         sys.exit(__doc__)
     failed = 0
     for trace in argv:
-        for cap, T, S, wm, async_sched in configs:
-            bad, total, lines, cmd = compare(trace, cap, T, S, wm, async_sched, verbose)
+        for cap, T, S, wm, async_sched, full_isl in configs:
+            bad, total, lines, cmd = compare(trace, cap, T, S, wm, async_sched, full_isl, verbose)
             for l in lines[:40]:
                 print(l)
             if len(lines) > 40:
                 print(f"... {len(lines) - 40} more lines")
             nreq = len(read_trace(trace))
-            print(f"{'MISMATCH' if bad else 'ok':8s} {trace} [blocks {cap}, T {T}, S {S}, watermark "
-                  f"{wm if wm is not None else 'default'}{', async' if async_sched else ''}]: "
-                  f"{total - bad}/{total} figures match, "
-                  f"{nreq} requests")
+            print(f"{'MISMATCH' if bad else 'ok':8s} {trace} [{MODEL}, {allocator()}, blocks {cap}, "
+                  f"T {T}, S {S}, watermark {wm if wm is not None else 'default'}"
+                  f"{', async' if async_sched else ''}{', full isl' if full_isl else ''}]: "
+                  f"{total - bad}/{total} figures match, {nreq} requests")
             if bad:
                 print("  " + " ".join(cmd).replace(cmd[cmd.index("--per-request") + 1], "OUT.csv"))
             failed += bool(bad)
