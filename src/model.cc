@@ -92,6 +92,10 @@ KvDtype parse_kv_dtype(std::string_view text, std::string_view field) {
                        std::string(text) + "\"");
 }
 
+bool KvLayout::any_window() const {
+  return std::any_of(groups.begin(), groups.end(), [](const LayerGroup& g) { return g.window_tokens > 0; });
+}
+
 std::int64_t KvLayout::bytes_per_token() const {
   std::int64_t total = 0;
   for (const auto& g : groups) total = checked_add(total, g.bytes_per_position, "bytes per token");

@@ -221,6 +221,7 @@ struct KvLayout {
   std::int64_t temporal_state_bytes_per_layer = 0;
   std::int64_t kv_reused_layers = 0;     // layers that read another layer's KV and hold none
   std::int64_t bytes_per_token() const;  // sum of bytes_per_position over groups
+  bool any_window() const;               // a group of sliding-window layers
   // state_layers x (conv + temporal): bytes a sequence holds whatever its length.
   std::int64_t state_bytes_per_sequence() const;
 };

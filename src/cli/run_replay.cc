@@ -114,23 +114,23 @@ std::optional<std::string> run_kv_dtype(const MeasuredRun& run, const std::strin
 std::int64_t vllm_block_bytes(const KvLayout& layout, std::int64_t block_tokens, std::string_view allocator) {
   PagedOptions paging;
   paging.block_tokens = block_tokens;
-  const bool windows = std::any_of(layout.groups.begin(), layout.groups.end(),
-                                   [](const LayerGroup& g) { return g.window_tokens > 0; });
-  if (allocator == "paged" && windows) return block_tokens * layout.bytes_per_token();
+  if (allocator == "paged" && layout.any_window()) return block_tokens * layout.bytes_per_token();
   return paged_pool(layout, 0, paging).block_bytes;
 }
 
-// The replayed allocator's kind ("paged", "sliding-window", ...), "" when several or none.
-std::string replayed_allocator_kind(const po::variables_map& vm) {
+// The one allocator --allocator names, or nothing when it names none or several.
+std::optional<AllocatorSpec> replayed_allocator(const po::variables_map& vm) {
   const auto text = option_text(vm, option_key(kOptAllocator));
-  if (!text) return "";
-  const std::vector<AllocatorSpec> specs = parse_allocator_list(*text, kOptAllocator);
-  return specs.size() == 1 ? specs[0].kind : "";
+  if (!text) return std::nullopt;
+  std::vector<AllocatorSpec> specs = parse_allocator_list(*text, kOptAllocator);
+  if (specs.size() != 1) return std::nullopt;
+  return std::move(specs[0]);
 }
 
 // The bytes behind one of the run's KV blocks on one device, as vLLM sizes it.
 std::int64_t run_block_bytes(const po::variables_map& vm, const MeasuredRun& run, const std::string& usage) {
-  return vllm_block_bytes(resolve_model(vm, usage, "").layout(), run.block_size, replayed_allocator_kind(vm));
+  const auto spec = replayed_allocator(vm);
+  return vllm_block_bytes(resolve_model(vm, usage, "").layout(), run.block_size, spec ? spec->kind : "");
 }
 
 // The KV budget per device meta.json fixes (bytes 0 when vLLM derives it from the device),
@@ -196,20 +196,18 @@ const char* run_device(const MeasuredRun& run) {
 // vLLM's first block is its null block (vllm/v1/core/block_pool.py: BlockPool.__init__ takes
 // it off the free queue, a placeholder never handed out; get_usage divides by
 // num_gpu_blocks - 1), so its pool holds one block fewer than its memory does. The bytes of
-// that block when the replayed allocator is vLLM's paged pool: one block id's pages in every
-// layer of a KV-cache group (paged_pool(): page x group size); 0 for any other allocator.
+// that block when the replayed allocator is vLLM's pool (paged or sliding-window): one block
+// id's bytes, vllm_block_bytes(); 0 for any other allocator.
 std::int64_t null_block_bytes(const po::variables_map& vm, const ModelChoice& choice) {
-  const auto text = option_text(vm, option_key(kOptAllocator));
-  if (!text) return 0;
-  const std::vector<AllocatorSpec> specs = parse_allocator_list(*text, kOptAllocator);
   // vLLM's pool, whichever manager hands its blocks out (paged, or the hybrid manager's
   // sliding windows), keeps block 0 back.
-  if (specs.size() != 1 || (specs[0].kind != "paged" && specs[0].kind != "sliding-window")) return 0;
+  const auto spec = replayed_allocator(vm);
+  if (!spec || (spec->kind != "paged" && spec->kind != "sliding-window")) return 0;
   std::int64_t block_tokens = PagedOptions{}.block_tokens;
-  for (const auto& [key, value] : specs[0].params) {
+  for (const auto& [key, value] : spec->params) {
     if (key == "block") block_tokens = positive_integer(value, kOptAllocator);
   }
-  return vllm_block_bytes(choice.layout(), block_tokens, specs[0].kind);
+  return vllm_block_bytes(choice.layout(), block_tokens, spec->kind);
 }
 
 // A pool validate sized itself, less the null block; `what` names where it came from.
@@ -393,12 +391,11 @@ std::string fill_in_run_settings(RunDefaults& defaults, const MeasuredRun& run, 
   // windows as full attention.
   const bool caching_recorded = run.read_from.count("block_size") == 0 && run.read_from.count("enable_prefix_caching") != 0;
   const KvLayout layout = resolve_model(vm, usage, "").layout();
-  const auto sliding = [](const LayerGroup& g) { return g.window_tokens > 0; };
-  const bool any_window = std::any_of(layout.groups.begin(), layout.groups.end(), sliding);
-  const bool all_windows = std::all_of(layout.groups.begin(), layout.groups.end(), sliding);
+  const bool all_windows = std::all_of(layout.groups.begin(), layout.groups.end(),
+                                       [](const LayerGroup& g) { return g.window_tokens > 0; });
   const bool hybrid = run_vllm_version_defaults(run, vm).hybrid_kv_cache_manager &&
                       !run.disable_hybrid_kv_cache_manager.value_or(false);
-  const bool windows_free = any_window && !run.disable_sliding_window && (all_windows || hybrid);
+  const bool windows_free = layout.any_window() && !run.disable_sliding_window && (all_windows || hybrid);
   defaults.set(kOptAllocator,
                fmt::format("{}:block={}{}", windows_free ? "sliding-window" : "paged", run.block_size,
                            run.prefix_caching.value_or(true) ? ",prefix-caching=on" : ""),
@@ -497,9 +494,7 @@ void fit_auto_max_model_len(RunDefaults& defaults, const MeasuredRun& run, const
   const ModelChoice choice = resolve_model(vm, usage, "");
   const KvLayout layout = choice.layout();
   const auto budget = option_text(vm, option_key(kOptKvBudget));
-  const bool windowed = std::any_of(layout.groups.begin(), layout.groups.end(),
-                                    [](const auto& g) { return g.window_tokens > 0; });
-  if (windowed || !budget) {
+  if (layout.any_window() || !budget) {
     throw InputError(from, std::string("-1 (vLLM fits the length to its KV pool) is fitted here only for a "
                                        "full-attention model whose pool validate sizes; give ") + kOptMaxModelLen);
   }

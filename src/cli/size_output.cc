@@ -178,8 +178,7 @@ std::string layer_groups_table(const SizeSheet& s) {
 std::string sequences_table(const SizeSheet& s) {
   if (s.sequences.empty()) return "";
   const KvLayout& layout = s.layout();
-  const bool sliding = std::any_of(layout.groups.begin(), layout.groups.end(),
-                                   [](const LayerGroup& g) { return g.window_tokens > 0; });
+  const bool sliding = layout.any_window();
   std::string text = fmt::format("\nSequences: {} x T tokens{}{}\n", with_commas(s.seqs),
                                  sliding ? "; sliding-window groups keep at most W positions" : "",
                                  s.devices > 1 ? "; per device" : "");
