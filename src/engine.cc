@@ -423,7 +423,6 @@ bool Engine::preempt_lingering() {
 AdmitInfo Engine::admit_info_of(std::uint32_t ticket) const {
   const Ticket& t = tickets_[ticket];
   AdmitInfo info = admit_info(t);
-  info.resumed_tokens = t.base_generated;
   info.request_key = static_cast<std::uint64_t>(t.ordinal);
   if (sharing()) info.prefix_hashes = prefix_of_[ticket];
   return info;
@@ -1028,14 +1027,32 @@ std::int64_t Engine::run_quiet_steps(std::int64_t start_before_ns) {
   return steps;
 }
 
+void Engine::sort_running_order(std::vector<StepEvent>& events) const {
+  if (events.size() < 2) return;
+  // Stale events (their flight moved on) are skipped by the caller; they sort last.
+  const auto rank = [&](const StepEvent& e) {
+    const Flight& f = flights_[e.slot];
+    return f.generation == e.generation && f.live ? f.admit_order : std::numeric_limits<std::uint64_t>::max();
+  };
+  const auto before = [&](const StepEvent& a, const StepEvent& b) {
+    const std::uint64_t ra = rank(a), rb = rank(b);
+    return ra != rb ? ra < rb : a.order < b.order;
+  };
+  if (!std::is_sorted(events.begin(), events.end(), before)) std::sort(events.begin(), events.end(), before);
+}
+
 std::int64_t Engine::begin_step() {
   open_step();
   // Asynchronous scheduling: the last step's completions still hold their blocks while this
   // step is planned, if it was planned as the last one began (something else ran).
   const bool lingering = !lingering_.empty() && last_step_end_ == now_ && running_ > 0;
   if (!lingering) free_lingering();
-  // Requests whose next event falls on this step.
+  // Requests whose next event falls on this step, taken in running order as vLLM's
+  // scheduler walks self.running: each allocate_slots first frees what its own window has
+  // passed, so an older request's freed block is there for a newer one's growth, and a
+  // request short of a block preempts only after those before it have grown.
   wheel_.take(step_, due_);
+  sort_running_order(due_);
   for (const StepEvent& e : due_) {
     if (flights_[e.slot].generation == e.generation && flights_[e.slot].live) handle_event(e.slot);
   }

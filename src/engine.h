@@ -132,10 +132,12 @@ struct TicketRef {
   std::uint32_t generation;
 };
 
-// What the allocator learns of a request at admission.
-template <typename R>
-AdmitInfo admit_info(const R& r) {
-  return AdmitInfo{r.prompt, r.planned, r.output, r.n};
+// What the allocator learns of a request at admission, identity aside (Engine::admit_info_of
+// adds it): on a re-admission, the tokens generated before, which its prefill computes again.
+inline AdmitInfo admit_info(const Ticket& t) {
+  AdmitInfo info{t.prompt, t.planned, t.output, t.n};
+  info.resumed_tokens = t.base_generated;
+  return info;
 }
 
 class Engine {
@@ -171,6 +173,7 @@ class Engine {
   bool has_work() const { return running_ != 0 || queued_ != 0 || !swapped_.empty(); }
   std::int64_t next_arrival() const { return have_next_ ? next_.arrival_ns : -1; }
   std::int64_t begin_step();
+  void sort_running_order(std::vector<StepEvent>& events) const;
   // The tokens of the step begun: its prompt (and recomputed) positions and its decodes.
   std::int64_t step_tokens() const { return step_prefill_tokens_ + step_decode_seqs_; }
   // The step begun, timed again with `peer_tokens` of the other replicas' tokens sent

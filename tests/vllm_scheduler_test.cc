@@ -7,6 +7,7 @@
 
 #include <map>
 
+#include "kvsim/budget.h"
 #include "kvsim/replay.h"
 #include "test_support.h"
 
@@ -308,4 +309,69 @@ TEST_CASE("vllm v0 swap: a request swapped back in takes its decodes from the st
   CHECK(run.report.completed == 6);
   CHECK(run.report.swapped_in_bytes > 0);
   for (const auto& row : run.rows) CHECK(row.work.prefill_tokens + row.work.decode_seqs <= 8);
+}
+
+namespace {
+
+// One sliding-window group of W positions at one byte per position, under vLLM's policy
+// with a budget of `blocks` blocks of 16. A decode call to length t (t - 1 positions held)
+// first frees the blocks wholly before t - W (docs/replay.md, "Sliding windows"): block k
+// goes at t = 16(k + 1) + W. A request of prompt P holds P + j positions once it has
+// produced j tokens, all of them in its prefill step.
+ReplayOptions window_steps_in_blocks(std::int64_t window, std::int64_t blocks) {
+  ReplayOptions o = one_ms_steps_in_blocks(blocks);
+  o.layout.groups = {test::group("sliding", 1, window)};
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("vllm v1: a sliding window's block freed by an older request is there for a newer one in the same step") {
+  // schedule() walks self.running in order; each allocate_slots frees its own window
+  // (remove_skipped_blocks) before it counts blocks. W = 64, 8 blocks. A (prompt 80, output
+  // 40) holds 81 + s positions after step s: 6 blocks at step 0, 5 from step 1 (block 0
+  // is behind the window), 4 at s = 15 (t = 96: block 1 goes), 5 from s = 16 (block 6), 4
+  // at s = 31 (t = 112: block 2 goes). B (prompt 17, output 32) holds 18 + s: 2 blocks, 3
+  // from s = 15 (t = 33), and at s = 31 (t = 49) it needs a fourth. Held: 8, then 7, then 8
+  // from step 16 (none free). Step 31: A, first in running order, frees block 2 and B
+  // takes it: no preemption. B finishes with step 31 (32 ms), A with step 39 (40 ms).
+  // (Taken in the order they were scheduled, as kvsim took allocator calls before
+  // 2026-12-05, B's call for step 31, scheduled at step 15, comes before A's, scheduled at
+  // step 16: no block is free and B, the newest, preempts itself.)
+  const auto r = records_of("sliding-window:block=16",
+                            {test::request("a", 0, 80, 40), test::request("b", 0, 17, 32)},
+                            window_steps_in_blocks(64, 8));
+  CHECK(r.at("b").preemptions == 0);
+  CHECK(r.at("b").finish_ns == 32 * kMs);
+  CHECK(r.at("a").preemptions == 0);
+  CHECK(r.at("a").finish_ns == 40 * kMs);
+}
+
+TEST_CASE("vllm v1: a preempted sliding-window request is re-admitted only when its whole length fits") {
+  // get_num_blocks_to_allocate counts cdiv(num_tokens, 16) for a request being admitted:
+  // a preempted one was freed whole and computes its prompt and its generated tokens again,
+  // so no window skips any of them. W = 32, 8 blocks, watermark 0.25 (int(0.25 x 8) = 2
+  // blocks kept free while others run).
+  // A1 (prompt 9, output 38) and A2 (prompt 9, output 60) hold 10 + s positions after step
+  // s: 1 block, 2 from s = 7, 3 from s = 23, 2 at s = 38 (t = 48), 3 from s = 39. B (prompt
+  // 50, output 40) holds 51 + s: 4 blocks at step 0, then 3 (its window passed block 0), 2
+  // at s = 13, 3 from s = 14. Step 0: 1 + 1 + 4 = 6, each admission leaving 2 free. Held
+  // 7 from step 14. Step 23: A1 takes the last block; A2 finds none and B, the newest, is
+  // preempted after 23 tokens (prompt and generated: 73 positions, and its first token:
+  // 74, 5 blocks). Steps 24-37: A1 and A2 hold 3 each, 2 free. A1 finishes with step 37.
+  // Step 38: A2's window frees block 0: 2 held, 6 free, and 6 - 5 = 1 < 2: B waits. (Counted
+  // as if it had prefilled its prompt whole and decoded since, max(blocks(51), 3) = 4,
+  // 6 - 4 = 2 would admit it: kvsim before 2026-12-05.) A2 holds 2 or 3 until it finishes
+  // with step 59; step 60 (nothing running, no watermark): B comes back, its token 24 at
+  // step 60, its last (40) at step 76: finish 77 ms.
+  ReplayOptions o = window_steps_in_blocks(32, 8);
+  o.memory.watermark_ppb = kPartsPerBillion / 4;
+  const auto r = records_of("sliding-window:block=16",
+                            {test::request("a1", 0, 9, 38), test::request("a2", 0, 9, 60), test::request("b", 0, 50, 40)},
+                            o);
+  CHECK(r.at("a1").finish_ns == 38 * kMs);
+  CHECK(r.at("a2").finish_ns == 60 * kMs);
+  CHECK(r.at("a2").preemptions == 0);
+  CHECK(r.at("b").preemptions == 1);
+  CHECK(r.at("b").finish_ns == 77 * kMs);
 }

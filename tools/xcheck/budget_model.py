@@ -92,23 +92,16 @@ num_computed_tokens, as its positions are), the lines marked SLIDING:
     fails). So a prompt prefilled in one step is held whole in that step (c = 0) and dropped
     at the next, and a decoding sequence holds at most ceil((W - 1) / 16) + 1 blocks;
   * admission (c = 0, nothing computed: no prefix caching) counts blocks(chunk) as paged does;
-    a preempted request is freed whole and its re-prefill starts again from c = 0;
+    a preempted request is freed whole and its re-prefill starts again from c = 0, so it
+    too is counted blocks(L) at L positions, for the watermark (L = its chunk's positions)
+    and with --reserve-full-isl for the whole sequence (L = P + g), with no window skipped
+    (free() dropped its num_cached_block; get_num_blocks_to_allocate, vLLM 0.19);
   * ASYNC: c includes the previous step's tokens (a scheduled chunk counts as computed), as
     in vLLM 0.19; vllm#47728 (later) frees on the processed count, one step later;
-  * OBSERVED 3 (kvsim, not vLLM): within a step, the decodes whose call falls on it are
-    taken in the order their calls were scheduled (the step of their previous call,
-    admission or chunk, and the order within it), not in running order; so a request that
-    cannot get a block may preempt the newest although an older request's window would have
-    freed one later in the step. vLLM's scheduler takes self.running in order, each
-    allocate_slots freeing its own window first: BUDGET_DROP_ORDER=vllm;
-  * OBSERVED 4 (kvsim, not vLLM 0.19): a request that has generated tokens (a preempted one)
-    is counted, at L positions, max(blocks(min(L, P + 1)), min(blocks(L), ceil((W - 1) / 16)
-    + 1)) blocks (as if it had prefilled its prompt whole and decoded since) for the
-    watermark (L = its chunk's positions) and, with --reserve-full-isl, for the whole
-    sequence (L = P + g), not blocks(L); the chunk must still fit the free blocks at
-    blocks(L), and takes them. vLLM counts cdiv(num_tokens, 16) for both (free() dropped its
-    num_cached_block, so get_num_blocks_to_allocate skips no window): BUDGET_ISL_VLLM=1.
-    vLLM 0.20 (vllm#40946) caps the whole sequence's count at
+  * within a step the decodes grow in running order, as vLLM's scheduler walks self.running,
+    each allocate_slots freeing what its own window passed first: a request short of a
+    block finds the blocks older requests' windows freed this step;
+  * vLLM 0.20 (vllm#40946) caps the whole sequence's count at
     cdiv(min(W - 1 + T, max_model_len), 16) + 1 for every request: BUDGET_ISL_CAP=1.
 
 Asynchronous scheduling (`--async-scheduling on`; docs/replay.md "Asynchronous scheduling"),
@@ -176,13 +169,7 @@ FULL_ISL = False  # --reserve-full-isl on (every configuration; `:isl` for one)
 # caps them at cdiv(min(W - 1 + T, max model len), 16) + 1 as vLLM 0.20 does (vllm#40946,
 # SlidingWindowSpec.max_admission_blocks_per_request)
 ISL_CAP = bool(os.environ.get("BUDGET_ISL_CAP"))
-# SLIDING: BUDGET_ISL_VLLM=1 counts a preempted request's blocks (its chunk's for the watermark,
-# its whole sequence's with FULL_ISL) as vLLM 0.19 does (OBSERVED 4 is kvsim's count)
-ISL_VLLM = bool(os.environ.get("BUDGET_ISL_VLLM"))
 ISL_WM = not os.environ.get("BUDGET_ISL_NO_WM")
-# SLIDING: BUDGET_DROP_ORDER=vllm grows the decodes in running order, each freeing what its
-# window passed first, as vLLM's allocate_slots does (OBSERVED 3 is kvsim's order)
-DROP_VLLM = os.environ.get("BUDGET_DROP_ORDER") == "vllm"
 KVSIM = os.environ.get("KVSIM", "build-rel/src/kvsim")
 COVER = __import__("collections").Counter()
 DEBUG = bool(os.environ.get("BUDGET_DEBUG"))
@@ -249,7 +236,6 @@ def read_trace(path):
             r.discarded = 0  # the most positions of its sequence it ever had computed
             r.lingering = False  # ASYNC: completed in the previous step, blocks still held
             r.dropped = 0    # SLIDING: leading blocks freed, wholly behind the window
-            r.ev = 0         # OBSERVED 3: when its next allocator call was scheduled
             reqs.append(r)
     for a, b in zip(reqs, reqs[1:]):
         assert a.arr <= b.arr, "trace must be in arrival order"
@@ -273,22 +259,6 @@ def run_model(reqs, cap, T, S, wm, async_sched=False, full_isl=False):
         free += held_blocks(r)
         r.held = 0
         r.dropped = 0
-
-    evseq = __import__("itertools").count()  # OBSERVED 3: the order allocator calls are scheduled
-
-    def call_due(r):
-        """SLIDING: a decode step that takes a new block or frees one behind the window."""
-        return (blocks(r.held + 1) > blocks(r.held) or
-                bool(WINDOW) and max(0, r.held - WINDOW + 1) // BLOCK > r.dropped)
-
-    def counted(r, L):
-        """Blocks an admission of r at L positions is counted for the watermark and the whole
-        sequence: blocks(L). OBSERVED 4 (kvsim, not vLLM): a request that has generated tokens
-        is counted as if its prompt had been prefilled whole and it had decoded since, at most
-        a decoding sequence's ceil((W - 1) / 16) + 1 blocks past its prompt's step."""
-        if SLIDING and WINDOW and r.g and not ISL_VLLM:
-            return max(blocks(min(L, r.P + 1)), min(blocks(L), blocks(WINDOW - 1) + 1))
-        return blocks(L)
 
     def drop(r):
         """SLIDING: the call for this step's tokens starts with c = r.held positions computed
@@ -408,17 +378,10 @@ def run_model(reqs, cap, T, S, wm, async_sched=False, full_isl=False):
         preempted_nothing = []  # ASYNC: completions preempted for nothing
         scheduled = {}  # request -> tokens this step
         # growth: decodes first, then prefills under way, each in running order (with one
-        # prefill under way at most, the newest, this is also vLLM's plain running order);
-        # SLIDING, OBSERVED 3: kvsim takes the decodes whose allocator call falls on this step
-        # (a new block or a block leaving the window) in the order their calls were scheduled
+        # prefill under way at most, the newest, this is also vLLM's plain running order)
         for phase in ("decode", "prefill"):
             order = [r for r in running if not r.lingering  # ASYNC: no extra decode for a completion
                      and (phase == "decode") == r.decoding()]
-            if phase == "decode" and SLIDING and WINDOW and not DROP_VLLM:
-                calls = sorted([r for r in order if call_due(r)], key=lambda r: r.ev)
-                if [r for r in order if r in calls] != calls:
-                    COVER["window: calls out of running order"] += 1
-                order = calls + [r for r in order if r not in calls]
             for r in order:
                 if r not in running:
                     continue  # preempted this step
@@ -430,8 +393,6 @@ def run_model(reqs, cap, T, S, wm, async_sched=False, full_isl=False):
                         continue
                     tok = min(r.need - r.done, left)
                     newheld = r.held + tok + (1 if r.done + tok == r.need else 0)
-                if phase == "prefill" or call_due(r):
-                    r.ev = next(evseq)
                 drop(r)
                 ok = True
                 while blocks(newheld) - blocks(r.held) > free:
@@ -506,7 +467,7 @@ def run_model(reqs, cap, T, S, wm, async_sched=False, full_isl=False):
                 # --reserve-full-isl: allocate_slots(full_sequence_must_fit=True) first asks for
                 # the blocks of request.num_tokens (prompt + generated), with no window skips
                 # (nothing computed yet), against the free blocks: None stops admission
-                fb = counted(r, need)
+                fb = blocks(need)
                 if SLIDING and WINDOW and ISL_CAP:
                     fb = min(blocks(need), blocks(min(WINDOW - 1 + T, MAXLEN)) + 1)
                 if full_isl and fb < blocks(need):
@@ -527,10 +488,7 @@ def run_model(reqs, cap, T, S, wm, async_sched=False, full_isl=False):
                             COVER["whole sequence does not fit, its chunk would"] += 1
                         full = True
                         break
-                bw = counted(r, newheld)  # OBSERVED 4: the watermark's count
-                if bw < b and running and free - bw >= wm_blocks > free - b:
-                    COVER["window: watermark left by the chunk counted within the window"] += 1
-                if b > free or (running and free - bw < wm_blocks):
+                if b > free or (running and free - b < wm_blocks):
                     if b <= free:
                         COVER["watermark alone refused"] += 1
                     full = True
@@ -542,7 +500,6 @@ def run_model(reqs, cap, T, S, wm, async_sched=False, full_isl=False):
                 waiting.pop(0)
                 free -= b
                 st["peak_mid"] = max(st["peak_mid"], cap - free)
-                r.ev = next(evseq)
                 r.held = newheld
                 r.need = need
                 r.done = 0

@@ -39,8 +39,10 @@ Rules modelled (per layer group g with window W_g, 0 for full attention; t = pos
     min(W, row) of it on a window group, used as a ring;
   * dynamic: per group a buffer of max(needed, 2 x capacity) positions, needed = t, or
     min(t, W) on a window group, where the buffer also stops at W and is used as a ring.
-Allocation orders within a step (needed only for the dynamic arena and its copy transients):
-growth events in the order they were scheduled, then admissions in queue order.
+Allocation orders within a step (they matter to the peaks within a step: the dynamic
+arena's copy transients, and a window's blocks freed by one request's call before another's
+takes new ones): growth events in running order (admission order, as vLLM's scheduler walks
+self.running), then admissions in queue order.
 """
 import bisect
 import collections
@@ -371,8 +373,7 @@ class Books:
         self.ext_int = 0.0
         self.ext_max = 0.0
         self.ext_ratio = 0.0
-        self.counter = 0
-        self.ev = {}      # ordinal -> (next event tokens, push order)
+        self.ev = {}      # ordinal -> next event tokens
         self.rec = {}     # ordinal -> (t0, step0, state at the call, sloped?) for carried values
         self.reserved_now = 0
 
@@ -464,8 +465,7 @@ def run_model(reqs, kinds=(Paged, SlidingWindow, Dense, Dynamic)):
             bk.rec[r.ordinal] = (t, s, bk.a.state(r), False)
         else:
             nxt = next_event(bk, r, t)
-            bk.ev[r.ordinal] = (nxt, bk.counter)
-            bk.counter += 1
+            bk.ev[r.ordinal] = nxt
             bk.rec[r.ordinal] = (t, s, bk.a.state(r), nxt > t + 1)
         after_op(bk, tr, T, s)
         return fin
@@ -570,13 +570,10 @@ def run_model(reqs, kinds=(Paged, SlidingWindow, Dense, Dynamic)):
         T = now
         finishing = {id(bk): [] for bk in books}
         first = []
-        byord = {r.ordinal: r for r in running}
         for bk in books:
-            due = sorted((o, ordn) for ordn, (tok, o) in bk.ev.items())
-            for o, ordn in due:
-                r = byord[ordn]
+            for r in running:  # admission order
                 t = tokens(r, step)
-                if bk.ev[ordn][0] != t:
+                if bk.ev.get(r.ordinal) != t:
                     continue
                 # what was carried to the step before must be what the old holding gives
                 # there (the model's own check that no slope change was missed)
