@@ -333,3 +333,32 @@ TEST_CASE("prefix cache: vLLM admits a request whose hits a running request hold
     check(run(kCaching, trace, o).report);
   }
 }
+
+TEST_CASE("prefix cache: requests finishing in one step are freed in running order, the oldest's blocks first in line for eviction") {
+  // vLLM's update_from_output frees a step's finished requests in the order it scheduled
+  // them (running order), each tail first. A budget of 7 blocks of 16, 1 ms a step. A (prompt
+  // 40 = h11 h12 and 8 positions, output 10) and B (prompt 32 = h21 h22, output 10) start at
+  // step 0 and finish with step 9. A takes never-used blocks 0, 1, 2 (41 positions) and 6 at
+  // step 8 (position 49); B takes 3, 4, 5 (33 positions). At the end A holds 50 positions:
+  // 0 (h11), 1 (h12), 2 (full, cached under A's own identity), 6 (partial); B holds 42: 3
+  // (h21), 4 (h22), 5 (partial). Freed A first: the queue is [6, 2, 1, 0, 5, 4, 3]. C (prompt
+  // 47, no identity, output 1, at 20 ms) takes 6, 2 and 1, evicting A's block 2 and h12. D
+  // (A's prompt, at 40 ms) finds h11 but not h12: 16 tokens, and takes 2 blocks from the head,
+  // 5 and 4 (evicting h22). Evicted: 3 blocks, 48 bytes. (Freed B first, as kvsim did before
+  // 2026-12-05, whose order was that of the events' scheduling (B's last event was scheduled
+  // at step 0, A's at step 8), C would evict h22 and h21 and D find both of A's blocks.)
+  ReplayOptions o = steps(1);
+  o.memory.kv_budget_bytes = 7 * 16;
+  const auto r = run(kCaching,
+                     {with_prefix("a", 0, 40, 10, {11, 12}), with_prefix("b", 0, 32, 10, {21, 22}),
+                      test::request("c", 20 * kMs, 47, 1), with_prefix("d", 40 * kMs, 40, 1, {11, 12})},
+                     o);
+  const ReplayReport& rep = r.report;
+  REQUIRE(rep.completed == 4);
+  CHECK(rep.preemptions == 0);
+  CHECK(rep.prefix_hit_tokens == 16);
+  CHECK(r.records.at(3).id == "d");
+  CHECK(r.records.at(3).cached_prompt_tokens == 16);
+  CHECK(rep.evicted_bytes == 48);
+  CHECK(rep.leak_free);
+}
