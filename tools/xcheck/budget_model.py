@@ -3,18 +3,21 @@
 for Llama-3.1-8B (131,072 bytes per position) on paged:block=16, or for a model whose layers
 all slide on sliding-window:block=16 (vLLM v1's hybrid manager): Mistral-7B-v0.1 (window
 4,096, 131,072 bytes per position, max model len 32,768) or Phi-3-mini-4k (window 2,047, off
-the block grid, 393,216 bytes per position, max model len 4,096); without prefix caching,
+the block grid, 393,216 bytes per position, max model len 4,096); with or without (Llama,
+paged) prefix caching,
 --cost constant:step=1ms,prefill-token=0ps (every step lasts 1 ms), n = 1, native CSV traces
 (id, arrival, prompt_tokens, output_tokens[, cancel_at]).
 
 Usage: budget_model.py [--kvsim PATH] [--model NAME] [--allocator paged|sliding-window]
                        [--max-model-len N] [--async | --both] [--peak] [--reserve-full-isl]
+                       [--prefix-caching]
                        --config B:T:S[:W][:async][:isl] [--config ...] [-v] TRACE.csv...
        (`:async`, or --async for every configuration, adds `--async-scheduling on`; --both runs
        every configuration synchronously and then asynchronously; `:isl`, or
        --reserve-full-isl for every configuration, adds `--reserve-full-isl on`; --peak also
        compares memory_bytes.allocated_slots.peak, in blocks; --model llama-3.1-8b (default),
-       mistral-7b-v0.1 or phi-3-mini-4k; --allocator paged (default) or sliding-window)
+       mistral-7b-v0.1 or phi-3-mini-4k; --allocator paged (default) or sliding-window;
+       --prefix-caching: paged:block=16,prefix-caching=on, and the prefix-cache figures too)
        (or --blocks B --mbt T --max-running S [--watermark W] for one configuration)
 Runs, for every trace and configuration, `kvsim replay TRACE --model NAME --allocator
 paged:block=16|sliding-window:block=16 --kv-budget B x 16 x (bytes per position)
@@ -104,6 +107,61 @@ num_computed_tokens, as its positions are), the lines marked SLIDING:
   * vLLM 0.20 (vllm#40946) caps the whole sequence's count at
     cdiv(min(W - 1 + T, max_model_len), 16) + 1 for every request: BUDGET_ISL_CAP=1.
 
+Prefix caching (`--prefix-caching`: `--allocator paged:block=16,prefix-caching=on`, Llama only;
+docs/replay.md "Sharing across requests" and the allocators' table, docs/fidelity.md "kvsim's
+vLLM schedule against vLLM v1's code"; vLLM: kv_cache_manager.py `get_computed_blocks`,
+`allocate_slots`, `free`; single_type_kv_cache_manager.py `get_num_blocks_to_allocate`,
+`cache_blocks`, `free`, `FullAttentionManager.find_longest_cache_hit`; block_pool.py
+`get_cached_block`, `cache_full_blocks`, `get_new_blocks`, `_maybe_evict_cached_block`, `touch`,
+`free_blocks`; kv_cache_utils.py `FreeKVCacheBlockQueue`), traces with `prefix_block_tokens`
+16 and `prefix_hashes` (gen_budget_trace.py --prefix), the lines marked PREFIX:
+  * identity: prompt block k (k < P // 16) the trace gives a hash for is the chain of the given
+    hashes 0..k, shared by every request whose hashes agree up to k; every other full block (a
+    generated block, a prompt block past the given hashes) has an identity only its request
+    can produce (docs: `own_block_hash`; vLLM hashes the tokens, and the trace says nothing
+    about generated tokens, so they are the request's own);
+  * the pool (Pool): C blocks, a free queue (never-used blocks first, in id order; a new block
+    is popped from the head, and a cached one is evicted then, its identity dropped; a freed
+    block is appended at the tail, a request's blocks tail first, `free_blocks(reversed(...))`,
+    and only when no other request references it); the cache keeps every block cached under
+    an identity, duplicates included (two requests computing one block both cache it), and a
+    lookup takes the first cached of them (`get_one_block`). Free blocks = the free queue's
+    length: cached blocks nobody references are free, for admission and in the peak;
+  * admission (a waiting or preempted request, nothing computed): hits = the leading run of
+    its identities found cached, at most (P + g - 1) // 16 blocks (`max_cache_hit_length =
+    request.num_tokens - 1`, so a re-admitted request's hits may cover its generated tokens);
+    the chunk is min(P + g - 16 x hits, T - tokens taken) (cached tokens take none of the
+    token budget) and holds 16 x hits + chunk (+1 when it completes) positions; it counts
+    blocks(positions) - hits + (hits nobody references) blocks (`get_num_blocks_to_allocate`),
+    against the free blocks and the watermark as before; with --reserve-full-isl,
+    blocks(P + g) - hits + (unreferenced hits) first. Once admitted the hits are referenced
+    (an unreferenced one taken off the free queue, `touch`) before its new blocks are popped.
+    A failed admission touches nothing (allocate_slots returns None before
+    `allocate_new_computed_blocks`; BUDGET_PC_REFRESH=1 reads kvsim's documented difference,
+    docs/fidelity.md "A failed admission refreshes the blocks it would have hit");
+  * caching: every allocation (admission, prefill chunk, decode) caches the request's full
+    blocks below the tokens computed once the step's tokens are: `num_tokens_to_cache =
+    min(computed + new, request.num_tokens)`, at scheduling. A chunk caches min(done + chunk,
+    P + g) // 16 blocks; a decode holding h positions before the step computes position h - 1
+    (the token sampled last) and caches h // 16 (the token it samples is not computed yet).
+    ASYNC: request.num_tokens lacks the previous step's sampled token when the step is planned
+    (output placeholders), so a decode caches (h - 1) // 16 (BUDGET_PC_ASYNC_NO_LAG=1: h // 16);
+  * preemption and release (finish, cancellation, refusal) free the request's blocks as
+    above; a victim keeps its identities, so back at the head it finds its prompt and
+    generated blocks that were not evicted meanwhile. Tokens recomputed: the positions the
+    re-prefill computes below what it had computed (its hits are not computed);
+  * OBSERVED 3: a head whose first chunk at a whole step's budget can never fit is refused (as
+    without caching), counted as an admission is: blocks(16 x hits + min(P + g - 16 x hits,
+    T) (+1)) - hits + (hits nobody references) > C (so a head whose hits are held by a
+    running request waits, and is refused once they are freed). vLLM refuses nothing at
+    admission (its pool holds max_model_len); the docs give the rule without caching, and
+    with it this reading matched kvsim where counting the hits as free (or only
+    min(P + g, T)) did not;
+  * figures: per request `cached_prompt_tokens` (16 x hits at its first admission); the JSON's
+    prefix_cache: queried tokens (P) and blocks (P // 16) and hits at first admissions, the
+    lookups after a preemption apart (P + g, 16 x hits), blocks evicted (a cached block popped
+    for a new one), and cached blocks in the free queue at the end (evictable).
+
 Asynchronous scheduling (`--async-scheduling on`; docs/replay.md "Asynchronous scheduling"),
 the lines marked ASYNC:
   * a step that directly follows a step in which something ran was planned when that step
@@ -164,6 +222,15 @@ MODEL = "llama-3.1-8b"
 BPP, WINDOW, MAXLEN = MODELS[MODEL]
 BLOCK_BYTES = BLOCK * BPP
 SLIDING = False  # --allocator sliding-window: blocks behind the window are freed
+PREFIX = False  # --prefix-caching: paged:block=16,prefix-caching=on (vLLM's automatic prefix caching)
+# PREFIX + ASYNC: a decode's tokens to cache are capped at request.num_tokens, which under
+# asynchronous scheduling lacks the previous step's token (vLLM 0.19); BUDGET_PC_ASYNC_NO_LAG=1:
+# cached as in synchronous scheduling
+PC_ASYNC_LAG = not os.environ.get("BUDGET_PC_ASYNC_NO_LAG")
+# PREFIX: a failed admission touches nothing (vLLM's allocate_slots returns None first);
+# BUDGET_PC_REFRESH=1: its unreferenced hits go back to the free queue's tail, as kvsim's
+# admit-then-release does (docs/fidelity.md, "A failed admission refreshes the blocks ...")
+PC_REFRESH = bool(os.environ.get("BUDGET_PC_REFRESH"))
 FULL_ISL = False  # --reserve-full-isl on (every configuration; `:isl` for one)
 # SLIDING + FULL_ISL: vLLM 0.19 counts the whole sequence's blocks, uncapped; BUDGET_ISL_CAP=1
 # caps them at cdiv(min(W - 1 + T, max model len), 16) + 1 as vLLM 0.20 does (vllm#40946,
@@ -192,6 +259,96 @@ def held_blocks(r):
     return blocks(r.held) - r.dropped
 
 
+def identity(r, k):
+    """PREFIX: block k's identity: the chain of the given hashes 0..k for a full prompt block
+    the trace identifies (two prompts share block k iff their hashes agree up to k), else one
+    only this request can produce (a generated block, a prompt block past the given hashes)."""
+    while len(r.ids) <= k:
+        j = len(r.ids)
+        if j < min(len(r.hashes), r.P // BLOCK):
+            r.ids.append(("p",) + tuple(r.hashes[:j + 1]))
+        else:
+            r.ids.append(("own", r.ordinal, j))
+    return r.ids[k]
+
+
+class Pool:
+    """PREFIX: vLLM v1's BlockPool (block_pool.py) over C blocks: a free queue
+    (kv_cache_utils.py FreeKVCacheBlockQueue: popleft for a new block, remove for a touched
+    hit, append at the tail on free), every block's ref count and hash, and the cache
+    (hash -> the blocks cached under it, first cached first: get_one_block returns the first;
+    duplicates are kept, cache_full_blocks does not de-duplicate)."""
+
+    def __init__(self, cap):
+        self.queue = {b: None for b in range(cap)}  # insertion-ordered: head first
+        self.ref = [0] * cap
+        self.hash = [None] * cap
+        self.cache = {}
+        self.evicted = 0
+
+    def free_count(self):
+        return len(self.queue)
+
+    def hits(self, r, need):
+        """get_computed_blocks: the leading run of r's identities found cached, at most
+        (need - 1) // 16 blocks (max_cache_hit_length = request.num_tokens - 1)."""
+        out = []
+        for k in range((need - 1) // BLOCK):
+            c = self.cache.get(identity(r, k))
+            if not c:
+                break
+            out.append(c[0])
+        return out
+
+    def touch(self, blocks):
+        for b in blocks:
+            if self.ref[b] == 0:
+                del self.queue[b]
+            self.ref[b] += 1
+
+    def take(self, n):
+        """get_new_blocks: n blocks from the queue's head, a cached one evicted."""
+        out = []
+        for _ in range(n):
+            b = next(iter(self.queue))
+            del self.queue[b]
+            h = self.hash[b]
+            if h is not None:
+                lst = self.cache[h]
+                lst.remove(b)
+                if not lst:
+                    del self.cache[h]
+                self.hash[b] = None
+                self.evicted += 1
+                COVER["prefix: cached block evicted"] += 1
+            assert self.ref[b] == 0
+            self.ref[b] = 1
+            out.append(b)
+        return out
+
+    def free(self, blocks):
+        """free_blocks(reversed(req_blocks)): tail first, so its last blocks go first."""
+        for b in reversed(blocks):
+            self.ref[b] -= 1
+            assert self.ref[b] >= 0
+            if self.ref[b] == 0:
+                self.queue[b] = None
+
+    def cache_blocks(self, r, upto):
+        """cache_full_blocks for r's full blocks below `upto` tokens not cached yet."""
+        n = upto // BLOCK
+        for k in range(r.ncached, n):
+            b = r.blocks[k]
+            assert self.hash[b] is None
+            h = identity(r, k)
+            self.hash[b] = h
+            self.cache.setdefault(h, []).append(b)
+        r.ncached = max(r.ncached, n)
+
+    def evictable(self):
+        return sum(1 for b in self.queue if self.hash[b] is not None)
+
+
 def set_model(name):
     global MODEL, BPP, WINDOW, MAXLEN, BLOCK_BYTES
     MODEL = name
@@ -208,7 +365,8 @@ def secs_to_ns(text):
 class Req:
     __slots__ = ("ordinal", "id", "arr", "P", "m", "cancel", "g", "held", "need", "done",
                  "first_sched", "first_tok", "finish", "npre", "outcome", "discarded", "adm",
-                 "lingering", "dropped", "ev")
+                 "lingering", "dropped", "ev",
+                 "hashes", "blocks", "ncached", "cached_first", "ids")
 
     def decoding(self):
         return self.done >= self.need
@@ -236,6 +394,17 @@ def read_trace(path):
             r.discarded = 0  # the most positions of its sequence it ever had computed
             r.lingering = False  # ASYNC: completed in the previous step, blocks still held
             r.dropped = 0    # SLIDING: leading blocks freed, wholly behind the window
+            # PREFIX: the given per-block hashes (prefix_block_tokens 16), the block ids held in
+            # order, how many of them are cached (vLLM's num_cached_block), the tokens found
+            # cached at the first admission (cached_prompt_tokens)
+            hs = (row.get("prefix_hashes") or "").split()
+            if hs:
+                assert int(row["prefix_block_tokens"]) == BLOCK, "prefix hashes must be per 16 tokens"
+            r.hashes = [int(h) for h in hs]
+            r.blocks = []
+            r.ncached = 0
+            r.cached_first = None
+            r.ids = []
             reqs.append(r)
     for a, b in zip(reqs, reqs[1:]):
         assert a.arr <= b.arr, "trace must be in arrival order"
@@ -252,13 +421,46 @@ def run_model(reqs, cap, T, S, wm, async_sched=False, full_isl=False):
     carry_full = False  # ASYNC: a plan redone at once
     st = dict(preemptions=0, recomputed=0, full_ns=0, iterations=0, refused_large=0,
               refused_long=0, end=None, admissions=0, arrived=0,
-              cancelled_running=0, cancelled_queued=0, peak_end=0, peak_mid=0)
+              cancelled_running=0, cancelled_queued=0, peak_end=0, peak_mid=0,
+              pc_queried=0, pc_hits=0, pc_queried_blocks=0, pc_hit_blocks=0,
+              pc_pre_queried=0, pc_pre_hits=0)
+    pool = Pool(cap) if PREFIX else None
 
     def release(r):
         nonlocal free
-        free += held_blocks(r)
+        if PREFIX:
+            pool.free(r.blocks)
+            r.blocks = []
+            r.ncached = 0
+            free = pool.free_count()
+        else:
+            free += held_blocks(r)
         r.held = 0
         r.dropped = 0
+
+    def free_lingering(r):
+        """ASYNC: a completion's output processed: vLLM's AsyncScheduler caches the blocks its
+        last step computed (`_update_request_with_output`: cache_blocks(num_computed_tokens -
+        num_output_placeholders), the step's P + m - 1 positions), then frees it."""
+        if PREFIX and PC_ASYNC_LAG:
+            pool.cache_blocks(r, r.held - 1)
+        running.remove(r)
+        release(r)
+        r.lingering = False
+
+    def grow(r, newheld, computed):
+        """Allocate r's blocks for `newheld` positions; PREFIX: popped from the free queue's
+        head (evicting), then its full blocks below `computed` tokens cached (allocate_slots:
+        num_tokens_to_cache = min(computed + new, request.num_tokens), at scheduling)."""
+        nonlocal free
+        if PREFIX:
+            r.blocks += pool.take(blocks(newheld) - len(r.blocks))
+            free = pool.free_count()
+            pool.cache_blocks(r, computed)
+        else:
+            free -= blocks(newheld) - blocks(r.held)
+        st["peak_mid"] = max(st["peak_mid"], cap - free)
+        r.held = newheld
 
     def drop(r):
         """SLIDING: the call for this step's tokens starts with c = r.held positions computed
@@ -339,9 +541,7 @@ def run_model(reqs, cap, T, S, wm, async_sched=False, full_isl=False):
         def unlag():
             for r in [r for r in running if r.lingering]:
                 COVER["async: nothing else running, lingering freed first"] += 1
-                running.remove(r)
-                release(r)
-                r.lingering = False
+                free_lingering(r)
         if async_sched and all(r.lingering for r in running):
             unlag()
         # the next step's start
@@ -433,9 +633,13 @@ def run_model(reqs, cap, T, S, wm, async_sched=False, full_isl=False):
                         COVER["victim grown this step"] += 1
                 if not ok:
                     continue  # r left running (refused or preempted)
-                free -= blocks(newheld) - blocks(r.held)
-                st["peak_mid"] = max(st["peak_mid"], cap - free)
-                r.held = newheld
+                if phase == "decode":
+                    # vLLM computes position held - 1 (the token sampled last) in this step;
+                    # ASYNC: request.num_tokens lacks the previous step's token, one less
+                    computed = r.held - (1 if async_sched and PC_ASYNC_LAG else 0)
+                else:
+                    computed = r.done + tok
+                grow(r, newheld, computed)
                 scheduled[r] = tok
                 if phase == "prefill":
                     recompute(r, tok)
@@ -461,48 +665,99 @@ def run_model(reqs, cap, T, S, wm, async_sched=False, full_isl=False):
                     COVER["async: head arrived too late for this plan"] += 1
                     break
                 need = r.P + r.g
-                tok = min(need, left)
-                newheld = tok + (1 if tok == need else 0)
-                b = blocks(newheld)
+                # PREFIX: get_computed_blocks, then the chunk is what is not cached (the hits
+                # take nothing from the token budget); 0 hits without prefix caching
+                hits = pool.hits(r, need) if PREFIX else []
+                h = len(hits)
+                # hits nobody references are taken off the free queue: they count as new
+                # blocks (get_num_blocks_to_allocate: + the computed blocks with ref_cnt == 0);
+                # hits a running request holds take no free block
+                z = sum(1 for x in hits if pool.ref[x] == 0) if PREFIX else 0
+                if h:
+                    COVER["prefix: admission with hits"] += 1
+                    if z < h:
+                        COVER["prefix: hits held by a running request"] += 1
+                    if z:
+                        COVER["prefix: hits off the free queue"] += 1
+                tok = min(need - h * BLOCK, left)
+                newheld = h * BLOCK + tok + (1 if h * BLOCK + tok == need else 0)
+                b = blocks(newheld) - h + z
                 # --reserve-full-isl: allocate_slots(full_sequence_must_fit=True) first asks for
                 # the blocks of request.num_tokens (prompt + generated), with no window skips
                 # (nothing computed yet), against the free blocks: None stops admission
-                fb = blocks(need)
+                fb = blocks(need) - h + z
                 if SLIDING and WINDOW and ISL_CAP:
                     fb = min(blocks(need), blocks(min(WINDOW - 1 + T, MAXLEN)) + 1)
                 if full_isl and fb < blocks(need):
                     COVER["window: whole sequence counted within the window"] += 1
-                if blocks(min(need, T) + (1 if need <= T else 0)) > cap or (full_isl and fb > cap):
+                # PREFIX (OBSERVED 3): the count of the first chunk at a whole step's token budget,
+                # which starts past the hits, must fit the pool: blocks(16 h + min(rest, T)) - h
+                # + (hits nobody references) (h = z = 0 without caching)
+                first = blocks(h * BLOCK + min(need - h * BLOCK, T) + (1 if need - h * BLOCK <= T else 0)) - h + z
+                if first > cap and blocks(min(need, T) + (1 if need <= T else 0)) <= cap:
+                    COVER["prefix: refused at the head, hits and a whole chunk pass the pool"] += 1
+                if first > cap or (full_isl and fb > cap):
                     # (with --reserve-full-isl, also a whole sequence that can never fit)
                     COVER["refused at the head"] += 1
-                    if blocks(min(need, T) + (1 if need <= T else 0)) <= cap:
+                    if first <= cap:
                         COVER["refused at the head: whole sequence never fits"] += 1
                     waiting.pop(0)
                     r.outcome = "refused"
                     st["refused_large"] += 1
                     continue
+                if DEBUG and PREFIX:
+                    print(f"  t={now} try {r.id} need={need} hits={h} unref={z} chunk={tok} count={b} "
+                          f"whole={fb} free={free} running={len(running)}", file=sys.stderr)
+                def refresh():
+                    # BUDGET_PC_REFRESH: kvsim's admit-then-release of a failed admission
+                    if PC_REFRESH:
+                        for x in reversed(hits):
+                            if pool.ref[x] == 0:
+                                del pool.queue[x]
+                                pool.queue[x] = None
                 if full_isl:
                     if fb > free or (ISL_WM and running and free - fb < wm_blocks):
                         COVER["whole sequence does not fit"] += 1
                         if b <= free and not (running and free - b < wm_blocks):
                             COVER["whole sequence does not fit, its chunk would"] += 1
                         full = True
+                        refresh()
                         break
                 if b > free or (running and free - b < wm_blocks):
                     if b <= free:
                         COVER["watermark alone refused"] += 1
+                    if h:
+                        COVER["prefix: admission with hits refused for room"] += 1
                     full = True
+                    refresh()
                     break
                 if not running and free - b < wm_blocks:
                     COVER["watermark waived, nothing running"] += 1
                 if tok < need:
                     COVER["admitted on a partial chunk"] += 1
                 waiting.pop(0)
-                free -= b
-                st["peak_mid"] = max(st["peak_mid"], cap - free)
-                r.held = newheld
+                if PREFIX:
+                    pool.touch(hits)
+                    r.blocks = list(hits)
+                    r.ncached = h
+                    r.held = h * BLOCK
+                    free = pool.free_count()
+                    if r.first_sched is None:
+                        r.cached_first = h * BLOCK
+                        st["pc_queried"] += r.P
+                        st["pc_hits"] += h * BLOCK
+                        st["pc_queried_blocks"] += r.P // BLOCK
+                        st["pc_hit_blocks"] += h
+                    else:
+                        st["pc_pre_queried"] += need
+                        st["pc_pre_hits"] += h * BLOCK
+                        if h:
+                            COVER["prefix: re-admission finds its own blocks"] += 1
+                        if h * BLOCK > r.P:
+                            COVER["prefix: re-admission hit covers generated tokens"] += 1
+                grow(r, newheld, min(h * BLOCK + tok, need))
                 r.need = need
-                r.done = 0
+                r.done = h * BLOCK
                 if DEBUG and r.discarded:
                     print(f"  t={now} readmit {r.id} had {r.discarded} chunk {tok}", file=sys.stderr)
                 recompute(r, tok)
@@ -516,9 +771,7 @@ def run_model(reqs, cap, T, S, wm, async_sched=False, full_isl=False):
         st["peak_end"] = max(st["peak_end"], cap - free)
         # ASYNC: the completions' blocks are freed once this step is planned (same instant)
         for r in [r for r in running if r.lingering]:
-            running.remove(r)
-            release(r)
-            r.lingering = False
+            free_lingering(r)
         if async_sched and had_lingering and (preempted or preempted_nothing) and not scheduled and not running:
             # ASYNC: behind a completion's blocks every running request preempted itself: the
             # plan holds nothing, vLLM's empty step skips the forward pass and it plans again
@@ -561,10 +814,11 @@ def run_model(reqs, cap, T, S, wm, async_sched=False, full_isl=False):
         prev_start = now
         now = end
     for r in [r for r in running if r.lingering]:  # the last step's completions
-        running.remove(r)
-        release(r)
-        r.lingering = False
+        free_lingering(r)
     assert free == cap, (free, cap)
+    if PREFIX:
+        st["pc_evicted"] = pool.evicted
+        st["pc_evictable_end"] = pool.evictable()
     return st
 
 
@@ -573,6 +827,8 @@ def fmt(ns):
 
 
 def allocator():
+    if PREFIX:
+        return "paged:block=16,prefix-caching=on"
     return "sliding-window:block=16" if SLIDING else "paged:block=16"
 
 
@@ -604,6 +860,8 @@ def compare(trace, cap, T, S, wm, async_sched=False, full_isl=False, verbose=Fal
     run = js["runs"][0]
     assert run["allocator"] == allocator()
     assert run["serving"]["capacity_bytes"] == cap * BLOCK_BYTES, run["serving"]["capacity_bytes"]
+    if PREFIX:
+        assert run["allocator"] == allocator(), run["allocator"]
     (group,) = js["model"]["layer_groups"]
     assert group["bytes_per_position"] == BPP
     assert group.get("window_tokens", 0) == WINDOW, group
@@ -633,6 +891,9 @@ def compare(trace, cap, T, S, wm, async_sched=False, full_isl=False, verbose=Fal
         chk(f"{r.id} e2e_s", fmt(r.finish - r.arr) if done else None, row["e2e_s"] or None)
         tpot = (r.finish - r.first_tok) // (r.m - 1) if done and r.m >= 2 else None
         chk(f"{r.id} tpot_s", fmt(tpot), row["tpot_s"] or None)
+        if PREFIX:
+            # (0 for a request never admitted)
+            chk(f"{r.id} cached_prompt_tokens", r.cached_first or 0, int(row["cached_prompt_tokens"]))
     sv, rq, tm = run["serving"], run["requests"], run["time"]
     pre = [r.npre for r in reqs]
     chk("serving.preemptions", st["preemptions"], sv["preemptions"])
@@ -652,6 +913,18 @@ def compare(trace, cap, T, S, wm, async_sched=False, full_isl=False, verbose=Fal
     start = reqs[0].arr if reqs else 0
     chk("time.duration_ns", end - start, tm["duration_ns"])
     chk("time.iterations", st["iterations"], tm["iterations"])
+    if PREFIX:  # docs/replay.md "Sharing across requests": queries and hits at first
+        # admissions, after preemption apart, blocks evicted, cached and evictable at the end
+        pc = run["prefix_cache"]
+        chk("prefix_cache.queried_tokens", st["pc_queried"], pc["queried_tokens"])
+        chk("prefix_cache.hit_tokens", st["pc_hits"], pc["hit_tokens"])
+        chk("prefix_cache.queried_blocks", st["pc_queried_blocks"], pc["queried_blocks"])
+        chk("prefix_cache.hit_blocks", st["pc_hit_blocks"], pc["hit_blocks"])
+        chk("prefix_cache.preempted_queried_tokens", st["pc_pre_queried"], pc["preempted_queried_tokens"])
+        chk("prefix_cache.preempted_hit_tokens", st["pc_pre_hits"], pc["preempted_hit_tokens"])
+        chk("prefix_cache.evicted_bytes / block bytes", st["pc_evicted"], pc["evicted_bytes"] / BLOCK_BYTES)
+        chk("prefix_cache.evictable_bytes.at_end / block bytes", st["pc_evictable_end"],
+            pc["evictable_bytes"]["at_end"] / BLOCK_BYTES)
     if PEAK:  # opt-in: the peak of allocated slots (blocks x 16) at any allocation, a growth
         # that a later preemption of the same plan undoes included (BUDGET_PEAK_END=1: only
         # once each step is planned, a reading kvsim does not follow)
@@ -684,7 +957,9 @@ if __name__ == "__main__":
     both = "--both" in argv             # every configuration synchronous, then asynchronous
     PEAK = "--peak" in argv             # also compare the peak of allocated slots
     FULL_ISL = "--reserve-full-isl" in argv  # every configuration with --reserve-full-isl on
-    argv = [a for a in argv if a not in ("--async", "--both", "--peak", "--reserve-full-isl")]
+    PREFIX = "--prefix-caching" in argv  # paged:block=16,prefix-caching=on
+    argv = [a for a in argv if a not in ("--async", "--both", "--peak", "--reserve-full-isl",
+                                         "--prefix-caching")]
     opts = {"--kvsim": None, "--blocks": None, "--mbt": None, "--max-running": None,
             "--watermark": None, "--model": None, "--allocator": None, "--max-model-len": None}
     for k in opts:
@@ -699,6 +974,7 @@ if __name__ == "__main__":
     if opts["--allocator"]:
         assert opts["--allocator"] in ("paged", "sliding-window"), opts["--allocator"]
         SLIDING = opts["--allocator"] == "sliding-window"
+    assert not (PREFIX and (SLIDING or MODEL != "llama-3.1-8b")), "--prefix-caching: paged, llama-3.1-8b"
     if opts["--max-model-len"]:
         MAXLEN = int(opts["--max-model-len"])
     configs = []
