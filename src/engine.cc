@@ -1027,18 +1027,25 @@ std::int64_t Engine::run_quiet_steps(std::int64_t start_before_ns) {
   return steps;
 }
 
-void Engine::sort_running_order(std::vector<StepEvent>& events) const {
+void Engine::sort_running_order(std::vector<StepEvent>& events) {
   if (events.size() < 2) return;
-  // Stale events (their flight moved on) are skipped by the caller; they sort last.
-  const auto rank = [&](const StepEvent& e) {
+  // Each event's rank read once (a flight is a cache miss), and no sort when the events are
+  // already in order.
+  const auto before = [](const RankedEvent& a, const RankedEvent& b) {
+    return a.rank != b.rank ? a.rank < b.rank : a.event.order < b.event.order;
+  };
+  ranked_.clear();
+  bool sorted = true;
+  for (const StepEvent& e : events) {
     const Flight& f = flights_[e.slot];
-    return f.generation == e.generation && f.live ? f.admit_order : std::numeric_limits<std::uint64_t>::max();
-  };
-  const auto before = [&](const StepEvent& a, const StepEvent& b) {
-    const std::uint64_t ra = rank(a), rb = rank(b);
-    return ra != rb ? ra < rb : a.order < b.order;
-  };
-  if (!std::is_sorted(events.begin(), events.end(), before)) std::sort(events.begin(), events.end(), before);
+    const std::uint64_t rank =
+        f.generation == e.generation && f.live ? f.admit_order : std::numeric_limits<std::uint64_t>::max();
+    ranked_.push_back({rank, e});
+    if (ranked_.size() > 1 && before(ranked_.back(), ranked_[ranked_.size() - 2])) sorted = false;
+  }
+  if (sorted) return;
+  std::sort(ranked_.begin(), ranked_.end(), before);
+  for (std::size_t i = 0; i < events.size(); ++i) events[i] = ranked_[i].event;
 }
 
 std::int64_t Engine::begin_step() {

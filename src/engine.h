@@ -173,7 +173,6 @@ class Engine {
   bool has_work() const { return running_ != 0 || queued_ != 0 || !swapped_.empty(); }
   std::int64_t next_arrival() const { return have_next_ ? next_.arrival_ns : -1; }
   std::int64_t begin_step();
-  void sort_running_order(std::vector<StepEvent>& events) const;
   // The tokens of the step begun: its prompt (and recomputed) positions and its decodes.
   std::int64_t step_tokens() const { return step_prefill_tokens_ + step_decode_seqs_; }
   // The step begun, timed again with `peer_tokens` of the other replicas' tokens sent
@@ -283,6 +282,9 @@ class Engine {
   // The newest lingering request, if it is newer than every running one (vLLM's running.pop()
   // would take it): preempted for nothing (its tokens are all computed); true if there was one.
   bool preempt_lingering();
+  // Puts a step's due events in running order (admission order; stale ones last), as vLLM's
+  // scheduler walks self.running.
+  void sort_running_order(std::vector<StepEvent>& events);
   void end_span(std::int64_t duration_ns);
 
   // --- sharing across requests (allocators with prefix_block_tokens() > 0)
@@ -361,6 +363,11 @@ class Engine {
   std::priority_queue<Cancellation, std::vector<Cancellation>, std::greater<>> cancellations_;
   StepWheel wheel_;
   std::vector<StepEvent> due_;
+  struct RankedEvent {
+    std::uint64_t rank;  // the flight's admit_order, or the largest value if the event is stale
+    StepEvent event;
+  };
+  std::vector<RankedEvent> ranked_;  // sort_running_order's scratch, kept to reuse its room
   bool measured_ = false;
   std::priority_queue<TimedEvent, std::vector<TimedEvent>, std::greater<>> timed_;
   std::uint64_t timed_order_ = 0;

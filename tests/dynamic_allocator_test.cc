@@ -96,6 +96,22 @@ TEST_CASE("dynamic with doubling: capacities 1, 2, 4, 8 and the copy peak holds 
   a.check_invariants();
 }
 
+TEST_CASE("dynamic with doubling: the most a request can hold starts from its prefill, generated tokens included after a preemption") {
+  // peak_bytes follows the buffers from the prefill's first one. Prompt 100, output 300, at
+  // 400 tokens: the prefill's 101 positions (prompt and first token), then 202 and 404: the
+  // peak is 404 while 202 is copied, 606. Re-admitted after generating 150 tokens, its
+  // prefill holds 251 (prompt, the 150 recomputed, the next token), then 502: 502 + 251 = 753.
+  DynamicOptions o;
+  o.growth = Growth::doubling;
+  DynamicAllocator a(test::unit_layout(), o);
+  AdmitInfo info{100, 300, 300, 1};
+  CHECK(a.peak_bytes(info, 400) == 606);
+  info.resumed_tokens = 150;
+  CHECK(a.peak_bytes(info, 400) == 753);
+  // At the prefill itself, nothing is being copied: the first buffer alone.
+  CHECK(a.peak_bytes(info, 251) == 251);
+}
+
 TEST_CASE("dynamic: enough free room in total but no extent is a counted failure") {
   DynamicOptions o;
   o.growth = Growth::exact;
