@@ -1029,21 +1029,25 @@ std::int64_t Engine::run_quiet_steps(std::int64_t start_before_ns) {
 
 void Engine::sort_running_order(std::vector<StepEvent>& events) {
   if (events.size() < 2) return;
-  // Each event's rank read once (a flight is a cache miss), and no sort when the events are
-  // already in order.
+  const auto rank = [&](const StepEvent& e) {
+    const Flight& f = flights_[e.slot];
+    return f.generation == e.generation && f.live ? f.admit_order : std::numeric_limits<std::uint64_t>::max();
+  };
   const auto before = [](const RankedEvent& a, const RankedEvent& b) {
     return a.rank != b.rank ? a.rank < b.rank : a.event.order < b.event.order;
   };
-  ranked_.clear();
+  // Usually in order already: one look at each flight says so, with nothing copied.
   bool sorted = true;
-  for (const StepEvent& e : events) {
-    const Flight& f = flights_[e.slot];
-    const std::uint64_t rank =
-        f.generation == e.generation && f.live ? f.admit_order : std::numeric_limits<std::uint64_t>::max();
-    ranked_.push_back({rank, e});
-    if (ranked_.size() > 1 && before(ranked_.back(), ranked_[ranked_.size() - 2])) sorted = false;
+  RankedEvent last{rank(events[0]), events[0]};
+  for (std::size_t i = 1; sorted && i < events.size(); ++i) {
+    const RankedEvent next{rank(events[i]), events[i]};
+    sorted = !before(next, last);
+    last = next;
   }
   if (sorted) return;
+  // Otherwise each rank read once more, into the scratch vector, and the sort compares those.
+  ranked_.clear();
+  for (const StepEvent& e : events) ranked_.push_back({rank(e), e});
   std::sort(ranked_.begin(), ranked_.end(), before);
   for (std::size_t i = 0; i < events.size(); ++i) events[i] = ranked_[i].event;
 }
