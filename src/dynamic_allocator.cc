@@ -159,11 +159,8 @@ std::int64_t DynamicAllocator::next_event_tokens(RequestSlot slot) const {
 
 std::int64_t DynamicAllocator::peak_bytes(const AdmitInfo& info, std::int64_t tokens) const {
   // Follow each group's capacities from the prefill's first buffer to the last growth: the
-  // peak is the last buffer while the one before it is still being copied. The prefill holds
-  // all it computes and the token it samples: the prompt, and on a re-admission after
-  // preemption the tokens generated before it.
-  const std::int64_t prefilled = info.prompt_tokens + info.resumed_tokens;
-  const std::int64_t first_tokens = std::min(tokens, prefilled + (info.output_tokens > info.resumed_tokens ? 1 : 0));
+  // peak is the last buffer while the one before it is still being copied.
+  const std::int64_t first_tokens = std::min(tokens, info.prefilled_positions());
   std::int64_t bytes = 0;
   for (std::size_t g = 0; g < groups_.size(); ++g) {
     const std::int64_t need = needed(g, tokens);

@@ -335,15 +335,13 @@ std::int64_t PagedAllocator::peak_bytes(const AdmitInfo& info, std::int64_t toke
   for (std::size_t g = 0; g < groups_.size(); ++g) {
     std::int64_t b = blocks_at(tokens);
     if (groups_[g].frees) {
-      // The prefill step holds all it computes (and the first token it samples): the prompt,
-      // and on a re-admission after preemption the tokens generated before it, computed
-      // again with the prompt (vLLM's get_num_blocks_to_allocate counts cdiv(num_tokens,
-      // block) for them, the preempted request's blocks all freed). After it, each sample
-      // holds at most vLLM's ceil((W - 1) / block) + 1 blocks.
+      // The prefill step holds all it computes and the token it samples
+      // (AdmitInfo::prefilled_positions: on a re-admission after preemption the generated
+      // tokens too, as vLLM's get_num_blocks_to_allocate counts cdiv(num_tokens, block) for
+      // a request freed whole). After it, each sample holds at most vLLM's
+      // ceil((W - 1) / block) + 1 blocks.
       const std::int64_t window_blocks = ceil_div(groups_[g].window_tokens - 1, block_tokens_) + 1;
-      const std::int64_t prefilled = info.prompt_tokens + info.resumed_tokens;
-      const std::int64_t first_token = info.output_tokens > info.resumed_tokens ? 1 : 0;
-      b = std::min(b, std::max(blocks_at(std::min(tokens, prefilled + first_token)), info.n * window_blocks));
+      b = std::min(b, std::max(blocks_at(std::min(tokens, info.prefilled_positions())), info.n * window_blocks));
     }
     bytes += b * pool_.block_bytes(g);
   }

@@ -353,10 +353,10 @@ TEST_CASE("vllm v1: a preempted sliding-window request is re-admitted only when 
   // so no window skips any of them. W = 32, 8 blocks, watermark 0.25 (int(0.25 x 8) = 2
   // blocks kept free while others run).
   // A1 (prompt 9, output 38) and A2 (prompt 9, output 60) hold 10 + s positions after step
-  // s: 1 block, 2 from s = 7, 3 from s = 23, 2 at s = 38 (t = 48), 3 from s = 39. B (prompt
-  // 50, output 40) holds 51 + s: 4 blocks at step 0, then 3 (its window passed block 0), 2
-  // at s = 13, 3 from s = 14. Step 0: 1 + 1 + 4 = 6, each admission leaving 2 free. Held
-  // 7 from step 14. Step 23: A1 takes the last block; A2 finds none and B, the newest, is
+  // s: 1 block, 2 from s = 7, 3 from s = 23 (and A2, still running, 2 at s = 38 (t = 48), 3
+  // from s = 39). B (prompt 50, output 40) holds 51 + s: 4 blocks at step 0, then 3 (its
+  // window passed block 0), 2 at s = 13, 3 from s = 14. Step 0: 1 + 1 + 4 = 6, each
+  // admission leaving at least 2 free (7, 6, 2). Held 7 from step 14. Step 23: A1 takes the last block; A2 finds none and B, the newest, is
   // preempted after 23 tokens (prompt and generated: 73 positions, and its first token:
   // 74, 5 blocks). Steps 24-37: A1 and A2 hold 3 each, 2 free. A1 finishes with step 37.
   // Step 38: A2's window frees block 0: 2 held, 6 free, and 6 - 5 = 1 < 2: B waits. (Counted

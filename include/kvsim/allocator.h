@@ -51,6 +51,13 @@ struct AdmitInfo {
   // (generated tokens, prompt blocks past the given hashes), so that only this request can
   // find them again: after a preemption by recompute, as vLLM's re-admitted request does.
   std::uint64_t request_key = 0;
+
+  // Positions the request holds once its prefill completes: all the prefill computes (the
+  // prompt, and on a re-admission the tokens generated before it) and the token it samples,
+  // if one is left to generate.
+  std::int64_t prefilled_positions() const {
+    return prompt_tokens + resumed_tokens + (output_tokens > resumed_tokens ? 1 : 0);
+  }
 };
 
 enum class Outcome {
