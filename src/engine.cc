@@ -64,6 +64,7 @@ Engine::Engine(TraceReader& trace, Allocator& allocator, const ReplayOptions& op
   scheduler_tracks_requests_ = scheduler_->tracks_requests();
   scheduler_orders_queue_ = scheduler_->orders_queue();
   linger_ = opt_.async_scheduling && bounded() && scheduler_->victim_is_newest();
+  alloc_.set_async_scheduling(opt_.async_scheduling);
 }
 
 [[noreturn]] void Engine::broken(const Flight& f, const std::string& what) const {
@@ -386,10 +387,11 @@ void Engine::linger(std::uint32_t slot) {
   lingering_.push_back({slot, now_});
 }
 
-void Engine::free_lingering(std::size_t index) {
+void Engine::free_lingering(std::size_t index, bool outputs_processed) {
   const Lingering l = lingering_[index];
   lingering_.erase(lingering_.begin() + static_cast<std::ptrdiff_t>(index));
   const std::uint32_t ticket = flights_[l.slot].ticket;
+  if (outputs_processed) alloc_.outputs_processed(l.slot);
   free_holding(l.slot, 0);
   end_flight(l.slot);
   leaves(ticket, RequestRecord::Outcome::completed, l.finish_ns);
@@ -399,7 +401,7 @@ void Engine::free_lingering(std::size_t index) {
 void Engine::free_lingering() {
   // Oldest first, in the order they completed, as vLLM processes a step's finished requests:
   // with a prefix cache, the order decides which freed blocks are evicted first.
-  while (!lingering_.empty()) free_lingering(0);
+  while (!lingering_.empty()) free_lingering(0, true);
 }
 
 bool Engine::preempt_lingering() {
@@ -412,9 +414,10 @@ bool Engine::preempt_lingering() {
   }
   if (running_ > 0 && running_order_.rbegin()->first > order(newest)) return false;
   // vLLM's _preempt_request on a request whose last token is in flight: counted as a
-  // preemption, its blocks freed; the token still arrives and completes it.
+  // preemption, its blocks freed; the token still arrives and completes it, but the blocks
+  // it computed last are not cached (a preempted request is not running when it does).
   count_preemption(tickets_[flights_[lingering_[newest].slot].ticket]);
-  free_lingering(newest);
+  free_lingering(newest, false);
   return true;
 }
 
@@ -964,6 +967,7 @@ void Engine::deliver_step() {
       linger(ref.slot);
     } else {
       leaves(f.ticket, RequestRecord::Outcome::completed, now_);
+      alloc_.outputs_processed(ref.slot);
       release(ref.slot, 0);
     }
   }

@@ -277,7 +277,9 @@ class Engine {
   // Asynchronous scheduling: the completed request in `slot` keeps its blocks until the next
   // step has been planned (Lingering); free_lingering() frees what they hold, one or all.
   void linger(std::uint32_t slot);
-  void free_lingering(std::size_t index);
+  // `outputs_processed`: it completed, and its last output caches what it computed; not when
+  // it is preempted for nothing.
+  void free_lingering(std::size_t index, bool outputs_processed);
   void free_lingering();
   // The newest lingering request, if it is newer than every running one (vLLM's running.pop()
   // would take it): preempted for nothing (its tokens are all computed); true if there was one.

@@ -144,7 +144,7 @@ Outcome PagedAllocator::grow_step(RequestSlot slot, Request& r, std::int64_t tok
   append_blocks(slot, r, new_blocks);
   r.tokens = tokens;
   r.blocks = new_blocks;
-  if (prefix_caching_) cache_full_blocks(slot, r);
+  if (prefix_caching_) cache_full_blocks(slot, r, cacheable_tokens(r, false));
   return Outcome::ok;
 }
 
@@ -302,6 +302,11 @@ std::int64_t PagedAllocator::next_event_tokens(RequestSlot slot) const {
   // The n samples fork at the first token past the prompt: from then on each holds its own
   // blocks, so a request grown to exactly its prompt must be called again one token later.
   if (!r.forked && r.n > 1) consider(r.prompt_tokens + 1);
+  // Asynchronous scheduling: a block whose last position the last grow computed is cached
+  // at the next step's plan, once that position's token is known.
+  if (outputs_lag_ && cacheable_tokens(r, true) / block_tokens_ > prefixes_[slot].cached_blocks) {
+    consider(r.tokens + 1);
+  }
   for (std::size_t g = 0; g < groups_.size(); ++g) {
     const std::int64_t w = groups_[g].window_tokens;
     if (w == 0) continue;

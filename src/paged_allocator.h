@@ -72,6 +72,10 @@ class PagedAllocator final : public Allocator {
   std::int64_t shared_positions(std::size_t group) const override {
     return pool_.shared_blocks(group) * block_tokens_;
   }
+  // Only blocks with an identity of the request's own (under a budget) hold generated
+  // tokens: without them nothing cached is ever one plan late.
+  void set_async_scheduling(bool on) override { outputs_lag_ = on && own_ids_; }
+  void outputs_processed(RequestSlot slot) override;
   void check_invariants() const override;
 
   // The block ids a sequence's table holds for a group (kNullBlock where freed), for tests.
@@ -152,9 +156,14 @@ class PagedAllocator final : public Allocator {
   std::uint64_t block_id(RequestSlot slot, const Request& r, std::int64_t k, std::int64_t j) const;
   // The block of sample j's table at logical block k.
   BlockId table_block(RequestSlot slot, const Request& r, std::size_t g, std::int64_t k, std::int64_t j) const;
-  // Registers the full blocks whose tokens the last grow computed and that have an
-  // identity. Called by grow_step, the only path grow() takes with prefix caching.
-  void cache_full_blocks(RequestSlot slot, const Request& r);
+  // Positions of the request whose KV is computed and whose tokens the scheduler knows as
+  // of the last grow: under asynchronous scheduling, unless `outputs_known`, a decode's
+  // previous token is still in flight.
+  std::int64_t cacheable_tokens(const Request& r, bool outputs_known) const;
+  // Registers the full blocks below `tokens` positions that have an identity and are not
+  // cached yet. Called by grow_step (the only path grow() takes with prefix caching) and
+  // outputs_processed().
+  void cache_full_blocks(RequestSlot slot, const Request& r, std::int64_t tokens);
   void release_cached(RequestSlot slot, const Request& r);
   // The sliding-window allocator's side (paged_allocator_window_prefix.cc). The longest hit,
   // in blocks, of at most `limit` blocks that every group accepts (vLLM's
@@ -185,6 +194,8 @@ class PagedAllocator final : public Allocator {
   std::vector<std::int64_t> drop_to_;  // scratch for grow(): per group, blocks dropped after the step
   // Under a budget, blocks the trace does not identify get an identity of their own request.
   bool own_ids_;
+  // set_async_scheduling(): a decode caches one position less (cacheable_tokens()).
+  bool outputs_lag_ = false;
   // Prefix caching only, by slot: the identities of the request's blocks (the given prefix
   // hashes copied at admission, then own identities as blocks fill) and how many leading
   // logical blocks of its tables are cached (hits, then the blocks it registered), in every

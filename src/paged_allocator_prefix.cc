@@ -189,17 +189,32 @@ void PagedAllocator::admit_cached(RequestSlot slot, Request& r, const AdmitInfo&
   check_after_operation(*this);
 }
 
-void PagedAllocator::cache_full_blocks(RequestSlot slot, const Request& r) {
+std::int64_t PagedAllocator::cacheable_tokens(const Request& r, bool outputs_known) const {
   // kv_cache_manager.py allocate_slots caches up to num_tokens_to_cache = min(computed +
   // new tokens, request.num_tokens): the positions whose KV this step computes. The
   // request holds one position more once it samples (the token sampled, whose KV the next
   // step computes): past its prompt and the generated tokens it recomputes, its last
-  // position is not computed yet. single_type_kv_cache_manager.py cache_blocks ->
-  // block_pool.py cache_full_blocks: each full block with an identity enters the map,
-  // once (from num_cached_block on).
+  // position is not computed yet.
+  const std::int64_t prefilled = r.prompt_tokens + r.resumed;
+  if (r.tokens <= prefilled) return r.tokens;
+  const std::int64_t computed = r.tokens - 1;
+  // Asynchronous scheduling: a decode is planned while the step before it runs, so
+  // request.num_tokens lacks that step's token, the last position this step computes
+  // (async_scheduler.py counts it as an output placeholder until its output is processed).
+  return outputs_lag_ && !outputs_known && computed > prefilled ? computed - 1 : computed;
+}
+
+void PagedAllocator::outputs_processed(RequestSlot slot) {
+  const Request& r = requests_[slot];
+  check(r.live, "paged: outputs_processed outside its contract");
+  if (outputs_lag_) cache_full_blocks(slot, r, cacheable_tokens(r, true));
+}
+
+void PagedAllocator::cache_full_blocks(RequestSlot slot, const Request& r, std::int64_t tokens) {
+  // single_type_kv_cache_manager.py cache_blocks -> block_pool.py cache_full_blocks: each
+  // full block with an identity enters the map, once (from num_cached_block on).
   Prefix& p = prefixes_[slot];
-  const std::int64_t computed = r.tokens <= r.prompt_tokens + r.resumed ? r.tokens : r.tokens - 1;
-  const std::int64_t full = identify(slot, r, computed / block_tokens_);
+  const std::int64_t full = identify(slot, r, tokens / block_tokens_);
   if (full <= p.cached_blocks) return;
   const std::int64_t s = shared_blocks(r);
   for (std::size_t g = 0; g < groups_.size(); ++g) {

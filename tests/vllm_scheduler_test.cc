@@ -9,9 +9,12 @@
 
 #include "kvsim/budget.h"
 #include "kvsim/replay.h"
+#include "prefix_test_util.h"
 #include "test_support.h"
 
 using namespace kvsim;
+
+using kvsim::test::with_prefix;
 
 namespace {
 
@@ -218,6 +221,63 @@ TEST_CASE("vllm v1: asynchronous scheduling frees a step's completed requests in
   CHECK(r.at("w").first_scheduled_ns == 4 * kMs);
   CHECK(r.at("v").cached_prompt_tokens == 16);
   CHECK(r.at("u").cached_prompt_tokens == 0);
+}
+
+TEST_CASE("vllm v1: with asynchronous scheduling a generated block is cached one plan late") {
+  // kv_cache_manager.py allocate_slots caches min(computed + new tokens, request.num_tokens)
+  // positions. With asynchronous scheduling step k + 1 is planned before step k's token is
+  // known (async_scheduler.py counts it as an output placeholder), so request.num_tokens is
+  // one short and a decode caches only what step k computed; the rest is cached when step k's
+  // output is processed (AsyncScheduler._update_request_with_output), and only for a request
+  // still running.
+  ReplayOptions o = one_ms_steps_in_blocks(5);
+  o.max_batched_tokens = 64;
+  o.max_running = 4;
+  SECTION("a request preempted in the plan after it filled a block finds it uncached") {
+    // A (prompt 15, no identity, output 20) and B (prompt 16 = block 51, output 20) prefill
+    // in step 0: A holds 16 positions (1 block), B 17 (2). At step k A holds 16 + k, B 17 + k.
+    // Step 16: B grows to 33 positions, a 3rd block (the pool is full) and computes position
+    // 31, which fills its block 1 (generated positions 16-31). Step 17: A, older, grows to
+    // 33 and needs a block: the newest, B, is preempted before its own turn. A finishes at
+    // 20 ms; then B (P + g = 16 + 17) is admitted again and looks up 33 tokens, at most 32 of
+    // them, 2 blocks. Synchronously its block 1 was cached at step 16 (min(32, 33) = 32
+    // positions): it finds 32 and computes 1. Asynchronously step 16 cached min(32, 33 - 1 -
+    // 1) = 31 positions, block 1 missing; step 17, which would have cached it, did not reach
+    // B: it finds 16 and computes 17. Either way B's 3 last tokens take steps 20-22.
+    const auto case_with = [&](bool async) {
+      o.async_scheduling = async;
+      return test::replay_under_budget("paged:block=16,prefix-caching=on",
+                                       {test::request("a", 0, 15, 20), with_prefix("b", 0, 16, 20, {51})}, o)
+          .report;
+    };
+    const ReplayReport sync = case_with(false);
+    CHECK(sync.preemptions == 1);
+    CHECK(sync.prefix_preempted_queried_tokens == 33);
+    CHECK(sync.prefix_preempted_hit_tokens == 32);
+    CHECK(sync.recomputed_tokens == 1);
+    CHECK(sync.end_ns == 23 * kMs);
+    const ReplayReport async = case_with(true);
+    CHECK(async.preemptions == 1);
+    CHECK(async.prefix_preempted_queried_tokens == 33);
+    CHECK(async.prefix_preempted_hit_tokens == 16);
+    CHECK(async.recomputed_tokens == 17);
+    CHECK(async.end_ns == 23 * kMs);
+  }
+  SECTION("a completed request's last full block is cached when its output is processed") {
+    // A (prompt 16 = block 51, output 17) ends holding 33 positions, 3 blocks, having computed
+    // 32: its prompt block and block 1 (generated positions 16-31), filled by its last step.
+    // That step's plan cached only block 0 (min(32, 33 - 1 - 1) = 31 positions); processing
+    // its output caches block 1 before A is freed. Freed, both stay cached and evictable: 32
+    // bytes (the 3rd block, partial, is not cached), as synchronously.
+    for (const bool async : {false, true}) {
+      o.async_scheduling = async;
+      const auto r = test::replay_under_budget("paged:block=16,prefix-caching=on",
+                                               {with_prefix("a", 0, 16, 17, {51})}, o);
+      CHECK(r.report.completed == 1);
+      CHECK(r.report.evictable_bytes.peak == 32);
+      CHECK(r.report.leak_free);
+    }
+  }
 }
 
 TEST_CASE("vllm: max_num_seqs counts sequences, so a request of n samples takes n places") {

@@ -196,6 +196,20 @@ class Allocator {
   // positions. The pool holds sum(footprints.allocated) - shared_positions positions.
   virtual std::int64_t shared_positions(std::size_t /*group*/) const { return 0; }
 
+  // Asynchronous scheduling (vLLM's async_scheduling): the engine plans each step before the
+  // previous step's sampled tokens are known. Called once, before the first admission. A
+  // sharing allocator then caches a block that holds generated tokens one plan later than a
+  // synchronous engine would: vLLM's allocate_slots caches no further than
+  // request.num_tokens, which lacks the token still in flight. A request preempted in that
+  // plan leaves the block uncached; a completed one has it cached by outputs_processed().
+  virtual void set_async_scheduling(bool /*on*/) {}
+
+  // The engine has processed the last output of a request that completed: whatever it
+  // computed can be cached (vLLM's AsyncScheduler._update_request_with_output caches
+  // num_computed_tokens - num_output_placeholders for a request still running, so never for
+  // a preempted or cancelled one). Called just before release(). REQUIRES: live.
+  virtual void outputs_processed(RequestSlot /*slot*/) {}
+
   // Checks the allocator's own books (slots conserved, reference counts, nothing owned
   // twice). Throws InternalError. Cheap enough for tests; the engine calls it after every
   // operation when built with KVSIM_EXPENSIVE_CHECKS.
