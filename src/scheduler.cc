@@ -77,9 +77,10 @@ PolicyInfo find_policy(std::string_view name, std::string_view field) {
 namespace kvsim::detail {
 
 std::int64_t chunk_bytes(const EngineView& engine, const Ticket& t, std::int64_t positions) {
-  const std::int64_t target = t.prompt + t.base_generated;
-  const std::int64_t first = positions == target && t.output > t.base_generated ? 1 : 0;
-  return engine.allocator.peak_bytes(admit_info(t), positions + first);
+  // A chunk that completes the prefill also holds the token it samples.
+  const AdmitInfo info = admit_info(t);
+  const bool completes = positions == info.prompt_tokens + info.resumed_tokens;
+  return engine.allocator.peak_bytes(info, completes ? info.prefilled_positions() : positions);
 }
 
 }  // namespace kvsim::detail
