@@ -357,18 +357,22 @@ void read_meta(MeasuredRun& run, bool find_workload) {
                      std::to_string(run.data_parallel) + " replicas; kvsim simulates at most " +
                          std::to_string(kMaxReplicas) + " (each is a whole engine)");
   }
-  if (kw.contains("enable_expert_parallel")) {
+  // A null is vLLM's default (off), as for every engine setting.
+  if (kw.contains("enable_expert_parallel") && !kw["enable_expert_parallel"].is_null()) {
     const json& ep = kw["enable_expert_parallel"];
-    if (!ep.is_boolean()) throw InputError(Location{path, 0, "enable_expert_parallel"}, "expected true or false");
+    if (!ep.is_boolean()) {
+      throw InputError(Location{path, 0, "engine_kwargs.enable_expert_parallel"}, "expected true or false");
+    }
     run.expert_parallel = ep.get<bool>();
   }
-  if (meta.contains("tick_seconds")) {
+  // Optional fields: absent or null alike.
+  if (meta.contains("tick_seconds") && !meta["tick_seconds"].is_null()) {
     run.tick_s = number_member(meta, "tick_seconds", path, 0);
     if (run.tick_s <= 0) throw InputError(Location{path, 0, "tick_seconds"}, "expected a positive number");
   }
   for (const auto& [key, field] : {std::pair{"started_at", &MeasuredRun::started_at_s},
                                     std::pair{"finished_at", &MeasuredRun::finished_at_s}}) {
-    if (!meta.contains(key)) continue;
+    if (!meta.contains(key) || meta[key].is_null()) continue;
     std::int64_t ns = 0;
     if (!meta[key].is_string() || !detail::parse_datetime_ns(meta[key].get<std::string>(), ns)) {
       throw InputError(Location{path, 0, key}, "expected a UTC datetime such as \"2026-04-25T18:47:18.27Z\"");

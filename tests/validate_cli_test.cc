@@ -368,9 +368,15 @@ TEST_CASE("validate: what it cannot map is an error naming the file and field") 
     REQUIRE(r.exit_code == 0);
     CHECK(Json::parse(r.out)["kvsim"]["replicas"] == std::stoi(replicas));
   }
+  // On a model without experts vLLM's enable_expert_parallel changes nothing: two replicas of
+  // Llama-3.1-8B, replayed as data parallelism alone (it had been refused for want of experts).
+  rewrite_meta("Qwen/Qwen3-30B-A3B", "meta-llama/Llama-3.1-8B");
+  r = test::run_cli({"validate", dir.string(), "--workload", workload, "--kv-budget", "1GB", "--json"});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(Json::parse(r.out)["kvsim"]["replicas"] == 2);
   rewrite_meta("\"enable_expert_parallel\": true", "\"enable_expert_parallel\": false");
   rewrite_meta("\"data_parallel_size\": 2", "\"data_parallel_size\": 1");
-  rewrite_meta("Qwen/Qwen3-30B-A3B", "meta-llama/Llama-3.1-8B");
   rewrite_meta("\"0.19.0\"", "\"banana\"");
   r = test::run_cli({"validate", dir.string(), "--workload", workload, "--kv-budget", "1GB"});
   CHECK(r.exit_code == 1);
@@ -1206,6 +1212,62 @@ TEST_CASE("validate: another run's workload of the same size is refused, request
   std::filesystem::remove_all(base);
 }
 
+TEST_CASE("validate: a workload longer than the run is replayed to its first rows, as the recorder's cap takes them") {
+  // LLMServingSim's bench/core/runner.py --num-reqs N replays the dataset's first N rows and
+  // records meta.json's dataset_path unchanged. tiny's run has 2 requests (prompts 100 and
+  // 20); its workload gains a third row, a 50-token prompt at 1 s, which the run never saw.
+  const auto base = test::scratch_dir("validate-capped-workload");
+  const auto dir = copy_tiny_run(base);
+  std::filesystem::create_directories(base / "workloads");
+  {
+    std::ifstream in(kData + "/tiny/workloads/tiny.jsonl");
+    std::ofstream out(base / "workloads" / "tiny.jsonl");
+    out << in.rdbuf();
+    out << R"({"input_toks": 50, "output_toks": 2, "arrival_time_ns": 1000000000})" "\n";
+  }
+  auto r = test::run_cli({"validate", dir.string(), "--kv-budget", "1GiB", "--json"});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(Json::parse(r.out)["requests"] == 2);
+  // Its first rows are still checked against the run's prompts: the rows swapped, the first
+  // row's 20 tokens are not the run's first request's 100.
+  {
+    std::ifstream in(base / "workloads" / "tiny.jsonl");
+    std::string first, second, third;
+    std::getline(in, first);
+    std::getline(in, second);
+    std::getline(in, third);
+    in.close();
+    const auto swap_arrival = [](std::string row, const std::string& from, const std::string& to) {
+      return row.replace(row.find(from), from.size(), to);
+    };
+    std::ofstream(base / "workloads" / "tiny.jsonl")
+        << swap_arrival(second, R"("arrival_time_ns": 500000000)", R"("arrival_time_ns": 0)") << "\n"
+        << swap_arrival(first, R"("arrival_time_ns": 0)", R"("arrival_time_ns": 500000000)") << "\n"
+        << third << "\n";
+  }
+  r = test::run_cli({"validate", dir.string(), "--kv-budget", "1GiB"});
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("requests.jsonl:1: input_toks: 100 prompt tokens, but request 1 of the workload"));
+  std::filesystem::remove_all(base);
+}
+
+TEST_CASE("validate: a run that names no GPU is refused, naming the file that should have") {
+  // tiny's meta.json records no hardware and there is no peer_cluster_config.json beside it.
+  const auto base = test::scratch_dir("validate-no-gpu");
+  const auto dir = copy_tiny_run(base);
+  const std::string workload = kData + "/tiny/workloads/tiny.jsonl";
+  auto r = test::run_cli({"validate", dir.string(), "--workload", workload});
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("meta.json: hardware.device_name: absent, and there is no peer_cluster_config.json"));
+  // With the peer's description present but naming no GPU, that file is the one blamed.
+  std::ofstream(dir / "peer_cluster_config.json") << R"({"num_nodes": 1, "nodes": [{"instances": [{}]}]})";
+  r = test::run_cli({"validate", dir.string(), "--workload", workload});
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("peer_cluster_config.json: hardware: names no GPU, nor does meta.json"));
+  std::filesystem::remove_all(base);
+}
+
 TEST_CASE("validate: a model loaded from a path is found by its last component, and resolved settings kvsim does not "
           "model are named") {
   // Newer recorders write the path vLLM loaded ("/data/model/Qwen3-32B"), not the Hub name.
@@ -1321,6 +1383,6 @@ TEST_CASE("validate: every model and device its table maps to is a preset this k
       ++device_rows;
     }
   }
-  CHECK(model_rows == 23);  // the rows of src/cli/run_models.cc, all parsed
+  CHECK(model_rows == 38);  // the rows of src/cli/run_models.cc, all parsed
   CHECK(device_rows == 7);
 }

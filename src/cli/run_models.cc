@@ -18,15 +18,21 @@ constexpr RunModelRow kModels[] = {
     {"meta-llama/Llama-3.1-8B-Instruct", "llama-3.1-8b"},
     {"meta-llama/Meta-Llama-3.1-8B", "llama-3.1-8b"},
     {"meta-llama/Meta-Llama-3.1-8B-Instruct", "llama-3.1-8b"},
+    // Llama 3 has 3.1's geometry with 8,192 positions (no rope scaling).
+    {"meta-llama/Meta-Llama-3-8B", "llama-3.1-8b", 8192},
+    {"meta-llama/Meta-Llama-3-8B-Instruct", "llama-3.1-8b", 8192},
     {"meta-llama/Llama-3.1-70B", "llama-3.1-70b"},
     {"meta-llama/Llama-3.1-70B-Instruct", "llama-3.1-70b"},
     {"meta-llama/Meta-Llama-3.1-70B", "llama-3.1-70b"},
     {"meta-llama/Meta-Llama-3.1-70B-Instruct", "llama-3.1-70b"},
+    {"meta-llama/Meta-Llama-3-70B", "llama-3.1-70b", 8192},
+    {"meta-llama/Meta-Llama-3-70B-Instruct", "llama-3.1-70b", 8192},
     // Llama 3.3 70B has 3.1 70B's geometry and positions.
     {"meta-llama/Llama-3.3-70B-Instruct", "llama-3.1-70b"},
     {"meta-llama/Llama-3.2-3B", "llama-3.2-3b"},
     {"meta-llama/Llama-3.2-3B-Instruct", "llama-3.2-3b"},
     {"mistralai/Mistral-7B-v0.1", "mistral-7b-v0.1"},
+    {"mistralai/Mistral-7B-Instruct-v0.1", "mistral-7b-v0.1"},
     {"Qwen/Qwen2.5-7B", "qwen2.5-7b"},
     // The instruction-tuned release's config gives 32,768 positions, the base's 131,072.
     {"Qwen/Qwen2.5-7B-Instruct", "qwen2.5-7b", 32768},
@@ -37,10 +43,22 @@ constexpr RunModelRow kModels[] = {
     // The preset is the 2507 release (262,144 positions); the original has 40,960.
     {"Qwen/Qwen3-30B-A3B", "qwen3-30b-a3b", 40960},
     {"Qwen/Qwen3-30B-A3B-Instruct-2507", "qwen3-30b-a3b"},
+    {"Qwen/Qwen3-30B-A3B-Thinking-2507", "qwen3-30b-a3b"},
     // The MoE models LLMServingSim ships configs for (configs/model/), besides the ones above.
     {"mistralai/Mixtral-8x7B-v0.1", "mixtral-8x7b-v0.1"},
     {"mistralai/Mixtral-8x7B-Instruct-v0.1", "mixtral-8x7b-v0.1"},
     {"microsoft/Phi-mini-MoE-instruct", "phi-mini-moe"},
+    // The other presets' checkpoints: sliding-window and hybrid models, MLA.
+    {"microsoft/Phi-3-mini-4k-instruct", "phi-3-mini-4k"},
+    {"google/gemma-2-9b", "gemma-2-9b"},
+    {"google/gemma-2-9b-it", "gemma-2-9b"},
+    // The preset is the text model (text_config); the vision tower's weights are not counted.
+    {"google/gemma-3-27b-it", "gemma-3-27b"},
+    {"google/gemma-3-27b-pt", "gemma-3-27b"},
+    {"deepseek-ai/DeepSeek-V3", "deepseek-v3"},
+    {"deepseek-ai/DeepSeek-V3-0324", "deepseek-v3"},
+    {"deepseek-ai/DeepSeek-R1", "deepseek-v3"},
+    {"deepseek-ai/DeepSeek-R1-0528", "deepseek-v3"},
 };
 
 struct DeviceRow {

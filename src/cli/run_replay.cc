@@ -5,6 +5,7 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <map>
 #include <optional>
 #include <string>
@@ -327,6 +328,10 @@ std::string fill_in_run_settings(RunDefaults& defaults, const MeasuredRun& run, 
     return field(it != run.read_from.end() ? it->second : "engine_kwargs." + name);
   };
   default_to(vm, "trace", run.workload);
+  // The recorder replays the workload's first rows when capped (LLMServingSim's
+  // bench/core/runner.py --num-reqs): so does the replay, one per request the run recorded.
+  // The prompts are then checked one by one against requests.jsonl's.
+  defaults.set(kOptRequests, std::to_string(run.requests.size()), Location{});
   if (!given(vm, option_key(kOptModel)) && !given(vm, "config")) {
     const RunModelRow* row = run_model_row(run.model);
     if (row == nullptr) {
@@ -350,8 +355,9 @@ std::string fill_in_run_settings(RunDefaults& defaults, const MeasuredRun& run, 
     defaults.set(kOptReplicas, std::to_string(run.data_parallel), setting("data_parallel_size"));
     // The experts are spread over the replicas; the user's --replicas 1 leaves none to spread
     // them over (and one engine, not meta.json's expert parallelism, is then what is asked).
+    // On a model without experts vLLM's enable_expert_parallel changes nothing.
     const auto replicas = option_text(vm, option_key(kOptReplicas));
-    if (run.expert_parallel && positive_integer(*replicas, kOptReplicas) > 1) {
+    if (run.expert_parallel && positive_integer(*replicas, kOptReplicas) > 1 && resolve_model(vm, usage, "").model.moe) {
       defaults.set_switch(kOptExpertParallel, setting("enable_expert_parallel"));
     }
   }
@@ -436,8 +442,15 @@ std::string fill_in_run_settings(RunDefaults& defaults, const MeasuredRun& run, 
                          "\"" + run.device_name + "\" is not the product name of any kvsim device preset; give "
                          "--device, --device-memory or --kv-budget");
       }
-      throw InputError(Location{where, 0, "hardware"},
-                       "the run does not name its GPU; give --device, --device-memory or --kv-budget");
+      // Blame the file that should have named it: the peer's description when there is one.
+      if (std::filesystem::exists(where)) {
+        throw InputError(Location{where, 0, "hardware"},
+                         "names no GPU, nor does meta.json (hardware.device_name); give --device, "
+                         "--device-memory or --kv-budget");
+      }
+      throw InputError(Location{meta, 0, "hardware.device_name"},
+                       "absent, and there is no peer_cluster_config.json beside it: the run does not name its "
+                       "GPU; give --device, --device-memory or --kv-budget");
     }
     if (preset == nullptr) {
       throw InputError(Location{where, 0, "hardware"}, "\"" + run.hardware +
