@@ -107,6 +107,29 @@ TEST_CASE("measured run: TTFT, TPOT, latency and the clock mapping of a hand-mad
   CHECK(measured_makespan_s(run) == Approx(0.95));
 }
 
+TEST_CASE("measured run: an optional field given as null reads as absent") {
+  // A recorder that writes every field writes null where it has no value: tiny's run with
+  // tick_seconds, started_at, finished_at and enable_expert_parallel null reads as the same
+  // run without them (1 s ticks, the clock's origin from the requests, no expert parallelism).
+  const auto base = test::scratch_dir("measured-nulls");
+  std::filesystem::copy(kData + "/tiny/run", base, std::filesystem::copy_options::recursive);
+  const auto read_with = [&](const std::string& ep, const std::string& top) {
+    std::ofstream(base / "meta.json") << R"({"model": "meta-llama/Llama-3.1-8B", "vllm_version": "0.19.0",
+  "engine_kwargs": {"tensor_parallel_size": 1, "data_parallel_size": 1,)" + ep + R"( "max_num_seqs": 128,
+    "max_num_batched_tokens": 2048, "max_model_len": null}, )" + top + R"("dataset_path": "workloads/tiny.jsonl"})";
+    return read_measured_run(base.string(), std::nullopt, false);
+  };
+  const MeasuredRun nulls = read_with(R"( "enable_expert_parallel": null,)",
+                                      R"("started_at": null, "finished_at": null, "tick_seconds": null, )");
+  const MeasuredRun absent = read_with("", "");
+  CHECK(nulls.tick_s == 1.0);
+  CHECK(nulls.tick_s == absent.tick_s);
+  CHECK(nulls.started_at_s == absent.started_at_s);
+  CHECK(nulls.finished_at_s == absent.finished_at_s);
+  CHECK_FALSE(nulls.expert_parallel);
+  std::filesystem::remove_all(base);
+}
+
 TEST_CASE("measured run: percentiles as numpy.percentile gives them") {
   // numpy.percentile([1, 2, 3, 4, 10], 90) = 4 + (10 - 4) x 0.6 = 7.6 (rank 0.9 x 4 = 3.6).
   const Distribution d = distribution({10, 1, 3, 2, 4});
