@@ -277,6 +277,11 @@ void Engine::cancel(const Cancellation& c, bool mid_span) {
       // Decoding in the step it is cancelled in: that step's token for it never comes.
       if (mid_span && f.decoding && f.decode_from <= step_) step_cancelled_decodes_ += f.n;
       if (mid_span) recorder_.flush(at);
+      // Asynchronous scheduling: vLLM planned the next step as this one began, and that plan
+      // cached what this step computes (allocate_slots, request.num_tokens by then holding the
+      // token this step reads), unless this step completes the request (that plan skips a
+      // request at max_tokens): the abort, processed when the step ends, frees it cached.
+      if (opt_.async_scheduling && !finishes_in_step(slot)) alloc_.outputs_processed(slot);
       release(slot, mid_span ? at - now_ : 0);
       return;
     }
@@ -375,6 +380,12 @@ void Engine::drop_holding(std::uint32_t slot, std::int64_t correction_ns) {
   // With nothing left running, vLLM's next plan comes after the last step's outputs were
   // processed (an empty planned step, then a plan at once): nothing lingers into it.
   if (running_ == 0 && !lingering_.empty()) free_lingering();
+}
+
+bool Engine::finishes_in_step(std::uint32_t slot) const {
+  const std::uint32_t generation = flights_[slot].generation;
+  return std::any_of(finishing_.begin(), finishing_.end(),
+                     [&](const SlotRef& ref) { return ref.slot == slot && ref.generation == generation; });
 }
 
 void Engine::linger(std::uint32_t slot) {

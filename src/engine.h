@@ -206,6 +206,8 @@ class Engine {
   // only for the rest of it.
   void process_span_events(std::int64_t until_ns, bool mid_span);
   void cancel(const Cancellation& c, bool mid_span);
+  // The running request in `slot` produces its last token in the step under way (finishing_).
+  bool finishes_in_step(std::uint32_t slot) const;
   void note_queue(std::int64_t at_ns) { recorder_.queue_until(at_ns, queued_); }
 
   // --- one iteration

@@ -278,6 +278,28 @@ TEST_CASE("vllm v1: with asynchronous scheduling a generated block is cached one
       CHECK(r.report.leak_free);
     }
   }
+  SECTION("a request cancelled in the step that fills a block frees it cached, unless that step completes it") {
+    // A (prompt 16 = block 51) prefills in step 0; step j computes position 15 + j, so step 16
+    // (16-17 ms) fills its block 1 (positions 16-31). A is cancelled at 16.5 ms, in that step.
+    // Synchronously step 16's plan cached block 1 (min(32, 32)). Asynchronously step 17's plan
+    // was made as step 16 began (docs/replay.md), and it cached block 1 (request.num_tokens is
+    // 32 by then); the abort is processed when step 16 ends, so A frees both blocks cached: 32
+    // bytes evictable at the end either way. With output 17, step 16 is A's last: step 17's
+    // plan skips A (it has reached max_tokens) and its output is never processed, so
+    // asynchronously only block 0 is cached (step 16's plan cached min(32, 31) positions).
+    for (const bool async : {false, true}) {
+      for (const std::int64_t output : {40, 17}) {
+        o.async_scheduling = async;
+        Request a = with_prefix("a", 0, 16, output, {51});
+        a.cancel_ns = 16 * kMs + kMs / 2;
+        const auto r = test::replay_under_budget("paged:block=16,prefix-caching=on", {a}, o);
+        INFO("async " << async << ", output " << output);
+        CHECK(r.report.cancelled_running == 1);
+        CHECK(r.report.evictable_bytes.at_end == (async && output == 17 ? 16 : 32));
+        CHECK(r.report.leak_free);
+      }
+    }
+  }
 }
 
 TEST_CASE("vllm: max_num_seqs counts sequences, so a request of n samples takes n places") {

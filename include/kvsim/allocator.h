@@ -204,10 +204,12 @@ class Allocator {
   // plan leaves the block uncached; a completed one has it cached by outputs_processed().
   virtual void set_async_scheduling(bool /*on*/) {}
 
-  // The engine has processed the last output of a request that completed: whatever it
-  // computed can be cached (vLLM's AsyncScheduler._update_request_with_output caches
-  // num_computed_tokens - num_output_placeholders for a request still running, so never for
-  // a preempted or cancelled one). Called just before release(). REQUIRES: live.
+  // The scheduler knows every token of the request it computed: whatever it computed can be
+  // cached. Called just before release() of a request that completed (vLLM's
+  // AsyncScheduler._update_request_with_output caches num_computed_tokens -
+  // num_output_placeholders for a request still running, so never for a preempted one), and
+  // of one cancelled after the plan that follows its last step was made (that plan cached it,
+  // unless the step completes the request). REQUIRES: live.
   virtual void outputs_processed(RequestSlot /*slot*/) {}
 
   // Checks the allocator's own books (slots conserved, reference counts, nothing owned

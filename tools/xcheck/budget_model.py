@@ -147,8 +147,11 @@ vLLM schedule against vLLM v1's code"; vLLM: kv_cache_manager.py `get_computed_b
     ASYNC: request.num_tokens lacks the previous step's sampled token when the step is planned
     (output placeholders), so a decode caches (h - 1) // 16 (BUDGET_PC_ASYNC_NO_LAG=1: h // 16);
   * preemption and release (finish, cancellation, refusal) free the request's blocks as
-    above; a victim keeps its identities, so back at the head it finds its prompt and
-    generated blocks that were not evicted meanwhile. Tokens recomputed: the positions the
+    above (ASYNC: a running request cancelled in or after a step first caches what that step
+    computed, held - 1 positions, as the next step's plan, made as the step began, did; not
+    when the step completes it, as that plan skips a request at max_tokens); a victim keeps
+    its identities, so back at the head it finds its prompt and generated blocks that were
+    not evicted meanwhile. Tokens recomputed: the positions the
     re-prefill computes below what it had computed (its hits are not computed);
   * OBSERVED 3: a head whose first chunk at a whole step's budget can never fit is refused (as
     without caching), counted as an admission is: blocks(16 x hits + min(P + g - 16 x hits,
@@ -504,6 +507,13 @@ def run_model(reqs, cap, T, S, wm, async_sched=False, full_isl=False):
                     key=lambda e: e[:3])
     ei = 0
 
+    def finishes_now(r):
+        """Inside a step: r produces its last token in it."""
+        tok = scheduled.get(r)
+        if tok is None or r.g + 1 < r.m:
+            return False
+        return r.decoding() or r.done + tok == r.need
+
     def process(until, strict):
         """Take the events due at or before `until` (before it, when strict: inside a step)."""
         nonlocal ei
@@ -522,6 +532,13 @@ def run_model(reqs, cap, T, S, wm, async_sched=False, full_isl=False):
                     if DEBUG:
                         print(f"  t={at} cancel running {r.id} npre={r.npre} held={r.held} "
                               f"g={r.g} need={r.need} done={r.done}", file=sys.stderr)
+                    if PREFIX and PC_ASYNC_LAG and async_sched and not (strict and finishes_now(r)):
+                        # ASYNC: the next step's plan, made as this step began, cached what
+                        # this step computes (request.num_tokens then holds the token it
+                        # reads), unless this step completes r (that plan skips a request at
+                        # max_tokens); the abort is processed when the step ends
+                        COVER["prefix async: cancelled after the next plan cached its step"] += 1
+                        pool.cache_blocks(r, r.held - 1)
                     running.remove(r)
                     release(r)
                     st["cancelled_running"] += 1
