@@ -13,7 +13,9 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <sstream>
+#include <string_view>
 #include <system_error>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -344,7 +346,8 @@ void read_meta(MeasuredRun& run, bool find_workload) {
   text << in.rdbuf();
   const json meta = parse_json(text.str(), path, 0);
   run.model = string_member(meta, "model", path, 0);
-  if (meta.contains("vllm_version") && meta["vllm_version"].is_string()) run.vllm_version = meta["vllm_version"];
+  // Absent or null: not recorded (validate then says which defaults it replayed with).
+  if (gives(meta, "vllm_version")) run.vllm_version = string_member(meta, "vllm_version", path, 0);
   const json& kw = member(meta, "engine_kwargs", path, 0);
   if (!kw.is_object()) throw InputError(Location{path, 0, "engine_kwargs"}, "expected a JSON object, got " + kw.dump());
   read_engine_settings(run, kw, path);
@@ -382,6 +385,7 @@ void read_meta(MeasuredRun& run, bool find_workload) {
   if (run.started_at_s != 0 && run.finished_at_s != 0 && run.finished_at_s < run.started_at_s) {
     throw InputError(Location{path, 0, "finished_at"}, "before started_at");
   }
+  if (gives(meta, "num_requests")) run.num_requests = integer_member(meta, "num_requests", path, 0, 1);
   if (meta.contains("dataset_path") && meta["dataset_path"].is_string()) run.dataset_path = meta["dataset_path"];
   if (find_workload && run.workload.empty()) {
     string_member(meta, "dataset_path", path, 0);  // present, a string
@@ -482,6 +486,32 @@ void read_requests(MeasuredRun& run) {
     run.requests.push_back(std::move(m));
   }
   if (run.requests.empty()) throw InputError(Location{path, 0, ""}, "no requests");
+  // The recorder writes a record per request it submitted, and their count as meta.json's
+  // num_requests (LLMServingSim's bench/core/runner.py: num_requests=len(records)): fewer
+  // lines is a file cut short, more a file another run's records were added to.
+  const auto count = std::ssize(run.requests);
+  if (run.num_requests > 0 && run.num_requests != count) {
+    const std::string meta = join(run.dir, "meta.json");
+    if (count < run.num_requests) {
+      throw InputError(Location{path, run.requests.back().line, ""},
+                       "the last of " + std::to_string(count) + " requests, but " + meta + " gives num_requests " +
+                           std::to_string(run.num_requests) + ": the file is cut short");
+    }
+    throw InputError(Location{path, run.requests[static_cast<std::size_t>(run.num_requests)].line, ""},
+                     "request " + std::to_string(run.num_requests + 1) + " of " + std::to_string(count) + ", but " +
+                         meta + " gives num_requests " + std::to_string(run.num_requests));
+  }
+  // Each request once: the recorder numbers them (bench-0, bench-1, ...), and a run's records
+  // are paired with the workload's rows by their order.
+  std::unordered_map<std::string_view, std::int64_t> first_line;
+  for (const MeasuredRequest& m : run.requests) {
+    const auto [it, fresh] = first_line.emplace(m.id, m.line);
+    if (!fresh) {
+      throw InputError(Location{path, m.line, "request_id"},
+                       "\"" + m.id + "\" is also the request_id on line " + std::to_string(it->second) +
+                           ": each request is recorded once");
+    }
+  }
   if (run.untimed_requests == std::ssize(run.requests)) {
     throw InputError(Location{path, 0, "first_token_ts"}, "no request carries timestamps (all are null)");
   }

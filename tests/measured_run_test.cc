@@ -130,6 +130,74 @@ TEST_CASE("measured run: an optional field given as null reads as absent") {
   std::filesystem::remove_all(base);
 }
 
+TEST_CASE("measured run: requests.jsonl holds num_requests records, each request once") {
+  // LLMServingSim's recorder writes meta.json's num_requests as len(records), the lines of
+  // requests.jsonl (bench/core/runner.py), and numbers the requests bench-0, bench-1, ...
+  // tiny's run has two requests and no num_requests.
+  const auto dir = test::scratch_dir("measured-count");
+  std::filesystem::copy(kData + "/tiny/run", dir, std::filesystem::copy_options::recursive);
+  const std::string meta = test::slurp(dir / "meta.json");
+  const auto with_meta = [&](const std::string& fields) {
+    std::string text = meta;
+    text.replace(text.find(R"("dataset_path")"), 0, fields);
+    std::ofstream(dir / "meta.json") << text;
+  };
+  with_meta(R"("num_requests": 2, )");
+  CHECK(read_measured_run(dir.string(), std::nullopt, false).requests.size() == 2);
+  // Three written, two read: the file was cut short after its second line.
+  with_meta(R"("num_requests": 3, )");
+  {
+    const InputError e = read_error(dir);
+    CHECK(e.where().file == (dir / "requests.jsonl").string());
+    CHECK(e.where().line == 2);
+    CHECK_THAT(e.what(), Catch::Contains("the last of 2 requests") && Catch::Contains("num_requests 3") &&
+                             Catch::Contains("cut short"));
+  }
+  // One written, two read: the second line is the one too many.
+  with_meta(R"("num_requests": 1, )");
+  {
+    const InputError e = read_error(dir);
+    CHECK(e.where().line == 2);
+    CHECK_THAT(e.what(), Catch::Contains("request 2 of 2") && Catch::Contains("num_requests 1"));
+  }
+  // The second request under the first one's id.
+  with_meta("");
+  std::string requests = test::slurp(dir / "requests.jsonl");
+  requests.replace(requests.find("bench-1"), 7, "bench-0");
+  std::ofstream(dir / "requests.jsonl") << requests;
+  {
+    const InputError e = read_error(dir);
+    CHECK(e.where().line == 2);
+    CHECK(e.where().field == "request_id");
+    CHECK_THAT(e.what(), Catch::Contains("\"bench-0\" is also the request_id on line 1"));
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("measured run: vllm_version is a string, or absent") {
+  // A version written as a number (0.19) would otherwise be dropped without a word, and the
+  // run replayed with no version's defaults.
+  const auto dir = test::scratch_dir("measured-version");
+  std::filesystem::copy(kData + "/tiny/run", dir, std::filesystem::copy_options::recursive);
+  std::string meta = test::slurp(dir / "meta.json");
+  const std::string given = R"("vllm_version": "0.19.0")";
+  REQUIRE(meta.find(given) != std::string::npos);
+  const auto with_version = [&](const std::string& v) {
+    std::string text = meta;
+    text.replace(text.find(given), given.size(), R"("vllm_version": )" + v);
+    std::ofstream(dir / "meta.json") << text;
+  };
+  with_version("0.19");
+  {
+    const InputError e = read_error(dir);
+    CHECK(e.where().file == (dir / "meta.json").string());
+    CHECK(e.where().field == "vllm_version");
+  }
+  with_version("null");
+  CHECK(read_measured_run(dir.string(), std::nullopt, false).vllm_version.empty());
+  std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("measured run: percentiles as numpy.percentile gives them") {
   // numpy.percentile([1, 2, 3, 4, 10], 90) = 4 + (10 - 4) x 0.6 = 7.6 (rank 0.9 x 4 = 3.6).
   const Distribution d = distribution({10, 1, 3, 2, 4});
@@ -248,7 +316,7 @@ TEST_CASE("measured run: a bad file is an error naming the file, line and field"
   {
     std::ofstream out(dir / "requests.jsonl");
     for (int i = 0; i < 3; ++i) {
-      out << R"({"request_id": "ok", "input_toks": 1, "output_toks": 2, "arrival_time": 101, "queued_ts": 1, "scheduled_ts": 1, "first_token_ts": 2, "last_token_ts": 3})" "\n";
+      out << R"({"request_id": "ok-)" << i << R"(", "input_toks": 1, "output_toks": 2, "arrival_time": 101, "queued_ts": 1, "scheduled_ts": 1, "first_token_ts": 2, "last_token_ts": 3})" "\n";
     }
     out << R"({"request_id": "far", "input_toks": 1, "output_toks": 2, "arrival_time": 1101, "queued_ts": 1, "scheduled_ts": 1, "first_token_ts": 2, "last_token_ts": 3})" "\n";
   }

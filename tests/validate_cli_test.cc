@@ -292,6 +292,47 @@ TEST_CASE("validate: when nothing completes in the simulation the makespan is n/
   std::filesystem::remove_all(base);
 }
 
+TEST_CASE("validate: a run that records no vLLM version is replayed with replay's defaults, and says so") {
+  // tiny's run without "vllm_version": nothing tells 0.19's asynchronous scheduling and CUDA
+  // graphs apart from an older engine's, so the replay takes kvsim replay's defaults (neither)
+  // and the output names the gap. --vllm-version gives what the file does not.
+  const auto dir = copy_tiny_run(test::scratch_dir("validate-no-version"));
+  std::string meta = test::slurp(dir / "meta.json");
+  const std::string version = R"("vllm_version": "0.19.0",)";
+  REQUIRE(meta.find(version) != std::string::npos);
+  meta.erase(meta.find(version), version.size());
+  std::ofstream(dir / "meta.json") << meta;
+  const std::string workload = kData + "/tiny/workloads/tiny.jsonl";
+  const std::vector<std::string> args = {"validate", dir.string(), "--workload", workload, "--kv-budget", "1GiB",
+                                         "--timing-device", "RTX-PRO-6000"};
+  auto with = [&](std::vector<std::string> more) {
+    std::vector<std::string> all = args;
+    all.insert(all.end(), more.begin(), more.end());
+    return test::run_cli(all);
+  };
+  auto r = with({"--json"});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  Json doc = Json::parse(r.out);
+  CHECK(doc["vllm_version"].is_null());
+  CHECK(doc["kvsim"]["async_scheduling"] == false);
+  CHECK(doc["kvsim"]["cuda_graph_max_tokens"] == 0);
+  REQUIRE(doc["warnings"].size() == 1);
+  CHECK_THAT(doc["warnings"][0].get<std::string>(),
+             Catch::Contains("meta.json records no vllm_version") && Catch::Contains("--vllm-version"));
+  CHECK_THAT(r.err, Catch::Contains("kvsim validate: warning: ") && Catch::Contains("records no vllm_version"));
+  const auto table = with({});
+  CHECK_THAT(table.out, Catch::Contains("(meta-llama/Llama-3.1-8B, vLLM version not recorded)") &&
+                            Catch::Contains("WARNING: ") && Catch::Contains("records no vllm_version"));
+  r = with({"--vllm-version", "0.19.0", "--json"});
+  REQUIRE(r.exit_code == 0);
+  doc = Json::parse(r.out);
+  CHECK(doc["vllm_version"] == "0.19.0");
+  CHECK(doc["kvsim"]["async_scheduling"] == true);
+  CHECK(doc["warnings"].empty());
+  std::filesystem::remove_all(dir.parent_path());
+}
+
 TEST_CASE("validate: what it cannot map is an error naming the file and field") {
   const auto dir = copy_tiny_run(test::scratch_dir("validate-bad"));
   const std::string workload = kData + "/tiny/workloads/tiny.jsonl";

@@ -114,6 +114,7 @@ struct MeasuredRun {
   // "resolved_config.scheduler_config.max_num_seqs". A setting not listed comes from
   // engine_kwargs.
   std::map<std::string, std::string> read_from;
+  std::int64_t num_requests = 0;     // meta.json's, 0 when absent: requests.jsonl's lines
   std::string dataset_path;          // meta.json's, "" when absent
   std::string workload;              // the path the workload was found at ("" when not looked up)
   double started_at_s = 0;           // meta.json started_at (wall clock, s); else the first arrival

@@ -92,6 +92,7 @@ struct ReplayFindings {
   int replays = 0;
   bool settled = false;  // the last replay found what the one before did
   std::string not_estimated;  // why there was no replay
+  std::vector<std::string> warnings;  // what the last replay could not take from the run
 };
 
 double share(std::int64_t part, std::int64_t whole) {
@@ -99,7 +100,8 @@ double share(std::int64_t part, std::int64_t whole) {
 }
 
 std::string table(const MeasuredRun& run, const Calibration& c, const ReplayFindings& f) {
-  std::string out = fmt::format("calibration of {} ({}, vLLM {})\n", run.dir, run.model, run.vllm_version);
+  std::string out = fmt::format("calibration of {} ({}, vLLM {})\n", run.dir, run.model,
+                                run.vllm_version.empty() ? std::string("version not recorded") : run.vllm_version);
   out += fmt::format("ticks fitted: {} of {} (busy for the whole {} s tick), summed {} to an equation\n",
                      c.ticks.size(), c.ticks_in_run, c.tick_s, c.block_ticks);
   if (run.untimed_requests > 0) {
@@ -177,6 +179,7 @@ std::string json_of(const MeasuredRun& run, const Calibration& c, const ReplayFi
   }
   Json j{{"run", run.dir},
          {"model", run.model},
+         {"vllm_version", run.vllm_version.empty() ? Json(nullptr) : Json(run.vllm_version)},
          {"cost", c.cost_spec},
          {"terms", terms},
          {"correlated_terms", correlated},
@@ -190,7 +193,8 @@ std::string json_of(const MeasuredRun& run, const Calibration& c, const ReplayFi
                {"prompt_tokens", f.replays > 0 ? Json(f.prompt_total) : Json(nullptr)},
                {"cached_prompt_tokens", f.replays > 0 ? Json(f.served_total) : Json(nullptr)},
                {"cached_taken_out", f.replays > 0 && credits_cached_prompt_tokens(run)},
-               {"recomputed_tokens", f.replays > 0 ? Json(f.recomputed_total) : Json(nullptr)}}},
+               {"recomputed_tokens", f.replays > 0 ? Json(f.recomputed_total) : Json(nullptr)},
+               {"warnings", f.warnings}}},
          {"tick_s", c.tick_s},
          {"data_parallel", run.data_parallel},
          {"steps_together", c.steps_together},
@@ -372,6 +376,7 @@ Calibration refit_with_replay(const MeasuredRun& run, const po::variables_map& v
       rows.push_back({row.time_ns, row.work});
     });
     ++f.replays;
+    f.warnings = replayed.warnings;
     ReplayEstimate next;
     f.served_total = f.prompt_total = f.recomputed_total = 0;
     for (const RequestRecord& r : replayed.records) {
@@ -480,6 +485,7 @@ int run_calibrate(const Invocation& inv) {
     fmt::print(stderr, "kvsim calibrate: warning: the fit is of the ticks alone; prefix-cache hits and "
                        "recomputation after preemption {}\n", findings.not_estimated);
   }
+  for (const std::string& w : findings.warnings) fmt::print(stderr, "kvsim calibrate: warning: {}\n", w);
   return kExitOk;
 }
 

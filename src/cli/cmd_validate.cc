@@ -266,7 +266,8 @@ std::vector<std::string> warnings_of(const RunReplay& replayed, const Result& r)
 
 std::string table(const MeasuredRun& run, const ReplayPlan& plan, const std::string& budget_source, const ReplayReport& report,
                   const Result& r, const std::vector<std::string>& warnings) {
-  std::string out = fmt::format("validation of {} ({}, vLLM {})\n", run.dir, run.model, run.vllm_version);
+  std::string out = fmt::format("validation of {} ({}, vLLM {})\n", run.dir, run.model,
+                                run.vllm_version.empty() ? std::string("version not recorded") : run.vllm_version);
   out += fmt::format("workload {}: {} requests, {} completed in the simulation, {} preemptions\n", plan.trace_path,
                      r.requests, r.completed, r.preemptions);
   out += fmt::format("kvsim: model {} (tp {}{}), {}, cost {}\n", plan.choice.model.name, plan.choice.kv.tensor_parallel,
@@ -365,6 +366,7 @@ std::string json_of(const MeasuredRun& run, const ReplayPlan& plan, const std::s
   };
   Json j{{"run", run.dir},
          {"model", run.model},
+         {"vllm_version", run.vllm_version.empty() ? Json(nullptr) : Json(run.vllm_version)},
          {"workload", plan.trace_path},
          {"kvsim", Json{{"model", plan.choice.model.name},
                         {"tensor_parallel", plan.choice.kv.tensor_parallel},

@@ -542,6 +542,12 @@ RunReplay replay_run(po::variables_map vm, const MeasuredRun& run, const std::st
   RunReplay out;
   // Asked before the run's settings fill in the rest: they set its GPU as the timing device.
   const bool given_timing_device = given(vm, option_key(kOptTimingDevice));
+  if (run.vllm_version.empty() && !given(vm, option_key(kOptVllmVersion))) {
+    out.warnings.push_back(fmt::format("{}/meta.json records no vllm_version: replayed with kvsim replay's defaults (a "
+                                       "1% watermark, no asynchronous scheduling nor CUDA graphs), not a vLLM "
+                                       "release's; give {} for the version's",
+                                       run.dir, kOptVllmVersion));
+  }
   RunDefaults defaults(vm);
   out.budget_source = settle_run_settings(defaults, run, usage);
   out.plan = blaming_meta(defaults, [&] { return plan_replay(vm); });
