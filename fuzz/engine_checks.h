@@ -30,8 +30,10 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "allocator_registry.h"
 #include "fuzz_checks.h"
 #include "kvsim/allocator.h"
 #include "kvsim/error.h"
@@ -100,17 +102,31 @@ inline EngineCase decode_engine_case(const std::uint8_t* data, std::size_t size)
   static constexpr const char* kReserve[] = {"max-model-len", "max-tokens", "pow2", "oracle"};
   static constexpr const char* kGrowth[] = {"double", "exact", "chunk,chunk=5", "chunk=64"};
   // Radix is choice 5, added after the stored findings: each of them reads a value below 5
-  // here, which picks the same kind modulo 6 as it did modulo 5.
-  switch (in.below(6)) {
-    case 0: c.allocator = std::string("paged:block=") + kBlocks[in.below(5)]; break;
-    case 1: c.allocator = std::string("paged:block=") + kBlocks[in.below(5)] + ",prefix-caching=on"; break;
-    case 2: c.allocator = std::string("sliding-window:block=") + kBlocks[in.below(5)]; break;
-    case 3: c.allocator = std::string("dense-static:reserve=") + kReserve[in.below(4)]; break;
-    case 5: c.allocator = std::string("radix:page=") + kBlocks[in.below(5)]; break;
-    default:
-      c.allocator = std::string("dynamic:growth=") + kGrowth[in.below(4)];
-      if (in.flip()) c.allocator += ",arena=" + std::to_string(1 + in.below(8192));
-      break;
+  // here, which picks the same kind modulo 6 as it did modulo 5. A kind registered after
+  // these is choice 6 and on, built by its bare name, so that the registry's every kind is
+  // fuzzed without a line here (and the findings still pick theirs, below 5 modulo any count).
+  static constexpr std::string_view kWithParameters[] = {"paged", "sliding-window", "dense-static", "dynamic", "radix"};
+  std::vector<std::string> others;
+  for (const auto& kind : kvsim::detail::allocator_kinds()) {
+    if (std::find(std::begin(kWithParameters), std::end(kWithParameters), kind.name) == std::end(kWithParameters)) {
+      others.push_back(kvsim::detail::default_spec(kind));
+    }
+  }
+  const std::uint32_t choice = in.below(static_cast<std::uint32_t>(6 + others.size()));
+  if (choice >= 6) {
+    c.allocator = others[choice - 6];
+  } else {
+    switch (choice) {
+      case 0: c.allocator = std::string("paged:block=") + kBlocks[in.below(5)]; break;
+      case 1: c.allocator = std::string("paged:block=") + kBlocks[in.below(5)] + ",prefix-caching=on"; break;
+      case 2: c.allocator = std::string("sliding-window:block=") + kBlocks[in.below(5)]; break;
+      case 3: c.allocator = std::string("dense-static:reserve=") + kReserve[in.below(4)]; break;
+      case 5: c.allocator = std::string("radix:page=") + kBlocks[in.below(5)]; break;
+      default:
+        c.allocator = std::string("dynamic:growth=") + kGrowth[in.below(4)];
+        if (in.flip()) c.allocator += ",arena=" + std::to_string(1 + in.below(8192));
+        break;
+    }
   }
 
   // Serving: a budget from a few bytes to a few hundred KiB, or none (demand).

@@ -13,7 +13,6 @@
 #include "kvsim/parse.h"
 #include "kvsim/units.h"
 #include "paged_allocator.h"
-#include "radix_allocator.h"
 
 namespace kvsim {
 namespace detail {
@@ -50,6 +49,22 @@ void AllocatorParams::finish() const {
     }
   }
 }
+
+// The registry: one line per kind, in the order --help lists them. Each names an
+// AllocatorKind defined `extern constinit const` in namespace kvsim::detail (seen from the
+// other files, and set before any code runs): the four built-in kinds below, whose factories
+// share this file's code, and a kind in a file of its own beside its allocator
+// (radix_allocator.cc; docs/architecture.md, "an allocator").
+#define KVSIM_ALLOCATOR_KINDS(KIND) \
+  KIND(kPagedKind)                  \
+  KIND(kSlidingWindowKind)          \
+  KIND(kDenseStaticKind)            \
+  KIND(kDynamicKind)                \
+  KIND(kRadixKind)
+
+#define KVSIM_DECLARE_KIND(kind) extern const AllocatorKind kind;
+KVSIM_ALLOCATOR_KINDS(KVSIM_DECLARE_KIND)
+#undef KVSIM_DECLARE_KIND
 
 namespace {
 
@@ -158,56 +173,63 @@ std::unique_ptr<Allocator> make_dynamic(AllocatorParams& p, const KvLayout& layo
   return std::make_unique<DynamicAllocator>(layout, o);
 }
 
-// One row per kind, in the order --help lists them.
-constexpr AllocatorKind kKinds[] = {
-    {"paged", "paged[:block=16][,prefix-caching=off|on]",
-     "      vLLM PagedAttention: fixed blocks of `block` positions from one pool, a block table\n"
-     "      per sequence, the n samples of a request sharing the prompt's full blocks\n"
-     "      copy-on-write. Sliding-window layers are stored like full attention.\n"
-     "      prefix-caching=on: vLLM's automatic prefix caching. Full prompt blocks are kept\n"
-     "      by their prefix hashes after release (evictable, least recently freed first) and\n"
-     "      reused by later requests with the same prefix; under a budget every other full\n"
-     "      block (generated tokens) is kept too, for its own request after a preemption.\n",
-     "block=16", make_paged},
-    {"sliding-window", "sliding-window[:block=16][,prefix-caching=off|on]",
-     "      paged, and blocks that fall wholly behind a sliding-window group's window are freed\n"
-     "      as the sequence advances (vLLM's hybrid allocator); full-attention groups keep all.\n"
-     "      prefix-caching=on: vLLM's hybrid prefix caching rules (a sliding group needs only\n"
-     "      the blocks of one window before a hit's end cached; freed blocks stay cached).\n"
-     "      Under a budget, groups of different windows draw on one free queue, as in vLLM.\n",
-     "block=16", make_sliding_window},
-    {"dense-static", "dense-static[:reserve=max-model-len|max-tokens|pow2|pow2-output|oracle][,placement=none|first-fit|buddy]",
-     "      each sample reserves a fixed row at admission: the model's maximum length (default),\n"
-     "      prompt + max_tokens, the next power of two of its final length, the prompt plus its\n"
-     "      output rounded up to a power of two (pow2-output, the vLLM paper's Orca (Pow2)), or\n"
-     "      its true final length; no row passes the maximum length. Sliding-window groups\n"
-     "      hold min(W, row) as a ring (Hugging Face StaticCache). placement=first-fit|buddy\n"
-     "      (under a budget): each request's reservation is one contiguous extent in an arena\n"
-     "      the size of the budget, so it can fail with room free (external fragmentation);\n"
-     "      none (default) only counts bytes.\n",
-     "reserve=max-model-len", make_dense_static},
-    {"dynamic", "dynamic[:growth=double|exact|chunk][,chunk=256][,arena=BYTES]",
-     "      a contiguous buffer per sample and layer group that grows (by doubling, exactly, or\n"
-     "      by chunks of `chunk` positions; growth=chunk=N for short) and is copied on growth,\n"
-     "      placed first-fit in one arena (Hugging Face DynamicCache). arena bounds the arena\n"
-     "      (default unbounded; at most the budget) and the run with it, as a budget does.\n",
-     "growth=double", make_dynamic},
-    {"radix", "radix[:page=1]",
-     "      SGLang's radix cache: a token pool (pages of `page` positions) under a radix tree of\n"
-     "      the prompts requests computed, matched at admission (the last prompt token is always\n"
-     "      computed), inserted after every prefill chunk and at release, unlocked nodes kept\n"
-     "      (evictable) and evicted whole, least recently used leaf first, only for room.\n",
-     "page=1", make_radix},
-};
+}  // namespace
+
+extern constinit const AllocatorKind kPagedKind{
+    "paged", "paged[:block=16][,prefix-caching=off|on]",
+    "      vLLM PagedAttention: fixed blocks of `block` positions from one pool, a block table\n"
+    "      per sequence, the n samples of a request sharing the prompt's full blocks\n"
+    "      copy-on-write. Sliding-window layers are stored like full attention.\n"
+    "      prefix-caching=on: vLLM's automatic prefix caching. Full prompt blocks are kept\n"
+    "      by their prefix hashes after release (evictable, least recently freed first) and\n"
+    "      reused by later requests with the same prefix; under a budget every other full\n"
+    "      block (generated tokens) is kept too, for its own request after a preemption.\n",
+    "block=16", make_paged};
+
+extern constinit const AllocatorKind kSlidingWindowKind{
+    "sliding-window", "sliding-window[:block=16][,prefix-caching=off|on]",
+    "      paged, and blocks that fall wholly behind a sliding-window group's window are freed\n"
+    "      as the sequence advances (vLLM's hybrid allocator); full-attention groups keep all.\n"
+    "      prefix-caching=on: vLLM's hybrid prefix caching rules (a sliding group needs only\n"
+    "      the blocks of one window before a hit's end cached; freed blocks stay cached).\n"
+    "      Under a budget, groups of different windows draw on one free queue, as in vLLM.\n",
+    "block=16", make_sliding_window};
+
+extern constinit const AllocatorKind kDenseStaticKind{
+    "dense-static", "dense-static[:reserve=max-model-len|max-tokens|pow2|pow2-output|oracle][,placement=none|first-fit|buddy]",
+    "      each sample reserves a fixed row at admission: the model's maximum length (default),\n"
+    "      prompt + max_tokens, the next power of two of its final length, the prompt plus its\n"
+    "      output rounded up to a power of two (pow2-output, the vLLM paper's Orca (Pow2)), or\n"
+    "      its true final length; no row passes the maximum length. Sliding-window groups\n"
+    "      hold min(W, row) as a ring (Hugging Face StaticCache). placement=first-fit|buddy\n"
+    "      (under a budget): each request's reservation is one contiguous extent in an arena\n"
+    "      the size of the budget, so it can fail with room free (external fragmentation);\n"
+    "      none (default) only counts bytes.\n",
+    "reserve=max-model-len", make_dense_static};
+
+extern constinit const AllocatorKind kDynamicKind{
+    "dynamic", "dynamic[:growth=double|exact|chunk][,chunk=256][,arena=BYTES]",
+    "      a contiguous buffer per sample and layer group that grows (by doubling, exactly, or\n"
+    "      by chunks of `chunk` positions; growth=chunk=N for short) and is copied on growth,\n"
+    "      placed first-fit in one arena (Hugging Face DynamicCache). arena bounds the arena\n"
+    "      (default unbounded; at most the budget) and the run with it, as a budget does.\n",
+    "growth=double", make_dynamic};
+
+namespace {
 
 bool is_kind(std::string_view text) { return find_allocator_kind(text.substr(0, text.find(':'))) != nullptr; }
 
 }  // namespace
 
-std::span<const AllocatorKind> allocator_kinds() { return kKinds; }
+std::span<const AllocatorKind> allocator_kinds() {
+#define KVSIM_KIND_VALUE(kind) kind,
+  static const AllocatorKind kinds[] = {KVSIM_ALLOCATOR_KINDS(KVSIM_KIND_VALUE)};
+#undef KVSIM_KIND_VALUE
+  return kinds;
+}
 
 const AllocatorKind* find_allocator_kind(std::string_view name) {
-  for (const AllocatorKind& kind : kKinds) {
+  for (const AllocatorKind& kind : allocator_kinds()) {
     if (kind.name == name) return &kind;
   }
   return nullptr;

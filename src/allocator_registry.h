@@ -5,10 +5,11 @@
 // A kind missing from the table is unknown everywhere (an InputError listing the known
 // ones); there is no default kind to fall back to.
 //
-// To add a kind: write its allocator (a .cc file in src/, listed in src/CMakeLists.txt, with a
-// header only if other files need the class), a factory function reading its parameters
-// through AllocatorParams, declared or included in allocator_factory.cc, and one row in its
-// kKinds table (docs/architecture.md has the rules).
+// To add a kind: one file in src/ (the build compiles every .cc there) holding its allocator,
+// a factory reading its parameters through AllocatorParams, and its AllocatorKind, defined
+// `extern constinit const AllocatorKind kNameKind{...}` in namespace kvsim::detail (as
+// radix_allocator.cc defines kRadixKind); then one line, KIND(kNameKind), in
+// KVSIM_ALLOCATOR_KINDS in allocator_factory.cc (docs/architecture.md has the rules).
 #ifndef KVSIM_SRC_ALLOCATOR_REGISTRY_H_
 #define KVSIM_SRC_ALLOCATOR_REGISTRY_H_
 

@@ -437,11 +437,25 @@ void RadixAllocator::check_invariants() const {
   check(capacity_bytes_ == 0 || own_pages_ + tree_pages_ <= capacity_pages_, "radix: more pages than the pool holds");
 }
 
+namespace {
+
 std::unique_ptr<Allocator> make_radix(AllocatorParams& p, const KvLayout& layout, const AllocatorLimits& limits) {
   RadixAllocatorOptions o;
   o.page_tokens = p.positive("page", o.page_tokens);
   o.capacity_bytes = limits.capacity_bytes;
   return std::make_unique<RadixAllocator>(layout, o);
 }
+
+}  // namespace
+
+// "radix[:page=1]": its row of the allocator registry (KVSIM_ALLOCATOR_KINDS in
+// allocator_factory.cc names it).
+extern constinit const AllocatorKind kRadixKind{
+    "radix", "radix[:page=1]",
+    "      SGLang's radix cache: a token pool (pages of `page` positions) under a radix tree of\n"
+    "      the prompts requests computed, matched at admission (the last prompt token is always\n"
+    "      computed), inserted after every prefill chunk and at release, unlocked nodes kept\n"
+    "      (evictable) and evicted whole, least recently used leaf first, only for room.\n",
+    "page=1", make_radix};
 
 }  // namespace kvsim::detail

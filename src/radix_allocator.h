@@ -54,8 +54,6 @@ struct RadixAllocatorOptions {
   std::int64_t capacity_bytes = 0;  // 0 = unbounded
 };
 
-class AllocatorParams;
-
 class RadixAllocator final : public Allocator {
  public:
   RadixAllocator(const KvLayout& layout, const RadixAllocatorOptions& options);
@@ -154,9 +152,6 @@ class RadixAllocator final : public Allocator {
   std::int64_t high_water_pages_ = 0;
   std::int64_t evicted_pages_ = 0;
 };
-
-// The registry's factory for "radix[:page=1]" (allocator_factory.cc).
-std::unique_ptr<Allocator> make_radix(AllocatorParams& p, const KvLayout& layout, const AllocatorLimits& limits);
 
 }  // namespace kvsim::detail
 

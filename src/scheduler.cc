@@ -9,25 +9,21 @@
 
 namespace kvsim::detail {
 
-// One line per policy: its name, its --help text, whether it swaps, its factory (defined in
-// its own file, scheduler_NAME.cc).
-std::unique_ptr<Scheduler> make_vllm_scheduler(const EngineView& engine);
-std::unique_ptr<Scheduler> make_reserve_scheduler(const EngineView& engine);
-std::unique_ptr<Scheduler> make_sglang_scheduler(const EngineView& engine);
-std::unique_ptr<Scheduler> make_max_utilization_scheduler(const EngineView& engine);
+// The registry: one line per policy, in the order --help lists them. Each names a
+// SchedulerEntry (its name, its --help line, whether --preemption swap applies, its factory)
+// defined `extern constinit const` in the policy's own file, scheduler_NAME.cc. Append a new policy
+// last: the engine fuzzer picks policies()[u16 % count], so the stored findings keep theirs.
+#define KVSIM_POLICIES(POLICY) \
+  POLICY(kVllmPolicy)          \
+  POLICY(kReservePolicy)       \
+  POLICY(kSglangPolicy)        \
+  POLICY(kMaxUtilizationPolicy)
+
+#define KVSIM_DECLARE_POLICY(policy) extern const SchedulerEntry policy;
+KVSIM_POLICIES(KVSIM_DECLARE_POLICY)
+#undef KVSIM_DECLARE_POLICY
 
 namespace {
-
-constexpr SchedulerEntry kSchedulers[] = {
-    {"vllm", "admit while the next chunk fits above the watermark, preempt the newest when a running request "
-             "cannot grow", true, make_vllm_scheduler},
-    {"reserve", "TensorRT-LLM's guaranteed-no-evict: admit only when prompt + max_tokens fits, never preempt", false,
-     make_reserve_scheduler},
-    {"sglang", "admit against an adaptive estimate of future tokens, retract the request with the fewest generated "
-               "tokens", false, make_sglang_scheduler},
-    {"max-utilization", "TensorRT-LLM's MAX_UTILIZATION: admit while the next chunk fits, pause the last started "
-                        "request when a running one cannot grow", false, make_max_utilization_scheduler},
-};
 
 // Without a budget nothing is refused and nothing is preempted.
 class DemandScheduler final : public Scheduler {
@@ -40,14 +36,20 @@ class DemandScheduler final : public Scheduler {
 
 }  // namespace
 
-std::span<const SchedulerEntry> scheduler_registry() { return kSchedulers; }
+std::span<const SchedulerEntry> scheduler_registry() {
+#define KVSIM_POLICY_VALUE(policy) policy,
+  static const SchedulerEntry entries[] = {KVSIM_POLICIES(KVSIM_POLICY_VALUE)};
+#undef KVSIM_POLICY_VALUE
+  return entries;
+}
 
 const SchedulerEntry& find_scheduler(std::string_view name, std::string_view field) {
+  const std::span<const SchedulerEntry> all = scheduler_registry();
   std::string known;
-  for (std::size_t i = 0; i < std::size(kSchedulers); ++i) {
-    if (kSchedulers[i].name == name) return kSchedulers[i];
-    known += i == 0 ? "" : i + 1 == std::size(kSchedulers) ? " or " : ", ";
-    known += kSchedulers[i].name;
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    if (all[i].name == name) return all[i];
+    known += i == 0 ? "" : i + 1 == all.size() ? " or " : ", ";
+    known += all[i].name;
   }
   throw InputError(Location{"", 0, std::string(field)}, "expected " + known + ", got \"" + std::string(name) + "\"");
 }

@@ -12,9 +12,9 @@
 //   on_*(), end_step()  notifications that keep the policy's own books
 //
 // Without a memory budget nothing is ever refused, and the engine uses the demand scheduler
-// (admit everything, never preempt). Each policy is one file (scheduler_*.cc), registered by
-// three edits: its factory's declaration and a row of kSchedulers in scheduler.cc, and the
-// file in src/CMakeLists.txt; docs/architecture.md has the checklist.
+// (admit everything, never preempt). Each policy is one file (scheduler_*.cc) that defines
+// its class, its factory and its SchedulerEntry, registered by one line of KVSIM_POLICIES in
+// scheduler.cc; docs/architecture.md has the checklist.
 #ifndef KVSIM_SRC_SCHEDULER_H_
 #define KVSIM_SRC_SCHEDULER_H_
 
@@ -131,7 +131,8 @@ class Scheduler {
   virtual std::int64_t next_event_tokens(const Flight& /*f*/, std::int64_t /*tokens*/) const { return Allocator::kNoEvent; }
 };
 
-// A registered policy: `--policy NAME`.
+// A registered policy: `--policy NAME`. Each is defined `extern constinit const` in its own
+// file and named by one line of KVSIM_POLICIES (scheduler.cc).
 struct SchedulerEntry {
   std::string_view name;            // "vllm"
   std::string_view help;            // one line for --help

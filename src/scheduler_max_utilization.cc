@@ -32,10 +32,15 @@ class MaxUtilizationScheduler final : public Scheduler {
   }
 };
 
-}  // namespace
-
 std::unique_ptr<Scheduler> make_max_utilization_scheduler(const EngineView&) {
   return std::make_unique<MaxUtilizationScheduler>();
 }
+
+}  // namespace
+
+// "--policy max-utilization": its row of the policy registry (KVSIM_POLICIES in scheduler.cc names it).
+extern constinit const SchedulerEntry kMaxUtilizationPolicy{
+    "max-utilization", "TensorRT-LLM's MAX_UTILIZATION: admit while the next chunk fits, pause the last started "
+    "request when a running one cannot grow", false, make_max_utilization_scheduler};
 
 }  // namespace kvsim::detail

@@ -45,8 +45,13 @@ class ReserveScheduler final : public Scheduler {
   std::int64_t planned_sum_ = 0;
 };
 
+std::unique_ptr<Scheduler> make_reserve_scheduler(const EngineView&) { return std::make_unique<ReserveScheduler>(); }
+
 }  // namespace
 
-std::unique_ptr<Scheduler> make_reserve_scheduler(const EngineView&) { return std::make_unique<ReserveScheduler>(); }
+// "--policy reserve": its row of the policy registry (KVSIM_POLICIES in scheduler.cc names it).
+extern constinit const SchedulerEntry kReservePolicy{
+    "reserve", "TensorRT-LLM's guaranteed-no-evict: admit only when prompt + max_tokens fits, never preempt", false,
+    make_reserve_scheduler};
 
 }  // namespace kvsim::detail

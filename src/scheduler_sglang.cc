@@ -176,10 +176,15 @@ class SglangScheduler final : public Scheduler {
   std::int64_t clip_slope_ = 0;
 };
 
-}  // namespace
-
 std::unique_ptr<Scheduler> make_sglang_scheduler(const EngineView& engine) {
   return std::make_unique<SglangScheduler>(engine);
 }
+
+}  // namespace
+
+// "--policy sglang": its row of the policy registry (KVSIM_POLICIES in scheduler.cc names it).
+extern constinit const SchedulerEntry kSglangPolicy{
+    "sglang", "admit against an adaptive estimate of future tokens, retract the request with the fewest generated "
+    "tokens", false, make_sglang_scheduler};
 
 }  // namespace kvsim::detail

@@ -92,10 +92,15 @@ class VllmScheduler final : public Scheduler {
   std::int64_t watermark_bytes_;
 };
 
-}  // namespace
-
 std::unique_ptr<Scheduler> make_vllm_scheduler(const EngineView& engine) {
   return std::make_unique<VllmScheduler>(engine);
 }
+
+}  // namespace
+
+// "--policy vllm": its row of the policy registry (KVSIM_POLICIES in scheduler.cc names it).
+extern constinit const SchedulerEntry kVllmPolicy{
+    "vllm", "admit while the next chunk fits above the watermark, preempt the newest when a running request "
+    "cannot grow", true, make_vllm_scheduler};
 
 }  // namespace kvsim::detail

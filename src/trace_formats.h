@@ -12,8 +12,7 @@
 // or the predicates exclude each other (Mooncake's yields to token-id fields).
 //
 // To add a format: a TraceFormat enumerator (include/kvsim/trace.h), its reader and a
-// make_*_reader() factory (a src/trace_*.cc file listed in src/CMakeLists.txt, declared in
-// trace_read.h), one row in trace_formats() (trace.cc), seed inputs in
+// make_*_reader() factory (in a src/trace_*.cc file, declared in trace_read.h), one row in trace_formats() (trace.cc), seed inputs in
 // fuzz/corpus/trace_<name, '-' as '_'>/ (its fuzz target), and rows in
 // tests/cli_bad_input_test.cc for its malformed examples (docs/architecture.md).
 #ifndef KVSIM_SRC_TRACE_FORMATS_H_
