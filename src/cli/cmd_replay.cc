@@ -200,11 +200,12 @@ po::options_description replay_option_descriptions(bool with_outputs, bool with_
       (option_key(kOptRateScale), po::value<std::string>(),
        "divide arrival times (from time 0) by X, to the nearest ns: 2 doubles the load (docs/replay.md)");
   po::options_description output_opts("Output");
+  output_opts.add_options()("json", "print everything as JSON instead of the table");
+  for (const ReportOutput& output : report_outputs()) {
+    output_opts.add_options()(std::string(output.option).c_str(), po::value<std::string>(),
+                              std::string(output.help).c_str());
+  }
   output_opts.add_options()
-      ("json", "print everything as JSON instead of the table")
-      ("csv", po::value<std::string>(),
-       "also write one CSV row per allocator to this file ('-' for any of these files: standard output, in place of "
-       "the table; one of them at most)")
       ("timeline", po::value<std::string>(),
        "write occupancy over time to this CSV file (columns named with units); one engine's, so not with --replicas, "
        "as --html and --per-request")
@@ -605,10 +606,14 @@ ReplayPlan plan_replay(const po::variables_map& vm, bool open_trace_now) {
   plan.jobs = std::min(plan.jobs, plan.allocators.size());
 
   plan.timeline_path = option_text(vm, "timeline");
-  plan.csv_path = option_text(vm, "csv");
   std::vector<std::pair<std::string, std::string>> outputs;
   if (plan.timeline_path) outputs.emplace_back("--timeline", *plan.timeline_path);
-  if (plan.csv_path) outputs.emplace_back("--csv", *plan.csv_path);
+  for (const ReportOutput& output : report_outputs()) {
+    if (const auto path = option_text(vm, std::string(output.option).c_str())) {
+      plan.report_files.emplace_back(&output, *path);
+      outputs.emplace_back("--" + std::string(output.option), *path);
+    }
+  }
   plan.per_request_path = option_text(vm, "per-request");
   if (plan.per_request_path) outputs.emplace_back("--per-request", *plan.per_request_path);
   plan.html_path = option_text(vm, "html");
@@ -833,7 +838,7 @@ void render(const ReplayPlan& plan, const TimelineScratch& scratch, const std::v
   if (ro.cuda_graph_max_tokens > 0) {
     context.scheduler += fmt::format(", CUDA graphs up to {} tokens", with_commas(cuda_graph_largest(ro.cuda_graph_max_tokens)));
   }
-  if (plan.csv_path) write_output_file(*plan.csv_path, replay_csv(reports), inputs);
+  for (const auto& [output, path] : plan.report_files) write_output_file(path, output->render(context, reports), inputs);
   if (plan.html_path) write_output_file(*plan.html_path, replay_html(context, reports, std::move(html_runs)), inputs);
   if (plan.json) write_stdout(replay_json(context, reports));
   else if (plan.table_on_stdout) write_stdout(replay_table(context, reports));

@@ -863,6 +863,35 @@ std::string replay_csv(const std::vector<ReplayReport>& reports) {
   return out;
 }
 
+namespace {
+
+std::string render_csv(const ReplayContext&, const std::vector<ReplayReport>& reports) { return replay_csv(reports); }
+
+}  // namespace
+
+extern constinit const ReportOutput kCsvOutput{
+    "csv",
+    "also write one CSV row per allocator to this file ('-' for any of these files: standard output, in place of "
+    "the table; one of them at most)",
+    render_csv};
+
+// The registry: one line per output, in the order `kvsim replay --help` lists them (after
+// --json). Each names a ReportOutput defined `extern constinit const` (seen from here, and set
+// before any code runs): --csv's above, a new one in its own file in cli/.
+#define KVSIM_REPORT_OUTPUTS(OUTPUT) \
+  OUTPUT(kCsvOutput)
+
+#define KVSIM_DECLARE_OUTPUT(output) extern const ReportOutput output;
+KVSIM_REPORT_OUTPUTS(KVSIM_DECLARE_OUTPUT)
+#undef KVSIM_DECLARE_OUTPUT
+
+std::span<const ReportOutput> report_outputs() {
+#define KVSIM_OUTPUT_VALUE(output) output,
+  static const ReportOutput outputs[] = {KVSIM_REPORT_OUTPUTS(KVSIM_OUTPUT_VALUE)};
+#undef KVSIM_OUTPUT_VALUE
+  return outputs;
+}
+
 std::string replay_html(const ReplayContext& c, const std::vector<ReplayReport>& reports, std::vector<HtmlRun> runs) {
   HtmlPage page;
   page.title = "kvsim replay " + c.trace;

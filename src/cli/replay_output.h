@@ -6,7 +6,9 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "html_report.h"
@@ -56,6 +58,20 @@ std::vector<std::string> run_warnings(const KvLayout& layout, const ReplayReport
 void print_warnings(const ReplayContext& context, const std::vector<ReplayReport>& reports);
 // One header line and one row per allocator, flat columns named with their units.
 std::string replay_csv(const std::vector<ReplayReport>& reports);
+
+// The output registry: a file `kvsim replay` writes from the finished runs' reports, as
+// `--csv FILE` does. `replay` offers each as an option taking a path ('-': standard output, in
+// place of the table), refuses it over an input or another output, and writes what `render`
+// returns once every run is done. An output is defined, `extern constinit const`, in its own
+// file in cli/ (or beside its renderer), and named by one line of KVSIM_REPORT_OUTPUTS in
+// replay_output.cc (docs/architecture.md, "an output").
+struct ReportOutput {
+  std::string_view option;  // "csv": --csv FILE
+  std::string_view help;    // the option's line in `kvsim replay --help`
+  std::string (*render)(const ReplayContext& context, const std::vector<ReplayReport>& reports);
+};
+// Every registered output, in the order `kvsim replay --help` lists them.
+std::span<const ReportOutput> report_outputs();
 // The CSV's optional columns, present on every row of a file when any run has them: the
 // external fragmentation bytes of placed reservations, the prefix cache's figures. A file
 // whose rows come from several replays (kvsim sweep) decides them for all of them at once.

@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "cli.h"
@@ -20,6 +21,8 @@
 #include "model_options.h"
 
 namespace kvsim::cli {
+
+struct ReportOutput;  // replay_output.h: a registered output file (--csv, ...)
 
 // The device the roofline times steps on when neither a budget's device nor --timing-device
 // names one.
@@ -41,7 +44,8 @@ struct ReplayPlan {
   std::vector<std::vector<std::unique_ptr<Allocator>>> replica_allocators;
   std::size_t jobs = 1;
   std::optional<std::string> timeline_path;
-  std::optional<std::string> csv_path;
+  // The registered report outputs asked for (--csv FILE, ...), in registry order, with their paths.
+  std::vector<std::pair<const ReportOutput*, std::string>> report_files;
   std::optional<std::string> per_request_path;
   std::optional<std::string> html_path;       // --html
   bool json = false;
