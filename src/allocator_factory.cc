@@ -50,21 +50,11 @@ void AllocatorParams::finish() const {
   }
 }
 
-// The registry: one line per kind, in the order --help lists them. Each names an
-// AllocatorKind defined `extern constinit const` in namespace kvsim::detail (seen from the
-// other files, and set before any code runs): the four built-in kinds below, whose factories
-// share this file's code, and a kind in a file of its own beside its allocator
-// (radix_allocator.cc; docs/architecture.md, "an allocator").
-#define KVSIM_ALLOCATOR_KINDS(KIND) \
-  KIND(kPagedKind)                  \
-  KIND(kSlidingWindowKind)          \
-  KIND(kDenseStaticKind)            \
-  KIND(kDynamicKind)                \
-  KIND(kRadixKind)
-
-#define KVSIM_DECLARE_KIND(kind) extern const AllocatorKind kind;
-KVSIM_ALLOCATOR_KINDS(KVSIM_DECLARE_KIND)
-#undef KVSIM_DECLARE_KIND
+// The registry, allocator_kinds.def: one line per kind, naming an AllocatorKind defined
+// `extern constinit const` (seen from here, and set before any code runs). Declared here.
+#define KVSIM_ALLOCATOR_KIND(kind) extern const AllocatorKind kind;
+#include "allocator_kinds.def"
+#undef KVSIM_ALLOCATOR_KIND
 
 namespace {
 
@@ -222,9 +212,11 @@ bool is_kind(std::string_view text) { return find_allocator_kind(text.substr(0, 
 }  // namespace
 
 std::span<const AllocatorKind> allocator_kinds() {
-#define KVSIM_KIND_VALUE(kind) kind,
-  static const AllocatorKind kinds[] = {KVSIM_ALLOCATOR_KINDS(KVSIM_KIND_VALUE)};
-#undef KVSIM_KIND_VALUE
+  static const AllocatorKind kinds[] = {
+#define KVSIM_ALLOCATOR_KIND(kind) kind,
+#include "allocator_kinds.def"
+#undef KVSIM_ALLOCATOR_KIND
+  };
   return kinds;
 }
 

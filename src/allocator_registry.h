@@ -8,8 +8,8 @@
 // To add a kind: one file in src/ (the build compiles every .cc there) holding its allocator,
 // a factory reading its parameters through AllocatorParams, and its AllocatorKind, defined
 // `extern constinit const AllocatorKind kNameKind{...}` in namespace kvsim::detail (as
-// radix_allocator.cc defines kRadixKind); then one line, KIND(kNameKind), in
-// KVSIM_ALLOCATOR_KINDS in allocator_factory.cc (docs/architecture.md has the rules).
+// radix_allocator.cc defines kRadixKind); then one line, KVSIM_ALLOCATOR_KIND(kNameKind), in
+// allocator_kinds.def (docs/architecture.md has the rules).
 #ifndef KVSIM_SRC_ALLOCATOR_REGISTRY_H_
 #define KVSIM_SRC_ALLOCATOR_REGISTRY_H_
 

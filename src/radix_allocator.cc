@@ -448,8 +448,7 @@ std::unique_ptr<Allocator> make_radix(AllocatorParams& p, const KvLayout& layout
 
 }  // namespace
 
-// "radix[:page=1]": its row of the allocator registry (KVSIM_ALLOCATOR_KINDS in
-// allocator_factory.cc names it).
+// "radix[:page=1]": its row of the allocator registry (allocator_kinds.def names it).
 extern constinit const AllocatorKind kRadixKind{
     "radix", "radix[:page=1]",
     "      SGLang's radix cache: a token pool (pages of `page` positions) under a radix tree of\n"

@@ -9,19 +9,11 @@
 
 namespace kvsim::detail {
 
-// The registry: one line per policy, in the order --help lists them. Each names a
-// SchedulerEntry (its name, its --help line, whether --preemption swap applies, its factory)
-// defined `extern constinit const` in the policy's own file, scheduler_NAME.cc. Append a new policy
-// last: the engine fuzzer picks policies()[u16 % count], so the stored findings keep theirs.
-#define KVSIM_POLICIES(POLICY) \
-  POLICY(kVllmPolicy)          \
-  POLICY(kReservePolicy)       \
-  POLICY(kSglangPolicy)        \
-  POLICY(kMaxUtilizationPolicy)
-
-#define KVSIM_DECLARE_POLICY(policy) extern const SchedulerEntry policy;
-KVSIM_POLICIES(KVSIM_DECLARE_POLICY)
-#undef KVSIM_DECLARE_POLICY
+// The registry, policies.def: one line per policy, naming a SchedulerEntry defined
+// `extern constinit const` in the policy's own file. Declared here.
+#define KVSIM_POLICY(policy) extern const SchedulerEntry policy;
+#include "policies.def"
+#undef KVSIM_POLICY
 
 namespace {
 
@@ -37,9 +29,11 @@ class DemandScheduler final : public Scheduler {
 }  // namespace
 
 std::span<const SchedulerEntry> scheduler_registry() {
-#define KVSIM_POLICY_VALUE(policy) policy,
-  static const SchedulerEntry entries[] = {KVSIM_POLICIES(KVSIM_POLICY_VALUE)};
-#undef KVSIM_POLICY_VALUE
+  static const SchedulerEntry entries[] = {
+#define KVSIM_POLICY(policy) policy,
+#include "policies.def"
+#undef KVSIM_POLICY
+  };
   return entries;
 }
 

@@ -13,8 +13,8 @@
 //
 // Without a memory budget nothing is ever refused, and the engine uses the demand scheduler
 // (admit everything, never preempt). Each policy is one file (scheduler_*.cc) that defines
-// its class, its factory and its SchedulerEntry, registered by one line of KVSIM_POLICIES in
-// scheduler.cc; docs/architecture.md has the checklist.
+// its class, its factory and its SchedulerEntry, registered by one line of policies.def;
+// docs/architecture.md has the checklist.
 #ifndef KVSIM_SRC_SCHEDULER_H_
 #define KVSIM_SRC_SCHEDULER_H_
 
@@ -132,7 +132,7 @@ class Scheduler {
 };
 
 // A registered policy: `--policy NAME`. Each is defined `extern constinit const` in its own
-// file and named by one line of KVSIM_POLICIES (scheduler.cc).
+// file and named by one line of policies.def.
 struct SchedulerEntry {
   std::string_view name;            // "vllm"
   std::string_view help;            // one line for --help

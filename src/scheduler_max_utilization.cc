@@ -38,7 +38,7 @@ std::unique_ptr<Scheduler> make_max_utilization_scheduler(const EngineView&) {
 
 }  // namespace
 
-// "--policy max-utilization": its row of the policy registry (KVSIM_POLICIES in scheduler.cc names it).
+// "--policy max-utilization": its row of the policy registry (policies.def names it).
 extern constinit const SchedulerEntry kMaxUtilizationPolicy{
     "max-utilization", "TensorRT-LLM's MAX_UTILIZATION: admit while the next chunk fits, pause the last started "
     "request when a running one cannot grow", false, make_max_utilization_scheduler};

@@ -49,7 +49,7 @@ std::unique_ptr<Scheduler> make_reserve_scheduler(const EngineView&) { return st
 
 }  // namespace
 
-// "--policy reserve": its row of the policy registry (KVSIM_POLICIES in scheduler.cc names it).
+// "--policy reserve": its row of the policy registry (policies.def names it).
 extern constinit const SchedulerEntry kReservePolicy{
     "reserve", "TensorRT-LLM's guaranteed-no-evict: admit only when prompt + max_tokens fits, never preempt", false,
     make_reserve_scheduler};

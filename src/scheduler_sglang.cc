@@ -182,7 +182,7 @@ std::unique_ptr<Scheduler> make_sglang_scheduler(const EngineView& engine) {
 
 }  // namespace
 
-// "--policy sglang": its row of the policy registry (KVSIM_POLICIES in scheduler.cc names it).
+// "--policy sglang": its row of the policy registry (policies.def names it).
 extern constinit const SchedulerEntry kSglangPolicy{
     "sglang", "admit against an adaptive estimate of future tokens, retract the request with the fewest generated "
     "tokens", false, make_sglang_scheduler};

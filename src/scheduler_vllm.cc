@@ -98,7 +98,7 @@ std::unique_ptr<Scheduler> make_vllm_scheduler(const EngineView& engine) {
 
 }  // namespace
 
-// "--policy vllm": its row of the policy registry (KVSIM_POLICIES in scheduler.cc names it).
+// "--policy vllm": its row of the policy registry (policies.def names it).
 extern constinit const SchedulerEntry kVllmPolicy{
     "vllm", "admit while the next chunk fits above the watermark, preempt the newest when a running request "
     "cannot grow", true, make_vllm_scheduler};

@@ -875,20 +875,19 @@ extern constinit const ReportOutput kCsvOutput{
     "the table; one of them at most)",
     render_csv};
 
-// The registry: one line per output, in the order `kvsim replay --help` lists them (after
-// --json). Each names a ReportOutput defined `extern constinit const` (seen from here, and set
-// before any code runs): --csv's above, a new one in its own file in cli/.
-#define KVSIM_REPORT_OUTPUTS(OUTPUT) \
-  OUTPUT(kCsvOutput)
-
-#define KVSIM_DECLARE_OUTPUT(output) extern const ReportOutput output;
-KVSIM_REPORT_OUTPUTS(KVSIM_DECLARE_OUTPUT)
-#undef KVSIM_DECLARE_OUTPUT
+// The registry, report_outputs.def: one line per output, naming a ReportOutput defined
+// `extern constinit const` (seen from here, and set before any code runs): --csv's above, a
+// new one in its own file in cli/. Declared here.
+#define KVSIM_REPORT_OUTPUT(output) extern const ReportOutput output;
+#include "report_outputs.def"
+#undef KVSIM_REPORT_OUTPUT
 
 std::span<const ReportOutput> report_outputs() {
-#define KVSIM_OUTPUT_VALUE(output) output,
-  static const ReportOutput outputs[] = {KVSIM_REPORT_OUTPUTS(KVSIM_OUTPUT_VALUE)};
-#undef KVSIM_OUTPUT_VALUE
+  static const ReportOutput outputs[] = {
+#define KVSIM_REPORT_OUTPUT(output) output,
+#include "report_outputs.def"
+#undef KVSIM_REPORT_OUTPUT
+  };
   return outputs;
 }
 

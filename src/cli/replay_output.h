@@ -63,8 +63,8 @@ std::string replay_csv(const std::vector<ReplayReport>& reports);
 // `--csv FILE` does. `replay` offers each as an option taking a path ('-': standard output, in
 // place of the table), refuses it over an input or another output, and writes what `render`
 // returns once every run is done. An output is defined, `extern constinit const`, in its own
-// file in cli/ (or beside its renderer), and named by one line of KVSIM_REPORT_OUTPUTS in
-// replay_output.cc (docs/architecture.md, "an output").
+// file in cli/ (or beside its renderer), and named by one line of report_outputs.def
+// (docs/architecture.md, "an output").
 struct ReportOutput {
   std::string_view option;  // "csv": --csv FILE
   std::string_view help;    // the option's line in `kvsim replay --help`
