@@ -106,12 +106,15 @@ inline EngineCase decode_engine_case(const std::uint8_t* data, std::size_t size)
   // these is choice 6 and on, built by its bare name, so that the registry's every kind is
   // fuzzed without a line here (and the findings still pick theirs, below 5 modulo any count).
   static constexpr std::string_view kWithParameters[] = {"paged", "sliding-window", "dense-static", "dynamic", "radix"};
-  std::vector<std::string> others;
-  for (const auto& kind : kvsim::detail::allocator_kinds()) {
-    if (std::find(std::begin(kWithParameters), std::end(kWithParameters), kind.name) == std::end(kWithParameters)) {
-      others.push_back(kvsim::detail::default_spec(kind));
+  static const std::vector<std::string> others = [] {  // the registry does not change: once
+    std::vector<std::string> out;
+    for (const auto& kind : kvsim::detail::allocator_kinds()) {
+      if (std::find(std::begin(kWithParameters), std::end(kWithParameters), kind.name) == std::end(kWithParameters)) {
+        out.push_back(kvsim::detail::default_spec(kind));
+      }
     }
-  }
+    return out;
+  }();
   const std::uint32_t choice = in.below(static_cast<std::uint32_t>(6 + others.size()));
   if (choice >= 6) {
     c.allocator = others[choice - 6];

@@ -100,8 +100,7 @@ double share(std::int64_t part, std::int64_t whole) {
 }
 
 std::string table(const MeasuredRun& run, const Calibration& c, const ReplayFindings& f) {
-  std::string out = fmt::format("calibration of {} ({}, vLLM {})\n", run.dir, run.model,
-                                run.vllm_version.empty() ? std::string("version not recorded") : run.vllm_version);
+  std::string out = fmt::format("calibration of {} ({}, vLLM {})\n", run.dir, run.model, vllm_version_text(run));
   out += fmt::format("ticks fitted: {} of {} (busy for the whole {} s tick), summed {} to an equation\n",
                      c.ticks.size(), c.ticks_in_run, c.tick_s, c.block_ticks);
   if (run.untimed_requests > 0) {

@@ -266,8 +266,7 @@ std::vector<std::string> warnings_of(const RunReplay& replayed, const Result& r)
 
 std::string table(const MeasuredRun& run, const ReplayPlan& plan, const std::string& budget_source, const ReplayReport& report,
                   const Result& r, const std::vector<std::string>& warnings) {
-  std::string out = fmt::format("validation of {} ({}, vLLM {})\n", run.dir, run.model,
-                                run.vllm_version.empty() ? std::string("version not recorded") : run.vllm_version);
+  std::string out = fmt::format("validation of {} ({}, vLLM {})\n", run.dir, run.model, vllm_version_text(run));
   out += fmt::format("workload {}: {} requests, {} completed in the simulation, {} preemptions\n", plan.trace_path,
                      r.requests, r.completed, r.preemptions);
   out += fmt::format("kvsim: model {} (tp {}{}), {}, cost {}\n", plan.choice.model.name, plan.choice.kv.tensor_parallel,

@@ -271,6 +271,10 @@ StartupPool vllm_startup_pool(const po::variables_map& vm, const MeasuredRun& ru
 
 }  // namespace
 
+std::string vllm_version_text(const MeasuredRun& run) {
+  return run.vllm_version.empty() ? std::string("version not recorded") : run.vllm_version;
+}
+
 std::int64_t run_cuda_graph_max_tokens(const MeasuredRun& run, const po::variables_map& vm) {
   const bool on = given(vm, option_key(kOptCudaGraphs)) ? on_off(vm, kOptCudaGraphs)
                                                       : run_vllm_version_defaults(run, vm).cuda_graphs && !run.enforce_eager;

@@ -39,6 +39,10 @@ std::optional<std::string> parse_run_command(const Invocation& inv, const Comman
 // --reserve or --params). `usage` ends usage errors.
 std::string apply_run_settings(po::variables_map& vm, const MeasuredRun& run, const std::string& usage);
 
+// The run's vLLM version as validate's and calibrate's headers give it: meta.json's, or
+// "version not recorded".
+std::string vllm_version_text(const MeasuredRun& run);
+
 // The largest step `run`'s engine ran as a CUDA graph (kvsim/cost_model.h
 // cuda_graph_max_tokens), as validate replays it: vLLM 0.19 and later, unless enforce_eager or
 // `vm` gives --cuda-graphs off (on, given, also for older versions); 0 for none.
