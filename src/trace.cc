@@ -13,7 +13,6 @@
 #include "kvsim/units.h"
 #include "decimal.h"
 #include "trace_formats.h"
-#include "trace_native.h"
 #include "trace_read.h"
 
 namespace kvsim {
@@ -224,69 +223,6 @@ class LoadScaleReader final : public TraceReader {
   bool done_ = false;
 };
 
-bool has(const std::vector<std::string>& names, std::string_view name) {
-  return std::find(names.begin(), names.end(), name) != names.end();
-}
-
-bool has_key(const nlohmann::json& record, const char* key) { return record.contains(key); }
-
-bool token_id_fields(const nlohmann::json& record) {
-  return has_key(record, "input_tok_ids") || has_key(record, "input_toks") || has_key(record, "arrival_time_ns");
-}
-
-// One row per format, in TraceFormat's order. Detection tries the rows of the first line's
-// syntax in this order, native last (trace_formats.h).
-constexpr detail::TraceFormatInfo kFormats[] = {
-    {TraceFormat::native_csv, "native-csv", detail::TraceSyntax::csv, true,
-     "native CSV (id,arrival,prompt_tokens,output_tokens,...)",
-     [](const detail::FirstRecord& first) {
-       return std::any_of(first.header->begin(), first.header->end(),
-                          [](const std::string& name) { return detail::native_field_index(name) >= 0; });
-     },
-     detail::make_native_csv_reader},
-    {TraceFormat::native_jsonl, "native-jsonl", detail::TraceSyntax::jsonl, true, "native JSONL (the same fields)",
-     [](const detail::FirstRecord& first) {
-       return has_key(*first.record, "arrival") || has_key(*first.record, "prompt_tokens");
-     },
-     detail::make_native_jsonl_reader},
-    {TraceFormat::azure, "azure", detail::TraceSyntax::csv, false, "Azure (TIMESTAMP,ContextTokens,GeneratedTokens)",
-     [](const detail::FirstRecord& first) {
-       return has(*first.header, "TIMESTAMP") && has(*first.header, "ContextTokens");
-     },
-     detail::make_azure_reader},
-    {TraceFormat::burstgpt, "burstgpt", detail::TraceSyntax::csv, false,
-     "BurstGPT (Timestamp,...,Request tokens,Response tokens,...)",
-     [](const detail::FirstRecord& first) {
-       return has(*first.header, "Timestamp") && has(*first.header, "Request tokens");
-     },
-     detail::make_burstgpt_reader},
-    // A record with token-id fields is a token-id record even when it has Mooncake's too.
-    {TraceFormat::mooncake, "mooncake", detail::TraceSyntax::jsonl, false,
-     "Mooncake JSONL (timestamp,input_length,output_length,hash_ids)",
-     [](const detail::FirstRecord& first) {
-       return (has_key(*first.record, "hash_ids") || has_key(*first.record, "input_length")) &&
-              !token_id_fields(*first.record);
-     },
-     detail::make_mooncake_reader},
-    // Before lengths: a Vidur header has num_prefill_tokens too.
-    {TraceFormat::vidur, "vidur", detail::TraceSyntax::csv, false,
-     "Vidur (arrived_at,num_prefill_tokens,num_decode_tokens)",
-     [](const detail::FirstRecord& first) { return has(*first.header, "arrived_at"); }, detail::make_vidur_reader},
-    // Before native: prompt_tokens and output_tokens without id or arrival are lengths only,
-    // which the native reader could not read.
-    {TraceFormat::lengths, "lengths", detail::TraceSyntax::csv, false,
-     "lengths only (num_prefill_tokens,num_decode_tokens, or prompt_tokens,output_tokens without id and arrival)",
-     [](const detail::FirstRecord& first) {
-       const auto& h = *first.header;
-       return has(h, "num_prefill_tokens") ||
-              (has(h, "prompt_tokens") && has(h, "output_tokens") && !has(h, "id") && !has(h, "arrival"));
-     },
-     detail::make_lengths_reader},
-    {TraceFormat::token_ids, "token-ids", detail::TraceSyntax::jsonl, false,
-     "token-id JSONL (input_toks,output_toks,arrival_time_ns,input_tok_ids)",
-     [](const detail::FirstRecord& first) { return token_id_fields(*first.record); }, detail::make_token_ids_reader},
-};
-
 constexpr std::string_view kAutomatic = "auto";
 
 // Every format and what identifies it, for messages: the native ones, then the CSV
@@ -297,11 +233,11 @@ std::string known_formats() {
     if (!out.empty()) out += ", ";
     out.append(f.summary);
   };
-  for (const auto& f : kFormats) {
+  for (const auto& f : detail::trace_formats()) {
     if (f.native) add(f);
   }
   for (const auto syntax : {detail::TraceSyntax::csv, detail::TraceSyntax::jsonl}) {
-    for (const auto& f : kFormats) {
+    for (const auto& f : detail::trace_formats()) {
       if (!f.native && f.syntax == syntax) add(f);
     }
   }
@@ -311,7 +247,7 @@ std::string known_formats() {
 // The format of a first line of `syntax`: the importers in table order, then the native one.
 const detail::TraceFormatInfo* detect(detail::TraceSyntax syntax, const detail::FirstRecord& first) {
   for (const bool native : {false, true}) {
-    for (const auto& f : kFormats) {
+    for (const auto& f : detail::trace_formats()) {
       if (f.syntax == syntax && f.native == native && f.detect(first)) return &f;
     }
   }
@@ -322,10 +258,26 @@ const detail::TraceFormatInfo* detect(detail::TraceSyntax syntax, const detail::
 
 namespace detail {
 
-std::span<const TraceFormatInfo> trace_formats() { return kFormats; }
+// The registry, kvsim/trace_formats.def: one line per format, naming a TraceFormatInfo
+// defined `extern constinit const` beside its reader (seen from here, and set before any
+// code runs). Declared here.
+#define KVSIM_TRACE_FORMAT(format, row) extern const TraceFormatInfo row;
+#include "kvsim/trace_formats.def"
+#undef KVSIM_TRACE_FORMAT
+
+std::span<const TraceFormatInfo> trace_formats() {
+  static const TraceFormatInfo formats[] = {
+#define KVSIM_TRACE_FORMAT(format, row) row,
+#include "kvsim/trace_formats.def"
+#undef KVSIM_TRACE_FORMAT
+  };
+  return formats;
+}
+
+bool record_has(const FirstRecord& first, const char* key) { return first.record->contains(key); }
 
 const TraceFormatInfo* find_trace_format(TraceFormat format) {
-  for (const auto& f : kFormats) {
+  for (const auto& f : trace_formats()) {
     if (f.format == format) return &f;
   }
   return nullptr;
@@ -341,7 +293,7 @@ std::string_view trace_format_name(TraceFormat format) {
 
 TraceFormat parse_trace_format(std::string_view text, std::string_view field) {
   if (text == kAutomatic) return TraceFormat::automatic;
-  for (const auto& f : kFormats) {
+  for (const auto& f : detail::trace_formats()) {
     if (f.name == text) return f.format;
   }
   std::string known;
@@ -355,7 +307,7 @@ TraceFormat parse_trace_format(std::string_view text, std::string_view field) {
 
 std::vector<std::string_view> trace_format_names() {
   std::vector<std::string_view> out{kAutomatic};
-  for (const auto& f : kFormats) out.push_back(f.name);
+  for (const auto& f : detail::trace_formats()) out.push_back(f.name);
   return out;
 }
 

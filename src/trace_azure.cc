@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "civil_time.h"
+#include "trace_formats.h"
 #include "trace_read.h"
 
 namespace kvsim::detail {
@@ -150,8 +151,9 @@ class AzureReader final : public LengthColumnsReader {
 
 }  // namespace
 
-std::unique_ptr<TraceReader> make_azure_reader(const std::string& path, const TraceOptions& options) {
-  return std::make_unique<AzureReader>(path, options);
-}
+extern constinit const TraceFormatInfo kAzureFormat{
+    TraceFormat::azure, "azure", TraceSyntax::csv, false, "Azure (TIMESTAMP,ContextTokens,GeneratedTokens)",
+    [](const FirstRecord& first) { return header_has(first, "TIMESTAMP") && header_has(first, "ContextTokens"); },
+    make_reader<AzureReader>};
 
 }  // namespace kvsim::detail

@@ -4,6 +4,7 @@
 
 #include "kvsim/option_names.h"
 #include "kvsim/units.h"
+#include "trace_formats.h"
 #include "trace_native.h"
 #include "trace_read.h"
 
@@ -119,8 +120,16 @@ class NativeCsvReader final : public CsvReader {
 
 }  // namespace
 
-std::unique_ptr<TraceReader> make_native_csv_reader(const std::string& path, const TraceOptions& options) {
-  return std::make_unique<NativeCsvReader>(path, options);
-}
+// The fallback of CSV detection: any header naming a native column.
+extern constinit const TraceFormatInfo kNativeCsvFormat{
+    TraceFormat::native_csv, "native-csv", TraceSyntax::csv, true,
+    "native CSV (id,arrival,prompt_tokens,output_tokens,...)",
+    [](const FirstRecord& first) {
+      for (const auto& name : *first.header) {
+        if (native_field_index(name) >= 0) return true;
+      }
+      return false;
+    },
+    make_reader<NativeCsvReader>};
 
 }  // namespace kvsim::detail

@@ -11,10 +11,13 @@
 // wins. Where two importers' fields overlap, either the earlier row is the one meant to win
 // or the predicates exclude each other (Mooncake's yields to token-id fields).
 //
-// To add a format: a TraceFormat enumerator (include/kvsim/trace.h), its reader and a
-// make_*_reader() factory (in a src/trace_*.cc file, declared in trace_read.h), one row in trace_formats() (trace.cc), seed inputs in
-// fuzz/corpus/trace_<name, '-' as '_'>/ (its fuzz target), and rows in
-// tests/cli_bad_input_test.cc for its malformed examples (docs/architecture.md).
+// To add a format: one file, src/trace_<name>.cc, holding its reader and its row, defined
+// `extern constinit const TraceFormatInfo k<Name>Format{...}` in namespace kvsim::detail (as
+// trace_azure.cc defines kAzureFormat); then one line, KVSIM_TRACE_FORMAT(<name>,
+// k<Name>Format), in include/kvsim/trace_formats.def, which also gives the TraceFormat
+// enumerator. tests/trace_formats_test.cc then asks for seed inputs in
+// fuzz/corpus/trace_<name>/ (its fuzz target), and runs every format through the bad-input
+// checks (docs/architecture.md).
 #ifndef KVSIM_SRC_TRACE_FORMATS_H_
 #define KVSIM_SRC_TRACE_FORMATS_H_
 
@@ -38,6 +41,16 @@ struct FirstRecord {
   const nlohmann::json* record = nullptr;            // set for JSONL
 };
 
+// Detection predicates' helpers: whether a CSV header has the column `name`, whether a
+// JSONL record has the key `key`.
+inline bool header_has(const FirstRecord& first, std::string_view name) {
+  for (const auto& column : *first.header) {
+    if (column == name) return true;
+  }
+  return false;
+}
+bool record_has(const FirstRecord& first, const char* key);
+
 struct TraceFormatInfo {
   TraceFormat format;
   std::string_view name;     // what --format takes, and what `kvsim trace stats` prints
@@ -50,6 +63,12 @@ struct TraceFormatInfo {
   bool (*detect)(const FirstRecord& first);
   std::unique_ptr<TraceReader> (*make)(const std::string& path, const TraceOptions& options);
 };
+
+// A row's factory: make_reader<MyReader>, for a reader constructed from (path, options).
+template <class Reader>
+std::unique_ptr<TraceReader> make_reader(const std::string& path, const TraceOptions& options) {
+  return std::make_unique<Reader>(path, options);
+}
 
 // Every format, in the order --format lists them (TraceFormat's order).
 std::span<const TraceFormatInfo> trace_formats();

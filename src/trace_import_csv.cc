@@ -6,6 +6,7 @@
 
 #include "kvsim/option_names.h"
 #include "random.h"
+#include "trace_formats.h"
 #include "trace_native.h"
 #include "trace_read.h"
 
@@ -147,14 +148,27 @@ class LengthsReader final : public CsvReader {
 
 }  // namespace
 
-std::unique_ptr<TraceReader> make_burstgpt_reader(const std::string& path, const TraceOptions& options) {
-  return std::make_unique<BurstGptReader>(path, options);
-}
-std::unique_ptr<TraceReader> make_vidur_reader(const std::string& path, const TraceOptions& options) {
-  return std::make_unique<VidurReader>(path, options);
-}
-std::unique_ptr<TraceReader> make_lengths_reader(const std::string& path, const TraceOptions& options) {
-  return std::make_unique<LengthsReader>(path, options);
-}
+extern constinit const TraceFormatInfo kBurstGptFormat{
+    TraceFormat::burstgpt, "burstgpt", TraceSyntax::csv, false,
+    "BurstGPT (Timestamp,...,Request tokens,Response tokens,...)",
+    [](const FirstRecord& first) { return header_has(first, "Timestamp") && header_has(first, "Request tokens"); },
+    make_reader<BurstGptReader>};
+
+// Listed before lengths: a Vidur header has num_prefill_tokens too.
+extern constinit const TraceFormatInfo kVidurFormat{
+    TraceFormat::vidur, "vidur", TraceSyntax::csv, false, "Vidur (arrived_at,num_prefill_tokens,num_decode_tokens)",
+    [](const FirstRecord& first) { return header_has(first, "arrived_at"); }, make_reader<VidurReader>};
+
+// Tried before the native format: prompt_tokens and output_tokens without id or arrival are
+// lengths only, which the native reader could not read.
+extern constinit const TraceFormatInfo kLengthsFormat{
+    TraceFormat::lengths, "lengths", TraceSyntax::csv, false,
+    "lengths only (num_prefill_tokens,num_decode_tokens, or prompt_tokens,output_tokens without id and arrival)",
+    [](const FirstRecord& first) {
+      return header_has(first, "num_prefill_tokens") ||
+             (header_has(first, "prompt_tokens") && header_has(first, "output_tokens") && !header_has(first, "id") &&
+              !header_has(first, "arrival"));
+    },
+    make_reader<LengthsReader>};
 
 }  // namespace kvsim::detail

@@ -712,8 +712,8 @@ void CsvReader::require_columns(std::initializer_list<std::string_view> required
         if (!all.empty()) all += ',';
         all.append(n);
       }
-      fail_file(header_line_, "missing column '" + std::string(name) + "' (a " + std::string(format_name) +
-                                  " trace has columns " + all + ")");
+      fail_file(header_line_, "missing column '" + std::string(name) + "' (" + std::string(format_name) +
+                                  " traces have columns " + all + ")");
     }
   }
 }

@@ -287,16 +287,6 @@ struct FirstLine {
 };
 FirstLine first_line(LineReader& lines);
 
-// The readers, one per format; open_trace() picks among them.
-std::unique_ptr<TraceReader> make_native_csv_reader(const std::string& path, const TraceOptions& options);
-std::unique_ptr<TraceReader> make_azure_reader(const std::string& path, const TraceOptions& options);
-std::unique_ptr<TraceReader> make_burstgpt_reader(const std::string& path, const TraceOptions& options);
-std::unique_ptr<TraceReader> make_vidur_reader(const std::string& path, const TraceOptions& options);
-std::unique_ptr<TraceReader> make_lengths_reader(const std::string& path, const TraceOptions& options);
-std::unique_ptr<TraceReader> make_native_jsonl_reader(const std::string& path, const TraceOptions& options);
-std::unique_ptr<TraceReader> make_mooncake_reader(const std::string& path, const TraceOptions& options);
-std::unique_ptr<TraceReader> make_token_ids_reader(const std::string& path, const TraceOptions& options);
-
 }  // namespace kvsim::detail
 
 #endif  // KVSIM_SRC_TRACE_READ_H_

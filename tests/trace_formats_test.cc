@@ -3,6 +3,7 @@
 // detected from a seed of its own, its reader reports it, and it has a fuzz target.
 #include <catch2/catch.hpp>
 #include <filesystem>
+#include <iterator>
 #include <set>
 #include <string>
 
@@ -39,6 +40,27 @@ TEST_CASE("trace formats: every name round-trips through the registry, and only 
     CHECK(parse_trace_format(f.name, "--format") == f.format);
   }
   CHECK(parse_trace_format("auto", "--format") == TraceFormat::automatic);
+
+  // Each line of kvsim/trace_formats.def gives the enumerator and the row: they agree, the
+  // table follows the list's order, and the --format name is the enumerator's with '-'.
+  struct Line {
+    TraceFormat format;
+    std::string_view enumerator;
+  };
+  const Line lines[] = {
+#define KVSIM_TRACE_FORMAT(format, row) {TraceFormat::format, #format},
+#include "kvsim/trace_formats.def"
+#undef KVSIM_TRACE_FORMAT
+  };
+  REQUIRE(std::size(lines) == detail::trace_formats().size());
+  for (std::size_t i = 0; i < std::size(lines); ++i) {
+    const auto& f = detail::trace_formats()[i];
+    INFO(f.name);
+    CHECK(f.format == lines[i].format);
+    std::string dashed(lines[i].enumerator);
+    for (char& c : dashed) c = c == '_' ? '-' : c;
+    CHECK(f.name == dashed);
+  }
   CHECK(trace_format_name(TraceFormat::automatic) == "auto");
   CHECK(detail::find_trace_format(TraceFormat::automatic) == nullptr);
 

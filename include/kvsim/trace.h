@@ -27,20 +27,16 @@
 
 namespace kvsim {
 
+// kvsim/trace_formats.def lists the formats, each with a comment on what it reads.
 enum class TraceFormat {
-  automatic,   // detect from the header / first record
-  native_csv,  // kvsim's own CSV (traces/README.md)
-  native_jsonl,
-  azure,       // Azure LLM inference traces 2023/2024: TIMESTAMP,ContextTokens,GeneratedTokens
-  burstgpt,    // BurstGPT: Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type
-  mooncake,    // Mooncake JSONL: timestamp (ms), input_length, output_length, hash_ids
-  vidur,       // Vidur CSV: arrived_at,num_prefill_tokens,num_decode_tokens
-  lengths,     // length-only CSV (no arrival column), paired with a synthetic arrival process
-  token_ids,   // JSONL with input_toks, output_toks, arrival_time_ns, input_tok_ids
+  automatic,  // detect from the header / first record
+#define KVSIM_TRACE_FORMAT(format, row) format,
+#include "kvsim/trace_formats.def"
+#undef KVSIM_TRACE_FORMAT
 };
 
-// "native-csv", "native-jsonl", "azure", "burstgpt", "mooncake", "vidur", "lengths",
-// "token-ids", and "auto" for TraceFormat::automatic.
+// A format's --format name: its enumerator with '-' for '_' ("native-csv", "token-ids"),
+// and "auto" for TraceFormat::automatic.
 std::string_view trace_format_name(TraceFormat format);
 // The inverse of trace_format_name. Throws InputError naming `field` for unknown names,
 // listing the known ones.
