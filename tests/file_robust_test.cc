@@ -440,7 +440,7 @@ TEST_CASE("options that change nothing for this input are refused", "[files]") {
        "--hash-block-tokens: applies to token-id traces only"},
       {{"replay", kChat, "--model", "llama-3.1-8b", "--rate", "2"}, "--rate: applies to length-only traces"},
       {{"replay", kChat, "--model", "llama-3.1-8b", "--sample-every", "1s"},
-       "--sample-every: samples the --timeline file, and none is written: it would have no effect"},
+       "--sample-every: samples the timeline of --timeline or --html, and none is written: it would have no effect"},
       {{"size", "--model", "llama-3.1-8b", "--dtype", "fp16", "--kv-group-size", "32"},
        "--kv-group-size: sets the scale groups of an int8, int4 or int2 cache, and the KV dtype is fp16"},
       {{"size", "--model", "llama-3.1-8b", "--kv-group-size", "32"}, "the KV dtype is bf16"},

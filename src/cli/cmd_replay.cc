@@ -206,15 +206,6 @@ po::options_description replay_option_descriptions(bool with_outputs, bool with_
                               std::string(output.help).c_str());
   }
   output_opts.add_options()
-      ("timeline", po::value<std::string>(),
-       "write occupancy over time to this CSV file (columns named with units); one engine's, so not with --replicas, "
-       "as --html and --per-request")
-      ("html", po::value<std::string>(),
-       "write a self-contained HTML report to this file: charts of occupancy over time with the peak, where the "
-       "memory goes, latency CDFs, running and queued requests (docs/report.md)")
-      ("per-request", po::value<std::string>(),
-       "write one CSV row per request to this file: its times (arrival, first scheduled, first token, finish, "
-       "TTFT, TPOT, end to end), tokens, preemptions and outcome; an allocator column first")
       (option_key(kOptSampleEvery), po::value<std::string>(),
        "timeline sampling: at most one row per this duration D (a row at the first step at least D after the "
        "previous one), each also with the maximum and mean of allocated bytes since the previous row, so no "
@@ -393,16 +384,26 @@ ReplayOptions replay_options_from(const po::variables_map& vm, const ModelChoice
       }
     }
   }
+  // The outputs that read the timeline's rows (--timeline, --html): asking for one turns the
+  // timeline on.
+  bool timeline_asked = false;
+  std::string timeline_outputs;
+  for (const ReportOutput& output : report_outputs()) {
+    if (!output.timeline) continue;
+    timeline_asked = timeline_asked || vm.count(std::string(output.option)) != 0;
+    timeline_outputs += (timeline_outputs.empty() ? "--" : " or --") + std::string(output.option);
+  }
   if (const auto s = option_text(vm, option_key(kOptSampleEvery))) {
     // "step": one row per engine step; a duration: a row at most that often, however many.
     if (*s != "step") {
       ro.sample_every_ns = parse_duration_ns(*s, kOptSampleEvery);
       if (ro.sample_every_ns <= 0) throw InputError(Location{"", 0, kOptSampleEvery}, "expected a positive duration");
     }
-    if (vm.count("timeline") == 0 && vm.count("html") == 0) {
-      throw InputError(Location{"", 0, kOptSampleEvery}, "samples the --timeline file, and none is written: it would have no effect");
+    if (!timeline_asked) {
+      throw InputError(Location{"", 0, kOptSampleEvery}, "samples the timeline of " + timeline_outputs +
+                                                             ", and none is written: it would have no effect");
     }
-  } else if (vm.count("timeline") != 0 || vm.count("html") != 0) {
+  } else if (timeline_asked) {
     // The default stays small on any trace, its length unknown in advance: rows at least
     // kDefaultSampleEveryNs apart, merged in pairs (the interval doubling) whenever there
     // would be more than kDefaultTimelineRows (docs/replay.md, "Timeline").
@@ -561,9 +562,6 @@ ReplayPlan plan_replay(const po::variables_map& vm, bool open_trace_now) {
                                  kMaxReplicas, plan.replicas));
   }
   if (plan.replicas > 1) {
-    if (option_text(vm, "timeline")) {
-      throw InputError(Location{"", 0, kOptReplicas}, "--timeline follows one engine; give it without --replicas");
-    }
     if (plan.options.schedule == Schedule::measured) {
       throw InputError(Location{"", 0, kOptReplicas}, std::string("replicas are simulated; drop ") + kOptSchedule +
                                                           " measured");
@@ -605,23 +603,20 @@ ReplayPlan plan_replay(const po::variables_map& vm, bool open_trace_now) {
   if (const auto j = option_text(vm, option_key(kOptJobs))) plan.jobs = static_cast<std::size_t>(positive_integer(*j, kOptJobs));
   plan.jobs = std::min(plan.jobs, plan.allocators.size());
 
-  plan.timeline_path = option_text(vm, "timeline");
   std::vector<std::pair<std::string, std::string>> outputs;
-  if (plan.timeline_path) outputs.emplace_back("--timeline", *plan.timeline_path);
   for (const ReportOutput& output : report_outputs()) {
     if (const auto path = option_text(vm, std::string(output.option).c_str())) {
       plan.report_files.emplace_back(&output, *path);
       outputs.emplace_back("--" + std::string(output.option), *path);
     }
   }
-  plan.per_request_path = option_text(vm, "per-request");
-  if (plan.per_request_path) outputs.emplace_back("--per-request", *plan.per_request_path);
-  plan.html_path = option_text(vm, "html");
-  if (plan.html_path) outputs.emplace_back("--html", *plan.html_path);
   refuse_output_over_input(outputs, {plan.trace_path}, current_synopsis());
-  if (plan.per_request_path && plan.options.schedule == Schedule::measured) {
-    throw UsageError("--per-request describes a simulated schedule; --schedule measured replays the trace's own "
-                     "times\nUsage: " + current_synopsis());
+  for (const auto& [output, path] : plan.report_files) {
+    if (output->simulated_only && plan.options.schedule == Schedule::measured) {
+      throw UsageError("--" + std::string(output->option) +
+                       " describes a simulated schedule; --schedule measured replays the trace's own times\nUsage: " +
+                       current_synopsis());
+    }
   }
   plan.json = vm.count("json") != 0;
   plan.table_on_stdout = table_keeps_stdout(outputs, plan.json, current_synopsis());
@@ -639,144 +634,33 @@ void refuse_idle_timing_device(bool given_timing_device, const ReplayPlan& plan)
 
 namespace {
 
-// The files a timeline's rows go to while the runs are under way: one scratch file per run,
-// joined in allocator order at the end, so the file is the same however the runs interleave.
-class TimelineScratch {
- public:
-  explicit TimelineScratch(std::size_t runs) : files_(runs, nullptr) {}
-  TimelineScratch(const TimelineScratch&) = delete;
-  TimelineScratch& operator=(const TimelineScratch&) = delete;
-  ~TimelineScratch() {
-    for (auto* f : files_) {
-      if (f != nullptr) std::fclose(f);
-    }
-  }
-  // Called by run `i` only.
-  std::FILE* open(std::size_t i, const std::string& timeline_path) {
-    files_[i] = std::tmpfile();
-    if (files_[i] == nullptr) throw InputError(Location{timeline_path, 0, ""}, "cannot create a scratch file");
-    return files_[i];
-  }
-  void write(const std::string& path, const KvLayout& layout, bool sampled, bool caching,
-             std::span<const std::string> inputs) const {
-    OutputFile out(path, inputs);
-    out.write(timeline_header(layout, sampled, caching));
-    for (auto* f : files_) {
-      // A scratch write that failed (a full temporary directory) shows here, not as a
-      // timeline with rows missing.
-      if (std::fflush(f) != 0 || std::ferror(f) != 0) {
-        throw InputError(Location{path, 0, ""}, "cannot hold the timeline's rows in a scratch file (is the temporary directory full?)");
-      }
-      std::rewind(f);
-      char buffer[1 << 16];
-      for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, f)) > 0;) out.write(std::string_view(buffer, n));
-      if (std::ferror(f) != 0) throw InputError(Location{path, 0, ""}, "cannot read back a scratch file of the timeline");
-    }
-    out.commit();
-  }
-
- private:
-  std::vector<std::FILE*> files_;
-};
-
-// The per-request rows while the runs are under way. Requests leave in the order they end;
-// each run's rows go to a scratch file as they leave, with an index of 24 bytes a row
-// (ordinal, offset, length), and the file is written in trace order at the end: a million
-// requests hold 24 MB, not every record.
-class PerRequestScratch {
- public:
-  explicit PerRequestScratch(std::size_t runs) : runs_(runs) {}
-  PerRequestScratch(const PerRequestScratch&) = delete;
-  PerRequestScratch& operator=(const PerRequestScratch&) = delete;
-  ~PerRequestScratch() {
-    for (Run& run : runs_) {
-      if (run.file != nullptr) std::fclose(run.file);
-    }
-  }
-  // Where run `i`'s rows go (called by run i only).
-  std::function<void(const RequestRecord&)> sink(std::size_t i, const std::string& path, std::string allocator) {
-    Run& run = runs_[i];
-    run.file = std::tmpfile();
-    if (run.file == nullptr) throw InputError(Location{path, 0, ""}, "cannot create a scratch file");
-    return [&run, allocator = std::move(allocator)](const RequestRecord& r) {
-      const std::string row = per_request_row(allocator, r);
-      run.index.push_back({r.ordinal, run.bytes, static_cast<std::int64_t>(row.size())});
-      std::fwrite(row.data(), 1, row.size(), run.file);
-      run.bytes += static_cast<std::int64_t>(row.size());
-    };
-  }
-  void write(const std::string& path, std::span<const std::string> inputs) {
-    OutputFile out(path, inputs);
-    out.write(per_request_header());
-    std::string row;
-    for (Run& run : runs_) {
-      if (run.file == nullptr) continue;
-      if (std::fflush(run.file) != 0 || std::ferror(run.file) != 0) {
-        throw InputError(Location{path, 0, ""},
-                         "cannot hold the per-request rows in a scratch file (is the temporary directory full?)");
-      }
-      std::sort(run.index.begin(), run.index.end(), [](const Row& a, const Row& b) { return a.ordinal < b.ordinal; });
-      const int fd = ::fileno(run.file);
-      for (const Row& r : run.index) {
-        row.resize(static_cast<std::size_t>(r.length));
-        if (::pread(fd, row.data(), row.size(), static_cast<off_t>(r.offset)) != static_cast<ssize_t>(row.size())) {
-          throw InputError(Location{path, 0, ""}, "cannot read back a scratch file of the per-request rows");
-        }
-        out.write(row);
-      }
-    }
-    out.commit();
-  }
-
- private:
-  struct Row {
-    std::int64_t ordinal, offset, length;
-  };
-  struct Run {
-    std::FILE* file = nullptr;
-    std::vector<Row> index;
-    std::int64_t bytes = 0;
-  };
-  std::vector<Run> runs_;
-};
-
-// Whether an allocator of the run caches prefixes: the timeline then has its cached and
-// evicted columns (empty for the allocators that do not).
-bool any_caching(const ReplayPlan& plan) {
-  return std::any_of(plan.allocators.begin(), plan.allocators.end(),
-                     [](const auto& a) { return a->prefix_block_tokens() > 0; });
-}
-
 // One engine per allocator on plan.jobs threads; the reports in allocator order. Rethrows the
 // first error in allocator order, whichever thread met it first.
-std::vector<ReplayReport> run_all(ReplayPlan& plan, TimelineScratch& scratch, PerRequestScratch& per_request,
-                                  std::vector<HtmlRun>& html_runs) {
+// `collectors` hold the outputs gathered while the runs go (plan.report_files' with a
+// collector, in their order; nullptr for the others).
+std::vector<ReplayReport> run_all(ReplayPlan& plan, std::vector<std::unique_ptr<RunCollector>>& collectors) {
   const std::size_t runs = plan.allocators.size();
-  html_runs.assign(plan.html_path ? runs : 0, {});
   Progress progress(runs, plan.progress);
   std::vector<ReplayReport> reports(runs);
   run_in_parallel(runs, plan.jobs, progress, [&](std::size_t i) {
     ReplayOptions mine = plan.options;
     mine.progress = progress.sink(i);
-    std::FILE* out = plan.timeline_path ? scratch.open(i, *plan.timeline_path) : nullptr;
-    HtmlRun* html = plan.html_path ? &html_runs[i] : nullptr;
-    if (out != nullptr || html != nullptr) {
-      const std::string name = plan.allocators[i]->name();
-      const bool caching = any_caching(plan);
-      mine.timeline = [out, html, name, caching](const TimelineRow& row) {
-        if (out != nullptr) {
-          const std::string line = timeline_row(name, row, caching);
-          std::fwrite(line.data(), 1, line.size(), out);
-        }
-        if (html != nullptr) add_point(*html, html_point(row));
+    std::vector<std::function<void(const TimelineRow&)>> rows;
+    std::vector<std::function<void(const RequestRecord&)>> requests;
+    for (auto& collector : collectors) {
+      if (collector == nullptr) continue;
+      RunSinks sinks = collector->sinks(i);
+      if (sinks.timeline) rows.push_back(std::move(sinks.timeline));
+      if (sinks.request) requests.push_back(std::move(sinks.request));
+    }
+    if (!rows.empty()) {
+      mine.timeline = [rows = std::move(rows)](const TimelineRow& row) {
+        for (const auto& sink : rows) sink(row);
       };
     }
-    if (plan.per_request_path || html != nullptr) {
-      std::function<void(const RequestRecord&)> rows;
-      if (plan.per_request_path) rows = per_request.sink(i, *plan.per_request_path, plan.allocators[i]->name());
-      mine.per_request = [rows = std::move(rows), html](const RequestRecord& r) {
-        if (rows) rows(r);
-        if (html != nullptr) add_latencies(*html, r);
+    if (!requests.empty()) {
+      mine.per_request = [requests = std::move(requests)](const RequestRecord& r) {
+        for (const auto& sink : requests) sink(r);
       };
     }
     // Token ids are hashed at the block size the allocator shares prompts at.
@@ -809,13 +693,11 @@ std::vector<ReplayReport> run_replicas(ReplayPlan& plan, const TraceOpener& open
 
 namespace {
 
-// The timeline file, the CSV file and the table or JSON on stdout.
-void render(const ReplayPlan& plan, const TimelineScratch& scratch, const std::vector<ReplayReport>& reports,
-            PerRequestScratch& per_request, std::vector<HtmlRun>& html_runs) {
+// The output files, in registry order, and the table or JSON on stdout.
+void render(const ReplayPlan& plan, const std::vector<ReplayReport>& reports,
+            std::vector<std::unique_ptr<RunCollector>>& collectors) {
   const ReplayOptions& ro = plan.options;
   const std::string inputs[] = {plan.trace_path};
-  if (plan.timeline_path) scratch.write(*plan.timeline_path, ro.layout, ro.sample_every_ns > 0, any_caching(plan), inputs);
-  if (plan.per_request_path) per_request.write(*plan.per_request_path, inputs);
 
   ReplayContext context;
   context.trace = plan.trace_path;
@@ -838,8 +720,11 @@ void render(const ReplayPlan& plan, const TimelineScratch& scratch, const std::v
   if (ro.cuda_graph_max_tokens > 0) {
     context.scheduler += fmt::format(", CUDA graphs up to {} tokens", with_commas(cuda_graph_largest(ro.cuda_graph_max_tokens)));
   }
-  for (const auto& [output, path] : plan.report_files) write_output_file(path, output->render(context, reports), inputs);
-  if (plan.html_path) write_output_file(*plan.html_path, replay_html(context, reports, std::move(html_runs)), inputs);
+  for (std::size_t k = 0; k < plan.report_files.size(); ++k) {
+    const auto& [output, path] = plan.report_files[k];
+    if (collectors[k] != nullptr) collectors[k]->write(path, context, reports, inputs);
+    else write_output_file(path, output->render(context, reports), inputs);
+  }
   if (plan.json) write_stdout(replay_json(context, reports));
   else if (plan.table_on_stdout) write_stdout(replay_table(context, reports));
   print_warnings(context, reports);
@@ -856,17 +741,14 @@ int run_replay(const Invocation& inv) {
   refuse_idle_timing_device(given(vm, option_key(kOptTimingDevice)), plan);
   // The replicas' runs keep neither records nor series: say so instead of writing a file
   // with a header only (kvsim validate gives each request of a data-parallel run).
-  if (plan.replicas > 1) {
-    for (const char* output : {"per-request", "html"}) {
-      if (option_text(vm, output)) {
-        throw InputError(Location{"", 0, kOptReplicas},
-                         std::string("--") + output + " follows one engine; give it without --replicas");
-      }
+  std::vector<std::unique_ptr<RunCollector>> collectors;
+  for (const auto& [output, path] : plan.report_files) {
+    if (output->collect != nullptr && plan.replicas > 1) {
+      throw InputError(Location{"", 0, kOptReplicas},
+                       "--" + std::string(output->option) + " follows one engine; give it without --replicas");
     }
+    collectors.push_back(output->collect != nullptr ? output->collect(plan, path) : nullptr);
   }
-  TimelineScratch scratch(plan.allocators.size());
-  PerRequestScratch per_request(plan.allocators.size());
-  std::vector<HtmlRun> html_runs;
   const std::vector<ReplayReport> reports =
       plan.replicas > 1 ? run_replicas(plan,
                                        [&plan](const TraceOptions& o) {
@@ -874,8 +756,8 @@ int run_replay(const Invocation& inv) {
                                          return plan.trace_in_memory ? plan.trace_in_memory->open()
                                                                      : open_trace(plan.trace_path, o);
                                        })
-                        : run_all(plan, scratch, per_request, html_runs);
-  render(plan, scratch, reports, per_request, html_runs);
+                        : run_all(plan, collectors);
+  render(plan, reports, collectors);
   return kExitOk;
 }
 

@@ -497,8 +497,8 @@ int run_validate(const Invocation& inv) {
   samples.resize(std::max<std::size_t>(samples.size(), plan.replicas > 1 ? static_cast<std::size_t>(plan.replicas) : 1));
   const std::vector<EngineState> states = engine_states(std::move(samples), r.records, r.replica_of);
   const Result result = compare(run, r.report, r.records, r.replica_of, r.wall_offset_s, states);
-  if (plan.per_request_path) {
-    write_output_file(*plan.per_request_path, per_request_csv(run, r.report.allocator, r.records, r.replica_of, result),
+  if (const auto path = option_text(vm, "per-request")) {
+    write_output_file(*path, per_request_csv(run, r.report.allocator, r.records, r.replica_of, result),
                       inputs);
   }
   if (const auto path = option_text(vm, "per-tick")) write_output_file(*path, per_tick_csv(result), inputs);

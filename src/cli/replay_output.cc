@@ -870,14 +870,15 @@ std::string render_csv(const ReplayContext&, const std::vector<ReplayReport>& re
 }  // namespace
 
 extern constinit const ReportOutput kCsvOutput{
-    "csv",
-    "also write one CSV row per allocator to this file ('-' for any of these files: standard output, in place of "
-    "the table; one of them at most)",
-    render_csv};
+    .option = "csv",
+    .help = "also write one CSV row per allocator to this file ('-' for any of these files: standard output, in "
+            "place of the table; one of them at most)",
+    .render = render_csv};
 
 // The registry, report_outputs.def: one line per output, naming a ReportOutput defined
-// `extern constinit const` (seen from here, and set before any code runs): --csv's above, a
-// new one in its own file in cli/. Declared here.
+// `extern constinit const` (seen from here, and set before any code runs): --csv's above,
+// --timeline's, --html's and --per-request's in their own files (timeline_output.cc, ...).
+// Declared here.
 #define KVSIM_REPORT_OUTPUT(output) extern const ReportOutput output;
 #include "report_outputs.def"
 #undef KVSIM_REPORT_OUTPUT

@@ -4,6 +4,8 @@
 #define KVSIM_SRC_CLI_REPLAY_OUTPUT_H_
 
 #include <cstdio>
+#include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <span>
@@ -59,16 +61,51 @@ void print_warnings(const ReplayContext& context, const std::vector<ReplayReport
 // One header line and one row per allocator, flat columns named with their units.
 std::string replay_csv(const std::vector<ReplayReport>& reports);
 
-// The output registry: a file `kvsim replay` writes from the finished runs' reports, as
-// `--csv FILE` does. `replay` offers each as an option taking a path ('-': standard output, in
-// place of the table), refuses it over an input or another output, and writes what `render`
-// returns once every run is done. An output is defined, `extern constinit const`, in its own
-// file in cli/ (or beside its renderer), and named by one line of report_outputs.def
-// (docs/architecture.md, "an output").
+struct ReplayPlan;
+
+// What a run hands an output gathered while it runs: its timeline's rows and each request as
+// it leaves. A sink left empty is not called (and a run with no timeline sink keeps none).
+struct RunSinks {
+  std::function<void(const TimelineRow&)> timeline;
+  std::function<void(const RequestRecord&)> request;
+};
+
+// An output gathered while the runs are under way (--timeline, --per-request, --html): what
+// it keeps of each run, then its file. The runs go on parallel threads, so a collector keeps
+// each run's share apart, and writes them in run order, so the file does not depend on how
+// the threads interleaved.
+class RunCollector {
+ public:
+  virtual ~RunCollector() = default;
+  // The sinks of run `run` (plan.allocators[run]), asked for on that run's thread before it
+  // starts.
+  virtual RunSinks sinks(std::size_t run) = 0;
+  // Writes the file once every run has ended: `path` through OutputFile
+  // (include/kvsim/output_file.h, which never writes over `inputs`), or write_output_file().
+  virtual void write(const std::string& path, const ReplayContext& context, const std::vector<ReplayReport>& reports,
+                     std::span<const std::string> inputs) = 0;
+};
+
+// The output registry: a file `kvsim replay` writes, as `--csv FILE` does. `replay` offers
+// each as an option taking a path ('-': standard output, in place of the table), refuses it
+// over an input or another output, and writes it once every run is done: what `render`
+// returns from the finished runs' reports, or, for an output gathered while the runs are
+// under way, what the collector `collect` made has kept. An output is defined, `extern
+// constinit const`, in its own file in cli/ (or beside its renderer), and named by one line of
+// report_outputs.def (docs/architecture.md, "an output").
 struct ReportOutput {
   std::string_view option;  // "csv": --csv FILE
   std::string_view help;    // the option's line in `kvsim replay --help`
-  std::string (*render)(const ReplayContext& context, const std::vector<ReplayReport>& reports);
+  // From the finished runs' reports; nullptr for a gathered output.
+  std::string (*render)(const ReplayContext& context, const std::vector<ReplayReport>& reports) = nullptr;
+  // A gathered output's collector, for `plan`'s runs and the output's `path` (for messages).
+  // Such an output follows one engine a run, so it is refused with --replicas.
+  std::unique_ptr<RunCollector> (*collect)(const ReplayPlan& plan, const std::string& path) = nullptr;
+  // A gathered output that reads the timeline's rows: asking for it turns the timeline on,
+  // sampled as --sample-every says (by default rows at least 1 ms apart, at most 4,096 a run).
+  bool timeline = false;
+  // A gathered output of the simulated schedule only: refused with --schedule measured.
+  bool simulated_only = false;
 };
 // Every registered output, in the order `kvsim replay --help` lists them.
 std::span<const ReportOutput> report_outputs();

@@ -43,11 +43,9 @@ struct ReplayPlan {
   std::int64_t replicas = 1;
   std::vector<std::vector<std::unique_ptr<Allocator>>> replica_allocators;
   std::size_t jobs = 1;
-  std::optional<std::string> timeline_path;
-  // The registered report outputs asked for (--csv FILE, ...), in registry order, with their paths.
+  // The registered outputs asked for (--csv FILE, --timeline FILE, ...), in registry order,
+  // with their paths.
   std::vector<std::pair<const ReportOutput*, std::string>> report_files;
-  std::optional<std::string> per_request_path;
-  std::optional<std::string> html_path;       // --html
   bool json = false;
   bool table_on_stdout = true;  // false when an output file is '-' (standard output)
   bool progress = false;
@@ -88,9 +86,9 @@ struct VllmVersionDefaults {
 std::optional<VllmVersionDefaults> vllm_version_defaults(const std::string& version);
 
 // Every option `kvsim replay` declares (the trace is the hidden positional "trace").
-// Without `with_outputs`, those that shape one replay's output (--json, --csv, --timeline,
-// --per-request, --html, --sample-every, --jobs, --quiet) are left out: `kvsim sweep` has its
-// own.
+// Without `with_outputs`, those that shape one replay's output (--json, the registered
+// outputs of report_outputs(), --sample-every, --jobs, --quiet) are left out: `kvsim sweep`
+// has its own.
 // `with_cost`: false for a command that chooses the cost itself (kvsim calibrate replays with
 // its fit), which must then set --cost in the variables before plan_replay().
 // `one_allocator`: for commands that replay one allocator whose default they choose

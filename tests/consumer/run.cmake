@@ -24,9 +24,10 @@ foreach(installed bin/kvsim include/kvsim/replay.h)
   endif()
 endforeach()
 # Only the public headers: a private one installed would hide a leak from the build below.
+# kvsim/trace_formats.def is one: kvsim/trace.h includes it for TraceFormat's enumerators.
 file(GLOB_RECURSE headers RELATIVE "${prefix}/include" "${prefix}/include/*")
 foreach(h ${headers})
-  if(NOT h MATCHES "^kvsim/[a-z_0-9]+\\.h$")
+  if(NOT h MATCHES "^kvsim/[a-z_0-9]+\\.h$" AND NOT h STREQUAL "kvsim/trace_formats.def")
     message(FATAL_ERROR "consumer test: unexpected installed header ${h}")
   endif()
 endforeach()
