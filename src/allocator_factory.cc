@@ -209,6 +209,16 @@ namespace {
 
 bool is_kind(std::string_view text) { return find_allocator_kind(text.substr(0, text.find(':'))) != nullptr; }
 
+// Whether an item of an --allocator list (the text between two commas) begins a spec rather
+// than giving a parameter of the one before: a registered kind, or anything but key=value
+// (a word without '=', or a ':' before the first '='), so that an unknown kind is named on
+// its own in the error, "unknown allocator 'slab'", not glued to the spec before it.
+bool starts_spec(std::string_view item) {
+  if (item.empty()) return false;
+  const auto equals = item.find('=');
+  return is_kind(item) || equals == std::string_view::npos || item.find(':') < equals;
+}
+
 }  // namespace
 
 std::span<const AllocatorKind> allocator_kinds() {
@@ -249,12 +259,13 @@ AllocatorSpec parse_allocator_spec(std::string_view text, std::string_view field
 
 std::vector<AllocatorSpec> parse_allocator_list(std::string_view text, std::string_view field) {
   // "dense-static:reserve=oracle,paged:block=32,sliding-window": a comma followed by a
-  // kind name starts the next spec; otherwise it separates parameters.
+  // spec (starts_spec) starts the next one; a comma followed by key=value separates
+  // parameters.
   std::vector<AllocatorSpec> out;
   std::size_t start = 0;
   for (std::size_t i = 0; i <= text.size(); ++i) {
     if (i == text.size() ||
-        (text[i] == ',' && detail::is_kind(text.substr(i + 1, text.find(',', i + 1) - (i + 1))))) {
+        (text[i] == ',' && detail::starts_spec(text.substr(i + 1, text.find(',', i + 1) - (i + 1))))) {
       out.push_back(parse_allocator_spec(text.substr(start, i - start), field));
       start = i + 1;
     }

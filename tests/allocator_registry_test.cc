@@ -87,6 +87,16 @@ TEST_CASE("allocator registry: lists of kinds split on kind names, unknown kinds
     CHECK_THAT(message, Catch::Contains("--allocator") && Catch::Contains("unknown allocator 'no-such-kind'"));
     for (const auto& kind : detail::allocator_kinds()) CHECK_THAT(message, Catch::Contains(std::string(kind.name)));
   }
+  // In a list, an unknown kind is named on its own, not with the spec before it; a word after
+  // a comma is a spec, and key=value a parameter of the spec before.
+  for (const char* list : {"paged,dynamic,slab", "slab,paged", "paged:block=16,slab:page=4"}) {
+    INFO(list);
+    CHECK_THROWS_WITH(parse_allocator_list(list, "--allocator"), Catch::Contains("unknown allocator 'slab'"));
+  }
+  const auto two = parse_allocator_list("paged:block=32,prefix-caching=on,dynamic", "--allocator");
+  REQUIRE(two.size() == 2);
+  CHECK(two[0].params.size() == 2);
+  CHECK(two[1].kind == "dynamic");
   // A spec built by hand with an unknown kind is refused too, never built as some default.
   AllocatorSpec made_up;
   made_up.kind = "no-such-kind";

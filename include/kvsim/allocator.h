@@ -231,8 +231,9 @@ struct AllocatorSpec {
 // Parses "kind[:key=value[,key=value...]]". Throws InputError naming `field`.
 AllocatorSpec parse_allocator_spec(std::string_view text, std::string_view field);
 
-// Splits a comma-separated list of specs where a comma starts a new spec only if what
-// follows it is a kind name: "paged:block=16,dense-static" has two.
+// Splits a comma-separated list of specs where a comma starts a new spec unless what follows
+// it is key=value, a parameter of the spec before: "paged:block=16,prefix-caching=on,dense-static"
+// has two. An unknown kind in the list is an error naming it alone ("unknown allocator 'slab'").
 std::vector<AllocatorSpec> parse_allocator_list(std::string_view text, std::string_view field);
 
 // Memory the allocator may use, in bytes; 0 means unbounded (demand mode).
