@@ -647,9 +647,13 @@ std::vector<ReplayReport> run_all(ReplayPlan& plan, std::vector<std::unique_ptr<
     mine.progress = progress.sink(i);
     std::vector<std::function<void(const TimelineRow&)>> rows;
     std::vector<std::function<void(const RequestRecord&)>> requests;
-    for (auto& collector : collectors) {
-      if (collector == nullptr) continue;
-      RunSinks sinks = collector->sinks(i);
+    for (std::size_t k = 0; k < collectors.size(); ++k) {
+      if (collectors[k] == nullptr) continue;
+      RunSinks sinks = collectors[k]->sinks(i);
+      // The timeline is sampled only when an output asking for it says so (ReportOutput::timeline):
+      // otherwise it would get a row every step.
+      check(!sinks.timeline || plan.report_files[k].first->timeline,
+            "replay: an output's collector reads timeline rows, and its ReportOutput does not set .timeline");
       if (sinks.timeline) rows.push_back(std::move(sinks.timeline));
       if (sinks.request) requests.push_back(std::move(sinks.request));
     }
