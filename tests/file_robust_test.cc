@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "cli/scratch_file.h"
 #include "cli_util.h"
 #include "kvsim/model.h"
 #include "kvsim/output_file.h"
@@ -393,6 +394,35 @@ TEST_CASE("LineReader: rewind() starts again from the first line without reading
   while (lines.next(line)) all.emplace_back(line);
   CHECK(all == std::vector<std::string>{"", "", "id,arrival", "1,0"});
   CHECK(lines.line_number() == 4);
+}
+
+TEST_CASE("ScratchFile: rows come back by offset and in order, and a failed read names the output", "[files]") {
+  const auto dir = fresh_dir("scratch");
+  const std::string output = (dir / "pr.csv").string();
+  kvsim::cli::ScratchFile scratch(output, "the per-request rows");
+  // Offsets are the bytes appended before: 0, then 4 ("a,1\n"), then 10 ("bb,22\n").
+  CHECK(scratch.append("a,1\n") == 0);
+  CHECK(scratch.append("bb,22\n") == 4);
+  CHECK(scratch.append("c,3\n") == 10);
+  std::string row;
+  scratch.read(4, 6, row);
+  CHECK(row == "bb,22\n");
+  scratch.read(0, 4, row);
+  CHECK(row == "a,1\n");
+  // Reading by offset leaves the whole copy from the start.
+  {
+    kvsim::OutputFile out(output);
+    scratch.copy_to(out);
+    out.commit();
+  }
+  CHECK(slurp(output) == "a,1\nbb,22\nc,3\n");
+  // 14 bytes were written: 6 from offset 10 reach past the end.
+  try {
+    scratch.read(10, 6, row);
+    FAIL("expected an error");
+  } catch (const kvsim::InputError& e) {
+    CHECK(std::string(e.what()) == output + ": cannot read back the per-request rows from a scratch file");
+  }
 }
 
 TEST_CASE("trace gen refuses a system prompt longer than it hashes", "[files]") {

@@ -4,15 +4,12 @@
 // Requests leave in the order they end. Each run's rows go to a scratch file as they leave,
 // with an index of 24 bytes a row (ordinal, offset, length), and the file is written in trace
 // order at the end: a million requests hold 24 MB, not every record.
-#include <unistd.h>
-
 #include <algorithm>
-#include <cstdio>
+#include <memory>
 
-#include "kvsim/error.h"
-#include "kvsim/output_file.h"
 #include "replay_output.h"
 #include "replay_plan.h"
+#include "scratch_file.h"
 
 namespace kvsim::cli {
 namespace {
@@ -21,23 +18,13 @@ class PerRequestCollector final : public RunCollector {
  public:
   PerRequestCollector(const ReplayPlan& plan, std::string path)
       : plan_(plan), path_(std::move(path)), runs_(plan.allocators.size()) {}
-  PerRequestCollector(const PerRequestCollector&) = delete;
-  PerRequestCollector& operator=(const PerRequestCollector&) = delete;
-  ~PerRequestCollector() override {
-    for (Run& run : runs_) {
-      if (run.file != nullptr) std::fclose(run.file);
-    }
-  }
 
   RunSinks sinks(std::size_t i) override {
     Run& run = runs_[i];
-    run.file = std::tmpfile();
-    if (run.file == nullptr) throw InputError(Location{path_, 0, ""}, "cannot create a scratch file");
+    run.file = std::make_unique<ScratchFile>(path_, "the per-request rows");
     return {{}, [&run, allocator = plan_.allocators[i]->name()](const RequestRecord& r) {
               const std::string row = per_request_row(allocator, r);
-              run.index.push_back({r.ordinal, run.bytes, static_cast<std::int64_t>(row.size())});
-              std::fwrite(row.data(), 1, row.size(), run.file);
-              run.bytes += static_cast<std::int64_t>(row.size());
+              run.index.push_back({r.ordinal, run.file->append(row), static_cast<std::int64_t>(row.size())});
             }};
   }
 
@@ -47,18 +34,10 @@ class PerRequestCollector final : public RunCollector {
     out.write(per_request_header());
     std::string row;
     for (Run& run : runs_) {
-      if (run.file == nullptr) continue;
-      if (std::fflush(run.file) != 0 || std::ferror(run.file) != 0) {
-        throw InputError(Location{path, 0, ""},
-                         "cannot hold the per-request rows in a scratch file (is the temporary directory full?)");
-      }
+      if (!run.file) continue;
       std::sort(run.index.begin(), run.index.end(), [](const Row& a, const Row& b) { return a.ordinal < b.ordinal; });
-      const int fd = ::fileno(run.file);
       for (const Row& r : run.index) {
-        row.resize(static_cast<std::size_t>(r.length));
-        if (::pread(fd, row.data(), row.size(), static_cast<off_t>(r.offset)) != static_cast<ssize_t>(row.size())) {
-          throw InputError(Location{path, 0, ""}, "cannot read back a scratch file of the per-request rows");
-        }
+        run.file->read(r.offset, r.length, row);
         out.write(row);
       }
     }
@@ -70,9 +49,8 @@ class PerRequestCollector final : public RunCollector {
     std::int64_t ordinal, offset, length;
   };
   struct Run {
-    std::FILE* file = nullptr;
+    std::unique_ptr<ScratchFile> file;
     std::vector<Row> index;
-    std::int64_t bytes = 0;
   };
   const ReplayPlan& plan_;
   std::string path_;

@@ -4,12 +4,11 @@
 // Each run's rows go to a scratch file of its own while it runs, and the file joins them in
 // allocator order at the end: the same file however the runs interleave, and memory that does
 // not grow with the rows.
-#include <cstdio>
+#include <memory>
 
-#include "kvsim/error.h"
-#include "kvsim/output_file.h"
 #include "replay_output.h"
 #include "replay_plan.h"
+#include "scratch_file.h"
 
 namespace kvsim::cli {
 namespace {
@@ -17,26 +16,16 @@ namespace {
 class TimelineCollector final : public RunCollector {
  public:
   TimelineCollector(const ReplayPlan& plan, std::string path)
-      : plan_(plan), path_(std::move(path)), files_(plan.allocators.size(), nullptr) {
+      : plan_(plan), path_(std::move(path)), files_(plan.allocators.size()) {
     // The cached and evicted columns are there when any run caches prefixes (empty in the
     // rows of those that do not).
     for (const auto& a : plan.allocators) caching_ = caching_ || a->prefix_block_tokens() > 0;
   }
-  TimelineCollector(const TimelineCollector&) = delete;
-  TimelineCollector& operator=(const TimelineCollector&) = delete;
-  ~TimelineCollector() override {
-    for (auto* f : files_) {
-      if (f != nullptr) std::fclose(f);
-    }
-  }
 
   RunSinks sinks(std::size_t run) override {
-    std::FILE* out = files_[run] = std::tmpfile();
-    if (out == nullptr) throw InputError(Location{path_, 0, ""}, "cannot create a scratch file");
-    return {[out, name = plan_.allocators[run]->name(), caching = caching_](const TimelineRow& row) {
-              const std::string line = timeline_row(name, row, caching);
-              std::fwrite(line.data(), 1, line.size(), out);
-            },
+    files_[run] = std::make_unique<ScratchFile>(path_, "the timeline's rows");
+    return {[file = files_[run].get(), name = plan_.allocators[run]->name(), caching = caching_](
+                const TimelineRow& row) { file->append(timeline_row(name, row, caching)); },
             {}};
   }
 
@@ -44,18 +33,8 @@ class TimelineCollector final : public RunCollector {
              std::span<const std::string> inputs) override {
     OutputFile out(path, inputs);
     out.write(timeline_header(plan_.options.layout, plan_.options.sample_every_ns > 0, caching_));
-    for (auto* f : files_) {
-      if (f == nullptr) continue;
-      // A scratch write that failed (a full temporary directory) shows here, not as a
-      // timeline with rows missing.
-      if (std::fflush(f) != 0 || std::ferror(f) != 0) {
-        throw InputError(Location{path, 0, ""},
-                         "cannot hold the timeline's rows in a scratch file (is the temporary directory full?)");
-      }
-      std::rewind(f);
-      char buffer[1 << 16];
-      for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, f)) > 0;) out.write(std::string_view(buffer, n));
-      if (std::ferror(f) != 0) throw InputError(Location{path, 0, ""}, "cannot read back a scratch file of the timeline");
+    for (const auto& file : files_) {
+      if (file) file->copy_to(out);
     }
     out.commit();
   }
@@ -63,7 +42,7 @@ class TimelineCollector final : public RunCollector {
  private:
   const ReplayPlan& plan_;
   std::string path_;
-  std::vector<std::FILE*> files_;
+  std::vector<std::unique_ptr<ScratchFile>> files_;  // by run
   bool caching_ = false;
 };
 
