@@ -21,6 +21,7 @@
 #ifndef KVSIM_SRC_TRACE_FORMATS_H_
 #define KVSIM_SRC_TRACE_FORMATS_H_
 
+#include <algorithm>
 #include <memory>
 #include <nlohmann/json_fwd.hpp>
 #include <span>
@@ -44,10 +45,7 @@ struct FirstRecord {
 // Detection predicates' helpers: whether a CSV header has the column `name`, whether a
 // JSONL record has the key `key`.
 inline bool header_has(const FirstRecord& first, std::string_view name) {
-  for (const auto& column : *first.header) {
-    if (column == name) return true;
-  }
-  return false;
+  return std::ranges::find(*first.header, name) != first.header->end();
 }
 bool record_has(const FirstRecord& first, const char* key);
 

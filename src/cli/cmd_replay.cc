@@ -485,7 +485,7 @@ std::optional<VllmVersionDefaults> vllm_version_defaults(const std::string& vers
   return d;
 }
 
-ReplayPlan plan_replay(const po::variables_map& vm, bool open_trace_now) {
+ReplayPlan plan_replay(const po::variables_map& vm, PlanScope scope) {
   ReplayPlan plan;
   const auto trace_path = option_text(vm, "trace");
   if (!trace_path) throw UsageError("a trace file is required\nUsage: " + kSpec.synopsis);
@@ -572,8 +572,8 @@ ReplayPlan plan_replay(const po::variables_map& vm, bool open_trace_now) {
     }
   }
   // A caller that reads the trace itself (kvsim sweep) stops here: the rest is the trace
-  // and replay's own outputs.
-  if (!open_trace_now) return plan;
+  // and the outputs.
+  if (scope == PlanScope::allocators) return plan;
   // Open the trace once up front: a missing file or unknown format fails before any work.
   // A stream can be opened once only: one run reads it as it goes; several read it here,
   // whole, its token ids (if any) hashed at the one block size the allocators share
@@ -603,8 +603,9 @@ ReplayPlan plan_replay(const po::variables_map& vm, bool open_trace_now) {
   if (const auto j = option_text(vm, option_key(kOptJobs))) plan.jobs = static_cast<std::size_t>(positive_integer(*j, kOptJobs));
   plan.jobs = std::min(plan.jobs, plan.allocators.size());
 
+  // A command that writes its own files (validate, calibrate) checks them itself.
   std::vector<std::pair<std::string, std::string>> outputs;
-  for (const ReportOutput& output : report_outputs()) {
+  for (const ReportOutput& output : scope == PlanScope::outputs ? report_outputs() : std::span<const ReportOutput>{}) {
     if (const auto path = option_text(vm, std::string(output.option).c_str())) {
       plan.report_files.emplace_back(&output, *path);
       outputs.emplace_back("--" + std::string(output.option), *path);

@@ -96,12 +96,17 @@ std::optional<VllmVersionDefaults> vllm_version_defaults(const std::string& vers
 po::options_description replay_option_descriptions(bool with_outputs = true, bool with_cost = true,
                                                    std::string_view one_allocator = {});
 
+// How much of a replay plan_replay() settles, for the command that calls it.
+enum class PlanScope {
+  allocators,  // stops before the trace: plan.trace_in_memory, jobs and the outputs stay
+               // unset, and the caller reads the trace (kvsim sweep, once for all its points)
+  trace,       // opens the trace, reads --json, --jobs and --quiet, and no registered output:
+               // the command writes its own files (kvsim validate and calibrate)
+  outputs,     // and replay's registered outputs, into plan.report_files (kvsim replay)
+};
 // Reads the parsed options in the order their errors are reported, builds the allocators and
-// opens the trace once, so that every mistake fails before any work. Without
-// `open_trace_now` it stops before the trace and the output options (plan.trace_in_memory,
-// jobs and the output paths stay unset): the caller reads the trace (kvsim sweep reads it
-// once for all its points).
-ReplayPlan plan_replay(const po::variables_map& vm, bool open_trace_now = true);
+// opens the trace once, so that every mistake fails before any work.
+ReplayPlan plan_replay(const po::variables_map& vm, PlanScope scope = PlanScope::outputs);
 
 // Throws InputError when the user gave --timing-device (`given_timing_device`) and `plan`'s
 // cost names every term itself (a linear or constant model): the device would time nothing.

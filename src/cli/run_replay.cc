@@ -554,7 +554,7 @@ RunReplay replay_run(po::variables_map vm, const MeasuredRun& run, const std::st
   }
   RunDefaults defaults(vm);
   out.budget_source = settle_run_settings(defaults, run, usage);
-  out.plan = blaming_meta(defaults, [&] { return plan_replay(vm); });
+  out.plan = blaming_meta(defaults, [&] { return plan_replay(vm, PlanScope::trace); });
   ReplayPlan& plan = out.plan;
   refuse_idle_timing_device(given_timing_device, plan);
   // A GPU the run names but no preset matches, whose pool meta.json recorded: replayed, but

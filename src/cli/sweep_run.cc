@@ -132,7 +132,7 @@ po::variables_map SweepSetup::point_options(std::int64_t p) const {
 
 ReplayPlan SweepSetup::plan_point(std::int64_t p) const {
   try {
-    return plan_replay(point_options(p), false);
+    return plan_replay(point_options(p), PlanScope::allocators);
   } catch (const InputError& e) {
     // A value from a spec file is named by its file and line.
     for (const auto& axis : grid_.axes()) {
