@@ -923,6 +923,14 @@ void Engine::admit_waiting(std::int64_t& budget, std::int64_t& prefill_tokens) {
 
 std::int64_t Engine::step_duration(const StepWork& work) const {
   const Int128 ps = step_time_ps(opt_.cost, work);
+  if (ps == std::numeric_limits<std::int64_t>::max()) {
+    // step_time_ps saturated: the step's true cost is unknown, not 2^63 ps.
+    throw InputError(Location{trace_.path(), 0, ""},
+                     "step " + std::to_string(step_) + " (" + std::to_string(work.prefill_tokens) +
+                         " prompt tokens, " + std::to_string(work.decode_seqs) + " decoding sequences, " +
+                         std::to_string(work.context) + " context positions) would take 2^63 ps (about 107 days) or "
+                         "more under the cost model \"" + opt_.cost.name + "\": check the trace's lengths or --cost");
+  }
   // Whole nanoseconds, rounded up; in 64 bits when it fits (a 128-bit division is a call).
   Int128 ns = ps < Int128{std::numeric_limits<std::int64_t>::max() - 999}
                   ? Int128{(static_cast<std::int64_t>(ps) + 999) / 1000}

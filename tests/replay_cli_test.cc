@@ -825,3 +825,21 @@ TEST_CASE("replay: a request whose cache hits lie behind a sliding window is not
     CHECK(run["serving"]["refused_too_large"] == 0);
   }
 }
+
+TEST_CASE("replay: a step whose cost passes 2^63 ps is an error, not a step of 2^63 ps") {
+  // One request of 10,000,000 prompt tokens and 1 output token, one step of 1 s + 1 s a token:
+  // 10,000,001 s, past 2^63 ps (9,223,372.04 s). At 100 ms a token it is 1,000,001 s.
+  const std::string trace = test::write_file("huge-step.csv", "id,arrival,prompt_tokens,output_tokens\nr1,0,10000000,1\n");
+  const auto args = [&](const char* cost) {
+    return std::vector<std::string>{"replay", trace, "--max-model-len", "20000000", "--allocator", "paged",
+                                    "--cost", cost, "--json"};
+  };
+  const auto fits = test::run_cli(args("constant:step=1s,prefill-token=100ms"));
+  REQUIRE(fits.exit_code == 0);
+  CHECK(Json::parse(fits.out)["runs"][0]["time"]["duration_ns"] == std::int64_t{1'000'001} * 1'000'000'000);
+  const auto r = test::run_cli(args("constant:step=1s,prefill-token=1s"));
+  CHECK(r.exit_code == 1);
+  CHECK(r.out.empty());
+  CHECK(r.err.find(trace + ": step 0 (10000000 prompt tokens, 0 decoding sequences, 0 context positions) would take "
+                           "2^63 ps (about 107 days) or more under the cost model") != std::string::npos);
+}

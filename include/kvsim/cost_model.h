@@ -99,8 +99,8 @@ double routed_expert_share(std::int64_t experts, std::int64_t per_token, std::in
 // max(attention FLOPs, KV bytes) + element-wise kernels + collectives: the matmuls and
 // attention are separate kernels run one after the other, each bounded by whichever of
 // compute and memory is slower for it, the element-wise kernels between them are
-// memory-bound, and the all-reduces wait for them. Saturates at the largest int64 (the engine
-// refuses a step that long).
+// memory-bound, and the all-reduces wait for them. Saturates at the largest int64, which the
+// engine refuses as an error naming the step.
 std::int64_t step_time_ps(const CostModel& cost, const StepWork& work);
 
 // A roofline cost model for `model` served with `kv` on one `device`, each term from the
