@@ -170,6 +170,26 @@ TEST_CASE("kvsim plan --search replicas: the fewest replicas without preemption,
   CHECK(j["answer"].get<std::string>().rfind("The smallest number of replicas meeting the targets", 0) == 0);
 }
 
+TEST_CASE("kvsim plan --search replicas: one replica meeting the targets is the answer, settled") {
+  // The two requests above at their own rate: A ends after 12 steps of 10 ms, long before B
+  // arrives at 1 s, so one replica never preempts. 1 is the fewest there can be: the search
+  // tries it (met) and verifies 2, and the answer is 1, not a search that ran out of points.
+  const std::string trace = write_file("plan-one-replica.csv",
+                                       "id,arrival,prompt_tokens,output_tokens\n"
+                                       "a,0,15,12\n"
+                                       "b,1,15,12\n");
+  const auto r = run_cli({"plan", trace, "--model", "llama-3.1-8b", "--allocator", "paged:block=16", "--kv-budget",
+                          "6291456", "--watermark", "0", "--cost", "constant:step=10ms,prefill-token=0s",
+                          "--no-preemption", "--search", "replicas", "--json"});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  CHECK(j["met"] == "1");
+  CHECK(j["missed"].is_null());
+  CHECK(j["converged"] == true);
+  CHECK(j["answer"] == "The smallest number of replicas meeting the targets (--no-preemption) for paged:block=16 is 1.");
+}
+
 TEST_CASE("kvsim plan --search replicas: measured times in the trace are simulated over at every point") {
   // The trace's own times hold for one engine at its own load only: every point plan tries is
   // simulated, so the plan is the one of the same trace without them (before, the one-replica

@@ -327,10 +327,14 @@ int run_plan(const Invocation& inv) {
   } else if (result.met) {
     // Only points that met: the search went harder until its bound, or ran out of points.
     const Tried& m = find(*result.met);
-    const bool bound = *result.met == spec.max;
+    // The hard side's bound: the largest rate-scale (a limit of the search, not an answer), or
+    // one replica (the answer: there is no fewer).
+    const bool bound = *result.met == (rate ? spec.max : spec.min);
     sentence = rate ? fmt::format("every rate-scale tried meets the targets ({}) for {}, up to {} ({}){}.", what,
                                   allocator, m.value_text, rate_text(m), bound ? ": no limit found" : "")
-                    : fmt::format("one replica meets the targets ({}) for {}.", what, allocator);
+                    : bound ? fmt::format("the smallest number of replicas meeting the targets ({}) for {} is {}.",
+                                          what, allocator, m.value_text)
+                            : fmt::format("{} replicas meet the targets ({}) for {}.", m.value_text, what, allocator);
     sentence = bound ? capitalized(sentence) : points_ran_out(tried.size()) + sentence;
   } else {
     // Only points that missed: the search went easier until its bound, or ran out of points.
@@ -373,7 +377,7 @@ int run_plan(const Invocation& inv) {
     };
     j["met_arrival_rate_per_s"] = rate_of(result.met);
     j["missed_arrival_rate_per_s"] = rate_of(result.missed);
-    j["converged"] = result.converged;
+    j["converged"] = result.converged || (!rate && result.met && !result.missed && *result.met == spec.min);
     j["tolerance"] = vm["tolerance"].as<std::string>();
     nlohmann::ordered_json nm = nlohmann::ordered_json::array();
     for (const auto& [m, x] : result.non_monotone) nm.push_back({{"met", find(m).value_text}, {"missed", find(x).value_text}});
