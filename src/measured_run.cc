@@ -23,6 +23,7 @@
 #include "kvsim/error.h"
 #include "kvsim/option_names.h"
 #include "kvsim/replicas.h"
+#include "kvsim/trace.h"
 
 namespace kvsim {
 namespace {
@@ -676,7 +677,16 @@ MeasuredRun read_measured_run(const std::string& dir, const std::optional<std::s
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) throw InputError(Location{dir, 0, ""}, "not a directory (a measured run's folder)");
   if (workload) {
-    if (!path_exists(*workload)) throw InputError(Location{*workload, 0, ""}, "no such workload file");
+    if (*workload != kStandardInput && !path_exists(*workload)) {
+      throw InputError(Location{*workload, 0, ""}, "no such workload file");
+    }
+    std::error_code dir_ec;
+    if (!trace_can_be_reread(*workload) && !fs::is_directory(*workload, dir_ec)) {
+      // A pipe would be empty (or a FIFO block) the second time, and say nothing true.
+      throw InputError(Location{*workload, 0, ""},
+                       "a workload is read more than once (replayed, and checked against the run): give a regular "
+                       "file, not a pipe, a FIFO or standard input");
+    }
     run.workload = *workload;
   }
   read_meta(run, find_workload);

@@ -1,5 +1,7 @@
 // kvsim replay --per-request, kvsim calibrate and kvsim validate through the real program:
 // figures worked out by hand for tiny inputs, and their errors.
+#include <sys/stat.h>
+
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
@@ -1250,6 +1252,64 @@ TEST_CASE("validate: another run's workload of the same size is refused, request
   CHECK(r.exit_code == 1);
   CHECK_THAT(r.err, Catch::Contains("requests.jsonl:2: input_toks: 21 prompt tokens, but request 2 of the workload") &&
                         Catch::Contains("has 20: not this run's workload"));
+  // The same prompts, and the second request recorded with 6 output tokens where the
+  // workload asks for 5 (no max_model_len cuts it): its TPOT would be compared with a replay
+  // of another length.
+  second.replace(at, 16, R"("input_toks": 20)");
+  const auto out_at = second.find(R"("output_toks": 5)");
+  REQUIRE(out_at != std::string::npos);
+  second.replace(out_at, 16, R"("output_toks": 6)");
+  std::ofstream(dir / "requests.jsonl") << first << "\n" << second << "\n";
+  const auto o = test::run_cli({"validate", dir.string(), "--workload", workload, "--kv-budget", "1GiB"});
+  CHECK(o.exit_code == 1);
+  CHECK_THAT(o.err, Catch::Contains("requests.jsonl:2: output_toks: 6 output tokens, but request 2 of the workload") &&
+                        Catch::Contains("has 5: not this run's workload"));
+  std::filesystem::remove_all(base);
+}
+
+TEST_CASE("validate: against a measured 0 the difference is n/a (null), not +0.0%") {
+  // tiny's requests with their first tokens at their queueing instants: a measured TTFT of 0
+  // at every percentile, against a simulated one that is not.
+  const auto base = test::scratch_dir("validate-zero-ttft");
+  const auto dir = copy_tiny_run(base);
+  std::ofstream(dir / "requests.jsonl")
+      << R"({"request_id": "bench-0", "input_toks": 100, "output_toks": 3, "arrival_time": 1767225600.0, )"
+         R"("queued_ts": 500.0, "scheduled_ts": 500.0, "first_token_ts": 500.0, "last_token_ts": 500.3})" "\n"
+      << R"({"request_id": "bench-1", "input_toks": 20, "output_toks": 5, "arrival_time": 1767225600.5, )"
+         R"("queued_ts": 500.5, "scheduled_ts": 500.5, "first_token_ts": 500.5, "last_token_ts": 500.95})" "\n";
+  const std::string workload = kData + "/tiny/workloads/tiny.jsonl";
+  const auto t = test::run_cli({"validate", dir.string(), "--workload", workload, "--kv-budget", "1GiB"});
+  REQUIRE(t.exit_code == 0);
+  const auto at = t.out.find("TTFT Mean (ms)");
+  REQUIRE(at != std::string::npos);
+  const std::string row = t.out.substr(at, t.out.find('\n', at) - at);
+  CHECK(row.rfind("n/a") == row.size() - 3);
+  CHECK(row.find("0.0") != std::string::npos);
+  const auto j = test::run_cli({"validate", dir.string(), "--workload", workload, "--kv-budget", "1GiB", "--json"});
+  REQUIRE(j.exit_code == 0);
+  const auto doc = nlohmann::json::parse(j.out);
+  CHECK(doc["ttft"]["measured"]["mean_s"] == 0.0);
+  CHECK(doc["ttft"]["diff_percent"]["mean"].is_null());
+  CHECK(doc["ttft"]["diff_percent"]["p99"].is_null());
+  CHECK(doc["tpot"]["diff_percent"]["mean"].is_number());
+  std::filesystem::remove_all(base);
+}
+
+TEST_CASE("validate and calibrate: a workload from a FIFO or standard input is refused, as they read it more than once") {
+  // Nobody writes the FIFO: the refusal comes before any read, so nothing waits on it.
+  const auto base = test::scratch_dir("validate-fifo-workload");
+  const auto dir = copy_tiny_run(base);
+  const std::string fifo = (base / "workload.fifo").string();
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  for (const std::string command : {"validate", "calibrate"}) {
+    for (const std::string& workload : {fifo, std::string("-")}) {
+      const auto r = test::run_cli({command, dir.string(), "--workload", workload}, 20);
+      CHECK(r.exit_code == 1);
+      CHECK(r.err == "kvsim: error: " + workload +
+                         ": a workload is read more than once (replayed, and checked against the run): give a regular "
+                         "file, not a pipe, a FIFO or standard input\n");
+    }
+  }
   std::filesystem::remove_all(base);
 }
 

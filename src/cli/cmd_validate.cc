@@ -94,8 +94,18 @@ struct Comparison {
   Distribution measured, simulated;
 };
 
-double diff_percent(double measured, double simulated) {
-  return measured != 0 ? (simulated - measured) / measured * 100 : 0;
+// (simulated - measured) / measured in percent; none against a measured 0 (a share of
+// nothing is no figure: the table says n/a, the JSON null).
+std::optional<double> diff_percent(double measured, double simulated) {
+  if (measured == 0) return std::nullopt;
+  return (simulated - measured) / measured * 100;
+}
+// The table's Diff% cell, 9 wide.
+std::string diff_cell(std::optional<double> percent) {
+  return percent ? fmt::format("{:>+8.1f}%", *percent) : fmt::format("{:>9}", "n/a");
+}
+nlohmann::ordered_json diff_json(std::optional<double> percent) {
+  return percent ? nlohmann::ordered_json(*percent) : nlohmann::ordered_json(nullptr);
 }
 
 // One tick of timeseries.csv beside the simulated state at its end (--per-tick).
@@ -308,8 +318,8 @@ std::string table(const MeasuredRun& run, const ReplayPlan& plan, const std::str
         continue;
       }
       const double m = c.measured.*field * 1e3, s = c.simulated.*field * 1e3;
-      out += fmt::format("{:<24} {:>12.1f} {:>12.1f} {:>+8.1f}%\n", fmt::format("{} {} (ms)", name, label), m, s,
-                         diff_percent(m, s));
+      out += fmt::format("{:<24} {:>12.1f} {:>12.1f} {}\n", fmt::format("{} {} (ms)", name, label), m, s,
+                         diff_cell(diff_percent(m, s)));
     }
     out += "\n";
   };
@@ -317,8 +327,8 @@ std::string table(const MeasuredRun& run, const ReplayPlan& plan, const std::str
   block("TPOT", r.tpot);
   block("Latency", r.latency);
   if (r.simulated_makespan_known) {
-    out += fmt::format("{:<24} {:>12.2f} {:>12.2f} {:>+8.1f}%\n", "Makespan (s)", r.measured_makespan_s,
-                       r.simulated_makespan_s, diff_percent(r.measured_makespan_s, r.simulated_makespan_s));
+    out += fmt::format("{:<24} {:>12.2f} {:>12.2f} {}\n", "Makespan (s)", r.measured_makespan_s,
+                       r.simulated_makespan_s, diff_cell(diff_percent(r.measured_makespan_s, r.simulated_makespan_s)));
   } else {  // nothing the measured makespan spans completed: no span to compare
     out += fmt::format("{:<24} {:>12.2f} {:>12} {:>9}\n", "Makespan (s)", r.measured_makespan_s, "n/a", "n/a");
   }
@@ -357,11 +367,11 @@ std::string json_of(const MeasuredRun& run, const ReplayPlan& plan, const std::s
     }
     return Json{{"measured", dist(c.measured)},
                 {"simulated", dist(c.simulated)},
-                {"diff_percent", Json{{"mean", diff_percent(c.measured.mean, c.simulated.mean)},
-                                      {"p50", diff_percent(c.measured.p50, c.simulated.p50)},
-                                      {"p90", diff_percent(c.measured.p90, c.simulated.p90)},
-                                      {"p95", diff_percent(c.measured.p95, c.simulated.p95)},
-                                      {"p99", diff_percent(c.measured.p99, c.simulated.p99)}}}};
+                {"diff_percent", Json{{"mean", diff_json(diff_percent(c.measured.mean, c.simulated.mean))},
+                                      {"p50", diff_json(diff_percent(c.measured.p50, c.simulated.p50))},
+                                      {"p90", diff_json(diff_percent(c.measured.p90, c.simulated.p90))},
+                                      {"p95", diff_json(diff_percent(c.measured.p95, c.simulated.p95))},
+                                      {"p99", diff_json(diff_percent(c.measured.p99, c.simulated.p99))}}}};
   };
   Json j{{"run", run.dir},
          {"model", run.model},
@@ -395,7 +405,7 @@ std::string json_of(const MeasuredRun& run, const ReplayPlan& plan, const std::s
           Json{{"measured", r.measured_makespan_s},
                {"simulated", r.simulated_makespan_known ? Json(r.simulated_makespan_s) : Json(nullptr)},
                {"diff_percent", r.simulated_makespan_known
-                                    ? Json(diff_percent(r.measured_makespan_s, r.simulated_makespan_s))
+                                    ? diff_json(diff_percent(r.measured_makespan_s, r.simulated_makespan_s))
                                     : Json(nullptr)}}},
          {"ticks", r.ticks},
          {"running_mae", r.ticks > 0 ? Json(r.running_mae) : Json(nullptr)},

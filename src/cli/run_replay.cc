@@ -612,14 +612,26 @@ RunReplay replay_run(po::variables_map vm, const MeasuredRun& run, const std::st
   for (std::size_t k = 0; k < out.records.size(); ++k) {
     const MeasuredRequest& m = run.requests[k];
     if (!m.timed) continue;
-    // Request by request, the workload's prompts are the run's: another run's workload of the
-    // same size would otherwise be scored without a word. (Outputs may legitimately differ: a
-    // request vLLM stopped early at max_model_len.)
+    // Request by request, the workload's prompts and outputs are the run's: another run's
+    // workload of the same size would otherwise be scored without a word, and a request
+    // replayed with another output length would be compared by its latency as if it were
+    // the same. The output replayed is the workload's, cut at max_model_len as vLLM's engine
+    // stops a request there (cap_at_max_model_len); the run may record such a request with
+    // the output it asked for or the one it got.
+    const auto differ = [&](const char* field, std::int64_t recorded, std::int64_t replayed, const char* what) {
+      throw InputError(Location{run.dir + "/requests.jsonl", m.line, field},
+                       fmt::format("{} {}, but request {} of the workload {} has {}: not this run's workload (give "
+                                   "the one meta.json's dataset_path names)",
+                                   recorded, what, k + 1, plan.trace_path, replayed));
+    };
     if (out.records[k].prompt_tokens != m.input_tokens) {
-      throw InputError(Location{run.dir + "/requests.jsonl", m.line, "input_toks"},
-                       fmt::format("{} prompt tokens, but request {} of the workload {} has {}: not this run's "
-                                   "workload (give the one meta.json's dataset_path names)",
-                                   m.input_tokens, k + 1, plan.trace_path, out.records[k].prompt_tokens));
+      differ("input_toks", m.input_tokens, out.records[k].prompt_tokens, "prompt tokens");
+    }
+    const std::int64_t max_len = plan.options.layout.max_model_len;
+    const bool cut = max_len > 0 && out.records[k].prompt_tokens + out.records[k].output_tokens == max_len &&
+                     m.output_tokens > out.records[k].output_tokens;
+    if (out.records[k].output_tokens != m.output_tokens && !cut) {
+      differ("output_toks", m.output_tokens, out.records[k].output_tokens, "output tokens");
     }
     out.wall_offset_s += m.arrival_time_s - static_cast<double>(out.records[k].arrival_ns) / 1e9;
   }
