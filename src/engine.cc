@@ -1175,7 +1175,7 @@ ReplayReport Engine::run() {
   if (!fetch()) return finish_report();
   measured_ = opt_.schedule == Schedule::measured ||
               (opt_.schedule == Schedule::automatic && next_.has_service_times());
-  if (measured_ && opt_.per_request) {
+  if (measured_ && opt_.per_request && opt_.per_request_required) {
     throw InputError(Location{trace_.path(), 0, ""},
                      "its start/first_token/finish times fix the schedule, and its per-request times are the "
                      "trace's own; for per-request output of a simulation, replay it with " +

@@ -843,3 +843,23 @@ TEST_CASE("replay: a step whose cost passes 2^63 ps is an error, not a step of 2
   CHECK(r.err.find(trace + ": step 0 (10000000 prompt tokens, 0 decoding sequences, 0 context positions) would take "
                            "2^63 ps (about 107 days) or more under the cost model") != std::string::npos);
 }
+
+TEST_CASE("replay --html on a trace with measured times draws the page without latency CDFs, --per-request is refused") {
+  // docs/report.md: a measured schedule has no per-request times and no CDFs. The page is
+  // drawn from the timeline and the reports; only --per-request needs the records.
+  const std::string trace = test::write_file(
+      "measured-html.csv",
+      "id,arrival,prompt_tokens,output_tokens,start,first_token,finish\n1,0,100,10,0,0.05,0.5\n2,0.1,200,20,0.1,0.2,1.0\n");
+  const std::string page = test::scratch_dir("measured-html").string() + "/page.html";
+  const auto r = test::run_cli({"replay", trace, "--allocator", "paged", "--html", page});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  const std::string html = test::slurp(page);
+  CHECK(html.find("<h2>Over time</h2>") != std::string::npos);
+  CHECK(html.find("<h2>Latency</h2>") == std::string::npos);
+  for (const char* also : {"--per-request", "--timeline"}) {
+    const std::string file = test::scratch_dir("measured-html").string() + "/also.csv";
+    const auto both = test::run_cli({"replay", trace, "--allocator", "paged", "--html", page, also, file});
+    CHECK(both.exit_code == (std::string(also) == "--per-request" ? 1 : 0));
+  }
+}

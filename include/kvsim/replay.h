@@ -269,6 +269,10 @@ struct ReplayOptions {
   // Called once per request of the trace as it leaves (simulated schedule only; a measured
   // schedule's per-request times are the trace's own). Not called when empty.
   std::function<void(const RequestRecord&)> per_request;
+  // With a measured schedule, which has no per-request records: true, the run is refused (the
+  // records were the point, as for --per-request); false, it runs without calling
+  // per_request (the records were extras, as --html's latency charts are).
+  bool per_request_required = true;
   // Called now and then with the fraction of the trace read, for a progress bar.
   std::function<void(double)> progress;
   // The options given that only a simulated schedule acts on (--max-running, --cost, ...), by

@@ -648,9 +648,13 @@ std::vector<ReplayReport> run_all(ReplayPlan& plan, std::vector<std::unique_ptr<
     mine.progress = progress.sink(i);
     std::vector<std::function<void(const TimelineRow&)>> rows;
     std::vector<std::function<void(const RequestRecord&)>> requests;
+    // A measured schedule has no requests' records: refused for an output of the simulated
+    // schedule only (--per-request), gone without for the others (--html draws no CDFs).
+    mine.per_request_required = false;
     for (std::size_t k = 0; k < collectors.size(); ++k) {
       if (collectors[k] == nullptr) continue;
       RunSinks sinks = collectors[k]->sinks(i);
+      if (sinks.request && plan.report_files[k].first->simulated_only) mine.per_request_required = true;
       // The timeline is sampled only when an output asking for it says so (ReportOutput::timeline):
       // otherwise it would get a row every step.
       check(!sinks.timeline || plan.report_files[k].first->timeline,
