@@ -23,27 +23,15 @@ void append_u64(std::string& out, std::uint64_t v) {
   out.append(digits, written.ptr);
 }
 
-// A CSV cell: quoted when it holds a comma or a quote, or starts or ends with a space or
-// a tab (which the reader would otherwise trim).
+// A trace's CSV cell (csv_cell); a line break, which a trace's line-at-a-time reader
+// cannot take even quoted, is refused.
 void append_csv_text(std::string& out, std::string_view text, const std::string& path, std::string_view column) {
   if (text.find_first_of("\r\n") != std::string_view::npos) {
     throw InputError(Location{path, 0, "column '" + std::string(column) + "'"},
                      detail::quote_text(text) + " holds a line break, which a CSV trace cannot; write JSONL instead");
   }
   check(text.find('\0') == std::string_view::npos, "a trace's text holds a NUL byte, which every reader refuses");
-  const bool quote = text.find_first_of(",\"") != std::string_view::npos ||
-                     (!text.empty() && (text.front() == ' ' || text.front() == '\t' || text.back() == ' ' ||
-                                        text.back() == '\t'));
-  if (!quote) {
-    out.append(text);
-    return;
-  }
-  out += '"';
-  for (char c : text) {
-    if (c == '"') out += '"';
-    out += c;
-  }
-  out += '"';
+  out += csv_cell(text);
 }
 
 void append_json_string(std::string& out, std::string_view text) {
@@ -91,6 +79,19 @@ void TraceColumns::include(const Request& r) {
   session = session || !r.session.empty();
   service_times = service_times || r.start_ns || r.first_token_ns || r.finish_ns;
   prefix = prefix || r.prefix_block_tokens != 0 || !r.prefix_hashes.empty();
+}
+
+std::string csv_cell(std::string_view text) {
+  const bool quote = text.find_first_of(",\"\r\n") != std::string_view::npos ||
+                     (!text.empty() && (text.front() == ' ' || text.front() == '\t' || text.back() == ' ' ||
+                                        text.back() == '\t'));
+  if (!quote) return std::string(text);
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '"') out += '"';
+    out += c;
+  }
+  return out + '"';
 }
 
 std::string format_trace_seconds(std::int64_t ns) { return detail::seconds_text(ns); }

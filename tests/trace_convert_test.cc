@@ -41,6 +41,25 @@ TEST_CASE("seconds print exactly, trailing zeros trimmed") {
   CHECK(format_trace_seconds(9'223'372'036'854'775'807) == "9223372036.854775807");
 }
 
+TEST_CASE("csv_cell: quoted where a reader would split, unquote or trim it, and read back as it was") {
+  CHECK(kvsim::csv_cell("paged:block=16") == "paged:block=16");
+  CHECK(kvsim::csv_cell("") == "");
+  CHECK(kvsim::csv_cell("a,b") == "\"a,b\"");
+  CHECK(kvsim::csv_cell("say \"hi\"") == "\"say \"\"hi\"\"\"");
+  CHECK(kvsim::csv_cell("two\nlines") == "\"two\nlines\"");
+  CHECK(kvsim::csv_cell(" padded ") == "\" padded \"");
+  CHECK(kvsim::csv_cell("\ttab") == "\"\ttab\"");
+  CHECK(kvsim::csv_cell("in side") == "in side");
+  // kvsim's own reader gives the ids back as they were, spaces and all.
+  const std::string path = kvsim::test::write_file("csv-cell.csv", "id,arrival,prompt_tokens,output_tokens\n" +
+                                                                      kvsim::csv_cell(" padded ") + ",0,10,2\n" +
+                                                                      kvsim::csv_cell("a,\"b\"") + ",1,10,2\n");
+  const auto requests = kvsim::read_trace(path);
+  REQUIRE(requests.size() == 2);
+  CHECK(requests[0].id == " padded ");
+  CHECK(requests[1].id == "a,\"b\"");
+}
+
 TEST_CASE("native CSV -> JSONL -> CSV is lossless, and the second generation is byte-identical") {
   // Not in canonical form on purpose: columns shuffled, cancel_after, quotes, padding zeros.
   const auto in = write_file("rt-in.csv",

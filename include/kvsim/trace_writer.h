@@ -45,6 +45,11 @@ struct TraceColumns {
 // 4314579000 -> "4.314579".
 std::string format_trace_seconds(std::int64_t ns);
 
+// A CSV cell that kvsim's readers, and RFC 4180's, read back as `text`: quoted (a quote
+// doubled) when it holds a comma, a quote or a line break, or starts or ends with a space or
+// a tab, which a reader trims from a bare cell.
+std::string csv_cell(std::string_view text);
+
 class TraceWriter {
  public:
   // Opens `path` for writing ("-": standard output) through an OutputFile (output_file.h):

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kvsim/option_names.h"
+#include "kvsim/trace_writer.h"
 #include "kvsim/units.h"
 #include "layout_json.h"
 #include "sheet_table.h"
@@ -727,7 +728,7 @@ std::vector<std::pair<const char*, Cell>> csv_columns(const CsvShape& shape) {
     });
   };
   std::vector<std::pair<const char*, Cell>> columns = {
-      {"allocator", [](const ReplayReport& r) { return csv_field(r.allocator); }},
+      {"allocator", [](const ReplayReport& r) { return csv_cell(r.allocator); }},
       {"requests", integer(&ReplayReport::requests)},
       {"completed", integer(&ReplayReport::completed)},
       {"cancelled", [](const ReplayReport& r) { return std::to_string(r.cancelled_queued + r.cancelled_running); }},
@@ -824,13 +825,6 @@ std::vector<std::pair<const char*, Cell>> csv_columns(const CsvShape& shape) {
 }  // namespace
 
 // A CSV cell: quoted (RFC 4180) when it holds a comma or a quote, as "dynamic:growth=chunk,chunk=64" does.
-std::string csv_field(const std::string& text) {
-  if (text.find_first_of(",\"\r\n") == std::string::npos) return text;
-  std::string out = "\"";
-  for (char ch : text) out += ch == '"' ? std::string("\"\"") : std::string(1, ch);
-  return out + "\"";
-}
-
 CsvShape csv_shape(const std::vector<ReplayReport>& reports) {
   return CsvShape{any_placement(reports), any_sharing(reports),
                   std::any_of(reports.begin(), reports.end(), [](const ReplayReport& r) { return r.replicas > 0; })};
@@ -935,7 +929,7 @@ std::string per_request_row(const std::string& allocator, const RequestRecord& r
                                : std::string();
   const std::string e2e = completed ? format_seconds(r.finish_ns - r.arrival_ns, 9) : std::string();
   const char* outcome = completed ? "completed" : r.outcome == RequestRecord::Outcome::cancelled ? "cancelled" : "refused";
-  return fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", csv_field(allocator), csv_field(r.id), r.ordinal,
+  return fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", csv_cell(allocator), csv_cell(r.id), r.ordinal,
                      at(r.arrival_ns), at(r.first_scheduled_ns), at(r.first_token_ns), at(r.finish_ns), ttft, tpot, e2e,
                      r.prompt_tokens, r.cached_prompt_tokens, r.output_tokens, r.preemptions, outcome);
 }
@@ -960,7 +954,7 @@ std::string timeline_header(const KvLayout& layout, bool sampled, bool caching) 
 }
 
 std::string timeline_row(const std::string& allocator, const TimelineRow& row, bool caching) {
-  std::string out = fmt::format("{},{},{},{},{},{},{},{}", csv_field(allocator), format_seconds(row.time_ns, 9), row.step,
+  std::string out = fmt::format("{},{},{},{},{},{},{},{}", csv_cell(allocator), format_seconds(row.time_ns, 9), row.step,
                                 row.running, row.queued, row.effective_bytes, row.allocated_bytes, row.reserved_bytes);
   for (std::size_t g = 0; g < row.effective_tokens.size(); ++g) {
     out += fmt::format(",{},{}", row.effective_tokens[g], row.allocated_slots[g]);

@@ -118,8 +118,6 @@ struct CsvShape {
   bool replicas = false;   // a run is one of --replicas (ReplayReport::replicas > 0)
 };
 CsvShape csv_shape(const std::vector<ReplayReport>& reports);
-// A CSV cell: quoted (RFC 4180) when it holds a comma, a quote or a newline.
-std::string csv_field(const std::string& text);
 std::string replay_csv_header(const CsvShape& shape);
 std::string replay_csv_row(const CsvShape& shape, const ReplayReport& report);
 // One run's object in replay_json()'s "runs"; `placement` as CsvShape::placement.

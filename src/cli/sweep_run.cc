@@ -11,6 +11,7 @@
 #include "kvsim/error.h"
 #include "kvsim/replicas.h"
 #include "kvsim/trace.h"
+#include "kvsim/trace_writer.h"
 #include "model_options.h"
 
 namespace kvsim::cli {
@@ -160,7 +161,7 @@ std::string SweepSetup::csv_header(const CsvShape& shape) const {
   // Appended in pieces: GCC 12 at -O3 warns falsely (-Wrestrict) on "," + a temporary.
   for (const auto& c : columns_) {
     out += ',';
-    out += csv_field(c);
+    out += csv_cell(c);
   }
   out += ',';
   return out += replay_csv_header(shape);
@@ -171,7 +172,7 @@ std::string SweepSetup::csv_row(std::int64_t p, std::int64_t point_rows, const C
   std::string out = fmt::format("{},{},{},{}", p, grid_.points(), grid_id_, point_rows);
   for (const auto& v : grid_.values_at(p)) {
     out += ',';
-    out += csv_field(v);
+    out += csv_cell(v);
   }
   out += ',';
   return out += replay_csv_row(shape, report);
