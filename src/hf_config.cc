@@ -27,6 +27,7 @@
 
 #include <sys/stat.h>
 
+#include "json_keys.h"
 #include "kvsim/error.h"
 #include "kvsim/model.h"
 
@@ -698,7 +699,7 @@ std::int64_t opt_parameter_count(const Config& c, const ModelSpec& m) {
 ModelSpec parse_hf_config(std::string_view json_text, const std::string& path) {
   json root;
   try {
-    root = json::parse(json_text.begin(), json_text.end());
+    root = detail::parse_json_keys_once(json_text, Location{path, 0, ""});
   } catch (const json::exception& e) {
     // parse_error, and out_of_range for a number too large for a double (1e999).
     throw InputError(Location{path, 0, ""}, "not valid JSON: " + parse_error_text(e));

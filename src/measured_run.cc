@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "civil_time.h"
+#include "json_keys.h"
 #include "kvsim/error.h"
 #include "kvsim/option_names.h"
 #include "kvsim/replicas.h"
@@ -51,7 +52,7 @@ std::ifstream open_file(const std::string& path) {
 json parse_json(const std::string& text, const std::string& path, std::int64_t line) {
   json out;
   try {
-    out = json::parse(text);
+    out = detail::parse_json_keys_once(text, Location{path, line, ""});
   } catch (const json::exception& e) {  // a syntax error, or a number beyond a double (1e400)
     throw InputError(Location{path, line, ""}, std::string("not valid JSON: ") + e.what());
   }

@@ -280,3 +280,26 @@ TEST_CASE("a Qwen3-MoE config: experts per token drive compute, every expert the
   too_many.replace(too_many.find("\"num_experts_per_tok\": 8"), 24, "\"num_experts_per_tok\": 200");
   CHECK_THROWS_WITH(parse_hf_config(too_many, "many.json"), Catch::Contains("num_experts_per_tok"));
 }
+
+TEST_CASE("a config.json key given twice in one object is refused, not read as its last value") {
+  // nlohmann (as Python's json) would keep the last hidden_size, 2048, without a word.
+  try {
+    kvsim::parse_hf_config(R"({"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32,
+      "hidden_size": 2048})",
+                           "twice.json");
+    FAIL("expected an error");
+  } catch (const kvsim::InputError& e) {
+    CHECK(std::string(e.what()) ==
+          "twice.json: hidden_size: given twice in one object (a JSON reader keeps one of them silently, so kvsim "
+          "refuses to choose)");
+  }
+  // Nested, named by its path; the same key in two objects is fine.
+  try {
+    kvsim::parse_hf_config(R"({"model_type": "llava", "text_config": {"vocab_size": 32000, "vocab_size": 1},
+      "vision_config": {"hidden_size": 1024}, "hidden_size": 4096})",
+                           "nested.json");
+    FAIL("expected an error");
+  } catch (const kvsim::InputError& e) {
+    CHECK(std::string(e.what()).rfind("nested.json: text_config.vocab_size: given twice in one object", 0) == 0);
+  }
+}

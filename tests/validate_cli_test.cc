@@ -1267,6 +1267,35 @@ TEST_CASE("validate: another run's workload of the same size is refused, request
   std::filesystem::remove_all(base);
 }
 
+TEST_CASE("validate: a key given twice in meta.json or in a line of requests.jsonl is refused") {
+  // A JSON reader keeps the last of two equal keys: "max_num_seqs": 128, "max_num_seqs": 4
+  // would replay with 4 running at most, and say nothing.
+  const auto base = test::scratch_dir("validate-duplicate-keys");
+  const auto dir = copy_tiny_run(base);
+  const std::string workload = kData + "/tiny/workloads/tiny.jsonl";
+  std::string meta = test::slurp(dir / "meta.json");
+  const auto at = meta.find(R"("max_num_seqs": 128,)");
+  REQUIRE(at != std::string::npos);
+  meta.insert(at, R"("max_num_seqs": 4, )");
+  std::ofstream(dir / "meta.json") << meta;
+  auto r = test::run_cli({"validate", dir.string(), "--workload", workload, "--kv-budget", "1GiB"});
+  CHECK(r.exit_code == 1);
+  CHECK(r.err == "kvsim: error: " + (dir / "meta.json").string() +
+                     ": engine_kwargs.max_num_seqs: given twice in one object (a JSON reader keeps one of them "
+                     "silently, so kvsim refuses to choose)\n");
+  std::filesystem::copy_file(kData + "/tiny/run/meta.json", dir / "meta.json",
+                             std::filesystem::copy_options::overwrite_existing);
+  std::string requests = test::slurp(dir / "requests.jsonl");
+  const auto second = requests.find('\n') + 1;
+  requests.insert(second + 1, R"("output_toks": 9, )");
+  std::ofstream(dir / "requests.jsonl") << requests;
+  r = test::run_cli({"validate", dir.string(), "--workload", workload, "--kv-budget", "1GiB"});
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find((dir / "requests.jsonl").string() + ":2: output_toks: given twice in one object") !=
+        std::string::npos);
+  std::filesystem::remove_all(base);
+}
+
 TEST_CASE("validate: against a measured 0 the difference is n/a (null), not +0.0%") {
   // tiny's requests with their first tokens at their queueing instants: a measured TTFT of 0
   // at every percentile, against a simulated one that is not.
