@@ -172,6 +172,21 @@ TEST_CASE("calibrate: a replay of the run finds the prompt tokens the prefix cac
   CHECK(doc["replay_estimate"]["replays"] == 0);
   CHECK_THAT(doc["replay_estimate"]["not_estimated"].get<std::string>(),
              Catch::Contains("cannot be replayed") && Catch::Contains("acme/unknown-7b"));
+  // A value meta.json gets wrong is not a missing preset: an error, as validate makes it.
+  {
+    std::ifstream in(base / "run" / "meta.json");
+    std::string meta((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    meta.replace(meta.find("acme/unknown-7b"), std::string("acme/unknown-7b").size(), "meta-llama/Llama-3.1-8B");
+    meta.replace(meta.find(R"("vllm_version": "0.19.0")"), std::string(R"("vllm_version": "0.19.0")").size(),
+                 R"("vllm_version": "banana")");
+    std::ofstream(base / "run" / "meta.json") << meta;
+  }
+  for (const char* command : {"calibrate", "validate"}) {
+    r = test::run_cli({command, (base / "run").string()});
+    INFO(command);
+    CHECK(r.exit_code == 1);
+    CHECK_THAT(r.err, Catch::Contains("meta.json: vllm_version: \"banana\" is not a version such as \"0.19.0\""));
+  }
   // What the user gives is not swallowed: a bad replay option or workload is an error.
   r = test::run_cli({"calibrate", kData + "/synthetic-cached", "--max-running", "0"});
   CHECK(r.exit_code != 0);

@@ -460,13 +460,14 @@ int run_calibrate(const Invocation& inv) {
   } else {
     // A run whose meta.json names what kvsim has no preset for (a model, a GPU) cannot be
     // replayed as it is: when the user gave nothing to replay it with, the fit stands without
-    // the estimate and says why. Anything else (a bad option, a bad workload) is an error.
+    // the estimate and says why. Anything else (a value meta.json gets wrong, a bad option, a
+    // bad workload) is an error, as in validate.
     std::optional<std::string> unreplayable;
     if (!gives_replay_options(vm)) {
       try {
         po::variables_map v = vm;
         apply_run_settings(v, run, kSpec.synopsis);
-      } catch (const InputError& e) {
+      } catch (const NoPresetError& e) {
         unreplayable = e.what();
       }
     }

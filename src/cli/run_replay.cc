@@ -339,12 +339,12 @@ std::string fill_in_run_settings(RunDefaults& defaults, const MeasuredRun& run, 
   if (!given(vm, option_key(kOptModel)) && !given(vm, "config")) {
     const RunModelRow* row = run_model_row(run.model);
     if (row == nullptr) {
-      throw InputError(Location{meta, 0, "model"}, "\"" + run.model +
+      throw NoPresetError(Location{meta, 0, "model"}, "\"" + run.model +
                                                        "\" has no kvsim preset in validate's table; give --model "
                                                        "PRESET or --config config.json");
     }
     if (!has_model_preset(row->preset)) {
-      throw InputError(Location{meta, 0, "model"}, "\"" + run.model + "\" is the preset " + row->preset +
+      throw NoPresetError(Location{meta, 0, "model"}, "\"" + run.model + "\" is the preset " + row->preset +
                                                        ", which this kvsim does not have yet; give --config "
                                                        "config.json (the model's Hugging Face config)");
     }
@@ -442,27 +442,27 @@ std::string fill_in_run_settings(RunDefaults& defaults, const MeasuredRun& run, 
     const std::string where = run.dir + "/peer_cluster_config.json";
     if (run.hardware.empty() && preset == nullptr) {
       if (!run.device_name.empty()) {
-        throw InputError(Location{meta, 0, "hardware.device_name"},
+        throw NoPresetError(Location{meta, 0, "hardware.device_name"},
                          "\"" + run.device_name + "\" is not the product name of any kvsim device preset; give "
                          "--device, --device-memory or --kv-budget");
       }
       // Blame the file that should have named it: the peer's description when there is one.
       if (std::filesystem::exists(where)) {
-        throw InputError(Location{where, 0, "hardware"},
+        throw NoPresetError(Location{where, 0, "hardware"},
                          "names no GPU, nor does meta.json (hardware.device_name); give --device, "
                          "--device-memory or --kv-budget");
       }
-      throw InputError(Location{meta, 0, "hardware.device_name"},
+      throw NoPresetError(Location{meta, 0, "hardware.device_name"},
                        "absent, and there is no peer_cluster_config.json beside it: the run does not name its "
                        "GPU; give --device, --device-memory or --kv-budget");
     }
     if (preset == nullptr) {
-      throw InputError(Location{where, 0, "hardware"}, "\"" + run.hardware +
+      throw NoPresetError(Location{where, 0, "hardware"}, "\"" + run.hardware +
                                                            "\" has no kvsim device preset in validate's table; give "
                                                            "--device, --device-memory or --kv-budget");
     }
     if (!known) {
-      throw InputError(Location{where, 0, "hardware"},
+      throw NoPresetError(Location{where, 0, "hardware"},
                        "\"" + run.hardware + "\" is the device preset " + preset +
                            ", which this kvsim does not have yet; give --device-memory (its memory, e.g. 96GB "
                            "for an RTX PRO 6000) or --kv-budget");

@@ -16,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kvsim/error.h"
 #include "kvsim/measured_run.h"
 #include "kvsim/replay.h"
 #include "replay_plan.h"
@@ -34,9 +35,18 @@ inline constexpr std::string_view kMeasuredRunAllocatorHelp =
 std::optional<std::string> parse_run_command(const Invocation& inv, const CommandSpec& spec,
                                              po::options_description& options, po::variables_map& vm);
 
+// A run meta.json describes well, with a model or a GPU kvsim has no preset for: replayed
+// only with options that supply it (--model, --config, --device, ...). kvsim calibrate fits
+// such a run from its ticks alone and says why; every other InputError is the run's fault.
+class NoPresetError : public InputError {
+ public:
+  using InputError::InputError;
+};
+
 // meta.json's settings as defaults of the replay options in `vm`. Returns where the KV pool
 // comes from ("" when the user's options size it: --kv-budget, or replay's rule with
-// --reserve or --params). `usage` ends usage errors.
+// --reserve or --params). `usage` ends usage errors. Throws NoPresetError for a model or a
+// GPU without a preset, InputError for anything else meta.json gets wrong.
 std::string apply_run_settings(po::variables_map& vm, const MeasuredRun& run, const std::string& usage);
 
 // The run's vLLM version as validate's and calibrate's headers give it: meta.json's, or
