@@ -2,6 +2,8 @@
 // figures it is scored by. See include/kvsim/measured_run.h.
 #include "kvsim/measured_run.h"
 
+#include <fmt/core.h>
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -481,9 +483,19 @@ void read_requests(MeasuredRun& run) {
         throw InputError(Location{path, line, key}, "expected seconds of at most 1e12 either way, got " + r.at(key).dump());
       }
     }
-    if (!(m.queued_s <= m.scheduled_s && m.scheduled_s <= m.first_token_s && m.first_token_s <= m.last_token_s)) {
-      throw InputError(Location{path, line, "queued_ts"},
-                       "timestamps out of order: expected queued_ts <= scheduled_ts <= first_token_ts <= last_token_ts");
+    // Named by the first stamp that comes before the one ahead of it.
+    const std::pair<const char*, double> order[] = {{"queued_ts", m.queued_s},
+                                                    {"scheduled_ts", m.scheduled_s},
+                                                    {"first_token_ts", m.first_token_s},
+                                                    {"last_token_ts", m.last_token_s}};
+    for (std::size_t k = 1; k < std::size(order); ++k) {
+      if (!(order[k - 1].second <= order[k].second)) {
+        throw InputError(Location{path, line, order[k].first},
+                         fmt::format("{} comes before {} ({:.6g} s earlier): expected queued_ts <= scheduled_ts "
+                                     "<= first_token_ts <= last_token_ts",
+                                     r.at(order[k].first).dump(), order[k - 1].first,
+                                     order[k - 1].second - order[k].second));
+      }
     }
     run.requests.push_back(std::move(m));
   }
@@ -546,9 +558,9 @@ void check_clock_offsets(const MeasuredRun& run) {
   for (const MeasuredRequest& r : run.requests) {
     if (r.timed && std::abs(r.arrival_time_s - r.queued_s - median) > kClockSkewLimitS) {
       throw InputError(Location{join(run.dir, "requests.jsonl"), r.line, "arrival_time"},
-                       "arrival_time - queued_ts is " + short_number(r.arrival_time_s - r.queued_s) +
-                           " s, the other requests' about " + short_number(median) +
-                           " s: the two clocks of one run differ by one offset");
+                       fmt::format("arrival_time - queued_ts is {:.3f} s, {:.3f} s from the other requests' "
+                                   "median of {:.3f} s: the two clocks of one run differ by one offset",
+                                   r.arrival_time_s - r.queued_s, r.arrival_time_s - r.queued_s - median, median));
     }
   }
 }

@@ -1311,6 +1311,23 @@ TEST_CASE("validate: a key given twice in meta.json or in a line of requests.jso
   std::filesystem::remove_all(base);
 }
 
+TEST_CASE("validate: timestamps out of order are named by the stamp that comes too early") {
+  // tiny's second request: first token at 500.55 s, last put back to 500.5 s, 0.05 s before.
+  const auto base = test::scratch_dir("validate-stamp-order");
+  const auto dir = copy_tiny_run(base);
+  std::string requests = test::slurp(dir / "requests.jsonl");
+  const auto at = requests.find(R"("last_token_ts": 500.95)");
+  REQUIRE(at != std::string::npos);
+  requests.replace(at, std::string(R"("last_token_ts": 500.95)").size(), R"("last_token_ts": 500.5)");
+  std::ofstream(dir / "requests.jsonl") << requests;
+  const auto r = test::run_cli({"validate", dir.string(), "--workload", kData + "/tiny/workloads/tiny.jsonl"});
+  CHECK(r.exit_code == 1);
+  CHECK(r.err == "kvsim: error: " + (dir / "requests.jsonl").string() +
+                     ":2: last_token_ts: 500.5 comes before first_token_ts (0.05 s earlier): expected queued_ts <= "
+                     "scheduled_ts <= first_token_ts <= last_token_ts\n");
+  std::filesystem::remove_all(base);
+}
+
 TEST_CASE("validate: against a measured 0 the difference is n/a (null), not +0.0%") {
   // tiny's requests with their first tokens at their queueing instants: a measured TTFT of 0
   // at every percentile, against a simulated one that is not.
