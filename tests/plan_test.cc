@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "cli_util.h"
 #include "cli/plan.h"
@@ -12,6 +13,21 @@ using kvsim::cli::bracket_search;
 using kvsim::cli::SearchSpec;
 using kvsim::test::run_cli;
 using kvsim::test::write_file;
+
+namespace {
+
+// `kvsim plan` on `trace` as "brackets the rate-scale at which preemption starts" derives it:
+// llama-3.1-8b, paged blocks of 16 positions, a budget of exactly 3 blocks, no watermark,
+// every step 10 ms, preemption not allowed; then `extra`.
+kvsim::test::CliResult plan_three_blocks(const std::string& trace, const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> args{"plan", trace, "--model", "llama-3.1-8b", "--allocator", "paged:block=16",
+                                "--kv-budget", "6291456", "--watermark", "0", "--cost",
+                                "constant:step=10ms,prefill-token=0s", "--no-preemption"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return run_cli(args);
+}
+
+}  // namespace
 
 TEST_CASE("plan search: expands from the start, bisects to the tolerance, verifies below, within max points") {
   // Met for values up to 10,000 (of a 1,000-per-unit scale: rate-scale 10): starting at
@@ -101,9 +117,7 @@ TEST_CASE("kvsim plan: brackets the rate-scale at which preemption starts, deriv
                                        "id,arrival,prompt_tokens,output_tokens\n"
                                        "a,0,15,12\n"
                                        "b,1,15,12\n");
-  const auto r = run_cli({"plan", trace, "--model", "llama-3.1-8b", "--allocator", "paged:block=16", "--kv-budget",
-                          "6291456", "--watermark", "0", "--cost", "constant:step=10ms,prefill-token=0s",
-                          "--no-preemption", "--json"});
+  const auto r = plan_three_blocks(trace, {"--json"});
   INFO(r.err);
   REQUIRE(r.exit_code == 0);
   const auto j = nlohmann::json::parse(r.out);
@@ -135,9 +149,7 @@ TEST_CASE("kvsim plan: brackets the rate-scale at which preemption starts, deriv
   CHECK(j["answer"].get<std::string>().rfind("The largest rate-scale meeting the targets (--no-preemption)", 0) == 0);
 
   // The table: the sentence first, then the points.
-  const auto t = run_cli({"plan", trace, "--model", "llama-3.1-8b", "--allocator", "paged:block=16", "--kv-budget",
-                          "6291456", "--watermark", "0", "--cost", "constant:step=10ms,prefill-token=0s",
-                          "--no-preemption"});
+  const auto t = plan_three_blocks(trace);
   REQUIRE(t.exit_code == 0);
   CHECK(t.out.rfind("The largest rate-scale meeting the targets", 0) == 0);
   CHECK(t.out.find("largest met") != std::string::npos);
@@ -154,9 +166,7 @@ TEST_CASE("kvsim plan --search replicas: the fewest replicas without preemption,
                                        "id,arrival,prompt_tokens,output_tokens\n"
                                        "a,0,15,12\n"
                                        "b,1,15,12\n");
-  const auto r = run_cli({"plan", trace, "--model", "llama-3.1-8b", "--allocator", "paged:block=16", "--kv-budget",
-                          "6291456", "--watermark", "0", "--cost", "constant:step=10ms,prefill-token=0s",
-                          "--no-preemption", "--rate-scale", "16", "--search", "replicas", "--json"});
+  const auto r = plan_three_blocks(trace, {"--rate-scale", "16", "--search", "replicas", "--json"});
   INFO(r.err);
   REQUIRE(r.exit_code == 0);
   const auto j = nlohmann::json::parse(r.out);
@@ -178,9 +188,7 @@ TEST_CASE("kvsim plan --search replicas: one replica meeting the targets is the 
                                        "id,arrival,prompt_tokens,output_tokens\n"
                                        "a,0,15,12\n"
                                        "b,1,15,12\n");
-  const auto r = run_cli({"plan", trace, "--model", "llama-3.1-8b", "--allocator", "paged:block=16", "--kv-budget",
-                          "6291456", "--watermark", "0", "--cost", "constant:step=10ms,prefill-token=0s",
-                          "--no-preemption", "--search", "replicas", "--json"});
+  const auto r = plan_three_blocks(trace, {"--search", "replicas", "--json"});
   INFO(r.err);
   REQUIRE(r.exit_code == 0);
   const auto j = nlohmann::json::parse(r.out);
@@ -204,9 +212,7 @@ TEST_CASE("kvsim plan --search replicas: measured times in the trace are simulat
                                        "a,0,15,12,0.5,0.6,9\n"
                                        "b,0.0625,15,12,1.5,1.6,9.5\n");
   const auto plan = [](const std::string& trace) {
-    const auto r = run_cli({"plan", trace, "--model", "llama-3.1-8b", "--allocator", "paged:block=16", "--kv-budget",
-                            "6291456", "--watermark", "0", "--cost", "constant:step=10ms,prefill-token=0s",
-                            "--no-preemption", "--search", "replicas", "--json"});
+    const auto r = plan_three_blocks(trace, {"--search", "replicas", "--json"});
     INFO(r.err);
     REQUIRE(r.exit_code == 0);
     auto j = nlohmann::json::parse(r.out);
