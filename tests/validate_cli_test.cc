@@ -32,6 +32,15 @@ std::filesystem::path copy_tiny_run(const std::filesystem::path& base) {
   return dir;
 }
 
+// Edits a run's file in place: the first `from` in it becomes `to` (which must be there).
+void replace_in_file(const std::filesystem::path& path, const std::string& from, const std::string& to) {
+  std::string text = test::slurp(path);
+  const auto at = text.find(from);
+  REQUIRE(at != std::string::npos);
+  text.replace(at, from.size(), to);
+  std::ofstream(path, std::ios::binary) << text;
+}
+
 }  // namespace
 
 TEST_CASE("replay --per-request: one row per request, times worked out by hand") {
@@ -159,12 +168,7 @@ TEST_CASE("calibrate: a replay of the run finds the prompt tokens the prefix cac
   std::filesystem::copy(kData + "/synthetic-cached", base / "run", std::filesystem::copy_options::recursive);
   std::filesystem::create_directories(base / "workloads");
   std::filesystem::copy(kData + "/workloads/synthetic-cached.jsonl", base / "workloads" / "synthetic-cached.jsonl");
-  {
-    std::ifstream in(base / "run" / "meta.json");
-    std::string meta((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    meta.replace(meta.find("meta-llama/Llama-3.1-8B"), std::string("meta-llama/Llama-3.1-8B").size(), "acme/unknown-7b");
-    std::ofstream(base / "run" / "meta.json") << meta;
-  }
+  replace_in_file(base / "run" / "meta.json", "meta-llama/Llama-3.1-8B", "acme/unknown-7b");
   r = test::run_cli({"calibrate", (base / "run").string(), "--json"});
   INFO(r.err);
   REQUIRE(r.exit_code == 0);
@@ -173,14 +177,8 @@ TEST_CASE("calibrate: a replay of the run finds the prompt tokens the prefix cac
   CHECK_THAT(doc["replay_estimate"]["not_estimated"].get<std::string>(),
              Catch::Contains("cannot be replayed") && Catch::Contains("acme/unknown-7b"));
   // A value meta.json gets wrong is not a missing preset: an error, as validate makes it.
-  {
-    std::ifstream in(base / "run" / "meta.json");
-    std::string meta((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    meta.replace(meta.find("acme/unknown-7b"), std::string("acme/unknown-7b").size(), "meta-llama/Llama-3.1-8B");
-    meta.replace(meta.find(R"("vllm_version": "0.19.0")"), std::string(R"("vllm_version": "0.19.0")").size(),
-                 R"("vllm_version": "banana")");
-    std::ofstream(base / "run" / "meta.json") << meta;
-  }
+  replace_in_file(base / "run" / "meta.json", "acme/unknown-7b", "meta-llama/Llama-3.1-8B");
+  replace_in_file(base / "run" / "meta.json", R"("vllm_version": "0.19.0")", R"("vllm_version": "banana")");
   for (const char* command : {"calibrate", "validate"}) {
     r = test::run_cli({command, (base / "run").string()});
     INFO(command);
@@ -697,13 +695,8 @@ TEST_CASE("validate: a data-parallel run is two engines behind vLLM's router, th
   REQUIRE(text.exit_code == 0);
   CHECK_THAT(text.out, Catch::Contains("policy vllm (recompute, whole sequence must fit, watermark 0), asynchronous scheduling\n"));
   // enforce_eager in meta.json: no graphs.
-  {
-    std::ifstream in(base / "run" / "meta.json");
-    std::string meta((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    const std::string key = R"("max_model_len": null)";
-    meta.replace(meta.find(key), key.size(), key + R"(, "enforce_eager": true)");
-    std::ofstream(base / "run" / "meta.json") << meta;
-  }
+  replace_in_file(base / "run" / "meta.json", R"("max_model_len": null)",
+                  R"("max_model_len": null, "enforce_eager": true)");
   const auto eager = test::run_cli({"validate", (base / "run").string(), "--kv-budget", "1GB", "--cost",
                                     "constant:step=10ms,prefill-token=0ps"});
   REQUIRE(eager.exit_code == 0);
@@ -1288,11 +1281,7 @@ TEST_CASE("validate: a key given twice in meta.json or in a line of requests.jso
   const auto base = test::scratch_dir("validate-duplicate-keys");
   const auto dir = copy_tiny_run(base);
   const std::string workload = kData + "/tiny/workloads/tiny.jsonl";
-  std::string meta = test::slurp(dir / "meta.json");
-  const auto at = meta.find(R"("max_num_seqs": 128,)");
-  REQUIRE(at != std::string::npos);
-  meta.insert(at, R"("max_num_seqs": 4, )");
-  std::ofstream(dir / "meta.json") << meta;
+  replace_in_file(dir / "meta.json", R"("max_num_seqs": 128,)", R"("max_num_seqs": 4, "max_num_seqs": 128,)");
   auto r = test::run_cli({"validate", dir.string(), "--workload", workload, "--kv-budget", "1GiB"});
   CHECK(r.exit_code == 1);
   CHECK(r.err == "kvsim: error: " + (dir / "meta.json").string() +
@@ -1300,10 +1289,8 @@ TEST_CASE("validate: a key given twice in meta.json or in a line of requests.jso
                      "silently, so kvsim refuses to choose)\n");
   std::filesystem::copy_file(kData + "/tiny/run/meta.json", dir / "meta.json",
                              std::filesystem::copy_options::overwrite_existing);
-  std::string requests = test::slurp(dir / "requests.jsonl");
-  const auto second = requests.find('\n') + 1;
-  requests.insert(second + 1, R"("output_toks": 9, )");
-  std::ofstream(dir / "requests.jsonl") << requests;
+  replace_in_file(dir / "requests.jsonl", R"({"request_id": "bench-1",)",
+                  R"({"output_toks": 9, "request_id": "bench-1",)");
   r = test::run_cli({"validate", dir.string(), "--workload", workload, "--kv-budget", "1GiB"});
   CHECK(r.exit_code == 1);
   CHECK(r.err.find((dir / "requests.jsonl").string() + ":2: output_toks: given twice in one object") !=
@@ -1315,11 +1302,7 @@ TEST_CASE("validate: timestamps out of order are named by the stamp that comes t
   // tiny's second request: first token at 500.55 s, last put back to 500.5 s, 0.05 s before.
   const auto base = test::scratch_dir("validate-stamp-order");
   const auto dir = copy_tiny_run(base);
-  std::string requests = test::slurp(dir / "requests.jsonl");
-  const auto at = requests.find(R"("last_token_ts": 500.95)");
-  REQUIRE(at != std::string::npos);
-  requests.replace(at, std::string(R"("last_token_ts": 500.95)").size(), R"("last_token_ts": 500.5)");
-  std::ofstream(dir / "requests.jsonl") << requests;
+  replace_in_file(dir / "requests.jsonl", R"("last_token_ts": 500.95)", R"("last_token_ts": 500.5)");
   const auto r = test::run_cli({"validate", dir.string(), "--workload", kData + "/tiny/workloads/tiny.jsonl"});
   CHECK(r.exit_code == 1);
   CHECK(r.err == "kvsim: error: " + (dir / "requests.jsonl").string() +
@@ -1482,11 +1465,9 @@ TEST_CASE("validate: a model loaded from a path is found by its last component, 
   CHECK_THAT(r.out, Catch::Contains("resolved_config.scheduler_config.prefill_schedule_interval=4"));
   // A setting engine_kwargs gives (under the engine argument's own name: scheduling_policy) is
   // named once, from there; a null there is no setting, and the resolved value is named.
-  std::string meta = test::slurp(dir / "meta.json");
-  meta.replace(meta.find(R"("disable_custom_all_reduce": true)"), 33,
-               R"("disable_custom_all_reduce": true, "scheduling_policy": "priority", "quantization": null,
+  replace_in_file(dir / "meta.json", R"("disable_custom_all_reduce": true)",
+                  R"("disable_custom_all_reduce": true, "scheduling_policy": "priority", "quantization": null,
     "speculative_config": {"method": "ngram"})");
-  std::ofstream(dir / "meta.json") << meta;
   r = test::run_cli({"validate", dir.string(), "--workload", workload, "--json"});
   REQUIRE(r.exit_code == 0);
   CHECK(Json::parse(r.out)["unmodelled_settings"] ==
