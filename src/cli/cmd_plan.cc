@@ -307,6 +307,9 @@ int run_plan(const Invocation& inv) {
   const std::string name = rate ? "rate-scale" : "replicas";
   const std::string what = targets_text(targets);
   const std::string allocator = tried.front().report.allocator;
+  // One replica meeting the targets is the answer, settled: there is no fewer (the largest
+  // rate-scale, the rate search's bound, is a limit of the search instead).
+  const bool one_replica = !rate && result.met && !result.missed && *result.met == spec.min;
   std::string sentence;
   if (result.met && result.missed && result.converged) {
     const Tried& m = find(*result.met);
@@ -327,9 +330,7 @@ int run_plan(const Invocation& inv) {
   } else if (result.met) {
     // Only points that met: the search went harder until its bound, or ran out of points.
     const Tried& m = find(*result.met);
-    // The hard side's bound: the largest rate-scale (a limit of the search, not an answer), or
-    // one replica (the answer: there is no fewer).
-    const bool bound = *result.met == (rate ? spec.max : spec.min);
+    const bool bound = rate ? *result.met == spec.max : one_replica;
     sentence = rate ? fmt::format("every rate-scale tried meets the targets ({}) for {}, up to {} ({}){}.", what,
                                   allocator, m.value_text, rate_text(m), bound ? ": no limit found" : "")
                     : bound ? fmt::format("the smallest number of replicas meeting the targets ({}) for {} is {}.",
@@ -377,7 +378,7 @@ int run_plan(const Invocation& inv) {
     };
     j["met_arrival_rate_per_s"] = rate_of(result.met);
     j["missed_arrival_rate_per_s"] = rate_of(result.missed);
-    j["converged"] = result.converged || (!rate && result.met && !result.missed && *result.met == spec.min);
+    j["converged"] = result.converged || one_replica;
     j["tolerance"] = vm["tolerance"].as<std::string>();
     nlohmann::ordered_json nm = nlohmann::ordered_json::array();
     for (const auto& [m, x] : result.non_monotone) nm.push_back({{"met", find(m).value_text}, {"missed", find(x).value_text}});
