@@ -14,6 +14,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <numeric>
+#include <optional>
 #include <sstream>
 #include <string_view>
 #include <system_error>
@@ -63,91 +64,102 @@ json parse_json(const std::string& text, const std::string& path, std::int64_t l
   return out;
 }
 
-// A member of `obj` of the wanted kind, or an InputError naming the file, line and key.
-const json& member(const json& obj, const char* key, const std::string& path, std::int64_t line) {
-  if (!obj.is_object()) throw InputError(Location{path, line, ""}, "expected a JSON object");
-  const auto it = obj.find(key);
-  if (it == obj.end()) throw InputError(Location{path, line, key}, "missing");
-  return *it;
-}
+// A JSON object and where it is: its file, its line there (0 for a whole-file document) and
+// its dotted path in the document ("" at the top, "engine_kwargs", "resolved_config.model_config"),
+// so that an error names a field as "engine_kwargs.block_size" rather than "block_size".
+struct Obj {
+  const json& value;
+  const std::string& file;
+  std::int64_t line = 0;
+  std::string path;
 
-std::int64_t integer_member(const json& obj, const char* key, const std::string& path, std::int64_t line,
-                            std::int64_t min_value) {
-  const json& v = member(obj, key, path, line);
-  if (!v.is_number_integer() || v.get<std::int64_t>() < min_value) {
-    throw InputError(Location{path, line, key},
-                     "expected an integer >= " + std::to_string(min_value) + ", got " + v.dump());
-  }
-  return v.get<std::int64_t>();
-}
-
-double number_member(const json& obj, const char* key, const std::string& path, std::int64_t line) {
-  const json& v = member(obj, key, path, line);
-  if (!v.is_number() || !std::isfinite(v.get<double>())) {
-    throw InputError(Location{path, line, key}, "expected a number, got " + v.dump());
-  }
-  return v.get<double>();
-}
-
-std::string string_member(const json& obj, const char* key, const std::string& path, std::int64_t line) {
-  const json& v = member(obj, key, path, line);
-  if (!v.is_string()) throw InputError(Location{path, line, key}, "expected a string, got " + v.dump());
-  return v.get<std::string>();
-}
+  std::string field(const std::string& key) const { return path.empty() ? key : path + "." + key; }
+  Location at(const std::string& key) const { return Location{file, line, field(key)}; }
+  // Whether the object gives `key` a value (absent and null leave the engine's default).
+  bool gives(const char* key) const { return value.is_object() && value.contains(key) && !value[key].is_null(); }
+};
 
 // Whether `obj` gives `key` a value (absent and null leave the engine's default).
 bool gives(const json& obj, const char* key) { return obj.contains(key) && !obj[key].is_null(); }
 
-bool bool_member(const json& obj, const char* key, const std::string& path) {
-  const json& v = member(obj, key, path, 0);
-  if (!v.is_boolean()) throw InputError(Location{path, 0, key}, "expected true or false, got " + v.dump());
+// A member of `obj` of the wanted kind, or an InputError naming the file, line and field.
+const json& member(const Obj& obj, const char* key) {
+  if (!obj.value.is_object()) throw InputError(Location{obj.file, obj.line, obj.path}, "expected a JSON object");
+  const auto it = obj.value.find(key);
+  if (it == obj.value.end()) throw InputError(obj.at(key), "missing");
+  return *it;
+}
+
+std::int64_t integer_member(const Obj& obj, const char* key, std::int64_t min_value) {
+  const json& v = member(obj, key);
+  if (!v.is_number_integer() || v.get<std::int64_t>() < min_value) {
+    throw InputError(obj.at(key), "expected an integer >= " + std::to_string(min_value) + ", got " + v.dump());
+  }
+  return v.get<std::int64_t>();
+}
+
+double number_member(const Obj& obj, const char* key) {
+  const json& v = member(obj, key);
+  if (!v.is_number() || !std::isfinite(v.get<double>())) throw InputError(obj.at(key), "expected a number, got " + v.dump());
+  return v.get<double>();
+}
+
+std::string string_member(const Obj& obj, const char* key) {
+  const json& v = member(obj, key);
+  if (!v.is_string()) throw InputError(obj.at(key), "expected a string, got " + v.dump());
+  return v.get<std::string>();
+}
+
+bool bool_member(const Obj& obj, const char* key) {
+  const json& v = member(obj, key);
+  if (!v.is_boolean()) throw InputError(obj.at(key), "expected true or false, got " + v.dump());
   return v.get<bool>();
 }
 
 // obj's gpu_memory_utilization, a fraction in (0, 1] of at least 1e-9 (kvsim counts it in
-// parts per billion); `field` names it in an error.
-double utilisation_member(const json& obj, const std::string& path, const char* field) {
-  const double u = number_member(obj, "gpu_memory_utilization", path, 0);
-  if (!(u > 0 && u <= 1)) {
-    throw InputError(Location{path, 0, field}, "expected a fraction in (0, 1], got " + obj["gpu_memory_utilization"].dump());
-  }
+// parts per billion).
+double utilisation_member(const Obj& obj) {
+  const char* const key = "gpu_memory_utilization";
+  const double u = number_member(obj, key);
+  if (!(u > 0 && u <= 1)) throw InputError(obj.at(key), "expected a fraction in (0, 1], got " + obj.value[key].dump());
   if (u < 1e-9) {
-    throw InputError(Location{path, 0, field}, "expected a fraction of at least 1e-9 (kvsim counts it in parts per "
-                                               "billion), got " + obj["gpu_memory_utilization"].dump());
+    throw InputError(obj.at(key), "expected a fraction of at least 1e-9 (kvsim counts it in parts per billion), got " +
+                                      obj.value[key].dump());
   }
   return u;
 }
 
 // engine_kwargs beyond the ones read_meta() requires. Every key is either used, known to
 // change neither the schedule nor the KV budget, or listed in run.unmodelled_settings.
-void read_engine_settings(MeasuredRun& run, const json& kw, const std::string& path) {
+void read_engine_settings(MeasuredRun& run, const Obj& engine) {
+  const json& kw = engine.value;
   // The settings a later object may give instead (read_resolved_cache, read_resolved_scheduler)
   // note where they were read.
   if (gives(kw, "block_size")) {
-    run.block_size = integer_member(kw, "block_size", path, 0, 1);
+    run.block_size = integer_member(engine, "block_size", 1);
     run.read_from["block_size"] = "engine_kwargs.block_size";
   }
   if (gives(kw, "enable_prefix_caching")) {
-    run.prefix_caching = bool_member(kw, "enable_prefix_caching", path);
+    run.prefix_caching = bool_member(engine, "enable_prefix_caching");
     run.read_from["enable_prefix_caching"] = "engine_kwargs.enable_prefix_caching";
   }
   if (gives(kw, "gpu_memory_utilization")) {
-    run.gpu_memory_utilization = utilisation_member(kw, path, "gpu_memory_utilization");
+    run.gpu_memory_utilization = utilisation_member(engine);
     run.read_from["gpu_memory_utilization"] = "engine_kwargs.gpu_memory_utilization";
   }
-  if (gives(kw, "dtype")) run.dtype = string_member(kw, "dtype", path, 0);
-  if (gives(kw, "kv_cache_dtype")) run.kv_cache_dtype = string_member(kw, "kv_cache_dtype", path, 0);
+  if (gives(kw, "dtype")) run.dtype = string_member(engine, "dtype");
+  if (gives(kw, "kv_cache_dtype")) run.kv_cache_dtype = string_member(engine, "kv_cache_dtype");
   if (gives(kw, "num_gpu_blocks_override")) {
-    run.num_gpu_blocks_override = integer_member(kw, "num_gpu_blocks_override", path, 0, 1);
+    run.num_gpu_blocks_override = integer_member(engine, "num_gpu_blocks_override", 1);
   }
   if (gives(kw, "kv_cache_memory_bytes")) {
-    run.kv_cache_memory_bytes = integer_member(kw, "kv_cache_memory_bytes", path, 0, 1);
+    run.kv_cache_memory_bytes = integer_member(engine, "kv_cache_memory_bytes", 1);
     run.read_from["kv_cache_memory_bytes"] = "engine_kwargs.kv_cache_memory_bytes";
   }
   // Switches resolved_config may give instead (read_resolved_config): noted as read here.
   const auto flag = [&](auto& out, const char* key) {
     if (!gives(kw, key)) return;
-    out = bool_member(kw, key, path);
+    out = bool_member(engine, key);
     run.read_from[key] = std::string("engine_kwargs.") + key;
   };
   flag(run.enforce_eager, "enforce_eager");
@@ -157,7 +169,7 @@ void read_engine_settings(MeasuredRun& run, const json& kw, const std::string& p
   flag(run.disable_hybrid_kv_cache_manager, "disable_hybrid_kv_cache_manager");
   // Read for the allocator's choice, and still named as not modelled: the length's cap at the
   // window is what vLLM resolved (max_model_len), not worked out here.
-  if (gives(kw, "disable_sliding_window")) run.disable_sliding_window = bool_member(kw, "disable_sliding_window", path);
+  if (gives(kw, "disable_sliding_window")) run.disable_sliding_window = bool_member(engine, "disable_sliding_window");
   // Read above or by read_meta(), or known to change neither the schedule nor the KV
   // budget (where the weights come from, logging, the sampling seed, the served name).
   static const char* const kKnown[] = {
@@ -181,70 +193,72 @@ void read_engine_settings(MeasuredRun& run, const json& kw, const std::string& p
 // meta.json's "kv_cache": what vLLM resolved at start-up (cache_config after boot). Where
 // engine_kwargs is silent it also gives the settings vLLM ran with, and its block size is the
 // one vLLM used. Absent, null or {} (the recorder could not read the engine): nothing.
-void read_resolved_cache(MeasuredRun& run, const json& meta, const json& kw, const std::string& path) {
-  if (!gives(meta, "kv_cache")) return;
-  const json& kv = meta["kv_cache"];
-  if (!kv.is_object()) throw InputError(Location{path, 0, "kv_cache"}, "expected a JSON object, got " + kv.dump());
+void read_resolved_cache(MeasuredRun& run, const Obj& meta, const json& kw) {
+  if (!meta.gives("kv_cache")) return;
+  const Obj cache{meta.value["kv_cache"], meta.file, 0, "kv_cache"};
+  const json& kv = cache.value;
+  if (!kv.is_object()) throw InputError(meta.at("kv_cache"), "expected a JSON object, got " + kv.dump());
   if (gives(kv, "num_gpu_blocks")) {
     // vLLM's pool needs its null block and at least one block to hand out.
-    run.resolved_gpu_blocks = integer_member(kv, "num_gpu_blocks", path, 0, 2);
+    run.resolved_gpu_blocks = integer_member(cache, "num_gpu_blocks", 2);
   }
   // The block size vLLM ran with wins over the one asked for: vLLM may change it (an attention
   // backend's own, a hybrid model's common page size).
   if (gives(kv, "block_size")) {
-    run.block_size = integer_member(kv, "block_size", path, 0, 1);
+    run.block_size = integer_member(cache, "block_size", 1);
     run.read_from["block_size"] = "kv_cache.block_size";
   }
   if (gives(kv, "enable_prefix_caching") && !gives(kw, "enable_prefix_caching")) {
-    run.prefix_caching = bool_member(kv, "enable_prefix_caching", path);
+    run.prefix_caching = bool_member(cache, "enable_prefix_caching");
     run.read_from["enable_prefix_caching"] = "kv_cache.enable_prefix_caching";
   }
   if (gives(kv, "gpu_memory_utilization") && !gives(kw, "gpu_memory_utilization")) {
-    run.gpu_memory_utilization = utilisation_member(kv, path, "kv_cache.gpu_memory_utilization");
+    run.gpu_memory_utilization = utilisation_member(cache);
     run.read_from["gpu_memory_utilization"] = "kv_cache.gpu_memory_utilization";
   }
   if (gives(kv, "kv_cache_memory_bytes") && !gives(kw, "kv_cache_memory_bytes")) {
-    run.kv_cache_memory_bytes = integer_member(kv, "kv_cache_memory_bytes", path, 0, 1);
+    run.kv_cache_memory_bytes = integer_member(cache, "kv_cache_memory_bytes", 1);
     run.read_from["kv_cache_memory_bytes"] = "kv_cache.kv_cache_memory_bytes";
   }
 }
 
 // meta.json's resolved_config.<section> (newer runs: the whole VllmConfig after start-up, one
-// object per sub-config), or null when it has none.
-const json* resolved_section(const json& meta, const char* section) {
-  if (!gives(meta, "resolved_config")) return nullptr;
-  const json& config = meta["resolved_config"];
-  if (!config.is_object() || !gives(config, section) || !config[section].is_object()) return nullptr;
-  return &config[section];
+// object per sub-config), or nothing when it has none. A section the recorder could not write
+// as JSON is its repr, a string ("<ModelConfig>"): that gives nothing either.
+std::optional<Obj> resolved_section(const Obj& meta, const char* section) {
+  if (!meta.gives("resolved_config")) return std::nullopt;
+  const Obj config{meta.value["resolved_config"], meta.file, 0, "resolved_config"};
+  if (!config.value.is_object() || !config.gives(section) || !config.value[section].is_object()) return std::nullopt;
+  return Obj{config.value[section], meta.file, 0, config.field(section)};
 }
 
 // What vLLM resolved, where engine_kwargs is silent (absent or null): the scheduler's
 // settings kvsim models, the parallel sizes, the model's length and eager mode. A recorder
 // that writes only some engine arguments (LLMServingSim's writes ten) leaves the rest to
 // vLLM's defaults, which resolved_config records as they were applied.
-void read_resolved_config(MeasuredRun& run, const json& meta, const json& kw, const std::string& path) {
+void read_resolved_config(MeasuredRun& run, const Obj& meta, const Obj& engine) {
+  const json& kw = engine.value;
   // An integer setting: engine_kwargs' if given, else the resolved one, else (required) an
   // error naming both places.
-  const auto integer = [&](std::int64_t& out, const char* key, const json* section, const char* section_name,
-                           std::int64_t min_value, bool required) {
+  const auto integer = [&](std::int64_t& out, const char* key, const std::optional<Obj>& section,
+                           const char* section_name, std::int64_t min_value, bool required) {
     if (gives(kw, key)) {
-      out = integer_member(kw, key, path, 0, min_value);
+      out = integer_member(engine, key, min_value);
       return;
     }
-    if (section != nullptr && gives(*section, key)) {
-      out = integer_member(*section, key, path, 0, min_value);
-      run.read_from[key] = std::string("resolved_config.") + section_name + "." + key;
+    if (section && section->gives(key)) {
+      out = integer_member(*section, key, min_value);
+      run.read_from[key] = section->field(key);
       return;
     }
     if (required) {
-      throw InputError(Location{path, 0, std::string("engine_kwargs.") + key},
-                       std::string("missing or null, and no resolved_config.") + section_name + "." + key +
-                           " gives what vLLM ran with");
+      throw InputError(engine.at(key), std::string("missing or null, and no resolved_config.") + section_name + "." +
+                                           key + " gives what vLLM ran with");
     }
   };
-  const json* scheduler = resolved_section(meta, "scheduler_config");
-  const json* parallel = resolved_section(meta, "parallel_config");
-  const json* model = resolved_section(meta, "model_config");
+  const std::optional<Obj> scheduler = resolved_section(meta, "scheduler_config");
+  const std::optional<Obj> parallel = resolved_section(meta, "parallel_config");
+  const std::optional<Obj> model = resolved_section(meta, "model_config");
   integer(run.tensor_parallel, "tensor_parallel_size", parallel, "parallel_config", 1, true);
   integer(run.data_parallel, "data_parallel_size", parallel, "parallel_config", 1, true);
   integer(run.max_num_seqs, "max_num_seqs", scheduler, "scheduler_config", 1, true);
@@ -254,31 +268,31 @@ void read_resolved_config(MeasuredRun& run, const json& meta, const json& kw, co
   if (gives(kw, "max_model_len")) {
     const json& v = kw["max_model_len"];
     if (v.is_number_integer() && v.get<std::int64_t>() == -1) run.max_model_len_auto = true;
-    else run.max_model_len = integer_member(kw, "max_model_len", path, 0, 1);
+    else run.max_model_len = integer_member(engine, "max_model_len", 1);
   }
-  if (run.max_model_len == 0 && model != nullptr && gives(*model, "max_model_len")) {
-    run.max_model_len = integer_member(*model, "max_model_len", path, 0, 1);
-    run.read_from["max_model_len"] = "resolved_config.model_config.max_model_len";
+  if (run.max_model_len == 0 && model && model->gives("max_model_len")) {
+    run.max_model_len = integer_member(*model, "max_model_len", 1);
+    run.read_from["max_model_len"] = model->field("max_model_len");
     run.max_model_len_auto = false;
   }
-  const auto flag = [&](auto& out, const char* key, const json* section, const char* section_name) {
-    if (section == nullptr || run.read_from.count(key) != 0 || !gives(*section, key)) return;
-    out = bool_member(*section, key, path);
-    run.read_from[key] = std::string("resolved_config.") + section_name + "." + key;
+  const auto flag = [&](auto& out, const char* key, const std::optional<Obj>& section) {
+    if (!section || run.read_from.count(key) != 0 || !section->gives(key)) return;
+    out = bool_member(*section, key);
+    run.read_from[key] = section->field(key);
   };
-  flag(run.enforce_eager, "enforce_eager", model, "model_config");
-  flag(run.async_scheduling, "async_scheduling", scheduler, "scheduler_config");
-  flag(run.chunked_prefill, "enable_chunked_prefill", scheduler, "scheduler_config");
-  flag(run.reserve_full_isl, "scheduler_reserve_full_isl", scheduler, "scheduler_config");
-  flag(run.disable_hybrid_kv_cache_manager, "disable_hybrid_kv_cache_manager", scheduler, "scheduler_config");
+  flag(run.enforce_eager, "enforce_eager", model);
+  flag(run.async_scheduling, "async_scheduling", scheduler);
+  flag(run.chunked_prefill, "enable_chunked_prefill", scheduler);
+  flag(run.reserve_full_isl, "scheduler_reserve_full_isl", scheduler);
+  flag(run.disable_hybrid_kv_cache_manager, "disable_hybrid_kv_cache_manager", scheduler);
   // vLLM turns the hybrid manager off itself when KV events or a KV connector are configured
   // and the flag was not given (VllmConfig.__post_init__, vllm/config/vllm.py); a recorder
   // that writes no resolved_config leaves only engine_kwargs to tell.
   if (!run.disable_hybrid_kv_cache_manager && (gives(kw, "kv_events_config") || gives(kw, "kv_transfer_config"))) {
     run.disable_hybrid_kv_cache_manager = true;
   }
-  if (!gives(kw, "disable_sliding_window") && model != nullptr && gives(*model, "disable_sliding_window")) {
-    run.disable_sliding_window = bool_member(*model, "disable_sliding_window", path);
+  if (!gives(kw, "disable_sliding_window") && model && model->gives("disable_sliding_window")) {
+    run.disable_sliding_window = bool_member(*model, "disable_sliding_window");
   }
 }
 
@@ -287,7 +301,7 @@ void read_resolved_config(MeasuredRun& run, const json& meta, const json& kw, co
 // run.unmodelled_settings as "resolved_config.<section>.<key>=value", unless engine_kwargs
 // gives the same setting (under `engine_key`, the engine argument's name), which is named
 // already. At the default value (or null), nothing.
-void note_unmodelled_resolved(MeasuredRun& run, const json& meta, const json& kw) {
+void note_unmodelled_resolved(MeasuredRun& run, const Obj& meta, const json& kw) {
   struct Setting {
     const char* section;        // "" for a top-level object of resolved_config
     const char* key;
@@ -319,28 +333,25 @@ void note_unmodelled_resolved(MeasuredRun& run, const json& meta, const json& kw
       // A draft model or n-gram speculation proposes tokens kvsim's steps do not hold.
       {"", "speculative_config", "speculative_config", "null"},
   };
-  if (!gives(meta, "resolved_config") || !meta["resolved_config"].is_object()) return;
-  const json& config = meta["resolved_config"];
+  if (!meta.gives("resolved_config") || !meta.value["resolved_config"].is_object()) return;
+  const Obj config{meta.value["resolved_config"], meta.file, 0, "resolved_config"};
   for (const Setting& s : kSettings) {
-    const json* section = *s.section == '\0' ? &config : resolved_section(meta, s.section);
-    if (section == nullptr || !gives(*section, s.key) || gives(kw, s.engine_key)) continue;
-    const json& value = (*section)[s.key];
+    const std::optional<Obj> section = *s.section == '\0' ? std::optional<Obj>(config) : resolved_section(meta, s.section);
+    if (!section || !section->gives(s.key) || gives(kw, s.engine_key)) continue;
+    const json& value = section->value[s.key];
     if (value == json::parse(s.default_value)) continue;  // numbers compare by value: 0 == 0.0
-    run.unmodelled_settings.push_back(std::string("resolved_config.") + s.section + (*s.section ? "." : "") +
-                                      s.key + "=" + value.dump());
+    run.unmodelled_settings.push_back(section->field(s.key) + "=" + value.dump());
   }
 }
 
 // meta.json's "hardware" (newer runs): the GPU as CUDA reported it. Absent, null or without
 // the fields (the recorder found no GPU): nothing.
-void read_recorded_device(MeasuredRun& run, const json& meta, const std::string& path) {
-  if (!gives(meta, "hardware")) return;
-  const json& hw = meta["hardware"];
-  if (!hw.is_object()) throw InputError(Location{path, 0, "hardware"}, "expected a JSON object, got " + hw.dump());
-  if (gives(hw, "device_name")) run.device_name = string_member(hw, "device_name", path, 0);
-  if (gives(hw, "device_total_memory_bytes")) {
-    run.device_total_bytes = integer_member(hw, "device_total_memory_bytes", path, 0, 1);
-  }
+void read_recorded_device(MeasuredRun& run, const Obj& meta) {
+  if (!meta.gives("hardware")) return;
+  const Obj hw{meta.value["hardware"], meta.file, 0, "hardware"};
+  if (!hw.value.is_object()) throw InputError(meta.at("hardware"), "expected a JSON object, got " + hw.value.dump());
+  if (hw.gives("device_name")) run.device_name = string_member(hw, "device_name");
+  if (hw.gives("device_total_memory_bytes")) run.device_total_bytes = integer_member(hw, "device_total_memory_bytes", 1);
 }
 
 void read_meta(MeasuredRun& run, bool find_workload) {
@@ -348,19 +359,22 @@ void read_meta(MeasuredRun& run, bool find_workload) {
   std::ifstream in = open_file(path);
   std::stringstream text;
   text << in.rdbuf();
-  const json meta = parse_json(text.str(), path, 0);
-  run.model = string_member(meta, "model", path, 0);
+  const json parsed = parse_json(text.str(), path, 0);
+  const Obj meta{parsed, path, 0, ""};
+  run.model = string_member(meta, "model");
   // Absent or null: not recorded (validate then says which defaults it replayed with).
-  if (gives(meta, "vllm_version")) run.vllm_version = string_member(meta, "vllm_version", path, 0);
-  const json& kw = member(meta, "engine_kwargs", path, 0);
-  if (!kw.is_object()) throw InputError(Location{path, 0, "engine_kwargs"}, "expected a JSON object, got " + kw.dump());
-  read_engine_settings(run, kw, path);
-  read_resolved_cache(run, meta, kw, path);
-  read_recorded_device(run, meta, path);
-  read_resolved_config(run, meta, kw, path);
+  if (meta.gives("vllm_version")) run.vllm_version = string_member(meta, "vllm_version");
+  const Obj engine{member(meta, "engine_kwargs"), path, 0, "engine_kwargs"};
+  const json& kw = engine.value;
+  if (!kw.is_object()) throw InputError(meta.at("engine_kwargs"), "expected a JSON object, got " + kw.dump());
+  read_engine_settings(run, engine);
+  read_resolved_cache(run, meta, kw);
+  read_recorded_device(run, meta);
+  read_resolved_config(run, meta, engine);
   note_unmodelled_resolved(run, meta, kw);
   if (run.data_parallel > kMaxReplicas) {
-    throw InputError(Location{path, 0, "data_parallel_size"},
+    const auto from = run.read_from.find("data_parallel_size");
+    throw InputError(from != run.read_from.end() ? Location{path, 0, from->second} : engine.at("data_parallel_size"),
                      std::to_string(run.data_parallel) + " replicas; kvsim simulates at most " +
                          std::to_string(kMaxReplicas) + " (each is a whole engine)");
   }
@@ -368,20 +382,20 @@ void read_meta(MeasuredRun& run, bool find_workload) {
   if (kw.contains("enable_expert_parallel") && !kw["enable_expert_parallel"].is_null()) {
     const json& ep = kw["enable_expert_parallel"];
     if (!ep.is_boolean()) {
-      throw InputError(Location{path, 0, "engine_kwargs.enable_expert_parallel"}, "expected true or false");
+      throw InputError(engine.at("enable_expert_parallel"), "expected true or false, got " + ep.dump());
     }
     run.expert_parallel = ep.get<bool>();
   }
   // Optional fields: absent or null alike.
-  if (meta.contains("tick_seconds") && !meta["tick_seconds"].is_null()) {
-    run.tick_s = number_member(meta, "tick_seconds", path, 0);
+  if (meta.gives("tick_seconds")) {
+    run.tick_s = number_member(meta, "tick_seconds");
     if (run.tick_s <= 0) throw InputError(Location{path, 0, "tick_seconds"}, "expected a positive number");
   }
   for (const auto& [key, field] : {std::pair{"started_at", &MeasuredRun::started_at_s},
                                     std::pair{"finished_at", &MeasuredRun::finished_at_s}}) {
-    if (!meta.contains(key) || meta[key].is_null()) continue;
+    if (!meta.gives(key)) continue;
     std::int64_t ns = 0;
-    if (!meta[key].is_string() || !detail::parse_datetime_ns(meta[key].get<std::string>(), ns)) {
+    if (!parsed[key].is_string() || !detail::parse_datetime_ns(parsed[key].get<std::string>(), ns)) {
       throw InputError(Location{path, 0, key}, "expected a UTC datetime such as \"2026-04-25T18:47:18.27Z\"");
     }
     run.*field = static_cast<double>(ns) / 1e9;
@@ -389,10 +403,18 @@ void read_meta(MeasuredRun& run, bool find_workload) {
   if (run.started_at_s != 0 && run.finished_at_s != 0 && run.finished_at_s < run.started_at_s) {
     throw InputError(Location{path, 0, "finished_at"}, "before started_at");
   }
-  if (gives(meta, "num_requests")) run.num_requests = integer_member(meta, "num_requests", path, 0, 1);
-  if (meta.contains("dataset_path") && meta["dataset_path"].is_string()) run.dataset_path = meta["dataset_path"];
+  if (meta.gives("num_requests")) run.num_requests = integer_member(meta, "num_requests", 1);
+  static const char* const kRecorded[] = {"schema_version", "model",        "vllm_version", "engine_kwargs",
+                                          "dataset_path",   "dataset_hash", "num_requests", "started_at",
+                                          "finished_at",    "tick_seconds", "kv_cache",     "resolved_config",
+                                          "hardware"};
+  for (auto it = parsed.begin(); it != parsed.end(); ++it) {
+    if (it.value().is_null() || std::ranges::find(kRecorded, std::string_view(it.key())) != std::end(kRecorded)) continue;
+    run.unread_fields.push_back(it.key());
+  }
+  if (parsed.contains("dataset_path") && parsed["dataset_path"].is_string()) run.dataset_path = parsed["dataset_path"];
   if (find_workload && run.workload.empty()) {
-    string_member(meta, "dataset_path", path, 0);  // present, a string
+    string_member(meta, "dataset_path");  // present, a string
     run.workload = locate_workload(run);
     if (run.workload.empty()) throw InputError(Location{path, 0, "dataset_path"}, workload_not_found(run));
   }
@@ -453,34 +475,35 @@ void read_requests(MeasuredRun& run) {
   std::string text;
   for (std::int64_t line = 1; std::getline(in, text); ++line) {
     if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const json r = parse_json(text, path, line);
+    const json parsed = parse_json(text, path, line);
+    const Obj r{parsed, path, line, ""};
     MeasuredRequest m;
     m.line = line;
-    m.id = string_member(r, "request_id", path, line);
-    m.input_tokens = integer_member(r, "input_toks", path, line, 0);
-    m.output_tokens = integer_member(r, "output_toks", path, line, 1);
+    m.id = string_member(r, "request_id");
+    m.input_tokens = integer_member(r, "input_toks", 0);
+    m.output_tokens = integer_member(r, "output_toks", 1);
     // The recorder writes every timestamp null when vLLM returned no metrics for a request: it
     // was served (and is replayed) but is in no measured figure. Some null and some not is a
     // damaged record.
     const char* const stamps[] = {"arrival_time", "queued_ts", "scheduled_ts", "first_token_ts", "last_token_ts"};
     const auto nulls = std::count_if(std::begin(stamps), std::end(stamps),
-                                     [&](const char* key) { return member(r, key, path, line).is_null(); });
+                                     [&](const char* key) { return member(r, key).is_null(); });
     if (nulls == std::ssize(stamps)) {
       m.timed = false;
       ++run.untimed_requests;
       run.requests.push_back(std::move(m));
       continue;
     }
-    m.arrival_time_s = number_member(r, "arrival_time", path, line);
-    m.queued_s = number_member(r, "queued_ts", path, line);
-    m.scheduled_s = number_member(r, "scheduled_ts", path, line);
-    m.first_token_s = number_member(r, "first_token_ts", path, line);
-    m.last_token_s = number_member(r, "last_token_ts", path, line);
+    m.arrival_time_s = number_member(r, "arrival_time");
+    m.queued_s = number_member(r, "queued_ts");
+    m.scheduled_s = number_member(r, "scheduled_ts");
+    m.first_token_s = number_member(r, "first_token_ts");
+    m.last_token_s = number_member(r, "last_token_ts");
     // Seconds since the epoch or since boot: far below 10^12 (31,700 years). Beyond it a
     // stamp is damaged, and differences of such stamps overflow to infinite latencies.
     for (const char* key : stamps) {
-      if (std::abs(r.at(key).get<double>()) > kLargestStampS) {
-        throw InputError(Location{path, line, key}, "expected seconds of at most 1e12 either way, got " + r.at(key).dump());
+      if (std::abs(parsed.at(key).get<double>()) > kLargestStampS) {
+        throw InputError(Location{path, line, key}, "expected seconds of at most 1e12 either way, got " + parsed.at(key).dump());
       }
     }
     // Named by the first stamp that comes before the one ahead of it.
@@ -493,7 +516,7 @@ void read_requests(MeasuredRun& run) {
         throw InputError(Location{path, line, order[k].first},
                          fmt::format("{} comes before {} ({:.6g} s earlier): expected queued_ts <= scheduled_ts "
                                      "<= first_token_ts <= last_token_ts",
-                                     r.at(order[k].first).dump(), order[k - 1].first,
+                                     parsed.at(order[k].first).dump(), order[k - 1].first,
                                      order[k - 1].second - order[k].second));
       }
     }

@@ -398,8 +398,37 @@ TEST_CASE("measured run: a bad file is an error naming the file, line and field"
   {
     const InputError e = read_error(dir);
     CHECK(e.where().file == (dir / "meta.json").string());
-    CHECK(e.where().field == "data_parallel_size");
+    CHECK(e.where().field == "engine_kwargs.data_parallel_size");
     CHECK_THAT(e.what(), Catch::Contains("kvsim simulates at most 1024"));
+  }
+  // A field is named by its whole path in meta.json, since block_size, max_num_seqs and
+  // gpu_memory_utilization may each come from more than one object.
+  {
+    const std::string kwargs = R"("engine_kwargs": {"tensor_parallel_size": 1, "data_parallel_size": 1)";
+    const auto meta_error = [&](const std::string& kwargs_rest, const std::string& top) {
+      std::ofstream(dir / "meta.json") << R"({"model": "meta-llama/Llama-3.1-8B", )" << kwargs << kwargs_rest
+                                       << R"(}, "dataset_path": "workloads/tiny.jsonl", "tick_seconds": 0.25)"
+                                       << top << "}";
+      return read_error(dir);
+    };
+    const std::string seqs = R"(, "max_num_seqs": 128, "max_num_batched_tokens": 2048)";
+    CHECK(meta_error(seqs + R"(, "block_size": "16")", "").where().field == "engine_kwargs.block_size");
+    CHECK(meta_error(seqs, R"(, "kv_cache": {"block_size": 0})").where().field == "kv_cache.block_size");
+    CHECK(meta_error(seqs, R"(, "kv_cache": {"gpu_memory_utilization": 2})").where().field ==
+          "kv_cache.gpu_memory_utilization");
+    CHECK(meta_error(seqs, R"(, "hardware": {"device_total_memory_bytes": -1})").where().field ==
+          "hardware.device_total_memory_bytes");
+    const std::string resolved = R"(, "resolved_config": {"scheduler_config": {"max_num_seqs": 0}})";
+    CHECK(meta_error(R"(, "max_num_batched_tokens": 2048)", resolved).where().field ==
+          "resolved_config.scheduler_config.max_num_seqs");
+    CHECK(meta_error(seqs, R"(, "resolved_config": {"model_config": {"enforce_eager": 1}})").where().field ==
+          "resolved_config.model_config.enforce_eager");
+    // Missing from both: named where the recorder writes it.
+    const InputError missing = meta_error(R"(, "max_num_batched_tokens": 2048)", "");
+    CHECK(missing.where().field == "engine_kwargs.max_num_seqs");
+    CHECK_THAT(missing.what(), Catch::Contains("no resolved_config.scheduler_config.max_num_seqs gives"));
+    std::filesystem::copy(kData + "/tiny/run/meta.json", dir / "meta.json",
+                          std::filesystem::copy_options::overwrite_existing);
   }
   // A workload name too long to look up is an input error naming it, not filesystem_error.
   {
@@ -505,6 +534,28 @@ TEST_CASE("calibrate: recovers the coefficients a synthetic run was generated wi
   CHECK(u.ticks.size() == c.ticks.size());
   const auto cli = test::run_cli({"calibrate", dir.string()});
   CHECK_THAT(cli.out, Catch::Contains("1 of 11 requests carry no timestamps"));
+
+  // A run whose timeseries credits no prompt token leaves the prefill-token term with nothing
+  // to fit: the error names the file and the column, and the 11 busy ticks above (which
+  // prompt tokens do not choose).
+  {
+    std::ifstream in(kData + "/synthetic/timeseries.csv");
+    std::ofstream out(dir / "timeseries.csv");
+    std::string line;
+    std::getline(in, line);
+    out << line << '\n';
+    while (std::getline(in, line)) {
+      const std::size_t a = line.find(','), b = line.find(',', a + 1);
+      out << line.substr(0, a) << ",0" << line.substr(b) << '\n';
+    }
+  }
+  try {
+    calibrate(read_measured_run(dir.string(), std::nullopt, false));
+    FAIL("a run without prompt tokens was fitted");
+  } catch (const InputError& e) {
+    CHECK_THAT(e.what(), Catch::Contains("timeseries.csv") && Catch::Contains("prompt_throughput: 0 in all 11 busy ticks "
+                                         "(no prompt token computed), so the prefill-token term cannot be fitted"));
+  }
   std::filesystem::remove_all(dir);
 }
 

@@ -494,6 +494,17 @@ TEST_CASE("validate: meta.json's engine settings are replayed, and the ones it c
   r = test::run_cli({"validate", dir.string(), "--workload", workload});
   CHECK_THAT(r.out, Catch::Contains("(no chunked prefill)") && Catch::Contains("836,763,648 bytes") &&
                         Catch::Contains("not modelled (meta.json engine_kwargs, or the resolved_config named): made_up=\"x\", swap_space=4"));
+  // A setting beside engine_kwargs rather than in it is read nowhere: named, not replayed as
+  // if absent in silence (a null is no value, as everywhere in meta.json).
+  replace_in_file(dir / "meta.json", R"("dataset_path")", R"("block_size": 64, "notes": null, "host": "gpu7", "dataset_path")");
+  r = test::run_cli({"validate", dir.string(), "--workload", workload, "--json"});
+  REQUIRE(r.exit_code == 0);
+  doc = Json::parse(r.out);
+  CHECK(doc["kvsim"]["allocator"] == "paged:block=32");
+  CHECK(doc["unread_fields"] == Json::array({"block_size", "host"}));
+  r = test::run_cli({"validate", dir.string(), "--workload", workload});
+  CHECK_THAT(r.out, Catch::Contains("not read (meta.json's top level, where the recorder writes no setting; "
+                                    "engine_kwargs, kv_cache and resolved_config hold vLLM's): block_size, host"));
 
   // gpu_memory_utilization 0.5 on the RTX PRO 6000 preset (102,641,958,912 bytes): the
   // subtraction starts from 51,320,979,456 bytes. The rest is vLLM's start-up rule, which
@@ -523,7 +534,7 @@ TEST_CASE("validate: meta.json's engine settings are replayed, and the ones it c
   write_meta(R"(, "gpu_memory_utilization": 1e-300)");
   r = test::run_cli({"validate", dir.string(), "--workload", workload});
   CHECK(r.exit_code == 1);
-  CHECK_THAT(r.err, Catch::Contains("meta.json: gpu_memory_utilization: expected a fraction of at least 1e-9"));
+  CHECK_THAT(r.err, Catch::Contains("meta.json: engine_kwargs.gpu_memory_utilization: expected a fraction of at least 1e-9"));
   write_meta(R"(, "gpu_memory_utilization": 0.5)");
   // The options given win over meta.json's, in the start-up rule too: a step of 8,192 tokens
   // profiles a larger activation peak, as size says. A 32-token block's null block is twice

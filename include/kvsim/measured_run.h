@@ -108,6 +108,10 @@ struct MeasuredRun {
   // defaults in ways kvsim does not model, as "resolved_config.<section>.<key>=value"
   // (validate names them rather than ignore them silently).
   std::vector<std::string> unmodelled_settings;
+  // meta.json's top-level keys the recorder does not write (a setting put beside engine_kwargs
+  // rather than in it, say), given a value: read nowhere, and named by validate so that a
+  // misplaced block_size is not replayed as the default in silence.
+  std::vector<std::string> unread_fields;
   // Where meta.json gave the settings that more than one of its objects may give (the
   // scheduler's, the model's length and eager mode also from "resolved_config", the cache's
   // from "kv_cache"): the path read, e.g. "kv_cache.block_size" or

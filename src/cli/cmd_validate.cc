@@ -7,6 +7,7 @@
 // wins. Two small tables map what meta.json and peer_cluster_config.json name onto kvsim's
 // presets; where a preset is missing the error says which and what to give instead.
 #include <fmt/core.h>
+#include <fmt/ranges.h>  // fmt::join
 
 #include <algorithm>
 #include <array>
@@ -295,9 +296,13 @@ std::string table(const MeasuredRun& run, const ReplayPlan& plan, const std::str
                        "(FINISHED_LENGTH_CAPPED)\n", report.capped_at_max_model_len);
   }
   if (!run.unmodelled_settings.empty()) {
-    std::string list;
-    for (const std::string& setting : run.unmodelled_settings) list += (list.empty() ? "" : ", ") + setting;
-    out += "       not modelled (meta.json engine_kwargs, or the resolved_config named): " + list + "\n";
+    out += fmt::format("       not modelled (meta.json engine_kwargs, or the resolved_config named): {}\n",
+                       fmt::join(run.unmodelled_settings, ", "));
+  }
+  if (!run.unread_fields.empty()) {
+    out += fmt::format("       not read (meta.json's top level, where the recorder writes no setting; engine_kwargs, "
+                       "kv_cache and resolved_config hold vLLM's): {}\n",
+                       fmt::join(run.unread_fields, ", "));
   }
   out += "\n";
   out += fmt::format("{:<24} {:>12} {:>12} {:>9}\n", "Metric", "measured", "kvsim", "Diff%");
@@ -393,6 +398,7 @@ std::string json_of(const MeasuredRun& run, const ReplayPlan& plan, const std::s
                         {"max_model_len", plan.options.layout.max_model_len},
                         {"capped_at_max_model_len", report.capped_at_max_model_len}}},
          {"unmodelled_settings", run.unmodelled_settings},
+         {"unread_fields", run.unread_fields},
          {"requests", r.requests},
          {"completed", r.completed},
          {"untimed_requests", run.untimed_requests},
