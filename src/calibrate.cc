@@ -343,6 +343,17 @@ Calibration calibrate(const MeasuredRun& run, const CalibrationModel& model, con
     throw InputError(Location{where, 0, ""}, "only " + std::to_string(c.ticks.size()) +
                                                  " ticks were busy from start to end: too few to fit the cost model");
   }
+  // A run that computed no prompt token in its busy ticks cannot fit the prefill-token term:
+  // name the column that left it at 0, rather than let the solver say only that "a term is
+  // zero in every observation".
+  if (std::all_of(c.ticks.begin(), c.ticks.end(), [](const CalibrationTick& t) { return t.prompt_tokens <= 0; })) {
+    const bool computed = !credits_cached_prompt_tokens(run);
+    const bool hits_out = !computed && !estimate.served_by_cache.empty();
+    throw InputError(Location{where, 0, computed ? "prompt_compute_throughput" : "prompt_throughput"},
+                     "0 in all " + std::to_string(c.ticks.size()) + " busy ticks" +
+                         (hits_out ? " once the prefix cache's hits are taken out" : "") +
+                         " (no prompt token computed), so the prefill-token term cannot be fitted");
+  }
   const auto engines = static_cast<double>(run.data_parallel);
   c.block_ticks = static_cast<std::int64_t>(block_ticks(c.ticks, terms));
   // A coefficient no rule allows to be negative means the data cannot see that term: the
