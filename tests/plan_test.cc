@@ -261,6 +261,19 @@ TEST_CASE("kvsim plan: refuses what it cannot answer") {
   CHECK(r.exit_code == 2);
   CHECK(r.err.find("--kv-usage-max: expected a positive share") != std::string::npos);
   CHECK(r.out.empty());
+  // Arrivals all at one instant have no gaps for a rate-scale to divide: every point would be
+  // the same run, so the rate search is refused; the replicas search still has an answer.
+  const std::string burst = write_file("plan-burst.csv",
+                                       "id,arrival,prompt_tokens,output_tokens\n"
+                                       "a,5,15,12\n"
+                                       "b,5,15,12\n");
+  r = run_cli({"plan", burst, "--queue-stable"});
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find("plan-burst.csv: all 2 requests arrive at the same instant, so no --rate-scale changes the "
+                   "load") != std::string::npos);
+  CHECK(r.out.empty());
+  r = plan_three_blocks(burst, {"--search", "replicas"});
+  CHECK(r.exit_code == 0);
 }
 
 TEST_CASE("kvsim plan: refused requests miss every target, and a search cut by --max-points says so") {

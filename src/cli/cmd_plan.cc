@@ -280,6 +280,14 @@ int run_plan(const Invocation& inv) {
     const SweepSetup setup = setup_for(t.value_text);
     prepare_points(setup, cache);
     t.report = run_point(setup, cache, 0, {}).reports.back();  // with replicas, their total
+    // A rate-scale divides the gaps between arrivals: with none, every point is the same run.
+    if (rate && t.report.requests >= 2 && t.report.last_arrival_ns == t.report.start_ns) {
+      throw InputError(Location{t.report.trace, 0, ""},
+                       fmt::format("all {} requests arrive at the same instant, so no --rate-scale changes the load "
+                                   "(it divides the gaps between arrivals, and there are none); plan the replicas "
+                                   "instead (--search replicas)",
+                                   t.report.requests));
+    }
     // A refused request is traffic not served: no target is met for it, and a run that
     // refused everything would otherwise meet --no-preemption and --kv-usage-max at any load.
     if (auto why = refusal_miss(t.report, max_model_len)) t.misses.push_back(*why);
