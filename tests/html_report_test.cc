@@ -595,6 +595,13 @@ TEST_CASE("html: kvsim report draws a sweep's figures against its numeric axis, 
   d = damaged("over.csv", over);
   CHECK(d.exit_code == 1);
   CHECK_THAT(d.err, Catch::Contains("over.csv:2: column 'reserved_bytes_peak': 1073741823 is below allocated_bytes_peak"));
+  // A latency or a throughput below 0 is no run's: refused, not drawn below the axis.
+  std::string negative = text;
+  const std::string third_row = "2,6,abc,1,2,paged,2147483648,2147483648,0.6,200.0";
+  negative.replace(negative.find(third_row), third_row.size(), "2,6,abc,1,2,paged,2147483648,2147483648,-0.6,200.0");
+  d = damaged("negative.csv", negative);
+  CHECK(d.exit_code == 1);
+  CHECK_THAT(d.err, Catch::Contains("negative.csv:4: column 'ttft_p99_s': expected a number not below 0, got -0.6"));
   d = damaged("older.csv", "point,points,grid,rate-scale,allocator,allocated_bytes_peak,reserved_bytes_peak,ttft_p99_s,"
                            "generated_tokens_per_s\n0,1,abc,1,paged,1,1,0.5,1\n");
   CHECK(d.exit_code == 1);

@@ -257,14 +257,16 @@ class Csv {
   }
   std::size_t width() const { return header_.size(); }
   const std::string& name(std::size_t column) const { return header_[column]; }
-  // A decimal number; an error naming file, line and column otherwise.
-  double decimal(std::size_t column) const {
+  // A figure no run makes negative (a latency, a rate): a decimal number, not below 0; an
+  // error naming file, line and column otherwise.
+  double amount(std::size_t column) const {
     const std::string& s = cell(column);
     char* end = nullptr;
     const double v = s.empty() ? 0 : std::strtod(s.c_str(), &end);
     if (s.empty() || end != s.c_str() + s.size() || !std::isfinite(v)) {
       throw InputError(Location{path_, line_, field(column)}, "expected a number, got \"" + printable(s) + "\"");
     }
+    if (v < 0) throw InputError(Location{path_, line_, field(column)}, "expected a number not below 0, got " + s);
     return v;
   }
   std::int64_t line() const { return line_; }
@@ -476,8 +478,8 @@ void read_sweep(Csv& csv, const std::string& path, HtmlPage& page) {
                                    csv.count(reserved), csv.count(peak)));
     }
     r.peak_gib = static_cast<double>(csv.count(peak)) / static_cast<double>(kBytesPerGiB);
-    r.tokens_per_s = csv.decimal(tput);
-    if (!csv.cell(ttft).empty()) r.ttft_s = csv.decimal(ttft);
+    r.tokens_per_s = csv.amount(tput);
+    if (!csv.cell(ttft).empty()) r.ttft_s = csv.amount(ttft);
     rows.push_back(std::move(r));
   }
   std::size_t x = alloc;
