@@ -199,11 +199,18 @@ TEST_CASE("allocator contract: admit, grow and release through the interface ret
       const Footprint f = a->footprint(0, g, 110);
       CHECK(f.allocated >= f.tail + f.reservation + f.duplicate + f.outside_window);
     }
+    const PoolState held = a->pool();
+    CHECK(held.largest_free_extent_bytes >= 0);
+    CHECK(held.largest_free_extent_bytes <= held.free_bytes);
     a->release(1);
     a->release(0);
     a->check_invariants();
     const PoolState p = a->pool();
     CHECK(p.free_bytes == p.reserved_bytes);
+    // An empty pool is one free extent: no external fragmentation is left once everything is
+    // back (an allocator that never sets the field reports all its room as fragmented).
+    CHECK(p.free_bytes > 0);
+    CHECK(p.largest_free_extent_bytes == p.free_bytes);
   }
 }
 
