@@ -444,7 +444,20 @@ TEST_CASE("html: kvsim report refuses what it cannot read, naming the file, the 
       {{"report", write("effective.json", with_figure(run.out, {"memory_bytes", "effective_tokens", "mean"}, 1e15))},
        "effective.json: runs[0].memory_bytes.effective_tokens.mean: 1000000000000000 is above the allocated mean"},
       {{"report", write("peak-at.json", with_figure(run.out, {"memory_bytes", "allocated_slots", "peak_at_s"}, -100))},
-       "peak-at.json: runs[0].memory_bytes.allocated_slots.peak_at_s: expected a time, not below 0"},
+       "peak-at.json: runs[0].memory_bytes.allocated_slots.peak_at_s: expected a time from 0 to 2^63 ns"},
+      {{"report", write("late-peak.json", with_figure(run.out, {"memory_bytes", "allocated_slots", "peak_at_s"},
+                                                       nlohmann::json::parse(run.out)["runs"][0]["time"]["end_s"].get<double>() + 1))},
+       "late-peak.json: runs[0].memory_bytes.allocated_slots.peak_at_s:"},
+      {{"report", write("long.json", with_figure(run.out, {"time", "end_s"}, 1e300))},
+       "long.json: runs[0].time.end_s: expected a time from 0 to 2^63 ns"},
+      // A count beyond 64 bits, or more completed than there were; and a count no file bears
+      // out is refused by the rows, not trusted to size anything (1e11 requests, 20 rows).
+      {{"report", write("total.json", with_figure(run.out, {"requests", "total"}, 18446744073709551616.0))},
+       "total.json: runs[0].requests.total: expected a count from 0 to 2^63 - 1"},
+      {{"report", write("done.json", with_figure(run.out, {"requests", "completed"}, 1e6))},
+       "done.json: runs[0].requests.completed: 1000000 is above requests.total"},
+      {{"report", write("many.json", with_figure(test::slurp(saved_json), {"requests", "total"}, 1e11)), saved_r},
+       "saved-r.csv:21: 20 rows of paged:block=16 (20 completed), the --json output has 100000000000 requests"},
       {{"report", write("twice.json", [&] {
           auto j = nlohmann::json::parse(run.out);
           j["runs"].push_back(j["runs"][0]);
@@ -601,7 +614,13 @@ TEST_CASE("html: kvsim report draws a sweep's figures against its numeric axis, 
   negative.replace(negative.find(third_row), third_row.size(), "2,6,abc,1,2,paged,2147483648,2147483648,-0.6,200.0");
   d = damaged("negative.csv", negative);
   CHECK(d.exit_code == 1);
-  CHECK_THAT(d.err, Catch::Contains("negative.csv:4: column 'ttft_p99_s': expected a number not below 0, got -0.6"));
+  CHECK_THAT(d.err, Catch::Contains("negative.csv:4: column 'ttft_p99_s': expected a number from 0 to 9200000000, got -0.6"));
+  // Nor a TTFT beyond what replay's clock (2^63 ns, 9.2e9 s) can hold, which would scale the axis past a double.
+  std::string long_ttft = text;
+  long_ttft.replace(long_ttft.find(third_row), third_row.size(), "2,6,abc,1,2,paged,2147483648,2147483648,1e308,200.0");
+  d = damaged("long.csv", long_ttft);
+  CHECK(d.exit_code == 1);
+  CHECK_THAT(d.err, Catch::Contains("long.csv:4: column 'ttft_p99_s': expected a number from 0 to 9200000000, got 1e308"));
   d = damaged("older.csv", "point,points,grid,rate-scale,allocator,allocated_bytes_peak,reserved_bytes_peak,ttft_p99_s,"
                            "generated_tokens_per_s\n0,1,abc,1,paged,1,1,0.5,1\n");
   CHECK(d.exit_code == 1);

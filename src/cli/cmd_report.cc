@@ -126,11 +126,21 @@ void read_replay_json(const Json& j, const std::string& path, HtmlPage& page, st
     const bool peak_at_known = r.contains("memory_bytes") && r["memory_bytes"].contains("allocated_slots") &&
                                r["memory_bytes"]["allocated_slots"].contains("peak_at_s") &&
                                !r["memory_bytes"]["allocated_slots"]["peak_at_s"].is_null();
-    run.allocated_peak_at_ns =
-        peak_at_known ? to_ns(number(r, {"memory_bytes", "allocated_slots", "peak_at_s"}, path, true)) : -1;
-    if (peak_at_known && run.allocated_peak_at_ns < 0) {
+    // A time: seconds from 0 to 2^63 ns, which replay's clock holds.
+    const auto instant = [&](std::initializer_list<const char*> keys) {
+      const double v = number(r, keys, path);
+      if (!(v >= 0 && v * 1e9 < 9223372036854775808.0)) {
+        throw InputError(Location{path, 0, field_of(keys)},
+                         fmt::format("expected a time from 0 to 2^63 ns (about 292 years), got {}", v));
+      }
+      return to_ns(v);
+    };
+    const std::int64_t end_ns = instant({"time", "end_s"});
+    run.allocated_peak_at_ns = peak_at_known ? instant({"memory_bytes", "allocated_slots", "peak_at_s"}) : -1;
+    if (run.allocated_peak_at_ns > end_ns + 1000) {  // the two doubles' rounding, as same_time() allows
       throw InputError(Location{path, 0, field_of({"memory_bytes", "allocated_slots", "peak_at_s"})},
-                       "expected a time, not below 0");
+                       fmt::format("{} s is after the run's end, time.end_s {} s", format_seconds(run.allocated_peak_at_ns, 9),
+                                   format_seconds(end_ns, 9)));
     }
     run.reserved_peak = to_int(amount({"memory_bytes", "reserved_slots", "peak"}));
     if (run.allocated_peak > run.reserved_peak) {
@@ -164,16 +174,20 @@ void read_replay_json(const Json& j, const std::string& path, HtmlPage& page, st
     }
     run.prefix_caching = r.contains("prefix_cache");
     page.runs.push_back(std::move(run));
+    // A count: whole, from 0 to 2^63 - 1 (replay's counters are 64-bit integers).
     const auto whole = [&](std::initializer_list<const char*> keys) {
       const double v = number(r, keys, path);
-      if (v < 0 || v != std::floor(v)) {
-        throw InputError(Location{path, 0, field_of(keys)}, fmt::format("expected a count, got {}", v));
+      if (v < 0 || v != std::floor(v) || v >= 9223372036854775808.0) {
+        throw InputError(Location{path, 0, field_of(keys)}, fmt::format("expected a count from 0 to 2^63 - 1, got {}", v));
       }
       return to_int(v);
     };
-    facts.push_back({whole({"requests", "total"}), whole({"requests", "completed"}),
-                     to_ns(number(r, {"time", "end_s"}, path)),
-                     whole({"time", "iterations"})});
+    const RunFacts f{whole({"requests", "total"}), whole({"requests", "completed"}), end_ns, whole({"time", "iterations"})};
+    if (f.completed > f.requests) {
+      throw InputError(Location{path, 0, field_of({"requests", "completed"})},
+                       fmt::format("{} is above requests.total {}", f.completed, f.requests));
+    }
+    facts.push_back(f);
   }
   page.answers = plain_answers(page.runs);
   if (j.contains("warnings") && j["warnings"].is_array()) {
@@ -257,16 +271,18 @@ class Csv {
   }
   std::size_t width() const { return header_.size(); }
   const std::string& name(std::size_t column) const { return header_[column]; }
-  // A figure no run makes negative (a latency, a rate): a decimal number, not below 0; an
-  // error naming file, line and column otherwise.
-  double amount(std::size_t column) const {
+  // A figure no run makes negative (a latency, a rate): a decimal number from 0 to `most`;
+  // an error naming file, line and column otherwise.
+  double amount(std::size_t column, double most) const {
     const std::string& s = cell(column);
     char* end = nullptr;
     const double v = s.empty() ? 0 : std::strtod(s.c_str(), &end);
     if (s.empty() || end != s.c_str() + s.size() || !std::isfinite(v)) {
       throw InputError(Location{path_, line_, field(column)}, "expected a number, got \"" + printable(s) + "\"");
     }
-    if (v < 0) throw InputError(Location{path_, line_, field(column)}, "expected a number not below 0, got " + s);
+    if (v < 0 || v > most) {
+      throw InputError(Location{path_, line_, field(column)}, fmt::format("expected a number from 0 to {}, got {}", most, s));
+    }
     return v;
   }
   std::int64_t line() const { return line_; }
@@ -397,10 +413,11 @@ void read_timeline(Csv& csv, const std::string& path, HtmlPage& page, const std:
 void read_per_request(Csv& csv, const std::string& path, HtmlPage& page, const std::vector<RunFacts>& facts) {
   const std::size_t alloc = csv.column("allocator"), outcome = csv.column("outcome"), ttft = csv.column("ttft_s"),
                     tpot = csv.column("tpot_s"), e2e = csv.column("e2e_s"), ordinal = csv.column("ordinal");
-  // Each run's requests by ordinal (1..requests, each once) and its completed ones.
-  std::vector<std::vector<bool>> seen(page.runs.size());
+  // Each run's requests by ordinal (1..requests, each once), with the line that gave each,
+  // and its completed ones. Kept as the rows come rather than as a bitmap of the --json
+  // output's count, which is only a number in a file until the rows bear it out.
+  std::vector<std::vector<std::pair<std::int64_t, std::int64_t>>> seen(page.runs.size());
   std::vector<std::int64_t> completed(page.runs.size(), 0);
-  for (std::size_t i = 0; i < page.runs.size(); ++i) seen[i].assign(static_cast<std::size_t>(facts[i].requests), false);
   while (csv.next()) {
     const std::size_t index = run_named(page, csv.cell(alloc), path, csv.line());
     HtmlRun& run = page.runs[index];
@@ -410,11 +427,7 @@ void read_per_request(Csv& csv, const std::string& path, HtmlPage& page, const s
                        fmt::format("{} is not a request of {}: the --json output has {} requests", k, run.allocator,
                                    facts[index].requests));
     }
-    if (seen[index][static_cast<std::size_t>(k - 1)]) {
-      throw InputError(Location{path, csv.line(), "column 'ordinal'"},
-                       fmt::format("request {} of {} a second time: replay writes a row per request", k, run.allocator));
-    }
-    seen[index][static_cast<std::size_t>(k - 1)] = true;
+    seen[index].emplace_back(k, csv.line());
     const std::string& o = csv.cell(outcome);
     if (o == "cancelled" || o == "refused") continue;
     if (o != "completed") {
@@ -428,7 +441,21 @@ void read_per_request(Csv& csv, const std::string& path, HtmlPage& page, const s
     run.e2e_ns.push_back(csv.seconds_ns(e2e));
   }
   for (std::size_t i = 0; i < page.runs.size(); ++i) {
-    const auto rows = std::count(seen[i].begin(), seen[i].end(), true);
+    // A request given twice: named at the first row that repeats one.
+    std::sort(seen[i].begin(), seen[i].end());
+    std::int64_t repeat_line = 0, repeated = 0;
+    for (std::size_t k = 1; k < seen[i].size(); ++k) {
+      if (seen[i][k].first == seen[i][k - 1].first && (repeat_line == 0 || seen[i][k].second < repeat_line)) {
+        repeat_line = seen[i][k].second;
+        repeated = seen[i][k].first;
+      }
+    }
+    if (repeat_line != 0) {
+      throw InputError(Location{path, repeat_line, "column 'ordinal'"},
+                       fmt::format("request {} of {} a second time: replay writes a row per request", repeated,
+                                   page.runs[i].allocator));
+    }
+    const auto rows = static_cast<std::int64_t>(seen[i].size());
     if (rows != facts[i].requests || completed[i] != facts[i].completed) {
       throw InputError(Location{path, csv.line(), ""},
                        fmt::format("{} rows of {} ({} completed), the --json output has {} requests ({} completed): "
@@ -478,8 +505,9 @@ void read_sweep(Csv& csv, const std::string& path, HtmlPage& page) {
                                    csv.count(reserved), csv.count(peak)));
     }
     r.peak_gib = static_cast<double>(csv.count(peak)) / static_cast<double>(kBytesPerGiB);
-    r.tokens_per_s = csv.amount(tput);
-    if (!csv.cell(ttft).empty()) r.ttft_s = csv.amount(ttft);
+    // Within what replay's 64-bit clock (ns) and counters hold.
+    r.tokens_per_s = csv.amount(tput, 9.2e18);
+    if (!csv.cell(ttft).empty()) r.ttft_s = csv.amount(ttft, 9.2e9);
     rows.push_back(std::move(r));
   }
   std::size_t x = alloc;
