@@ -44,6 +44,10 @@ struct PresetRow {
   bool tie_word_embeddings = false;
   std::string_view weight_dtype = {};
   std::int64_t weight_bits = 0;
+  // quantization_config of fp8 weights in square blocks of this width, each block with an
+  // fp32 scale (DeepSeek-V3: "weight_block_size": [128, 128]); 0: none.
+  std::int64_t fp8_block = 0;
+  bool attention_bias = false;  // q/k/v projections carry biases (every Qwen2)
   std::int64_t parameter_count = 0;
 };
 
@@ -104,6 +108,7 @@ const PresetRow kPresets[] = {
      .vocab_size = 152064,
      .max_position_embeddings = 131072,
      .weight_dtype = "bfloat16",
+     .attention_bias = true,  // transformers' Qwen2Attention: q/k/v with bias=True
      .parameter_count = 7'615'616'512},
     // meta-llama/Llama-3.2-3B: head_dim 128 is its own field (24 heads x 128 = 3072 = hidden);
     // the LM head is the embedding's table ("tie_word_embeddings": true). Its weights are
@@ -267,8 +272,8 @@ const PresetRow kPresets[] = {
      .parameter_count = 27'432'406'640},
     // deepseek-ai/DeepSeek-V3: MLA with kv_lora_rank 512 and a 64-wide decoupled RoPE key;
     // 256 routed + 1 shared experts of 2048, the first 3 layers dense. torch_dtype is
-    // bfloat16 but quantization_config stores the weights as fp8 e4m3 (128x128 blocks), hence
-    // weight_bits 8. The Hub's safetensors total, 684,531,386,000, includes the 14B
+    // bfloat16 but quantization_config stores the weights as fp8 e4m3 in 128x128 blocks, each
+    // with an fp32 scale. The Hub's safetensors total, 684,531,386,000, includes the 14B
     // multi-token-prediction module that engines load only for speculative decoding.
     {.name = "deepseek-v3",
      .source = "deepseek-ai/DeepSeek-V3 config.json",
@@ -284,6 +289,7 @@ const PresetRow kPresets[] = {
      .moe = MoeDims{256, 1, 2048, 3, 8},
      .weight_dtype = "bfloat16",
      .weight_bits = 8,
+     .fp8_block = 128,
      .parameter_count = 684'531'386'000},
     // microsoft/Phi-3-mini-4k-instruct: multi-head attention (32 KV heads = 32 heads),
     // head_dim 3072 / 32 = 96. Its config sets "sliding_window": 2047 for every layer, which
@@ -336,6 +342,15 @@ ModelSpec to_model(const PresetRow& row) {
   m.tie_word_embeddings = row.tie_word_embeddings;
   m.weight_dtype = std::string(row.weight_dtype);
   m.weight_bits = row.weight_bits;
+  if (row.fp8_block > 0) {
+    WeightQuantization q;
+    q.method = WeightQuantMethod::fp8;
+    q.method_name = "fp8";
+    q.bits = 8;
+    q.block_rows = q.block_cols = row.fp8_block;
+    m.quantization = q;
+  }
+  m.attention_bias = row.attention_bias;
   m.parameter_count = row.parameter_count;
   return m;
 }

@@ -6,6 +6,7 @@
 #include "kvsim/budget.h"
 #include "kvsim/error.h"
 #include "kvsim/model.h"
+#include "kvsim/weights.h"
 #include "test_support.h"
 
 using namespace kvsim;
@@ -32,6 +33,34 @@ TEST_CASE("a published Llama config gives the preset's geometry") {
   CHECK(bf16_bytes_per_token(m) == 131'072);
   CHECK(estimate_parameter_count(m) == 8'030'261'248);  // matches the published count exactly
   CHECK(m.source.find("model_type llama") != std::string::npos);
+}
+
+TEST_CASE("a preset holds the weights of its published config, tensor by tensor") {
+  // The start-up rule subtracts what device_weights() counts, so a preset that leaves out a
+  // tensor its config implies (Qwen2's q/k/v biases: 28 layers x (3584 + 2 x 512) = 129,024
+  // parameters; DeepSeek-V3's fp32 scale for every 128 x 128 block of fp8) hands out that
+  // much more KV budget than the same model given as its config.json.
+  const std::pair<const char*, const char*> pairs[] = {
+      {"llama-3.1-8b", "llama-3.1-8b.json"}, {"mistral-7b-v0.1", "mistral-7b-v0.1.json"},
+      {"qwen2.5-7b", "qwen2.5-7b.json"},     {"gemma-2-9b", "gemma-2-9b-it.json"},
+      {"deepseek-v3", "deepseek-v3.json"}};
+  for (const auto& [preset, file] : pairs) {
+    INFO(preset);
+    KvOptions kv;
+    kv.tensor_parallel = std::string(preset) == "deepseek-v3" ? 8 : 1;
+    const std::vector<DeviceWeights> a = device_weights(find_model_preset(preset), kv, WeightServing{});
+    const std::vector<DeviceWeights> b = device_weights(load_hf_config(config(file)), kv, WeightServing{});
+    REQUIRE(a.size() == 1);
+    REQUIRE(b.size() == 1);
+    CHECK(a[0].bytes == b[0].bytes);
+  }
+  // The biases by hand: two bytes each in bfloat16.
+  KvOptions one;
+  const ModelSpec& qwen = find_model_preset("qwen2.5-7b");
+  ModelSpec no_bias = qwen;
+  no_bias.attention_bias = false;
+  CHECK(device_weights(qwen, one, WeightServing{})[0].bytes - device_weights(no_bias, one, WeightServing{})[0].bytes ==
+        28 * (3584 + 2 * 512) * 2);
 }
 
 TEST_CASE("sliding windows as each family spells them") {
