@@ -459,7 +459,9 @@ Budget derive_budget(const ModelSpec& model, const KvOptions& kv, const BudgetOp
     b.device_total_source = kOptDeviceMemory;
   } else if (preset != nullptr) {
     b.device_total_bytes = preset->total_bytes;
-    b.device_total_source = std::string(preset->name) + " preset (nvidia-smi memory.total)";
+    // AMD's tool is rocm-smi (the preset's source says which figure it is).
+    b.device_total_source = std::string(preset->name) + " preset (" +
+                            (preset->product.starts_with("AMD") ? "rocm-smi VRAM total" : "nvidia-smi memory.total") + ")";
   } else {
     throw InputError(Location{"", 0, kOptDevice},
                      std::string("a KV budget needs a device (") + kOptDevice + " or " + kOptDeviceMemory + ") or " +

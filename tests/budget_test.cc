@@ -165,6 +165,9 @@ TEST_CASE("budget terms: devices share the weights, options override the model")
   b = derive_budget(llama, KvOptions{}, o);
   CHECK(b.weights_bytes_per_device == 4'000'000'000);
   CHECK(b.parameter_source == "--weights-bytes");
+  // A preset's total is the vendor tool's: nvidia-smi's, and on an AMD card rocm-smi's.
+  CHECK(b.device_total_source == "L4 preset (nvidia-smi memory.total)");
+  CHECK(derive_budget(llama, KvOptions{}, on("MI300X")).device_total_source == "MI300X preset (rocm-smi VRAM total)");
 
   o = BudgetOptions{};
   o.device_memory_bytes = 80'000'000'000;  // what torch.cuda.mem_get_info()[1] printed

@@ -77,7 +77,7 @@ po::options_description size_options() {
   po::options_description offload_opts("Offloading and validation");
   offload_opts.add_options()
       (option_key(kOptOffloadFraction), po::value<std::string>(),
-       "share of the KV kept in host memory, in [0, 1): what stays on the device, what moves, and the transfer per "
+       "share of the KV kept in host memory, in (0, 1): what stays on the device, what moves, and the transfer per "
        "decode step")
       (option_key(kOptLinkBandwidth), po::value<std::string>(),
        "host link bandwidth in bytes per second for --offload-fraction (\"25GB\", \"64GB\"; default 25GB, about "
