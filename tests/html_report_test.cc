@@ -379,6 +379,21 @@ TEST_CASE("html: kvsim report refuses what it cannot read, naming the file, the 
   };
   const std::string timeline_text = test::slurp(saved_t), per_request_text = test::slurp(saved_r);
   REQUIRE(test::run_cli({"report", saved_json, saved_t, saved_r, "--html", (dir / "whole.html").string()}).exit_code == 0);
+  // A per-step timeline has a row as each step begins, the last step's last, and no closing
+  // row at the run's end (docs/replay.md): whole, it is the run's; cut a row short, it is not.
+  const std::string step_json = (dir / "step.json").string(), step_t = (dir / "step-t.csv").string();
+  const auto stepped = test::run_cli({"replay", trace, "--allocator", "paged", "--requests", "20", "--quiet", "--json",
+                                      "--timeline", step_t, "--sample-every", "step"});
+  REQUIRE(stepped.exit_code == 0);
+  write("step.json", stepped.out);
+  const auto iterations = nlohmann::json::parse(stepped.out)["runs"][0]["time"]["iterations"].get<int>();
+  const std::string step_text = test::slurp(step_t);
+  CHECK(std::count(step_text.begin(), step_text.end(), '\n') == 1 + iterations);  // the header, then a row a step
+  CHECK(test::run_cli({"report", step_json, step_t, "--html", (dir / "step.html").string()}).exit_code == 0);
+  const auto step_cut = test::run_cli({"report", step_json, write("step-cut.csv", first_lines(step_text, iterations)),
+                                       "--html", (dir / "step.html").string()});
+  CHECK(step_cut.exit_code == 1);
+  CHECK_THAT(step_cut.err, Catch::Contains("step-cut.csv:" + std::to_string(iterations) + ": paged:block=16's last row is at"));
   const std::string second_row = first_lines(per_request_text, 2).substr(first_lines(per_request_text, 1).size());
   const std::string out = (dir / "out.html").string();
   const std::string header = "allocator,time_s,step,running,queued,effective_bytes,allocated_bytes,reserved_bytes\n";
@@ -434,6 +449,20 @@ TEST_CASE("html: kvsim report refuses what it cannot read, naming the file, the 
                                                     std::string(second_row).replace(second_row.rfind(",completed"), 10, ",exploded"))},
        "odd-r.csv:2: column 'outcome': expected completed, cancelled or refused, got \"exploded\""},
       {{"report", saved_json, saved_t, saved_t}, "saved-t.csv: a second --timeline CSV"},
+      // A first token after the request's end (ttft_s, the 8th column, made 1000 s).
+      {{"report", saved_json, write("late-r.csv", first_lines(per_request_text, 1) + [&] {
+          std::string row = second_row;
+          std::size_t at = 0;
+          for (int comma = 0; comma < 7; ++comma) at = row.find(',', at) + 1;
+          return row.replace(at, row.find(',', at) - at, "1000.000000000");
+        }())},
+       "late-r.csv:2: column 'ttft_s': 1000.000000000 s is after e2e_s"},
+      // A timeline above the allocated peak its --json output gives.
+      {{"report", write("low-peak.json", with_figure(test::slurp(saved_json), {"memory_bytes", "allocated_slots", "peak"}, 1)),
+        saved_t},
+       "saved-t.csv:2: column 'allocated_bytes_max':"},
+      {{"report", write("half-byte.json", with_figure(run.out, {"serving", "capacity_bytes"}, 0.5))},
+       "half-byte.json: runs[0].serving.capacity_bytes: expected a whole number of bytes, got 0.5"},
       // Figures replay's JSON never holds: 2^63 bytes (beyond its 64-bit counters), effective
       // tokens above the allocated slots, a run twice, a negative time; validate's durations
       // of 0 or less (the chart draws a ratio).
@@ -467,6 +496,9 @@ TEST_CASE("html: kvsim report refuses what it cannot read, naming the file, the 
       {{"report", write("v-zero.json", R"({"run": "r", "ttft": {"measured": {"mean_s": 0}, "simulated": {"mean_s": 0.1}},
                                          "makespan_s": {"measured": 1, "simulated": 1}})")},
        "v-zero.json: ttft.measured.mean_s: expected a positive number of seconds, got 0"},
+      {{"report", write("v-long.json", R"({"run": "r", "ttft": {"measured": {"mean_s": 1e300}, "simulated": {"mean_s": 0.1}},
+                                         "makespan_s": {"measured": 1, "simulated": 1}})")},
+       "v-long.json: ttft.measured.mean_s: expected at most 2^63 ns (about 292 years), got 1e+300 s"},
       // Inputs kvsim writes but the report does not read, named as what they are.
       {{"report", write("empty.json", "  \n")}, "empty.json: empty: not an output of kvsim replay, validate or sweep"},
       {{"report", write("sweep.jsonl", R"({"point":0,"points":2,"grid":"abc","point_rows":1})" "\n"

@@ -118,10 +118,18 @@ void read_replay_json(const Json& j, const std::string& path, HtmlPage& page, st
                          "\"" + printable(run.allocator) + "\" is a run already: replay runs each allocator once");
       }
     }
-    run.capacity_bytes = to_int(amount({"serving", "capacity_bytes"}, true));
+    // A number of bytes replay counts (not a mean): a whole one.
+    const auto bytes = [&](std::initializer_list<const char*> keys, bool optional = false) {
+      const double v = amount(keys, optional);
+      if (v != std::floor(v)) {
+        throw InputError(Location{path, 0, field_of(keys)}, fmt::format("expected a whole number of bytes, got {}", v));
+      }
+      return to_int(v);
+    };
+    run.capacity_bytes = bytes({"serving", "capacity_bytes"}, true);
     run.effective_mean = amount({"memory_bytes", "effective_tokens", "mean"});
     run.allocated_mean = amount({"memory_bytes", "allocated_slots", "mean"});
-    run.allocated_peak = to_int(amount({"memory_bytes", "allocated_slots", "peak"}));
+    run.allocated_peak = bytes({"memory_bytes", "allocated_slots", "peak"});
     // Null: unknown (replicas' sum) or no peak; -1 keeps the chart from marking one.
     const bool peak_at_known = r.contains("memory_bytes") && r["memory_bytes"].contains("allocated_slots") &&
                                r["memory_bytes"]["allocated_slots"].contains("peak_at_s") &&
@@ -142,7 +150,7 @@ void read_replay_json(const Json& j, const std::string& path, HtmlPage& page, st
                        fmt::format("{} s is after the run's end, time.end_s {} s", format_seconds(run.allocated_peak_at_ns, 9),
                                    format_seconds(end_ns, 9)));
     }
-    run.reserved_peak = to_int(amount({"memory_bytes", "reserved_slots", "peak"}));
+    run.reserved_peak = bytes({"memory_bytes", "reserved_slots", "peak"});
     if (run.allocated_peak > run.reserved_peak) {
       throw InputError(Location{path, 0, where + "memory_bytes.reserved_slots.peak"},
                        fmt::format("{} is below the allocated peak {}: replay never allocates more than it reserves",
@@ -197,12 +205,17 @@ void read_replay_json(const Json& j, const std::string& path, HtmlPage& page, st
   }
 }
 
-// A duration of validate's JSON, seconds: positive (the chart draws simulated / measured).
+// A duration of validate's JSON, seconds: positive (the chart draws simulated / measured),
+// and within the 2^63 ns replay's clock holds.
 double duration_s(const Json& j, std::initializer_list<const char*> keys, const std::string& path) {
   const double v = number(j, keys, path);
   if (!(v > 0)) {
     throw InputError(Location{path, 0, key_path("", keys)},
                      fmt::format("expected a positive number of seconds, got {}", v));
+  }
+  if (v * 1e9 >= 9223372036854775808.0) {
+    throw InputError(Location{path, 0, key_path("", keys)},
+                     fmt::format("expected at most 2^63 ns (about 292 years), got {} s", v));
   }
   return v;
 }
@@ -320,8 +333,10 @@ class Csv {
     throw InputError(Location{path_, line_, field(column)}, "expected seconds such as 1.250000000, got \"" + printable(s) + "\"");
   }
 
- private:
+ // "column 'name'", as an error names the column.
   std::string field(std::size_t column) const { return "column '" + printable(header_[column]) + "'"; }
+
+ private:
 
   std::string path_;
   std::ifstream in_;
@@ -380,6 +395,16 @@ void read_timeline(Csv& csv, const std::string& path, HtmlPage& page, const std:
                                    p.allocated_max, p.allocated));
     }
     p.reserved = csv.count(reserved);
+    // No state is above the peaks the --json output gives for its run.
+    if (p.allocated_max > run.allocated_peak || p.reserved > run.reserved_peak) {
+      const bool allocated_over = p.allocated_max > run.allocated_peak;
+      throw InputError(Location{path, csv.line(), allocated_over ? csv.field(max < csv.width() ? max : allocated)
+                                                                 : csv.field(reserved)},
+                       fmt::format("{} is above the run's {} peak {} in the --json output given with it",
+                                   allocated_over ? p.allocated_max : p.reserved,
+                                   allocated_over ? "allocated" : "reserved",
+                                   allocated_over ? run.allocated_peak : run.reserved_peak));
+    }
     // Every state replay writes holds effective <= allocated <= reserved: a row that does
     // not (a block usage above 100%) was not written by it.
     if (p.effective > p.allocated || p.allocated > p.reserved) {
@@ -400,7 +425,12 @@ void read_timeline(Csv& csv, const std::string& path, HtmlPage& page, const std:
       throw InputError(Location{path, csv.line(), ""},
                        "no row of the run " + name + ": replay's --timeline has every run of its --json output");
     }
-    if (!same_time(s.last_ns, f.end_ns) || s.last_step != f.iterations) {
+    // A sampled timeline closes with the state at the run's end, after its last step; a
+    // per-step one (no allocated_bytes_max column) has a row as each step begins, the last
+    // step's last (docs/replay.md, "Timeline").
+    const bool per_step = max == csv.width();
+    if (per_step ? s.last_step != f.iterations - 1 || s.last_ns > f.end_ns
+                 : !same_time(s.last_ns, f.end_ns) || s.last_step != f.iterations) {
       throw InputError(Location{path, s.last_line, ""},
                        fmt::format("{}'s last row is at {} s (step {}), the run ends at {} s after {} steps by the "
                                    "--json output: a timeline cut short, or of another run",
@@ -435,10 +465,17 @@ void read_per_request(Csv& csv, const std::string& path, HtmlPage& page, const s
                        "expected completed, cancelled or refused, got \"" + printable(o) + "\"");
     }
     ++completed[index];
-    // A completed request has a first token and an end; TPOT only with two or more tokens.
-    run.ttft_ns.push_back(csv.seconds_ns(ttft));
+    // A completed request has a first token and an end, the first no later than the end;
+    // TPOT only with two or more tokens.
+    const std::int64_t first_ns = csv.seconds_ns(ttft), end_ns = csv.seconds_ns(e2e);
+    if (first_ns > end_ns) {
+      throw InputError(Location{path, csv.line(), "column 'ttft_s'"},
+                       fmt::format("{} s is after e2e_s {} s: a request's first token comes before its end",
+                                   csv.cell(ttft), csv.cell(e2e)));
+    }
+    run.ttft_ns.push_back(first_ns);
     if (!csv.cell(tpot).empty()) run.tpot_ns.push_back(csv.seconds_ns(tpot));
-    run.e2e_ns.push_back(csv.seconds_ns(e2e));
+    run.e2e_ns.push_back(end_ns);
   }
   for (std::size_t i = 0; i < page.runs.size(); ++i) {
     // A request given twice: named at the first row that repeats one.
