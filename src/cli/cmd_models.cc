@@ -2,6 +2,7 @@
 #include <fmt/core.h>
 
 #include <nlohmann/json.hpp>
+#include <type_traits>
 
 #include "cli.h"
 #include "kvsim/output_file.h"
@@ -57,12 +58,17 @@ int run_models(const Invocation& inv) {
                           {"k_head_dim", g.k_head_dim},
                           {"v_head_dim", g.v_head_dim}});
       }
+      // A figure a preset does not have (head_dim under MLA, an unpublished parameter count)
+      // is null, which pandas reads as missing, not 0.
+      const auto known = [](const auto& v) {
+        return v == std::remove_cvref_t<decltype(v)>{} ? nlohmann::ordered_json() : nlohmann::ordered_json(v);
+      };
       nlohmann::ordered_json entry = {{"name", m.name},
                                       {"source", m.source},
                                       {"num_hidden_layers", m.num_hidden_layers},
                                       {"num_attention_heads", m.num_attention_heads},
                                       {"num_key_value_heads", m.num_key_value_heads},
-                                      {"head_dim", m.head_dim}};
+                                      {"head_dim", known(m.head_dim)}};
       if (m.mla) {
         entry["mla"] = {{"kv_lora_rank", m.mla->kv_lora_rank},
                         {"qk_rope_head_dim", m.mla->qk_rope_head_dim},
@@ -71,8 +77,8 @@ int run_models(const Invocation& inv) {
       }
       entry["groups"] = groups;
       entry["max_position_embeddings"] = m.max_position_embeddings;
-      entry["torch_dtype"] = m.weight_dtype;
-      entry["parameter_count"] = m.parameter_count;
+      entry["torch_dtype"] = known(m.weight_dtype);
+      entry["parameter_count"] = known(m.parameter_count);
       entry["bf16_bytes_per_token"] = layout.bytes_per_token();
       out.push_back(entry);
     }
