@@ -1,5 +1,6 @@
 #include "kvsim/parse.h"
 
+#include <cctype>
 #include <limits>
 #include <string>
 
@@ -51,6 +52,10 @@ std::int64_t parse_parameter_count(std::string_view text, std::string_view field
       default: break;
     }
     if (digits > 0) number.remove_suffix(1);
+    else if (std::isalpha(static_cast<unsigned char>(number.back())) != 0) {
+      throw InputError(where(field), "expected a count whose suffix is T, B or M (1.2T, 8.03B, 350M), got \"" +
+                                         std::string(text) + "\"");
+    }
   }
   std::int64_t count = 0;
   const auto status = detail::parse_scaled_decimal(number, digits, count);

@@ -67,6 +67,10 @@ TEST_CASE("a parameter count is whole unless it is in millions, billions or tril
   CHECK_THROWS_WITH(parse_parameter_count("10000000000B", "--params"), Catch::Contains("fits 64 bits"));
   CHECK_THROWS_WITH(parse_parameter_count("0", "--params"), Catch::Contains("positive"));
   CHECK_THROWS_WITH(parse_parameter_count("1.0000000005B", "--params"), Catch::Contains("whole"));
+  // A suffix kvsim does not read is named as one (thousands are not a scale of parameters).
+  CHECK_THROWS_WITH(parse_parameter_count("1.5K", "--params"),
+                    Catch::Contains("--params: expected a count whose suffix is T, B or M (1.2T, 8.03B, 350M), got \"1.5K\""));
+  CHECK_THROWS_WITH(parse_parameter_count("7X", "--params"), Catch::Contains("suffix is T, B or M"));
 }
 
 // Issue 14 item 4: a plain byte count was multiplied by 10^9 (nine fixed fractional digits)
