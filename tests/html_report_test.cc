@@ -326,6 +326,10 @@ TEST_CASE("html: kvsim report draws the same charts from replay's saved --json, 
   const auto charts = [](const std::string& page) { return page.substr(page.find("<h2>")); };
   CHECK(charts(from_files) == charts(from_run));
   CHECK(count(from_files, "<svg class=\"chart\"") == 7);  // breakdown, 2 occupancy, requests, 3 CDFs
+  // --html - writes the same page to standard output, as its --help says.
+  const auto c = test::run_cli({"report", timeline, per_request, json, "--html", "-"});
+  REQUIRE(c.exit_code == 0);
+  CHECK(c.out == from_files);
 }
 
 namespace {

@@ -591,7 +591,8 @@ void refuse_sweep_jsonl(const Json& line, const std::string& path) {
 
 int run_report(const Invocation& inv) {
   po::options_description options("Output");
-  options.add_options()("html", po::value<std::string>(), "write the HTML report to this file (required)");
+  options.add_options()("html", po::value<std::string>(),
+                        "write the HTML report to this file (required; - for standard output)");
   po::options_description hidden;
   hidden.add_options()("input", po::value<std::vector<std::string>>());
   po::positional_options_description positional;
