@@ -257,6 +257,24 @@ TEST_CASE("validate: measured against simulated for a hand-made run") {
   CHECK_THAT(table.out, Catch::Contains("TTFT Mean (ms)") && Catch::Contains("not recorded"));
 }
 
+TEST_CASE("validate: a tick_seconds the timeseries' rows do not keep is named, as every per-tick figure reads it") {
+  // The tiny run's rows are at 0.25, 0.75 and 1.0 s: one missing row, the closest two 0.25 s
+  // apart, as its tick_seconds says. Said to be 1 s, the rows are read 1 s apart.
+  const auto base = test::scratch_dir("validate-tick");
+  const auto dir = copy_tiny_run(base);
+  const std::string workload = kData + "/tiny/workloads/tiny.jsonl";
+  auto r = test::run_cli({"validate", dir.string(), "--workload", workload, "--kv-budget", "1GB"});
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.err, !Catch::Contains("tick_seconds"));
+  replace_in_file(dir / "meta.json", R"("tick_seconds": 0.25)", R"("tick_seconds": 1)");
+  r = test::run_cli({"validate", dir.string(), "--workload", workload, "--kv-budget", "1GB"});
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.err, Catch::Contains("timeseries.csv: its closest rows are 0.25 s apart, but meta.json's tick_seconds "
+                                    "is 1 s"));
+  CHECK_THAT(r.out, Catch::Contains("WARNING: ") && Catch::Contains("its closest rows are 0.25 s apart"));
+  std::filesystem::remove_all(base);
+}
+
 TEST_CASE("validate: with one-token outputs there is no TPOT, and it says n/a, not 0") {
   // TPOT needs two tokens (README: (last - first) / (output - 1)).
   const auto base = test::scratch_dir("validate-one-token");

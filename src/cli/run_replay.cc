@@ -5,6 +5,7 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -551,6 +552,20 @@ RunReplay replay_run(po::variables_map vm, const MeasuredRun& run, const std::st
                                        "1% watermark, no asynchronous scheduling nor CUDA graphs), not a vLLM "
                                        "release's; give {} for the version's",
                                        run.dir, kOptVllmVersion));
+  }
+  // Every per-tick figure takes the rows as tick_seconds apart. Rows may be missing (a gap of
+  // several ticks), never closer: the closest two rows are one tick apart, to the
+  // millisecond the recorder rounds t to.
+  double closest = 0;
+  for (std::size_t i = 1; i < run.ticks.size(); ++i) {
+    const double gap = run.ticks[i].t_s - run.ticks[i - 1].t_s;
+    if (i == 1 || gap < closest) closest = gap;
+  }
+  if (run.ticks.size() >= 2 && std::abs(closest - run.tick_s) > 0.01 * run.tick_s + 2e-3) {
+    out.warnings.push_back(fmt::format("{}/timeseries.csv: its closest rows are {:.6g} s apart, but meta.json's "
+                                       "tick_seconds is {:.6g} s: the per-tick counts, MAE and throughputs are read "
+                                       "as {:.6g} s apart",
+                                       run.dir, closest, run.tick_s, run.tick_s));
   }
   RunDefaults defaults(vm);
   out.budget_source = settle_run_settings(defaults, run, usage);
