@@ -398,6 +398,28 @@ TEST_CASE("html: kvsim report refuses what it cannot read, naming the file, the 
                                        "--html", (dir / "step.html").string()});
   CHECK(step_cut.exit_code == 1);
   CHECK_THAT(step_cut.err, Catch::Contains("step-cut.csv:" + std::to_string(iterations) + ": paged:block=16's last row is at"));
+  // A run that took no step: a measured schedule (the trace's own times; its per-step rows,
+  // step 0, end at the run's end), and a run that refused every request (no row at all,
+  // sampled or per step).
+  const std::string measured = write("measured.csv", "id,arrival,prompt_tokens,output_tokens,start,first_token,finish\n"
+                                                     "1,0,100,10,0.01,0.05,0.2\n2,0.1,500,20,0.11,0.15,0.5\n");
+  const std::string refused = write("refused.csv", "id,arrival,prompt_tokens,output_tokens\n1,0,2000,10\n");
+  for (const auto& [name, extra] : {std::pair{measured, std::vector<std::string>{}},
+                                    std::pair{refused, std::vector<std::string>{"--max-model-len", "1000"}}}) {
+    for (const char* every : {"step", "1ms"}) {
+      INFO(name << " --sample-every " << every);
+      std::vector<std::string> args{"replay", name, "--allocator", "paged", "--quiet", "--json", "--timeline", step_t,
+                                    "--sample-every", every};
+      args.insert(args.end(), extra.begin(), extra.end());
+      const auto none = test::run_cli(args);
+      REQUIRE(none.exit_code == 0);
+      REQUIRE(nlohmann::json::parse(none.out)["runs"][0]["time"]["iterations"] == 0);
+      write("none.json", none.out);
+      const auto drawn = test::run_cli({"report", (dir / "none.json").string(), step_t, "--html", (dir / "none.html").string()});
+      INFO(drawn.err);
+      CHECK(drawn.exit_code == 0);
+    }
+  }
   const std::string second_row = first_lines(per_request_text, 2).substr(first_lines(per_request_text, 1).size());
   const std::string out = (dir / "out.html").string();
   const std::string header = "allocator,time_s,step,running,queued,effective_bytes,allocated_bytes,reserved_bytes\n";
@@ -650,13 +672,13 @@ TEST_CASE("html: kvsim report draws a sweep's figures against its numeric axis, 
   negative.replace(negative.find(third_row), third_row.size(), "2,6,abc,1,2,paged,2147483648,2147483648,-0.6,200.0");
   d = damaged("negative.csv", negative);
   CHECK(d.exit_code == 1);
-  CHECK_THAT(d.err, Catch::Contains("negative.csv:4: column 'ttft_p99_s': expected a number from 0 to 9200000000, got -0.6"));
-  // Nor a TTFT beyond what replay's clock (2^63 ns, 9.2e9 s) can hold, which would scale the axis past a double.
+  CHECK_THAT(d.err, Catch::Contains("negative.csv:4: column 'ttft_p99_s': expected a number from 0 to 9223372036.854776, got -0.6"));
+  // Nor a TTFT beyond what replay's clock (2^63 ns) can hold, which would scale the axis past a double.
   std::string long_ttft = text;
   long_ttft.replace(long_ttft.find(third_row), third_row.size(), "2,6,abc,1,2,paged,2147483648,2147483648,1e308,200.0");
   d = damaged("long.csv", long_ttft);
   CHECK(d.exit_code == 1);
-  CHECK_THAT(d.err, Catch::Contains("long.csv:4: column 'ttft_p99_s': expected a number from 0 to 9200000000, got 1e308"));
+  CHECK_THAT(d.err, Catch::Contains("long.csv:4: column 'ttft_p99_s': expected a number from 0 to 9223372036.854776, got 1e308"));
   d = damaged("older.csv", "point,points,grid,rate-scale,allocator,allocated_bytes_peak,reserved_bytes_peak,ttft_p99_s,"
                            "generated_tokens_per_s\n0,1,abc,1,paged,1,1,0.5,1\n");
   CHECK(d.exit_code == 1);

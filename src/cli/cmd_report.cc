@@ -75,6 +75,14 @@ std::string text(const Json& j, const char* key, const std::string& path, const 
 std::int64_t to_ns(double seconds) { return static_cast<std::int64_t>(std::llround(seconds * 1e9)); }
 std::int64_t to_int(double v) { return static_cast<std::int64_t>(std::llround(v)); }
 
+// 2^63: replay's counters (bytes, requests, steps) and its clock (ns) are below it.
+constexpr double kTwoTo63 = 9223372036854775808.0;
+// Seconds within the clock's 2^63 ns.
+bool within_clock(double seconds) { return seconds * 1e9 < kTwoTo63; }
+
+// Two times the same within 1 us: the JSON's seconds are a double, the CSV's nine decimals.
+bool same_time(std::int64_t a_ns, std::int64_t b_ns) { return a_ns - b_ns <= 1000 && b_ns - a_ns <= 1000; }
+
 // What the replay's JSON says each run's CSVs hold: every request once in --per-request,
 // the completed ones completed; a --timeline whose last row is the state at the run's end,
 // after its last step.
@@ -98,7 +106,7 @@ void read_replay_json(const Json& j, const std::string& path, HtmlPage& page, st
     // Bytes: not below 0, and within 64 bits (replay's counters are 64-bit integers).
     const auto amount = [&](std::initializer_list<const char*> keys, bool optional = false) {
       const double v = number(r, keys, path, optional);
-      if (v < 0 || v >= 9223372036854775808.0) {
+      if (v < 0 || v >= kTwoTo63) {
         throw InputError(Location{path, 0, field_of(keys)},
                          fmt::format("expected a number of bytes from 0 to 2^63 - 1, got {}", v));
       }
@@ -137,7 +145,7 @@ void read_replay_json(const Json& j, const std::string& path, HtmlPage& page, st
     // A time: seconds from 0 to 2^63 ns, which replay's clock holds.
     const auto instant = [&](std::initializer_list<const char*> keys) {
       const double v = number(r, keys, path);
-      if (!(v >= 0 && v * 1e9 < 9223372036854775808.0)) {
+      if (!(v >= 0 && within_clock(v))) {
         throw InputError(Location{path, 0, field_of(keys)},
                          fmt::format("expected a time from 0 to 2^63 ns (about 292 years), got {}", v));
       }
@@ -145,7 +153,7 @@ void read_replay_json(const Json& j, const std::string& path, HtmlPage& page, st
     };
     const std::int64_t end_ns = instant({"time", "end_s"});
     run.allocated_peak_at_ns = peak_at_known ? instant({"memory_bytes", "allocated_slots", "peak_at_s"}) : -1;
-    if (run.allocated_peak_at_ns > end_ns + 1000) {  // the two doubles' rounding, as same_time() allows
+    if (run.allocated_peak_at_ns > end_ns && !same_time(run.allocated_peak_at_ns, end_ns)) {
       throw InputError(Location{path, 0, field_of({"memory_bytes", "allocated_slots", "peak_at_s"})},
                        fmt::format("{} s is after the run's end, time.end_s {} s", format_seconds(run.allocated_peak_at_ns, 9),
                                    format_seconds(end_ns, 9)));
@@ -185,7 +193,7 @@ void read_replay_json(const Json& j, const std::string& path, HtmlPage& page, st
     // A count: whole, from 0 to 2^63 - 1 (replay's counters are 64-bit integers).
     const auto whole = [&](std::initializer_list<const char*> keys) {
       const double v = number(r, keys, path);
-      if (v < 0 || v != std::floor(v) || v >= 9223372036854775808.0) {
+      if (v < 0 || v != std::floor(v) || v >= kTwoTo63) {
         throw InputError(Location{path, 0, field_of(keys)}, fmt::format("expected a count from 0 to 2^63 - 1, got {}", v));
       }
       return to_int(v);
@@ -213,7 +221,7 @@ double duration_s(const Json& j, std::initializer_list<const char*> keys, const 
     throw InputError(Location{path, 0, key_path("", keys)},
                      fmt::format("expected a positive number of seconds, got {}", v));
   }
-  if (v * 1e9 >= 9223372036854775808.0) {
+  if (!within_clock(v)) {
     throw InputError(Location{path, 0, key_path("", keys)},
                      fmt::format("expected at most 2^63 ns (about 292 years), got {} s", v));
   }
@@ -355,9 +363,6 @@ std::size_t run_named(const HtmlPage& page, const std::string& name, const std::
                    "\"" + printable(name) + "\" is not a run of the replay's --json output given with it");
 }
 
-// Two times the same within 1 us: the JSON's seconds are a double, the CSV's nine decimals.
-bool same_time(std::int64_t a_ns, std::int64_t b_ns) { return a_ns - b_ns <= 1000 && b_ns - a_ns <= 1000; }
-
 void read_timeline(Csv& csv, const std::string& path, HtmlPage& page, const std::vector<RunFacts>& facts) {
   const std::size_t alloc = csv.column("allocator"), time = csv.column("time_s"), running = csv.column("running"),
                     queued = csv.column("queued"), effective = csv.column("effective_bytes"),
@@ -417,20 +422,24 @@ void read_timeline(Csv& csv, const std::string& path, HtmlPage& page, const std:
     }
     add_point(run, p);
   }
+  // A sampled timeline closes with the state at the run's end, after its last step; a
+  // per-step one (no allocated_bytes_max column) has a row as each step begins, the last
+  // step's last (docs/replay.md, "Timeline"). A run that served nothing (every request
+  // refused) took no step and has no row; a measured schedule's run takes no step either
+  // (iterations 0), and its rows, step 0, end at its end.
+  const bool per_step = max == csv.width();
   for (std::size_t i = 0; i < page.runs.size(); ++i) {
     const Seen& s = seen[i];
     const RunFacts& f = facts[i];
     const std::string& name = page.runs[i].allocator;
     if (s.rows == 0) {
+      if (f.iterations == 0 && f.completed == 0) continue;
       throw InputError(Location{path, csv.line(), ""},
                        "no row of the run " + name + ": replay's --timeline has every run of its --json output");
     }
-    // A sampled timeline closes with the state at the run's end, after its last step; a
-    // per-step one (no allocated_bytes_max column) has a row as each step begins, the last
-    // step's last (docs/replay.md, "Timeline").
-    const bool per_step = max == csv.width();
-    if (per_step ? s.last_step != f.iterations - 1 || s.last_ns > f.end_ns
-                 : !same_time(s.last_ns, f.end_ns) || s.last_step != f.iterations) {
+    const bool at_end = same_time(s.last_ns, f.end_ns) && s.last_step == f.iterations;
+    const bool last_step_began = per_step && s.last_step == f.iterations - 1 && s.last_ns <= f.end_ns;
+    if (!at_end && !last_step_began) {
       throw InputError(Location{path, s.last_line, ""},
                        fmt::format("{}'s last row is at {} s (step {}), the run ends at {} s after {} steps by the "
                                    "--json output: a timeline cut short, or of another run",
@@ -543,8 +552,8 @@ void read_sweep(Csv& csv, const std::string& path, HtmlPage& page) {
     }
     r.peak_gib = static_cast<double>(csv.count(peak)) / static_cast<double>(kBytesPerGiB);
     // Within what replay's 64-bit clock (ns) and counters hold.
-    r.tokens_per_s = csv.amount(tput, 9.2e18);
-    if (!csv.cell(ttft).empty()) r.ttft_s = csv.amount(ttft, 9.2e9);
+    r.tokens_per_s = csv.amount(tput, kTwoTo63);
+    if (!csv.cell(ttft).empty()) r.ttft_s = csv.amount(ttft, kTwoTo63 / 1e9);
     rows.push_back(std::move(r));
   }
   std::size_t x = alloc;
