@@ -274,6 +274,16 @@ TEST_CASE("kvsim plan: refuses what it cannot answer") {
   CHECK(r.out.empty());
   r = plan_three_blocks(burst, {"--search", "replicas"});
   CHECK(r.exit_code == 0);
+  // Arrivals 1 ns apart are spread, however large a rate-scale rounds that gap to 0 ns: the
+  // search runs to its bound (every rate-scale meets a TTFT of 100 s) and says so.
+  const std::string close = write_file("plan-close.csv",
+                                       "id,arrival,prompt_tokens,output_tokens\n"
+                                       "a,1,15,2\n"
+                                       "b,1.000000001,15,2\n");
+  r = run_cli({"plan", close, "--ttft-p99", "100s", "--cost", "constant:step=10ms,prefill-token=0s"});
+  INFO(r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(r.out.find("Every rate-scale tried meets the targets") != std::string::npos);
 }
 
 TEST_CASE("kvsim plan: refused requests miss every target, and a search cut by --max-points says so") {

@@ -272,6 +272,13 @@ int run_plan(const Invocation& inv) {
       }
     }
   }
+  SearchSpec spec;
+  spec.harder_up = rate;
+  spec.start = rate ? 1'000'000'000 : 1;
+  spec.min = rate ? 1'000'000 : 1;
+  spec.max = rate ? 1'000'000'000'000 : max_replicas;
+  spec.tolerance_ppm = rate ? std::max<std::int64_t>(1, tolerance_ppb / 1000) : 0;  // replicas: adjacent counts
+  spec.max_points = static_cast<int>(std::min<std::int64_t>(max_points, 10'000));
   const auto meets = [&](std::int64_t value) {
     Tried t;
     t.order = static_cast<std::int64_t>(tried.size()) + 1;
@@ -281,7 +288,9 @@ int run_plan(const Invocation& inv) {
     prepare_points(setup, cache);
     t.report = run_point(setup, cache, 0, {}).reports.back();  // with replicas, their total
     // A rate-scale divides the gaps between arrivals: with none, every point is the same run.
-    if (rate && t.report.requests >= 2 && t.report.last_arrival_ns == t.report.start_ns) {
+    // Asked of the trace as it is (the first point, rate-scale 1): a large rate-scale may
+    // round gaps of a few ns to none.
+    if (rate && value == spec.start && t.report.requests >= 2 && t.report.last_arrival_ns == t.report.start_ns) {
       throw InputError(Location{t.report.trace, 0, ""},
                        fmt::format("all {} requests arrive at the same instant, so no --rate-scale changes the load "
                                    "(it divides the gaps between arrivals, and there are none); plan the replicas "
@@ -298,13 +307,6 @@ int run_plan(const Invocation& inv) {
     tried.push_back(std::move(t));
     return ok;
   };
-  SearchSpec spec;
-  spec.harder_up = rate;
-  spec.start = rate ? 1'000'000'000 : 1;
-  spec.min = rate ? 1'000'000 : 1;
-  spec.max = rate ? 1'000'000'000'000 : max_replicas;
-  spec.tolerance_ppm = rate ? std::max<std::int64_t>(1, tolerance_ppb / 1000) : 0;  // replicas: adjacent counts
-  spec.max_points = static_cast<int>(std::min<std::int64_t>(max_points, 10'000));
   const SearchResult result = bracket_search(spec, meets);
   for (std::size_t i = 0; i < tried.size(); ++i) tried[i].role = result.tried[i].role;
 
