@@ -267,6 +267,10 @@ std::int64_t spec_blocks(const LayerGroup& g, std::int64_t tokens, const PagedOp
 
 }  // namespace
 
+std::string_view device_total_tool(const DevicePreset& preset) {
+  return preset.product.starts_with("AMD") ? "rocm-smi VRAM total" : "nvidia-smi memory.total";
+}
+
 const std::vector<DevicePreset>& device_presets() { return presets(); }
 
 const DevicePreset& find_device_preset(std::string_view name, std::string_view field) {
@@ -459,9 +463,7 @@ Budget derive_budget(const ModelSpec& model, const KvOptions& kv, const BudgetOp
     b.device_total_source = kOptDeviceMemory;
   } else if (preset != nullptr) {
     b.device_total_bytes = preset->total_bytes;
-    // AMD's tool is rocm-smi (the preset's source says which figure it is).
-    b.device_total_source = std::string(preset->name) + " preset (" +
-                            (preset->product.starts_with("AMD") ? "rocm-smi VRAM total" : "nvidia-smi memory.total") + ")";
+    b.device_total_source = std::string(preset->name) + " preset (" + std::string(device_total_tool(*preset)) + ")";
   } else {
     throw InputError(Location{"", 0, kOptDevice},
                      std::string("a KV budget needs a device (") + kOptDevice + " or " + kOptDeviceMemory + ") or " +

@@ -111,8 +111,8 @@ std::int64_t engine_device_total(const BudgetOptions& budget, std::string& sourc
     source = std::string(d.name) + " preset (CUDA's total, torch.cuda.mem_get_info()[1])";
     return d.cuda_total_bytes;
   }
-  source = std::string(d.name) + " preset (nvidia-smi memory.total: no CUDA total documented for it; pass " +
-           kOptDeviceMemory + ")";
+  source = std::string(d.name) + " preset (" + std::string(device_total_tool(d)) +
+           ": no CUDA total documented for it; pass " + kOptDeviceMemory + ")";
   return d.total_bytes;
 }
 

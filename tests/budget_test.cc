@@ -3,6 +3,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "cli_util.h"
 #include "kvsim/error.h"
 #include "kvsim/units.h"
 
@@ -168,6 +169,10 @@ TEST_CASE("budget terms: devices share the weights, options override the model")
   // A preset's total is the vendor tool's: nvidia-smi's, and on an AMD card rocm-smi's.
   CHECK(b.device_total_source == "L4 preset (nvidia-smi memory.total)");
   CHECK(derive_budget(llama, KvOptions{}, on("MI300X")).device_total_source == "MI300X preset (rocm-smi VRAM total)");
+  // The same in vLLM's start-up rule, which prefers a documented CUDA total where there is one.
+  const auto startup = test::run_cli({"size", "--model", "llama-3.1-8b", "--device", "MI300X", "--engine", "vllm"});
+  REQUIRE(startup.exit_code == 0);
+  CHECK_THAT(startup.out, Catch::Contains("MI300X preset (rocm-smi VRAM total: no CUDA total documented for it"));
 
   o = BudgetOptions{};
   o.device_memory_bytes = 80'000'000'000;  // what torch.cuda.mem_get_info()[1] printed

@@ -76,6 +76,10 @@ const DevicePreset& find_device_preset(std::string_view name, std::string_view f
 // aside; nullptr when none is.
 const DevicePreset* find_device_preset_by_product(std::string_view product);
 
+// The tool whose figure a preset's total_bytes is: "nvidia-smi memory.total", or for an AMD
+// card "rocm-smi VRAM total".
+std::string_view device_total_tool(const DevicePreset& preset);
+
 inline constexpr std::int64_t kPartsPerBillion = 1'000'000'000;
 // vLLM's default --gpu-memory-utilization, 0.9.
 inline constexpr std::int64_t kDefaultGpuMemoryUtilizationPpb = 900'000'000;
