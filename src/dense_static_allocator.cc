@@ -6,6 +6,7 @@
 #include <type_traits>
 
 #include "footprint.h"
+#include "invariant_checks.h"
 #include "kvsim/error.h"
 #include "kvsim/units.h"
 
@@ -119,6 +120,7 @@ Outcome DenseStaticAllocator::admit(RequestSlot slot, const AdmitInfo& info) {
   r.offset = offset;
   allocated_bytes_ = checked_add(allocated_bytes_, r.bytes, "dense-static: the reserved bytes of the requests in flight");
   high_water_bytes_ = std::max(high_water_bytes_, allocated_bytes_);
+  check_after_operation(*this);
   return Outcome::ok;
 }
 
@@ -129,6 +131,7 @@ Outcome DenseStaticAllocator::grow(RequestSlot slot, std::int64_t tokens, std::i
   // reserves at least the final length, so a row never overflows.
   check(tokens <= r.row_tokens, "dense-static: a sequence outgrew its reservation");
   r.tokens = tokens;
+  check_after_operation(*this);
   return Outcome::ok;
 }
 
@@ -143,6 +146,7 @@ void DenseStaticAllocator::release(RequestSlot slot) {
   }
   r.offset = -1;
   r.live = false;
+  check_after_operation(*this);
 }
 
 Footprint DenseStaticAllocator::footprint(RequestSlot slot, std::size_t group, std::int64_t tokens) const {
