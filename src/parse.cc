@@ -80,7 +80,7 @@ std::vector<std::pair<std::string_view, std::string_view>> parse_key_values(std:
   while (!text.empty()) {
     const auto comma = text.find(',');
     if (comma + 1 == text.size()) {  // "a=1,": as a list of numbers, a trailing comma names nothing
-      throw InputError(where(field), std::string(context) + "expected key=value after the last ',', got nothing");
+      throw InputError(where(field), std::string(context) + "a ',' with nothing after it: expected key=value");
     }
     const std::string_view item = text.substr(0, comma);
     const auto eq = item.find('=');

@@ -333,9 +333,9 @@ TEST_CASE("cli bad input: option errors print the usage and exit 2") {
        "Usage: kvsim replay TRACE"},
       // A trailing comma names no parameter, in every key=value list as in a list of numbers.
       {{"replay", trace, "--allocator", "paged:block=16,"},
-       "--allocator: 'paged:block=16,': expected key=value after the last ',', got nothing", "Usage: kvsim replay TRACE"},
+       "--allocator: 'paged:block=16,': a ',' with nothing after it: expected key=value", "Usage: kvsim replay TRACE"},
       {{"size", "--model", "llama-3.1-8b", "--kv-budget", "1GiB", "--check", "usual=2000,long=4000,concurrency=8,"},
-       "--check: expected key=value after the last ',', got nothing", "Usage: kvsim size"},
+       "--check: a ',' with nothing after it: expected key=value", "Usage: kvsim size"},
       {{"replay", trace, "--max-batched-tokens", "99999999999999999999"},
        "--max-batched-tokens: \"99999999999999999999\" is too large (the largest is 9223372036854775807)", "Usage: kvsim replay TRACE"},
       {{"replay", trace, "--max-running", "99999999999999999999x"},
