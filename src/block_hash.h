@@ -70,9 +70,10 @@ inline std::uint64_t own_block_hash(std::uint64_t parent, std::uint64_t request_
 // and two prompts whose given hashes agree up to i hold the same tokens up to there; so block
 // k has an identity iff it is a full block of the prompt and i < given.size(): the chain of
 // the given hashes 0..i (chain_given_hash) when the sizes are equal, else that chain mixed
-// with k (splitmix64(chain ^ splitmix64(k + 1))). Never claims sharing the given hashes do
-// not prove; misses what lies past the last given hash (a given block size that is a
-// multiple of `block` loses only the prompt's last partial given block).
+// with k and given_block (splitmix64(chain ^ splitmix64(given_block << 40 ^ (k + 1)))).
+// Never claims sharing the given hashes do not prove; misses what lies past the last given
+// hash (a given block size that is a multiple of `block` loses only the prompt's last
+// partial given block).
 // REQUIRES: given_block >= 1, block >= 1.
 inline void rehash_prefix(const std::vector<std::uint64_t>& given, std::int64_t given_block, std::int64_t prompt,
                           std::int64_t block, std::vector<std::uint64_t>& out) {
@@ -83,7 +84,10 @@ inline void rehash_prefix(const std::vector<std::uint64_t>& given, std::int64_t 
     const std::int64_t i = ((k + 1) * block - 1) / given_block;
     if (i >= given_count) return;
     for (; chained <= i; ++chained) chain = chain_given_hash(chain, given[static_cast<std::size_t>(chained)]);
-    out.push_back(given_block == block ? chain : splitmix64(chain ^ splitmix64(static_cast<std::uint64_t>(k) + 1)));
+    // Converted, the identity names the given size too: hashes given at 16 and at 32 tokens
+    // name different spans, so equal values prove nothing shared (k < 2^40, H < 2^24).
+    const std::uint64_t where = (static_cast<std::uint64_t>(given_block) << 40) ^ (static_cast<std::uint64_t>(k) + 1);
+    out.push_back(given_block == block ? chain : splitmix64(chain ^ splitmix64(where)));
   }
 }
 

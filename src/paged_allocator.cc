@@ -19,6 +19,7 @@ PagedAllocator::PagedAllocator(const KvLayout& layout, const PagedAllocatorOptio
       own_ids_(options.prefix_caching && options.capacity_bytes != 0) {
   for (const LayerGroup& g : layout.groups) {
     groups_.push_back({g.window_tokens, options.free_outside_window && g.window_tokens > 0});
+    windows_free_ = windows_free_ || groups_.back().frees;
     pool_.add_group(checked_mul(block_tokens_, g.bytes_per_position, "bytes per block"));
     bytes_per_block_all_groups_ += pool_.block_bytes(pool_.group_count() - 1);
   }

@@ -184,6 +184,9 @@ class PagedAllocator final : public Allocator {
   std::vector<Group> groups_;
   std::int64_t block_tokens_;
   bool free_outside_window_;
+  // Some group frees behind a window: vLLM's hybrid hit rules apply. sliding-window on a
+  // model with no sliding layer is paged, figure for figure.
+  bool windows_free_ = false;
   bool prefix_caching_;
   bool decode_shortcut_;  // grow() may take grow_decode: neither of the two above
   BlockPool pool_;

@@ -36,7 +36,7 @@ std::int64_t PagedAllocator::hit_blocks(const AdmitInfo& info) const {
     }
     return true;
   };
-  if (free_outside_window_) {
+  if (windows_free_) {
     // With sliding windows, vLLM's hybrid rules (paged_allocator_window_prefix.cc) over the
     // same chain of identities identify() builds: for an n > 1 request only its prompt's
     // full blocks (each sample's own chain past them is not searched with windows).

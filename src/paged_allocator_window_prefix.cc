@@ -1,7 +1,8 @@
 // The sliding-window allocator's prefix caching (paged_allocator.h): vLLM v1's hybrid rules
 // for which cached blocks make a hit when layer groups have sliding windows, and the
 // window's freeing of blocks that stay cached. Apart from the full-attention rules in
-// paged_allocator_prefix.cc, which reach these through one branch on free_outside_window_.
+// paged_allocator_prefix.cc, which reach these through one branch on windows_free_ (a group
+// that frees behind its window; with none, sliding-window is paged).
 //
 // The rules, from vLLM's code:
 //   - SlidingWindowManager.find_longest_cache_hit (vllm/v1/core/single_type_kv_cache_manager.py):

@@ -287,6 +287,17 @@ TEST_CASE("rehash_prefix: identities agree up to block k only when every given h
   REQUIRE(a4.size() == 2);
   CHECK(a4[0] != b4[0]);
   CHECK(a4[1] != b4[1]);
+  // The same values given at another size name other spans: {1, 2} per 8 tokens is no
+  // evidence that the first 4 tokens are A's, at blocks of 2 or of 1.
+  std::vector<std::uint64_t> d, a1, d1;
+  rehash_prefix({1, 2}, 8, 8, 2, d);
+  rehash_prefix({1, 2}, 4, 8, 1, a1);
+  rehash_prefix({1, 2}, 8, 8, 1, d1);
+  REQUIRE(d.size() == 4);
+  for (std::size_t k = 0; k < 4; ++k) CHECK(d[k] != a[k]);
+  REQUIRE(a1.size() == 8);
+  REQUIRE(d1.size() == 8);
+  for (std::size_t k = 0; k < 8; ++k) CHECK(a1[k] != d1[k]);
 }
 
 TEST_CASE("radix: two requests prefilling the same prompt at once share it after their chunks") {

@@ -826,6 +826,42 @@ TEST_CASE("replay: a request whose cache hits lie behind a sliding window is not
   }
 }
 
+TEST_CASE("replay: hashes given at 16 and at 32 tokens never make a hit for each other, at any block size") {
+  // Requests 1 and 3 give hashes {1 2 3 4} per 16 tokens, 2 and 4 {1 2} per 32: the same
+  // values, other spans. Unbounded, 3 finds 1's prompt and 4 finds 2's, less the last token
+  // vLLM and SGLang always compute: 63 + 63 = 126 tokens at page 1; at blocks of 8,
+  // (64 - 1) / 8 = 7 blocks each, 112 tokens. Nothing more, as trace stats' bound (128) says.
+  const std::string trace = test::write_file("mixed-sizes.csv",
+                                             "id,arrival,prompt_tokens,output_tokens,prefix_block_tokens,prefix_hashes\n"
+                                             "1,0,64,5,16,1 2 3 4\n2,1,64,5,32,1 2\n3,2,64,5,16,1 2 3 4\n4,3,64,5,32,1 2\n");
+  const auto r = test::run_cli({"replay", trace, "--allocator", "radix,paged:block=8,prefix-caching=on", "--json"});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  const Json runs = Json::parse(r.out)["runs"];
+  CHECK(runs[0]["prefix_cache"]["hit_tokens"] == 126);
+  CHECK(runs[1]["prefix_cache"]["hit_tokens"] == 112);
+}
+
+TEST_CASE("replay: sliding-window on a model with no sliding layer is paged, figure for figure") {
+  // Llama-3.1-8B has none, so nothing frees behind a window and vLLM's hybrid hit rules do not
+  // apply: a request of two samples, preempted under a pool of 150 MiB (75 blocks), finds its
+  // own prompt and generated blocks again through each sample's chain, as paged finds them.
+  const std::string trace = test::write_file("no-window-n2.csv",
+                                             "id,arrival,prompt_tokens,output_tokens,n\n1,0,443,168,1\n2,0.1,344,381,2\n");
+  const auto r = test::run_cli({"replay", trace, "--model", "llama-3.1-8b", "--allocator",
+                                "paged:block=16,prefix-caching=on,sliding-window:block=16,prefix-caching=on",
+                                "--kv-budget", "150MiB", "--json"});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  Json runs = Json::parse(r.out)["runs"];
+  REQUIRE(runs.size() == 2);
+  CHECK(runs[0]["serving"]["preemptions"] == 1);
+  CHECK(runs[0]["prefix_cache"]["preempted_hit_tokens"].get<std::int64_t>() > 0);
+  runs[0].erase("allocator");
+  runs[1].erase("allocator");
+  CHECK(runs[0] == runs[1]);
+}
+
 TEST_CASE("replay: a step whose cost passes 2^63 ps is an error, not a step of 2^63 ps") {
   // One request of 10,000,000 prompt tokens and 1 output token, one step of 1 s + 1 s a token:
   // 10,000,001 s, past 2^63 ps (9,223,372.04 s). At 100 ms a token it is 1,000,001 s.

@@ -10,8 +10,8 @@ Written from docs/replay.md ("Sharing across requests"), not from the engine's c
       - token ids given: its identity is the prompt's first (k + 1) x B token ids;
       - hashes given per H tokens (Mooncake's hash_ids, H = 512; native prefix_hashes with
         their prefix_block_tokens): the hash i = ((k + 1) x B - 1) // H exists, and its
-        identity is (k, the given hashes 0..i): two prompts share block k iff their hashes
-        agree up to i;
+        identity is (k, H, the given hashes 0..i): two prompts share block k iff their hashes,
+        given at the same size, agree up to i;
   * without a budget every request is admitted at the first step at or after its arrival, in
     arrival order, and nothing is ever evicted;
   * at admission the hit is the leading run of blocks whose identities are cached, at most
@@ -51,7 +51,7 @@ class Req:
                 i = ((k + 1) * B - 1) // self.H
                 if i >= len(self.hashes):
                     break
-                out.append((k, tuple(self.hashes[: i + 1])))
+                out.append((k, self.H, tuple(self.hashes[: i + 1])))
         return out
 
 
