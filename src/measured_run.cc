@@ -64,6 +64,9 @@ json parse_json(const std::string& text, const std::string& path, std::int64_t l
   return out;
 }
 
+// Whether `obj` gives `key` a value (absent and null leave the engine's default).
+bool gives(const json& obj, const char* key) { return obj.is_object() && obj.contains(key) && !obj[key].is_null(); }
+
 // A JSON object and where it is: its file, its line there (0 for a whole-file document) and
 // its dotted path in the document ("" at the top, "engine_kwargs", "resolved_config.model_config"),
 // so that an error names a field as "engine_kwargs.block_size" rather than "block_size".
@@ -75,12 +78,8 @@ struct Obj {
 
   std::string field(const std::string& key) const { return path.empty() ? key : path + "." + key; }
   Location at(const std::string& key) const { return Location{file, line, field(key)}; }
-  // Whether the object gives `key` a value (absent and null leave the engine's default).
-  bool gives(const char* key) const { return value.is_object() && value.contains(key) && !value[key].is_null(); }
+  bool gives(const char* key) const { return kvsim::gives(value, key); }
 };
-
-// Whether `obj` gives `key` a value (absent and null leave the engine's default).
-bool gives(const json& obj, const char* key) { return obj.contains(key) && !obj[key].is_null(); }
 
 // A member of `obj` of the wanted kind, or an InputError naming the file, line and field.
 const json& member(const Obj& obj, const char* key) {
