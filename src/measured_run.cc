@@ -79,6 +79,8 @@ struct Obj {
   std::string field(const std::string& key) const { return path.empty() ? key : path + "." + key; }
   Location at(const std::string& key) const { return Location{file, line, field(key)}; }
   bool gives(const char* key) const { return kvsim::gives(value, key); }
+  // The member `key`, where it is; an InputError naming it when it is missing.
+  Obj child(const char* key) const;
 };
 
 // A member of `obj` of the wanted kind, or an InputError naming the file, line and field.
@@ -88,6 +90,8 @@ const json& member(const Obj& obj, const char* key) {
   if (it == obj.value.end()) throw InputError(obj.at(key), "missing");
   return *it;
 }
+
+Obj Obj::child(const char* key) const { return Obj{member(*this, key), file, line, field(key)}; }
 
 std::int64_t integer_member(const Obj& obj, const char* key, std::int64_t min_value) {
   const json& v = member(obj, key);
@@ -136,15 +140,15 @@ void read_engine_settings(MeasuredRun& run, const Obj& engine) {
   // note where they were read.
   if (gives(kw, "block_size")) {
     run.block_size = integer_member(engine, "block_size", 1);
-    run.read_from["block_size"] = "engine_kwargs.block_size";
+    run.read_from["block_size"] = engine.field("block_size");
   }
   if (gives(kw, "enable_prefix_caching")) {
     run.prefix_caching = bool_member(engine, "enable_prefix_caching");
-    run.read_from["enable_prefix_caching"] = "engine_kwargs.enable_prefix_caching";
+    run.read_from["enable_prefix_caching"] = engine.field("enable_prefix_caching");
   }
   if (gives(kw, "gpu_memory_utilization")) {
     run.gpu_memory_utilization = utilisation_member(engine);
-    run.read_from["gpu_memory_utilization"] = "engine_kwargs.gpu_memory_utilization";
+    run.read_from["gpu_memory_utilization"] = engine.field("gpu_memory_utilization");
   }
   if (gives(kw, "dtype")) run.dtype = string_member(engine, "dtype");
   if (gives(kw, "kv_cache_dtype")) run.kv_cache_dtype = string_member(engine, "kv_cache_dtype");
@@ -153,13 +157,13 @@ void read_engine_settings(MeasuredRun& run, const Obj& engine) {
   }
   if (gives(kw, "kv_cache_memory_bytes")) {
     run.kv_cache_memory_bytes = integer_member(engine, "kv_cache_memory_bytes", 1);
-    run.read_from["kv_cache_memory_bytes"] = "engine_kwargs.kv_cache_memory_bytes";
+    run.read_from["kv_cache_memory_bytes"] = engine.field("kv_cache_memory_bytes");
   }
   // Switches resolved_config may give instead (read_resolved_config): noted as read here.
   const auto flag = [&](auto& out, const char* key) {
     if (!gives(kw, key)) return;
     out = bool_member(engine, key);
-    run.read_from[key] = std::string("engine_kwargs.") + key;
+    run.read_from[key] = engine.field(key);
   };
   flag(run.enforce_eager, "enforce_eager");
   flag(run.async_scheduling, "async_scheduling");
@@ -194,7 +198,7 @@ void read_engine_settings(MeasuredRun& run, const Obj& engine) {
 // one vLLM used. Absent, null or {} (the recorder could not read the engine): nothing.
 void read_resolved_cache(MeasuredRun& run, const Obj& meta, const json& kw) {
   if (!meta.gives("kv_cache")) return;
-  const Obj cache{meta.value["kv_cache"], meta.file, 0, "kv_cache"};
+  const Obj cache = meta.child("kv_cache");
   const json& kv = cache.value;
   if (!kv.is_object()) throw InputError(meta.at("kv_cache"), "expected a JSON object, got " + kv.dump());
   if (gives(kv, "num_gpu_blocks")) {
@@ -205,19 +209,19 @@ void read_resolved_cache(MeasuredRun& run, const Obj& meta, const json& kw) {
   // backend's own, a hybrid model's common page size).
   if (gives(kv, "block_size")) {
     run.block_size = integer_member(cache, "block_size", 1);
-    run.read_from["block_size"] = "kv_cache.block_size";
+    run.read_from["block_size"] = cache.field("block_size");
   }
   if (gives(kv, "enable_prefix_caching") && !gives(kw, "enable_prefix_caching")) {
     run.prefix_caching = bool_member(cache, "enable_prefix_caching");
-    run.read_from["enable_prefix_caching"] = "kv_cache.enable_prefix_caching";
+    run.read_from["enable_prefix_caching"] = cache.field("enable_prefix_caching");
   }
   if (gives(kv, "gpu_memory_utilization") && !gives(kw, "gpu_memory_utilization")) {
     run.gpu_memory_utilization = utilisation_member(cache);
-    run.read_from["gpu_memory_utilization"] = "kv_cache.gpu_memory_utilization";
+    run.read_from["gpu_memory_utilization"] = cache.field("gpu_memory_utilization");
   }
   if (gives(kv, "kv_cache_memory_bytes") && !gives(kw, "kv_cache_memory_bytes")) {
     run.kv_cache_memory_bytes = integer_member(cache, "kv_cache_memory_bytes", 1);
-    run.read_from["kv_cache_memory_bytes"] = "kv_cache.kv_cache_memory_bytes";
+    run.read_from["kv_cache_memory_bytes"] = cache.field("kv_cache_memory_bytes");
   }
 }
 
@@ -226,9 +230,9 @@ void read_resolved_cache(MeasuredRun& run, const Obj& meta, const json& kw) {
 // as JSON is its repr, a string ("<ModelConfig>"): that gives nothing either.
 std::optional<Obj> resolved_section(const Obj& meta, const char* section) {
   if (!meta.gives("resolved_config")) return std::nullopt;
-  const Obj config{meta.value["resolved_config"], meta.file, 0, "resolved_config"};
-  if (!config.value.is_object() || !config.gives(section) || !config.value[section].is_object()) return std::nullopt;
-  return Obj{config.value[section], meta.file, 0, config.field(section)};
+  const Obj config = meta.child("resolved_config");
+  if (!config.gives(section) || !config.value[section].is_object()) return std::nullopt;
+  return config.child(section);
 }
 
 // What vLLM resolved, where engine_kwargs is silent (absent or null): the scheduler's
@@ -333,7 +337,7 @@ void note_unmodelled_resolved(MeasuredRun& run, const Obj& meta, const json& kw)
       {"", "speculative_config", "speculative_config", "null"},
   };
   if (!meta.gives("resolved_config") || !meta.value["resolved_config"].is_object()) return;
-  const Obj config{meta.value["resolved_config"], meta.file, 0, "resolved_config"};
+  const Obj config = meta.child("resolved_config");
   for (const Setting& s : kSettings) {
     const std::optional<Obj> section = *s.section == '\0' ? std::optional<Obj>(config) : resolved_section(meta, s.section);
     if (!section || !section->gives(s.key) || gives(kw, s.engine_key)) continue;
@@ -347,7 +351,7 @@ void note_unmodelled_resolved(MeasuredRun& run, const Obj& meta, const json& kw)
 // the fields (the recorder found no GPU): nothing.
 void read_recorded_device(MeasuredRun& run, const Obj& meta) {
   if (!meta.gives("hardware")) return;
-  const Obj hw{meta.value["hardware"], meta.file, 0, "hardware"};
+  const Obj hw = meta.child("hardware");
   if (!hw.value.is_object()) throw InputError(meta.at("hardware"), "expected a JSON object, got " + hw.value.dump());
   if (hw.gives("device_name")) run.device_name = string_member(hw, "device_name");
   if (hw.gives("device_total_memory_bytes")) run.device_total_bytes = integer_member(hw, "device_total_memory_bytes", 1);
@@ -363,7 +367,7 @@ void read_meta(MeasuredRun& run, bool find_workload) {
   run.model = string_member(meta, "model");
   // Absent or null: not recorded (validate then says which defaults it replayed with).
   if (meta.gives("vllm_version")) run.vllm_version = string_member(meta, "vllm_version");
-  const Obj engine{member(meta, "engine_kwargs"), path, 0, "engine_kwargs"};
+  const Obj engine = meta.child("engine_kwargs");
   const json& kw = engine.value;
   if (!kw.is_object()) throw InputError(meta.at("engine_kwargs"), "expected a JSON object, got " + kw.dump());
   read_engine_settings(run, engine);
@@ -378,17 +382,11 @@ void read_meta(MeasuredRun& run, bool find_workload) {
                          std::to_string(kMaxReplicas) + " (each is a whole engine)");
   }
   // A null is vLLM's default (off), as for every engine setting.
-  if (kw.contains("enable_expert_parallel") && !kw["enable_expert_parallel"].is_null()) {
-    const json& ep = kw["enable_expert_parallel"];
-    if (!ep.is_boolean()) {
-      throw InputError(engine.at("enable_expert_parallel"), "expected true or false, got " + ep.dump());
-    }
-    run.expert_parallel = ep.get<bool>();
-  }
+  if (gives(kw, "enable_expert_parallel")) run.expert_parallel = bool_member(engine, "enable_expert_parallel");
   // Optional fields: absent or null alike.
   if (meta.gives("tick_seconds")) {
     run.tick_s = number_member(meta, "tick_seconds");
-    if (run.tick_s <= 0) throw InputError(Location{path, 0, "tick_seconds"}, "expected a positive number");
+    if (run.tick_s <= 0) throw InputError(meta.at("tick_seconds"), "expected a positive number");
   }
   for (const auto& [key, field] : {std::pair{"started_at", &MeasuredRun::started_at_s},
                                     std::pair{"finished_at", &MeasuredRun::finished_at_s}}) {
