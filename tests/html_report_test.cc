@@ -660,23 +660,22 @@ TEST_CASE("html: kvsim report draws a sweep's figures against its numeric axis, 
   d = damaged("doubled.csv", text + text.substr(row_4));
   CHECK(d.exit_code == 1);
   CHECK_THAT(d.err, Catch::Contains("doubled.csv:8: point: 4 after 5: a sweep writes its points in order"));
-  std::string over = text;
-  const std::string first_row = "0,6,abc,1,1,paged,1073741824,1073741824,";
-  over.replace(over.find(first_row), first_row.size(), "0,6,abc,1,1,paged,1073741824,1073741823,");
-  d = damaged("over.csv", over);
+  // The sweep with one row's text replaced.
+  const auto replaced = [&](const std::string& from, const std::string& to) {
+    std::string out = text;
+    out.replace(out.find(from), from.size(), to);
+    return out;
+  };
+  d = damaged("over.csv", replaced("0,6,abc,1,1,paged,1073741824,1073741824,", "0,6,abc,1,1,paged,1073741824,1073741823,"));
   CHECK(d.exit_code == 1);
   CHECK_THAT(d.err, Catch::Contains("over.csv:2: column 'reserved_bytes_peak': 1073741823 is below allocated_bytes_peak"));
   // A latency or a throughput below 0 is no run's: refused, not drawn below the axis.
-  std::string negative = text;
   const std::string third_row = "2,6,abc,1,2,paged,2147483648,2147483648,0.6,200.0";
-  negative.replace(negative.find(third_row), third_row.size(), "2,6,abc,1,2,paged,2147483648,2147483648,-0.6,200.0");
-  d = damaged("negative.csv", negative);
+  d = damaged("negative.csv", replaced(third_row, "2,6,abc,1,2,paged,2147483648,2147483648,-0.6,200.0"));
   CHECK(d.exit_code == 1);
   CHECK_THAT(d.err, Catch::Contains("negative.csv:4: column 'ttft_p99_s': expected a number from 0 to 9223372036.854776, got -0.6"));
   // Nor a TTFT beyond what replay's clock (2^63 ns) can hold, which would scale the axis past a double.
-  std::string long_ttft = text;
-  long_ttft.replace(long_ttft.find(third_row), third_row.size(), "2,6,abc,1,2,paged,2147483648,2147483648,1e308,200.0");
-  d = damaged("long.csv", long_ttft);
+  d = damaged("long.csv", replaced(third_row, "2,6,abc,1,2,paged,2147483648,2147483648,1e308,200.0"));
   CHECK(d.exit_code == 1);
   CHECK_THAT(d.err, Catch::Contains("long.csv:4: column 'ttft_p99_s': expected a number from 0 to 9223372036.854776, got 1e308"));
   d = damaged("older.csv", "point,points,grid,rate-scale,allocator,allocated_bytes_peak,reserved_bytes_peak,ttft_p99_s,"

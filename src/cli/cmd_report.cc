@@ -341,11 +341,10 @@ class Csv {
     throw InputError(Location{path_, line_, field(column)}, "expected seconds such as 1.250000000, got \"" + printable(s) + "\"");
   }
 
- // "column 'name'", as an error names the column.
+  // "column 'name'", as an error names the column.
   std::string field(std::size_t column) const { return "column '" + printable(header_[column]) + "'"; }
 
  private:
-
   std::string path_;
   std::ifstream in_;
   std::string header_line_;
