@@ -163,6 +163,24 @@ Int128 packed_tile_flops(const ModelSpec& m, std::int64_t tensor_parallel) {
   return (packed_layer * full + unpacked_layer * windowed) * tp;
 }
 
+// Attention's FLOPs in a step, as time: the prefill chunks' part, and a part per context
+// position the decoding sequences read.
+struct AttentionFlops {
+  Int128 prefill = 0;
+  std::int64_t per_position = 0;
+};
+
+AttentionFlops attention_flops(const CostModel& c, const StepWork& w) {
+  if (c.attention_tile_position_ps == 0) {  // the useful pairs
+    return {Int128{c.attention_pair_ps} * w.prefill_pairs, c.attention_pair_ps};
+  }
+  if (w.longest_chunk > 1) {  // FlashAttention 2, a query of two or more: whole tiles
+    return {Int128{c.attention_pair_ps} * w.prefill_tile_pairs, c.attention_tile_position_ps};
+  }
+  // Every query one token (single-token chunks read s + 1 keys, their pairs): packed.
+  return {Int128{c.attention_packed_position_ps} * w.prefill_pairs, c.attention_packed_position_ps};
+}
+
 }  // namespace
 
 std::int64_t cuda_graph_max_tokens(std::int64_t max_num_seqs, std::int64_t max_num_batched_tokens) {
@@ -215,15 +233,8 @@ std::int64_t step_time_ps(const CostModel& c, const StepWork& w) {
     Int128 matmul_memory =
         Int128{c.weights_ps} + Int128{c.matmul_io_token_ps} * run + Int128{c.matmul_io_sample_ps} * w.sampled;
     if (c.expert_weights_ps != 0) matmul_memory += expert_weights_read(c, w);
-    Int128 attention_compute = 0;
-    if (c.attention_tile_position_ps == 0) {  // the useful pairs
-      attention_compute = Int128{c.attention_pair_ps} * (Int128{w.prefill_pairs} + w.context);
-    } else if (w.longest_chunk > 1) {  // FlashAttention 2, a query of two or more: whole tiles
-      attention_compute =
-          Int128{c.attention_pair_ps} * w.prefill_tile_pairs + Int128{c.attention_tile_position_ps} * w.context;
-    } else {  // every query one token (single-token chunks read s + 1 keys, their pairs): packed
-      attention_compute = Int128{c.attention_packed_position_ps} * (Int128{w.prefill_pairs} + w.context);
-    }
+    const AttentionFlops a = attention_flops(c, w);
+    const Int128 attention_compute = a.prefill + Int128{a.per_position} * w.context;
     const Int128 attention_memory = Int128{c.kv_position_ps} * (Int128{w.context} + w.prefill_context);
     const Int128 elementwise = Int128{c.elementwise_token_ps} * run + Int128{c.elementwise_sample_ps} * w.sampled;
     const Int128 collectives =
@@ -235,6 +246,19 @@ std::int64_t step_time_ps(const CostModel& c, const StepWork& w) {
   }
   return ps > std::numeric_limits<std::int64_t>::max() ? std::numeric_limits<std::int64_t>::max()
                                                        : static_cast<std::int64_t>(ps);
+}
+
+DecodeStepLine decode_step_line(const CostModel& c, StepWork w) {
+  check(w.prefill_tokens == 0 && w.prefill_pairs == 0 && w.prefill_context == 0 && w.prefill_tile_pairs == 0 &&
+            w.longest_chunk <= 1,
+        "cost model: a decode step's line asked for a step with a prompt chunk");
+  w.context = 0;
+  DecodeStepLine line;
+  line.fixed_ps = step_time_ps(c, w);
+  // The context's only terms: the linear model's read per position, or the roofline's
+  // attention, max(FLOPs x context, bytes x context) = max(FLOPs, bytes) x context.
+  line.per_position_ps = c.roofline ? std::max(attention_flops(c, w).per_position, c.kv_position_ps) : c.context_token_ps;
+  return line;
 }
 
 CostModel roofline_cost_model(const ModelSpec& model, const KvLayout& layout, const DevicePreset& device,

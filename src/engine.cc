@@ -921,8 +921,29 @@ void Engine::admit_waiting(std::int64_t& budget, std::int64_t& prefill_tokens) {
   }
 }
 
-std::int64_t Engine::step_duration(const StepWork& work) const {
-  const Int128 ps = step_time_ps(opt_.cost, work);
+std::int64_t Engine::decode_step_ps(const StepWork& work) {
+  decode_line_work_.context = work.context;  // the one count the line does not fix
+  if (!have_decode_line_ || work != decode_line_work_) {
+    decode_line_ = decode_step_line(opt_.cost, work);
+    decode_line_work_ = work;
+    have_decode_line_ = true;
+  }
+  constexpr std::int64_t kSaturated = std::numeric_limits<std::int64_t>::max();
+  const Int128 line = Int128{decode_line_.fixed_ps} + Int128{decode_line_.per_position_ps} * work.context;
+  const std::int64_t ps =
+      decode_line_.fixed_ps == kSaturated || line > kSaturated ? kSaturated : static_cast<std::int64_t>(line);
+#if KVSIM_EXPENSIVE_CHECKS
+  if (ps != step_time_ps(opt_.cost, work)) {
+    throw InternalError("engine: step " + std::to_string(step_) + "'s time from its batch's line (" +
+                        std::to_string(ps) + " ps) is not the cost model's (" +
+                        std::to_string(step_time_ps(opt_.cost, work)) + " ps)");
+  }
+#endif
+  return ps;
+}
+
+std::int64_t Engine::step_duration(std::int64_t model_ps, const StepWork& work) const {
+  const Int128 ps = model_ps;
   if (ps == std::numeric_limits<std::int64_t>::max()) {
     // step_time_ps saturated: the step's true cost is unknown, not 2^63 ps.
     throw InputError(Location{trace_.path(), 0, ""},
@@ -1018,6 +1039,10 @@ std::int64_t Engine::time_step(std::int64_t decode_seqs, std::int64_t prefill_to
   step_prefill_tokens_ = prefill_tokens;
   if (opt_.cuda_graph_max_tokens > 0) {
     step_work_.graph_tokens = cuda_graph_tokens(opt_.cuda_graph_max_tokens, decode_seqs + prefill_tokens);
+  }
+  if (prefill_tokens == 0 && step_work_.prefill_pairs == 0 && step_work_.prefill_context == 0 &&
+      step_work_.prefill_tile_pairs == 0 && step_work_.longest_chunk <= 1) {
+    return step_duration(decode_step_ps(step_work_), step_work_);
   }
   return step_duration(step_work_);
 }

@@ -230,7 +230,12 @@ class Engine {
   [[gnu::always_inline]] inline void deliver_step();
   // How long this step lasts: the cost model's time for its work plus the swap transfers,
   // in whole nanoseconds, always > 0.
-  std::int64_t step_duration(const StepWork& work) const;
+  std::int64_t step_duration(const StepWork& work) const { return step_duration(step_time_ps(opt_.cost, work), work); }
+  // The same, from the cost model's time for `work` (saturated as step_time_ps saturates).
+  std::int64_t step_duration(std::int64_t ps, const StepWork& work) const;
+  // A step that computes no prompt: its time from the line of the last such step's batch,
+  // made again only when the batch changes (decode_step_line). Most steps are such steps.
+  std::int64_t decode_step_ps(const StepWork& work);
   void handle_event(std::uint32_t slot);
   void continue_prefills(std::int64_t& budget, std::int64_t& prefill_tokens);
   void resume_swapped(std::int64_t& budget, std::int64_t& decode_seqs);
@@ -408,6 +413,10 @@ class Engine {
   std::int64_t step_prefill_tokens_ = 0;
   std::int64_t step_swap_bytes_ = 0;
   StepWork step_work_;  // the roofline's counts for the step under way (prefill chunks so far)
+  // decode_step_ps's line, and the step it was made for (its context aside); none at first.
+  DecodeStepLine decode_line_;
+  StepWork decode_line_work_;
+  bool have_decode_line_ = false;
 
   // Time.
   std::int64_t now_ = 0;           // start of the current span

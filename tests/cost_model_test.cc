@@ -2,6 +2,7 @@
 #include "kvsim/cost_model.h"
 
 #include <cmath>
+#include <vector>
 
 #include <catch2/catch.hpp>
 
@@ -452,6 +453,70 @@ TEST_CASE("roofline: the engine tells a step with a prompt chunk from a decode-o
   // b's prompt of 1: every query of the step is one token, packed: a's 7 positions and b's 1
   // key at 2 ns, 16 ns, ending at 284 ns.
   CHECK(run_length(1) == 284);
+}
+
+TEST_CASE("decode_step_line: a step that computes no prompt costs a fixed part plus a part per context position") {
+  // The tiny model's decode-only step of 3 sequences, as in the FlashAttention 2 test above:
+  // matmuls max(73,728 x 3 + 12,800 x 3 = 259,584; weights 87,168) = 259,584 ps, and each
+  // context position the packed tile's 16,384 ps, more than its read (128 B, 256 ps).
+  StepWork decodes;
+  decodes.decode_seqs = 3;
+  decodes.sampled = 3;
+  decodes.context = 50;
+  DevicePreset fast = tiny_device();
+  fast.hbm_bytes_per_second = 1'000'000'000'000'000;  // 5e14 B/s reached: 1 byte = 2 ps
+  fast.compute_capability = 120;
+  const ModelSpec m = tiny_model();
+  const auto on = [&](const DevicePreset& d) {
+    return without_activations(
+        roofline_cost_model(m, kv_layout(m, KvOptions{}), d, model_weights(m, KvOptions{}, BudgetOptions{})));
+  };
+  const DecodeStepLine packed = decode_step_line(on(fast), decodes);
+  CHECK(packed.fixed_ps == 259'584);
+  CHECK(packed.per_position_ps == 16'384);
+  CHECK(packed.fixed_ps + packed.per_position_ps * 50 == 1'078'784);  // the step timed whole above
+  // Without FlashAttention 2 (an H100 runs FA3) a position's attention is its 512 ps of useful
+  // pairs, still more than its read.
+  fast.compute_capability = 90;
+  CHECK(decode_step_line(on(fast), decodes).per_position_ps == 512);
+  // At the tiny device's 0.5 GB/s a position's read, 128 B = 256,000 ps, is the slower.
+  const DecodeStepLine slow = decode_step_line(on(tiny_device()), decodes);
+  CHECK(slow.per_position_ps == 256'000);
+  CHECK(slow.fixed_ps == 87'168'000);  // the weights' read, 43,584 B, beats the matmuls' 259,584 ps
+  // The linear model: its base and decode terms fixed, its context term per position.
+  const CostModel linear = parse_cost_model("linear:base=1ns,prefill-token=2ps,decode-seq=3ps,context-token=4ps",
+                                            on(tiny_device()), "--cost");
+  const DecodeStepLine l = decode_step_line(linear, decodes);
+  CHECK(l.fixed_ps == 1'000 + 3 * 3);
+  CHECK(l.per_position_ps == 4);
+  // A step with a prompt chunk has no such line.
+  StepWork mixed = decodes;
+  mixed.prefill_tokens = 1;
+  CHECK_THROWS_AS(decode_step_line(linear, mixed), InternalError);
+
+  SECTION("the line is the model, for every context, on every kind of model the engine times") {
+    ModelSpec moe = m;
+    moe.moe = MoeDims{4, 0, 16, 0, 2};
+    std::vector<CostModel> models = {on(fast), on(tiny_device()), tiny_roofline(), tiny_roofline(m, 2),
+                                     tiny_roofline(moe), linear};
+    fast.compute_capability = 120;
+    models.push_back(roofline_cost_model(m, kv_layout(m, KvOptions{}), fast, model_weights(m, KvOptions{}, BudgetOptions{})));
+    for (const CostModel& c : models) {
+      for (const std::int64_t seqs : {1, 3, 200}) {
+        StepWork w;
+        w.decode_seqs = seqs;
+        w.sampled = seqs;
+        w.graph_tokens = cuda_graph_tokens(512, seqs);
+        w.peer_tokens = seqs == 3 ? 5 : 0;
+        const DecodeStepLine line = decode_step_line(c, w);
+        for (const std::int64_t context : {0LL, 1LL, 77LL, 1'000'000LL, 3'000'000'000LL}) {
+          w.context = context;
+          INFO(c.name << ", " << seqs << " sequences, context " << context);
+          CHECK(step_time_ps(c, w) == line.fixed_ps + line.per_position_ps * context);
+        }
+      }
+    }
+  }
 }
 
 TEST_CASE("routed_expert_share: the expected share of the experts T tokens reach, k of E each") {

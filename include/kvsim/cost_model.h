@@ -29,6 +29,8 @@ struct StepWork {
   std::int64_t graph_tokens = 0;     // the tokens the step's kernels run with CUDA graphs: the
                                      // step's own padded up to a captured size (at least
                                      // prefill_tokens + decode_seqs; 0 = no padding)
+
+  bool operator==(const StepWork&) const = default;
 };
 
 // The largest step vLLM runs as a CUDA graph, by its default rule (vllm/config/vllm.py
@@ -102,6 +104,19 @@ double routed_expert_share(std::int64_t experts, std::int64_t per_token, std::in
 // memory-bound, and the all-reduces wait for them. Saturates at the largest int64, which the
 // engine refuses as an error naming the step.
 std::int64_t step_time_ps(const CostModel& cost, const StepWork& work);
+
+// A step that computes no prompt, timed as a line in its context: every term of
+// step_time_ps but the context's is fixed by the step's other counts, and the context's is
+// the linear model's read per position, or the roofline's attention, whose FLOPs and bytes
+// are each a multiple of the context, and so is the slower of them. For every step `w` that
+// differs from the one given only in its context, step_time_ps(cost, w) ==
+// min(fixed_ps + per_position_ps x w.context, int64 max) (fixed_ps is already saturated).
+// The engine times decode steps with it: one evaluation of the model per batch, not per step.
+struct DecodeStepLine {
+  std::int64_t fixed_ps = 0;         // the step at context 0: step_time_ps
+  std::int64_t per_position_ps = 0;  // each context position's part
+};
+DecodeStepLine decode_step_line(const CostModel& cost, StepWork work);
 
 // A roofline cost model for `model` served with `kv` on one `device`, each term from the
 // model's config and the device's spec sheet (docs/replay.md, "Cost models"):
