@@ -874,7 +874,7 @@ void Engine::admit_waiting(std::int64_t& budget, std::int64_t& prefill_tokens) {
       continue;
     }
     const bool was_memory_bound = step_memory_bound_;
-    bool started = scheduler_->admits(view_, t, info, cached + positions);
+    bool started = scheduler_->admits(view_, t, info, cached, cached + positions);
     std::uint32_t slot = 0;
     if (started) {
       slot = start_flight(ref.ticket);

@@ -62,7 +62,7 @@ RadixAllocator::NodeId RadixAllocator::new_node(NodeId parent, bool matchable) {
   return id;
 }
 
-std::int64_t RadixAllocator::match_length(const std::uint64_t* hashes, std::int64_t limit) const {
+std::int64_t RadixAllocator::match_length(const std::uint64_t* hashes, std::int64_t limit, std::int64_t* locked) const {
   NodeId node = kRoot;
   std::int64_t i = 0;
   while (i < limit) {
@@ -72,6 +72,7 @@ std::int64_t RadixAllocator::match_length(const std::uint64_t* hashes, std::int6
     std::int64_t m = 0;
     while (m < c.pages && i + m < limit && c.key[static_cast<std::size_t>(m)] == hashes[i + m]) ++m;
     i += m;
+    if (locked != nullptr && c.lock_ref > 0) *locked += m;
     if (m < c.pages) break;
     node = it->second;
   }
@@ -240,12 +241,22 @@ void RadixAllocator::note_high_water() { high_water_pages_ = std::max(high_water
 
 // --- the allocator's operations -------------------------------------------------------------
 
-std::int64_t RadixAllocator::cached_tokens(const AdmitInfo& info) const {
+std::int64_t RadixAllocator::match_limit(const AdmitInfo& info) const {
   if (info.prompt_tokens <= 0) return 0;
-  // adjust_max_prefix_ids: at most input_len - 1 tokens, page-aligned by match_prefix.
-  const std::int64_t limit = std::min<std::int64_t>((info.prompt_tokens - 1) / page_tokens_,
-                                                    static_cast<std::int64_t>(info.prefix_hashes.size()));
-  return match_length(info.prefix_hashes.data(), limit) * page_tokens_;
+  return std::min<std::int64_t>((info.prompt_tokens - 1) / page_tokens_,
+                                static_cast<std::int64_t>(info.prefix_hashes.size()));
+}
+
+std::int64_t RadixAllocator::cached_tokens(const AdmitInfo& info) const {
+  return match_length(info.prefix_hashes.data(), match_limit(info)) * page_tokens_;
+}
+
+std::int64_t RadixAllocator::roomless_hit_bytes(const AdmitInfo& info) const {
+  // A matched page some live request locks is in use already: locking it again takes no free
+  // room. An unlocked one is evictable, counted free, and locking it takes that room.
+  std::int64_t locked = 0;
+  match_length(info.prefix_hashes.data(), match_limit(info), &locked);
+  return checked_mul(locked, bytes_per_page_, "radix: hit bytes");
 }
 
 Outcome RadixAllocator::admit(RequestSlot slot, const AdmitInfo& info) {
@@ -260,12 +271,8 @@ Outcome RadixAllocator::admit(RequestSlot slot, const AdmitInfo& info) {
   const auto hashed = std::min<std::size_t>(info.prefix_hashes.size(),
                                             static_cast<std::size_t>(info.prompt_tokens / page_tokens_));
   r.hashes.assign(info.prefix_hashes.begin(), info.prefix_hashes.begin() + static_cast<std::ptrdiff_t>(hashed));
-  const std::int64_t limit =
-      info.prompt_tokens > 0
-          ? std::min<std::int64_t>((info.prompt_tokens - 1) / page_tokens_, static_cast<std::int64_t>(hashed))
-          : 0;
   std::int64_t matched = 0;
-  r.last_node = match_prefix(r.hashes, limit, matched);
+  r.last_node = match_prefix(r.hashes, match_limit(info), matched);
   // The matched pages exist already: locking them takes no room (an unlocked page becomes
   // allocated again).
   inc_lock_ref(r.last_node);

@@ -68,6 +68,7 @@ class RadixAllocator final : public Allocator {
   std::int64_t peak_bytes(const AdmitInfo& info, std::int64_t tokens) const override;
   std::int64_t prefix_block_tokens() const override { return page_tokens_; }
   std::int64_t cached_tokens(const AdmitInfo& info) const override;
+  std::int64_t roomless_hit_bytes(const AdmitInfo& info) const override;
   std::int64_t shared_positions(std::size_t /*group*/) const override { return shared_pages_ * page_tokens_; }
   void check_invariants() const override;
 
@@ -112,7 +113,11 @@ class RadixAllocator final : public Allocator {
   std::int64_t pages_for(std::int64_t tokens) const { return tokens / page_tokens_ + (tokens % page_tokens_ != 0); }
   // Walks the tree along `hashes[0, limit)` without changing it: pages matched.
   std::int64_t match_length(const std::vector<std::uint64_t>& hashes, std::int64_t limit) const;
-  std::int64_t match_length(const std::uint64_t* hashes, std::int64_t limit) const;
+  // Also counts, in `locked`, the matched pages some live request locks (they are in use).
+  std::int64_t match_length(const std::uint64_t* hashes, std::int64_t limit, std::int64_t* locked = nullptr) const;
+  // The pages an admission of `info` may match (adjust_max_prefix_ids: at most input_len - 1
+  // tokens, page-aligned by match_prefix; only the pages the prompt identifies).
+  std::int64_t match_limit(const AdmitInfo& info) const;
   // match_prefix: the node ending the longest match of hashes[0, limit) (splitting the last
   // node when the match ends inside it), every node on the way touched now; `matched` gets
   // the pages.

@@ -22,7 +22,7 @@ class DemandScheduler final : public Scheduler {
  public:
   std::string name() const override { return "none (demand)"; }
   bool tracks_requests() const override { return false; }
-  bool admits(const EngineView&, const Ticket&, const AdmitInfo&, std::int64_t) override { return true; }
+  bool admits(const EngineView&, const Ticket&, const AdmitInfo&, std::int64_t, std::int64_t) override { return true; }
   std::uint32_t choose_victim(const EngineView&, std::uint32_t failed) const override { return failed; }
 };
 

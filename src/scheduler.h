@@ -72,11 +72,12 @@ class Scheduler {
   virtual void begin_admission() {}
 
   // Whether waiting request `t` may start now, holding `positions` positions per sequence
-  // after its first chunk (prompt positions found cached, plus its whole remaining prefill
-  // or what the step's token budget leaves). `info` is what the allocator will be told at
-  // admission (with the prefix hashes, for Allocator::roomless_hit_bytes()).
+  // after its first chunk (the `cached` prompt positions found cached, plus its whole
+  // remaining prefill or what the step's token budget leaves). `info` is what the allocator
+  // will be told at admission (with the prefix hashes, for Allocator::roomless_hit_bytes()).
   // The allocation itself may still fail after a yes.
-  virtual bool admits(const EngineView& engine, const Ticket& t, const AdmitInfo& info, std::int64_t positions) = 0;
+  virtual bool admits(const EngineView& engine, const Ticket& t, const AdmitInfo& info, std::int64_t cached,
+                      std::int64_t positions) = 0;
   // Whether admits() would refuse `t` even with nothing else on the device (the whole
   // capacity free): then it never starts, and the engine refuses it as soon as it heads the
   // queue rather than letting it block everyone behind it until nothing else runs (vLLM v0's

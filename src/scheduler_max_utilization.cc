@@ -20,7 +20,7 @@ class MaxUtilizationScheduler final : public Scheduler {
   std::string name() const override { return "max-utilization (pause)"; }
   bool tracks_requests() const override { return false; }
 
-  bool admits(const EngineView& engine, const Ticket& t, const AdmitInfo&, std::int64_t positions) override {
+  bool admits(const EngineView& engine, const Ticket& t, const AdmitInfo&, std::int64_t, std::int64_t positions) override {
     return chunk_bytes(engine, t, positions) <= engine.free_bytes();
   }
   bool never_admits(const EngineView& engine, const Ticket& t, const AdmitInfo&, std::int64_t positions) const override {

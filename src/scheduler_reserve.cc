@@ -16,7 +16,7 @@ class ReserveScheduler final : public Scheduler {
  public:
   std::string name() const override { return "reserve (never preempts)"; }
 
-  bool admits(const EngineView& engine, const Ticket& t, const AdmitInfo&, std::int64_t) override {
+  bool admits(const EngineView& engine, const Ticket& t, const AdmitInfo&, std::int64_t, std::int64_t) override {
     return planned_sum_ + planned_peak(engine, t) <= engine.capacity_bytes;
   }
 

@@ -67,16 +67,24 @@ class SglangScheduler final : public Scheduler {
 
   void begin_admission() override { admitted_tokens_ = 0; }
 
-  bool admits(const EngineView& engine, const Ticket& t, const AdmitInfo&, std::int64_t positions) override {
+  bool admits(const EngineView& engine, const Ticket& t, const AdmitInfo& info, std::int64_t cached,
+              std::int64_t positions) override {
     const std::int64_t free_bytes = engine.free_bytes();
-    if (engine.running == 0) return chunk_bytes(engine, t, positions) <= free_bytes;  // nothing to estimate against
+    // The chunk's room: its pages less the cached ones live requests hold (locked, in use).
+    const auto chunk_fits = [&] {
+      return chunk_bytes(engine, t, positions) - engine.allocator.roomless_hit_bytes(info) <= free_bytes;
+    };
+    if (engine.running == 0) return chunk_fits();  // nothing to estimate against
     // In token positions, as its token pool counts them.
     const Int128 future = Int128{clip_base_ + clip_slope_ * engine.step} * ratio_ppb_ / kPartsPerBillion;
     const Int128 rem = free_bytes / engine.bytes_per_token - future - admitted_tokens_;
-    const std::int64_t total = t.prompt + t.base_generated + t.n * std::min(t.planned - t.base_generated, kClipTokens);
+    // The extend tokens (extend_input_len: the prompt and what a retracted request had
+    // generated, less its cached prefix) and the clipped remaining limit.
+    const std::int64_t extend = t.prompt + t.base_generated - cached;
+    const std::int64_t total = extend + t.n * std::min(t.planned - t.base_generated, kClipTokens);
     if (Int128{total} >= rem) return false;
     admitted_tokens_ += total;
-    return chunk_bytes(engine, t, positions) <= free_bytes;
+    return chunk_fits();
   }
 
   // Each decoding request's min(remaining planned tokens, clip) x n, kept as a line in steps.

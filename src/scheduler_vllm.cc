@@ -41,7 +41,8 @@ class VllmScheduler final : public Scheduler {
   }
   bool tracks_requests() const override { return false; }
 
-  bool admits(const EngineView& engine, const Ticket& t, const AdmitInfo& info, std::int64_t positions) override {
+  bool admits(const EngineView& engine, const Ticket& t, const AdmitInfo& info, std::int64_t,
+              std::int64_t positions) override {
     // The blocks for this chunk, leaving the watermark free while others run (v0's
     // can_allocate; allocate_slots' watermark_blocks for WAITING and PREEMPTED requests).
     const std::int64_t room = engine.free_bytes() - (engine.running > 0 ? watermark_bytes_ : 0);

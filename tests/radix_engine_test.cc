@@ -145,3 +145,57 @@ TEST_CASE("sglang lpm: --schedule-policy takes fcfs or lpm, with the sglang poli
   r = test::run_cli({"replay", "--help"});
   CHECK_THAT(r.out, Catch::Contains("--schedule-policy") && Catch::Contains("radix[:page=1]"));
 }
+
+namespace {
+
+// Under `policy` and a budget of `budget` positions, 1 ms steps, A (prompt 64, output 8) at 0
+// and B (the same 64 tokens, output 8) at 0.5 ms, both with one identity per token: when B
+// is first scheduled. At step 1 (1 ms) A holds its 64 prompt positions, all in the tree and
+// locked, and the one its first decode writes: 65.
+std::int64_t b_scheduled_ns(const std::string& allocator, Policy policy, std::int64_t budget) {
+  ReplayOptions o = steps(1);
+  o.memory.kv_budget_bytes = budget;
+  o.memory.policy = policy;
+  o.memory.watermark_ppb = 0;
+  const auto r = test::replay_under_budget(
+      allocator, {with_tokens("a", 0, 64, 8, 1, 64, 1), with_tokens("b", kMs / 2, 64, 8, 1, 64, 1)}, o);
+  REQUIRE(r.report.completed == 2);
+  REQUIRE(r.report.preemptions == 0);
+  REQUIRE(r.records.size() == 2);
+  return r.records[0].id == "b" ? r.records[0].first_scheduled_ns : r.records[1].first_scheduled_ns;
+}
+
+}  // namespace
+
+TEST_CASE("sglang: a waiting request's estimate counts its extend tokens, not the prefix it finds cached") {
+  // SGLang's PrefillAdder.add_one_req: total = extend_input_len + min(max_new_tokens, 4096)
+  // must be below the free positions less the running requests' clipped remaining tokens
+  // scaled by the new-token ratio. At step 1, under 100 positions: 100 - 65 free, A's 7
+  // remaining x 0.7 = 4.9, so 35 - 4.9 = 30.1 left. B finds 63 of its 64 tokens cached
+  // (the match stops at prompt - 1): 1 + 8 = 9 < 30.1, admitted at step 1. Counting its whole
+  // prompt (64 + 8 = 72) it would wait for A to finish, at 8 ms. Its peak beside A's, 72 + 9
+  // own positions, fits: the wait would have no memory reason.
+  CHECK(b_scheduled_ns("radix", Policy::sglang, 100) == kMs);
+  // With no prefix in common, B's estimate is its whole prompt, 64 + 8 = 72 >= 30.1: it
+  // waits until A has finished (its 8th token ends step 7, at 8 ms).
+  ReplayOptions o = steps(1);
+  o.memory.kv_budget_bytes = 100;
+  o.memory.policy = Policy::sglang;
+  const auto w = test::replay_under_budget(
+      "radix", {with_tokens("a", 0, 64, 8, 1, 64, 1), with_tokens("b", kMs / 2, 64, 8, 2, 64, 2)}, o);
+  REQUIRE(w.records.size() == 2);
+  const RequestRecord& b = w.records[0].id == "b" ? w.records[0] : w.records[1];
+  CHECK(b.first_scheduled_ns == 8 * kMs);
+}
+
+TEST_CASE("radix under vllm's policy: the hits a running request holds take no free room at admission") {
+  // Pages of 16, 8 pages (128 positions), no watermark. At step 1 A holds 65 positions, 5
+  // pages, its 4 prompt pages locked in the tree; 3 pages are free. B matches 3 pages (at most
+  // prompt - 1 = 63 tokens: 48), all locked by A, so its first chunk of 64 positions (4
+  // pages) takes 1 free page: admitted at step 1. Counting the hits as new pages (4 > 3) it
+  // would wait for A to finish. Their peak together: A 5 pages, B 1 own page for its last
+  // prompt page (a duplicate of A's, freed when inserted) and 1 for its output: 7 of 8.
+  CHECK(b_scheduled_ns("radix:page=16", Policy::vllm, 128) == kMs);
+  // paged with prefix caching takes the same rule (roomless_hit_bytes) and admits B at once too.
+  CHECK(b_scheduled_ns("paged:block=16,prefix-caching=on", Policy::vllm, 128) == kMs);
+}
