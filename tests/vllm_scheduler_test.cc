@@ -373,6 +373,20 @@ TEST_CASE("vllm: without max_num_seqs, a step still holds no more sequences than
   for (const auto& row : run.rows) CHECK(row.work.prefill_tokens + row.work.decode_seqs <= 4);
 }
 
+TEST_CASE("vllm: a step that computes nothing runs no forward pass, and lasts 1 ns") {
+  // vLLM's model runner returns at once when no token is scheduled. Pool 48 positions (3
+  // blocks of 16); A alone, prompt 30, output 80. Its prefill holds the prompt and the slot
+  // of its first token, 31 positions, and step k holds 31 + k: 48 at step 17. Steps 0-17 (1
+  // ms each) compute. At step 18 its 49th position needs a 4th block, which it can never
+  // have running alone: it is refused, and the step computes nothing. The run ends at 18 ms
+  // + 1 ns, not after one more forward pass (19 ms).
+  const auto run = test::replay_under_budget("paged:block=16", {test::request("a", 0, 30, 80)},
+                                             one_ms_steps_in_blocks(3));
+  CHECK(run.report.refused() == 1);
+  CHECK(run.report.iterations == 19);
+  CHECK(run.report.end_ns == 18 * kMs + 1);
+}
+
 TEST_CASE("vllm v0 swap: a request swapped back in takes its decodes from the step's token budget") {
   // vLLM v0's _schedule_swapped checks and charges a swapped-in group's tokens against the
   // step's budget before any new prefill. Pool 64 positions (4 blocks of 16), six requests

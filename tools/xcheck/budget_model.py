@@ -78,9 +78,11 @@ Rules modelled (positions held per request; blocks(x) = ceil(x / 16); capacity C
     preempted or cancelled before reaching the old length counts only what it reached;
   * generated tokens: every output token produced, those of requests later refused or
     cancelled included;
-  * time at full capacity: 1 ms for each step in which a growth forced a preemption or an
-    admission was refused for room (free blocks or watermark);
-  * run duration: from the first arrival to the end of the last step (or a later arrival).
+  * time at full capacity: the duration of each step in which a growth forced a preemption
+    or an admission was refused for room (free blocks or watermark);
+  * run duration: from the first arrival to the end of the last step (or a later arrival);
+    a step with nothing scheduled (every running request preempted, or the head refused
+    alone) runs no forward pass and lasts 1 ns (docs/replay.md, "Cost models").
 
 Sliding-window:block=16 (the allocators' table: "paged, and on sliding-window groups the blocks
 wholly before the window are freed: a step that starts with c tokens computed skips positions
@@ -801,11 +803,13 @@ def run_model(reqs, cap, T, S, wm, async_sched=False, full_isl=False):
             COVER["empty step"] += 1
             COVER[f"empty step: preempted={bool(preempted)} running={len(running)} "
                   f"waiting={len(waiting)} refused alone={refused_alone}"] += 1
-        # the step
-        end = now + STEP
+        # the step: one with nothing scheduled runs no forward pass (vLLM's model runner
+        # returns at once), and lasts 1 ns, as time moves on at every step
+        step = STEP if scheduled else 1
+        end = now + step
         st["iterations"] += 1
         if full:
-            st["full_ns"] += STEP
+            st["full_ns"] += step
         process(end, True)
         for r, tok in scheduled.items():
             if r.outcome is not None:
