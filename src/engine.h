@@ -157,9 +157,10 @@ class Engine {
   }
   ReplayReport finish();
   std::int64_t waiting() const { return queued_; }
-  std::int64_t in_flight() const {
-    return queued_ + running_ + static_cast<std::int64_t>(swapped_.size()) + (have_next_ ? 1 : 0);
-  }
+  std::int64_t in_flight() const { return queued_ + running_ + static_cast<std::int64_t>(swapped_.size()) + fetched(); }
+  // The next request, taken from the trace and not yet in the queue (it joins at a step's
+  // start): 0 or 1.
+  std::int64_t fetched() const { return have_next_ ? 1 : 0; }
   std::int64_t now() const { return now_; }
 
   // Aligned steps, for the data-parallel replicas of a mixture-of-experts model

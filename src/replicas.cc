@@ -37,6 +37,9 @@ class RoutedTrace final : public TraceReader {
  public:
   explicit RoutedTrace(const TraceReader& source) : TraceReader(source.path()), format_(source.format()) {}
   void push(const Request& r) { pending_.push_back(r); }
+  // Routed here and not yet taken by the engine: requests that arrived at one instant wait
+  // here while the engine holds the first of them as its next.
+  std::int64_t pending() const { return static_cast<std::int64_t>(pending_.size()); }
   bool next(Request& out) override {
     if (pending_.empty()) return false;
     out = std::move(pending_.front());
@@ -149,7 +152,7 @@ ReplayReport combine(std::vector<ReplayReport>& rs, std::int64_t waiting_at_last
     t.places_reservations = t.places_reservations || r.places_reservations;
     t.external_fragmentation_max = std::max(t.external_fragmentation_max, r.external_fragmentation_max);
     t.max_preemptions_per_request = std::max(t.max_preemptions_per_request, r.max_preemptions_per_request);
-    t.queue_max = std::max(t.queue_max, r.queue_max);
+    t.queue_max += r.queue_max;  // an upper bound, as the peaks: the replicas' maxima need not coincide
     t.start_ns = std::min(t.start_ns, r.start_ns);
     t.end_ns = std::max(t.end_ns, r.end_ns);
     t.last_arrival_ns = std::max(t.last_arrival_ns, r.last_arrival_ns);
@@ -371,8 +374,11 @@ ReplicaRun replay_replicas(TraceReader& trace, const std::vector<Allocator*>& al
     for (std::size_t k = 0; k < n; ++k) {
       const std::size_t i = (start_index + k) % n;
       const detail::Engine& e = *engines[i];
-      waiting += e.waiting();
-      detail::Int128 score = detail::Int128{1000} * e.in_flight();
+      // Every request routed to the replica counts in flight (vLLM's client counts its own),
+      // and those routed but not yet in its queue have arrived: waiting, for the overload rule.
+      const std::int64_t routed_unqueued = e.fetched() + shares[i]->pending();
+      waiting += e.waiting() + routed_unqueued;
+      detail::Int128 score = detail::Int128{1000} * (e.in_flight() + shares[i]->pending());
       if (e.waiting() > 0) score += detail::Int128{6} * e.waiting() * std::max<std::int64_t>(0, kv_usage_permille(*allocators[i]) - 500);
       if (best_score < 0 || score < best_score) {
         best_score = score;

@@ -92,6 +92,34 @@ TEST_CASE("replicas: four requests routed by vLLM's least-loaded rule, not round
   CHECK(run.total.allocated_bytes.p50 == -1);
 }
 
+TEST_CASE("replicas: requests arriving at one instant each count in flight where they were routed") {
+  // Two replicas, 10 ms steps. a (100 tokens) at 0 -> replica 0. b, c, d, e at 5 ms, one
+  // token each; every request routed counts in flight at once (vLLM's client counts its own),
+  // the lowest count wins, ties to the first scanned from a start index moving on by one:
+  //   b: from 1: replica 1 has 0, replica 0 has a (1)        -> 1
+  //   c: from 0: replica 0 has a (1), replica 1 has b (1)     -> 0 (the tie's first)
+  //   d: from 1: replica 1 has b (1), replica 0 has a, c (2)  -> 1
+  //   e: from 0: replica 0 has a, c (2), replica 1 has b, d (2) -> 0
+  // Counting only the first request routed at an instant, replica 1 would hold 1 at e and
+  // take it too. When e arrives, c, b and d have arrived and wait, and e with them: 4 waiting.
+  RequestVectorReader trace({test::request("a", 0, 10, 100), test::request("b", 5 * kMs, 10, 1),
+                           test::request("c", 5 * kMs, 10, 1), test::request("d", 5 * kMs, 10, 1),
+                           test::request("e", 5 * kMs, 10, 1)});
+  ReplayOptions o;
+  o.layout = test::unit_layout();
+  o.cost.name = "test";
+  o.cost.base_ps = 10 * kMs * 1000;
+  o.cost.prefill_token_ps = 0;
+  const ReplicaRun run = replay_two_paged(trace, o);
+  CHECK(run.routed == std::vector<std::int64_t>{3, 2});
+  CHECK(run.total.queue_at_last_arrival == 4);
+  // Each replica's queue peaked at 2 (c and e behind a's step; b and d at 5 ms): the total's
+  // maximum is their sum, an upper bound (here the two peaks coincide), never below its mean.
+  CHECK(run.replicas[0].queue_max == 2);
+  CHECK(run.replicas[1].queue_max == 2);
+  CHECK(run.total.queue_max == 4);
+}
+
 TEST_CASE("replicas: one replica is the plain replay") {
   RequestVectorReader one({test::request("a", 0, 10, 5), test::request("b", 3 * kMs, 20, 7)});
   RequestVectorReader two({test::request("a", 0, 10, 5), test::request("b", 3 * kMs, 20, 7)});
