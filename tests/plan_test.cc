@@ -180,6 +180,38 @@ TEST_CASE("kvsim plan --search replicas: the fewest replicas without preemption,
   CHECK(j["answer"].get<std::string>().rfind("The smallest number of replicas meeting the targets", 0) == 0);
 }
 
+TEST_CASE("kvsim plan: --kv-usage-max holds on every replica, the fullest one's peak the point's") {
+  // Three blocks of 16 a replica. a (prompt 15, output 12) and b (prompt 1, output 2), both at
+  // 0. A prefill holds the prompt and its first token's slot, and each step one more: a holds
+  // 16 + k positions at step k (2 blocks from step 1), b 2 + k (1 block) until it ends after
+  // step 1. So one replica peaks at 3 of 3 blocks, at step 1. Two replicas take one each (a ->
+  // 0, b -> 1, as the router's first test derives): peaks of 2 and 1 blocks of 3. Their
+  // total, 3 of 6 blocks (50%), would meet a bound of 60%; replica 0, at 2/3, does not, nor
+  // does any count of replicas, one of which holds a.
+  const std::string trace = write_file("plan-fullest-replica.csv",
+                                       "id,arrival,prompt_tokens,output_tokens\n"
+                                       "a,0,15,12\n"
+                                       "b,0,1,2\n");
+  const auto r = plan_three_blocks(trace, {"--kv-usage-max", "0.6", "--search", "replicas", "--max-replicas", "3",
+                                           "--json"});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  CHECK(j["met"].is_null());
+  REQUIRE(j["points"].size() == 3);
+  for (const auto& p : j["points"]) {
+    INFO(p.dump());
+    CHECK(p["met"] == false);
+    CHECK(p["kv_usage_peak"].get<double>() == Approx(p["replicas"] == "1" ? 1.0 : 2.0 / 3.0));
+  }
+  // Without a budget there is no usage: n/a, not 0%.
+  const auto free = run_cli({"plan", trace, "--model", "llama-3.1-8b", "--cost", "constant:step=10ms,prefill-token=0s",
+                             "--ttft-p99", "1s", "--search", "replicas", "--json"});
+  INFO(free.err);
+  REQUIRE(free.exit_code == 0);
+  for (const auto& p : nlohmann::json::parse(free.out)["points"]) CHECK(p["kv_usage_peak"].is_null());
+}
+
 TEST_CASE("kvsim plan --search replicas: one replica meeting the targets is the answer, settled") {
   // The two requests above at their own rate: A ends after 12 steps of 10 ms, long before B
   // arrives at 1 s, so one replica never preempts. 1 is the fewest there can be: the search

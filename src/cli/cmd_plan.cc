@@ -45,8 +45,9 @@ const CommandSpec kSpec{
     "  --kv-usage-max X  block-level KV usage at its peak (allocated / capacity) at most X\n"
     "                    (a share below 1, e.g. 0.9; needs a memory budget)\n\n"
     "The search relies on monotonicity: a heavier load (a larger rate-scale, fewer replicas)\n"
-    "never meets targets that a lighter one misses. It starts at rate-scale 1 (1 replica),\n"
-    "doubles or halves until the outcome flips (rate-scale within [0.001, 1000]; replicas up to\n"
+    "never meets targets that a lighter one misses. It starts at rate-scale 1 (1 replica; 2\n"
+    "with --expert-parallel, which needs two), doubles or halves until the outcome flips\n"
+    "(rate-scale within [0.001, 1000]; replicas up to\n"
     "--max-replicas), bisects the bracket until the met and missed values are within\n"
     "--tolerance of each other (adjacent replica counts), then replays up to two points on the\n"
     "lighter side of the answer (half of it and 90% of it; one more replica). Any two points\n"
@@ -55,11 +56,31 @@ const CommandSpec kSpec{
     "  kvsim plan azure_conv.csv --model llama-3.1-8b --device RTX-4090 --no-preemption\n"
     "  kvsim plan trace.csv --device H100-80GB --ttft-p99 2s --queue-stable --search replicas --json"};
 
+// What a point's replay gives the targets: the run's report (with replicas, their total) and
+// block-level KV usage at its peak (allocated / capacity) on the fullest device. With
+// replicas that is the fullest replica's: the total's, their peaks over their capacities,
+// averages the replicas and hides a full one. No usage without a budget (no capacity).
+struct PointFigures {
+  ReplayReport report;
+  std::optional<double> kv_usage_peak;
+};
+
+PointFigures point_figures(std::vector<ReplayReport> reports) {
+  PointFigures f;
+  for (const ReplayReport& r : reports) {
+    if (r.capacity_bytes <= 0) continue;
+    const double usage = static_cast<double>(r.allocated_bytes.peak) / static_cast<double>(r.capacity_bytes);
+    f.kv_usage_peak = std::max(f.kv_usage_peak.value_or(0.0), usage);
+  }
+  f.report = std::move(reports.back());
+  return f;
+}
+
 struct Target {
   std::string name;   // "--ttft-p99"
   std::string bound;  // as given: "2s"
-  // Why the report misses the target, or nothing when it meets it.
-  std::function<std::optional<std::string>(const ReplayReport&)> miss;
+  // Why the point misses the target, or nothing when it meets it.
+  std::function<std::optional<std::string>(const PointFigures&)> miss;
 };
 
 std::optional<std::string> latency_miss(const char* what, const Latency& l, bool p99, std::int64_t bound_ns) {
@@ -69,22 +90,18 @@ std::optional<std::string> latency_miss(const char* what, const Latency& l, bool
   return fmt::format("{} {} {} s > {} s", what, p99 ? "p99" : "p50", format_seconds(v, 3), format_seconds(bound_ns, 3));
 }
 
-double kv_usage_peak(const ReplayReport& r) {
-  return r.capacity_bytes > 0 ? static_cast<double>(r.allocated_bytes.peak) / static_cast<double>(r.capacity_bytes) : 0.0;
-}
-
 std::vector<Target> read_targets(const po::variables_map& vm) {
   std::vector<Target> targets;
   if (vm.count("no-preemption") != 0) {
-    targets.push_back({"--no-preemption", "", [](const ReplayReport& r) -> std::optional<std::string> {
-                         if (r.preemptions == 0) return std::nullopt;
-                         return fmt::format("preemptions: {}", with_commas(r.preemptions));
+    targets.push_back({"--no-preemption", "", [](const PointFigures& f) -> std::optional<std::string> {
+                         if (f.report.preemptions == 0) return std::nullopt;
+                         return fmt::format("preemptions: {}", with_commas(f.report.preemptions));
                        }});
   }
   if (vm.count("queue-stable") != 0) {
-    targets.push_back({"--queue-stable", "", [](const ReplayReport& r) -> std::optional<std::string> {
-                         if (!r.overload.overloaded) return std::nullopt;
-                         return "overloaded: " + r.overload.reason;
+    targets.push_back({"--queue-stable", "", [](const PointFigures& f) -> std::optional<std::string> {
+                         if (!f.report.overload.overloaded) return std::nullopt;
+                         return "overloaded: " + f.report.overload.reason;
                        }});
   }
   struct LatencyTarget {
@@ -104,8 +121,8 @@ std::vector<Target> read_targets(const po::variables_map& vm) {
     const std::string flag = std::string("--") + l.option;
     const std::int64_t bound = parse_duration_ns(*text, flag);
     if (bound <= 0) throw InputError(Location{"", 0, flag}, "expected a positive duration");
-    targets.push_back({flag, *text, [l, bound](const ReplayReport& r) {
-                         return latency_miss(l.what, r.*(l.field), l.p99, bound);
+    targets.push_back({flag, *text, [l, bound](const PointFigures& f) {
+                         return latency_miss(l.what, f.report.*(l.field), l.p99, bound);
                        }});
   }
   if (const auto text = option_text(vm, "kv-usage-max")) {
@@ -113,8 +130,9 @@ std::vector<Target> read_targets(const po::variables_map& vm) {
     // No run allocates nothing at its peak: a bound of 0 could never be met.
     if (ppb <= 0) throw InputError(Location{"", 0, "--kv-usage-max"}, "expected a positive share, such as 0.9");
     const double bound = static_cast<double>(ppb) / 1e9;
-    targets.push_back({"--kv-usage-max", *text, [bound](const ReplayReport& r) -> std::optional<std::string> {
-                         const double peak = kv_usage_peak(r);
+    targets.push_back({"--kv-usage-max", *text, [bound](const PointFigures& f) -> std::optional<std::string> {
+                         // The target needs a budget (checked before the search), so a usage.
+                         const double peak = f.kv_usage_peak.value_or(0.0);
                          if (peak <= bound) return std::nullopt;
                          return fmt::format("KV usage peak {:.1f}% > {:.1f}%", peak * 100, bound * 100);
                        }});
@@ -147,7 +165,8 @@ struct Tried {
   std::string value_text;
   std::string role;
   std::vector<std::string> misses;
-  ReplayReport report;
+  PointFigures figures;
+  const ReplayReport& report() const { return figures.report; }
 };
 
 // An arrival rate with three significant digits below 1/s (a long trace at a small scale:
@@ -250,6 +269,8 @@ int run_plan(const Invocation& inv) {
 
   TraceCache cache;
   const bool rate = search == "rate-scale";
+  // Expert parallelism spreads the experts over two replicas or more: the fewest is 2.
+  const std::int64_t fewest_replicas = vm.count(option_key(kOptExpertParallel)) != 0 ? 2 : 1;
   std::vector<Tried> tried;
   const auto setup_for = [&](const std::string& value) {
     return SweepSetup(base, {SweepAxis{search, {value}, "", 0}});
@@ -258,7 +279,8 @@ int run_plan(const Invocation& inv) {
   // target needs one) and reads the trace; the model's length limit is every point's.
   std::int64_t max_model_len = 0;
   {
-    const SweepSetup first = setup_for("1");  // rate-scale 1 or 1 replica: the search's start
+    // Rate-scale 1, or the fewest replicas: the search's start.
+    const SweepSetup first = setup_for(rate ? "1" : std::to_string(fewest_replicas));
     prepare_points(first, cache);
     const ReplayPlan plan = first.plan_point(0);
     max_model_len = plan.options.layout.max_model_len;
@@ -274,8 +296,8 @@ int run_plan(const Invocation& inv) {
   }
   SearchSpec spec;
   spec.harder_up = rate;
-  spec.start = rate ? 1'000'000'000 : 1;
-  spec.min = rate ? 1'000'000 : 1;
+  spec.start = rate ? 1'000'000'000 : fewest_replicas;
+  spec.min = rate ? 1'000'000 : fewest_replicas;
   spec.max = rate ? 1'000'000'000'000 : max_replicas;
   spec.tolerance_ppm = rate ? std::max<std::int64_t>(1, tolerance_ppb / 1000) : 0;  // replicas: adjacent counts
   spec.max_points = static_cast<int>(std::min<std::int64_t>(max_points, 10'000));
@@ -286,22 +308,22 @@ int run_plan(const Invocation& inv) {
     t.value_text = rate ? rate_scale_text(value) : std::to_string(value);
     const SweepSetup setup = setup_for(t.value_text);
     prepare_points(setup, cache);
-    t.report = run_point(setup, cache, 0, {}).reports.back();  // with replicas, their total
+    t.figures = point_figures(run_point(setup, cache, 0, {}).reports);
     // A rate-scale divides the gaps between arrivals: with none, every point is the same run.
     // Asked of the trace as it is (the first point, rate-scale 1): a large rate-scale may
     // round gaps of a few ns to none.
-    if (rate && value == spec.start && t.report.requests >= 2 && t.report.last_arrival_ns == t.report.start_ns) {
-      throw InputError(Location{t.report.trace, 0, ""},
+    if (rate && value == spec.start && t.report().requests >= 2 && t.report().last_arrival_ns == t.report().start_ns) {
+      throw InputError(Location{t.report().trace, 0, ""},
                        fmt::format("all {} requests arrive at the same instant, so no --rate-scale changes the load "
                                    "(it divides the gaps between arrivals, and there are none); plan the replicas "
                                    "instead (--search replicas)",
-                                   t.report.requests));
+                                   t.report().requests));
     }
     // A refused request is traffic not served: no target is met for it, and a run that
     // refused everything would otherwise meet --no-preemption and --kv-usage-max at any load.
-    if (auto why = refusal_miss(t.report, max_model_len)) t.misses.push_back(*why);
+    if (auto why = refusal_miss(t.report(), max_model_len)) t.misses.push_back(*why);
     for (const auto& target : targets) {
-      if (auto why = target.miss(t.report)) t.misses.push_back(*why);
+      if (auto why = target.miss(t.figures)) t.misses.push_back(*why);
     }
     const bool ok = t.misses.empty();
     tried.push_back(std::move(t));
@@ -313,10 +335,10 @@ int run_plan(const Invocation& inv) {
   const auto find = [&](std::int64_t v) -> const Tried& {
     return *std::find_if(tried.begin(), tried.end(), [v](const Tried& t) { return t.value == v; });
   };
-  const auto rate_text = [](const Tried& t) { return arrivals_text(t.report.overload.arrival_rate_per_s) + " requests/s"; };
+  const auto rate_text = [](const Tried& t) { return arrivals_text(t.report().overload.arrival_rate_per_s) + " requests/s"; };
   const std::string name = rate ? "rate-scale" : "replicas";
   const std::string what = targets_text(targets);
-  const std::string allocator = tried.front().report.allocator;
+  const std::string allocator = tried.front().report().allocator;
   // One replica meeting the targets is the answer, settled: there is no fewer (the largest
   // rate-scale, the rate search's bound, is a limit of the search instead).
   const bool one_replica = !rate && result.met && !result.missed && *result.met == spec.min;
@@ -384,7 +406,7 @@ int run_plan(const Invocation& inv) {
     j["missed"] = result.missed ? nlohmann::ordered_json(find(*result.missed).value_text) : nlohmann::ordered_json();
     // The answer's load in requests a second, a number (the sentence has it in words).
     const auto rate_of = [&](const std::optional<std::int64_t>& v) {
-      return v ? nlohmann::ordered_json(find(*v).report.overload.arrival_rate_per_s) : nlohmann::ordered_json();
+      return v ? nlohmann::ordered_json(find(*v).report().overload.arrival_rate_per_s) : nlohmann::ordered_json();
     };
     j["met_arrival_rate_per_s"] = rate_of(result.met);
     j["missed_arrival_rate_per_s"] = rate_of(result.missed);
@@ -400,13 +422,14 @@ int run_plan(const Invocation& inv) {
                         {"role", t->role},
                         {"met", t->misses.empty()},
                         {"misses", t->misses},
-                        {"arrival_rate_per_s", t->report.overload.arrival_rate_per_s},
-                        {"preemptions", t->report.preemptions},
-                        {"overloaded", t->report.overload.overloaded},
-                        {"ttft_p99_s", static_cast<double>(t->report.ttft.p99_ns) / 1e9},
-                        {"tpot_p99_s", static_cast<double>(t->report.tpot.p99_ns) / 1e9},
-                        {"e2e_p99_s", static_cast<double>(t->report.e2e.p99_ns) / 1e9},
-                        {"kv_usage_peak", kv_usage_peak(t->report)},
+                        {"arrival_rate_per_s", t->report().overload.arrival_rate_per_s},
+                        {"preemptions", t->report().preemptions},
+                        {"overloaded", t->report().overload.overloaded},
+                        {"ttft_p99_s", static_cast<double>(t->report().ttft.p99_ns) / 1e9},
+                        {"tpot_p99_s", static_cast<double>(t->report().tpot.p99_ns) / 1e9},
+                        {"e2e_p99_s", static_cast<double>(t->report().e2e.p99_ns) / 1e9},
+                        {"kv_usage_peak", t->figures.kv_usage_peak ? nlohmann::ordered_json(*t->figures.kv_usage_peak)
+                                                                   : nlohmann::ordered_json()},
                         {"bracket", mark(*t)}});
     }
     j["points"] = points;
@@ -419,11 +442,12 @@ int run_plan(const Invocation& inv) {
   for (const Tried* t : by_value) {
     std::string why;
     for (const auto& m : t->misses) why += (why.empty() ? "" : "; ") + m;
-    rows.push_back({std::to_string(t->order), t->value_text, arrivals_text(t->report.overload.arrival_rate_per_s),
-                    t->misses.empty() ? "yes" : "no", with_commas(t->report.preemptions),
-                    t->report.overload.overloaded ? "yes" : "no", format_seconds(t->report.ttft.p99_ns, 3),
-                    format_seconds(t->report.tpot.p99_ns, 3), format_seconds(t->report.e2e.p99_ns, 3),
-                    fmt::format("{:.1f}%", kv_usage_peak(t->report) * 100), mark(*t), why});
+    rows.push_back({std::to_string(t->order), t->value_text, arrivals_text(t->report().overload.arrival_rate_per_s),
+                    t->misses.empty() ? "yes" : "no", with_commas(t->report().preemptions),
+                    t->report().overload.overloaded ? "yes" : "no", format_seconds(t->report().ttft.p99_ns, 3),
+                    format_seconds(t->report().tpot.p99_ns, 3), format_seconds(t->report().e2e.p99_ns, 3),
+                    t->figures.kv_usage_peak ? fmt::format("{:.1f}%", *t->figures.kv_usage_peak * 100) : "n/a", mark(*t),
+                    why});
   }
   std::vector<std::size_t> width(rows.front().size(), 0);
   for (const auto& row : rows) {
