@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -158,6 +159,11 @@ TEST_CASE("sweep: sharded into 3 and merged equals the unsharded sweep byte for 
   r = run_cli({"sweep", "merge", csv_parts[0], csv_parts[1], csv_parts[2]});
   REQUIRE(r.exit_code == 0);
   CHECK(r.out == slurp(whole_csv));
+  // An empty part (a shard with no point) can only be JSONL, listed first or not.
+  const std::string empty = write_file("sweep-part-empty.jsonl", "");
+  r = run_cli({"sweep", "merge", empty, jsonl_parts[0], jsonl_parts[1], jsonl_parts[2]});
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out == slurp(whole_jsonl));
 
   // Each JSONL line is one object: point, points, grid, point_rows, the axes, then replay's run.
   const auto first = nlohmann::ordered_json::parse(lines(slurp(whole_jsonl))[0]);
@@ -432,6 +438,23 @@ TEST_CASE("sweep: varying --replicas gives every row the replicas and replica co
   CHECK(cells(2) == "3|paged:block=16|2|0|2");
   CHECK(cells(3) == "3|paged:block=16|2|1|1");
   CHECK(cells(4) == "3|paged:block=16|2||3");
+  // The table says which row is which replica, and which their total; one engine's says none.
+  const auto table = run_cli({"sweep", three(), "--model", "llama-3.1-8b", "--allocator", "paged", "--vary", "replicas=1,2"});
+  REQUIRE(table.exit_code == 0);
+  const auto shown = lines(table.out);
+  REQUIRE(shown.size() == 6);  // the title, the header, four rows
+  const auto words = [&](std::size_t i) {
+    std::vector<std::string> out;
+    std::istringstream in(shown[i]);
+    for (std::string w; in >> w;) out.push_back(w);
+    return out;
+  };
+  REQUIRE(words(1).size() >= 5);
+  CHECK(words(1)[3] == "replica");
+  CHECK(words(2)[3] == "3");  // one engine: no replica column value, so the next one (completed)
+  CHECK(words(3)[3] == "0");
+  CHECK(words(4)[3] == "1");
+  CHECK(words(5)[3] == "total");
 }
 
 TEST_CASE("sweep: a file is read only as far as the points' --requests need, as replay reads it") {

@@ -105,22 +105,38 @@ std::string point_label(const SweepSetup& setup, std::int64_t p) {
 }
 
 // The main figures of each row, aligned: the rows are the CSV's, read back by column name.
+// With replicas, the replica a row is (the CSV's `replica`; "total" for their total, which
+// the CSV leaves empty as it does one engine's row).
 std::string sweep_table(const SweepSetup& setup, const std::string& csv) {
   std::vector<std::string> keep = {"point"};
   keep.insert(keep.end(), setup.columns().begin(), setup.columns().end());
-  keep.insert(keep.end(), {"allocator", "completed", "preemptions", "allocated_bytes_peak", "token_usage",
+  keep.insert(keep.end(), {"allocator", "replica", "completed", "preemptions", "allocated_bytes_peak", "token_usage",
                            "block_usage", "ttft_p99_s", "e2e_p99_s", "generated_tokens_per_s"});
   std::vector<std::vector<std::string>> cells;
   std::vector<std::size_t> index;
+  std::size_t replica_at = keep.size();  // where the replica column is kept, if the CSV has one
+  std::size_t replicas_field = 0;        // the CSV's `replicas` column
   for (std::size_t at = 0; at < csv.size();) {
     const auto end = csv.find('\n', at);
     const auto fields = split_csv_line(std::string_view(csv).substr(at, end - at));
+    const bool header = at == 0;
     at = end + 1;
-    if (index.empty()) {
-      for (const auto& k : keep) index.push_back(static_cast<std::size_t>(std::find(fields.begin(), fields.end(), k) - fields.begin()));
+    if (header) {
+      replicas_field = static_cast<std::size_t>(std::find(fields.begin(), fields.end(), "replicas") - fields.begin());
+      std::vector<std::string> found;
+      for (const auto& k : keep) {
+        const auto i = static_cast<std::size_t>(std::find(fields.begin(), fields.end(), k) - fields.begin());
+        if (k == "replica" && i == fields.size()) continue;  // no replicas: no column
+        if (k == "replica") replica_at = found.size();
+        found.push_back(k);
+        index.push_back(i);
+      }
+      keep = found;
     }
     auto& row = cells.emplace_back();
     for (std::size_t i : index) row.push_back(i < fields.size() ? fields[i] : std::string());
+    const bool several = replicas_field < fields.size() && !fields[replicas_field].empty() && fields[replicas_field] != "1";
+    if (!header && replica_at < row.size() && row[replica_at].empty() && several) row[replica_at] = "total";
   }
   std::vector<std::size_t> width(keep.size(), 0);
   for (const auto& row : cells) {
@@ -158,7 +174,7 @@ int run_merge(const Invocation& inv) {
   if (csv) outputs.emplace_back("--csv", *csv);
   if (jsonl) outputs.emplace_back("--jsonl", *jsonl);
   refuse_output_over_input(outputs, parts, kMergeSpec.synopsis);
-  const SweepFileKind kind = csv ? SweepFileKind::csv : jsonl ? SweepFileKind::jsonl : sweep_file_kind(parts.front());
+  const SweepFileKind kind = csv ? SweepFileKind::csv : jsonl ? SweepFileKind::jsonl : sweep_file_kind(parts);
   const std::string merged = merge_sweep_parts(parts, kind);
   if (csv || jsonl) {
     write_output_file(csv ? *csv : *jsonl, merged, parts);

@@ -164,9 +164,14 @@ std::vector<std::string> split_csv_line(std::string_view line) {
   return fields;
 }
 
-SweepFileKind sweep_file_kind(const std::string& path) {
-  const std::string text = read_input(path);
-  return !text.empty() && text.front() == '{' ? SweepFileKind::jsonl : SweepFileKind::csv;
+SweepFileKind sweep_file_kind(const std::vector<std::string>& paths) {
+  // An empty part is a JSONL one (a CSV part has its header line): the first part with a
+  // byte says which.
+  for (const std::string& path : paths) {
+    const std::string text = read_input(path);
+    if (!text.empty()) return text.front() == '{' ? SweepFileKind::jsonl : SweepFileKind::csv;
+  }
+  return SweepFileKind::jsonl;
 }
 
 namespace {

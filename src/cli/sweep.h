@@ -90,8 +90,9 @@ enum class SweepFileKind { csv, jsonl };
 // a point no part has, a file that does not end with a newline.
 std::string merge_sweep_parts(const std::vector<std::string>& paths, SweepFileKind kind);
 
-// The kind of a part file from its first byte ('{' is JSONL), for a merge to standard output.
-SweepFileKind sweep_file_kind(const std::string& path);
+// The kind of the parts from the first byte of the first part that has one ('{' is JSONL;
+// an empty part can only be JSONL), for a merge to standard output.
+SweepFileKind sweep_file_kind(const std::vector<std::string>& paths);
 
 }  // namespace kvsim::cli
 
