@@ -17,6 +17,16 @@ namespace {
 
 constexpr std::int64_t kMs = 1'000'000;
 
+// One byte a position, 10 ms steps and `prefill_token_ps` a prompt token.
+ReplayOptions every_step_10_ms(std::int64_t prefill_token_ps = 0) {
+  ReplayOptions o;
+  o.layout = test::unit_layout();
+  o.cost.name = "test";
+  o.cost.base_ps = 10 * kMs * 1000;
+  o.cost.prefill_token_ps = prefill_token_ps;
+  return o;
+}
+
 // `trace` through two replicas, each with its own paged:block=16 pool.
 ReplicaRun replay_two_paged(TraceReader& trace, const ReplayOptions& o) {
   std::vector<std::unique_ptr<Allocator>> owned;
@@ -41,11 +51,7 @@ TEST_CASE("replicas: four requests routed by vLLM's least-loaded rule, not round
   //                                                            -> replica 0 (round robin: 1)
   RequestVectorReader trace({test::request("a", 0, 10, 1), test::request("b", 1 * kMs, 10, 100),
                            test::request("c", 20 * kMs, 10, 1), test::request("d", 35 * kMs, 10, 1)});
-  ReplayOptions o;
-  o.layout = test::unit_layout();
-  o.cost.name = "test";
-  o.cost.base_ps = 10 * kMs * 1000;
-  o.cost.prefill_token_ps = 0;
+  ReplayOptions o = every_step_10_ms();
   const ReplicaRun run = replay_two_paged(trace, o);
   REQUIRE(run.replicas.size() == 2);
   CHECK(run.routed == std::vector<std::int64_t>{3, 1});
@@ -105,11 +111,7 @@ TEST_CASE("replicas: requests arriving at one instant each count in flight where
   RequestVectorReader trace({test::request("a", 0, 10, 100), test::request("b", 5 * kMs, 10, 1),
                            test::request("c", 5 * kMs, 10, 1), test::request("d", 5 * kMs, 10, 1),
                            test::request("e", 5 * kMs, 10, 1)});
-  ReplayOptions o;
-  o.layout = test::unit_layout();
-  o.cost.name = "test";
-  o.cost.base_ps = 10 * kMs * 1000;
-  o.cost.prefill_token_ps = 0;
+  ReplayOptions o = every_step_10_ms();
   const ReplicaRun run = replay_two_paged(trace, o);
   CHECK(run.routed == std::vector<std::int64_t>{3, 2});
   CHECK(run.total.queue_at_last_arrival == 4);
@@ -123,11 +125,7 @@ TEST_CASE("replicas: requests arriving at one instant each count in flight where
 TEST_CASE("replicas: one replica is the plain replay") {
   RequestVectorReader one({test::request("a", 0, 10, 5), test::request("b", 3 * kMs, 20, 7)});
   RequestVectorReader two({test::request("a", 0, 10, 5), test::request("b", 3 * kMs, 20, 7)});
-  ReplayOptions o;
-  o.layout = test::unit_layout();
-  o.cost.name = "test";
-  o.cost.base_ps = 10 * kMs * 1000;
-  o.cost.prefill_token_ps = 1'000'000;
+  ReplayOptions o = every_step_10_ms(1'000'000);
   auto a = make_allocator(parse_allocator_spec("paged:block=16", "test"), o.layout);
   auto b = make_allocator(parse_allocator_spec("paged:block=16", "test"), o.layout);
   const ReplayReport plain = replay(one, *a, o);
@@ -147,11 +145,7 @@ TEST_CASE("replicas: timeline rows tagged with their replica, per-request record
   // third request and the trace's fourth: its record says ordinal 4.
   RequestVectorReader trace({test::request("a", 0, 10, 1), test::request("b", 1 * kMs, 10, 100),
                            test::request("c", 20 * kMs, 10, 1), test::request("d", 35 * kMs, 10, 1)});
-  ReplayOptions o;
-  o.layout = test::unit_layout();
-  o.cost.name = "test";
-  o.cost.base_ps = 10 * kMs * 1000;
-  o.cost.prefill_token_ps = 0;
+  ReplayOptions o = every_step_10_ms();
   std::vector<std::int64_t> rows(2, 0), running_other_than_1(2, 0);
   o.timeline = [&](const TimelineRow& row) {
     REQUIRE((row.replica == 0 || row.replica == 1));
@@ -172,11 +166,7 @@ namespace {
 
 // 10 ms per step plus 1 ms per prefill token, the replicas stepping together or not.
 ReplayOptions ten_ms_steps(bool together) {
-  ReplayOptions o;
-  o.layout = test::unit_layout();
-  o.cost.name = "test";
-  o.cost.base_ps = 10 * kMs * 1000;
-  o.cost.prefill_token_ps = 1 * kMs * 1000;
+  ReplayOptions o = every_step_10_ms(1 * kMs * 1000);
   o.replicas_step_together = together;
   return o;
 }
