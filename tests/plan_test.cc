@@ -173,6 +173,7 @@ TEST_CASE("kvsim plan --search replicas: the fewest replicas without preemption,
   CHECK(j["met"] == "2");
   CHECK(j["missed"] == "1");
   CHECK(j["converged"] == true);
+  CHECK(j["tolerance"].is_null());  // the rate search's bound: replicas go to adjacent counts
   REQUIRE(j["points"].size() == 3);
   CHECK(j["points"][0]["replicas"] == "1");
   CHECK(j["points"][0]["preemptions"] == 1);
@@ -306,6 +307,19 @@ TEST_CASE("kvsim plan: refuses what it cannot answer") {
   CHECK(r.out.empty());
   r = plan_three_blocks(burst, {"--search", "replicas"});
   CHECK(r.exit_code == 0);
+  // One request has no gap either.
+  const std::string one = write_file("plan-one.csv", "id,arrival,prompt_tokens,output_tokens\na,5,15,12\n");
+  r = run_cli({"plan", one, "--queue-stable"});
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find("plan-one.csv: the trace has one request, so no --rate-scale changes the load") != std::string::npos);
+  // The search bisects in millionths and makes at most 10,000 replays: a finer tolerance or
+  // more points would be claimed in the answer, not applied.
+  r = run_cli({"plan", trace, "--queue-stable", "--tolerance", "0.0000009"});
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("--tolerance: at least 0.000001") != std::string::npos);
+  r = run_cli({"plan", trace, "--queue-stable", "--max-points", "10001"});
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("--max-points: at most 10,000") != std::string::npos);
   // Arrivals 1 ns apart are spread, however large a rate-scale rounds that gap to 0 ns: the
   // search runs to its bound (every rate-scale meets a TTFT of 100 s) and says so.
   const std::string close = write_file("plan-close.csv",

@@ -24,6 +24,9 @@
 namespace kvsim::cli {
 namespace {
 
+// The most replays one search may make (--max-points).
+constexpr std::int64_t kMaxPlanPoints = 10'000;
+
 constexpr std::string_view kPlanAllocatorHelp =
     "the one allocator to plan for: KIND[:key=value,...] (default paged; the kinds: 'kvsim replay --help')";
 
@@ -212,7 +215,7 @@ int run_plan(const Invocation& inv) {
       ("kv-usage-max", po::value<std::string>(), "target: block-level KV usage at its peak at most this share (0.9)")
       ("tolerance", po::value<std::string>()->default_value("0.02"),
        "rate-scale: stop when the met and missed values differ by at most this share of the met one")
-      ("max-points", po::value<std::string>()->default_value("20"), "replays at most")
+      ("max-points", po::value<std::string>()->default_value("20"), "replays at most (up to 10,000)")
       ("max-replicas", po::value<std::string>()->default_value("64"), "replicas: search up to this many")
       ("json", "print the answer, the targets and every point tried as JSON");
   options.add(plan_opts);
@@ -241,7 +244,12 @@ int run_plan(const Invocation& inv) {
   }
   const std::int64_t tolerance_ppb = parse_fraction_ppb(vm["tolerance"].as<std::string>(), "--tolerance");
   if (tolerance_ppb <= 0) throw InputError(Location{"", 0, "--tolerance"}, "expected a positive share, such as 0.02");
+  // The search bisects in millionths: a finer tolerance would be claimed, not applied.
+  if (tolerance_ppb < 1000) throw InputError(Location{"", 0, "--tolerance"}, "at least 0.000001 (the search works in millionths)");
   const std::int64_t max_points = parse_positive_integer(vm["max-points"].as<std::string>(), "--max-points");
+  if (max_points > kMaxPlanPoints) {
+    throw InputError(Location{"", 0, "--max-points"}, fmt::format("at most {}", with_commas(kMaxPlanPoints)));
+  }
   const std::int64_t max_replicas = parse_positive_integer(vm["max-replicas"].as<std::string>(), "--max-replicas");
   // Refused before any replay, not when the search first reaches it.
   if (max_replicas > kMaxReplicas) {
@@ -299,8 +307,8 @@ int run_plan(const Invocation& inv) {
   spec.start = rate ? 1'000'000'000 : fewest_replicas;
   spec.min = rate ? 1'000'000 : fewest_replicas;
   spec.max = rate ? 1'000'000'000'000 : max_replicas;
-  spec.tolerance_ppm = rate ? std::max<std::int64_t>(1, tolerance_ppb / 1000) : 0;  // replicas: adjacent counts
-  spec.max_points = static_cast<int>(std::min<std::int64_t>(max_points, 10'000));
+  spec.tolerance_ppm = rate ? tolerance_ppb / 1000 : 0;  // replicas: adjacent counts
+  spec.max_points = static_cast<int>(max_points);
   const auto meets = [&](std::int64_t value) {
     Tried t;
     t.order = static_cast<std::int64_t>(tried.size()) + 1;
@@ -312,12 +320,13 @@ int run_plan(const Invocation& inv) {
     // A rate-scale divides the gaps between arrivals: with none, every point is the same run.
     // Asked of the trace as it is (the first point, rate-scale 1): a large rate-scale may
     // round gaps of a few ns to none.
-    if (rate && value == spec.start && t.report().requests >= 2 && t.report().last_arrival_ns == t.report().start_ns) {
+    if (rate && value == spec.start && t.report().last_arrival_ns == t.report().start_ns) {
       throw InputError(Location{t.report().trace, 0, ""},
-                       fmt::format("all {} requests arrive at the same instant, so no --rate-scale changes the load "
-                                   "(it divides the gaps between arrivals, and there are none); plan the replicas "
-                                   "instead (--search replicas)",
-                                   t.report().requests));
+                       fmt::format("{}, so no --rate-scale changes the load (it divides the gaps between arrivals, "
+                                   "and there are none); plan the replicas instead (--search replicas)",
+                                   t.report().requests >= 2
+                                       ? fmt::format("all {} requests arrive at the same instant", t.report().requests)
+                                       : std::string("the trace has one request")));
     }
     // A refused request is traffic not served: no target is met for it, and a run that
     // refused everything would otherwise meet --no-preemption and --kv-usage-max at any load.
@@ -411,7 +420,8 @@ int run_plan(const Invocation& inv) {
     j["met_arrival_rate_per_s"] = rate_of(result.met);
     j["missed_arrival_rate_per_s"] = rate_of(result.missed);
     j["converged"] = result.converged || one_replica;
-    j["tolerance"] = vm["tolerance"].as<std::string>();
+    // The rate search's bound; replicas are searched to adjacent counts.
+    j["tolerance"] = rate ? nlohmann::ordered_json(vm["tolerance"].as<std::string>()) : nlohmann::ordered_json();
     nlohmann::ordered_json nm = nlohmann::ordered_json::array();
     for (const auto& [m, x] : result.non_monotone) nm.push_back({{"met", find(m).value_text}, {"missed", find(x).value_text}});
     j["non_monotone"] = nm;
