@@ -2,8 +2,8 @@
 //
 // - admission (PrefillAdder): the running requests' remaining tokens, each clipped at
 //   CLIP_MAX_NEW_TOKENS_ESTIMATION and scaled by the adaptive new-token ratio, plus this step's
-//   admissions unscaled, plus the newcomer's prompt and clipped limit must stay below the free
-//   token positions;
+//   admissions unscaled, plus the newcomer's extend tokens (its prompt less the cached prefix)
+//   and clipped limit must stay below the free token positions;
 // - the ratio starts at its initial value, falls linearly every decode step that needed no
 //   retraction, starts afresh when idle, and is recomputed after a retraction from the requests
 //   that keep decoding;
@@ -81,9 +81,14 @@ class SglangScheduler final : public Scheduler {
     // The extend tokens (extend_input_len: the prompt and what a retracted request had
     // generated, less its cached prefix) and the clipped remaining limit.
     const std::int64_t extend = t.prompt + t.base_generated - cached;
-    const std::int64_t total = extend + t.n * std::min(t.planned - t.base_generated, kClipTokens);
-    if (Int128{total} >= rem) return false;
-    admitted_tokens_ += total;
+    const std::int64_t clipped = t.n * std::min(t.planned - t.base_generated, kClipTokens);
+    if (Int128{extend + clipped} >= rem) return false;
+    // What the step's later admissions must leave besides: SGLang adds each admitted
+    // request's extend tokens and clipped limit (a chunked one's chunk only) to an offset
+    // against the room as the round began (_update_prefill_budget), and allocates after the
+    // round. kvsim takes each admitted chunk from the free room at once, so only the clipped
+    // limit of a request admitted whole is left to add.
+    if (positions == t.prompt + t.base_generated) admitted_tokens_ += clipped;
     return chunk_fits();
   }
 
@@ -178,7 +183,7 @@ class SglangScheduler final : public Scheduler {
 
   const MemoryOptions& memory_;
   std::int64_t ratio_ppb_;
-  std::int64_t admitted_tokens_ = 0;  // this step's admissions, unscaled
+  std::int64_t admitted_tokens_ = 0;  // this step's admissions' clipped limits, unscaled
   std::vector<Clip> clips_;           // by slot
   std::int64_t clip_base_ = 0;        // sum of the clip lines: base + slope x step
   std::int64_t clip_slope_ = 0;

@@ -199,3 +199,24 @@ TEST_CASE("radix under vllm's policy: the hits a running request holds take no f
   // paged with prefix caching takes the same rule (roomless_hit_bytes) and admits B at once too.
   CHECK(b_scheduled_ns("paged:block=16,prefix-caching=on", Policy::vllm, 128) == kMs);
 }
+
+TEST_CASE("sglang: a request admitted earlier in the step counts once, its chunk in the room and its limit beside") {
+  // 1 ms steps, 150 positions, paged blocks of 1 (SGLang's token pool). R (prompt 10, output
+  // 100) runs alone from 0; W1 and W2 (prompt 20, output 10, no prefix in common) arrive at
+  // 0.5 ms. At step 1 R holds 12 positions and its remaining 99 tokens x the ratio (0.7, less
+  // one step's decay: 0.699) are 69 left: rem = 150 - 12 - 69 = 69 > 20 + 10, W1 is admitted
+  // and takes 21 positions (its prompt and its first token's slot). SGLang's offset then
+  // holds W1's 20 + 10 against the room as the step began: 150 - 12 - 69 - 30 = 39 > 30, so
+  // W2 is admitted in the same step. Counting W1's chunk both in the room and in the offset
+  // would leave 150 - 33 - 69 - 30 = 18 and defer W2 to step 2.
+  ReplayOptions o = steps(1);
+  o.memory.kv_budget_bytes = 150;
+  o.memory.policy = Policy::sglang;
+  const auto r = test::replay_under_budget(
+      "paged:block=1", {with_tokens("r", 0, 10, 100, 1, 10, 1), with_tokens("w1", kMs / 2, 20, 10, 2, 20, 2),
+                        with_tokens("w2", kMs / 2, 20, 10, 3, 20, 3)}, o);
+  REQUIRE(r.report.completed == 3);
+  for (const RequestRecord& rec : r.records) {
+    if (rec.id != "r") CHECK(rec.first_scheduled_ns == kMs);
+  }
+}
