@@ -182,3 +182,24 @@ TEST_CASE("a JSONL id or session holding NUL (the JSON escape u0000) is refused 
   CHECK(s.exit_code == 1);
   CHECK_THAT(s.err, Catch::Contains("nul-session.jsonl:1") && Catch::Contains("session"));
 }
+
+TEST_CASE("convert says how many failed BurstGPT requests it dropped, as stats and replay do") {
+  // Row 2 has 0 response tokens: a failed request, dropped unless --keep-failed. The output
+  // holds 2 requests, and nothing in it can tell a later stats or replay that one is missing.
+  const std::string in = write_file("convert-burstgpt.csv",
+                                    "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+                                    "5,ChatGPT,472,18,490,Conversation log\n"
+                                    "45,ChatGPT,1087,0,1087,Conversation log\n"
+                                    "46.5,GPT-4,417,276,693,Conversation log\n");
+  const std::string out = scratch_path("convert-burstgpt-out.csv");
+  auto r = run_cli({"trace", "convert", in, out});
+  REQUIRE(r.exit_code == 0);
+  CHECK(read_trace(out).size() == 2);
+  CHECK(r.err.find("kvsim: note: 1 failed requests (0 response tokens) of " + in + " were dropped and are not in " +
+                   out + "; --keep-failed keeps them as cancelled at arrival") != std::string::npos);
+  CHECK(r.err.find("converted 2 requests") != std::string::npos);
+  r = run_cli({"trace", "convert", in, out, "--keep-failed"});
+  REQUIRE(r.exit_code == 0);
+  CHECK(read_trace(out).size() == 3);
+  CHECK(r.err.find("dropped") == std::string::npos);
+}

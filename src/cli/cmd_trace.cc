@@ -243,6 +243,7 @@ int run_convert(const Invocation& inv) {
   std::vector<Request> kept;
   TraceColumns columns;
   std::int64_t count = 0;
+  std::int64_t dropped = 0;  // rows the format drops on purpose (BurstGPT's failed requests)
   TraceFormat in_format = TraceFormat::automatic;
   {
     auto reader = open_trace(in, trace);
@@ -257,6 +258,7 @@ int run_convert(const Invocation& inv) {
         if (!rereadable) kept.push_back(r);
       }
     });
+    dropped = reader->dropped();
   }
   // Pass 2: write.
   const std::string inputs[] = {in};
@@ -275,6 +277,13 @@ int run_convert(const Invocation& inv) {
                "kvsim: note: the token ids became prefix hashes of {}-token blocks: replays of {} share prompts at "
                "those blocks' boundaries only (give --hash-block-tokens for another size)\n",
                trace.hash_block_tokens, printable(out));
+  }
+  if (dropped > 0) {
+    // Not in the output, so no later stats or replay of it can say so.
+    fmt::print(stderr,
+               "kvsim: note: {} failed requests (0 response tokens) of {} were dropped and are not in {}; {} keeps "
+               "them as cancelled at arrival\n",
+               with_commas(dropped), printable(in), printable(out), kOptKeepFailed);
   }
   if (out != "-") {
     fmt::print(stderr, "kvsim: converted {} requests: {} ({}) -> {} ({})\n", with_commas(count), printable(in),
@@ -349,7 +358,9 @@ int run_gen(const Invocation& inv) {
       (option_key(kOptSystemPrompt), po::value(&system_prompts)->composing(),
        "tokens=T,share=P: a system prompt shared by that share of requests (repeatable)")
       (option_key(kOptSessions), po::value(&sessions),
-       "share=P,turns=COUNT,gap=DURATION[,user=COUNT][,max_context=N]: multi-turn conversations")
+       "share=P,turns=COUNT,gap=DURATION[,user=COUNT][,max_context=N]: multi-turn conversations "
+       "(--arrivals times new arrivals; a session's later turns come on top, so the request rate "
+       "is higher than the arrival rate)")
       (option_key(kOptBlockTokens), po::value(&block_tokens)->default_value(block_tokens),
        "tokens per block of the prefix hashes (written with system prompts or sessions)");
   po::positional_options_description positional;
