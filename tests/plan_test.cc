@@ -210,7 +210,8 @@ TEST_CASE("kvsim plan: --kv-usage-max holds on every replica, the fullest one's 
                              "--ttft-p99", "1s", "--search", "replicas", "--json"});
   INFO(free.err);
   REQUIRE(free.exit_code == 0);
-  for (const auto& p : nlohmann::json::parse(free.out)["points"]) CHECK(p["kv_usage_peak"].is_null());
+  const auto unbudgeted = nlohmann::json::parse(free.out);
+  for (const auto& p : unbudgeted["points"]) CHECK(p["kv_usage_peak"].is_null());
 }
 
 TEST_CASE("kvsim plan --search replicas: one replica meeting the targets is the answer, settled") {
