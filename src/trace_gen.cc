@@ -1,6 +1,7 @@
 // The synthetic trace generator. Everything random goes through detail::Rng, one stream
 // per kind of draw (see the Stream enum), in a fixed order per request.
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <map>
 #include <optional>
@@ -207,19 +208,9 @@ class ArrivalClock {
         advance(detail::round_to_int64(rng_.gamma(shape) / (shape * p_.rate_per_s) * 1e9));
         break;
       }
-      case ArrivalProcess::Kind::onoff: {
-        // A Poisson process whose rate switches between on and off periods, by thinning:
-        // candidates at the higher rate, each kept with probability rate(t) / higher rate.
-        const double peak = std::max(p_.rate_per_s, p_.off_rate_per_s);
-        const std::int64_t cycle = p_.on_ns + p_.off_ns;
-        for (;;) {
-          advance(detail::poisson_gap_ns(rng_, peak));
-          if (past_end_) break;
-          const double rate = now_ % cycle < p_.on_ns ? p_.rate_per_s : p_.off_rate_per_s;
-          if (rng_.uniform01() * peak < rate) break;
-        }
+      case ArrivalProcess::Kind::onoff:
+        advance_onoff();
         break;
-      }
     }
     return now_;
   }
@@ -234,6 +225,45 @@ class ArrivalClock {
       now_ = std::numeric_limits<std::int64_t>::max();
     } else {
       now_ += gap_ns;
+    }
+  }
+
+  // A Poisson process whose rate switches between on and off periods: one unit-rate
+  // exponential draw is the expected arrivals to wait for, spent window by window at each
+  // window's rate (the inverse of the cumulative rate), whole cycles at once. Each arrival
+  // takes one draw and a few steps however short the on period or slow the off rate; drawing
+  // candidates at the peak rate and thinning them took (on + off) / on candidates an arrival,
+  // which never ended for a nanosecond's on period.
+  void advance_onoff() {
+    const std::int64_t cycle = p_.on_ns + p_.off_ns;  // validated: on > 0, off >= 0
+    const double cycle_expected = (p_.rate_per_s * static_cast<double>(p_.on_ns) +
+                                   p_.off_rate_per_s * static_cast<double>(p_.off_ns)) / 1e9;
+    double need = rng_.exponential();
+    while (!past_end_) {
+      const std::int64_t at = now_ % cycle;
+      if (at == 0) {  // a cycle's start: skip the whole cycles the draw spans
+        const double whole = std::floor(need / cycle_expected);
+        if (whole >= static_cast<double>(std::numeric_limits<std::int64_t>::max() / cycle)) {
+          advance(std::numeric_limits<std::int64_t>::max());
+          break;
+        }
+        if (whole >= 1) {
+          advance(static_cast<std::int64_t>(whole) * cycle);
+          need -= whole * cycle_expected;  // at least one cycle's worth less: this ends
+          continue;
+        }
+      }
+      const bool on = at < p_.on_ns;
+      const std::int64_t left_ns = on ? p_.on_ns - at : cycle - at;
+      const double rate = on ? p_.rate_per_s : p_.off_rate_per_s;
+      const double window_expected = rate * static_cast<double>(left_ns) / 1e9;
+      if (rate > 0 && need <= window_expected) {
+        // Inside the window: its end belongs to the next one.
+        advance(std::min(left_ns - 1, detail::round_to_int64(need / rate * 1e9)));
+        break;
+      }
+      need -= window_expected;
+      advance(left_ns);
     }
   }
 

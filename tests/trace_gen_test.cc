@@ -145,6 +145,20 @@ TEST_CASE("arrival processes: Poisson rate and CV, gamma CV, on/off silence") {
   // 20/s for 10 s of every 60: 200 per minute.
   const double minutes = static_cast<double>(bursts.back().arrival_ns) / 60e9;
   CHECK(static_cast<double>(bursts.size()) / minutes == Approx(200).epsilon(0.03));
+  // A slower rate while off: 20/s for 10 s and 0.5/s for 50 s, 225 a minute, 25 of them off.
+  o.arrivals = parse_arrival_process("onoff:rate=20,on=10s,off=50s,off_rate=0.5", "--arrivals");
+  const auto murmur = generate(o);
+  const double murmur_minutes = static_cast<double>(murmur.back().arrival_ns) / 60e9;
+  CHECK(static_cast<double>(murmur.size()) / murmur_minutes == Approx(225).epsilon(0.03));
+  const auto off = std::count_if(murmur.begin(), murmur.end(),
+                                 [](const Request& r) { return r.arrival_ns % 60'000'000'000 >= 10'000'000'000; });
+  CHECK(static_cast<double>(off) / murmur_minutes == Approx(25).epsilon(0.1));
+  // A nanosecond on in every hour: the arrivals are the off rate's, 3.6 an hour (thinning
+  // candidates at the peak rate took 3.6e12 of them an arrival, and never finished).
+  o.arrivals = parse_arrival_process("onoff:rate=10,on=1ns,off=1h,off_rate=0.001", "--arrivals");
+  const auto sparse = generate(o);
+  CHECK(static_cast<double>(sparse.size()) / (static_cast<double>(sparse.back().arrival_ns) / 3600e9) ==
+        Approx(3.6).epsilon(0.05));
 }
 
 TEST_CASE("generation stops at a time (--duration) or a count (--requests)") {
