@@ -70,9 +70,11 @@ class SglangScheduler final : public Scheduler {
   bool admits(const EngineView& engine, const Ticket& t, const AdmitInfo& info, std::int64_t cached,
               std::int64_t positions) override {
     const std::int64_t free_bytes = engine.free_bytes();
-    // The chunk's room: its pages less the cached ones live requests hold (locked, in use).
+    // The chunk's room: its pages less the cached ones live requests hold (locked, in use),
+    // which are looked up only when the pages alone do not fit.
     const auto chunk_fits = [&] {
-      return chunk_bytes(engine, t, positions) - engine.allocator.roomless_hit_bytes(info) <= free_bytes;
+      const std::int64_t pages = chunk_bytes(engine, t, positions);
+      return pages <= free_bytes || pages - engine.allocator.roomless_hit_bytes(info) <= free_bytes;
     };
     if (engine.running == 0) return chunk_fits();  // nothing to estimate against
     // In token positions, as its token pool counts them.
