@@ -413,19 +413,23 @@ ModelWeights model_weights(const ModelSpec& model, const KvOptions& kv, const Bu
     }
     w.weights_bytes = ceil_div(checked_mul(w.parameter_count, w.weight_bits, "weight bits"), 8);
   }
-  // Expert parallelism: a device holds floor(routed parameters / N) of the routed experts'
-  // parameters, and all the rest.
+  // Expert parallelism over N ranks: a device holds whole experts, ceil(E / N) of each MoE
+  // layer's E routed experts (rank 0's share under vLLM's determine_expert_map, the largest:
+  // the first E mod N ranks take one more), and all the other parameters.
   std::int64_t spread_bytes = 0;
   const std::int64_t experts = model.moe ? split_parameters(model).routed_experts : 0;
   const std::int64_t bits = w.weight_bits > 0 ? w.weight_bits : 16;
   const std::int64_t ranks = std::max<std::int64_t>(1, o.expert_parallel_ranks);
-  if (ranks > 1 && model.moe) {
-    spread_bytes = ceil_div(checked_mul(experts - experts / ranks, bits, "expert bits"), 8);
+  std::int64_t held = experts;
+  if (ranks > 1 && model.moe && model.moe->routed_experts > 0) {
+    const std::int64_t e = model.moe->routed_experts;
+    held = checked_mul(experts / e, ceil_div(e, ranks), "expert parameters");  // experts is a multiple of e
+    spread_bytes = ceil_div(checked_mul(experts - held, bits, "expert bits"), 8);
   }
   w.weights_bytes_per_device = ceil_div(std::max<std::int64_t>(0, w.weights_bytes - spread_bytes), w.devices);
   if (w.parameter_count > 0 && experts > 0) {
     w.routed_expert_bytes_per_device = std::min(
-        w.weights_bytes_per_device, ceil_div(ceil_div(checked_mul(experts / ranks, bits, "expert bits"), 8), w.devices));
+        w.weights_bytes_per_device, ceil_div(ceil_div(checked_mul(held, bits, "expert bits"), 8), w.devices));
   }
   if (w.parameter_count > 0 && can_split_parameters(model) && !model.tie_word_embeddings) {
     // Only when the count holds the table and the LM head beside it (a --params below that

@@ -543,7 +543,9 @@ std::int64_t quantized_weight_bits(const Config& c) {
   if (method_name == "fp8" || method_name == "fbgemm_fp8") return 8;
   // `bits` is the weights' width for AWQ, GPTQ and AutoRound (also exported as
   // "intel/auto-round"); other schemes use the name for other things, or not at all.
-  const auto bits = q->find("bits");
+  // AutoAWQ's own exports call it w_bit (vLLM's AWQConfig reads either).
+  auto bits = q->find("bits");
+  if (method_name == "awq" && (bits == q->end() || bits->is_null())) bits = q->find("w_bit");
   if ((method_name == "awq" || method_name == "gptq" || method_name == "auto-round" ||
        method_name == "intel/auto-round") &&
       bits != q->end() && bits->is_number_integer() && bits->get<std::int64_t>() > 0) {
@@ -551,9 +553,13 @@ std::int64_t quantized_weight_bits(const Config& c) {
   }
   if (method_name == "bitsandbytes") {
     const json* four = field("load_in_4bit", &json::is_boolean, "true or false");
-    if (four != nullptr && four->get<bool>()) return 4;
     const json* eight = field("load_in_8bit", &json::is_boolean, "true or false");
-    if (eight != nullptr && eight->get<bool>()) return 8;
+    const bool in4 = four != nullptr && four->get<bool>();
+    const bool in8 = eight != nullptr && eight->get<bool>();
+    // transformers' BitsAndBytesConfig refuses both at once.
+    if (in4 && in8) c.fail("quantization_config.load_in_8bit", "and load_in_4bit are both true: give one");
+    if (in4) return 4;
+    if (in8) return 8;
   }
   return 0;
 }
@@ -589,9 +595,14 @@ std::optional<WeightQuantization> weight_quantization(const Config& c) {
   w.method_name = method_it->get<std::string>();
   if (w.method_name == "awq" || w.method_name == "gptq") {
     w.method = w.method_name == "awq" ? WeightQuantMethod::awq : WeightQuantMethod::gptq;
-    w.bits = integer_at(*q, "bits", "quantization_config.bits").value_or(w.method == WeightQuantMethod::awq ? 4 : 0);
+    // vLLM's AWQConfig and GPTQConfig.from_config require the width (AWQ's as bits or w_bit).
+    const char* bits_key = w.method == WeightQuantMethod::awq && q->contains("w_bit") && !q->contains("bits") ? "w_bit" : "bits";
+    const std::string bits_name = std::string("quantization_config.") + bits_key;
+    const auto bits = integer_at(*q, bits_key, bits_name);
+    if (!bits) c.fail(bits_name, "missing: the width of " + w.method_name + "'s weights (vLLM requires it)");
+    w.bits = *bits;
     if (w.bits != 2 && w.bits != 3 && w.bits != 4 && w.bits != 8) {
-      c.fail("quantization_config.bits", "expected 2, 3, 4 or 8 for " + w.method_name + ", got " + std::to_string(w.bits));
+      c.fail(bits_name, "expected 2, 3, 4 or 8 for " + w.method_name + ", got " + std::to_string(w.bits));
     }
     const std::int64_t group = integer_at(*q, "group_size", "quantization_config.group_size").value_or(128);
     if (group == 0 || group < -1) c.fail("quantization_config.group_size", "expected a positive size or -1, got " + std::to_string(group));
@@ -789,12 +800,35 @@ ModelSpec parse_hf_config(std::string_view json_text, const std::string& path) {
   m.layer_window_tokens = layer_windows(c, model_type, m.num_hidden_layers);
   read_layer_kinds(c, m);
 
+  // The expert count under each family's name; two names that disagree leave the model
+  // ambiguous (and each family reads its experts' width from a different field).
+  const char* expert_fields[] = {"n_routed_experts", "num_local_experts", "num_experts"};
+  const char* counted_by = nullptr;
+  for (const char* name : expert_fields) {
+    const auto count = c.integer(name);
+    if (!count || *count <= 0) continue;  // a family's own branch below refuses a bad count
+    if (counted_by != nullptr && *count != *c.integer(counted_by)) {
+      c.fail(name, std::to_string(*count) + " experts, but " + counted_by + " says " +
+                       std::to_string(*c.integer(counted_by)) + ": give one expert count");
+    }
+    if (counted_by == nullptr) counted_by = name;
+  }
+  if (const auto routed = c.integer("num_experts_per_tok"); counted_by == nullptr && routed && *routed > 0) {
+    c.fail("num_experts_per_tok", "routes tokens to experts, but no expert count is given (n_routed_experts, "
+                                  "num_local_experts or num_experts): the model would be sized as dense");
+  }
   if (const auto experts = c.optional_positive("n_routed_experts")) {  // DeepSeek
     MoeDims moe;
     moe.routed_experts = *experts;
     moe.shared_experts = c.optional_non_negative("n_shared_experts").value_or(0);
     moe.expert_intermediate_size = c.required_positive("moe_intermediate_size");
     moe.dense_layers = c.optional_non_negative("first_k_dense_replace").value_or(0);
+    // DeepseekV3DecoderLayer: layer i is MoE when i >= first_k_dense_replace and
+    // i % moe_layer_freq == 0. kvsim counts dense layers only as a leading block.
+    if (const auto freq = c.optional_positive("moe_layer_freq"); freq && *freq != 1) {
+      c.fail("moe_layer_freq", std::to_string(*freq) + ": only 1 (every layer from first_k_dense_replace on is MoE) "
+                                                      "is supported");
+    }
     if (moe.dense_layers > m.num_hidden_layers) {
       c.fail("first_k_dense_replace", std::to_string(moe.dense_layers) + " dense layers, more than the " +
                                           std::to_string(m.num_hidden_layers) + " layers (num_hidden_layers)");

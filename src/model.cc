@@ -222,7 +222,7 @@ void validate_model(const ModelSpec& model, const std::string& file) {
   } else {
     if (model.head_dim <= 0) fail("head_dim", "expected a positive head dimension");
   }
-  // MLA too: the decompressed form caches one K and V per KV head.
+  // Checked for MLA configs too, though neither form reads it (see device_heads below).
   // Per-layer lists are checked layer by layer (validate_layer_kinds).
   if (model.layer_attention_heads.empty() && (model.num_key_value_heads > model.num_attention_heads ||
                                               model.num_attention_heads % model.num_key_value_heads != 0)) {
@@ -258,6 +258,10 @@ std::vector<KvLayout> kv_stage_layouts(const ModelSpec& model, const KvOptions& 
   // when the config lists them (layer_kv_heads).
   auto device_heads = [&](std::size_t i) {
     if (latent) return std::int64_t{1};
+    // Decompressed, kv_b_proj expands the latent into K and V for every attention head
+    // (DeepseekV3Attention: num_heads x (qk_nope_head_dim + v_head_dim)); the config's
+    // num_key_value_heads plays no part.
+    if (model.mla) return kv_heads_per_device(model.num_attention_heads, model.num_attention_heads, options.tensor_parallel);
     const std::int64_t heads = model.layer_kv_heads.empty() ? model.num_key_value_heads : model.layer_kv_heads[i];
     const std::int64_t queries =
         model.layer_attention_heads.empty() ? model.num_attention_heads : model.layer_attention_heads[i];

@@ -207,10 +207,13 @@ TEST_CASE("expert parallelism: each rank holds its share of the routed experts, 
   const Budget b = derive_budget(qwen, KvOptions{}, o);
   CHECK(b.weights_bytes == 61'064'220'672);  // all of them, over all ranks
   CHECK(b.weights_bytes_per_device == 61'064'220'672 - 28'991'029'248);
-  // 3 ranks: kvsim keeps floor(routed / 3) = 9,663,676,416 routed parameters a device and
-  // spreads 19,327,352,832 away (x 2 bytes); vLLM gives a rank 43 or 42 of a layer's 128.
+  // 3 ranks: vLLM's determine_expert_map gives rank 0 43 of a layer's 128 experts (the
+  // others 43 and 42), whole: 48 x 43 x 4,718,592 = 9,739,173,888 routed parameters stay,
+  // 28,991,029,248 - 9,739,173,888 = 19,251,855,360 go (x 2 bytes). Not a third of the
+  // routed parameters (9,663,676,416), which would be 42 2/3 experts a layer.
   o.expert_parallel_ranks = 3;
-  CHECK(derive_budget(qwen, KvOptions{}, o).weights_bytes_per_device == 61'064'220'672 - 2 * 19'327'352'832);
+  CHECK(derive_budget(qwen, KvOptions{}, o).weights_bytes_per_device == 61'064'220'672 - 2 * 19'251'855'360);
+  CHECK(derive_budget(qwen, KvOptions{}, o).weights_bytes_per_device == 22'560'509'952);
   // A dense model has no experts to spread.
   CHECK(derive_budget(find_model_preset("llama-3.1-8b"), KvOptions{}, o).weights_bytes_per_device ==
         derive_budget(find_model_preset("llama-3.1-8b"), KvOptions{}, on("RTX-PRO-6000")).weights_bytes_per_device);

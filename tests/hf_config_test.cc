@@ -158,6 +158,17 @@ TEST_CASE("a quantization scheme whose bits kvsim does not read needs the weight
   // bitsandbytes says its width only through a load flag.
   CHECK(parse_hf_config(base + R"({"quant_method": "bitsandbytes"}})", "q.json").unread_quantization == "bitsandbytes");
   CHECK(parse_hf_config(base + R"({"quant_method": "bitsandbytes", "load_in_4bit": true}})", "q.json").weight_bits == 4);
+  // Both flags: transformers' BitsAndBytesConfig refuses that, and so does kvsim.
+  CHECK_THROWS_WITH(parse_hf_config(base + R"({"quant_method": "bitsandbytes", "load_in_4bit": true, "load_in_8bit": true}})",
+                                    "q.json"),
+                    Catch::Contains("q.json") && Catch::Contains("quantization_config.load_in_8bit") &&
+                        Catch::Contains("both true"));
+  // AWQ's width as AutoAWQ writes it (w_bit), and no width at all: vLLM's AWQConfig requires
+  // one, where kvsim used to assume 4 bits.
+  CHECK(parse_hf_config(base + R"({"quant_method": "awq", "w_bit": 8, "group_size": 128}})", "w.json").weight_bits == 8);
+  CHECK(parse_hf_config(base + R"({"quant_method": "awq", "w_bit": 8, "group_size": 128}})", "w.json").quantization->bits == 8);
+  CHECK_THROWS_WITH(parse_hf_config(base + R"({"quant_method": "awq", "group_size": 128}})", "n.json"),
+                    Catch::Contains("n.json") && Catch::Contains("quantization_config.bits") && Catch::Contains("missing"));
   // Not an object: an error naming the field.
   CHECK_THROWS_WITH(parse_hf_config(base + R"("awq"})", "s.json"),
                     Catch::Contains("s.json") && Catch::Contains("field 'quantization_config': expected an object"));
@@ -308,6 +319,30 @@ TEST_CASE("a Qwen3-MoE config: experts per token drive compute, every expert the
   std::string too_many = qwen3_moe;
   too_many.replace(too_many.find("\"num_experts_per_tok\": 8"), 24, "\"num_experts_per_tok\": 200");
   CHECK_THROWS_WITH(parse_hf_config(too_many, "many.json"), Catch::Contains("num_experts_per_tok"));
+  // Two expert counts that disagree: which family's width applies is unknowable (with
+  // num_local_experts the experts would be Mixtral's, intermediate_size wide).
+  std::string two_counts = qwen3_moe;
+  two_counts.replace(two_counts.find("\"num_experts\": 128"), 18, "\"num_experts\": 128, \"num_local_experts\": 8");
+  CHECK_THROWS_WITH(parse_hf_config(two_counts, "two.json"),
+                    Catch::Contains("two.json: field 'num_experts': 128 experts, but num_local_experts says 8"));
+  // Routing without a count: it would be sized as a dense model, a tenth of its weights.
+  std::string no_count = qwen3_moe;
+  no_count.replace(no_count.find("\"num_experts\": 128, "), 20, "");
+  CHECK_THROWS_WITH(parse_hf_config(no_count, "none.json"),
+                    Catch::Contains("none.json") && Catch::Contains("num_experts_per_tok") && Catch::Contains("no expert count"));
+}
+
+TEST_CASE("DeepSeek's MoE layers: from first_k_dense_replace on, every layer (moe_layer_freq 1 only)") {
+  const std::string deepseek = R"({"model_type": "deepseek_v3", "hidden_size": 1024, "num_attention_heads": 8,
+      "num_hidden_layers": 4, "max_position_embeddings": 4096, "n_routed_experts": 8, "moe_intermediate_size": 256,
+      "first_k_dense_replace": 1, )";
+  CHECK(parse_hf_config(deepseek + R"("moe_layer_freq": 1})", "one.json").moe->dense_layers == 1);
+  // DeepseekV3DecoderLayer: MoE when i >= first_k_dense_replace and i % moe_layer_freq == 0,
+  // so 2 makes layers 1 and 3 dense as well; kvsim counts dense layers as a leading block only.
+  CHECK_THROWS_WITH(parse_hf_config(deepseek + R"("moe_layer_freq": 2})", "two.json"),
+                    Catch::Contains("two.json") && Catch::Contains("moe_layer_freq") && Catch::Contains("only 1"));
+  CHECK_THROWS_WITH(parse_hf_config(deepseek + R"("moe_layer_freq": 0})", "zero.json"),
+                    Catch::Contains("moe_layer_freq") && Catch::Contains("expected a positive integer"));
 }
 
 TEST_CASE("a config.json key given twice in one object is refused, not read as its last value") {

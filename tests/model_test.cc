@@ -153,6 +153,14 @@ TEST_CASE("MLA: the latent form engines store and the decompressed form transfor
   CHECK(kv_layout(ds, latent).bytes_per_token() == 70'272);
   decompressed.tensor_parallel = 8;
   CHECK(kv_layout(ds, decompressed).bytes_per_token() == 61 * 16 * 320 * 2);
+
+  // kv_b_proj decompresses K and V for every attention head: a config's num_key_value_heads
+  // (DeepSeek-V3's says 128, a copy could say 1) changes nothing.
+  ModelSpec one_kv = ds;
+  one_kv.num_key_value_heads = 1;
+  decompressed.tensor_parallel = 1;
+  CHECK(kv_layout(one_kv, decompressed).bytes_per_token() == 4'997'120);
+  CHECK(kv_layout(one_kv, latent).bytes_per_token() == 70'272);
 }
 
 TEST_CASE("quantised caches: packed values plus a scale and a zero-point per group") {
