@@ -24,7 +24,15 @@ std::size_t least_concurrent_stage(const std::vector<StagePool>& pools, std::siz
 }
 
 SequenceBytes sequence_bytes(const SizeSheet& sheet, std::int64_t tokens) {
-  SequenceBytes r{tokens, kv_bytes_for_tokens(sheet.layout(), tokens), 0, 0, 0};
+  SequenceBytes r;
+  r.tokens = tokens;
+  for (std::size_t i = 0; i < sheet.stages.size(); ++i) {
+    const std::int64_t held = kv_bytes_for_tokens(sheet.stages[i], tokens);
+    if (i == 0 || held > r.bytes_per_sequence) {
+      r.bytes_per_sequence = held;
+      r.stage = i;
+    }
+  }
   r.state_bytes = checked_mul(sheet.layout().state_bytes_per_sequence(), sheet.seqs, "state bytes");
   r.bytes = checked_mul(r.bytes_per_sequence, sheet.seqs, "bytes for all sequences");
   std::int64_t every = 0;
@@ -78,7 +86,9 @@ void hold_to_context(const SizeSheet& sheet, FitVerdict& v, std::int64_t longest
 CheckResult check_case(const SizeSheet& sheet, const CheckCase& c) {
   CheckResult r;
   r.c = c;
-  r.kv_bytes = checked_mul(kv_bytes_for_tokens(sheet.layout(), c.tokens), c.sequences, "KV bytes of the case");
+  std::int64_t most = 0;  // on the stage that holds the most at this length
+  for (const auto& stage : sheet.stages) most = std::max(most, kv_bytes_for_tokens(stage, c.tokens));
+  r.kv_bytes = checked_mul(most, c.sequences, "KV bytes of the case");
   r.fit = fit_verdict(
       sheet, c.sequences,
       [&](std::size_t i) { return request_blocks(sheet.stages[i], sheet.stage_pools[i].pool, c.tokens, sheet.paging); },
@@ -182,14 +192,28 @@ SizeSheet size_sheet(const ModelSpec& model, const KvOptions& kv, const SizeQuer
     SequenceBytes sum;
     for (const auto& r : sheet.sequences) {
       sum.tokens = checked_add(sum.tokens, r.tokens, "total tokens");
-      sum.bytes_per_sequence = checked_add(sum.bytes_per_sequence, r.bytes_per_sequence, "total bytes");
-      sum.bytes = checked_add(sum.bytes, r.bytes, "total bytes");
       sum.bytes_all_devices = checked_add(sum.bytes_all_devices, r.bytes_all_devices, "total bytes");
       sum.state_bytes = checked_add(sum.state_bytes, r.state_bytes, "total bytes");
     }
+    // All the lengths on one device: the stage that holds the most of their sum.
+    for (std::size_t i = 0; i < sheet.stages.size(); ++i) {
+      std::int64_t held = 0;
+      for (const auto& r : sheet.sequences) held = checked_add(held, kv_bytes_for_tokens(sheet.stages[i], r.tokens), "total bytes");
+      if (i == 0 || held > sum.bytes_per_sequence) {
+        sum.bytes_per_sequence = held;
+        sum.stage = i;
+      }
+    }
+    sum.bytes = checked_mul(sum.bytes_per_sequence, sheet.seqs, "total bytes");
     sheet.total = sum;
   }
-  if (query.request) sheet.request = request_bytes(sheet.layout(), *query.request);
+  if (query.request) {
+    // On the stage that holds the most of it.
+    for (const auto& stage : sheet.stages) {
+      const RequestBytes r = request_bytes(stage, *query.request);
+      if (!sheet.request || r.kv_bytes > sheet.request->kv_bytes) sheet.request = r;
+    }
+  }
   if (query.offload_ppb > 0) {
     sheet.offload_ppb = query.offload_ppb;
     sheet.link_bytes_per_second = query.link_bytes_per_second;
@@ -203,8 +227,9 @@ SizeSheet size_sheet(const ModelSpec& model, const KvOptions& kv, const SizeQuer
   }
   if (query.static_cache_tokens > 0) {
     sheet.static_cache_tokens = query.static_cache_tokens;
-    sheet.static_reserved_bytes = checked_mul(kv_bytes_for_tokens(sheet.layout(), query.static_cache_tokens), sheet.seqs,
-                                              "static cache bytes");
+    std::int64_t most = 0;  // on the stage that holds the most at this length
+    for (const auto& stage : sheet.stages) most = std::max(most, kv_bytes_for_tokens(stage, query.static_cache_tokens));
+    sheet.static_reserved_bytes = checked_mul(most, sheet.seqs, "static cache bytes");
   }
   if (!sheet.budget) return sheet;
 

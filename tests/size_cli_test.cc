@@ -7,8 +7,10 @@
 #include <vector>
 
 #include "cli_util.h"
+#include "trace_test_util.h"
 
 using kvsim::test::run_cli;
+using Json = nlohmann::json;
 
 namespace {
 
@@ -210,6 +212,33 @@ TEST_CASE("size and replay refuse --weights-bytes beside --params or --weight-dt
                                             "has no effect: give one or the other"));
     }
   }
+}
+
+TEST_CASE("kvsim size --pp: a sequence is sized on the stage that holds the most at its length") {
+  // Five layers, 2 KV heads of 128: 1,024 bytes a layer a position. get_pp_indices gives
+  // stage 0 layers 0-2, all sliding (window 128), and stage 1 layers 3-4, full attention.
+  // Stage 0 has more bytes per token (3,072 against 2,048), but holds at most 128 positions.
+  const std::string cfg = kvsim::test::write_file(
+      "pp-windows.json",
+      R"({"model_type": "llama", "hidden_size": 1024, "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 128,)"
+      R"( "num_hidden_layers": 5, "max_position_embeddings": 131072, "sliding_window": 128,)"
+      R"( "layer_types": ["sliding_attention", "sliding_attention", "sliding_attention", "full_attention", "full_attention"],)"
+      R"( "torch_dtype": "bfloat16"})");
+  const auto r = run_cli({"size", "--config", cfg, "--pp", "2", "--tokens", "100,100000", "--seqs", "4", "--json"});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  const Json rows = Json::parse(r.out)["sequences"]["rows"];
+  // 100 tokens: stage 0 keeps 3 x 100 x 1,024 = 307,200 bytes, stage 1 2 x 100 x 1,024.
+  CHECK(rows[0]["bytes_per_sequence"] == 307'200);
+  CHECK(rows[0]["stage"] == 0);
+  // 100,000 tokens: stage 0 keeps 3 x 128 x 1,024 = 393,216, stage 1 2 x 100,000 x 1,024.
+  CHECK(rows[1]["bytes_per_sequence"] == 204'800'000);
+  CHECK(rows[1]["stage"] == 1);
+  CHECK(rows[1]["bytes"] == 4 * 204'800'000LL);
+  // Both lengths at once on one device: stage 1 holds 2 x 100,100 x 1,024 of them.
+  const Json total = Json::parse(r.out)["sequences"]["total"];
+  CHECK(total["bytes_per_sequence"] == 205'004'800);
+  CHECK(total["stage"] == 1);
 }
 
 TEST_CASE("kvsim size and models: help, usage errors and input errors") {

@@ -44,7 +44,10 @@ struct SizeQuery {
 // B sequences of T tokens.
 struct SequenceBytes {
   std::int64_t tokens = 0;               // T
-  std::int64_t bytes_per_sequence = 0;   // one sequence on one device of the binding stage
+  // One sequence on one device of the stage that holds the most at T (`stage`): with sliding
+  // windows in some stages only, not always the stage with the most bytes per token.
+  std::int64_t bytes_per_sequence = 0;
+  std::size_t stage = 0;
   std::int64_t bytes = 0;                // B sequences on that device
   std::int64_t bytes_all_devices = 0;    // B sequences summed over every stage and tensor-parallel rank
   std::int64_t state_bytes = 0;          // B x the binding stage's constant per-sequence state (hybrid models)

@@ -194,6 +194,13 @@ std::string sequences_table(const SizeSheet& s) {
     headers.push_back("bytes, all devices");
     align.push_back(A::right);
   }
+  // Which stage's device holds the most at T (pipeline stages whose sliding windows differ
+  // may change places as T grows).
+  const bool stages = s.stages.size() > 1;
+  if (stages) {
+    headers.push_back("stage");
+    align.push_back(A::right);
+  }
   const bool state = layout.state_layers > 0;
   if (state) {
     headers.push_back(fmt::format("state bytes ({})", n));
@@ -205,6 +212,7 @@ std::string sequences_table(const SizeSheet& s) {
     std::vector<std::string> row = {label, with_commas(r.bytes_per_sequence), gib(r.bytes_per_sequence),
                                     with_commas(r.bytes), gib(r.bytes), gb(r.bytes)};
     if (s.devices > 1) row.push_back(with_commas(r.bytes_all_devices));
+    if (stages) row.push_back(std::to_string(r.stage));
     if (state) {
       row.push_back(with_commas(r.state_bytes));
       row.push_back(with_commas(checked_add(r.bytes, r.state_bytes, "KV + state bytes")));
@@ -542,7 +550,8 @@ Json sequence_row_json(const SequenceBytes& r, bool state) {
               {"bytes", r.bytes},
               {"gib", decimal_number(format_ratio(r.bytes, kBytesPerGiB, 2))},
               {"gb", decimal_number(format_ratio(r.bytes, kBytesPerGB, 2))},
-              {"bytes_all_devices", r.bytes_all_devices}};
+              {"bytes_all_devices", r.bytes_all_devices},
+              {"stage", r.stage}};
   if (state) row["state_bytes"] = r.state_bytes;
   return row;
 }
