@@ -268,6 +268,9 @@ TEST_CASE("kvsim size and models: help, usage errors and input errors") {
       {{"size", "--model", "llama-3.1-8b", "--device", "H100-80GB", "--gpu-memory-utilization", "1.5"},
        "--gpu-memory-utilization"},
       {{"size", "--model", "llama-3.1-8b", "--params", "8B"}, "--device"},  // a budget option without a device
+      // Past the model's 131,072 positions: vLLM's _get_and_verify_max_len refuses it, so a
+      // 200,000-token check would say "yes" for an engine that never starts.
+      {{"size", "--model", "llama-3.1-8b", "--device", "H100-80GB", "--max-model-len", "131073"}, "--max-model-len"},
   };
   for (const auto& [args, option] : bad_values) {
     INFO(args.back());
@@ -275,6 +278,8 @@ TEST_CASE("kvsim size and models: help, usage errors and input errors") {
     CHECK(r.exit_code == 2);
     CHECK_THAT(r.err, Catch::Contains(option) && Catch::Contains("Usage: kvsim size"));
   }
+  // At the maximum it runs.
+  CHECK(run_cli({"size", "--model", "llama-3.1-8b", "--device", "H100-80GB", "--max-model-len", "131072"}).exit_code == 0);
   r = run_cli({"size", "--model", "llama-4"});
   CHECK_THAT(r.err, Catch::Contains("llama-3.1-8b"));  // the known presets are listed
   // A result that cannot be computed from valid options is an input error: exit 1.

@@ -501,6 +501,8 @@ ReplayPlan plan_replay(const po::variables_map& vm, PlanScope scope) {
                      "only: size it with 'kvsim size'");
   }
   if (const auto m = option_text(vm, option_key(kOptMaxModelLen))) {
+    // Longer than the model's own maximum is a what-if vLLM allows only with
+    // VLLM_ALLOW_LONG_MAX_MODEL_LEN=1; replay takes it (size, sizing an engine's start-up, does not).
     layout.max_model_len = positive_integer(*m, kOptMaxModelLen);
   }
 

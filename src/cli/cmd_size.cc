@@ -262,6 +262,7 @@ SizeQuery size_query(const po::variables_map& vm, const ModelSpec& model, std::i
   // Here nothing else uses the device or the weights (replay's cost model does).
   reject_beside_kv_budget(vm, {"device", "params", "weight-dtype", "weights-bytes"});
   q.startup = engine_settings(vm, q.paging);
+  if (const auto n = option_text(vm, option_key(kOptMaxModelLen))) max_model_len_option(*n, model);
   if (q.startup) {
     reject_beside_kv_budget(vm, {option_key(kOptEngine), option_key(kOptMaxNumSeqs), option_key(kOptEnforceEager),
                                  option_key(kOptMaxModelLen), option_key(kOptMemFractionStatic),

@@ -1,5 +1,7 @@
 #include "model_options.h"
 
+#include <fmt/core.h>
+
 #include "kvsim/error.h"
 #include "kvsim/size_sheet.h"
 #include "kvsim/option_names.h"
@@ -9,6 +11,19 @@
 namespace kvsim::cli {
 std::int64_t positive_integer(const std::string& text, const char* option) {
   return parse_positive_integer(text, option);
+}
+
+std::int64_t max_model_len_option(const std::string& text, const ModelSpec& model) {
+  const std::int64_t n = positive_integer(text, kOptMaxModelLen);
+  const std::int64_t most = context_length(model);
+  if (most > 0 && n > most) {
+    throw InputError(Location{"", 0, kOptMaxModelLen},
+                     fmt::format("{} is longer than {}'s maximum of {} tokens ({}); vLLM refuses it at start-up "
+                                 "(unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1). To size a longer context, give a "
+                                 "config.json whose max_position_embeddings says so",
+                                 with_commas(n), model.name, with_commas(most), context_length_source(model)));
+  }
+  return n;
 }
 
 std::optional<std::string> option_text(const po::variables_map& vm, const char* name) {

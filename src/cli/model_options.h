@@ -56,6 +56,12 @@ void reject_beside_kv_budget(const po::variables_map& vm, std::initializer_list<
 // A positive integer option value. Throws InputError naming `option`.
 std::int64_t positive_integer(const std::string& text, const char* option);
 
+// --max-model-len's value for `model` as an engine's start-up takes it (kvsim size): a
+// positive integer no longer than the model's own maximum (context_length(), when known), as
+// vLLM's _get_and_verify_max_len refuses a longer one unless VLLM_ALLOW_LONG_MAX_MODEL_LEN is
+// set. Throws InputError naming the option. (kvsim replay takes a longer one as a what-if.)
+std::int64_t max_model_len_option(const std::string& text, const ModelSpec& model);
+
 // The option's value, if it was given.
 std::optional<std::string> option_text(const po::variables_map& vm, const char* name);
 
