@@ -142,6 +142,13 @@ TEST_CASE("replay: a cost coefficient not named is the roofline's, and a step mu
   const Json seed = Json::parse(r.out)["runs"][0]["memory_bytes"];
   CHECK(seed["allocated_slots"]["peak"] == 26'214'400);
   CHECK(seed["effective_tokens"]["peak"] == 24'576'000);
+  // Nor does a KV budget given in bytes (one derived from a device subtracts the weights):
+  // the same run under 100 blocks' worth, 100 x 16 x 163,840 bytes, which it fits.
+  r = test::run_cli({"replay", trace, "--model", "seed-example", "--allocator", "paged", "--cost",
+                     "constant:step=1ms,prefill-token=0ps", "--kv-budget", "262144000", "--json"});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(Json::parse(r.out)["runs"][0]["memory_bytes"]["allocated_slots"]["peak"] == 26'214'400);
   // The roofline needs them, and says where they come from.
   r = test::run_cli({"replay", trace, "--model", "seed-example"});
   CHECK(r.exit_code == 1);

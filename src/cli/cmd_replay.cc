@@ -263,10 +263,11 @@ ReplayOptions replay_options_from(const po::variables_map& vm, const ModelChoice
     weights = model_weights(choice.model, choice.kv, weight_options);
   } catch (const InputError&) {
     // Weights that cannot be counted (a model without a vocabulary size, as seed-example)
-    // matter only to a cost that takes a term from the roofline; a budget needs them anyway.
+    // matter only to a cost that takes a term from the roofline, and to a budget derived
+    // from a device (a --kv-budget given as such needs none).
     const CostModel named = parse_cost_model(vm[option_key(kOptCost)].as<std::string>(),
                                              roofline_cost_model(choice.model, layout, device, weights, parallel), kOptCost);
-    if (budget_options_given || !named.device.empty()) throw;
+    if ((budget_options_given && !budget_options_given->kv_budget_bytes) || !named.device.empty()) throw;
   }
   const CostModel roofline = roofline_cost_model(choice.model, layout, device, weights, parallel);
 
