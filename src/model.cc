@@ -67,8 +67,12 @@ struct GroupKey {
 };
 
 std::string group_name(const ModelSpec& model, const KvOptions& options, std::int64_t window) {
-  if (model.mla) return options.mla_form == MlaForm::latent ? "mla latent" : "mla decompressed";
-  return window == 0 ? "full" : "sliding " + std::to_string(window);
+  const std::string kind = window == 0 ? "full" : "sliding " + std::to_string(window);
+  if (model.mla) {
+    const std::string form = options.mla_form == MlaForm::latent ? "mla latent" : "mla decompressed";
+    return window == 0 ? form : form + ", " + kind;  // a window over MLA layers is shown, not hidden
+  }
+  return kind;
 }
 
 }  // namespace

@@ -161,6 +161,15 @@ TEST_CASE("MLA: the latent form engines store and the decompressed form transfor
   decompressed.tensor_parallel = 1;
   CHECK(kv_layout(one_kv, decompressed).bytes_per_token() == 4'997'120);
   CHECK(kv_layout(one_kv, latent).bytes_per_token() == 70'272);
+
+  // A window over MLA layers (a config with sliding_window beside kv_lora_rank) is kept and
+  // named: at most 1,024 positions of 1,152 bytes a layer.
+  ModelSpec windowed = ds;
+  windowed.layer_window_tokens.assign(static_cast<std::size_t>(ds.num_hidden_layers), 1024);
+  const KvLayout w = kv_layout(windowed, latent);
+  REQUIRE(w.groups.size() == 1);
+  CHECK(w.groups[0].name == "mla latent, sliding 1024");
+  CHECK(kv_bytes_for_tokens(w, 100'000) == 61LL * 1024 * 1152);
 }
 
 TEST_CASE("quantised caches: packed values plus a scale and a zero-point per group") {
