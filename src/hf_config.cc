@@ -813,10 +813,6 @@ ModelSpec parse_hf_config(std::string_view json_text, const std::string& path) {
     }
     if (counted_by == nullptr) counted_by = name;
   }
-  if (const auto routed = c.integer("num_experts_per_tok"); counted_by == nullptr && routed && *routed > 0) {
-    c.fail("num_experts_per_tok", "routes tokens to experts, but no expert count is given (n_routed_experts, "
-                                  "num_local_experts or num_experts): the model would be sized as dense");
-  }
   if (const auto experts = c.optional_positive("n_routed_experts")) {  // DeepSeek
     MoeDims moe;
     moe.routed_experts = *experts;
@@ -889,6 +885,12 @@ ModelSpec parse_hf_config(std::string_view json_text, const std::string& path) {
     const auto method = q->find("quant_method");
     const std::string name = method != q->end() && method->is_string() ? method->get<std::string>() : "(none named)";
     if (name != "compressed-tensors") m.unread_quantization = name;
+  }
+  // Routing with no expert count named (a misspelt n_routed_experts, say): sized as a dense
+  // model, the experts' weights would be a fraction of the real ones.
+  if (const auto routed = c.integer("num_experts_per_tok"); !m.moe && routed && *routed > 0) {
+    c.fail("num_experts_per_tok", "routes tokens to experts, but no expert count is given (n_routed_experts, "
+                                  "num_local_experts or num_experts): the model would be sized as dense");
   }
   // Qwen2's attention always has q/k/v biases (transformers' Qwen2Attention, bias=True);
   // Llama-style configs say so in attention_bias.
