@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "civil_time.h"
+#include "sha256.h"
 #include "json_keys.h"
 #include "kvsim/error.h"
 #include "kvsim/option_names.h"
@@ -410,6 +411,12 @@ void read_meta(MeasuredRun& run, bool find_workload) {
     run.unread_fields.push_back(it.key());
   }
   if (parsed.contains("dataset_path") && parsed["dataset_path"].is_string()) run.dataset_path = parsed["dataset_path"];
+  if (meta.gives("dataset_hash")) run.dataset_hash = string_member(meta, "dataset_hash");
+  // Checked but never refused: a run a later recorder wrote still replays, with a warning.
+  if (meta.gives("schema_version")) {
+    const json& v = parsed["schema_version"];
+    run.schema_version = v.is_number_integer() && v.get<std::int64_t>() >= 1 ? v.get<std::int64_t>() : -1;
+  }
   if (find_workload && run.workload.empty()) {
     string_member(meta, "dataset_path");  // present, a string
     run.workload = locate_workload(run);
@@ -702,6 +709,24 @@ void read_ticks(MeasuredRun& run) {
 }
 
 }  // namespace
+
+std::optional<std::string> workload_digest_mismatch(const MeasuredRun& run) {
+  const std::string& want = run.dataset_hash;
+  const bool sha256 = want.size() == 64 && std::all_of(want.begin(), want.end(), [](char c) {
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+  });
+  std::error_code ec;
+  if (!sha256 || run.workload.empty() || !fs::is_regular_file(run.workload, ec)) return std::nullopt;
+  std::ifstream in(run.workload, std::ios::binary);
+  if (!in) return std::nullopt;  // reading it for the replay says why
+  const std::string got = detail::sha256_hex(in);
+  std::string lower = want;
+  for (char& c : lower) c = static_cast<char>(c >= 'A' && c <= 'F' ? c - 'A' + 'a' : c);
+  if (got == lower) return std::nullopt;
+  return fmt::format("{}: its SHA-256 is {}, but {}/meta.json's dataset_hash is {}: not the workload this run "
+                     "replayed, so what it is compared with was measured on other requests",
+                     run.workload, got, run.dir, want);
+}
 
 MeasuredRun read_measured_run(const std::string& dir, const std::optional<std::string>& workload, bool find_workload) {
   MeasuredRun run;

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "cli_util.h"
+#include "sha256.h"
 #include "trace_test_util.h"
 
 using namespace kvsim;
@@ -363,6 +365,63 @@ TEST_CASE("validate: a run that records no vLLM version is replayed with replay'
   CHECK(doc["vllm_version"] == "0.19.0");
   CHECK(doc["kvsim"]["async_scheduling"] == true);
   CHECK(doc["warnings"].empty());
+  std::filesystem::remove_all(dir.parent_path());
+}
+
+TEST_CASE("SHA-256: FIPS 180-4's examples, one block, two, and a million bytes") {
+  const auto digest = [](const std::string& text) {
+    kvsim::detail::Sha256 h;
+    h.update(text);
+    return h.hex();
+  };
+  CHECK(digest("") == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  CHECK(digest("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  // 56 bytes: the length no longer fits the first block's padding.
+  CHECK(digest("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq") ==
+        "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  // A million 'a's, given in uneven pieces.
+  kvsim::detail::Sha256 h;
+  for (int given = 0; given < 1'000'000;) {
+    const int piece = std::min(1'000'000 - given, 1 + given % 997);
+    h.update(std::string(static_cast<std::size_t>(piece), 'a'));
+    given += piece;
+  }
+  CHECK(h.hex() == "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+}
+
+TEST_CASE("validate: a workload whose SHA-256 is not meta.json's dataset_hash is named in a warning") {
+  const auto dir = copy_tiny_run(test::scratch_dir("validate-digest"));
+  const std::string workload = kData + "/tiny/workloads/tiny.jsonl";
+  // sha256sum tests/data/measured/tiny/workloads/tiny.jsonl
+  const std::string digest = "7185409b965e3a2d475f4fb97216dccecfe25eb3d55448bc9a96175c67969eff";
+  const auto run = [&](const std::string& hash) {
+    replace_in_file(dir / "meta.json", "\"tick_seconds\"", "\"dataset_hash\": \"" + hash + "\", \"tick_seconds\"");
+    auto r = test::run_cli({"validate", dir.string(), "--workload", workload, "--kv-budget", "1GiB", "--timing-device",
+                            "RTX-PRO-6000", "--json"});
+    std::filesystem::copy_file(kData + "/tiny/run/meta.json", dir / "meta.json",
+                               std::filesystem::copy_options::overwrite_existing);
+    return r;
+  };
+  auto r = run(digest);
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(Json::parse(r.out)["warnings"].empty());
+  // Upper case is the same digest.
+  std::string upper = digest;
+  for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  CHECK(Json::parse(run(upper).out)["warnings"].empty());
+  // Another file's digest: replayed, and said.
+  std::string other = digest;
+  other[0] = '8';
+  r = run(other);
+  REQUIRE(r.exit_code == 0);
+  const Json doc = Json::parse(r.out);
+  REQUIRE(doc["warnings"].size() == 1);
+  CHECK_THAT(doc["warnings"][0].get<std::string>(),
+             Catch::Contains("tiny.jsonl: its SHA-256 is " + digest) && Catch::Contains("dataset_hash is " + other));
+  CHECK_THAT(r.err, Catch::Contains("kvsim validate: warning: ") && Catch::Contains("not the workload this run replayed"));
+  // Not a SHA-256 (some other digest, or a name): nothing to compare.
+  CHECK(Json::parse(run("md5:0123").out)["warnings"].empty());
   std::filesystem::remove_all(dir.parent_path());
 }
 

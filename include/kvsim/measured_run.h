@@ -120,6 +120,8 @@ struct MeasuredRun {
   std::map<std::string, std::string> read_from;
   std::int64_t num_requests = 0;     // meta.json's, 0 when absent: requests.jsonl's lines
   std::string dataset_path;          // meta.json's, "" when absent
+  std::int64_t schema_version = 0;   // meta.json's, 0 when absent, -1 when not a version (kvsim reads 1)
+  std::string dataset_hash;          // meta.json's (the workload's SHA-256 in hex), "" when absent
   std::string workload;              // the path the workload was found at ("" when not looked up)
   double started_at_s = 0;           // meta.json started_at (wall clock, s); else the first arrival
   double finished_at_s = 0;          // meta.json finished_at (wall clock, s); 0 when absent
@@ -140,6 +142,11 @@ MeasuredRun read_measured_run(const std::string& dir, const std::optional<std::s
 // where it was looked for.
 std::string locate_workload(const MeasuredRun& run);
 std::string workload_not_found(const MeasuredRun& run);
+
+// When meta.json's dataset_hash is a SHA-256 and the workload found (a file) has another
+// digest: the warning that says so. The run then replayed some other workload, and the
+// comparison may say nothing. nullopt when they agree, or when there is nothing to compare.
+std::optional<std::string> workload_digest_mismatch(const MeasuredRun& run);
 
 // Mean and percentiles of samples, in their own unit. Percentiles interpolate linearly
 // between order statistics (numpy.percentile's default).

@@ -553,6 +553,13 @@ RunReplay replay_run(po::variables_map vm, const MeasuredRun& run, const std::st
                                        "release's; give {} for the version's",
                                        run.dir, kOptVllmVersion));
   }
+  if (auto mismatch = workload_digest_mismatch(run)) out.warnings.push_back(std::move(*mismatch));
+  if (run.schema_version > 1 || run.schema_version < 0) {
+    out.warnings.push_back(fmt::format("{}/meta.json's schema_version is {}, and kvsim reads version 1: what another "
+                                       "version added or changed is not read",
+                                       run.dir, run.schema_version < 0 ? std::string("not a version number")
+                                                                       : std::to_string(run.schema_version)));
+  }
   // Every per-tick figure takes the rows as tick_seconds apart. Rows may be missing (a gap of
   // several ticks), never closer: the closest two rows are one tick apart, to the
   // millisecond the recorder rounds t to.
