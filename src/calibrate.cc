@@ -373,7 +373,13 @@ Calibration calibrate(const MeasuredRun& run, const CalibrationModel& model, con
   };
   bool use[kTerms] = {true, true, true, false, false};
   std::string why[kTerms];
-  Fit fit = prune(use, why);
+  Fit fit;
+  try {
+    fit = prune(use, why);
+  } catch (const InputError& e) {
+    if (!e.where().file.empty()) throw;
+    throw InputError(Location{where, 0, ""}, e.problem() + " (the busy ticks' throughputs)");
+  }
   // Context, then (for a model with routed experts) their share reached: each only when it
   // pays for itself.
   for (const int term : {kContext, kExperts}) {
@@ -436,7 +442,15 @@ Calibration calibrate(const MeasuredRun& run, const CalibrationModel& model, con
   c.residual_max_s = worst;
   // Picoseconds, as the engine keeps them; the spec names every term so none falls back to
   // the roofline's.
-  auto ps = [](double s) { return static_cast<std::int64_t>(std::llround(s * 1e12)); };
+  auto ps = [&](double s) {
+    // A coefficient of days a token is no engine's: the throughputs it came from are not a
+    // run's (and past 2^63 ps, 107 days, it would wrap negative).
+    if (!(std::abs(s) < 1e6)) {
+      throw InputError(Location{where, 0, ""}, fmt::format("the fitted cost model has a term of {:.6g} s, which no "
+                                                           "engine takes: check the throughputs", s));
+    }
+    return static_cast<std::int64_t>(std::llround(s * 1e12));
+  };
   c.cost.name = "calibrated from " + run.dir;
   c.cost.base_ps = ps(fit.coef[kBase]);
   c.cost.prefill_token_ps = ps(fit.coef[kPrefill]);

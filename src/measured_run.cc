@@ -646,6 +646,12 @@ void read_ticks(MeasuredRun& run) {
   if (!std::getline(in, text)) throw InputError(Location{path, 1, ""}, "empty file: expected a header line");
   if (text.rfind("\xEF\xBB\xBF", 0) == 0) text.erase(0, 3);  // a UTF-8 byte order mark, as trace files allow
   const std::vector<std::string> header = split(text);
+  for (std::size_t i = 0; i < header.size(); ++i) {
+    if (std::find(header.begin(), header.begin() + static_cast<std::ptrdiff_t>(i), header[i]) !=
+        header.begin() + static_cast<std::ptrdiff_t>(i)) {
+      throw InputError(Location{path, 1, header[i]}, "column given twice: kvsim refuses to choose");
+    }
+  }
   std::vector<std::size_t> at(wanted.size());
   for (std::size_t i = 0; i < wanted.size(); ++i) {
     const auto it = std::find(header.begin(), header.end(), wanted[i]);
@@ -673,12 +679,20 @@ void read_ticks(MeasuredRun& run) {
     }
     MeasuredTick t;
     t.t_s = csv_number(cells[at[0]], path, line, wanted[0]);
+    if (t.t_s < 0) throw InputError(Location{path, line, "t"}, "negative: expected seconds since the run started");
     if (t.t_s <= last_t) throw InputError(Location{path, line, "t"}, "times must increase");
     last_t = t.t_s;
     t.prompt_tokens_per_s = csv_number(cells[at[1]], path, line, wanted[1]);
     t.generated_tokens_per_s = csv_number(cells[at[2]], path, line, wanted[2]);
     if (t.prompt_tokens_per_s < 0 || t.generated_tokens_per_s < 0) {
       throw InputError(Location{path, line, t.prompt_tokens_per_s < 0 ? wanted[1] : wanted[2]}, "negative throughput");
+    }
+    // A billion tokens a second is hundreds of times what any GPU serves.
+    for (const auto& [value, column] : {std::pair{t.prompt_tokens_per_s, 1}, std::pair{t.generated_tokens_per_s, 2}}) {
+      if (value > 1e9) {
+        throw InputError(Location{path, line, wanted[static_cast<std::size_t>(column)]},
+                         fmt::format("{:.6g} tokens per second is implausible (at most 10^9 are accepted)", value));
+      }
     }
     t.running = csv_count(cells[at[3]], path, line, wanted[3]);
     t.waiting = csv_count(cells[at[4]], path, line, wanted[4]);

@@ -5,6 +5,11 @@
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
 
 #include "cli_util.h"
 #include "kvsim/calibrate.h"
@@ -295,6 +300,26 @@ TEST_CASE("measured run: a bad file is an error naming the file, line and field"
     CHECK(e.where().line == 2);
     CHECK(e.where().field == "running");
   }
+  // A column given twice (which would the counts come from?), a time before the run started,
+  // and a billion tokens a second: each named, where they were read without a word.
+  {
+    const InputError e = ticks_error("t,prompt_throughput,gen_throughput,running,waiting,running\n1.0,5,6,1,0,3\n");
+    CHECK(e.where().line == 1);
+    CHECK(e.where().field == "running");
+    CHECK_THAT(e.what(), Catch::Contains("column given twice"));
+  }
+  {
+    const InputError e = ticks_error(header + "-0.5,5,6,1,0,0\n");
+    CHECK(e.where().line == 2);
+    CHECK(e.where().field == "t");
+    CHECK_THAT(e.what(), Catch::Contains("negative"));
+  }
+  {
+    const InputError e = ticks_error(header + "1.0,5,6,1,0,0\n2.0,1e300,6,1,0,0\n");
+    CHECK(e.where().line == 3);
+    CHECK(e.where().field == "prompt_throughput");
+    CHECK_THAT(e.what(), Catch::Contains("implausible"));
+  }
   // A share of the pool above 100% (or below 0) is not one.
   {
     const InputError e = ticks_error(header + "1.0,5,6,1,0,50\n2.0,5,6,1,0,250\n");
@@ -555,6 +580,30 @@ TEST_CASE("calibrate: recovers the coefficients a synthetic run was generated wi
   } catch (const InputError& e) {
     CHECK_THAT(e.what(), Catch::Contains("timeseries.csv") && Catch::Contains("prompt_throughput: 0 in all 11 busy ticks "
                                          "(no prompt token computed), so the prefill-token term cannot be fitted"));
+  }
+  // Throughputs a trillion times too small: a step would take about 10^10 s. The fit says so
+  // and names the file, where its picoseconds wrapped past 2^63 and the spec it printed was
+  // refused as a negative --cost (an option calibrate does not even take).
+  {
+    std::ifstream in(kData + "/synthetic/timeseries.csv");
+    std::ofstream out(dir / "timeseries.csv");
+    std::string line;
+    std::getline(in, line);
+    out << line << '\n';
+    while (std::getline(in, line)) {
+      std::vector<std::string> cells;
+      std::stringstream ss(line);
+      for (std::string cell; std::getline(ss, cell, ',');) cells.push_back(cell);
+      for (std::size_t k = 1; k <= 2; ++k) cells[k] = fmt::format("{:.17g}", std::stod(cells[k]) * 1e-12);
+      for (std::size_t k = 0; k < cells.size(); ++k) out << (k ? "," : "") << cells[k];
+      out << '\n';
+    }
+  }
+  try {
+    calibrate(read_measured_run(dir.string(), std::nullopt, false));
+    FAIL("throughputs a trillion times too small were fitted");
+  } catch (const InputError& e) {
+    CHECK_THAT(e.what(), Catch::Contains("timeseries.csv") && Catch::Contains("which no engine takes"));
   }
   std::filesystem::remove_all(dir);
 }
