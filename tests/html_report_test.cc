@@ -519,9 +519,12 @@ TEST_CASE("html: kvsim report refuses what it cannot read, naming the file, the 
           return j.dump();
         }())},
        "twice.json: runs[1].allocator: \"paged:block=16\" is a run already"},
-      {{"report", write("v-zero.json", R"({"run": "r", "ttft": {"measured": {"mean_s": 0}, "simulated": {"mean_s": 0.1}},
+      {{"report", write("v-zero.json", R"({"run": "r", "ttft": {"measured": {"mean_s": 0.2}, "simulated": {"mean_s": 0}},
                                          "makespan_s": {"measured": 1, "simulated": 1}})")},
-       "v-zero.json: ttft.measured.mean_s: expected a positive number of seconds, got 0"},
+       "v-zero.json: ttft.simulated.mean_s: expected a positive number of seconds, got 0"},
+      {{"report", write("v-negative.json", R"({"run": "r", "ttft": {"measured": {"mean_s": -0.5}, "simulated": {"mean_s": 0.1}},
+                                             "makespan_s": {"measured": 1, "simulated": 1}})")},
+       "v-negative.json: ttft.measured.mean_s: expected a positive number of seconds, got -0.5"},
       {{"report", write("v-long.json", R"({"run": "r", "ttft": {"measured": {"mean_s": 1e300}, "simulated": {"mean_s": 0.1}},
                                          "makespan_s": {"measured": 1, "simulated": 1}})")},
        "v-long.json: ttft.measured.mean_s: expected at most 2^63 ns (about 292 years), got 1e+300 s"},
@@ -553,14 +556,15 @@ TEST_CASE("html: kvsim report refuses what it cannot read, naming the file, the 
 TEST_CASE("html: kvsim report draws validate's measured against simulated, one bar per figure at known widths") {
   const auto dir = test::scratch_dir("html-validate");
   // By hand: TTFT mean 1 -> 1.2 s (ratio 1.2), p50 1 -> 0.9 (0.9), p99 2 -> 3 (1.5); TPOT
-  // and end-to-end latency without samples (null: left out); makespan 10 -> 9 s (0.9). The
+  // measured as 0 (a run validate reads; no ratio: left out, as validate's diff_percent is
+  // null) and end-to-end latency without samples (null: left out); makespan 10 -> 9 s (0.9). The
   // axis tops at 2 (ticks of 0.5 up to 1.05 x 1.5 = 1.575, then one more), over 632 px:
   // widths 1.2/2 x 632 = 379.2, 0.9 -> 284.4, 1.5 -> 474.0; the line at 1 is at x 388.
   const std::string json = (dir / "v.json").string();
   std::ofstream(json, std::ios::binary) << R"({"run": "runs/a", "model": "m",
     "ttft": {"measured": {"count": 2, "mean_s": 1, "p50_s": 1, "p99_s": 2},
              "simulated": {"count": 2, "mean_s": 1.2, "p50_s": 0.9, "p99_s": 3}},
-    "tpot": {"measured": {"count": 0, "mean_s": null, "p50_s": null, "p99_s": null},
+    "tpot": {"measured": {"count": 2, "mean_s": 0, "p50_s": 0, "p99_s": 0},
              "simulated": {"count": 2, "mean_s": 0.1, "p50_s": 0.1, "p99_s": 0.1}},
     "latency": {"measured": {"count": 0, "mean_s": null, "p50_s": null, "p99_s": null},
                 "simulated": {"count": 0, "mean_s": null, "p50_s": null, "p99_s": null}},

@@ -239,6 +239,9 @@ void read_validate_json(const Json& j, const std::string& path, HtmlPage& page) 
       const Json& m = j.value(key, Json::object()).value("measured", Json::object());
       const Json& s = j.value(key, Json::object()).value("simulated", Json::object());
       if (!m.contains(stat) || !s.contains(stat) || m[stat].is_null() || s[stat].is_null()) continue;
+      // A measured 0 (a run whose first tokens came as it queued them, say) has no ratio to
+      // draw, as validate's diff_percent is null for it: left out too.
+      if (m[stat].is_number() && m[stat].get<double>() == 0) continue;
       page.comparisons.push_back({fmt::format("{} {}, s", name, stat_name), duration_s(j, {key, "measured", stat}, path),
                                   duration_s(j, {key, "simulated", stat}, path)});
     }
