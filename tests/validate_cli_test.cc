@@ -425,6 +425,29 @@ TEST_CASE("validate: a workload whose SHA-256 is not meta.json's dataset_hash is
   std::filesystem::remove_all(dir.parent_path());
 }
 
+TEST_CASE("validate: a meta.json of another schema_version is read, with a warning") {
+  const auto dir = copy_tiny_run(test::scratch_dir("validate-schema"));
+  const std::string workload = kData + "/tiny/workloads/tiny.jsonl";
+  const auto warnings = [&](const std::string& version) {
+    std::filesystem::copy_file(kData + "/tiny/run/meta.json", dir / "meta.json",
+                               std::filesystem::copy_options::overwrite_existing);
+    replace_in_file(dir / "meta.json", "\"tick_seconds\"", "\"schema_version\": " + version + ", \"tick_seconds\"");
+    const auto r = test::run_cli({"validate", dir.string(), "--workload", workload, "--kv-budget", "1GiB",
+                                  "--timing-device", "RTX-PRO-6000", "--json"});
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+    return Json::parse(r.out)["warnings"];
+  };
+  CHECK(warnings("1").empty());
+  Json w = warnings("2");
+  REQUIRE(w.size() == 1);
+  CHECK_THAT(w[0].get<std::string>(), Catch::Contains("meta.json's schema_version is 2, and kvsim reads version 1"));
+  w = warnings("\"abc\"");
+  REQUIRE(w.size() == 1);
+  CHECK_THAT(w[0].get<std::string>(), Catch::Contains("schema_version is not a version number"));
+  std::filesystem::remove_all(dir.parent_path());
+}
+
 TEST_CASE("validate: what it cannot map is an error naming the file and field") {
   const auto dir = copy_tiny_run(test::scratch_dir("validate-bad"));
   const std::string workload = kData + "/tiny/workloads/tiny.jsonl";
