@@ -4,6 +4,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iomanip>
 #include <sstream>
 #include <string>
@@ -302,23 +303,23 @@ TEST_CASE("measured run: a bad file is an error naming the file, line and field"
   }
   // A column given twice (which would the counts come from?), a time before the run started,
   // and a billion tokens a second: each named, where they were read without a word.
-  {
-    const InputError e = ticks_error("t,prompt_throughput,gen_throughput,running,waiting,running\n1.0,5,6,1,0,3\n");
-    CHECK(e.where().line == 1);
-    CHECK(e.where().field == "running");
-    CHECK_THAT(e.what(), Catch::Contains("column given twice"));
-  }
-  {
-    const InputError e = ticks_error(header + "-0.5,5,6,1,0,0\n");
-    CHECK(e.where().line == 2);
-    CHECK(e.where().field == "t");
-    CHECK_THAT(e.what(), Catch::Contains("negative"));
-  }
-  {
-    const InputError e = ticks_error(header + "1.0,5,6,1,0,0\n2.0,1e300,6,1,0,0\n");
-    CHECK(e.where().line == 3);
-    CHECK(e.where().field == "prompt_throughput");
-    CHECK_THAT(e.what(), Catch::Contains("implausible"));
+  struct Refused {
+    std::string text;
+    std::int64_t line;
+    const char* field;
+    const char* says;
+  };
+  const Refused refused[] = {
+      {"t,prompt_throughput,gen_throughput,running,waiting,running\n1.0,5,6,1,0,3\n", 1, "running", "column given twice"},
+      {header + "-0.5,5,6,1,0,0\n", 2, "t", "negative"},
+      {header + "1.0,5,6,1,0,0\n2.0,1e300,6,1,0,0\n", 3, "prompt_throughput", "implausible"},
+  };
+  for (const Refused& r : refused) {
+    INFO(r.text);
+    const InputError e = ticks_error(r.text);
+    CHECK(e.where().line == r.line);
+    CHECK(e.where().field == r.field);
+    CHECK_THAT(e.what(), Catch::Contains(r.says));
   }
   // A share of the pool above 100% (or below 0) is not one.
   {
@@ -563,17 +564,23 @@ TEST_CASE("calibrate: recovers the coefficients a synthetic run was generated wi
   // A run whose timeseries credits no prompt token leaves the prefill-token term with nothing
   // to fit: the error names the file and the column, and the 11 busy ticks above (which
   // prompt tokens do not choose).
-  {
+  // The synthetic run's timeseries.csv into this run's, each data row's cells through edit().
+  const auto rewrite_ticks = [&](const std::function<void(std::vector<std::string>&)>& edit) {
     std::ifstream in(kData + "/synthetic/timeseries.csv");
     std::ofstream out(dir / "timeseries.csv");
     std::string line;
     std::getline(in, line);
     out << line << '\n';
     while (std::getline(in, line)) {
-      const std::size_t a = line.find(','), b = line.find(',', a + 1);
-      out << line.substr(0, a) << ",0" << line.substr(b) << '\n';
+      std::vector<std::string> cells;
+      std::stringstream ss(line);
+      for (std::string cell; std::getline(ss, cell, ',');) cells.push_back(cell);
+      edit(cells);
+      for (std::size_t k = 0; k < cells.size(); ++k) out << (k ? "," : "") << cells[k];
+      out << '\n';
     }
-  }
+  };
+  rewrite_ticks([](std::vector<std::string>& cells) { cells[1] = "0"; });
   try {
     calibrate(read_measured_run(dir.string(), std::nullopt, false));
     FAIL("a run without prompt tokens was fitted");
@@ -584,21 +591,9 @@ TEST_CASE("calibrate: recovers the coefficients a synthetic run was generated wi
   // Throughputs a trillion times too small: a step would take about 10^10 s. The fit says so
   // and names the file, where its picoseconds wrapped past 2^63 and the spec it printed was
   // refused as a negative --cost (an option calibrate does not even take).
-  {
-    std::ifstream in(kData + "/synthetic/timeseries.csv");
-    std::ofstream out(dir / "timeseries.csv");
-    std::string line;
-    std::getline(in, line);
-    out << line << '\n';
-    while (std::getline(in, line)) {
-      std::vector<std::string> cells;
-      std::stringstream ss(line);
-      for (std::string cell; std::getline(ss, cell, ',');) cells.push_back(cell);
-      for (std::size_t k = 1; k <= 2; ++k) cells[k] = fmt::format("{:.17g}", std::stod(cells[k]) * 1e-12);
-      for (std::size_t k = 0; k < cells.size(); ++k) out << (k ? "," : "") << cells[k];
-      out << '\n';
-    }
-  }
+  rewrite_ticks([](std::vector<std::string>& cells) {
+    for (std::size_t k = 1; k <= 2; ++k) cells[k] = fmt::format("{:.17g}", std::stod(cells[k]) * 1e-12);
+  });
   try {
     calibrate(read_measured_run(dir.string(), std::nullopt, false));
     FAIL("throughputs a trillion times too small were fitted");
