@@ -153,6 +153,7 @@ std::unique_ptr<Allocator> make_dynamic(AllocatorParams& p, const KvLayout& layo
   if (p.has("arena")) {
     o.capacity_bytes = parse_byte_size(p.text("arena", ""), std::string(kOptAllocator) + " dynamic:arena");
     if (o.capacity_bytes <= 0) p.fail("arena must be a positive byte size");
+    o.arena_option = o.capacity_bytes;
     // The budget is the device's memory: an arena cannot be larger (the engine would plan
     // against one bound while the allocator placed against another).
     if (limits.capacity_bytes > 0 && o.capacity_bytes > limits.capacity_bytes) {

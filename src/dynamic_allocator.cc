@@ -18,12 +18,15 @@ DynamicAllocator::DynamicAllocator(const KvLayout& layout, const DynamicOptions&
     : groups_(layout.groups), options_(options), arena_(options.capacity_bytes) {}
 
 std::string DynamicAllocator::name() const {
+  std::string name = "dynamic";
   switch (options_.growth) {
-    case Growth::exact: return "dynamic:growth=exact";
-    case Growth::doubling: return "dynamic:growth=double";
-    case Growth::chunk: return "dynamic:growth=chunk,chunk=" + std::to_string(options_.chunk_tokens);
+    case Growth::exact: name += ":growth=exact"; break;
+    case Growth::doubling: name += ":growth=double"; break;
+    case Growth::chunk: name += ":growth=chunk,chunk=" + std::to_string(options_.chunk_tokens); break;
   }
-  return "dynamic";
+  // An arena of its own bounds the run as a budget does: two arenas are two allocators.
+  if (options_.arena_option > 0) name += ",arena=" + std::to_string(options_.arena_option);
+  return name;
 }
 
 std::int64_t DynamicAllocator::needed(std::size_t g, std::int64_t tokens) const {

@@ -27,6 +27,7 @@ struct DynamicOptions {
   Growth growth = Growth::doubling;
   std::int64_t chunk_tokens = 256;   // for Growth::chunk
   std::int64_t capacity_bytes = 0;   // arena size; 0 = unbounded
+  std::int64_t arena_option = 0;     // arena=BYTES as the spec gave it (0: none), part of the name
 };
 
 class DynamicAllocator final : public Allocator {

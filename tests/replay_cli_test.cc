@@ -869,6 +869,24 @@ TEST_CASE("replay: sliding-window on a model with no sliding layer is paged, fig
   CHECK(runs[0] == runs[1]);
 }
 
+TEST_CASE("replay: dynamic's own arena is part of its name, so it and an unbounded dynamic are two allocators") {
+  // A request of 100 + 10 tokens at Llama's 131,072 bytes a position; an arena of 1 GiB.
+  const std::string trace = test::write_file("arena.csv", "id,arrival,prompt_tokens,output_tokens\nr1,0,100,10\n");
+  const auto r = test::run_cli({"replay", trace, "--quiet", "--allocator", "dynamic,dynamic:arena=1GiB", "--json"});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  const Json doc = Json::parse(r.out);
+  REQUIRE(doc["runs"].size() == 2);
+  CHECK(doc["runs"][0]["allocator"] == "dynamic:growth=double");
+  CHECK(doc["runs"][1]["allocator"] == "dynamic:growth=double,arena=1073741824");
+  CHECK(doc["runs"][1]["serving"]["capacity_bytes"] == 1'073'741'824);
+  CHECK(doc["budget"] == "none (demand: every allocator unbounded but by its own arena=)");
+  // The name is a spec: given back, it is the same allocator.
+  const auto again = test::run_cli({"replay", trace, "--quiet", "--allocator", "dynamic:growth=double,arena=1073741824,dynamic:arena=1GiB"});
+  CHECK(again.exit_code == 2);
+  CHECK_THAT(again.err, Catch::Contains("are the same allocator (dynamic:growth=double,arena=1073741824)"));
+}
+
 TEST_CASE("replay: a step whose cost passes 2^63 ps is an error, not a step of 2^63 ps") {
   // One request of 10,000,000 prompt tokens and 1 output token, one step of 1 s + 1 s a token:
   // 10,000,001 s, past 2^63 ps (9,223,372.04 s). At 100 ms a token it is 1,000,001 s.
