@@ -137,6 +137,7 @@ HtmlRun hand_run(std::string name) {
   r.allocated_mean = 0.5 * kGiB;
   r.internal_mean.tail = 0.25 * kGiB;
   r.allocated_peak = kGiB;
+  r.completed = 2;
   r.allocated_peak_at_ns = 10 * kS;
   r.reserved_peak = 2 * kGiB;
   HtmlPoint a;
@@ -297,6 +298,47 @@ TEST_CASE("html: kvsim replay --html writes the bundled example's report with ev
   const std::string again = (dir / "again.html").string();
   REQUIRE(test::run_cli({"replay", trace, "--html", again, "--quiet", "--jobs", "1"}).exit_code == 0);
   CHECK(test::slurp(again) == html);
+}
+
+TEST_CASE("html: a request of 0 output tokens has an end-to-end latency and no TTFT, in replay's page and report's") {
+  const auto dir = test::scratch_dir("html-zero-output");
+  // a completes with its prefill and generates nothing; b generates 1 token, c 5.
+  const std::string trace = (dir / "z.csv").string();
+  std::ofstream(trace) << "id,arrival,prompt_tokens,output_tokens\na,0,100,0\nb,0.1,50,1\nc,0.2,60,5\n";
+  const auto path = [&](const char* name) { return (dir / name).string(); };
+  const auto r = test::run_cli({"replay", trace, "--quiet", "--allocator", "paged", "--json", "--timeline", path("t.csv"),
+                                "--per-request", path("r.csv"), "--html", path("a.html")});
+  REQUIRE(r.exit_code == 0);
+  std::ofstream(path("j.json")) << r.out;
+  const auto again = test::run_cli({"report", path("j.json"), path("t.csv"), path("r.csv"), "--html", path("b.html")});
+  INFO(again.err);
+  REQUIRE(again.exit_code == 0);  // report refused replay's own file: an empty ttft_s
+  for (const char* page : {"a.html", "b.html"}) {
+    INFO(page);
+    const std::string html = test::slurp(path(page));
+    // The JSON counts 3 end-to-end latencies and 2 TTFTs; TPOT only c's.
+    CHECK(nlohmann::json::parse(r.out)["runs"][0]["latency"]["end_to_end"]["count"] == 3);
+    CHECK(html.find("paged:block=16 (3 requests)") != std::string::npos);
+    CHECK(html.find("paged:block=16 (2 requests)") != std::string::npos);
+    CHECK(html.find("paged:block=16 (1 request)") != std::string::npos);
+  }
+}
+
+TEST_CASE("html: an allocator that completed no request is left out of the plain answers") {
+  // dense-static reserves Llama's 131,072-position row (16 GiB) for each request, which a
+  // 1 GiB budget never holds: it refuses them all and allocates nothing; paged serves them.
+  const auto dir = test::scratch_dir("html-idle");
+  const std::string out = (dir / "p.html").string();
+  const auto r = test::run_cli({"replay", std::string(KVSIM_SOURCE_DIR) + "/traces/chat-mix.csv", "--quiet", "--requests",
+                                "20", "--allocator", "dense-static,paged", "--kv-budget", "1GiB", "--cost",
+                                "constant:step=10ms,prefill-token=0ms", "--html", out});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  const std::string html = test::slurp(out);
+  CHECK(html.find("dense-static:reserve=max-model-len completed no request, and is left out of the comparison.") !=
+        std::string::npos);
+  CHECK(html.find("paged:block=16 holds the least at peak") != std::string::npos);
+  CHECK(html.find("dense-static:reserve=max-model-len holds the least") == std::string::npos);
 }
 
 TEST_CASE("html: kvsim report draws the same charts from replay's saved --json, --timeline and --per-request") {

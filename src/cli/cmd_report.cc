@@ -204,6 +204,7 @@ void read_replay_json(const Json& j, const std::string& path, HtmlPage& page, st
                        fmt::format("{} is above requests.total {}", f.completed, f.requests));
     }
     facts.push_back(f);
+    page.runs.back().completed = f.completed;
   }
   page.answers = plain_answers(page.runs);
   if (j.contains("warnings") && j["warnings"].is_array()) {
@@ -453,7 +454,8 @@ void read_timeline(Csv& csv, const std::string& path, HtmlPage& page, const std:
 
 void read_per_request(Csv& csv, const std::string& path, HtmlPage& page, const std::vector<RunFacts>& facts) {
   const std::size_t alloc = csv.column("allocator"), outcome = csv.column("outcome"), ttft = csv.column("ttft_s"),
-                    tpot = csv.column("tpot_s"), e2e = csv.column("e2e_s"), ordinal = csv.column("ordinal");
+                    tpot = csv.column("tpot_s"), e2e = csv.column("e2e_s"), ordinal = csv.column("ordinal"),
+                    output_tokens = csv.column("output_tokens");
   // Each run's requests by ordinal (1..requests, each once), with the line that gave each,
   // and its completed ones. Kept as the rows come rather than as a bitmap of the --json
   // output's count, which is only a number in a file until the rows bear it out.
@@ -476,9 +478,12 @@ void read_per_request(Csv& csv, const std::string& path, HtmlPage& page, const s
                        "expected completed, cancelled or refused, got \"" + printable(o) + "\"");
     }
     ++completed[index];
-    // A completed request has a first token and an end, the first no later than the end;
-    // TPOT only with two or more tokens.
-    const std::int64_t first_ns = csv.seconds_ns(ttft), end_ns = csv.seconds_ns(e2e);
+    // A completed request has an end, and a first token no later than the end unless it
+    // generated none (0 output tokens: ttft_s empty); TPOT only with two or more tokens.
+    const std::int64_t end_ns = csv.seconds_ns(e2e);
+    run.e2e_ns.push_back(end_ns);
+    if (csv.cell(ttft).empty() && csv.cell(output_tokens) == "0") continue;
+    const std::int64_t first_ns = csv.seconds_ns(ttft);
     if (first_ns > end_ns) {
       throw InputError(Location{path, csv.line(), "column 'ttft_s'"},
                        fmt::format("{} s is after e2e_s {} s: a request's first token comes before its end",
@@ -486,7 +491,6 @@ void read_per_request(Csv& csv, const std::string& path, HtmlPage& page, const s
     }
     run.ttft_ns.push_back(first_ns);
     if (!csv.cell(tpot).empty()) run.tpot_ns.push_back(csv.seconds_ns(tpot));
-    run.e2e_ns.push_back(end_ns);
   }
   for (std::size_t i = 0; i < page.runs.size(); ++i) {
     // A request given twice: named at the first row that repeats one.

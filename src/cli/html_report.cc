@@ -400,7 +400,8 @@ std::string cdf_chart(const std::vector<HtmlRun>& runs, const char* name, const 
     }
     const std::string cls = fmt::format("r{}", i % 8);
     c.add("<path class=\"data " + cls + "\" d=\"" + d + "\"/>\n");
-    c.legend(cls, fmt::format("{} ({} requests)", runs[i].allocator, with_commas(static_cast<std::int64_t>((runs[i].*field).size()))));
+    const auto n = static_cast<std::int64_t>((runs[i].*field).size());
+    c.legend(cls, fmt::format("{} ({} request{})", runs[i].allocator, with_commas(n), n == 1 ? "" : "s"));
   }
   return c.render();
 }
@@ -524,6 +525,7 @@ HtmlRun html_run(const ReplayReport& r) {
   run.allocated_peak = r.allocated_bytes.peak;
   run.allocated_peak_at_ns = r.allocated_bytes.peak_at_ns;
   run.reserved_peak = r.reserved_bytes.peak;
+  run.completed = r.completed;
   run.prefix_caching = r.prefix_block_tokens > 0;
   return run;
 }
@@ -555,15 +557,27 @@ void add_point(HtmlRun& run, const HtmlPoint& point) {
 }
 
 void add_latencies(HtmlRun& run, const RequestRecord& r) {
-  if (r.outcome != RequestRecord::Outcome::completed || r.first_token_ns < 0) return;
-  run.ttft_ns.push_back(r.first_token_ns - r.arrival_ns);
+  if (r.outcome != RequestRecord::Outcome::completed) return;
+  // A request of 0 output tokens completes with its prefill and has no first token: an end
+  // to end latency, as the JSON counts it, and no TTFT.
   run.e2e_ns.push_back(r.finish_ns - r.arrival_ns);
+  if (r.first_token_ns < 0) return;
+  run.ttft_ns.push_back(r.first_token_ns - r.arrival_ns);
   // vLLM's TPOT, as --per-request gives it: the gaps between the first and the last token.
   if (r.output_tokens >= 2) run.tpot_ns.push_back((r.finish_ns - r.first_token_ns) / (r.output_tokens - 1));
 }
 
-std::vector<std::string> plain_answers(const std::vector<HtmlRun>& runs) {
+std::vector<std::string> plain_answers(const std::vector<HtmlRun>& all) {
   std::vector<std::string> out;
+  // Only the runs that served a request compare: one that refused them all holds nothing
+  // because it did nothing.
+  std::vector<HtmlRun> runs;
+  std::string idle;
+  for (const HtmlRun& r : all) {
+    if (r.completed > 0) runs.push_back(r);
+    else idle += (idle.empty() ? "" : ", ") + r.allocator;
+  }
+  if (!idle.empty()) out.push_back(fmt::format("{} completed no request, and is left out of the comparison.", idle));
   if (runs.empty()) return out;
   const auto least = std::min_element(runs.begin(), runs.end(), [](const HtmlRun& a, const HtmlRun& b) {
     return a.allocated_peak < b.allocated_peak;

@@ -49,6 +49,7 @@ struct HtmlRun {
   std::int64_t allocated_peak = 0;
   std::int64_t allocated_peak_at_ns = 0;
   std::int64_t reserved_peak = 0;
+  std::int64_t completed = 0;          // requests completed: a run that completed none served nothing
   bool prefix_caching = false;
   std::vector<HtmlPoint> timeline;     // empty: no over-time charts for this run
   // Completed requests' latencies, ns, in any order; empty: no CDF for this run.
