@@ -923,4 +923,14 @@ TEST_CASE("replay --html on a trace with measured times draws the page without l
     const auto both = test::run_cli({"replay", trace, "--allocator", "paged", "--html", page, also, file});
     CHECK(both.exit_code == (std::string(also) == "--per-request" ? 1 : 0));
   }
+  // Nothing is costed nor batched: the run-level figures say so, as each run's do.
+  const auto json = test::run_cli({"replay", trace, "--allocator", "paged", "--json"});
+  REQUIRE(json.exit_code == 0);
+  const Json doc = Json::parse(json.out);
+  CHECK(doc["cost_model"] == Json{{"name", "none (measured schedule)"}});
+  CHECK(doc["scheduler"] == "none (measured schedule)");
+  CHECK(doc["runs"][0]["cost_model"] == "none (measured schedule)");
+  const auto table = test::run_cli({"replay", trace, "--allocator", "paged"});
+  CHECK_THAT(table.out, Catch::Contains("no batching (measured schedule)") &&
+                            Catch::Contains("trace    2 requests over 1.000 s as measured"));
 }

@@ -283,7 +283,8 @@ std::string run_header(const ReplayContext& c, const std::vector<ReplayReport>& 
                          picoseconds(c.cost.base_ps), picoseconds(c.cost.prefill_token_ps),
                          picoseconds(c.cost.decode_seq_ps), picoseconds(c.cost.context_token_ps), experts);
     }
-    out += fmt::format("budget   {}; {}\n", c.budget, c.scheduler);
+    out += fmt::format("budget   {}; {}\n", c.budget,
+                       r.schedule == "simulated" ? c.scheduler : std::string("no batching (measured schedule)"));
     // Each allocator's run has its own schedule under a budget, so its own span: all of them
     // when they differ, not the first one's alone.
     std::string spans;
@@ -293,8 +294,9 @@ std::string run_header(const ReplayContext& c, const std::vector<ReplayReport>& 
       differ = differ || run.end_ns - run.start_ns != r.end_ns - r.start_ns;
       spans += fmt::format("{}{} s ({})", spans.empty() ? "" : ", ", seconds(run.end_ns - run.start_ns), run_name(run));
     }
-    out += fmt::format("trace    {} request{} over {} simulated\n", with_commas(r.requests), r.requests == 1 ? "" : "s",
-                       differ ? spans : seconds(r.end_ns - r.start_ns) + " s");
+    out += fmt::format("trace    {} request{} over {} {}\n", with_commas(r.requests), r.requests == 1 ? "" : "s",
+                       differ ? spans : seconds(r.end_ns - r.start_ns) + " s",
+                       r.schedule == "simulated" ? "simulated" : "as measured");
   }
   for (const ReplayReport& r : reports) {
     if (r.overload.overloaded) out += "OVERLOAD " + overload_text(r) + "\n";
@@ -658,6 +660,12 @@ std::string replay_json(const ReplayContext& c, const std::vector<ReplayReport>&
   j["model"]["layer_groups"] = layer_groups_json(c.layout);
   j["budget"] = c.budget;
   j["scheduler"] = c.scheduler;
+  // A measured schedule takes its times from the trace: no step is costed nor batched, as
+  // each run's own cost_model says.
+  const bool measured = !reports.empty() && std::all_of(reports.begin(), reports.end(), [](const ReplayReport& r) {
+    return r.schedule != "simulated";
+  });
+  if (measured) j["scheduler"] = "none (measured schedule)";
   j["cost_model"] = Json{{"name", c.cost.name},
                          {"step_base_ps", c.cost.base_ps},
                          {"per_prompt_token_ps", c.cost.prefill_token_ps},
@@ -692,6 +700,7 @@ std::string replay_json(const ReplayContext& c, const std::vector<ReplayReport>&
       j["cost_model"]["roofline"]["per_decode_kv_position_packed_ps"] = c.cost.attention_packed_position_ps;
     }
   }
+  if (measured) j["cost_model"] = Json{{"name", "none (measured schedule)"}};
   Json runs = Json::array();
   for (const auto& r : reports) runs.push_back(replay_run_json(r, any_placement(reports)));
   j["runs"] = runs;
