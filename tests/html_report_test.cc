@@ -372,6 +372,17 @@ TEST_CASE("html: kvsim report draws the same charts from replay's saved --json, 
   const auto c = test::run_cli({"report", timeline, per_request, json, "--html", "-"});
   REQUIRE(c.exit_code == 0);
   CHECK(c.out == from_files);
+  // A prefix cache's evictable bytes, the dashed series: from the timeline's cached_bytes too
+  // (report drew the page without it).
+  const std::string shared = std::string(KVSIM_SOURCE_DIR) + "/traces/shared-prefix.csv";
+  const auto d = test::run_cli({"replay", shared, "--requests", "100", "--allocator", "paged,paged:prefix-caching=on",
+                                "--kv-budget", "3GiB", "--html", live, "--quiet", "--json", "--timeline", timeline,
+                                "--per-request", per_request});
+  REQUIRE(d.exit_code == 0);
+  std::ofstream(json, std::ios::binary) << d.out;
+  REQUIRE(test::run_cli({"report", json, timeline, per_request, "--html", saved}).exit_code == 0);
+  CHECK(test::slurp(live).find("cached") != std::string::npos);
+  CHECK(charts(test::slurp(saved)) == charts(test::slurp(live)));
 }
 
 namespace {

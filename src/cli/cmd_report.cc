@@ -370,7 +370,8 @@ void read_timeline(Csv& csv, const std::string& path, HtmlPage& page, const std:
   const std::size_t alloc = csv.column("allocator"), time = csv.column("time_s"), running = csv.column("running"),
                     queued = csv.column("queued"), effective = csv.column("effective_bytes"),
                     allocated = csv.column("allocated_bytes"), reserved = csv.column("reserved_bytes"),
-                    max = csv.column("allocated_bytes_max", true), step = csv.column("step");
+                    max = csv.column("allocated_bytes_max", true), step = csv.column("step"),
+                    cached = csv.column("cached_bytes", true);
   // Each run's last row: the state at its end, after its last step (the first is not always
   // at its start: sampled rows close an interval).
   struct Seen {
@@ -403,6 +404,9 @@ void read_timeline(Csv& csv, const std::string& path, HtmlPage& page, const std:
                                    p.allocated_max, p.allocated));
     }
     p.reserved = csv.count(reserved);
+    // A prefix cache's evictable bytes (empty for an allocator without one), drawn dashed
+    // as replay --html draws them.
+    if (cached < csv.width() && !csv.cell(cached).empty()) p.cached = csv.count(cached);
     // No state is above the peaks the --json output gives for its run.
     if (p.allocated_max > run.allocated_peak || p.reserved > run.reserved_peak) {
       const bool allocated_over = p.allocated_max > run.allocated_peak;
