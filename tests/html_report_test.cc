@@ -324,6 +324,31 @@ TEST_CASE("html: a request of 0 output tokens has an end-to-end latency and no T
   }
 }
 
+TEST_CASE("html: report reads a per-request row whose quoted id holds a line break, and counts lines past it") {
+  const auto dir = test::scratch_dir("html-multiline");
+  const auto path = [&](const char* name) { return (dir / name).string(); };
+  std::ofstream(path("ids.jsonl")) << R"({"id":"line\nbreak","arrival":0,"prompt_tokens":10,"output_tokens":5})" "\n"
+                                   << R"({"id":"b","arrival":0.1,"prompt_tokens":10,"output_tokens":5})" "\n";
+  const auto r = test::run_cli({"replay", path("ids.jsonl"), "--quiet", "--allocator", "paged", "--json", "--per-request",
+                                path("r.csv")});
+  REQUIRE(r.exit_code == 0);
+  std::ofstream(path("j.json")) << r.out;
+  // Replay quotes the id, RFC 4180: the first row spans lines 2 and 3.
+  std::string rows = test::slurp(path("r.csv"));
+  REQUIRE(rows.find("\"line\nbreak\"") != std::string::npos);
+  auto again = test::run_cli({"report", path("j.json"), path("r.csv"), "--html", path("p.html")});
+  INFO(again.err);
+  CHECK(again.exit_code == 0);
+  // b's row is line 4: an error in it says so.
+  const auto at = rows.rfind(",completed");
+  REQUIRE(at != std::string::npos);
+  rows.replace(at, 10, ",finished");
+  std::ofstream(path("r.csv"), std::ios::binary) << rows;
+  again = test::run_cli({"report", path("j.json"), path("r.csv"), "--html", path("p.html")});
+  CHECK(again.exit_code == 1);
+  CHECK_THAT(again.err, Catch::Contains("r.csv:4: column 'outcome'"));
+}
+
 TEST_CASE("html: an allocator that completed no request is left out of the plain answers") {
   // dense-static reserves Llama's 131,072-position row (16 GiB) for each request, which a
   // 1 GiB budget never holds: it refuses them all and allocates nothing; paged serves them.

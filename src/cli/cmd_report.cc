@@ -276,8 +276,20 @@ class Csv {
   bool next() {
     std::string line;
     while (std::getline(in_, line)) {
-      ++line_;
+      ++next_line_;
+      line_ = next_line_;
       if (line.empty() || line == "\r") continue;
+      // A quoted cell may hold a line break (RFC 4180; replay quotes a request id that has
+      // one): the row goes on while a quote is open. Errors name the row's first line.
+      while (std::count(line.begin(), line.end(), '"') % 2 == 1) {
+        std::string more;
+        if (!std::getline(in_, more)) {
+          throw InputError(Location{path_, line_, ""}, "a quoted field is still open at the end of the file");
+        }
+        ++next_line_;
+        line += '\n';
+        line += more;
+      }
       row_ = fields(line);
       if (row_.size() != header_.size()) {
         throw InputError(Location{path_, line_, ""}, fmt::format("{} fields, the header has {}", row_.size(), header_.size()));
@@ -354,7 +366,8 @@ class Csv {
   std::string header_line_;
   std::vector<std::string> header_;
   std::vector<std::string> row_;
-  std::int64_t line_ = 1;
+  std::int64_t line_ = 1;       // the current row's first line
+  std::int64_t next_line_ = 1;  // the last line read
 };
 
 // The index of the run `name` in page.runs.
