@@ -164,6 +164,14 @@ TEST_CASE("OUT that is the input under another name (a hard link) is refused, th
   CHECK(slurp(dir / "out.csv") == slurp(kChat));  // untouched
   fs::remove(dir / "out.csv");
   fs::remove(dir / "out-alias.csv");
+  // A link to a file the run would create: the same file once written, so refused too (the
+  // timeline went through the link and the per-request file replaced it).
+  fs::create_symlink("new.csv", dir / "link.csv");
+  const auto dangling = run_sh(dir, "$KVSIM replay in.csv --model llama-3.1-8b --csv new.csv --timeline link.csv");
+  CHECK(dangling.exit_code == 2);
+  CHECK(dangling.err.rfind("kvsim replay: --csv and --timeline both write new.csv: give each its own file", 0) == 0);
+  CHECK_FALSE(fs::exists(dir / "new.csv"));
+  fs::remove(dir / "link.csv");
   const auto gen = run_sh(dir, "$KVSIM trace gen --lengths-from in.csv -o alias.csv");
   CHECK(gen.exit_code == 2);
   CHECK(gen.err.rfind("kvsim trace gen: --out alias.csv is the same file as the input in.csv", 0) == 0);

@@ -170,6 +170,26 @@ std::string read_input(const std::string& path) {
   return s.str();
 }
 
+namespace {
+
+// Where writing `path` lands: its symbolic links followed, a dangling one too (a file the
+// run would create behind it), then made absolute; the path as given when that fails.
+std::filesystem::path landing(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path p = fs::absolute(path, ec);
+  if (ec) return fs::path(path);
+  for (int hops = 0; hops < 40 && fs::is_symlink(fs::symlink_status(p, ec)); ++hops) {
+    const fs::path target = fs::read_symlink(p, ec);
+    if (ec) break;
+    p = target.is_absolute() ? target : p.parent_path() / target;
+  }
+  const fs::path resolved = fs::weakly_canonical(p, ec);
+  return ec ? p.lexically_normal() : resolved;
+}
+
+}  // namespace
+
 void refuse_output_over_input(const std::vector<std::pair<std::string, std::string>>& outputs,
                               const std::vector<std::string>& inputs, const std::string& synopsis) {
   // Refused before the run, not after it, when the finished output has nowhere to go.
@@ -191,7 +211,8 @@ void refuse_output_over_input(const std::vector<std::pair<std::string, std::stri
                          " both write standard output ('-'): give one of them a file\nUsage: " + synopsis);
       }
       if (a_out || b_out) continue;
-      if (std::filesystem::path(a).lexically_normal() == std::filesystem::path(b).lexically_normal() || same_file(a, b)) {
+      if (std::filesystem::path(a).lexically_normal() == std::filesystem::path(b).lexically_normal() || same_file(a, b) ||
+          landing(a) == landing(b)) {
         throw UsageError(outputs[i].first + " and " + outputs[k].first + " both write " + printable(a) +
                          ": give each its own file\nUsage: " + synopsis);
       }
