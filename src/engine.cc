@@ -1042,8 +1042,9 @@ std::int64_t Engine::time_step(std::int64_t decode_seqs, std::int64_t prefill_to
   }
   // A step that computes nothing runs no forward pass, only its swaps: vLLM's model runner
   // returns at once when no token is scheduled (v1 GPUModelRunner.execute_model; v0's worker
-  // after its cache operations, LocalOrDistributedWorkerBase.execute_model).
-  if (decode_seqs == 0 && prefill_tokens == 0) return step_duration(0, step_work_);
+  // after its cache operations, LocalOrDistributedWorkerBase.execute_model). A step that
+  // samples a first token (a prompt of 0 tokens, which vLLM never sees) runs one.
+  if (decode_seqs == 0 && prefill_tokens == 0 && step_work_.sampled == 0) return step_duration(0, step_work_);
   if (prefill_tokens == 0 && step_work_.prefill_pairs == 0 && step_work_.prefill_context == 0 &&
       step_work_.prefill_tile_pairs == 0 && step_work_.longest_chunk <= 1) {
     return step_duration(decode_step_ps(step_work_), step_work_);

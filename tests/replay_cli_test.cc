@@ -869,6 +869,18 @@ TEST_CASE("replay: sliding-window on a model with no sliding layer is paged, fig
   CHECK(runs[0] == runs[1]);
 }
 
+TEST_CASE("replay: a prompt of 0 tokens still takes a forward pass for its first token") {
+  // 10 ms a step, 1 ms a prompt token. p0 computes no prompt position but samples its first
+  // token in its first step (10 ms), then decodes 4 more (10 ms each): ends at 50 ms. Before,
+  // that first step counted as one computing nothing, 1 ns long.
+  const std::string trace = test::write_file("p0.csv", "id,arrival,prompt_tokens,output_tokens\np0,0,0,5\n");
+  const auto r = test::run_cli({"replay", trace, "--quiet", "--allocator", "paged", "--cost",
+                                "constant:step=10ms,prefill-token=1ms", "--per-request", "-"});
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("p0,1,0.000000000,0.000000000,0.010000000,0.050000000,0.010000000,0.010000000,"
+                                    "0.050000000,0,0,5,0,completed"));
+}
+
 TEST_CASE("replay: dynamic's own arena is part of its name, so it and an unbounded dynamic are two allocators") {
   // A request of 100 + 10 tokens at Llama's 131,072 bytes a position; an arena of 1 GiB.
   const std::string trace = test::write_file("arena.csv", "id,arrival,prompt_tokens,output_tokens\nr1,0,100,10\n");
