@@ -477,6 +477,8 @@ TEST_CASE("validate: what it cannot map is an error naming the file and field") 
       r = test::run_cli({command, dir.string(), "--workload", workload, "--kv-budget", "1GB", option[0], option[1]});
       CHECK(r.exit_code == 2);
       CHECK_THAT(r.err, Catch::Contains(option[0] + " selects or rescales the workload"));
+      // Nor does --help offer it among the options.
+      CHECK_THAT(test::run_cli({command, "--help"}).out, !Catch::Contains("  " + option[0] + " "));
     }
   }
   // A value meta.json gives that the replay cannot take is meta.json's error (exit 1), not a

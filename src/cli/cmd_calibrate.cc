@@ -427,7 +427,7 @@ int run_calibrate(const Invocation& inv) {
   // The replay options say how the run is replayed to learn the prefix cache's hits and the
   // recomputation after preemptions (as validate replays it: meta.json's settings by
   // default); the replay's cost is the fit.
-  po::options_description options = replay_option_descriptions(false, false, kMeasuredRunAllocatorHelp);
+  po::options_description options = replay_option_descriptions(false, false, kMeasuredRunAllocatorHelp, false);
   po::options_description own("Calibration");
   own.add_options()
       (option_key(kOptWorkload), po::value<std::string>(),

@@ -94,7 +94,8 @@ std::string budget_description(const Budget& b, std::string_view direct_source) 
          " - reserve " + with_commas(b.reserve_bytes);
 }
 
-po::options_description replay_option_descriptions(bool with_outputs, bool with_cost, std::string_view one_allocator) {
+po::options_description replay_option_descriptions(bool with_outputs, bool with_cost, std::string_view one_allocator,
+                                                   bool with_selection) {
   po::options_description alloc_opts("Allocators and schedule");
   const std::string max_batched_tokens_help = fmt::format(
       "tokens per iteration, decodes included (default: unlimited in demand mode; under a budget, as vLLM: "
@@ -193,12 +194,15 @@ po::options_description replay_option_descriptions(bool with_outputs, bool with_
       (option_key(kOptSort), "accept arrivals out of order (sorts the trace in memory)")
       (option_key(kOptKeepFailed), "BurstGPT: replay failed requests (0 response tokens) as cancelled at arrival")
       (option_key(kOptRate), po::value<std::string>(), "length-only traces: Poisson arrivals at this many requests per second")
-      (option_key(kOptSeed), po::value<std::string>(), "length-only traces: the arrival process's seed (default 1)")
-      (option_key(kOptTimeWindow), po::value<std::string>(),
-       "replay requests arriving in [FROM, TO) of the trace's own time, e.g. 10min..20min (either end optional)")
-      (option_key(kOptRequests), po::value<std::string>(), "replay the first N requests (after --time-window)")
-      (option_key(kOptRateScale), po::value<std::string>(),
-       "divide arrival times (from time 0) by X, to the nearest ns: 2 doubles the load (docs/replay.md)");
+      (option_key(kOptSeed), po::value<std::string>(), "length-only traces: the arrival process's seed (default 1)");
+  if (with_selection) {
+    trace_opts.add_options()
+        (option_key(kOptTimeWindow), po::value<std::string>(),
+         "replay requests arriving in [FROM, TO) of the trace's own time, e.g. 10min..20min (either end optional)")
+        (option_key(kOptRequests), po::value<std::string>(), "replay the first N requests (after --time-window)")
+        (option_key(kOptRateScale), po::value<std::string>(),
+         "divide arrival times (from time 0) by X, to the nearest ns: 2 doubles the load (docs/replay.md)");
+  }
   po::options_description output_opts("Output");
   output_opts.add_options()("json", "print everything as JSON instead of the table");
   for (const ReportOutput& output : report_outputs()) {

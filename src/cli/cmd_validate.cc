@@ -470,7 +470,7 @@ std::string per_request_csv(const MeasuredRun& run, const std::string& allocator
 
 int run_validate(const Invocation& inv) {
   // replay's options but its outputs: validate prints its own comparison.
-  po::options_description options = replay_option_descriptions(false, true, kMeasuredRunAllocatorHelp);
+  po::options_description options = replay_option_descriptions(false, true, kMeasuredRunAllocatorHelp, false);
   po::options_description own("Validation");
   own.add_options()(
       option_key(kOptWorkload), po::value<std::string>(),

@@ -93,8 +93,10 @@ std::optional<VllmVersionDefaults> vllm_version_defaults(const std::string& vers
 // its fit), which must then set --cost in the variables before plan_replay().
 // `one_allocator`: for commands that replay one allocator whose default they choose
 // themselves (plan, validate, calibrate), the --allocator help, with no default value.
+// `with_selection`: the options that select or rescale part of a trace (--time-window,
+// --requests, --rate-scale); a measured run is replayed whole (parse_run_command).
 po::options_description replay_option_descriptions(bool with_outputs = true, bool with_cost = true,
-                                                   std::string_view one_allocator = {});
+                                                   std::string_view one_allocator = {}, bool with_selection = true);
 
 // How much of a replay plan_replay() settles, for the command that calls it.
 enum class PlanScope {

@@ -287,6 +287,11 @@ std::optional<std::string> parse_run_command(const Invocation& inv, const Comman
   // "trace" too: replay's options refer to the trace they read by that name.
   po::options_description hidden;
   hidden.add_options()("run", po::value<std::string>())("trace", po::value<std::string>());
+  // Not in --help (a measured run is replayed whole), but read, so that giving one says why
+  // it is refused rather than that it is unknown.
+  for (const char* key : {kOptTimeWindow, kOptRequests, kOptRateScale}) {
+    if (options.find_nothrow(option_key(key), false) == nullptr) hidden.add_options()(option_key(key), po::value<std::string>());
+  }
   po::positional_options_description positional;
   positional.add("run", 1);
   if (!parse_options(inv, spec, options, positional, vm, &hidden)) return std::nullopt;
