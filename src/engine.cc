@@ -781,7 +781,12 @@ void Engine::resume_swapped(std::int64_t& budget, std::int64_t& decode_seqs) {
     // It comes back holding what it held, and decodes in this step.
     const std::int64_t tokens = t.swapped_tokens + 1;
     const std::uint32_t slot = start_flight(ref.ticket);
-    bool back = alloc_.admit(slot, admit_info_of(ref.ticket)) == Outcome::ok;
+    // Its generated tokens come back with it: a prefix cache may find their full blocks as
+    // it finds the prompt's (v0's _swap_block_table reuses every cached block), and the
+    // last-token rule of a first admission does not cap what it finds at its prompt.
+    AdmitInfo info = admit_info_of(ref.ticket);
+    info.resumed_tokens = t.swapped_tokens - t.prompt;
+    bool back = alloc_.admit(slot, info) == Outcome::ok;
     if (back && alloc_.grow(slot, tokens, 1) != Outcome::ok) {
       alloc_.release(slot);
       back = false;

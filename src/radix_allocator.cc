@@ -243,7 +243,9 @@ void RadixAllocator::note_high_water() { high_water_pages_ = std::max(high_water
 
 std::int64_t RadixAllocator::match_limit(const AdmitInfo& info) const {
   if (info.prompt_tokens <= 0) return 0;
-  return std::min<std::int64_t>((info.prompt_tokens - 1) / page_tokens_,
+  // adjust_max_prefix_ids: max_prefix_len = len(fill_ids) - 1, where fill_ids is the prompt
+  // and, for a request back from retraction, the tokens it had generated.
+  return std::min<std::int64_t>((info.prompt_tokens + info.resumed_tokens - 1) / page_tokens_,
                                 static_cast<std::int64_t>(info.prefix_hashes.size()));
 }
 
@@ -289,11 +291,14 @@ Outcome RadixAllocator::grow(RequestSlot slot, std::int64_t tokens, std::int64_t
   const std::int64_t need = held_pages(r, tokens, r.forked || fork) - held_pages(r, r.tokens, r.forked);
   if (need > 0 && capacity_bytes_ > 0) {
     // The token pool's alloc, preceded by the scheduler's evict when it lacks room
-    // (alloc_for_extend / alloc_token_slots: evict(num_tokens) then alloc). Nothing changes
-    // when even evicting every unlocked page would not make room.
+    // (mem_cache/common.py evict_from_tree_cache: with the standard allocator, fewer free
+    // than num_tokens evicts num_tokens, not the shortfall; with sliding windows, SGLang's
+    // SWA allocator evicts the shortfall). Nothing changes when even evicting every unlocked
+    // page would not make room.
     const std::int64_t free_now = capacity_pages_ - own_pages_ - tree_pages_;
     if (need > free_now + evictable_pages_) return Outcome::no_room;
-    if (need > free_now) evict(need - free_now);
+    const bool windows = std::any_of(window_tokens_.begin(), window_tokens_.end(), [](std::int64_t w) { return w > 0; });
+    if (need > free_now) evict(windows ? need - free_now : need);
   }
   ++clock_;
   own_pages_ += need;

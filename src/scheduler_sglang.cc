@@ -77,9 +77,18 @@ class SglangScheduler final : public Scheduler {
       return pages <= free_bytes || pages - engine.allocator.roomless_hit_bytes(info) <= free_bytes;
     };
     if (engine.running == 0) return chunk_fits();  // nothing to estimate against
+    // PrefillAdder.add_one_req checks again with the request's matched prefix locked
+    // (_lock_node: "the temporary pin excludes this prefix from the evictable budget"): the
+    // matched pages no running request holds were counted free as evictable, and are not
+    // room for it, whose extend tokens already leave them out.
+    std::int64_t own_hits = 0;
+    if (cached > 0) {
+      own_hits = std::max<std::int64_t>(
+          0, cached * engine.bytes_per_token - engine.allocator.roomless_hit_bytes(info));
+    }
     // In token positions, as its token pool counts them.
     const Int128 future = Int128{clip_base_ + clip_slope_ * engine.step} * ratio_ppb_ / kPartsPerBillion;
-    const Int128 rem = free_bytes / engine.bytes_per_token - future - admitted_tokens_;
+    const Int128 rem = (free_bytes - own_hits) / engine.bytes_per_token - future - admitted_tokens_;
     // The extend tokens (extend_input_len: the prompt and what a retracted request had
     // generated, less its cached prefix) and the clipped remaining limit.
     const std::int64_t extend = t.prompt + t.base_generated - cached;

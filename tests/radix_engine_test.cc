@@ -3,6 +3,9 @@
 // and positions are the same number.
 #include <catch2/catch.hpp>
 
+#include <fstream>
+#include <nlohmann/json.hpp>
+
 #include "cli_util.h"
 #include "kvsim/replay.h"
 #include "test_support.h"
@@ -219,4 +222,95 @@ TEST_CASE("sglang: a request admitted earlier in the step counts once, its chunk
   for (const RequestRecord& rec : r.records) {
     if (rec.id != "r") CHECK(rec.first_scheduled_ns == kMs);
   }
+}
+
+namespace {
+
+// A native CSV trace with prefix identity, written to a scratch file.
+std::string prefix_trace(const std::string& name, const std::string& rows) {
+  const auto path = test::scratch_dir("radix-hunt") / name;
+  std::ofstream(path) << "id,arrival,prompt_tokens,output_tokens,prefix_block_tokens,prefix_hashes\n" << rows;
+  return path.string();
+}
+
+// replay with 10 ms steps and 1 ms a prompt token, Llama-3.1-8B's 131,072 bytes a position.
+test::CliResult replay_hand(const std::string& trace, std::vector<std::string> more) {
+  std::vector<std::string> args = {"replay", trace, "--quiet", "--cost", "constant:step=10ms,prefill-token=1ms"};
+  args.insert(args.end(), more.begin(), more.end());
+  return test::run_cli(args);
+}
+
+}  // namespace
+
+TEST_CASE("sglang: a request's own matched prefix, locked before its check, is no free room for it") {
+  // 100 positions. b (30 tokens, ids 1 2 3 at 10 a block) finishes at once: its 31 positions
+  // stay in the tree, unlocked. a (10 tokens, 60 out) runs from 1 s; c (40 tokens, 1 2 3 4)
+  // waits from 1.001 s and matches b's 30. At step 2 (1.020 s) a holds 12: 88 free with the
+  // tree's 31 evictable. PrefillAdder.add_one_req checks again with c's prefix locked
+  // (_lock_node): 88 - 30 = 58 less a's 59 remaining x 0.7 = 41.3 gives 16.7 < c's extend 10
+  // + limit 30; each later step a holds one more and owes 0.7 less: c waits for a to finish,
+  // 59 decode steps after its first token at 1.020 s: 1.610 s, as with no prefix in common.
+  // Crediting the prefix in the room too, 47 > 40 admitted c at 1.020 s, then retracted it.
+  const auto shared = prefix_trace("lock.csv", "b,0,30,1,10,1 2 3\na,1,10,60,,\nc,1.001,40,30,10,1 2 3 4\n");
+  const auto r = replay_hand(shared, {"--allocator", "radix", "--policy", "sglang", "--kv-budget", "13107200",
+                                      "--per-request", "-"});
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("radix:page=1,c,3,1.001000000,1.610000000,") && Catch::Contains(",30,30,0,completed"));
+}
+
+TEST_CASE("radix: a request back from preemption matches up to its prompt and generated tokens less one") {
+  // Pages of 16, 4 pages (64 positions). a and b, one 16-token page each (ids 1 and 2), 30
+  // out. b is preempted at step 16 holding 16 + 15 tokens; its prompt page stays in the tree.
+  // adjust_max_prefix_ids caps the match at len(prompt + output) - 1 = 30 tokens, so the page
+  // is found (16 tokens); capped at the prompt's 15 as a first admission, it found nothing
+  // and recomputed 31 tokens, ending at 0.513 s instead of 0.497 s, as paged with caching.
+  const auto t = prefix_trace("resume.csv", "a,0,16,30,16,1\nb,0.005,16,30,16,2\n");
+  for (const char* allocator : {"radix:page=16", "radix:page=1", "paged:block=16,prefix-caching=on"}) {
+    INFO(allocator);
+    const auto r = replay_hand(t, {"--allocator", allocator, "--kv-budget", "8388608", "--json"});
+    REQUIRE(r.exit_code == 0);
+    const auto run = nlohmann::json::parse(r.out)["runs"][0];
+    CHECK(run["prefix_cache"]["preempted_queried_tokens"] == 31);
+    CHECK(run["prefix_cache"]["preempted_hit_tokens"] == 16);
+    CHECK(run["time"]["end_s"] == 0.497);
+  }
+}
+
+TEST_CASE("radix: short of room, SGLang's standard pool evicts num_tokens, not the shortfall") {
+  // Pages of 1, 64 positions. The tree holds a (8 + 1) and b (30 + 1), unlocked: 24 free.
+  // c's extend of 30 is more: evict_from_tree_cache calls evict(30), which pops the LRU
+  // leaves until 30 are freed: a's generated leaf (1), a's prompt (8), b's generated leaf
+  // (1), b's prompt (30): 40. d then finds nothing of b's (evicting the shortfall, 6, kept b
+  // and d found 30).
+  const auto t = prefix_trace("evict.csv",
+                              "a,0,8,1,2,1 2 3 4\n"
+                              "b,1,30,1,2,10 11 12 13 14 15 16 17 18 19 20 21 22 23 24\n"
+                              "c,2,30,1,2,30 31 32 33 34 35 36 37 38 39 40 41 42 43 44\n"
+                              "d,3,32,1,2,10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 50\n");
+  const auto r = replay_hand(t, {"--allocator", "radix", "--policy", "sglang", "--kv-budget", "8388608", "--json"});
+  REQUIRE(r.exit_code == 0);
+  const auto cache = nlohmann::json::parse(r.out)["runs"][0]["prefix_cache"];
+  CHECK(cache["evicted_bytes"] == 40 * 131'072);
+  CHECK(cache["hit_tokens"] == 0);
+}
+
+TEST_CASE("paged with caching: a swapped-in request finds its generated tokens' blocks, its prompt's all") {
+  // 5 blocks of 16. a (32 tokens, ids 1 2) computes both its blocks; b (the same prompt) at
+  // 0.045 s reuses block 1 only (the last-token rule: (32 - 1) / 16 = 1) and adds 2. At step
+  // 16 a needs a 4th block: b, the newest, is swapped out, its partial block going to a and
+  // its copy of block 2 left cached. At step 17 b comes back holding 32 + 15 positions (3
+  // blocks): both prompt blocks are a's and found (v0's _swap_block_table reuses every
+  // cached block), so it needs 1 new block, its own old copy of block 2, evicted. Looked up
+  // as a first admission (1 block found) it needed 2 with 1 free, and waited for a to finish.
+  const auto t = prefix_trace("swap.csv", "a,0,32,30,16,1 2\nb,0.045,32,30,16,1 2\n");
+  const auto timeline = (test::scratch_dir("radix-hunt") / "swap-timeline.csv").string();
+  const auto r = replay_hand(t, {"--allocator", "paged:block=16,prefix-caching=on", "--kv-budget", "10485760",
+                                 "--preemption", "swap", "--timeline", timeline, "--sample-every", "step"});
+  REQUIRE(r.exit_code == 0);
+  // step 17: both running, 5 blocks allocated, nothing cached, b's copy of block 2 evicted.
+  const std::string rows = test::slurp(timeline);
+  const auto at = rows.find("\"paged:block=16,prefix-caching=on\",0.218251659,17,2,0,");
+  REQUIRE(at != std::string::npos);
+  const std::string row = rows.substr(at, rows.find('\n', at) - at);
+  CHECK_THAT(row, Catch::Contains(",10485760,10485760,") && Catch::EndsWith(",0,2097152"));
 }
