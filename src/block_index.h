@@ -7,7 +7,9 @@
 // block id; the full hash is the block's own (the pool's CacheEntry::hash), so a slot whose
 // tag matches is confirmed by `hash_of(id)`, a read the callers make anyway for the block
 // they find. The home slot is the tag's top bits, so growing and erasing need no hash_of.
-// Linear probing, at most half full, erasing by shifting the run that follows back.
+// Linear probing, at most a quarter full (half full, the probe runs that evicting and
+// caching walk were long enough to cost a tenth of a prefix-caching replay's time:
+// bench/README.md), erasing by shifting the run that follows back.
 #ifndef KVSIM_SRC_BLOCK_INDEX_H_
 #define KVSIM_SRC_BLOCK_INDEX_H_
 
@@ -43,7 +45,7 @@ class BlockIndex {
   // was inserted. The pointer stays valid until the next insertion or erasure.
   template <class HashOf>
   std::pair<BlockId*, bool> try_emplace(std::uint64_t key, BlockId id, HashOf hash_of) {
-    if (2 * (size_ + 1) > slots_.size()) grow();
+    if (4 * (size_ + 1) > slots_.size()) grow();
     const std::uint32_t t = tag(key);
     std::size_t i = home(t);
     for (; slots_[i].id != kNullBlock; i = (i + 1) & mask_) {
