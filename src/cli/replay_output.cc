@@ -651,6 +651,49 @@ nlohmann::ordered_json replay_run_json(const ReplayReport& r, bool placement) {
   return run;
 }
 
+namespace {
+
+// The cost model the simulated steps were timed by: its coefficients, and the roofline's
+// terms when it is one.
+Json cost_model_json(const CostModel& cost) {
+  Json j = {{"name", cost.name},
+            {"step_base_ps", cost.base_ps},
+            {"per_prompt_token_ps", cost.prefill_token_ps},
+            {"per_decoding_sequence_ps", cost.decode_seq_ps},
+            {"per_position_read_ps", cost.context_token_ps}};
+  // An MoE model's routed experts, read by the share a step reaches (absent for dense models).
+  if (cost.routed_experts > 0) {
+    j["routed_expert_weights_ps"] = cost.expert_weights_ps;
+    j["routed_experts"] = cost.routed_experts;
+    j["experts_per_token"] = cost.experts_per_token;
+  }
+  if (!cost.roofline) return j;
+  j["roofline"] = Json{{"device", cost.device},
+                       {"overhead_ps", cost.overhead_ps},
+                       {"weights_ps", cost.weights_ps},
+                       {"per_kv_position_ps", cost.kv_position_ps},
+                       {"per_token_ps", cost.prefill_token_ps},
+                       {"per_sampled_token_ps", cost.sample_token_ps},
+                       {"per_attention_pair_ps", cost.attention_pair_ps},
+                       {"per_token_matmul_io_ps", cost.matmul_io_token_ps},
+                       {"per_sampled_token_matmul_io_ps", cost.matmul_io_sample_ps},
+                       {"per_token_elementwise_ps", cost.elementwise_token_ps},
+                       {"per_sampled_token_elementwise_ps", cost.elementwise_sample_ps},
+                       {"collective_step_ps", cost.collective_step_ps},
+                       {"per_token_collective_ps", cost.collective_token_ps},
+                       {"per_sampled_token_collective_ps", cost.collective_sample_ps},
+                       {"replica_collective_step_ps", cost.replica_collective_step_ps},
+                       {"per_replica_token_collective_ps", cost.replica_collective_token_ps}};
+  // FlashAttention 2's query tiles (absent where vLLM runs another attention kernel).
+  if (cost.attention_tile_position_ps > 0) {
+    j["roofline"]["per_decode_kv_position_tile_ps"] = cost.attention_tile_position_ps;
+    j["roofline"]["per_decode_kv_position_packed_ps"] = cost.attention_packed_position_ps;
+  }
+  return j;
+}
+
+}  // namespace
+
 std::string replay_json(const ReplayContext& c, const std::vector<ReplayReport>& reports) {
   Json j;
   j["trace"] = c.trace;
@@ -659,48 +702,13 @@ std::string replay_json(const ReplayContext& c, const std::vector<ReplayReport>&
                     {"max_model_len", c.layout.max_model_len}};
   j["model"]["layer_groups"] = layer_groups_json(c.layout);
   j["budget"] = c.budget;
-  j["scheduler"] = c.scheduler;
   // A measured schedule takes its times from the trace: no step is costed nor batched, as
   // each run's own cost_model says.
   const bool measured = !reports.empty() && std::all_of(reports.begin(), reports.end(), [](const ReplayReport& r) {
     return r.schedule != "simulated";
   });
-  if (measured) j["scheduler"] = "none (measured schedule)";
-  j["cost_model"] = Json{{"name", c.cost.name},
-                         {"step_base_ps", c.cost.base_ps},
-                         {"per_prompt_token_ps", c.cost.prefill_token_ps},
-                         {"per_decoding_sequence_ps", c.cost.decode_seq_ps},
-                         {"per_position_read_ps", c.cost.context_token_ps}};
-  // An MoE model's routed experts, read by the share a step reaches (absent for dense models).
-  if (c.cost.routed_experts > 0) {
-    j["cost_model"]["routed_expert_weights_ps"] = c.cost.expert_weights_ps;
-    j["cost_model"]["routed_experts"] = c.cost.routed_experts;
-    j["cost_model"]["experts_per_token"] = c.cost.experts_per_token;
-  }
-  if (c.cost.roofline) {
-    j["cost_model"]["roofline"] = Json{{"device", c.cost.device},
-                                       {"overhead_ps", c.cost.overhead_ps},
-                                       {"weights_ps", c.cost.weights_ps},
-                                       {"per_kv_position_ps", c.cost.kv_position_ps},
-                                       {"per_token_ps", c.cost.prefill_token_ps},
-                                       {"per_sampled_token_ps", c.cost.sample_token_ps},
-                                       {"per_attention_pair_ps", c.cost.attention_pair_ps},
-                                       {"per_token_matmul_io_ps", c.cost.matmul_io_token_ps},
-                                       {"per_sampled_token_matmul_io_ps", c.cost.matmul_io_sample_ps},
-                                       {"per_token_elementwise_ps", c.cost.elementwise_token_ps},
-                                       {"per_sampled_token_elementwise_ps", c.cost.elementwise_sample_ps},
-                                       {"collective_step_ps", c.cost.collective_step_ps},
-                                       {"per_token_collective_ps", c.cost.collective_token_ps},
-                                       {"per_sampled_token_collective_ps", c.cost.collective_sample_ps},
-                                       {"replica_collective_step_ps", c.cost.replica_collective_step_ps},
-                                       {"per_replica_token_collective_ps", c.cost.replica_collective_token_ps}};
-    // FlashAttention 2's query tiles (absent where vLLM runs another attention kernel).
-    if (c.cost.attention_tile_position_ps > 0) {
-      j["cost_model"]["roofline"]["per_decode_kv_position_tile_ps"] = c.cost.attention_tile_position_ps;
-      j["cost_model"]["roofline"]["per_decode_kv_position_packed_ps"] = c.cost.attention_packed_position_ps;
-    }
-  }
-  if (measured) j["cost_model"] = Json{{"name", "none (measured schedule)"}};
+  j["scheduler"] = measured ? "none (measured schedule)" : c.scheduler;
+  j["cost_model"] = measured ? Json{{"name", "none (measured schedule)"}} : cost_model_json(c.cost);
   Json runs = Json::array();
   for (const auto& r : reports) runs.push_back(replay_run_json(r, any_placement(reports)));
   j["runs"] = runs;
