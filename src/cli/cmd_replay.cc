@@ -725,9 +725,9 @@ void render(const ReplayPlan& plan, const std::vector<ReplayReport>& reports,
   context.layout = ro.layout;
   context.cost = ro.cost;
   context.budget = plan.budget ? budget_description(*plan.budget) : "none (demand: every allocator unbounded)";
-  // Without a budget, an allocator with an arena of its own (dynamic:arena=) is bounded by it.
+  // Without a budget, an allocator with a bound of its own (dynamic:arena=) is bounded by it.
   const bool own_bound = std::any_of(plan.allocators.begin(), plan.allocators.end(),
-                                     [](const auto& a) { return a->name().find(",arena=") != std::string::npos; });
+                                     [](const auto& a) { return a->pool().capacity_bytes > 0; });
   if (!plan.budget && own_bound) context.budget = "none (demand: every allocator unbounded but by its own arena=)";
   if (plan.timing_device_budget && plan.timing_device_budget->kv_budget_bytes > 0) {
     context.timing_device = ro.cost.device;
