@@ -20,6 +20,7 @@ RadixAllocator::RadixAllocator(const KvLayout& layout, const RadixAllocatorOptio
   std::int64_t bytes_per_position = 0;
   for (const LayerGroup& g : layout.groups) {
     window_tokens_.push_back(g.window_tokens);
+    windows_ = windows_ || g.window_tokens > 0;
     bytes_per_position += g.bytes_per_position;
   }
   bytes_per_page_ = checked_mul(page_tokens_, bytes_per_position, "bytes per page");
@@ -297,8 +298,7 @@ Outcome RadixAllocator::grow(RequestSlot slot, std::int64_t tokens, std::int64_t
     // page would not make room.
     const std::int64_t free_now = capacity_pages_ - own_pages_ - tree_pages_;
     if (need > free_now + evictable_pages_) return Outcome::no_room;
-    const bool windows = std::any_of(window_tokens_.begin(), window_tokens_.end(), [](std::int64_t w) { return w > 0; });
-    if (need > free_now) evict(windows ? need - free_now : need);
+    if (need > free_now) evict(windows_ ? need - free_now : need);
   }
   ++clock_;
   own_pages_ += need;

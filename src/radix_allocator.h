@@ -141,6 +141,7 @@ class RadixAllocator final : public Allocator {
   void note_high_water();
 
   std::vector<std::int64_t> window_tokens_;  // by layer group; 0 = full attention
+  bool windows_ = false;                     // some group slides
   std::int64_t page_tokens_;
   std::int64_t bytes_per_page_ = 0;  // one page in every layer group
   std::int64_t capacity_bytes_;

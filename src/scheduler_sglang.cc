@@ -70,11 +70,16 @@ class SglangScheduler final : public Scheduler {
   bool admits(const EngineView& engine, const Ticket& t, const AdmitInfo& info, std::int64_t cached,
               std::int64_t positions) override {
     const std::int64_t free_bytes = engine.free_bytes();
-    // The chunk's room: its pages less the cached ones live requests hold (locked, in use),
-    // which are looked up only when the pages alone do not fit.
+    // The cached pages live requests hold (locked, in use): looked up once, when needed.
+    std::int64_t held = -1;
+    const auto held_hits = [&] {
+      if (held < 0) held = engine.allocator.roomless_hit_bytes(info);
+      return held;
+    };
+    // The chunk's room: its pages less those held hits.
     const auto chunk_fits = [&] {
       const std::int64_t pages = chunk_bytes(engine, t, positions);
-      return pages <= free_bytes || pages - engine.allocator.roomless_hit_bytes(info) <= free_bytes;
+      return pages <= free_bytes || pages - held_hits() <= free_bytes;
     };
     if (engine.running == 0) return chunk_fits();  // nothing to estimate against
     // PrefillAdder.add_one_req checks again with the request's matched prefix locked
@@ -82,10 +87,7 @@ class SglangScheduler final : public Scheduler {
     // matched pages no running request holds were counted free as evictable, and are not
     // room for it, whose extend tokens already leave them out.
     std::int64_t own_hits = 0;
-    if (cached > 0) {
-      own_hits = std::max<std::int64_t>(
-          0, cached * engine.bytes_per_token - engine.allocator.roomless_hit_bytes(info));
-    }
+    if (cached > 0) own_hits = std::max<std::int64_t>(0, cached * engine.bytes_per_token - held_hits());
     // In token positions, as its token pool counts them.
     const Int128 future = Int128{clip_base_ + clip_slope_ * engine.step} * ratio_ppb_ / kPartsPerBillion;
     const Int128 rem = (free_bytes - own_hits) / engine.bytes_per_token - future - admitted_tokens_;
