@@ -804,14 +804,17 @@ ModelSpec parse_hf_config(std::string_view json_text, const std::string& path) {
   // ambiguous (and each family reads its experts' width from a different field).
   const char* expert_fields[] = {"n_routed_experts", "num_local_experts", "num_experts"};
   const char* counted_by = nullptr;
+  std::int64_t counted = 0;
   for (const char* name : expert_fields) {
     const auto count = c.integer(name);
     if (!count || *count <= 0) continue;  // a family's own branch below refuses a bad count
-    if (counted_by != nullptr && *count != *c.integer(counted_by)) {
-      c.fail(name, std::to_string(*count) + " experts, but " + counted_by + " says " +
-                       std::to_string(*c.integer(counted_by)) + ": give one expert count");
+    if (counted_by == nullptr) {
+      counted_by = name;
+      counted = *count;
+    } else if (*count != counted) {
+      c.fail(name, std::to_string(*count) + " experts, but " + counted_by + " says " + std::to_string(counted) +
+                       ": give one expert count");
     }
-    if (counted_by == nullptr) counted_by = name;
   }
   if (const auto experts = c.optional_positive("n_routed_experts")) {  // DeepSeek
     MoeDims moe;

@@ -1,6 +1,7 @@
 #include "kvsim/size_sheet.h"
 
 #include <algorithm>
+#include <tuple>
 #include <utility>
 
 #include "kvsim/error.h"
@@ -23,16 +24,21 @@ std::size_t least_concurrent_stage(const std::vector<StagePool>& pools, std::siz
   return worst;
 }
 
+// The stage whose device holds the most KV for one sequence of `tokens`, and those bytes:
+// with sliding windows in some stages only, not always the stage with the most bytes a token.
+std::pair<std::size_t, std::int64_t> fullest_stage(const SizeSheet& sheet, std::int64_t tokens) {
+  std::pair<std::size_t, std::int64_t> most{0, 0};
+  for (std::size_t i = 0; i < sheet.stages.size(); ++i) {
+    const std::int64_t held = kv_bytes_for_tokens(sheet.stages[i], tokens);
+    if (i == 0 || held > most.second) most = {i, held};
+  }
+  return most;
+}
+
 SequenceBytes sequence_bytes(const SizeSheet& sheet, std::int64_t tokens) {
   SequenceBytes r;
   r.tokens = tokens;
-  for (std::size_t i = 0; i < sheet.stages.size(); ++i) {
-    const std::int64_t held = kv_bytes_for_tokens(sheet.stages[i], tokens);
-    if (i == 0 || held > r.bytes_per_sequence) {
-      r.bytes_per_sequence = held;
-      r.stage = i;
-    }
-  }
+  std::tie(r.stage, r.bytes_per_sequence) = fullest_stage(sheet, tokens);
   r.state_bytes = checked_mul(sheet.layout().state_bytes_per_sequence(), sheet.seqs, "state bytes");
   r.bytes = checked_mul(r.bytes_per_sequence, sheet.seqs, "bytes for all sequences");
   std::int64_t every = 0;
@@ -86,9 +92,7 @@ void hold_to_context(const SizeSheet& sheet, FitVerdict& v, std::int64_t longest
 CheckResult check_case(const SizeSheet& sheet, const CheckCase& c) {
   CheckResult r;
   r.c = c;
-  std::int64_t most = 0;  // on the stage that holds the most at this length
-  for (const auto& stage : sheet.stages) most = std::max(most, kv_bytes_for_tokens(stage, c.tokens));
-  r.kv_bytes = checked_mul(most, c.sequences, "KV bytes of the case");
+  r.kv_bytes = checked_mul(fullest_stage(sheet, c.tokens).second, c.sequences, "KV bytes of the case");
   r.fit = fit_verdict(
       sheet, c.sequences,
       [&](std::size_t i) { return request_blocks(sheet.stages[i], sheet.stage_pools[i].pool, c.tokens, sheet.paging); },
@@ -227,9 +231,8 @@ SizeSheet size_sheet(const ModelSpec& model, const KvOptions& kv, const SizeQuer
   }
   if (query.static_cache_tokens > 0) {
     sheet.static_cache_tokens = query.static_cache_tokens;
-    std::int64_t most = 0;  // on the stage that holds the most at this length
-    for (const auto& stage : sheet.stages) most = std::max(most, kv_bytes_for_tokens(stage, query.static_cache_tokens));
-    sheet.static_reserved_bytes = checked_mul(most, sheet.seqs, "static cache bytes");
+    sheet.static_reserved_bytes =
+        checked_mul(fullest_stage(sheet, query.static_cache_tokens).second, sheet.seqs, "static cache bytes");
   }
   if (!sheet.budget) return sheet;
 
