@@ -184,7 +184,8 @@ AttentionFlops attention_flops(const CostModel& c, const StepWork& w) {
 }  // namespace
 
 std::int64_t cuda_graph_max_tokens(std::int64_t max_num_seqs, std::int64_t max_num_batched_tokens) {
-  std::int64_t largest = max_num_seqs > 0 ? std::min<std::int64_t>(2 * max_num_seqs, 512) : 512;
+  // min(2 x max_num_seqs, 512), capped before the doubling can overflow.
+  std::int64_t largest = max_num_seqs > 0 ? 2 * std::min<std::int64_t>(max_num_seqs, 256) : 512;
   if (max_num_batched_tokens > 0) largest = std::min(largest, max_num_batched_tokens);
   return largest;
 }

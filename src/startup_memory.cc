@@ -153,7 +153,7 @@ std::int64_t vllm_cuda_graph_sizes(ServingEngine engine, std::int64_t max_num_se
   // range(8, 513, 8), whatever max_num_seqs.
   const std::int64_t largest = engine == ServingEngine::vllm_v1_early ? 512
                                : is_vllm_v0(engine)                   ? std::min<std::int64_t>(max_num_seqs, 256)
-                                                                      : std::min<std::int64_t>(2 * max_num_seqs, 512);
+                                                                      : 2 * std::min<std::int64_t>(max_num_seqs, 256);  // 2 x max_num_seqs, capped before it can overflow
   std::int64_t count = 0;
   for (std::int64_t s : {1, 2, 4}) count += s <= largest ? 1 : 0;
   return count + largest / 8;

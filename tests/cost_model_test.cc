@@ -537,6 +537,9 @@ TEST_CASE("CUDA graphs: vLLM's captured sizes, the largest step they run, and th
   CHECK(cuda_graph_max_tokens(300, 2'048) == 512);
   CHECK(cuda_graph_max_tokens(128, 200) == 200);
   CHECK(cuda_graph_max_tokens(0, 0) == 512);
+  // Any max_num_seqs from 256 up gives 512: 2^62 must not double past 2^63 into a negative cap.
+  CHECK(cuda_graph_max_tokens(std::int64_t{1} << 62, 0) == 512);
+  CHECK(cuda_graph_max_tokens(INT64_MAX, 2'048) == 512);
   CHECK(cuda_graph_largest(256) == 256);
   CHECK(cuda_graph_largest(300) == 288);  // 256, 272, 288
   CHECK(cuda_graph_largest(250) == 248);  // range(8, 251, 8) ends at 248; range(256, ..) is empty

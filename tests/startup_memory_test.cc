@@ -197,6 +197,9 @@ TEST_CASE("the sampler's logits and CUDA graph counts") {
   CHECK(vllm_cuda_graph_sizes(ServingEngine::vllm, 256) == 67);
   CHECK(vllm_cuda_graph_sizes(ServingEngine::vllm_v0, 256) == 35);
   CHECK(vllm_cuda_graph_sizes(ServingEngine::vllm, 1) == 2);  // sizes 1 and 2
+  // From 256 up the count stays 67; 2 x 2^62 used to wrap negative.
+  CHECK(vllm_cuda_graph_sizes(ServingEngine::vllm, std::int64_t{1} << 62) == 67);
+  CHECK(vllm_cuda_graph_sizes(ServingEngine::vllm, INT64_MAX) == 67);
 }
 
 TEST_CASE("the start-up subtraction, term by term") {
