@@ -221,15 +221,33 @@ void Engine::end_flight(std::uint32_t slot) {
 void Engine::enqueue_arrival() {
   report_.last_arrival_ns = next_.arrival_ns;
   const std::int64_t index = take_ticket();
-  report_.queue_at_last_arrival = queued_ + (index < 0 ? 0 : 1);
-  if (index < 0) return;
-  const auto ticket = static_cast<std::uint32_t>(index);
-  const Ticket& t = tickets_[ticket];
-  note_queue(std::max(t.arrival_ns, now_));  // replicas: a request routed after its step began
-  queue_.push_back({ticket, t.generation});
-  ++queued_;
-  report_.queue_max = std::max(report_.queue_max, queued_);
-  if (next_.cancel_ns) cancellations_.push({*next_.cancel_ns, t.ordinal, ticket, t.generation});
+  if (index >= 0) {
+    const auto ticket = static_cast<std::uint32_t>(index);
+    const Ticket& t = tickets_[ticket];
+    note_queue(std::max(t.arrival_ns, now_));  // replicas: a request routed after its step began
+    queue_.push_back({ticket, t.generation});
+    unplanned_.push_back({ticket, t.generation});
+    ++queued_;
+    report_.queue_max = std::max(report_.queue_max, queued_);
+    if (next_.cancel_ns) cancellations_.push({*next_.cancel_ns, t.ordinal, ticket, t.generation});
+  }
+  report_.queue_at_last_arrival = passed_over();
+}
+
+std::int64_t Engine::passed_over() const {
+  return queued_ - (static_cast<std::int64_t>(unplanned_.size()) - unplanned_cancelled_);
+}
+
+void Engine::note_plan(std::int64_t seen_until) {
+  // unplanned_ is in arrival order: what this plan saw is at its front.
+  while (!unplanned_.empty()) {
+    const TicketRef ref = unplanned_.front();
+    const Ticket& t = tickets_[ref.ticket];
+    const bool cancelled = t.generation != ref.generation || t.phase != Phase::queued;
+    if (!cancelled && t.arrival_ns > seen_until) return;
+    if (cancelled) --unplanned_cancelled_;
+    unplanned_.pop_front();
+  }
 }
 
 void Engine::process_span_events(std::int64_t until_ns, bool mid_span) {
@@ -261,6 +279,7 @@ void Engine::cancel(const Cancellation& c, bool mid_span) {
     case Phase::queued:
       note_queue(c.at_ns);
       --queued_;  // its queue entry goes stale
+      if (t.arrival_ns > plan_seen_until_) ++unplanned_cancelled_;  // and its unplanned_ entry
       report_.generated_tokens += t.n * t.base_generated;
       free_ticket(c.ticket);
       return;
@@ -840,6 +859,8 @@ void Engine::admit_waiting(std::int64_t& budget, std::int64_t& prefill_tokens) {
   const bool lagging = opt_.async_scheduling && last_step_end_ == now_ && running_ > 0;
   const std::int64_t seen_until = lagging ? last_step_start_ : now_;
   const std::int64_t held = lagging ? completed_in_last_step_ : 0;
+  plan_seen_until_ = seen_until;
+  note_plan(seen_until);
   while (!queue_.empty()) {
     const TicketRef ref = queue_.front();
     Ticket& t = tickets_[ref.ticket];

@@ -157,6 +157,10 @@ class Engine {
   }
   ReplayReport finish();
   std::int64_t waiting() const { return queued_; }
+  // Waiting requests a step's plan has already passed over (docs/replay.md, "Overload"): all
+  // but those that arrived after the last plan was made (during the step in progress, or with
+  // asynchronous scheduling the one before), which have not yet had their chance.
+  std::int64_t passed_over() const;
   std::int64_t in_flight() const { return queued_ + running_ + static_cast<std::int64_t>(swapped_.size()) + fetched(); }
   // The next request, taken from the trace and not yet in the queue (it joins at a step's
   // start): 0 or 1.
@@ -201,6 +205,7 @@ class Engine {
   std::uint32_t start_flight(std::uint32_t ticket);
   void end_flight(std::uint32_t slot);
   void enqueue_arrival();          // next_ joins the queue (or is refused)
+  void note_plan(std::int64_t seen_until);  // a plan saw the arrivals up to seen_until
   void pull_arrivals(std::int64_t now);  // measured schedule
   // Arrivals and cancellations up to `until_ns` in time order: inclusive at an iteration
   // boundary, exclusive inside an iteration (mid_span), whose memory changes then count
@@ -359,6 +364,11 @@ class Engine {
   std::deque<TicketRef> queue_;
   std::deque<TicketRef> swapped_;
   std::int64_t queued_ = 0;
+  // Arrivals no plan has seen yet (arrived after plan_seen_until_), in arrival order, and how
+  // many of those were cancelled since (their entries stale): for passed_over().
+  std::deque<TicketRef> unplanned_;
+  std::int64_t unplanned_cancelled_ = 0;
+  std::int64_t plan_seen_until_ = std::numeric_limits<std::int64_t>::min();
   std::int64_t running_ = 0;
   // Their sequences (n per request), which max_running bounds as vLLM's max_num_seqs does;
   // and that bound: max_running, else max_batched_tokens (each decodes a token a step), else

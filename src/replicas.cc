@@ -370,14 +370,14 @@ ReplicaRun replay_replicas(TraceReader& trace, const std::vector<Allocator*>& al
     // Scores in thousandths: 1000 x in flight + 6 x waiting x (usage per mille - 500).
     std::size_t best = start_index;
     detail::Int128 best_score = -1;
-    std::int64_t waiting = 0;
+    std::int64_t passed_over = 0;
     for (std::size_t k = 0; k < n; ++k) {
       const std::size_t i = (start_index + k) % n;
       const detail::Engine& e = *engines[i];
-      // Every request routed to the replica counts in flight (vLLM's client counts its own),
-      // and those routed but not yet in its queue have arrived: waiting, for the overload rule.
-      const std::int64_t routed_unqueued = e.fetched() + shares[i]->pending();
-      waiting += e.waiting() + routed_unqueued;
+      // Every request routed to the replica counts in flight (vLLM's client counts its own).
+      // For the overload rule only those a plan passed over count as waiting: not those routed
+      // but not yet in its queue, which arrived during its step in progress.
+      passed_over += e.passed_over();
       detail::Int128 score = detail::Int128{1000} * (e.in_flight() + shares[i]->pending());
       if (e.waiting() > 0) score += detail::Int128{6} * e.waiting() * std::max<std::int64_t>(0, kv_usage_permille(*allocators[i]) - 500);
       if (best_score < 0 || score < best_score) {
@@ -385,7 +385,7 @@ ReplicaRun replay_replicas(TraceReader& trace, const std::vector<Allocator*>& al
         best = i;
       }
     }
-    waiting_at_last_arrival = waiting + 1;
+    waiting_at_last_arrival = passed_over;  // the newcomer arrived after every plan
     shares[best]->push(r);
     engines[best]->offered();
     ++run.routed[best];

@@ -30,15 +30,18 @@ ReplayReport serve_twenty(std::int64_t gap_ms) {
 
 TEST_CASE("overload: arrivals at 100/s against a device that serves 1/s") {
   // Arrivals 10 ms apart over 190 ms: 19 / 0.19 s = 100 requests/s. The first runs from 0; the
-  // other 19 are all waiting when the last arrives at 190 ms (threshold max(2, 20/10) = 2).
+  // other 19 are all waiting when the last arrives at 190 ms. The step planned at 100 ms saw
+  // the ten that arrived at 10..100 ms and admitted none (one runs at a time): those ten have
+  // been passed over; the nine of 110..190 ms arrived during the step in progress and have not
+  // had their chance yet. 10 >= the threshold max(2, 20/10) = 2.
   // All 20 are served one after the other, 1 s each: the run ends at 20 s, 20 / 20 s = 1/s.
   const ReplayReport r = serve_twenty(10);
   CHECK(r.end_ns == 20'000 * kMs);
-  CHECK(r.queue_at_last_arrival == 19);
+  CHECK(r.queue_at_last_arrival == 10);
   CHECK(r.overload.overloaded);
   CHECK(r.overload.arrival_rate_per_s == Approx(100.0));
   CHECK(r.overload.service_rate_per_s == Approx(1.0));
-  CHECK_THAT(r.overload.reason, Catch::Contains("19 of 20 requests were waiting"));
+  CHECK_THAT(r.overload.reason, Catch::Contains("10 of 20 requests were waiting, passed over by a step's plan"));
 }
 
 TEST_CASE("overload: arrivals every 2 s against a device that serves one in 1 s are not") {
@@ -46,7 +49,7 @@ TEST_CASE("overload: arrivals every 2 s against a device that serves one in 1 s 
   // at 38 s and ends at 39 s; 39 s is not more than twice the 38 s arrival span either.
   const ReplayReport r = serve_twenty(2'000);
   CHECK(r.end_ns == 39'000 * kMs);
-  CHECK(r.queue_at_last_arrival == 1);
+  CHECK(r.queue_at_last_arrival == 0);  // it arrives to an idle device: no plan has passed it over
   CHECK_FALSE(r.overload.overloaded);
   CHECK(r.overload.arrival_rate_per_s == Approx(19.0 / 38.0));
   CHECK(r.overload.service_rate_per_s == Approx(20.0 / 39.0));
@@ -54,8 +57,9 @@ TEST_CASE("overload: arrivals every 2 s against a device that serves one in 1 s 
 }
 
 TEST_CASE("overload: a run far longer than its arrivals is not overload by itself") {
-  // Two requests 10 ms apart, served one at a time, 1 s each: the second waits alone (1 < the
-  // threshold 2) and the run lasts 2 s, 200 times its 10 ms of arrivals.
+  // Two requests 10 ms apart, served one at a time, 1 s each: the second arrives during the
+  // first step, planned at 0 before it came (0 passed over, under the threshold 2), and the run
+  // lasts 2 s, 200 times its 10 ms of arrivals.
   std::vector<Request> two{test::request("a", 0, 10, 10), test::request("b", 10 * kMs, 10, 10)};
   RequestVectorReader trace(std::move(two));
   ReplayOptions o;
@@ -67,8 +71,74 @@ TEST_CASE("overload: a run far longer than its arrivals is not overload by itsel
   auto allocator = make_allocator(parse_allocator_spec("paged:block=16", "test"), o.layout);
   const ReplayReport r = replay(trace, *allocator, o);
   CHECK(r.end_ns == 2'000 * kMs);
-  CHECK(r.queue_at_last_arrival == 1);
+  CHECK(r.queue_at_last_arrival == 0);
   CHECK_FALSE(r.overload.overloaded);
   CHECK(r.overload.arrival_rate_per_s == Approx(100.0));
   CHECK(r.overload.service_rate_per_s == Approx(1.0));
+}
+
+namespace {
+
+// a (10 output tokens) at 0, then b and c at the given times, in 100 ms steps with no prompt
+// cost and no limit on how many run: nothing ever waits for room, only for the next plan.
+ReplayReport three_unlimited(std::int64_t b_ms, std::int64_t c_ms, bool async_scheduling) {
+  RequestVectorReader trace({test::request("a", 0, 10, 10), test::request("b", b_ms * kMs, 10, 10),
+                             test::request("c", c_ms * kMs, 10, 10)});
+  ReplayOptions o;
+  o.layout = test::unit_layout();
+  o.cost.name = "test";
+  o.cost.base_ps = 100 * kMs * 1000;
+  o.cost.prefill_token_ps = 0;
+  o.async_scheduling = async_scheduling;
+  auto allocator = make_allocator(parse_allocator_spec("paged:block=16", "test"), o.layout);
+  return replay(trace, *allocator, o);
+}
+
+}  // namespace
+
+TEST_CASE("overload: requests that arrive during a step wait for its end, which is not overload") {
+  // b at 150 ms and c at 160 ms arrive during the step of 100..200 ms, planned at 100 ms before
+  // either came: both wait, and neither has been passed over. Counting every waiting request,
+  // 2 of 3 reached the threshold max(2, ceil(3/10)) = 2, and a device idle but for a's decode
+  // was called overloaded.
+  const ReplayReport r = three_unlimited(150, 160, false);
+  CHECK(r.queue_at_last_arrival == 0);
+  CHECK_FALSE(r.overload.overloaded);
+}
+
+TEST_CASE("overload: with asynchronous scheduling, a request waits out the step planned before it came") {
+  // Steps 0, 100, 200 ms. Asynchronously the step of 200 ms is planned when the one of 100 ms
+  // begins, seeing the arrivals up to 100 ms: b (150 ms) is still waiting when c comes at
+  // 260 ms, with c. No plan has seen either: 0 passed over. Synchronously the plan at 200 ms
+  // admits b, and c waits alone: 0 too.
+  for (const bool async_scheduling : {true, false}) {
+    CAPTURE(async_scheduling);
+    const ReplayReport r = three_unlimited(150, 260, async_scheduling);
+    CHECK(r.queue_at_last_arrival == 0);
+    CHECK_FALSE(r.overload.overloaded);
+  }
+}
+
+TEST_CASE("overload: a request cancelled before any plan saw it leaves the count right") {
+  // Two at a time (max_running 2), 100 ms steps, 10 output tokens each: a and b run from 0 to
+  // 1 s. c arrives at 50 ms and is cancelled at 60 ms; d at 150 ms, e at 250 ms, f at 350 ms.
+  // When f arrives the plans at 100, 200 and 300 ms have seen d and e and admitted neither (no
+  // place): 2 passed over, the threshold max(2, ceil(6/10)) = 2. Had c's cancellation not been
+  // counted among the unplanned ones, the count would be 1 (3 waiting, 2 unplanned).
+  std::vector<Request> requests{test::request("a", 0, 10, 10),          test::request("b", 0, 10, 10),
+                                test::request("c", 50 * kMs, 10, 10),  test::request("d", 150 * kMs, 10, 10),
+                                test::request("e", 250 * kMs, 10, 10), test::request("f", 350 * kMs, 10, 10)};
+  requests[2].cancel_ns = 60 * kMs;
+  RequestVectorReader trace(std::move(requests));
+  ReplayOptions o;
+  o.layout = test::unit_layout();
+  o.cost.name = "test";
+  o.cost.base_ps = 100 * kMs * 1000;
+  o.cost.prefill_token_ps = 0;
+  o.max_running = 2;
+  auto allocator = make_allocator(parse_allocator_spec("paged:block=16", "test"), o.layout);
+  const ReplayReport r = replay(trace, *allocator, o);
+  CHECK(r.cancelled_queued == 1);
+  CHECK(r.queue_at_last_arrival == 2);
+  CHECK(r.overload.overloaded);
 }

@@ -470,7 +470,7 @@ struct ReplayReport {
   // Whether the device kept up with the arrivals (docs/replay.md, "Overload"): filled by
   // judge_overload() from the figures below and the ones above.
   std::int64_t last_arrival_ns = 0;
-  std::int64_t queue_at_last_arrival = 0;  // waiting just after the last arrival joined
+  std::int64_t queue_at_last_arrival = 0;  // waiting just after the last arrival, passed over by a plan
   Overload overload;
   LatencySamples latency_samples;  // empty unless ReplayOptions::keep_latency_samples
 };
