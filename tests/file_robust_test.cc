@@ -189,6 +189,23 @@ TEST_CASE("OUT that is the input under another name (a hard link) is refused, th
   CHECK(names_in(dir) == std::vector<std::string>{"alias.csv", "in.csv"});
 }
 
+TEST_CASE("standard output redirected into the input is refused, the input untouched", "[files]") {
+  // `kvsim replay in.csv >> in.csv` would append the table to the trace it reads, and exit 0.
+  const auto dir = fresh_dir("stdout-input");
+  fs::copy_file(kChat, dir / "in.csv");
+  for (const std::string command : {"replay in.csv --model llama-3.1-8b --json", "trace stats in.csv",
+                                    "plan in.csv --model llama-3.1-8b --ttft-p99 1s",
+                                    "trace convert in.csv out.csv", "sweep in.csv --vary allocator=paged,dense-static"}) {
+    CAPTURE(command);
+    const auto r = run_sh(dir, "$KVSIM " + command + " >> in.csv");
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.err, Catch::Contains("standard output is the input in.csv (redirected to it): redirect the output "
+                                      "elsewhere"));
+    CHECK(slurp(dir / "in.csv") == slurp(kChat));
+  }
+  CHECK(names_in(dir) == std::vector<std::string>{"in.csv"});
+}
+
 TEST_CASE("a full disk is an error naming the file, for every output and standard output", "[files]") {
   const auto dir = fresh_dir("full");
   const std::string chat = shell_quote(kChat);

@@ -190,8 +190,19 @@ std::filesystem::path landing(const std::string& path) {
 
 }  // namespace
 
+void refuse_stdout_over_input(const std::vector<std::string>& inputs, const std::string& synopsis) {
+  // `kvsim replay t.csv >> t.csv`: whatever the command prints would land in its own input.
+  for (const auto& in : inputs) {
+    if (in != "-" && names_standard_output(in)) {
+      throw UsageError("standard output is the input " + printable(in) +
+                       " (redirected to it): redirect the output elsewhere\nUsage: " + synopsis);
+    }
+  }
+}
+
 void refuse_output_over_input(const std::vector<std::pair<std::string, std::string>>& outputs,
                               const std::vector<std::string>& inputs, const std::string& synopsis) {
+  refuse_stdout_over_input(inputs, synopsis);
   // Refused before the run, not after it, when the finished output has nowhere to go.
   for (const auto& [name, path] : outputs) {
     if (path.empty()) {

@@ -89,10 +89,13 @@ std::ifstream open_input(const std::string& path);
 // The whole of such a file, from past its byte order mark.
 std::string read_input(const std::string& path);
 
-// Refuses (UsageError, before any work) an output that is the same file as an input.
-// `outputs` are (option or argument name, path) pairs.
+// Refuses (UsageError, before any work) an output that is the same file as an input, standard
+// output included (a shell's redirection into an input). `outputs` are (option or argument
+// name, path) pairs.
 void refuse_output_over_input(const std::vector<std::pair<std::string, std::string>>& outputs,
                               const std::vector<std::string>& inputs, const std::string& synopsis);
+// The standard output part alone, for a command whose only output is standard output.
+void refuse_stdout_over_input(const std::vector<std::string>& inputs, const std::string& synopsis);
 // Whether the table (or whatever the command prints) keeps standard output: not when one of
 // `outputs` is '-', which takes it in place of the table. Throws UsageError when one is '-'
 // beside --json (`json`), which must have standard output to itself.

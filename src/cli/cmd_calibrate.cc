@@ -448,6 +448,7 @@ int run_calibrate(const Invocation& inv) {
     throw UsageError("give --model or --config, not both\nUsage: " + kSpec.synopsis);
   }
   MeasuredRun run = read_measured_run(*dir, option_text(vm, option_key(kOptWorkload)), false);
+  refuse_stdout_over_input(measured_run_inputs(run), kSpec.synopsis);
   // The version replayed, which the header names: the user's, over the run's.
   if (const auto version = option_text(vm, option_key(kOptVllmVersion))) run.vllm_version = *version;
   const CalibrationModel model = calibration_model(run, vm);

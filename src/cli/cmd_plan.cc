@@ -289,6 +289,7 @@ int run_plan(const Invocation& inv) {
   {
     // Rate-scale 1, or the fewest replicas: the search's start.
     const SweepSetup first = setup_for(rate ? "1" : std::to_string(fewest_replicas));
+    refuse_stdout_over_input({first.trace_path()}, kSpec.synopsis);
     prepare_points(first, cache);
     const ReplayPlan plan = first.plan_point(0);
     max_model_len = plan.options.layout.max_model_len;

@@ -174,6 +174,7 @@ int run_stats(const Invocation& inv) {
   po::variables_map vm;
   if (!parse_options(inv, kStatsSpec, options, positional, vm, &hidden)) return kExitOk;
   const TraceOptions trace = trace_options(read, kStatsSpec);
+  refuse_stdout_over_input({path}, kStatsSpec.synopsis);
 
   auto reader = open_trace(path, trace);
   reject_unused_trace_options(given_read_options(vm), reader->format());

@@ -493,9 +493,7 @@ int run_validate(const Invocation& inv) {
   // Written as every output is (include/kvsim/output_file.h): never over the run's files or
   // its workload, never two to one file, and an output given as '-' takes standard output in
   // place of the table (as in kvsim replay), not in place of --json.
-  const std::vector<std::string> inputs{run.dir + "/meta.json", run.dir + "/requests.jsonl",
-                                        run.dir + "/timeseries.csv", run.dir + "/peer_cluster_config.json",
-                                        run.workload};
+  const std::vector<std::string> inputs = measured_run_inputs(run);
   std::vector<std::pair<std::string, std::string>> outputs;
   for (const char* name : {"per-request", "per-tick"}) {
     if (const auto path = option_text(vm, name)) outputs.emplace_back(std::string("--") + name, *path);

@@ -272,6 +272,11 @@ StartupPool vllm_startup_pool(const po::variables_map& vm, const MeasuredRun& ru
 
 }  // namespace
 
+std::vector<std::string> measured_run_inputs(const MeasuredRun& run) {
+  return {run.dir + "/meta.json", run.dir + "/requests.jsonl", run.dir + "/timeseries.csv",
+          run.dir + "/peer_cluster_config.json", run.workload};
+}
+
 std::string vllm_version_text(const MeasuredRun& run) {
   return run.vllm_version.empty() ? std::string("version not recorded") : run.vllm_version;
 }

@@ -49,6 +49,10 @@ class NoPresetError : public InputError {
 // GPU without a preset, InputError for anything else meta.json gets wrong.
 std::string apply_run_settings(po::variables_map& vm, const MeasuredRun& run, const std::string& usage);
 
+// The files validate and calibrate read of `run` (its folder's and its workload), which no
+// output of theirs may write.
+std::vector<std::string> measured_run_inputs(const MeasuredRun& run);
+
 // The run's vLLM version as validate's and calibrate's headers give it: meta.json's, or
 // "version not recorded".
 std::string vllm_version_text(const MeasuredRun& run);
