@@ -32,7 +32,11 @@ bool AllocatorParams::has(std::string_view key) const {
 std::int64_t AllocatorParams::positive(std::string_view key, std::int64_t fallback) {
   const std::string value = text(key, std::to_string(fallback));
   std::int64_t out = 0;
-  if (parse_non_negative(value, out) != DecimalStatus::ok || out <= 0) {
+  const DecimalStatus status = parse_non_negative(value, out);
+  if (status == DecimalStatus::overflow) {
+    fail("parameter '" + std::string(key) + "': \"" + value + "\" is too large (the largest is 9223372036854775807)");
+  }
+  if (status != DecimalStatus::ok || out <= 0) {
     fail("parameter '" + std::string(key) + "' expects a positive integer, got \"" + value + "\"");
   }
   return out;

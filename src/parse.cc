@@ -32,7 +32,12 @@ std::int64_t parse_positive_integer(std::string_view text, std::string_view fiel
 
 std::int64_t parse_fraction_ppb(std::string_view text, std::string_view field) {
   std::int64_t ppb = 0;
-  if (detail::parse_scaled_decimal(text, 9, ppb) != detail::DecimalStatus::ok || ppb >= 1'000'000'000) {
+  const detail::DecimalStatus status = detail::parse_scaled_decimal(text, 9, ppb);
+  if (status == detail::DecimalStatus::too_precise) {
+    throw InputError(where(field), "\"" + std::string(text) + "\" has more than 9 decimal places (fractions are kept "
+                                   "in billionths)");
+  }
+  if (status != detail::DecimalStatus::ok || ppb >= 1'000'000'000) {
     throw InputError(where(field),
                      "expected a fraction from 0 up to (not including) 1, got \"" + std::string(text) + "\"");
   }

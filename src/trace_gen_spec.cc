@@ -383,7 +383,14 @@ std::int64_t parse_probability_ppb(std::string_view text, std::string_view field
 
 double parse_rate_per_s(std::string_view text, std::string_view field) {
   std::int64_t scaled = 0;
-  if (detail::parse_scaled_decimal(text, 9, scaled) != detail::DecimalStatus::ok || scaled == 0) {
+  const auto status = detail::parse_scaled_decimal(text, 9, scaled);
+  if (status == detail::DecimalStatus::overflow) {
+    bad(field, "\"" + std::string(text) + "\" is too large (the largest is 9223372036 requests per second)");
+  }
+  if (status == detail::DecimalStatus::too_precise) {
+    bad(field, "\"" + std::string(text) + "\" has more than 9 decimal places (the rate is kept in billionths)");
+  }
+  if (status != detail::DecimalStatus::ok || scaled == 0) {
     bad(field, "expected a positive number of requests per second, got \"" + std::string(text) + "\"");
   }
   return static_cast<double>(scaled) / 1e9;

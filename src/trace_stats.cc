@@ -197,7 +197,8 @@ std::string format_trace_stats(const TraceStats& s) {
   line("cancelled", with_commas(s.cancelled) + " (" + percent(s.cancelled, s.requests) + ")");
   line("max_tokens given", with_commas(s.with_max_tokens) + " (" + percent(s.with_max_tokens, s.requests) + ")");
   line("parallel samples",
-       with_commas(s.parallel_requests) + " requests with n > 1; " + with_commas(s.samples) + " samples in all");
+       with_commas(s.parallel_requests) + (s.parallel_requests == 1 ? " request" : " requests") + " with n > 1; " +
+           with_commas(s.samples) + (s.samples == 1 ? " sample" : " samples") + " in all");
   line("sessions", s.sessions == 0 ? "none"
                                    : with_commas(s.sessions) + " (" + with_commas(s.session_requests) + " requests)");
   line("service times", with_commas(s.with_service_times) + " requests");

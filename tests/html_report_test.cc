@@ -524,7 +524,11 @@ TEST_CASE("html: kvsim report refuses what it cannot read, naming the file, the 
       {{"report", json, write("stranger.csv", header + "dynamic,0.5,1,2,0,0,0,0\n")},
        "stranger.csv:2: column 'allocator': \"dynamic\" is not a run of the replay's --json output"},
       {{"report", json, write("short.csv", header + "paged:block=16,0.5\n")}, "short.csv:2: 2 fields, the header has 8"},
-      {{"report", json, write("what.csv", "a,b\n1,2\n")}, "what.csv:1: neither a --timeline nor a --per-request CSV"},
+      {{"report", json, write("what.csv", "a,b\n1,2\n")},
+       "what.csv:1: not an output of kvsim replay, validate or sweep: neither JSON nor a --timeline"},
+      // Not taken for a CSV that wants a JSON beside it: validate's table, given alone.
+      {{"report", write("table.txt", "kvsim validate: measured vs simulated\n")},
+       "table.txt:1: not an output of kvsim replay, validate or sweep"},
       {{"report", json, write("no-col.csv", "allocator,time_s,step\n")}, "no-col.csv:1: column 'running': missing"},
       // A byte order mark is skipped, so the header is recognised and the bad cell found.
       {{"report", json, write("bom.csv", "\xEF\xBB\xBF" + header + "paged:block=16,0.5,1,2,x,0,0,0\n")},

@@ -90,6 +90,19 @@ TEST_CASE("a trace whose arrivals fall at one instant has no rate, not a rate of
   CHECK_THAT(r.out, !Catch::Contains("0.000 requests/s"));
 }
 
+TEST_CASE("trace stats counts samples and parallel requests in the singular when there is one") {
+  // One request of n = 2 and one of n = 1: 1 request with n > 1 and 3 samples; a lone request
+  // of n = 1: 0 requests with n > 1 and 1 sample.
+  const auto two = test::write_file("one-parallel.csv", "id,arrival,prompt_tokens,output_tokens,n\n1,0,100,10,2\n2,1,100,10,1\n");
+  auto r = test::run_cli({"trace", "stats", two});
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("1 request with n > 1; 3 samples in all"));
+  const auto one = test::write_file("one-request.csv", "id,arrival,prompt_tokens,output_tokens\n1,0,100,10\n");
+  r = test::run_cli({"trace", "stats", one});
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("0 requests with n > 1; 1 sample in all"));
+}
+
 TEST_CASE("a partial last block that is reused counts only its tokens") {
   // Mooncake-style: 1025 tokens in blocks of 512 is 512 + 512 + 1; the second request
   // repeats all three hashes, reusing 1025 tokens.

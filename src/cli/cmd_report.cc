@@ -695,6 +695,14 @@ int run_report(const Invocation& inv) {
       read_sweep(csv, path, page);
       continue;
     }
+    const bool is_timeline = header.rfind("allocator,time_s,", 0) == 0;
+    const bool is_per_request = header.rfind("allocator,id,ordinal,", 0) == 0;
+    if (!is_timeline && !is_per_request) {
+      throw InputError(Location{path, 1, ""},
+                       "not an output of kvsim replay, validate or sweep: neither JSON nor a --timeline, --per-request "
+                       "or sweep CSV (its first line starts \"" +
+                           printable(header.substr(0, 40)) + "\")");
+    }
     if (!replay_json) {
       throw InputError(Location{path, 0, ""}, "a CSV needs the 'kvsim replay --json' output of the same run beside it");
     }
@@ -703,16 +711,12 @@ int run_report(const Invocation& inv) {
       if (given) throw InputError(Location{path, 0, ""}, std::string("a second ") + what + " CSV: give the replay's one");
       given = true;
     };
-    if (header.rfind("allocator,time_s,", 0) == 0) {
+    if (is_timeline) {
       once(timeline, "--timeline");
       read_timeline(csv, path, page, facts);
-    } else if (header.rfind("allocator,id,ordinal,", 0) == 0) {
+    } else {
       once(per_request, "--per-request");
       read_per_request(csv, path, page, facts);
-    } else {
-      throw InputError(Location{path, 1, ""},
-                       "neither a --timeline nor a --per-request CSV of kvsim replay (its header starts \"" +
-                           printable(header.substr(0, 40)) + "\")");
     }
   }
   write_output_file(*out, render_html(page), inputs);
