@@ -374,7 +374,7 @@ void Engine::stop_running(std::uint32_t slot) {
     f.step_at = step_;
     f.decoding = false;
   }
-  if (scheduler_tracks_requests_) scheduler_->on_stopped(slot);
+  if (scheduler_tracks_requests_) scheduler_->on_stopped(view_, slot);
 }
 
 void Engine::free_holding(std::uint32_t slot, std::int64_t correction_ns) {

@@ -107,7 +107,8 @@ class Scheduler {
   virtual void on_decoding(const EngineView& /*engine*/, std::uint32_t /*slot*/) {}
 
   // The request in `slot` stops holding memory (completed, cancelled, preempted, swapped).
-  virtual void on_stopped(std::uint32_t /*slot*/) {}
+  // A completion is told at the start of the next step (engine.step is that step's).
+  virtual void on_stopped(const EngineView& /*engine*/, std::uint32_t /*slot*/) {}
 
   // The request in `failed` cannot grow: the running request to preempt (`failed` itself
   // is allowed). REQUIRES: at least one request is running.

@@ -26,7 +26,7 @@ class ReserveScheduler final : public Scheduler {
     planned_sum_ += planned_[slot];
   }
 
-  void on_stopped(std::uint32_t slot) override {
+  void on_stopped(const EngineView& /*engine*/, std::uint32_t slot) override {
     if (slot >= planned_.size()) return;
     planned_sum_ -= planned_[slot];
     planned_[slot] = 0;

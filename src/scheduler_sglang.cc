@@ -1,9 +1,17 @@
 // SGLang's scheduling under memory pressure (docs/replay.md cites the code):
 //
-// - admission (PrefillAdder): the running requests' remaining tokens, each clipped at
-//   CLIP_MAX_NEW_TOKENS_ESTIMATION and scaled by the adaptive new-token ratio, plus this step's
-//   admissions unscaled, plus the newcomer's extend tokens (its prompt less the cached prefix)
-//   and clipped limit must stay below the free token positions;
+// - admission (PrefillAdder): the remaining tokens of the requests running when the round
+//   began, each clipped at CLIP_MAX_NEW_TOKENS_ESTIMATION and scaled by the adaptive new-token
+//   ratio, plus this round's admissions unscaled (the first into an empty batch too), plus the
+//   newcomer's extend tokens (its prompt less the cached prefix) and clipped limit must stay
+//   below the free token positions;
+// - a refusal for room (AddReqResult.NO_TOKEN) marks the running batch full
+//   (scheduler.py get_new_batch_prefill: running_batch.batch_is_full = True), and no waiting
+//   request is tried again until the batch shrinks: update_running_batch clears the mark when
+//   filter_batch drops a finished or aborted request or retract_decode retracts one, after that
+//   iteration's admission (a prefill batch, tried first, found the batch still full). So a
+//   completion at the end of step k reopens admission at step k + 2, a retraction (which
+//   admits nothing in its own step) at the next; with nothing running, anything may start;
 // - the ratio starts at its initial value, falls linearly every decode step that needed no
 //   retraction, starts afresh when idle, and is recomputed after a retraction from the requests
 //   that keep decoding;
@@ -65,10 +73,21 @@ class SglangScheduler final : public Scheduler {
     for (std::size_t i = 0; i < keyed_.size(); ++i) queue[i] = keyed_[i].ref;
   }
 
-  void begin_admission() override { admitted_tokens_ = 0; }
+  void begin_admission() override {
+    admitted_tokens_ = 0;
+    round_open_ = false;
+  }
 
   bool admits(const EngineView& engine, const Ticket& t, const AdmitInfo& info, std::int64_t cached,
               std::int64_t positions) override {
+    // The running batch's charge as the round began (PrefillAdder's rem_total_token_offset
+    // starts from it): the requests this round admits, which may start decoding within it,
+    // are charged once below, unscaled.
+    if (!round_open_) {
+      round_future_ = Int128{clip_base_ + clip_slope_ * engine.step} * ratio_ppb_ / kPartsPerBillion;
+      round_open_ = true;
+    }
+    if (engine.running > 0 && (batch_full_ || engine.step == reopens_after_)) return false;
     const std::int64_t free_bytes = engine.free_bytes();
     // The cached pages live requests hold (locked, in use): looked up once, when needed.
     std::int64_t held = -1;
@@ -81,7 +100,21 @@ class SglangScheduler final : public Scheduler {
       const std::int64_t pages = chunk_bytes(engine, t, positions);
       return pages <= free_bytes || pages - held_hits() <= free_bytes;
     };
-    if (engine.running == 0) return chunk_fits();  // nothing to estimate against
+    // The extend tokens (extend_input_len: the prompt and what a retracted request had
+    // generated, less its cached prefix) and the clipped remaining limit.
+    const std::int64_t extend = t.prompt + t.base_generated - cached;
+    const std::int64_t clipped = t.n * std::min(t.planned - t.base_generated, kClipTokens);
+    // What the round's later admissions must leave besides: SGLang adds each admitted
+    // request's extend tokens and clipped limit (a chunked one's chunk only) to an offset
+    // against the room as the round began (_update_prefill_budget), and allocates after the
+    // round. kvsim takes each admitted chunk from the free room at once, so only the clipped
+    // limit of a request admitted whole is left to add.
+    const bool whole = positions == t.prompt + t.base_generated;
+    if (engine.running == 0) {  // nothing to estimate against
+      const bool fits = chunk_fits();
+      if (fits && whole) admitted_tokens_ += clipped;
+      return fits;
+    }
     // PrefillAdder.add_one_req checks again with the request's matched prefix locked
     // (_lock_node: "the temporary pin excludes this prefix from the evictable budget"): the
     // matched pages no running request holds were counted free as evictable, and are not
@@ -89,20 +122,13 @@ class SglangScheduler final : public Scheduler {
     std::int64_t own_hits = 0;
     if (cached > 0) own_hits = std::max<std::int64_t>(0, cached * engine.bytes_per_token - held_hits());
     // In token positions, as its token pool counts them.
-    const Int128 future = Int128{clip_base_ + clip_slope_ * engine.step} * ratio_ppb_ / kPartsPerBillion;
-    const Int128 rem = (free_bytes - own_hits) / engine.bytes_per_token - future - admitted_tokens_;
-    // The extend tokens (extend_input_len: the prompt and what a retracted request had
-    // generated, less its cached prefix) and the clipped remaining limit.
-    const std::int64_t extend = t.prompt + t.base_generated - cached;
-    const std::int64_t clipped = t.n * std::min(t.planned - t.base_generated, kClipTokens);
-    if (Int128{extend + clipped} >= rem) return false;
-    // What the step's later admissions must leave besides: SGLang adds each admitted
-    // request's extend tokens and clipped limit (a chunked one's chunk only) to an offset
-    // against the room as the round began (_update_prefill_budget), and allocates after the
-    // round. kvsim takes each admitted chunk from the free room at once, so only the clipped
-    // limit of a request admitted whole is left to add.
-    if (positions == t.prompt + t.base_generated) admitted_tokens_ += clipped;
-    return chunk_fits();
+    const Int128 rem = (free_bytes - own_hits) / engine.bytes_per_token - round_future_ - admitted_tokens_;
+    if (Int128{extend + clipped} >= rem || !chunk_fits()) {
+      batch_full_ = true;
+      return false;
+    }
+    if (whole) admitted_tokens_ += clipped;
+    return true;
   }
 
   // Each decoding request's min(remaining planned tokens, clip) x n, kept as a line in steps.
@@ -119,10 +145,15 @@ class SglangScheduler final : public Scheduler {
     clip_slope_ += c.slope;
   }
 
-  void on_stopped(std::uint32_t slot) override {
+  void on_stopped(const EngineView& engine, std::uint32_t slot) override {
     Clip& c = clip(slot);
     remove(c);
     c = Clip{};
+    // The batch shrinks: admission reopens once this step's has been tried (see the top).
+    if (batch_full_) {
+      batch_full_ = false;
+      reopens_after_ = engine.step;
+    }
   }
 
   std::uint32_t choose_victim(const EngineView& engine, std::uint32_t failed) const override {
@@ -196,7 +227,11 @@ class SglangScheduler final : public Scheduler {
 
   const MemoryOptions& memory_;
   std::int64_t ratio_ppb_;
-  std::int64_t admitted_tokens_ = 0;  // this step's admissions' clipped limits, unscaled
+  std::int64_t admitted_tokens_ = 0;  // this round's admissions' clipped limits, unscaled
+  bool round_open_ = false;           // round_future_ is this round's
+  Int128 round_future_ = 0;           // the running batch's scaled charge as the round began
+  bool batch_full_ = false;           // running_batch.batch_is_full
+  std::int64_t reopens_after_ = -1;   // the step in which the mark was last cleared
   std::vector<Clip> clips_;           // by slot
   std::int64_t clip_base_ = 0;        // sum of the clip lines: base + slope x step
   std::int64_t clip_slope_ = 0;

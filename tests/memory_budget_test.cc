@@ -72,6 +72,57 @@ TEST_CASE("budget: a block pool reserves its whole blocks, and block-level usage
   CHECK(none.report.rejected_too_large == 1);
 }
 
+TEST_CASE("budget: SGLang retracts, among requests with equal tokens generated, the longest prompt") {
+  // 10 blocks, a ratio of 0 (the running requests' future counts for nothing). A (prompt 40,
+  // output 50) starts alone at step 0. B (prompt 20, output 20) and C (prompt 30, output 20)
+  // arrive during it and start together at step 1: B against 160 - 48 = 112 free (20 + 20 <
+  // 112), C against 112 - 32 less B's 20 (30 + 20 < 60). At step k A holds 41 + k positions,
+  // B 21 + (k - 1), C 31 + (k - 1): 3 + 2 + 2 blocks, C's 3rd at step 3, A's 4th at step 8,
+  // B's 3rd at step 13, and at step 19 C needs its 4th with all 10 taken. B and C have each
+  // generated 18 (A 19): the fewest, and of those the longest prompt, C, is retracted
+  // (retract_decode's sort), recomputing 30 + 18 = 48 positions.
+  const std::vector<Request> trace = {test::request("a", 0, 40, 50), test::request("b", kMs / 2, 20, 20),
+                                      test::request("c", kMs / 2 + kMs / 10, 30, 20)};
+  ReplayOptions o = budget_of(10 * 16, Policy::sglang);
+  o.memory.sglang_init_ratio_ppb = 0;
+  o.memory.sglang_min_ratio_ppb = 0;
+  const auto r = run("paged:block=16", trace, o);
+  CHECK(r.report.preemptions == 1);
+  CHECK(r.report.recomputed_tokens == 48);
+  CHECK(r.report.completed == 3);
+}
+
+TEST_CASE("budget: SGLang charges a round's admissions once, unscaled, the first into an empty batch too") {
+  // 1,000 one-position pages, SGLang's default ratio 0.7. R1 (100, 400), R2 (100, 300) and R3
+  // (50, 10) arrive at 0. R1 starts alone and is charged its 400 unscaled; R2: 899 free less
+  // 400 leaves 499 > 100 + 300; R3: 899 - 101 = 798 free less 400 + 300 leaves 98 > 50 + 10.
+  // All three start at step 0. Charging each again at 0.7 once its prefill was done (and R1
+  // only at 0.7) left R3 8 positions, so it waited a step.
+  const std::vector<Request> trace = {test::request("r1", 0, 100, 400), test::request("r2", 0, 100, 300),
+                                      test::request("r3", 0, 50, 10)};
+  const auto r = run("radix:page=1", trace, budget_of(1000, Policy::sglang));
+  CHECK(r.report.waiting.max_ns == 0);
+  CHECK(r.report.preemptions == 0);
+  CHECK(r.report.completed == 3);
+}
+
+TEST_CASE("budget: SGLang tries the waiting again only once the batch has shrunk, a step after") {
+  // 10 blocks, a ratio of 0. A (40, 50) and S (10, 5) start at step 0 (S against 160 - 48
+  // free less A's 50: 15 < 62); B (20, 30) is refused beside them (96 - 55 = 41 <= 50) and the
+  // batch is marked full, so B is not tried at step 1, where A's and S's futures count for
+  // nothing. S ends at step 4; update_running_batch clears the mark in step 5's decode, after
+  // that iteration found the batch still full, so B starts at step 6.
+  const std::vector<Request> trace = {test::request("a", 0, 40, 50), test::request("s", 0, 10, 5),
+                                      test::request("b", 0, 20, 30)};
+  ReplayOptions o = budget_of(10 * 16, Policy::sglang);
+  o.memory.sglang_init_ratio_ppb = 0;
+  o.memory.sglang_min_ratio_ppb = 0;
+  const auto r = run("paged:block=16", trace, o);
+  CHECK(r.report.waiting.max_ns == 6 * kMs);
+  CHECK(r.report.preemptions == 0);
+  CHECK(r.report.completed == 3);
+}
+
 TEST_CASE("budget: vLLM preempts the newest, reserve admits fewer, SGLang retracts the fewest generated") {
   // 6 blocks, no watermark. A (prompt 40, output 50) and B (prompt 20, output 20) start
   // together at step 0, A first: 3 + 2 blocks. At step k they hold 41 + k and 21 + k
@@ -99,16 +150,20 @@ TEST_CASE("budget: vLLM preempts the newest, reserve admits fewer, SGLang retrac
     CHECK(r.report.ttft.max_ns == 1 * kMs);  // B's first token came before the preemption
     CHECK(r.report.prompt_tokens == 60);     // each prompt counts once
   }
-  SECTION("sglang: among requests with equal tokens generated, the longest prompt, A, is retracted") {
-    // SGLang admits B beside A only if B's prompt + max_tokens (20 + 20) fits what is free
-    // after A (96 - 48 = 48) less its estimate of A's future, here 0 (a ratio of 0).
+  SECTION("sglang: B, refused beside A's unscaled charge, waits while the batch is marked full") {
+    // SGLang charges a request admitted in the round unscaled, the first into an empty batch
+    // too (PrefillAdder._update_prefill_budget): B's 20 + 20 against 96 - 48 free less A's
+    // 50 is refused (NO_TOKEN), which marks the batch full, and no waiting request is tried
+    // again until the batch shrinks, however low the ratio (0 here) falls. A ends at step 49;
+    // with nothing running B starts at step 50 and ends at 70 ms, as under reserve.
     ReplayOptions o = budget_of(6 * 16, Policy::sglang);
     o.memory.sglang_init_ratio_ppb = 0;
     o.memory.sglang_min_ratio_ppb = 0;
     const auto r = run("paged:block=16", trace, o);
-    CHECK(r.report.preemptions == 1);
-    CHECK(r.report.recomputed_tokens == 52);  // A: prompt 40 + 12 generated
+    CHECK(r.report.preemptions == 0);
     CHECK(r.report.completed == 2);
+    CHECK(r.report.waiting.max_ns == 50 * kMs);
+    CHECK(r.report.e2e.max_ns == 70 * kMs);
   }
   SECTION("reserve: B waits until A's whole life (40 + 50 = 90 positions, 6 blocks) is over") {
     const auto r = run("paged:block=16", trace, budget_of(6 * 16, Policy::reserve));
