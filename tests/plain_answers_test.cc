@@ -177,7 +177,18 @@ TEST_CASE("warnings: reserve=max-tokens without max_tokens, and a prefix cache w
   CHECK(w[0] == "dense-static:reserve=max-tokens: 2 of 2 requests have no max_tokens in the trace, so their rows "
                 "reserve their true output, as reserve=oracle does (give --default-max-tokens N to plan for a limit)");
   CHECK_THAT(w[1], Catch::StartsWith("paged:block=16,prefix-caching=on: the trace identifies no prompt block of 16 "
-                                     "tokens"));
+                                     "tokens") &&
+                       Catch::Contains("(a preempted one can still find its own blocks)"));
+  // radix keys its pages by the trace's identity alone: a retracted request finds nothing of
+  // its own either, and the warning does not claim otherwise.
+  const auto radix = test::run_cli({"replay", trace, "--model", "llama-3.1-8b", "--allocator", "radix", "--cost",
+                                    "constant:step=1ms,prefill-token=0ps", "--json"});
+  REQUIRE(radix.exit_code == 0);
+  const auto rw = warnings_of(radix.out);
+  REQUIRE(rw.size() == 1);
+  CHECK_THAT(rw[0], Catch::StartsWith("radix:page=1: the trace identifies no prompt block of 1 token (") &&
+                        Catch::Contains("(nor a retracted or preempted one its own, which SGLang's token-keyed tree "
+                                        "would find)"));
   // With --default-max-tokens the plan is a limit, and the bundled trace with prefix hashes
   // (traces/shared-prefix.csv) gives the cache something to find: no warning.
   const auto planned = test::run_cli({"replay", trace, "--model", "llama-3.1-8b", "--allocator",

@@ -198,11 +198,16 @@ std::vector<std::string> run_warnings(const KvLayout& layout, const ReplayReport
   // been routed none of the requests that carry identity).
   if (r.prefix_block_tokens > 0 && r.requests > 0 && r.prefix_identified_requests == 0 &&
       (r.replicas == 0 || r.replica < 0)) {
-    out.push_back(fmt::format("{}: the trace identifies no prompt block of {} tokens (no prefix hashes, Mooncake "
+    // paged's cache keys the blocks no identity names by the request's own key; radix keys
+    // pages by the trace's identity alone (docs/replay.md, the allocators' table).
+    const bool radix = r.allocator.rfind("radix", 0) == 0;
+    out.push_back(fmt::format("{}: the trace identifies no prompt block of {} token{} (no prefix hashes, Mooncake "
                               "hash_ids or token ids, or no prompt that long), so no request can find another's "
-                              "prompt in the cache (a preempted one can still find its own blocks); 'kvsim trace "
-                              "stats' says what a trace carries",
-                              run_name(r), with_commas(r.prefix_block_tokens)));
+                              "prompt in the cache ({}); 'kvsim trace stats' says what a trace carries",
+                              run_name(r), with_commas(r.prefix_block_tokens), r.prefix_block_tokens == 1 ? "" : "s",
+                              radix ? "nor a retracted or preempted one its own, which SGLang's token-keyed tree "
+                                      "would find"
+                                    : "a preempted one can still find its own blocks"));
   }
   if (overload && r.overload.overloaded) out.push_back(overload_text(r));
   return out;
