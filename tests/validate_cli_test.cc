@@ -11,6 +11,8 @@
 #include <fstream>
 #include <iomanip>
 #include <iterator>
+#include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -318,6 +320,11 @@ TEST_CASE("validate: when nothing completes in the simulation the makespan is n/
   const auto table = test::run_cli({"validate", (base / "run").string(), "--workload", workload, "--kv-budget", "2MiB"});
   CHECK_THAT(table.out, Catch::Contains("Makespan (s)                     0.95          n/a       n/a") &&
                             Catch::Contains("WARNING: 2 of 2 requests did not complete"));
+  // One block cannot hold a sequence of the model's 131,072 tokens (8,192 blocks, 16 GiB):
+  // vLLM would not have started, and the table says so.
+  CHECK_THAT(table.out, Catch::Contains("WARNING: the KV pool replayed (2,097,152 bytes) cannot hold one sequence of "
+                                        "max model len 131072 (17,179,869,184 bytes): vLLM refuses to start such an "
+                                        "engine"));
   // kvsim report draws the page from that JSON, leaving out the figures with no simulated side.
   const std::string json = (base / "validate.json").string();
   std::ofstream(json) << r.out;
@@ -338,7 +345,8 @@ TEST_CASE("validate: a run that records no vLLM version is replayed with replay'
   meta.erase(meta.find(version), version.size());
   std::ofstream(dir / "meta.json") << meta;
   const std::string workload = kData + "/tiny/workloads/tiny.jsonl";
-  const std::vector<std::string> args = {"validate", dir.string(), "--workload", workload, "--kv-budget", "1GiB",
+  // A pool that holds one sequence of the model's 131,072 tokens (16 GiB): no warning of its own.
+  const std::vector<std::string> args = {"validate", dir.string(), "--workload", workload, "--kv-budget", "17GiB",
                                          "--timing-device", "RTX-PRO-6000"};
   auto with = [&](std::vector<std::string> more) {
     std::vector<std::string> all = args;
@@ -396,7 +404,8 @@ TEST_CASE("validate: a workload whose SHA-256 is not meta.json's dataset_hash is
   const std::string digest = "7185409b965e3a2d475f4fb97216dccecfe25eb3d55448bc9a96175c67969eff";
   const auto run = [&](const std::string& hash) {
     replace_in_file(dir / "meta.json", "\"tick_seconds\"", "\"dataset_hash\": \"" + hash + "\", \"tick_seconds\"");
-    auto r = test::run_cli({"validate", dir.string(), "--workload", workload, "--kv-budget", "1GiB", "--timing-device",
+    // 17 GiB holds a sequence of the model's 131,072 tokens: no warning about the pool.
+    auto r = test::run_cli({"validate", dir.string(), "--workload", workload, "--kv-budget", "17GiB", "--timing-device",
                             "RTX-PRO-6000", "--json"});
     std::filesystem::copy_file(kData + "/tiny/run/meta.json", dir / "meta.json",
                                std::filesystem::copy_options::overwrite_existing);
@@ -432,7 +441,7 @@ TEST_CASE("validate: a meta.json of another schema_version is read, with a warni
     std::filesystem::copy_file(kData + "/tiny/run/meta.json", dir / "meta.json",
                                std::filesystem::copy_options::overwrite_existing);
     replace_in_file(dir / "meta.json", "\"tick_seconds\"", "\"schema_version\": " + version + ", \"tick_seconds\"");
-    const auto r = test::run_cli({"validate", dir.string(), "--workload", workload, "--kv-budget", "1GiB",
+    const auto r = test::run_cli({"validate", dir.string(), "--workload", workload, "--kv-budget", "17GiB",
                                   "--timing-device", "RTX-PRO-6000", "--json"});
     INFO(r.err);
     REQUIRE(r.exit_code == 0);
@@ -815,6 +824,34 @@ TEST_CASE("validate: a data-parallel run is two engines behind vLLM's router, th
   REQUIRE(eager.exit_code == 0);
   CHECK_THAT(eager.out, Catch::Contains("asynchronous scheduling\n"));
   CHECK_THAT(eager.out, !Catch::Contains("CUDA graphs"));
+  // KV usage per tick as the recorder averages it: over the engines that logged in the tick,
+  // an engine logging when it steps. Synchronous schedule as above, 16-token blocks, each
+  // replica a pool of C blocks, the state that of the step begun by then (the prompt and the
+  // tokens produced before it). 0.05 s (the tick 0-0.05 s): only replica 0 steps, a holding
+  // 20 + 5 = 25 positions, 2 blocks: 2/C. 0.12 s: both step; a holds 32 (2 blocks), b
+  // 20 + 2 = 22 (2 blocks): 4/(2C), the same. 0.35 s: only replica 1 steps (replica 0 went
+  // idle at 0.30 s), b holding 45 (3 blocks): 3/C, 1.5 times the first. Summing both pools'
+  // bytes over both capacities halved the ticks with an idle replica: 0.12 s was twice 0.05 s.
+  // 0.45 s: neither steps, nothing is held: 0.
+  std::ofstream(base / "run" / "timeseries.csv") << "t,prompt_throughput,gen_throughput,running,waiting,kv_cache_pct\n"
+                                                     "0.05,0,0,1,0,1\n0.12,0,0,2,0,1\n0.18,0,0,2,0,1\n"
+                                                     "0.23,0,0,4,1,1\n0.35,0,0,1,0,1\n0.45,0,0,0,0,0\n";
+  const std::string per_tick = test::scratch_path("validate-dp-per-tick.csv");
+  const auto kv = test::run_cli({"validate", (base / "run").string(), "--kv-budget", "1GB", "--cost",
+                                 "constant:step=10ms,prefill-token=0ps", "--async-scheduling", "off", "--per-tick",
+                                 per_tick});
+  INFO(kv.err);
+  REQUIRE(kv.exit_code == 0);
+  std::map<std::string, double> simulated_kv;
+  std::istringstream ticks(test::slurp(per_tick));
+  std::string line;
+  std::getline(ticks, line);
+  while (std::getline(ticks, line)) simulated_kv[line.substr(0, line.find(','))] = std::stod(line.substr(line.rfind(',') + 1));
+  REQUIRE(simulated_kv.count("0.05") == 1);
+  CHECK(simulated_kv["0.05"] > 0);
+  CHECK(simulated_kv["0.12"] == Approx(simulated_kv["0.05"]));
+  CHECK(simulated_kv["0.35"] == Approx(1.5 * simulated_kv["0.05"]));
+  CHECK(simulated_kv["0.45"] == 0);
   std::filesystem::remove_all(base);
 }
 
@@ -1299,7 +1336,7 @@ TEST_CASE("validate: a request vLLM returned no metrics for is replayed but in n
   CHECK(doc["makespan_s"]["simulated"].get<double>() == Approx(0.55));
   CHECK(doc["running_mae"].get<double>() == Approx(2.0 / 3.0));
   const std::string per_request = (base / "per-request.csv").string();
-  const auto table = test::run_cli({"validate", (base / "run").string(), "--kv-budget", "1GB", "--cost",
+  const auto table = test::run_cli({"validate", (base / "run").string(), "--kv-budget", "17GiB", "--cost",
                                     "constant:step=10ms,prefill-token=0ps", "--per-request", per_request});
   CHECK_THAT(table.out, Catch::Contains("1 of 3 requests carry no timestamps") && !Catch::Contains("WARNING"));
   // --per-request: bench-2's measured cells are empty; simulated, taken in at 0.70 s (the
@@ -1351,6 +1388,19 @@ TEST_CASE("validate: vLLM's admission rules follow the run's version and its res
                                 "--reserve-full-isl", "off", "--watermark", "0.02"});
   REQUIRE(r.exit_code == 0);
   CHECK_THAT(r.out, Catch::Contains("policy vllm (recompute, watermark 0.02)"));
+  // The user's --no-chunked-prefill beside a run that records the check: the run's setting is
+  // left unapplied, as when the run itself records chunked prefill off (it was refused, and
+  // blamed on meta.json).
+  std::ofstream(dir / "meta.json") << R"({"model": "meta-llama/Llama-3.1-8B", "vllm_version": "0.19.0",
+  "engine_kwargs": {"tensor_parallel_size": 1, "data_parallel_size": 1, "max_num_seqs": 128,
+    "max_num_batched_tokens": 4096, "max_model_len": 4096},
+  "dataset_path": "workloads/tiny.jsonl", "started_at": "2026-01-01T00:00:00Z", "tick_seconds": 0.25,
+  "resolved_config": {"scheduler_config": {"scheduler_reserve_full_isl": true}}})";
+  const auto unchunked = test::run_cli({"validate", dir.string(), "--workload", workload, "--kv-budget", "1GiB",
+                                        "--no-chunked-prefill"});
+  INFO(unchunked.err);
+  REQUIRE(unchunked.exit_code == 0);
+  CHECK_THAT(unchunked.out, Catch::Contains("policy vllm (recompute, whole sequence must fit, watermark 0)"));
   std::filesystem::remove_all(base);
 }
 

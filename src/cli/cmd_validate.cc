@@ -224,20 +224,41 @@ Result compare(const MeasuredRun& run, const ReplayReport& report, const std::ve
   r.measured_makespan_s = measured_makespan_s(run);
   r.simulated_makespan_s = last_finish - first_arrival;
   r.simulated_makespan_known = any;
-  // Each tick against the simulated state at the same instant, summed over the engines.
+  // Each tick against the simulated state at the same instant, summed over the engines. KV
+  // usage as the recorder averages it (LLMServingSim's BenchStatLogger.downsample_to_csv_rows:
+  // each engine's last sample in the tick, averaged over the engines that logged one): an
+  // engine logs when it takes a step (vLLM's EngineCore.step returns no outputs, so no
+  // scheduler stats, without requests), so an engine idle through the tick is left out. With
+  // none that stepped (a step longer than the tick), every engine counts.
   double running_err = 0, waiting_err = 0, kv_err = 0;
   const double capacity = static_cast<double>(report.capacity_bytes);
+  const double engine_capacity = capacity / static_cast<double>(std::max<std::size_t>(1, engines.size()));
+  const auto tick_ns = static_cast<std::int64_t>(std::llround(run.tick_s * 1e9));
+  const auto stepped_in = [](const EngineState& e, std::int64_t after, std::int64_t upto) {
+    const auto it = std::upper_bound(e.samples.begin(), e.samples.end(), after,
+                                     [](std::int64_t x, const Sample& s) { return x < s.time_ns; });
+    return it != e.samples.end() && it->time_ns <= upto;
+  };
   for (const MeasuredTick& t : run.ticks) {
     const double at_s = run.started_at_s + t.t_s - wall_offset;
     const auto at_ns = static_cast<std::int64_t>(std::llround(at_s * 1e9));
-    std::int64_t running = 0, waiting = 0, allocated = 0;
+    std::int64_t running = 0, waiting = 0, allocated = 0, logged = 0, allocated_all = 0;
     for (const EngineState& e : engines) {
       const Sample s = state_at(e, at_ns);
       running += s.running;
       waiting += s.queued;
-      allocated += s.allocated_bytes;
+      allocated_all += s.allocated_bytes;
+      if (stepped_in(e, at_ns - tick_ns, at_ns)) {
+        allocated += s.allocated_bytes;
+        ++logged;
+      }
     }
-    const double kv_percent = capacity > 0 ? static_cast<double>(allocated) / capacity * 100 : 0;
+    if (logged == 0) {
+      allocated = allocated_all;
+      logged = static_cast<std::int64_t>(engines.size());
+    }
+    const double kv_percent =
+        engine_capacity > 0 ? static_cast<double>(allocated) / (engine_capacity * static_cast<double>(logged)) * 100 : 0;
     running_err += std::abs(static_cast<double>(running - t.running));
     waiting_err += std::abs(static_cast<double>(waiting - t.waiting));
     kv_err += std::abs(kv_percent - t.kv_cache_percent);
@@ -263,6 +284,30 @@ std::string budget_text(const ReplayPlan& plan, const std::string& source) {
 // them, the JSON lists them, and standard error carries them either way.
 std::vector<std::string> warnings_of(const RunReplay& replayed, const Result& r) {
   std::vector<std::string> out = replayed.warnings;
+  // A pool that cannot hold one sequence of max_model_len (a what-if: --kv-budget, --blocks):
+  // vLLM refuses to start such an engine (vllm/v1/core/kv_cache_utils.py,
+  // check_enough_kv_cache_memory), so no run has it. Sized as a sequence decoded to that
+  // length, whose sliding windows hold only their windows, as vLLM sizes it per layer.
+  const ReplayPlan& plan = replayed.plan;
+  const Allocator* pool = plan.replicas > 1 ? (plan.replica_allocators.empty() || plan.replica_allocators[0].empty()
+                                                   ? nullptr
+                                                   : plan.replica_allocators[0][0].get())
+                                            : (plan.allocators.empty() ? nullptr : plan.allocators[0].get());
+  const std::int64_t max_model_len = plan.options.layout.max_model_len;
+  if (pool != nullptr && pool->pool().capacity_bytes > 0 && max_model_len > 1) {
+    AdmitInfo longest;
+    longest.prompt_tokens = 1;
+    longest.planned_output_tokens = max_model_len - 1;
+    longest.output_tokens = max_model_len - 1;
+    const std::int64_t needed = pool->peak_bytes(longest, max_model_len);
+    if (needed > pool->pool().capacity_bytes) {
+      out.push_back(fmt::format("the KV pool replayed ({} bytes{}) cannot hold one sequence of max model len {} ({} "
+                                "bytes): vLLM refuses to start such an engine (check_enough_kv_cache_memory), so no "
+                                "run can show this setting",
+                                with_commas(pool->pool().capacity_bytes), plan.replicas > 1 ? " an engine" : "",
+                                max_model_len, with_commas(needed)));
+    }
+  }
   if (r.completed < r.requests) {
     const std::int64_t too_long = replayed.report.rejected_too_long;
     out.push_back(fmt::format("{} of {} requests did not complete in the simulation{}: the figures are over the rest "

@@ -389,10 +389,11 @@ std::string fill_in_run_settings(RunDefaults& defaults, const MeasuredRun& run, 
     defaults.set(kOptVllmVersion, run.vllm_version, field("vllm_version"));
   }
   // What meta.json records wins over the version's defaults: scheduler_reserve_full_isl set
-  // either way (unless chunked prefill is off, where it cannot act and replay refuses it), and
-  // enforce_eager (no CUDA graphs).
+  // either way (unless chunked prefill is off, in the run or by the user's option, where it
+  // cannot act and replay refuses it), and enforce_eager (no CUDA graphs).
   const bool vllm_policy = !given(vm, option_key(kOptPolicy)) || vm[option_key(kOptPolicy)].as<std::string>() == "vllm";
-  if (vllm_policy && run.reserve_full_isl && run.chunked_prefill != false) {
+  const bool chunked = run.chunked_prefill != false && !given(vm, option_key(kOptNoChunkedPrefill));
+  if (vllm_policy && run.reserve_full_isl && chunked) {
     defaults.set(kOptReserveFullIsl, *run.reserve_full_isl ? "on" : "off", setting("scheduler_reserve_full_isl"));
   }
   if (run.enforce_eager) defaults.set(kOptCudaGraphs, "off", setting("enforce_eager"));
