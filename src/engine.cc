@@ -238,13 +238,17 @@ std::int64_t Engine::passed_over() const {
   return queued_ - (static_cast<std::int64_t>(unplanned_.size()) - unplanned_cancelled_);
 }
 
+bool Engine::plan_lags() const { return opt_.async_scheduling && last_step_end_ == now_ && running_ > 0; }
+
 void Engine::note_plan(std::int64_t seen_until) {
-  // unplanned_ is in arrival order: what this plan saw is at its front.
+  // What any plan saw stays seen (cancel() tests an arrival against the same instant).
+  plan_seen_until_ = std::max(plan_seen_until_, seen_until);
+  // unplanned_ is in arrival order: what the plans saw is at its front.
   while (!unplanned_.empty()) {
     const TicketRef ref = unplanned_.front();
     const Ticket& t = tickets_[ref.ticket];
     const bool cancelled = t.generation != ref.generation || t.phase != Phase::queued;
-    if (!cancelled && t.arrival_ns > seen_until) return;
+    if (!cancelled && t.arrival_ns > plan_seen_until_) return;
     if (cancelled) --unplanned_cancelled_;
     unplanned_.pop_front();
   }
@@ -856,10 +860,9 @@ void Engine::admit_waiting(std::int64_t& budget, std::int64_t& prefill_tokens) {
   // Asynchronous scheduling: this step was planned when the last one began, so it sees
   // neither what arrived since then nor the places the last step's completions freed. Only
   // while something else runs: otherwise vLLM's planned step is empty and it plans again at once.
-  const bool lagging = opt_.async_scheduling && last_step_end_ == now_ && running_ > 0;
+  const bool lagging = plan_lags();
   const std::int64_t seen_until = lagging ? last_step_start_ : now_;
   const std::int64_t held = lagging ? completed_in_last_step_ : 0;
-  plan_seen_until_ = seen_until;
   note_plan(seen_until);
   while (!queue_.empty()) {
     const TicketRef ref = queue_.front();
@@ -1152,6 +1155,9 @@ std::int64_t Engine::begin_step() {
   std::int64_t budget = opt_.max_batched_tokens > 0 ? whole_step_budget_ - decoding_seqs_ : kUnlimited;
   std::int64_t prefill_tokens = 0;
   continue_prefills(budget, prefill_tokens);
+  // The plan passes over what it can see and does not admit, whether it admits at all or not
+  // (the overload rule's count, passed_over()).
+  note_plan(plan_lags() ? last_step_start_ : now_);
   // vLLM admits nothing new in a step that had to preempt.
   if (!step_preempted_) {
     resume_swapped(budget, decode_seqs);

@@ -206,6 +206,9 @@ class Engine {
   void end_flight(std::uint32_t slot);
   void enqueue_arrival();          // next_ joins the queue (or is refused)
   void note_plan(std::int64_t seen_until);  // a plan saw the arrivals up to seen_until
+  // Whether this step was planned when the last one began (asynchronous scheduling), seeing
+  // the arrivals up to that instant only.
+  bool plan_lags() const;
   void pull_arrivals(std::int64_t now);  // measured schedule
   // Arrivals and cancellations up to `until_ns` in time order: inclusive at an iteration
   // boundary, exclusive inside an iteration (mid_span), whose memory changes then count

@@ -142,3 +142,33 @@ TEST_CASE("overload: a request cancelled before any plan saw it leaves the count
   CHECK(r.queue_at_last_arrival == 2);
   CHECK(r.overload.overloaded);
 }
+
+TEST_CASE("overload: requests a plan passed over while others were swapped out count") {
+  // vLLM's policy with swap, 6 blocks of 16 one-byte positions, 1 ms steps, no watermark. A
+  // (20, 60) at 0; B (20, 60) at 10.25 ms starts at step 11 (2 + 2 blocks). C at 20.25 ms
+  // finds 1 block free and waits. At step 28 A needs its 4th block with all 6 taken: B, the
+  // newest, is swapped out, and while it is, each plan tries it first and admits no waiting
+  // request. D (30.25 ms), E (40.25 ms) and F (50.25 ms) join C. When F arrives, the plans
+  // since 21 ms have seen C, D and E and admitted none: 3 passed over (F's own step was planned
+  // before it came), against the threshold max(2, 1) = 2. Counting only the plans that came to
+  // admission, only C would count.
+  std::vector<Request> requests;
+  for (int i = 0; i < 6; ++i) {
+    requests.push_back(test::request(std::string(1, static_cast<char>('a' + i)), i == 0 ? 0 : i * 10 * kMs + kMs / 4, 20, 60));
+  }
+  RequestVectorReader trace(std::move(requests));
+  ReplayOptions o;
+  o.layout = test::unit_layout(4096);
+  o.cost.base_ps = kMs * 1000;
+  o.cost.prefill_token_ps = 0;
+  o.memory.kv_budget_bytes = 6 * 16;
+  o.memory.watermark_ppb = 0;
+  o.memory.preemption = Preemption::swap;
+  AllocatorLimits limits;
+  limits.capacity_bytes = o.memory.kv_budget_bytes;
+  auto allocator = make_allocator(parse_allocator_spec("paged:block=16", "test"), o.layout, limits);
+  const ReplayReport r = replay(trace, *allocator, o);
+  CHECK(r.swapped_out_bytes > 0);
+  CHECK(r.queue_at_last_arrival == 3);
+  CHECK(r.overload.overloaded);
+}
