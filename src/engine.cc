@@ -30,7 +30,7 @@ Engine::Engine(TraceReader& trace, Allocator& allocator, const ReplayOptions& op
       opt_(options),
       groups_(options.layout.groups.size()),
       recorder_(options, now_, step_, clock_),
-      view_{options, allocator, tickets_, flights_, running_order_, step_, running_, recorder_.allocated_bytes(),
+      view_{options, allocator, tickets_, flights_, running_order_, step_, step_planned_, running_, recorder_.allocated_bytes(),
             options.memory.kv_budget_bytes, 1, options.layout.bytes_per_token()} {
   for (const auto& g : options.layout.groups) bytes_per_position_.push_back(g.bytes_per_position);
   bytes_per_token_ = options.layout.bytes_per_token();
@@ -873,7 +873,10 @@ void Engine::admit_waiting(std::int64_t& budget, std::int64_t& prefill_tokens) {
     }
     if (t.arrival_ns > seen_until) break;  // arrived after this step was planned
     // Places under max_running are sequences: n for a request of n samples.
-    if (max_seqs_ > 0 && running_seqs_ + held + t.n > max_seqs_) break;
+    if (max_seqs_ > 0 && running_seqs_ + held + t.n > max_seqs_) {
+      if (scheduler_tracks_requests_) scheduler_->on_count_limit(view_);
+      break;
+    }
     const std::int64_t target = t.prompt + t.base_generated;
     // Alone, the request has the whole budget and the whole step: what it cannot start
     // with now it can never start with (the progress guarantee: refused, not retried).
@@ -1175,6 +1178,7 @@ std::int64_t Engine::begin_step() {
     if (swapped_.empty()) admit_waiting(budget, prefill_tokens);
   }
 
+  step_planned_ = true;
   return time_step(decode_seqs, prefill_tokens, context);
 }
 
@@ -1215,6 +1219,7 @@ void Engine::end_step(std::int64_t duration) {
   step_cancelled_decodes_ = 0;
   end_span(duration);
   ++step_;
+  step_planned_ = false;
   const std::int64_t completed_before = completed_seqs_;
   deliver_step();
   last_step_end_ = now_;

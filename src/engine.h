@@ -435,6 +435,7 @@ class Engine {
   // Time.
   std::int64_t now_ = 0;           // start of the current span
   std::int64_t step_ = 0;
+  bool step_planned_ = false;  // this step's admissions are done (EngineView::planned)
   Clock clock_;                    // spans before the current one
 
   std::size_t groups_;

@@ -49,6 +49,7 @@ struct EngineView {
   // The running requests in admission order: (admit order, slot).
   const std::set<std::pair<std::uint64_t, std::uint32_t>>& running_order;
   const std::int64_t& step;
+  const bool& planned;                // this step's admissions are done
   const std::int64_t& running;        // requests running now
   const LinearSum& allocated_bytes;   // all requests' allocated bytes, as a line in steps
   std::int64_t capacity_bytes;        // the budget, or the allocator's smaller bound
@@ -96,10 +97,13 @@ class Scheduler {
 
   // A waiting request started running in `slot` (admits() said yes and it got its memory).
   virtual void on_admitted(const EngineView& /*engine*/, std::uint32_t /*slot*/, const Ticket& /*t*/) {}
+  // The head of the queue waits for a place under max_running (admits() is not asked).
+  virtual void on_count_limit(const EngineView& /*engine*/) {}
 
   // Whether the policy keeps books per running request. When false, the engine skips
-  // begin_admission(), on_admitted(), on_decoding(), on_stopped(), next_event_tokens() and
-  // end_step() (they run once per step or per event, on the hot path of every replay).
+  // begin_admission(), on_admitted(), on_count_limit(), on_decoding(), on_stopped(),
+  // next_event_tokens() and end_step() (they run once per step or per event, on the hot path
+  // of every replay).
   virtual bool tracks_requests() const { return true; }
 
   // The request in `slot` is decoding and at an event (or just started decoding): its

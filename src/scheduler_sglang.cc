@@ -5,13 +5,16 @@
 //   ratio, plus this round's admissions unscaled (the first into an empty batch too), plus the
 //   newcomer's extend tokens (its prompt less the cached prefix) and clipped limit must stay
 //   below the free token positions;
-// - a refusal for room (AddReqResult.NO_TOKEN) marks the running batch full
-//   (scheduler.py get_new_batch_prefill: running_batch.batch_is_full = True), and no waiting
-//   request is tried again until the batch shrinks: update_running_batch clears the mark when
-//   filter_batch drops a finished or aborted request or retract_decode retracts one, after that
-//   iteration's admission (a prefill batch, tried first, found the batch still full). So a
-//   completion at the end of step k reopens admission at step k + 2, a retraction (which
-//   admits nothing in its own step) at the next; with nothing running, anything may start;
+// - a refusal for room (AddReqResult.NO_TOKEN), or no place under max_running, marks the
+//   running batch full (scheduler.py get_new_batch_prefill: running_batch.batch_is_full), and
+//   no waiting request is tried again until the batch shrinks: update_running_batch clears the
+//   mark when filter_batch drops a finished or aborted request or retract_decode retracts one,
+//   after that iteration's admission (a prefill batch, tried first, found the batch still
+//   full). So a completion at the end of step k, or a cancellation within it, reopens admission
+//   at step k + 2, a retraction (which admits nothing in its own step) at the next; a round
+//   that begins with nothing running admits whatever fits; and a refusal by the first plan to
+//   see a stop, with nothing admitted yet, leaves the mark clear (that iteration's filter
+//   clears it at once);
 // - the ratio starts at its initial value, falls linearly every decode step that needed no
 //   retraction, starts afresh when idle, and is recomputed after a retraction from the requests
 //   that keep decoding;
@@ -75,6 +78,7 @@ class SglangScheduler final : public Scheduler {
 
   void begin_admission() override {
     admitted_tokens_ = 0;
+    admitted_in_round_ = false;
     round_open_ = false;
   }
 
@@ -85,9 +89,12 @@ class SglangScheduler final : public Scheduler {
     // are charged once below, unscaled.
     if (!round_open_) {
       round_future_ = Int128{clip_base_ + clip_slope_ * engine.step} * ratio_ppb_ / kPartsPerBillion;
+      round_began_empty_ = engine.running == 0;
       round_open_ = true;
     }
-    if (engine.running > 0 && (batch_full_ || engine.step == reopens_after_)) return false;
+    // The batch marked full refuses at once; a round that began with nothing running has no
+    // batch to be full (update_running_batch cleared the mark as the batch emptied).
+    if (!round_began_empty_ && (batch_full_ || engine.step == reopens_after_)) return false;
     const std::int64_t free_bytes = engine.free_bytes();
     // The cached pages live requests hold (locked, in use): looked up once, when needed.
     std::int64_t held = -1;
@@ -104,17 +111,7 @@ class SglangScheduler final : public Scheduler {
     // generated, less its cached prefix) and the clipped remaining limit.
     const std::int64_t extend = t.prompt + t.base_generated - cached;
     const std::int64_t clipped = t.n * std::min(t.planned - t.base_generated, kClipTokens);
-    // What the round's later admissions must leave besides: SGLang adds each admitted
-    // request's extend tokens and clipped limit (a chunked one's chunk only) to an offset
-    // against the room as the round began (_update_prefill_budget), and allocates after the
-    // round. kvsim takes each admitted chunk from the free room at once, so only the clipped
-    // limit of a request admitted whole is left to add.
-    const bool whole = positions == t.prompt + t.base_generated;
-    if (engine.running == 0) {  // nothing to estimate against
-      const bool fits = chunk_fits();
-      if (fits && whole) admitted_tokens_ += clipped;
-      return fits;
-    }
+    if (engine.running == 0) return chunk_fits();  // nothing to estimate against
     // PrefillAdder.add_one_req checks again with the request's matched prefix locked
     // (_lock_node: "the temporary pin excludes this prefix from the evictable budget"): the
     // matched pages no running request holds were counted free as evictable, and are not
@@ -124,12 +121,26 @@ class SglangScheduler final : public Scheduler {
     // In token positions, as its token pool counts them.
     const Int128 rem = (free_bytes - own_hits) / engine.bytes_per_token - round_future_ - admitted_tokens_;
     if (Int128{extend + clipped} >= rem || !chunk_fits()) {
-      batch_full_ = true;
+      mark_full(engine);
       return false;
     }
-    if (whole) admitted_tokens_ += clipped;
     return true;
   }
+
+  // What the round's later admissions must leave besides: SGLang adds each admitted request's
+  // extend tokens and clipped limit (a chunked one's chunk only) to an offset against the room
+  // as the round began (_update_prefill_budget), and allocates after the round. kvsim takes
+  // each admitted chunk from the free room at once, so only the clipped limit of a request
+  // admitted whole is left to add, once it has its memory.
+  void on_admitted(const EngineView& engine, std::uint32_t slot, const Ticket& t) override {
+    admitted_in_round_ = true;
+    const Flight& f = engine.flights[slot];
+    if (f.prefilled >= f.target) admitted_tokens_ += t.n * std::min(t.planned - t.base_generated, kClipTokens);
+  }
+
+  // The engine stopped at max_running: SGLang marks the batch full then too
+  // (get_num_allocatable_reqs(running_bs) <= 0).
+  void on_count_limit(const EngineView& engine) override { mark_full(engine); }
 
   // Each decoding request's min(remaining planned tokens, clip) x n, kept as a line in steps.
   void on_decoding(const EngineView& engine, std::uint32_t slot) override {
@@ -149,10 +160,12 @@ class SglangScheduler final : public Scheduler {
     Clip& c = clip(slot);
     remove(c);
     c = Clip{};
-    // The batch shrinks: admission reopens once this step's has been tried (see the top).
+    // The batch shrinks: the first plan to see it (this step's, or the next one's once this
+    // step is planned) still finds the batch full, and the filter after it clears the mark.
+    stop_seen_at_ = engine.planned ? engine.step + 1 : engine.step;
     if (batch_full_) {
       batch_full_ = false;
-      reopens_after_ = engine.step;
+      reopens_after_ = stop_seen_at_;
     }
   }
 
@@ -219,6 +232,17 @@ class SglangScheduler final : public Scheduler {
     clip_slope_ -= c.slope;
   }
 
+  // A refusal marks the batch full, unless a stop this plan sees will shrink it at once: in
+  // this iteration's filter when the round admitted nothing (the next step tries again), else
+  // in the next iteration's (the step after that tries again).
+  void mark_full(const EngineView& engine) {
+    if (stop_seen_at_ != engine.step) {
+      batch_full_ = true;
+    } else if (admitted_in_round_) {
+      reopens_after_ = engine.step + 1;
+    }
+  }
+
   struct Keyed {
     std::int64_t cached;
     TicketRef ref;
@@ -228,10 +252,13 @@ class SglangScheduler final : public Scheduler {
   const MemoryOptions& memory_;
   std::int64_t ratio_ppb_;
   std::int64_t admitted_tokens_ = 0;  // this round's admissions' clipped limits, unscaled
-  bool round_open_ = false;           // round_future_ is this round's
+  bool admitted_in_round_ = false;
+  bool round_open_ = false;           // round_future_ and round_began_empty_ are this round's
+  bool round_began_empty_ = false;
   Int128 round_future_ = 0;           // the running batch's scaled charge as the round began
   bool batch_full_ = false;           // running_batch.batch_is_full
-  std::int64_t reopens_after_ = -1;   // the step in which the mark was last cleared
+  std::int64_t reopens_after_ = -1;   // the plan that still finds the batch full after a clear
+  std::int64_t stop_seen_at_ = -1;    // the first plan to see the last stop
   std::vector<Clip> clips_;           // by slot
   std::int64_t clip_base_ = 0;        // sum of the clip lines: base + slope x step
   std::int64_t clip_slope_ = 0;

@@ -123,6 +123,62 @@ TEST_CASE("budget: SGLang tries the waiting again only once the batch has shrunk
   CHECK(r.report.completed == 3);
 }
 
+TEST_CASE("budget: SGLang's mark full, reopened by an emptied batch, a cancellation and max_running") {
+  // 1,500 one-position pages, SGLang's default ratio. All arrive at 0.
+  SECTION("a round that begins with nothing running admits every request that fits") {
+    // A (600, 5) starts alone, charged 5; B (100, 1000) against 899 free less 5 is refused and
+    // the batch marked full. A ends at step 4; at step 5 nothing runs (SGLang's
+    // update_running_batch cleared the mark as the batch emptied), and B starts, then C (10,
+    // 10) against 1,500 - 101 = 1,399 free less B's 1,000: 20 < 399, in the same round.
+    const auto r = run("radix:page=1",
+                       {test::request("a", 0, 600, 5), test::request("b", 0, 100, 1000), test::request("c", 0, 10, 10)},
+                       budget_of(1500, Policy::sglang));
+    CHECK(r.report.waiting.max_ns == 5 * kMs);  // B and C, both from step 5
+    CHECK(r.report.memory_bound_ns == 5 * kMs);  // steps 0-4 refused B
+    CHECK(r.report.preemptions == 0);
+  }
+  SECTION("a cancellation reopens admission as late as a completion") {
+    // A (600, 5) and D (10, 200) start at step 0 (D: 10 + 200 < 899 - 5); B (100, 700) is
+    // refused (800 >= 888 - 205) and the batch marked full. A is cancelled at 3.5 ms, within
+    // step 3: the plan of step 4 still finds the batch full (SGLang filters the aborted request
+    // after that iteration's prefill attempt), and B starts at step 5, as it would had A
+    // completed at the end of step 3.
+    std::vector<Request> trace = {test::request("a", 0, 600, 5), test::request("d", 0, 10, 200),
+                                  test::request("b", 0, 100, 700)};
+    trace[0].cancel_ns = 3 * kMs + kMs / 2;
+    const auto r = run("radix:page=1", trace, budget_of(1500, Policy::sglang));
+    CHECK(r.report.cancelled_running == 1);
+    CHECK(r.report.waiting.max_ns == 5 * kMs);
+  }
+  SECTION("a refusal by the plan that sees a stop, with nothing admitted, leaves the batch unmarked") {
+    // 1,200 positions; a ratio of 1 falling by 0.1 a decode step (steps 1-4: 0.6 at step 5).
+    // R (10, 1000) starts alone, charged 1,000; S (10, 5) beside it (15 < 1,189 - 1,000). S
+    // ends at step 4. W (40, 600) arrives at 4.5 ms; step 5's plan, the first to see S gone,
+    // refuses it: 640 >= 1,184 free - 0.6 x R's 995 = 587. SGLang's update_running_batch then
+    // filters S out in that same iteration, clearing the mark the refusal set, so step 6 tries
+    // again: 1,183 - 0.5 x 994 = 686 > 640, and W starts at 6 ms (it would otherwise wait for R).
+    ReplayOptions o = budget_of(1200, Policy::sglang);
+    o.memory.sglang_init_ratio_ppb = 1'000'000'000;
+    o.memory.sglang_min_ratio_ppb = 0;
+    o.memory.sglang_decay_steps = 10;
+    const auto r = run("radix:page=1",
+                       {test::request("r", 0, 10, 1000), test::request("s", 0, 10, 5),
+                        test::request("w", 4 * kMs + kMs / 2, 40, 600)},
+                       o);
+    CHECK(r.report.waiting.max_ns == kMs + kMs / 2);  // W: 4.5 ms to 6 ms (first admissions)
+  }
+  SECTION("a stop at max_running marks the batch full too") {
+    // Two at a time. A (10, 5) and B (10, 50) start at 0; C (10, 5) finds no place, which
+    // marks the batch full (get_num_allocatable_reqs). A ends at step 4; step 5's plan still
+    // finds the batch full, and C starts at step 6 (at 5 ms had only the place counted).
+    ReplayOptions o = budget_of(1500, Policy::sglang);
+    o.max_running = 2;
+    const auto r = run("radix:page=1",
+                       {test::request("a", 0, 10, 5), test::request("b", 0, 10, 50), test::request("c", 0, 10, 5)}, o);
+    CHECK(r.report.waiting.max_ns == 6 * kMs);
+  }
+}
+
 TEST_CASE("budget: vLLM preempts the newest, reserve admits fewer, SGLang retracts the fewest generated") {
   // 6 blocks, no watermark. A (prompt 40, output 50) and B (prompt 20, output 20) start
   // together at step 0, A first: 3 + 2 blocks. At step k they hold 41 + k and 21 + k
