@@ -195,7 +195,7 @@ TEST_CASE("standard output redirected into the input is refused, the input untou
   fs::copy_file(kChat, dir / "in.csv");
   for (const std::string command : {"replay in.csv --model llama-3.1-8b --json", "trace stats in.csv",
                                     "plan in.csv --model llama-3.1-8b --ttft-p99 1s",
-                                    "trace convert in.csv out.csv", "sweep in.csv --vary allocator=paged,dense-static"}) {
+                                    "trace convert in.csv - --to csv", "sweep in.csv --vary allocator=paged,dense-static"}) {
     CAPTURE(command);
     const auto r = run_sh(dir, "$KVSIM " + command + " >> in.csv");
     CHECK(r.exit_code == 2);
@@ -204,6 +204,10 @@ TEST_CASE("standard output redirected into the input is refused, the input untou
     CHECK(slurp(dir / "in.csv") == slurp(kChat));
   }
   CHECK(names_in(dir) == std::vector<std::string>{"in.csv"});
+  // A command that writes only the file it is given prints nothing there: not refused.
+  const auto convert = run_sh(dir, "$KVSIM trace convert in.csv out.jsonl >> in.csv");
+  CHECK(convert.exit_code == 0);
+  CHECK(slurp(dir / "in.csv") == slurp(kChat));
 }
 
 TEST_CASE("a full disk is an error naming the file, for every output and standard output", "[files]") {

@@ -201,8 +201,9 @@ void refuse_stdout_over_input(const std::vector<std::string>& inputs, const std:
 }
 
 void refuse_output_over_input(const std::vector<std::pair<std::string, std::string>>& outputs,
-                              const std::vector<std::string>& inputs, const std::string& synopsis) {
-  refuse_stdout_over_input(inputs, synopsis);
+                              const std::vector<std::string>& inputs, const std::string& synopsis,
+                              bool writes_stdout) {
+  if (writes_stdout) refuse_stdout_over_input(inputs, synopsis);
   // Refused before the run, not after it, when the finished output has nowhere to go.
   for (const auto& [name, path] : outputs) {
     if (path.empty()) {

@@ -90,10 +90,12 @@ std::ifstream open_input(const std::string& path);
 std::string read_input(const std::string& path);
 
 // Refuses (UsageError, before any work) an output that is the same file as an input, standard
-// output included (a shell's redirection into an input). `outputs` are (option or argument
-// name, path) pairs.
+// output included (a shell's redirection into an input) unless `writes_stdout` is false (a
+// command that writes only the files it is given). `outputs` are (option or argument name,
+// path) pairs.
 void refuse_output_over_input(const std::vector<std::pair<std::string, std::string>>& outputs,
-                              const std::vector<std::string>& inputs, const std::string& synopsis);
+                              const std::vector<std::string>& inputs, const std::string& synopsis,
+                              bool writes_stdout = true);
 // The standard output part alone, for a command whose only output is standard output.
 void refuse_stdout_over_input(const std::vector<std::string>& inputs, const std::string& synopsis);
 // Whether the table (or whatever the command prints) keeps standard output: not when one of

@@ -635,7 +635,7 @@ int run_report(const Invocation& inv) {
   if (inputs.empty()) throw UsageError("at least one input is required\nUsage: " + kSpec.synopsis);
   const auto out = option_text(vm, "html");
   if (!out) throw UsageError("--html FILE is required: the report is written there\nUsage: " + kSpec.synopsis);
-  refuse_output_over_input({{"--html", *out}}, inputs, kSpec.synopsis);
+  refuse_output_over_input({{"--html", *out}}, inputs, kSpec.synopsis, *out == "-");
 
   // The JSON first (the CSVs' rows attach to its runs), whatever the order given.
   HtmlPage page;

@@ -235,7 +235,7 @@ int run_convert(const Invocation& inv) {
   const NativeFormat format = option_value(kConvertSpec, [&] {
     return to.empty() ? native_format_for_path(out, "OUT") : parse_native_format(to, kOptTo);
   });
-  refuse_output_over_input({{"OUT", out}}, {in}, kConvertSpec.synopsis);
+  refuse_output_over_input({{"OUT", out}}, {in}, kConvertSpec.synopsis, out == "-");
 
   // Pass 1: validate everything and learn the columns, so that a bad row leaves no output.
   // A pipe, a FIFO or /dev/stdin can be read only once: its requests are kept in memory
@@ -416,7 +416,7 @@ int run_gen(const Invocation& inv) {
   if (gen.sessions && gen.sessions->user_tokens && !gen.sessions->user_tokens->path.empty()) {
     inputs.push_back(gen.sessions->user_tokens->path);
   }
-  refuse_output_over_input({{"--out", out}}, inputs, kGenSpec.synopsis);
+  refuse_output_over_input({{"--out", out}}, inputs, kGenSpec.synopsis, out == "-");
   TraceGenerator generator(gen);
   std::int64_t count = 0;
   with_progress("generating", [&](Progress& progress) {

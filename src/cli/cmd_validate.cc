@@ -284,23 +284,25 @@ std::string budget_text(const ReplayPlan& plan, const std::string& source) {
 // them, the JSON lists them, and standard error carries them either way.
 std::vector<std::string> warnings_of(const RunReplay& replayed, const Result& r) {
   std::vector<std::string> out = replayed.warnings;
-  // A pool that cannot hold one sequence of max_model_len (a what-if: --kv-budget, --blocks):
-  // vLLM refuses to start such an engine (vllm/v1/core/kv_cache_utils.py,
-  // check_enough_kv_cache_memory), so no run has it. Sized as a sequence decoded to that
-  // length, whose sliding windows hold only their windows, as vLLM sizes it per layer.
+  // A pool the user sized (--kv-budget, --reserve, --params) that cannot hold one sequence
+  // of max_model_len: vLLM refuses to start such an engine (vllm/v1/core/kv_cache_utils.py,
+  // check_enough_kv_cache_memory, before its null block is taken: one block more than the
+  // pool replayed), so no run has it. Sized as a sequence decoded to that length, whose
+  // sliding windows hold only their windows, as vLLM sizes it per layer. A pool meta.json
+  // gives is one vLLM started with.
   const ReplayPlan& plan = replayed.plan;
   const Allocator* pool = plan.replicas > 1 ? (plan.replica_allocators.empty() || plan.replica_allocators[0].empty()
                                                    ? nullptr
                                                    : plan.replica_allocators[0][0].get())
                                             : (plan.allocators.empty() ? nullptr : plan.allocators[0].get());
   const std::int64_t max_model_len = plan.options.layout.max_model_len;
-  if (pool != nullptr && pool->pool().capacity_bytes > 0 && max_model_len > 1) {
+  if (replayed.budget_source.empty() && pool != nullptr && pool->pool().capacity_bytes > 0 && max_model_len > 1) {
     AdmitInfo longest;
     longest.prompt_tokens = 1;
     longest.planned_output_tokens = max_model_len - 1;
     longest.output_tokens = max_model_len - 1;
     const std::int64_t needed = pool->peak_bytes(longest, max_model_len);
-    if (needed > pool->pool().capacity_bytes) {
+    if (needed > pool->pool().capacity_bytes + pool->pool().unit_bytes) {
       out.push_back(fmt::format("the KV pool replayed ({} bytes{}) cannot hold one sequence of max model len {} ({} "
                                 "bytes): vLLM refuses to start such an engine (check_enough_kv_cache_memory), so no "
                                 "run can show this setting",
