@@ -871,7 +871,14 @@ void Engine::admit_waiting(std::int64_t& budget, std::int64_t& prefill_tokens) {
       queue_.pop_front();  // cancelled while waiting
       continue;
     }
-    if (t.arrival_ns > seen_until) break;  // arrived after this step was planned
+    if (t.arrival_ns > seen_until) {  // arrived after this step was planned
+      // In arrival order everything behind it came later too; a queue the policy ordered
+      // (lpm) may hold requests the plan saw behind it, which it does not hold up.
+      if (!scheduler_orders_queue_) break;
+      unseen_.push_back(ref);
+      queue_.pop_front();
+      continue;
+    }
     // Places under max_running are sequences: n for a request of n samples.
     if (max_seqs_ > 0 && running_seqs_ + held + t.n > max_seqs_) {
       if (scheduler_tracks_requests_) scheduler_->on_count_limit(view_);
@@ -951,6 +958,9 @@ void Engine::admit_waiting(std::int64_t& budget, std::int64_t& prefill_tokens) {
     prefill_tokens += cost;
     if (f.prefilled < f.target) prefilling_.push_back({slot, f.generation});
   }
+  // The requests this plan could not see go back to the front, in the order they had.
+  for (auto it = unseen_.rbegin(); it != unseen_.rend(); ++it) queue_.push_front(*it);
+  unseen_.clear();
 }
 
 std::int64_t Engine::decode_step_ps(const StepWork& work) {

@@ -391,6 +391,7 @@ class Engine {
     StepEvent event;
   };
   std::vector<RankedEvent> ranked_;  // sort_running_order's scratch, kept to reuse its room
+  std::vector<TicketRef> unseen_;    // admit_waiting's scratch: a policy-ordered queue's unseen entries
   bool measured_ = false;
   std::priority_queue<TimedEvent, std::vector<TimedEvent>, std::greater<>> timed_;
   std::uint64_t timed_order_ = 0;

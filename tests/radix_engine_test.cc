@@ -104,6 +104,27 @@ std::vector<std::int64_t> order_after_a(int others, bool lpm) {
 
 }  // namespace
 
+TEST_CASE("sglang lpm with asynchronous scheduling: a request the plan has not seen holds up none it has") {
+  // 1 ms steps, room for all. P (prompt 20 of family 1, output 50) starts at 0 and keeps
+  // running. Each step is planned as the one before begins, seeing the arrivals up to then.
+  // S (prompt 8, nothing cached) arrives at 0.5 ms, L (prompt 30, its first 20 P's: 20
+  // cached) at 1.5 ms. Step 2's plan sees S, not L; lpm sorts L first. L is passed by, and S
+  // starts at step 2 (1.5 ms of waiting); stopping at L, S waited for step 3 (2.5 ms). L
+  // starts at step 3 (1.5 ms too).
+  ReplayOptions o = steps(1);
+  o.memory.kv_budget_bytes = 1'000'000;
+  o.memory.policy = Policy::sglang;
+  o.memory.sglang_lpm = true;
+  o.async_scheduling = true;
+  const auto r = test::replay_under_budget("radix", {with_tokens("p", 0, 20, 50, 1, 20, 1),
+                                                     with_tokens("s", kMs / 2, 8, 2, 0, 0, 2),
+                                                     with_tokens("l", kMs + kMs / 2, 30, 2, 1, 20, 3)},
+                                           o);
+  REQUIRE(r.report.completed == 3);
+  CHECK(r.report.waiting.max_ns == kMs + kMs / 2);
+  CHECK(r.report.prefix_hit_tokens == 20);
+}
+
 TEST_CASE("sglang lpm: the waiting request with the longest cached prefix goes first, FCFS past 128 waiting") {
   // fcfs (SGLang's default): the first of the others goes before C.
   auto fcfs = order_after_a(3, false);
