@@ -370,6 +370,8 @@ void Engine::after_op(std::int64_t correction_ns) {
 
 void Engine::stop_running(std::uint32_t slot) {
   Flight& f = flights_[slot];
+  // Told first, so that the policy sees the flight as it ran (decoding or not).
+  if (scheduler_tracks_requests_) scheduler_->on_stopped(view_, slot);
   if (f.decoding) {
     decoding_seqs_ -= f.n;
     context_base_ -= f.n * f.tokens_at - f.n * f.step_at;
@@ -378,7 +380,6 @@ void Engine::stop_running(std::uint32_t slot) {
     f.step_at = step_;
     f.decoding = false;
   }
-  if (scheduler_tracks_requests_) scheduler_->on_stopped(view_, slot);
 }
 
 void Engine::free_holding(std::uint32_t slot, std::int64_t correction_ns) {

@@ -110,8 +110,9 @@ class Scheduler {
   // produced count is up to date.
   virtual void on_decoding(const EngineView& /*engine*/, std::uint32_t /*slot*/) {}
 
-  // The request in `slot` stops holding memory (completed, cancelled, preempted, swapped).
-  // A completion is told at the start of the next step (engine.step is that step's).
+  // The request in `slot` stops holding memory (completed, cancelled, preempted, swapped),
+  // told before the engine updates its flight (whose `decoding` says whether it stops in a
+  // decode). A completion is told at the start of the next step (engine.step is that step's).
   virtual void on_stopped(const EngineView& /*engine*/, std::uint32_t /*slot*/) {}
 
   // The request in `failed` cannot grow: the running request to preempt (`failed` itself

@@ -14,7 +14,10 @@
 //   at step k + 2, a retraction (which admits nothing in its own step) at the next; a round
 //   that begins with nothing running admits whatever fits; and a refusal by the first plan to
 //   see a stop, with nothing admitted yet, leaves the mark clear (that iteration's filter
-//   clears it at once);
+//   clears it at once); a request that ends without decoding leaves with the last prefill
+//   batch, filtered before the next plan, so its stop clears the mark at once. Not modelled:
+//   a request finished in a decode still counts against max_running until that filter, and
+//   an abort runs one more decode pass before it frees;
 // - the ratio starts at its initial value, falls linearly every decode step that needed no
 //   retraction, starts afresh when idle, and is recomputed after a retraction from the requests
 //   that keep decoding;
@@ -89,8 +92,14 @@ class SglangScheduler final : public Scheduler {
     // are charged once below, unscaled.
     if (!round_open_) {
       round_future_ = Int128{clip_base_ + clip_slope_ * engine.step} * ratio_ppb_ / kPartsPerBillion;
+      // A chunked request whose last chunk ran before the round is not in SGLang's running
+      // batch but its in-flight chunked request, charged unscaled (add_chunked_req).
+      if (fresh_step_ == engine.step) {
+        round_future_ += fresh_clip_ - Int128{fresh_clip_} * ratio_ppb_ / kPartsPerBillion;
+      }
       round_began_empty_ = engine.running == 0;
       round_open_ = true;
+      round_step_ = engine.step;
     }
     // The batch marked full refuses at once; a round that began with nothing running has no
     // batch to be full (update_running_batch cleared the mark as the batch emptied).
@@ -132,10 +141,12 @@ class SglangScheduler final : public Scheduler {
   // as the round began (_update_prefill_budget), and allocates after the round. kvsim takes
   // each admitted chunk from the free room at once, so only the clipped limit of a request
   // admitted whole is left to add, once it has its memory.
+  // The charge is the whole limit, min(max_new_tokens, CLIP), even for a retracted request,
+  // whose check asked only its remaining tokens (add_one_req).
   void on_admitted(const EngineView& engine, std::uint32_t slot, const Ticket& t) override {
     admitted_in_round_ = true;
     const Flight& f = engine.flights[slot];
-    if (f.prefilled >= f.target) admitted_tokens_ += t.n * std::min(t.planned - t.base_generated, kClipTokens);
+    if (f.prefilled >= f.target) admitted_tokens_ += t.n * std::min(t.planned, kClipTokens);
   }
 
   // The engine stopped at max_running: SGLang marks the batch full then too
@@ -154,12 +165,24 @@ class SglangScheduler final : public Scheduler {
     c.step = engine.step;
     clip_base_ += c.value - c.slope * c.step;
     clip_slope_ += c.slope;
+    // Its prefill completed in this step before the admission round: a continued chunk.
+    if (f.decode_from == engine.step + 1 && round_step_ != engine.step) {
+      if (fresh_step_ != engine.step) fresh_clip_ = 0;
+      fresh_step_ = engine.step;
+      fresh_clip_ += c.value;
+    }
   }
 
   void on_stopped(const EngineView& engine, std::uint32_t slot) override {
     Clip& c = clip(slot);
     remove(c);
     c = Clip{};
+    // A request that ends without decoding (done in its prefill step, or cut off during it)
+    // leaves with the last prefill batch, which get_next_batch_to_run filters before it plans.
+    if (!engine.flights[slot].decoding) {
+      batch_full_ = false;
+      return;
+    }
     // The batch shrinks: the first plan to see it (this step's, or the next one's once this
     // step is planned) still finds the batch full, and the filter after it clears the mark.
     stop_seen_at_ = engine.planned ? engine.step + 1 : engine.step;
@@ -255,6 +278,9 @@ class SglangScheduler final : public Scheduler {
   bool admitted_in_round_ = false;
   bool round_open_ = false;           // round_future_ and round_began_empty_ are this round's
   bool round_began_empty_ = false;
+  std::int64_t round_step_ = -1;      // the step whose round opened last
+  std::int64_t fresh_step_ = -1;      // the step of fresh_clip_
+  std::int64_t fresh_clip_ = 0;       // clipped limits of the requests whose last chunk ran then
   Int128 round_future_ = 0;           // the running batch's scaled charge as the round began
   bool batch_full_ = false;           // running_batch.batch_is_full
   std::int64_t reopens_after_ = -1;   // the plan that still finds the batch full after a clear

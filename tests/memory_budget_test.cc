@@ -138,12 +138,13 @@ TEST_CASE("budget: SGLang's mark full, reopened by an emptied batch, a cancellat
     CHECK(r.report.preemptions == 0);
   }
   SECTION("a cancellation reopens admission as late as a completion") {
-    // A (600, 5) and D (10, 200) start at step 0 (D: 10 + 200 < 899 - 5); B (100, 700) is
-    // refused (800 >= 888 - 205) and the batch marked full. A is cancelled at 3.5 ms, within
-    // step 3: the plan of step 4 still finds the batch full (SGLang filters the aborted request
-    // after that iteration's prefill attempt), and B starts at step 5, as it would had A
-    // completed at the end of step 3.
-    std::vector<Request> trace = {test::request("a", 0, 600, 5), test::request("d", 0, 10, 200),
+    // A (600, 50) and D (10, 200) start at step 0 (D: 10 + 200 < 899 - 50); B (100, 700) is
+    // refused (800 >= 888 - 250) and the batch marked full. A is cancelled at 3.5 ms, within
+    // step 3, and kvsim frees it at once: the plan of step 4 still finds the batch full (SGLang
+    // filters an aborted request after that iteration's prefill attempt, as a finished one),
+    // and B starts at step 5, as it would had A completed at the end of step 3. (SGLang's abort
+    // runs one more decode pass first, which kvsim does not model: there B would start at 6.)
+    std::vector<Request> trace = {test::request("a", 0, 600, 50), test::request("d", 0, 10, 200),
                                   test::request("b", 0, 100, 700)};
     trace[0].cancel_ns = 3 * kMs + kMs / 2;
     const auto r = run("radix:page=1", trace, budget_of(1500, Policy::sglang));
@@ -166,6 +167,29 @@ TEST_CASE("budget: SGLang's mark full, reopened by an emptied batch, a cancellat
                         test::request("w", 4 * kMs + kMs / 2, 40, 600)},
                        o);
     CHECK(r.report.waiting.max_ns == kMs + kMs / 2);  // W: 4.5 ms to 6 ms (first admissions)
+  }
+  SECTION("a request done in its prefill step leaves the batch before the next plan") {
+    // 1,000 positions. R (10, 100) starts alone. A (400, 1) and B (550, 10) arrive at 0.5 ms.
+    // Step 1: R is charged 0.7 x 99 = 69; A: 401 < 988 - 69, admitted; B: 560 >= 587 - 69 - 1,
+    // refused, the batch marked full. A ends in its prefill step; SGLang drops it from the last
+    // prefill batch before it plans step 2 (get_next_batch_to_run), clearing the mark, and B
+    // (560 < 987 - 68) starts at step 2: 1.5 ms of waiting, not 2.5.
+    const auto r = run("radix:page=1",
+                       {test::request("r", 0, 10, 100), test::request("a", kMs / 2, 400, 1),
+                        test::request("b", kMs / 2, 550, 10)},
+                       budget_of(1000, Policy::sglang));
+    CHECK(r.report.waiting.max_ns == kMs + kMs / 2);
+  }
+  SECTION("a chunked request's last chunk is charged whole, unscaled, in its round") {
+    // 2,200 positions, 512 tokens a step. C (1000, 1000) prefills 512 at step 0 and its last
+    // 488 at step 1, before that step's round, where SGLang charges it as its in-flight chunked
+    // request: 1,000 unscaled (add_chunked_req), not 0.7 x 1,000. W (100, 150), arrived at
+    // 0.5 ms: 250 >= 1,199 - 1,000, refused, the batch marked full, and it waits for C's end
+    // (its 1,000th token at step 1,000): admitted at step 1,001, 1,000.5 ms after it came.
+    ReplayOptions o = budget_of(2200, Policy::sglang);
+    o.max_batched_tokens = 512;
+    const auto r = run("radix:page=1", {test::request("c", 0, 1000, 1000), test::request("w", kMs / 2, 100, 150)}, o);
+    CHECK(r.report.waiting.max_ns == 1000 * kMs + kMs / 2);
   }
   SECTION("a stop at max_running marks the batch full too") {
     // Two at a time. A (10, 5) and B (10, 50) start at 0; C (10, 5) finds no place, which
