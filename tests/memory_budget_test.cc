@@ -28,6 +28,14 @@ ReplayOptions budget_of(std::int64_t bytes, Policy policy = Policy::vllm) {
   return o;
 }
 
+// SGLang's policy with a new-token ratio of 0: the running requests' futures count for nothing.
+ReplayOptions sglang_ratio_0(std::int64_t bytes) {
+  ReplayOptions o = budget_of(bytes, Policy::sglang);
+  o.memory.sglang_init_ratio_ppb = 0;
+  o.memory.sglang_min_ratio_ppb = 0;
+  return o;
+}
+
 }  // namespace
 
 TEST_CASE("budget: a request that does not fit waits exactly until the running one frees") {
@@ -83,9 +91,7 @@ TEST_CASE("budget: SGLang retracts, among requests with equal tokens generated, 
   // (retract_decode's sort), recomputing 30 + 18 = 48 positions.
   const std::vector<Request> trace = {test::request("a", 0, 40, 50), test::request("b", kMs / 2, 20, 20),
                                       test::request("c", kMs / 2 + kMs / 10, 30, 20)};
-  ReplayOptions o = budget_of(10 * 16, Policy::sglang);
-  o.memory.sglang_init_ratio_ppb = 0;
-  o.memory.sglang_min_ratio_ppb = 0;
+  ReplayOptions o = sglang_ratio_0(10 * 16);
   const auto r = run("paged:block=16", trace, o);
   CHECK(r.report.preemptions == 1);
   CHECK(r.report.recomputed_tokens == 48);
@@ -114,9 +120,7 @@ TEST_CASE("budget: SGLang tries the waiting again only once the batch has shrunk
   // that iteration found the batch still full, so B starts at step 6.
   const std::vector<Request> trace = {test::request("a", 0, 40, 50), test::request("s", 0, 10, 5),
                                       test::request("b", 0, 20, 30)};
-  ReplayOptions o = budget_of(10 * 16, Policy::sglang);
-  o.memory.sglang_init_ratio_ppb = 0;
-  o.memory.sglang_min_ratio_ppb = 0;
+  ReplayOptions o = sglang_ratio_0(10 * 16);
   const auto r = run("paged:block=16", trace, o);
   CHECK(r.report.waiting.max_ns == 6 * kMs);
   CHECK(r.report.preemptions == 0);
@@ -236,9 +240,7 @@ TEST_CASE("budget: vLLM preempts the newest, reserve admits fewer, SGLang retrac
     // 50 is refused (NO_TOKEN), which marks the batch full, and no waiting request is tried
     // again until the batch shrinks, however low the ratio (0 here) falls. A ends at step 49;
     // with nothing running B starts at step 50 and ends at 70 ms, as under reserve.
-    ReplayOptions o = budget_of(6 * 16, Policy::sglang);
-    o.memory.sglang_init_ratio_ppb = 0;
-    o.memory.sglang_min_ratio_ppb = 0;
+    ReplayOptions o = sglang_ratio_0(6 * 16);
     const auto r = run("paged:block=16", trace, o);
     CHECK(r.report.preemptions == 0);
     CHECK(r.report.completed == 2);
@@ -425,9 +427,7 @@ TEST_CASE("budget: the victim is chosen by the policy's rule, not the request th
     // (steps 0-19), B 17 (steps 3-19). The fewest generated goes, although A has the longer
     // prompt and is the one short: B, with 10 + 17 = 27 positions to recompute. A ends at
     // 30 ms; B comes back at step 30 and writes tokens 18-20 at steps 30-32: ends at 33 ms.
-    ReplayOptions o = budget_of(6 * 16, Policy::sglang);
-    o.memory.sglang_init_ratio_ppb = 0;
-    o.memory.sglang_min_ratio_ppb = 0;
+    ReplayOptions o = sglang_ratio_0(6 * 16);
     const auto r = run("paged:block=16", {test::request("a", 0, 44, 30), test::request("b", kMs * 5 / 2, 10, 20)}, o);
     CHECK(r.report.preemptions == 1);
     CHECK(r.report.recomputed_tokens == 27);  // A would have been 44 + 20 = 64

@@ -10,20 +10,27 @@ namespace {
 
 constexpr std::int64_t kMs = 1'000'000;
 
-// 20 requests of 10 output tokens, one every `gap_ms`, served one at a time (max_running 1) in
-// steps of 100 ms with no prompt cost: each request takes 10 steps = 1 s.
-ReplayReport serve_twenty(std::int64_t gap_ms) {
-  std::vector<Request> requests;
-  for (int i = 0; i < 20; ++i) requests.push_back(test::request("r" + std::to_string(i), i * gap_ms * kMs, 10, 10));
+// `requests` in steps of 100 ms with no prompt cost, at most `max_running` at once (0: no
+// limit), without a budget.
+ReplayReport serve(std::vector<Request> requests, std::int64_t max_running, bool async_scheduling = false) {
   RequestVectorReader trace(std::move(requests));
   ReplayOptions o;
   o.layout = test::unit_layout();
   o.cost.name = "test";
   o.cost.base_ps = 100 * kMs * 1000;
   o.cost.prefill_token_ps = 0;
-  o.max_running = 1;
+  o.max_running = max_running;
+  o.async_scheduling = async_scheduling;
   auto allocator = make_allocator(parse_allocator_spec("paged:block=16", "test"), o.layout);
   return replay(trace, *allocator, o);
+}
+
+// 20 requests of 10 output tokens, one every `gap_ms`, served one at a time: each request
+// takes 10 steps = 1 s.
+ReplayReport serve_twenty(std::int64_t gap_ms) {
+  std::vector<Request> requests;
+  for (int i = 0; i < 20; ++i) requests.push_back(test::request("r" + std::to_string(i), i * gap_ms * kMs, 10, 10));
+  return serve(std::move(requests), 1);
 }
 
 }  // namespace
@@ -60,16 +67,7 @@ TEST_CASE("overload: a run far longer than its arrivals is not overload by itsel
   // Two requests 10 ms apart, served one at a time, 1 s each: the second arrives during the
   // first step, planned at 0 before it came (0 passed over, under the threshold 2), and the run
   // lasts 2 s, 200 times its 10 ms of arrivals.
-  std::vector<Request> two{test::request("a", 0, 10, 10), test::request("b", 10 * kMs, 10, 10)};
-  RequestVectorReader trace(std::move(two));
-  ReplayOptions o;
-  o.layout = test::unit_layout();
-  o.cost.name = "test";
-  o.cost.base_ps = 100 * kMs * 1000;
-  o.cost.prefill_token_ps = 0;
-  o.max_running = 1;
-  auto allocator = make_allocator(parse_allocator_spec("paged:block=16", "test"), o.layout);
-  const ReplayReport r = replay(trace, *allocator, o);
+  const ReplayReport r = serve({test::request("a", 0, 10, 10), test::request("b", 10 * kMs, 10, 10)}, 1);
   CHECK(r.end_ns == 2'000 * kMs);
   CHECK(r.queue_at_last_arrival == 0);
   CHECK_FALSE(r.overload.overloaded);
@@ -79,19 +77,12 @@ TEST_CASE("overload: a run far longer than its arrivals is not overload by itsel
 
 namespace {
 
-// a (10 output tokens) at 0, then b and c at the given times, in 100 ms steps with no prompt
-// cost and no limit on how many run: nothing ever waits for room, only for the next plan.
+// a (10 output tokens) at 0, then b and c at the given times, with no limit on how many run:
+// nothing ever waits for room, only for the next plan.
 ReplayReport three_unlimited(std::int64_t b_ms, std::int64_t c_ms, bool async_scheduling) {
-  RequestVectorReader trace({test::request("a", 0, 10, 10), test::request("b", b_ms * kMs, 10, 10),
-                             test::request("c", c_ms * kMs, 10, 10)});
-  ReplayOptions o;
-  o.layout = test::unit_layout();
-  o.cost.name = "test";
-  o.cost.base_ps = 100 * kMs * 1000;
-  o.cost.prefill_token_ps = 0;
-  o.async_scheduling = async_scheduling;
-  auto allocator = make_allocator(parse_allocator_spec("paged:block=16", "test"), o.layout);
-  return replay(trace, *allocator, o);
+  return serve({test::request("a", 0, 10, 10), test::request("b", b_ms * kMs, 10, 10),
+                test::request("c", c_ms * kMs, 10, 10)},
+               0, async_scheduling);
 }
 
 }  // namespace
@@ -129,15 +120,7 @@ TEST_CASE("overload: a request cancelled before any plan saw it leaves the count
                                 test::request("c", 50 * kMs, 10, 10),  test::request("d", 150 * kMs, 10, 10),
                                 test::request("e", 250 * kMs, 10, 10), test::request("f", 350 * kMs, 10, 10)};
   requests[2].cancel_ns = 60 * kMs;
-  RequestVectorReader trace(std::move(requests));
-  ReplayOptions o;
-  o.layout = test::unit_layout();
-  o.cost.name = "test";
-  o.cost.base_ps = 100 * kMs * 1000;
-  o.cost.prefill_token_ps = 0;
-  o.max_running = 2;
-  auto allocator = make_allocator(parse_allocator_spec("paged:block=16", "test"), o.layout);
-  const ReplayReport r = replay(trace, *allocator, o);
+  const ReplayReport r = serve(std::move(requests), 2);
   CHECK(r.cancelled_queued == 1);
   CHECK(r.queue_at_last_arrival == 2);
   CHECK(r.overload.overloaded);
