@@ -240,6 +240,8 @@ std::int64_t Engine::passed_over() const {
 
 bool Engine::plan_lags() const { return opt_.async_scheduling && last_step_end_ == now_ && running_ > 0; }
 
+std::int64_t Engine::plan_seen_until() const { return plan_lags() ? last_step_start_ : now_; }
+
 void Engine::note_plan(std::int64_t seen_until) {
   // What any plan saw stays seen (cancel() tests an arrival against the same instant).
   plan_seen_until_ = std::max(plan_seen_until_, seen_until);
@@ -861,9 +863,8 @@ void Engine::admit_waiting(std::int64_t& budget, std::int64_t& prefill_tokens) {
   // Asynchronous scheduling: this step was planned when the last one began, so it sees
   // neither what arrived since then nor the places the last step's completions freed. Only
   // while something else runs: otherwise vLLM's planned step is empty and it plans again at once.
-  const bool lagging = plan_lags();
-  const std::int64_t seen_until = lagging ? last_step_start_ : now_;
-  const std::int64_t held = lagging ? completed_in_last_step_ : 0;
+  const std::int64_t seen_until = plan_seen_until();
+  const std::int64_t held = plan_lags() ? completed_in_last_step_ : 0;
   note_plan(seen_until);
   while (!queue_.empty()) {
     const TicketRef ref = queue_.front();
@@ -1171,7 +1172,7 @@ std::int64_t Engine::begin_step() {
   continue_prefills(budget, prefill_tokens);
   // The plan passes over what it can see and does not admit, whether it admits at all or not
   // (the overload rule's count, passed_over()).
-  note_plan(plan_lags() ? last_step_start_ : now_);
+  note_plan(plan_seen_until());
   // vLLM admits nothing new in a step that had to preempt.
   if (!step_preempted_) {
     resume_swapped(budget, decode_seqs);

@@ -207,8 +207,9 @@ class Engine {
   void enqueue_arrival();          // next_ joins the queue (or is refused)
   void note_plan(std::int64_t seen_until);  // a plan saw the arrivals up to seen_until
   // Whether this step was planned when the last one began (asynchronous scheduling), seeing
-  // the arrivals up to that instant only.
+  // the arrivals up to that instant only; and that instant (now_ when it does not lag).
   bool plan_lags() const;
+  std::int64_t plan_seen_until() const;
   void pull_arrivals(std::int64_t now);  // measured schedule
   // Arrivals and cancellations up to `until_ns` in time order: inclusive at an iteration
   // boundary, exclusive inside an iteration (mid_span), whose memory changes then count

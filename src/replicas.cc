@@ -349,7 +349,6 @@ ReplicaRun replay_replicas(TraceReader& trace, const std::vector<Allocator*>& al
   Request r;
   bool started = false;
   std::size_t start_index = 0;  // vLLM's eng_start_index: client 0 of 1 starts at 0
-  std::int64_t waiting_at_last_arrival = 0;
   std::int64_t read = 0;
   while (trace.next(r)) {
     if (!started) {
@@ -370,14 +369,10 @@ ReplicaRun replay_replicas(TraceReader& trace, const std::vector<Allocator*>& al
     // Scores in thousandths: 1000 x in flight + 6 x waiting x (usage per mille - 500).
     std::size_t best = start_index;
     detail::Int128 best_score = -1;
-    std::int64_t passed_over = 0;
     for (std::size_t k = 0; k < n; ++k) {
       const std::size_t i = (start_index + k) % n;
       const detail::Engine& e = *engines[i];
       // Every request routed to the replica counts in flight (vLLM's client counts its own).
-      // For the overload rule only those a plan passed over count as waiting: not those routed
-      // but not yet in its queue, which arrived during its step in progress.
-      passed_over += e.passed_over();
       detail::Int128 score = detail::Int128{1000} * (e.in_flight() + shares[i]->pending());
       if (e.waiting() > 0) score += detail::Int128{6} * e.waiting() * std::max<std::int64_t>(0, kv_usage_permille(*allocators[i]) - 500);
       if (best_score < 0 || score < best_score) {
@@ -385,7 +380,6 @@ ReplicaRun replay_replicas(TraceReader& trace, const std::vector<Allocator*>& al
         best = i;
       }
     }
-    waiting_at_last_arrival = passed_over;  // the newcomer arrived after every plan
     shares[best]->push(r);
     engines[best]->offered();
     ++run.routed[best];
@@ -397,6 +391,11 @@ ReplicaRun replay_replicas(TraceReader& trace, const std::vector<Allocator*>& al
       options.progress(static_cast<double>(trace.bytes_read()) / static_cast<double>(trace.total_bytes()));
     }
   }
+  // The overload rule's count, as the last request was routed (nothing has run since): the
+  // requests a plan passed over, on every replica. Not those routed but not yet in a queue,
+  // which arrived during their replica's step in progress, the last one among them.
+  std::int64_t waiting_at_last_arrival = 0;
+  for (const auto& e : engines) waiting_at_last_arrival += e->passed_over();
   if (!started) {
     for (auto& e : engines) e->begin_at(0);
   }

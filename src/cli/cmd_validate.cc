@@ -290,24 +290,23 @@ std::vector<std::string> warnings_of(const RunReplay& replayed, const Result& r)
   // pool replayed), so no run has it. Sized as a sequence decoded to that length, whose
   // sliding windows hold only their windows, as vLLM sizes it per layer. A pool meta.json
   // gives is one vLLM started with.
+  // The one allocator replayed (replay_run checks), the first replica's with replicas.
   const ReplayPlan& plan = replayed.plan;
-  const Allocator* pool = plan.replicas > 1 ? (plan.replica_allocators.empty() || plan.replica_allocators[0].empty()
-                                                   ? nullptr
-                                                   : plan.replica_allocators[0][0].get())
-                                            : (plan.allocators.empty() ? nullptr : plan.allocators[0].get());
+  const Allocator& allocator = plan.replicas > 1 ? *plan.replica_allocators.at(0).at(0) : *plan.allocators.at(0);
+  const PoolState pool = allocator.pool();
   const std::int64_t max_model_len = plan.options.layout.max_model_len;
-  if (replayed.budget_source.empty() && pool != nullptr && pool->pool().capacity_bytes > 0 && max_model_len > 1) {
+  if (replayed.budget_source.empty() && pool.capacity_bytes > 0 && max_model_len > 1) {
     AdmitInfo longest;
     longest.prompt_tokens = 1;
     longest.planned_output_tokens = max_model_len - 1;
     longest.output_tokens = max_model_len - 1;
-    const std::int64_t needed = pool->peak_bytes(longest, max_model_len);
-    if (needed > pool->pool().capacity_bytes + pool->pool().unit_bytes) {
+    const std::int64_t needed = allocator.peak_bytes(longest, max_model_len);
+    if (needed > pool.capacity_bytes + pool.unit_bytes) {
       out.push_back(fmt::format("the KV pool replayed ({} bytes{}) cannot hold one sequence of max model len {} ({} "
                                 "bytes): vLLM refuses to start such an engine (check_enough_kv_cache_memory), so no "
                                 "run can show this setting",
-                                with_commas(pool->pool().capacity_bytes), plan.replicas > 1 ? " an engine" : "",
-                                max_model_len, with_commas(needed)));
+                                with_commas(pool.capacity_bytes), plan.replicas > 1 ? " an engine" : "", max_model_len,
+                                with_commas(needed)));
     }
   }
   if (r.completed < r.requests) {
