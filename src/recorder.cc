@@ -93,13 +93,16 @@ void Recorder::queue_until(std::int64_t at_ns, std::int64_t queued) {
   }
 }
 
-void Recorder::sample(std::int64_t running, std::int64_t queued, const StepCounts& work) {
+void Recorder::sample(std::int64_t running, std::int64_t queued, std::int64_t queued_seen, std::int64_t duration_ns,
+                      const StepCounts& work) {
   next_sample_ns_ = every_ns_ > 0 ? now_ + every_ns_ : now_;
   TimelineRow row;
   row.time_ns = now_;
   row.step = step_;
   row.running = running;
   row.queued = queued;
+  row.queued_seen = queued_seen;
+  row.duration_ns = duration_ns;
   row.effective_bytes = effective_bytes_.at(step_);
   row.allocated_bytes = allocated_bytes_.at(step_);
   row.reserved_bytes = reserved_bytes_.at(step_);
@@ -163,7 +166,7 @@ void Recorder::finish(ReplayReport& r, const Allocator& allocator, std::int64_t 
   // begins): one more row, at the run's end, so that no interval's maximum (the peak among
   // them) nor its span of the mean is lost.
   if (opt_.timeline && opt_.sample_every_ns > 0 && (unsampled_ || clock_.duration_ns > sample_mark_ns_)) {
-    sample(running, queued, StepCounts{});
+    sample(running, queued, queued, 0, StepCounts{});
   }
   for (const HeldRow& h : held_) opt_.timeline(h.row);
   held_.clear();

@@ -89,15 +89,17 @@ class Recorder {
   void flush(std::int64_t until_ns);
   // An iteration's state is final: offers the step's peaks and samples the timeline.
   // `work()`: what the step computed (TimelineRow::work), asked for only when a row is written.
+  // `queued_seen` and `duration_ns`: TimelineRow's.
   template <typename Work>
-  void end_of_step_state(std::int64_t running, std::int64_t queued, const Work& work) {
+  void end_of_step_state(std::int64_t running, std::int64_t queued, std::int64_t queued_seen, std::int64_t duration_ns,
+                         const Work& work) {
     effective_peak_.offer(effective_bytes_.at(step_), now_);
     for (auto& g : sums_) {
       g.effective_peak.offer(g.q[kEffective].at(step_), now_);
       g.allocated_peak.offer(g.q[kAllocated].at(step_), now_);
     }
     if (opt_.timeline && now_ >= next_sample_ns_) {
-      sample(running, queued, work());
+      sample(running, queued, queued_seen, duration_ns, work());
     } else {
       unsampled_ = true;
     }
@@ -132,7 +134,8 @@ class Recorder {
   void finish(ReplayReport& report, const Allocator& allocator, std::int64_t running, std::int64_t queued);
 
  private:
-  void sample(std::int64_t running, std::int64_t queued, const StepCounts& work);
+  void sample(std::int64_t running, std::int64_t queued, std::int64_t queued_seen, std::int64_t duration_ns,
+              const StepCounts& work);
   static double interval_mean(Int128 integral, Int128 span_ns, std::int64_t state);
   void merge_held_rows();
   // `old` becomes `next`, and the sums, totals and integrals follow.

@@ -727,9 +727,11 @@ TEST_CASE("validate: a data-parallel run is two engines behind vLLM's router, th
   //   b at 100 ms (30 tokens): 0 has a, 1 none, from 1 -> replica 1; idle, steps from 100: 110..400 ms
   //   c at 155 ms (10 tokens): 1 each, tie, from 0     -> replica 0; admitted at its 160 ms step: 170..260 ms
   //   d at 205 ms (10 tokens): 1 has b, 0 has a and c, from 1 -> replica 1; its 210 ms step: 220..310 ms
-  // Running, summed over the replicas (replica 0 + replica 1), at each tick:
+  // Running, summed over the replicas (replica 0 + replica 1) as each last reported before the
+  // tick (synchronous: as its step ends, less the step's completions), at each tick:
   //   0.05 s: a + none = 1;  0.12 s: a + b = 2;  0.18 s: a, c + b = 3;  0.23 s: a, c + b, d = 4;
-  //   0.35 s: none + b = 1;  0.45 s: 0.   Nothing waits (each admitted at the next step).
+  //   0.35 s: none + b = 1 (replica 0's last step, reported at 0.30 s, ends a);  0.45 s: 0.
+  //   Nothing waits (each admitted at the next step).
   // Measured running 1, 2, 2, 4, 1, 0 and waiting 0, 0, 0, 1, 0, 0: MAE 1/6 each. (Replica 0
   // alone would give 1, 1, 2, 2, 0, 0: running MAE 4/6.)
   // The measured requests carry the simulated times, so every figure differs by 0%. vLLM
@@ -842,18 +844,20 @@ TEST_CASE("validate: a data-parallel run is two engines behind vLLM's router, th
   REQUIRE(eager.exit_code == 0);
   CHECK_THAT(eager.out, Catch::Contains("asynchronous scheduling\n"));
   CHECK_THAT(eager.out, !Catch::Contains("CUDA graphs"));
-  // KV usage per tick as the recorder averages it: over the engines that logged in the tick,
-  // an engine logging when it steps. Synchronous schedule as above, 16-token blocks, each
-  // replica a pool of C blocks, the state that of the step begun by then (the prompt and the
-  // tokens produced before it). 0.05 s (the tick 0-0.05 s): only replica 0 steps, a holding
-  // 20 + 5 = 25 positions, 2 blocks: 2/C. 0.12 s: both step; a holds 32 (2 blocks), b
-  // 20 + 2 = 22 (2 blocks): 4/(2C), the same. 0.35 s: only replica 1 steps (replica 0 went
-  // idle at 0.30 s), b holding 45 (3 blocks): 3/C, 1.5 times the first. Summing both pools'
+  // KV usage per tick as the recorder averages it: over the engines that reported in the tick
+  // [t - 0.05 s, t), an engine reporting as its steps end (synchronous schedule as above).
+  // 16-token blocks, each replica a pool of C blocks, a report holding its step's blocks as
+  // the step began (the prompt and the tokens produced before it, one more by kvsim's
+  // accounting convention). 0.05 s: only replica 0 reports, last at 40 ms for its step from
+  // 30 ms, a holding 20 + 3 + 1 = 24 positions, 2 blocks: 2/C. 0.12 s: both report, at 110 ms;
+  // a holds 32 (2 blocks), b 20 + 0 + 1 = 21 (2 blocks): 4/(2C), the same. 0.36 s: only replica
+  // 1 reports (replica 0's last report, a's end, was at 0.30 s), at 350 ms for its step from
+  // 340 ms, b holding 20 + 24 + 1 = 45 (3 blocks): 3/C, 1.5 times the first. Summing both pools'
   // bytes over both capacities halved the ticks with an idle replica: 0.12 s was twice 0.05 s.
-  // 0.45 s: neither steps, nothing is held: 0.
+  // 0.45 s: replica 1's last report, at 0.40 s, ends b, and nothing is held: 0.
   std::ofstream(base / "run" / "timeseries.csv") << "t,prompt_throughput,gen_throughput,running,waiting,kv_cache_pct\n"
                                                      "0.05,0,0,1,0,1\n0.12,0,0,2,0,1\n0.18,0,0,2,0,1\n"
-                                                     "0.23,0,0,4,1,1\n0.35,0,0,1,0,1\n0.45,0,0,0,0,0\n";
+                                                     "0.23,0,0,4,1,1\n0.36,0,0,1,0,1\n0.45,0,0,0,0,0\n";
   const std::string per_tick = test::scratch_path("validate-dp-per-tick.csv");
   const auto kv = test::run_cli({"validate", (base / "run").string(), "--kv-budget", "1GB", "--cost",
                                  "constant:step=10ms,prefill-token=0ps", "--async-scheduling", "off", "--per-tick",
@@ -868,8 +872,62 @@ TEST_CASE("validate: a data-parallel run is two engines behind vLLM's router, th
   REQUIRE(simulated_kv.count("0.05") == 1);
   CHECK(simulated_kv["0.05"] > 0);
   CHECK(simulated_kv["0.12"] == Approx(simulated_kv["0.05"]));
-  CHECK(simulated_kv["0.35"] == Approx(1.5 * simulated_kv["0.05"]));
+  CHECK(simulated_kv["0.36"] == Approx(1.5 * simulated_kv["0.05"]));
   CHECK(simulated_kv["0.45"] == 0);
+  std::filesystem::remove_all(base);
+}
+
+TEST_CASE("validate: a tick's counts are vLLM's last report before it, a request arriving mid-step not yet waiting") {
+  // vLLM reports its scheduler's state as each step's output is processed (update_from_output
+  // -> make_stats), and takes in requests that arrived during a step only between steps
+  // (vllm/v1/engine/core.py run_busy_loop); LLMServingSim's recorder keeps each engine's last
+  // report in the tick [t - tick, t). One engine, max_num_seqs 1, 10 ms steps, free prefill:
+  //   a at 0 ms, 20 tokens: steps from 0 to 200 ms;
+  //   b at 15 ms, during the step of 10-20 ms: taken in at 20 ms, and it waits for a.
+  // Synchronous: a step is reported as it ends, with the waiting requests its own plan saw.
+  //   t = 0.025: the step of 10-20 ms, reported at 20 ms, planned at 10 ms: 1 running, 0 waiting;
+  //   t = 0.035: the step of 20-30 ms, reported at 30 ms, planned at 20 ms: 1 running, 1 waiting.
+  // Asynchronous: the step of 20-30 ms is planned as the step of 10-20 ms begins, seeing
+  // arrivals up to 10 ms, and reported as it begins (when the 10-20 ms step's output is
+  // processed): at 0.025 s, 1 running, 0 waiting; the step of 30-40 ms, planned seeing up to
+  // 20 ms, reported at 30 ms: at 0.035 s, 1 running, 1 waiting.
+  // Measured 1, 1 running and 0, 1 waiting: both MAEs 0 either way. (Counting b from its
+  // arrival, as validate did until 2026-12-07, gave 1 waiting at 0.025 s: MAE 0.5.)
+  const auto base = test::scratch_dir("validate-reports");
+  std::filesystem::create_directories(base / "run");
+  std::filesystem::create_directories(base / "workloads");
+  std::ofstream(base / "run" / "meta.json") << R"({"model": "meta-llama/Llama-3.1-8B", "vllm_version": "0.19.0",
+  "engine_kwargs": {"tensor_parallel_size": 1, "data_parallel_size": 1, "max_num_seqs": 1,
+    "max_num_batched_tokens": 2048, "max_model_len": null},
+  "dataset_path": "workloads/w.jsonl", "started_at": "2026-01-01T00:00:00Z", "tick_seconds": 0.01})";
+  std::ofstream(base / "workloads" / "w.jsonl") << R"({"input_toks": 20, "output_toks": 20, "arrival_time_ns": 0})"
+                                                   "\n"
+                                                << R"({"input_toks": 20, "output_toks": 5, "arrival_time_ns": 15000000})"
+                                                   "\n";
+  std::ofstream(base / "run" / "requests.jsonl")
+      << R"({"request_id": "a", "input_toks": 20, "output_toks": 20, "arrival_time": 1767225600.0, "queued_ts": 500.0,)"
+         R"( "scheduled_ts": 500.0, "first_token_ts": 500.01, "last_token_ts": 500.2})"
+         "\n"
+      << R"({"request_id": "b", "input_toks": 20, "output_toks": 5, "arrival_time": 1767225600.015, "queued_ts": 500.02,)"
+         R"( "scheduled_ts": 500.2, "first_token_ts": 500.21, "last_token_ts": 500.25})"
+         "\n";
+  std::ofstream(base / "run" / "timeseries.csv") << "t,prompt_throughput,gen_throughput,running,waiting,kv_cache_pct\n"
+                                                     "0.025,0,0,1,0,0\n0.035,0,0,1,1,0\n";
+  for (const char* mode : {"off", "on"}) {
+    const std::string per_tick = (base / (std::string("ticks-") + mode + ".csv")).string();
+    const auto r = test::run_cli({"validate", (base / "run").string(), "--kv-budget", "1GB", "--cost",
+                                  "constant:step=10ms,prefill-token=0ps", "--async-scheduling", mode, "--per-tick",
+                                  per_tick, "--json"});
+    INFO(mode << ": " << r.err);
+    REQUIRE(r.exit_code == 0);
+    const Json doc = Json::parse(r.out);
+    CHECK(doc["running_mae"].get<double>() == 0);
+    CHECK(doc["waiting_mae"].get<double>() == 0);
+    CHECK(test::slurp(per_tick) ==
+          "t_s,measured_running,simulated_running,measured_waiting,simulated_waiting,measured_kv_usage_percent,"
+          "simulated_kv_usage_percent\n"
+          "0.025,1,1,0,0,,\n0.035,1,1,1,1,,\n");
+  }
   std::filesystem::remove_all(base);
 }
 

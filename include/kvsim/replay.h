@@ -117,6 +117,13 @@ struct TimelineRow {
   std::int64_t replica = 0;           // the engine's index under replay_replicas, else 0
   std::int64_t running = 0;           // requests admitted and not finished
   std::int64_t queued = 0;
+  // Of `queued`, those the step's plan saw: less the arrivals after the instant an
+  // asynchronous plan sees up to (the previous step's start). Not a --timeline column:
+  // kvsim validate counts waiting requests as vLLM's scheduler reports them.
+  std::int64_t queued_seen = 0;
+  // How long the step that began at time_ns took (0 in a row that closes a sampled run and
+  // under a measured schedule). Not a --timeline column.
+  std::int64_t duration_ns = 0;
   std::int64_t effective_bytes = 0;
   std::int64_t allocated_bytes = 0;
   std::int64_t reserved_bytes = 0;

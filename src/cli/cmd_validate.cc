@@ -80,9 +80,24 @@ const CommandSpec kSpec{
     "  kvsim validate ../shared/measured/rtxpro6000-llama-3.1-8b --device-memory 96GB\n"
     "  kvsim validate RUN --device-memory 96GB --cost \"$(kvsim calibrate RUN --json | jq -r .cost)\" --json"};
 
+// One engine step as the recorder sees it. vLLM reports the scheduler's state once a step
+// (Scheduler.make_stats, from update_from_output as the step's output is processed), and
+// the recorder keeps an engine's last report in each tick (LLMServingSim's
+// BenchStatLogger.downsample_to_csv_rows). The report is made as the step ends, with the
+// step's completions gone from the running requests; its waiting requests are those the
+// latest plan saw, as requests that arrive during a step are taken in only between steps
+// (vllm/v1/engine/core.py run_busy_loop: _process_input_queue, then the step). Synchronous,
+// that plan is the ending step's own. Asynchronous, the next step is planned before the
+// ending one's output is processed (step_with_batch_queue: schedule, then block on the
+// oldest batch), so the report shows the next step's plan: the timeline's row for the
+// step that begins as this one ends.
+struct Step {  // a timeline row's part read here
+  std::int64_t begin_ns, duration_ns, running, queued_seen, allocated_bytes;
+};
 struct Sample {
-  std::int64_t time_ns;
-  std::int64_t running, queued, allocated_bytes;
+  std::int64_t begin_ns;     // the step's start
+  std::int64_t reported_ns;  // when vLLM reports the counts below
+  std::int64_t running, waiting, allocated_bytes;
 };
 
 // What one engine (replica) did: its timeline, and when its requests arrived and finished.
@@ -132,42 +147,58 @@ struct Result {
   std::int64_t completed = 0, requests = 0, preemptions = 0;
 };
 
-// The engines' samples with `records` (in trace order) as replica_of routed them (empty: one
-// engine).
-std::vector<EngineState> engine_states(std::vector<std::vector<Sample>> samples, const std::vector<RequestRecord>& records,
-                                       const std::vector<std::uint32_t>& replica_of) {
-  std::vector<EngineState> engines(samples.size());
-  for (std::size_t i = 0; i < samples.size(); ++i) engines[i].samples = std::move(samples[i]);
+std::int64_t count_in(const std::vector<std::int64_t>& sorted, std::int64_t after, std::int64_t upto) {
+  return static_cast<std::int64_t>(std::upper_bound(sorted.begin(), sorted.end(), upto) -
+                                   std::upper_bound(sorted.begin(), sorted.end(), after));
+}
+
+// The engines' steps (each engine's in time order) as vLLM would have reported them
+// (Sample), with `records` (in trace order) as replica_of routed them (empty: one engine).
+// A step is reported as it ends, less its completions; asynchronous, a step that begins as
+// the last one ends is reported as it begins (the ending step's report shows this plan),
+// and one after a pause as it ends (nothing was planned during the pause). The KV a step's
+// completions free before its report stays counted in it.
+std::vector<EngineState> engine_states(const std::vector<std::vector<Step>>& steps,
+                                       const std::vector<RequestRecord>& records,
+                                       const std::vector<std::uint32_t>& replica_of, bool async_scheduling) {
+  std::vector<EngineState> engines(steps.size());
   for (std::size_t k = 0; k < records.size(); ++k) {
     const RequestRecord& q = records[k];
     EngineState& e = engines[replica_of.empty() ? 0 : replica_of.at(k)];
     e.arrivals.push_back(q.arrival_ns);
     if (q.outcome == RequestRecord::Outcome::completed) e.finishes.push_back(q.finish_ns);
   }
-  for (EngineState& e : engines) {
+  for (std::size_t i = 0; i < engines.size(); ++i) {
+    EngineState& e = engines[i];
     std::sort(e.arrivals.begin(), e.arrivals.end());
     std::sort(e.finishes.begin(), e.finishes.end());
+    std::int64_t last_end = std::numeric_limits<std::int64_t>::min();
+    for (const Step& step : steps[i]) {
+      const std::int64_t end = step.begin_ns + step.duration_ns;
+      const std::int64_t reported = async_scheduling && step.begin_ns == last_end ? step.begin_ns : end;
+      e.samples.push_back({step.begin_ns, reported, step.running - count_in(e.finishes, step.begin_ns, reported),
+                           step.queued_seen, step.allocated_bytes});
+      last_end = end;
+    }
   }
   return engines;
 }
 
-// The engine's running and waiting counts and allocated bytes at `at_ns`. The timeline
-// samples the state as each iteration begins (admissions and preemptions done); after that,
-// until the next iteration, requests only arrive (and wait) or complete at the iteration's end.
-// Completions after the last sample mean the engine went idle (a busy engine begins its next
-// iteration, and samples, as the last one ends): with nothing running nothing holds KV (a
-// waiting request holds none, a cached block is free), as vLLM's usage falls to 0 then.
+// The engine's running and waiting counts and allocated bytes at `at_ns`, as its last
+// report before then gave them (0 before its first): the recorder's tick ending at `at_ns`
+// keeps the reports made in [at_ns - tick, at_ns) (BenchStatLogger.downsample_to_csv_rows). Completions after that report mean the
+// engine went idle (a busy engine reports again as its step ends): vLLM reports that last
+// step's end too, with nothing running, and then nothing holds KV (a waiting request holds
+// none, a cached block is free), as vLLM's usage falls to 0. A request that arrived since
+// the report is not counted: the engine takes it in between steps, and reports it with
+// the next one.
 Sample state_at(const EngineState& e, std::int64_t at_ns) {
-  const auto count_in = [](const std::vector<std::int64_t>& v, std::int64_t after, std::int64_t upto) {
-    return static_cast<std::int64_t>(std::upper_bound(v.begin(), v.end(), upto) -
-                                     std::upper_bound(v.begin(), v.end(), after));
-  };
-  const auto it = std::upper_bound(e.samples.begin(), e.samples.end(), at_ns,
-                                   [](std::int64_t x, const Sample& s) { return x < s.time_ns; });
-  Sample s{std::numeric_limits<std::int64_t>::min(), 0, 0, 0};
+  const auto it = std::lower_bound(e.samples.begin(), e.samples.end(), at_ns,
+                                   [](const Sample& s, std::int64_t x) { return s.reported_ns < x; });
+  Sample s{std::numeric_limits<std::int64_t>::min(), std::numeric_limits<std::int64_t>::min(), 0, 0, 0};
   if (it != e.samples.begin()) s = *(it - 1);
-  const std::int64_t running = s.running - count_in(e.finishes, s.time_ns, at_ns);
-  return {at_ns, running, s.queued + count_in(e.arrivals, s.time_ns, at_ns), running > 0 ? s.allocated_bytes : 0};
+  const std::int64_t running = s.running - count_in(e.finishes, s.reported_ns, at_ns - 1);
+  return {s.begin_ns, s.reported_ns, running, s.waiting, running > 0 ? s.allocated_bytes : 0};
 }
 
 // When vLLM's engine would have taken in a request that arrived at `arrival_ns` at the
@@ -179,8 +210,8 @@ Sample state_at(const EngineState& e, std::int64_t at_ns) {
 // then starts at the arrival. The arrival itself when the engine took no step after it.
 std::int64_t taken_in_ns(const EngineState& e, std::int64_t arrival_ns) {
   const auto it = std::lower_bound(e.samples.begin(), e.samples.end(), arrival_ns,
-                                   [](const Sample& s, std::int64_t x) { return s.time_ns < x; });
-  return it == e.samples.end() ? arrival_ns : it->time_ns;
+                                   [](const Sample& s, std::int64_t x) { return s.begin_ns < x; });
+  return it == e.samples.end() ? arrival_ns : it->begin_ns;
 }
 
 // `records` one per request of `run` (replay_run() checks), in its order; `replica_of` the
@@ -224,39 +255,37 @@ Result compare(const MeasuredRun& run, const ReplayReport& report, const std::ve
   r.measured_makespan_s = measured_makespan_s(run);
   r.simulated_makespan_s = last_finish - first_arrival;
   r.simulated_makespan_known = any;
-  // Each tick against the simulated state at the same instant, summed over the engines. KV
-  // usage as the recorder averages it (LLMServingSim's BenchStatLogger.downsample_to_csv_rows:
-  // each engine's last sample in the tick, averaged over the engines that logged one): an
-  // engine logs when it takes a step (vLLM's EngineCore.step returns no outputs, so no
-  // scheduler stats, without requests), so an engine idle through the tick is left out. With
-  // none that stepped (a step longer than the tick), every engine counts.
+  // Each tick against the simulated state at the same instant, as the recorder combines the
+  // engines (LLMServingSim's BenchStatLogger.downsample_to_csv_rows): each engine's last
+  // report in the tick, the running and waiting counts summed and KV usage averaged over the
+  // engines that reported in it. An engine reports when it takes a step (vLLM's
+  // EngineCore.step returns no outputs, so no scheduler stats, without requests), so one idle
+  // through the tick, or inside a step longer than it, is left out. With none that reported
+  // (the recorder writes no row for such a tick, so the replay is off there), every engine
+  // counts.
   double running_err = 0, waiting_err = 0, kv_err = 0;
   const double capacity = static_cast<double>(report.capacity_bytes);
   const double engine_capacity = capacity / static_cast<double>(std::max<std::size_t>(1, engines.size()));
   const auto tick_ns = static_cast<std::int64_t>(std::llround(run.tick_s * 1e9));
-  const auto stepped_in = [](const EngineState& e, std::int64_t after, std::int64_t upto) {
-    const auto it = std::upper_bound(e.samples.begin(), e.samples.end(), after,
-                                     [](std::int64_t x, const Sample& s) { return x < s.time_ns; });
-    return it != e.samples.end() && it->time_ns <= upto;
+  const auto reported_in = [](const EngineState& e, std::int64_t from, std::int64_t before) {
+    const auto it = std::lower_bound(e.samples.begin(), e.samples.end(), from,
+                                     [](const Sample& s, std::int64_t x) { return s.reported_ns < x; });
+    return it != e.samples.end() && it->reported_ns < before;
   };
   for (const MeasuredTick& t : run.ticks) {
     const double at_s = run.started_at_s + t.t_s - wall_offset;
     const auto at_ns = static_cast<std::int64_t>(std::llround(at_s * 1e9));
-    std::int64_t running = 0, waiting = 0, allocated = 0, logged = 0, allocated_all = 0;
+    std::int64_t logged = 0;
+    for (const EngineState& e : engines) logged += reported_in(e, at_ns - tick_ns, at_ns) ? 1 : 0;
+    std::int64_t running = 0, waiting = 0, allocated = 0;
     for (const EngineState& e : engines) {
+      if (logged > 0 && !reported_in(e, at_ns - tick_ns, at_ns)) continue;
       const Sample s = state_at(e, at_ns);
       running += s.running;
-      waiting += s.queued;
-      allocated_all += s.allocated_bytes;
-      if (stepped_in(e, at_ns - tick_ns, at_ns)) {
-        allocated += s.allocated_bytes;
-        ++logged;
-      }
+      waiting += s.waiting;
+      allocated += s.allocated_bytes;
     }
-    if (logged == 0) {
-      allocated = allocated_all;
-      logged = static_cast<std::int64_t>(engines.size());
-    }
+    if (logged == 0) logged = static_cast<std::int64_t>(engines.size());
     const double kv_percent =
         engine_capacity > 0 ? static_cast<double>(allocated) / (engine_capacity * static_cast<double>(logged)) * 100 : 0;
     running_err += std::abs(static_cast<double>(running - t.running));
@@ -546,16 +575,17 @@ int run_validate(const Invocation& inv) {
   }
   refuse_output_over_input(outputs, inputs, kSpec.synopsis);
   const bool table_on_stdout = table_keeps_stdout(outputs, vm.count("json") != 0, kSpec.synopsis);
-  std::vector<std::vector<Sample>> samples;  // per engine
+  std::vector<std::vector<Step>> steps;  // per engine
   RunReplay r = replay_run(vm, run, kSpec.synopsis, [&](const TimelineRow& row) {
     const auto replica = static_cast<std::size_t>(row.replica);
-    if (replica >= samples.size()) samples.resize(replica + 1);
-    samples[replica].push_back({row.time_ns, row.running, row.queued, row.allocated_bytes});
+    if (replica >= steps.size()) steps.resize(replica + 1);
+    steps[replica].push_back({row.time_ns, row.duration_ns, row.running, row.queued_seen, row.allocated_bytes});
   });
   const ReplayPlan& plan = r.plan;
-  // An engine that never stepped has no samples.
-  samples.resize(std::max<std::size_t>(samples.size(), plan.replicas > 1 ? static_cast<std::size_t>(plan.replicas) : 1));
-  const std::vector<EngineState> states = engine_states(std::move(samples), r.records, r.replica_of);
+  // An engine that never stepped has no steps.
+  steps.resize(std::max<std::size_t>(steps.size(), plan.replicas > 1 ? static_cast<std::size_t>(plan.replicas) : 1));
+  const std::vector<EngineState> states =
+      engine_states(steps, r.records, r.replica_of, plan.options.async_scheduling);
   const Result result = compare(run, r.report, r.records, r.replica_of, r.wall_offset_s, states);
   if (const auto path = option_text(vm, "per-request")) {
     write_output_file(*path, per_request_csv(run, r.report.allocator, r.records, r.replica_of, result),
