@@ -1232,10 +1232,11 @@ void Engine::end_step(std::int64_t duration) {
   end_span(duration);
   ++step_;
   step_planned_ = false;
-  const std::int64_t completed_before = completed_seqs_;
+  const std::int64_t completed_before = completed_seqs_, running_before = running_;
   deliver_step();
   last_step_end_ = now_;
   completed_in_last_step_ = completed_seqs_ - completed_before;
+  ended_in_last_step_ = running_before - running_;
   // Every 64 steps: a step of long prompts under a radix tree can take milliseconds, and a
   // run of a few thousand steps must still move the bar. The share of the trace read, times
   // the share of the requests read that have ended: an overloaded run still draining its

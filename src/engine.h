@@ -157,6 +157,12 @@ class Engine {
   }
   ReplayReport finish();
   std::int64_t waiting() const { return queued_; }
+  std::int64_t running() const { return running_; }
+  // Running requests as a router sees them at `t_ns`: those the step under way at `t_ns`
+  // ends count until its output is processed, at its end.
+  std::int64_t running_seen_at(std::int64_t t_ns) const {
+    return running_ + (last_step_end_ > t_ns ? ended_in_last_step_ : 0);
+  }
   // Waiting requests a step's plan has already passed over (docs/replay.md, "Overload"): all
   // but those that arrived after the last plan was made (during the step in progress, or with
   // asynchronous scheduling the one before), which have not yet had their chance.
@@ -410,6 +416,7 @@ class Engine {
   std::int64_t last_step_start_ = -1;
   std::int64_t last_step_end_ = -1;
   std::int64_t completed_in_last_step_ = 0;  // their sequences
+  std::int64_t ended_in_last_step_ = 0;      // running requests its end delivered
   // ... and, under a budget, those requests' blocks: vLLM frees a request's blocks when it
   // processes the output of the step that completed it, which with asynchronous scheduling is
   // after the next step was planned. They are no longer running (no decode, no place in

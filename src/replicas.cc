@@ -348,7 +348,7 @@ ReplicaRun replay_replicas(TraceReader& trace, const std::vector<Allocator*>& al
   };
   Request r;
   bool started = false;
-  std::size_t start_index = 0;  // vLLM's eng_start_index: client 0 of 1 starts at 0
+  std::size_t start_index = 0;  // vLLM's eng_start_index: client 0 of 1 starts at 0 (rotating in_flight)
   std::int64_t read = 0;
   while (trace.next(r)) {
     if (!started) {
@@ -366,15 +366,29 @@ ReplicaRun replay_replicas(TraceReader& trace, const std::vector<Allocator*>& al
     }
     advance_before(r.arrival_ns);
     // The lowest score wins; on a tie the first scanned from start_index (vLLM's strict <).
-    // Scores in thousandths: 1000 x in flight + 6 x waiting x (usage per mille - 500).
+    const auto score_of = [&](std::size_t i) -> detail::Int128 {
+      const detail::Engine& e = *engines[i];
+      // Every request routed to the replica and not yet running counts as waiting there, or
+      // in flight (vLLM's client counts its own); one its step under way ends, as running.
+      const std::int64_t running = e.running_seen_at(r.arrival_ns);
+      const std::int64_t waiting = e.in_flight() - e.running() + shares[i]->pending();
+      const std::int64_t in_flight = waiting + running;
+      if (o.dp_router == ReplayOptions::DpRouter::queue_score) {
+        // 4 x waiting + running. The engines of a dense model publish no counts, so the
+        // router has only its own: 4 x the requests it sent there.
+        if (!together) return detail::Int128{4} * run.routed[i];
+        return detail::Int128{4} * waiting + running;
+      }
+      // In thousandths: 1000 x in flight + 6 x waiting x (usage per mille - 500).
+      detail::Int128 score = detail::Int128{1000} * in_flight;
+      if (e.waiting() > 0) score += detail::Int128{6} * e.waiting() * std::max<std::int64_t>(0, kv_usage_permille(*allocators[i]) - 500);
+      return score;
+    };
     std::size_t best = start_index;
     detail::Int128 best_score = -1;
     for (std::size_t k = 0; k < n; ++k) {
       const std::size_t i = (start_index + k) % n;
-      const detail::Engine& e = *engines[i];
-      // Every request routed to the replica counts in flight (vLLM's client counts its own).
-      detail::Int128 score = detail::Int128{1000} * (e.in_flight() + shares[i]->pending());
-      if (e.waiting() > 0) score += detail::Int128{6} * e.waiting() * std::max<std::int64_t>(0, kv_usage_permille(*allocators[i]) - 500);
+      const detail::Int128 score = score_of(i);
       if (best_score < 0 || score < best_score) {
         best_score = score;
         best = i;
@@ -386,7 +400,7 @@ ReplicaRun replay_replicas(TraceReader& trace, const std::vector<Allocator*>& al
     ++read;
     if (options.per_request) trace_ordinal[best].push_back(read);
     run.replica_of.push_back(static_cast<std::uint32_t>(best));
-    start_index = (start_index + 1) % n;
+    if (o.dp_router == ReplayOptions::DpRouter::in_flight) start_index = (start_index + 1) % n;
     if (options.progress && read % 4096 == 0 && trace.total_bytes() > 0) {
       options.progress(static_cast<double>(trace.bytes_read()) / static_cast<double>(trace.total_bytes()));
     }

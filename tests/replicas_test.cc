@@ -40,10 +40,11 @@ ReplicaRun replay_two_paged(TraceReader& trace, const ReplayOptions& o) {
 
 }  // namespace
 
-TEST_CASE("replicas: four requests routed by vLLM's least-loaded rule, not round robin") {
-  // Two replicas, 10 ms steps, prompts free. vLLM (vllm/v1/engine/core_client.py,
-  // DPLBAsyncMPClient.get_core_engine_for_request): the lowest in-flight count wins, ties to
-  // the first replica scanned from a start index that moves on by one per request.
+TEST_CASE("replicas: four requests routed by vLLM main's least-loaded rule, not round robin") {
+  // Two replicas, 10 ms steps, prompts free. vLLM's main since July 2026 (--dp-router
+  // in-flight; vllm/v1/engine/core_client.py, DPLBAsyncMPClient.get_core_engine_for_request,
+  // vllm#47420 and vllm#49204): the lowest in-flight count wins, ties to the first replica
+  // scanned from a start index that moves on by one per request.
   //   a at 0 ms (1 token):    both empty, scan from 0          -> replica 0; done at 10 ms
   //   b at 1 ms (100 tokens): 0 has a (1), 1 has none, from 1  -> replica 1; runs to 1,001 ms
   //   c at 20 ms (1 token):   0 is empty again, 1 has b, from 0 -> replica 0; 20-30 ms
@@ -52,6 +53,7 @@ TEST_CASE("replicas: four requests routed by vLLM's least-loaded rule, not round
   RequestVectorReader trace({test::request("a", 0, 10, 1), test::request("b", 1 * kMs, 10, 100),
                            test::request("c", 20 * kMs, 10, 1), test::request("d", 35 * kMs, 10, 1)});
   ReplayOptions o = every_step_10_ms();
+  o.dp_router = ReplayOptions::DpRouter::in_flight;
   const ReplicaRun run = replay_two_paged(trace, o);
   REQUIRE(run.replicas.size() == 2);
   CHECK(run.routed == std::vector<std::int64_t>{3, 1});
@@ -98,8 +100,53 @@ TEST_CASE("replicas: four requests routed by vLLM's least-loaded rule, not round
   CHECK(run.total.allocated_bytes.p50 == -1);
 }
 
+TEST_CASE("replicas: vLLM 0.19's router, by queue score for an MoE model and round robin for a dense one") {
+  // vLLM 0.19's DPLBAsyncMPClient.get_core_engine_for_request (the default, --dp-router
+  // queue-score): score = 4 x waiting + running from the engines' published counts, plus the
+  // requests the router sent since as waiting; the lowest wins, scanned from replica 0 every
+  // time (vLLM's strict <: ties to replica 0). Two replicas, 10 ms steps, prompts free; the
+  // trace of the first test: a (1 token) at 0, b (100 tokens) at 1 ms, c (1) at 20 ms, d (1)
+  // at 35 ms.
+  // An MoE model's engines publish their counts (steps together: a step of replica 1 is
+  // replica 0's too):
+  //   a: 0 and 0                                     -> replica 0; its step 0-10 ms
+  //   b at 1 ms: 0 runs a (score 1), 1 none (0)       -> replica 1; its first step 10-20 ms
+  //   c at 20 ms: 0 empty (0), 1 runs b (1)           -> replica 0
+  //   d at 35 ms: 0 empty again (c ran 20-30 ms), 1 b -> replica 0
+  // A dense model's engines publish none (independent since vllm#30739, until vllm#49204): the
+  // router counts only what it sent, each as waiting, 4 a request, so a -> 0, b -> 1, c -> 0
+  // (4 against 4: the tie to replica 0), d -> 1 (8 against 4): round robin, d behind b.
+  for (const bool together : {true, false}) {
+    INFO((together ? "MoE" : "dense"));
+    RequestVectorReader trace({test::request("a", 0, 10, 1), test::request("b", 1 * kMs, 10, 100),
+                             test::request("c", 20 * kMs, 10, 1), test::request("d", 35 * kMs, 10, 1)});
+    ReplayOptions o = every_step_10_ms();
+    o.replicas_step_together = together;
+    const ReplicaRun run = replay_two_paged(trace, o);
+    CHECK(run.replica_of == (together ? std::vector<std::uint32_t>{0, 1, 0, 0} : std::vector<std::uint32_t>{0, 1, 0, 1}));
+    CHECK(run.total.completed == 4);
+  }
+  // A waiting request weighs 4 running ones. Steps together: a (100 tokens), b (1 token) and
+  // c (100 tokens) at 0 ms: a -> 0; b -> 1 (a waits on 0: 4 against 0); c -> 0 (4 against 4,
+  // the tie). b is done at 10 ms. d (100 tokens) at 15 ms: 0 runs a and c (2), 1 nothing (0)
+  // -> 1, where it waits for the step at 20 ms (4). e at 16 ms: 2 against 4 -> replica 0.
+  // vLLM main's rule counts in flight instead: 2 against 1 -> replica 1.
+  for (const auto router : {ReplayOptions::DpRouter::queue_score, ReplayOptions::DpRouter::in_flight}) {
+    RequestVectorReader loaded({test::request("a", 0, 10, 100), test::request("b", 0, 10, 1),
+                                test::request("c", 0, 10, 100), test::request("d", 15 * kMs, 10, 100),
+                                test::request("e", 16 * kMs, 10, 1)});
+    ReplayOptions o = every_step_10_ms();
+    o.replicas_step_together = true;
+    o.dp_router = router;
+    const ReplicaRun run = replay_two_paged(loaded, o);
+    CHECK(run.replica_of == std::vector<std::uint32_t>{0, 1, 0, 1,
+                                                       router == ReplayOptions::DpRouter::queue_score ? 0u : 1u});
+  }
+}
+
 TEST_CASE("replicas: requests arriving at one instant each count in flight where they were routed") {
-  // Two replicas, 10 ms steps. a (100 tokens) at 0 -> replica 0. b, c, d, e at 5 ms, one
+  // vLLM main's rule (--dp-router in-flight). Two replicas, 10 ms steps. a (100 tokens) at 0
+  // -> replica 0. b, c, d, e at 5 ms, one
   // token each; every request routed counts in flight at once (vLLM's client counts its own),
   // the lowest count wins, ties to the first scanned from a start index moving on by one:
   //   b: from 1: replica 1 has 0, replica 0 has a (1)        -> 1
@@ -113,6 +160,7 @@ TEST_CASE("replicas: requests arriving at one instant each count in flight where
                            test::request("c", 5 * kMs, 10, 1), test::request("d", 5 * kMs, 10, 1),
                            test::request("e", 5 * kMs, 10, 1)});
   ReplayOptions o = every_step_10_ms();
+  o.dp_router = ReplayOptions::DpRouter::in_flight;
   const ReplicaRun run = replay_two_paged(trace, o);
   CHECK(run.routed == std::vector<std::int64_t>{3, 2});
   CHECK(run.total.queue_at_last_arrival == 0);
@@ -140,13 +188,14 @@ TEST_CASE("replicas: one replica is the plain replay") {
 }
 
 TEST_CASE("replicas: timeline rows tagged with their replica, per-request records numbered by the trace") {
-  // The routing of the first test: a -> 0, b -> 1, c -> 0, d -> 0. Replica 0 runs three
+  // The routing of the first test (vLLM main's rule): a -> 0, b -> 1, c -> 0, d -> 0. Replica 0 runs three
   // one-step requests (a 0-10 ms, c 20-30 ms, d 35-45 ms): 3 iterations, one timeline row each
   // with 1 running; replica 1 runs b's 100 steps: 100 rows with 1 running. d is replica 0's
   // third request and the trace's fourth: its record says ordinal 4.
   RequestVectorReader trace({test::request("a", 0, 10, 1), test::request("b", 1 * kMs, 10, 100),
                            test::request("c", 20 * kMs, 10, 1), test::request("d", 35 * kMs, 10, 1)});
   ReplayOptions o = every_step_10_ms();
+  o.dp_router = ReplayOptions::DpRouter::in_flight;
   std::vector<std::int64_t> rows(2, 0), running_other_than_1(2, 0);
   o.timeline = [&](const TimelineRow& row) {
     REQUIRE((row.replica == 0 || row.replica == 1));

@@ -721,12 +721,12 @@ TEST_CASE("validate: meta.json's engine settings are replayed, and the ones it c
 TEST_CASE("validate: a data-parallel run is two engines behind vLLM's router, their states summed") {
   // meta.json: data_parallel_size 2, so --replicas 2. 10 ms steps, free prefill, so a request
   // arriving at an idle replica has its first token one step later. The router
-  // (include/kvsim/replicas.h: vLLM's DPLBAsyncMPClient) sends a request to the replica with
-  // the fewest in flight, ties to the first scanned from a start index that moves on by one:
-  //   a at   0 ms (30 tokens): both empty, from 0     -> replica 0; steps 0, 10, ..: tokens 10..300 ms
-  //   b at 100 ms (30 tokens): 0 has a, 1 none, from 1 -> replica 1; idle, steps from 100: 110..400 ms
-  //   c at 155 ms (10 tokens): 1 each, tie, from 0     -> replica 0; admitted at its 160 ms step: 170..260 ms
-  //   d at 205 ms (10 tokens): 1 has b, 0 has a and c, from 1 -> replica 1; its 210 ms step: 220..310 ms
+  // (include/kvsim/replicas.h: vLLM 0.19's DPLBAsyncMPClient) has no counts from a dense
+  // model's engines, only the requests it sent, so it goes round robin from replica 0:
+  //   a at   0 ms (30 tokens) -> replica 0; steps 0, 10, ..: tokens 10..300 ms
+  //   b at 100 ms (30 tokens) -> replica 1; idle, steps from 100: 110..400 ms
+  //   c at 155 ms (10 tokens) -> replica 0; admitted at its 160 ms step: 170..260 ms
+  //   d at 205 ms (10 tokens) -> replica 1; its 210 ms step: 220..310 ms
   // Running, summed over the replicas (replica 0 + replica 1) as each last reported before the
   // tick (synchronous: as its step ends, less the step's completions), at each tick:
   //   0.05 s: a + none = 1;  0.12 s: a + b = 2;  0.18 s: a, c + b = 3;  0.23 s: a, c + b, d = 4;

@@ -63,6 +63,7 @@ inline constexpr char kOptAllocator[] = "--allocator";
 inline constexpr char kOptSchedule[] = "--schedule";
 inline constexpr char kOptReplicas[] = "--replicas";
 inline constexpr char kOptExpertParallel[] = "--expert-parallel";
+inline constexpr char kOptDpRouter[] = "--dp-router";
 inline constexpr char kOptCost[] = "--cost";
 inline constexpr char kOptMaxBatchedTokens[] = "--max-batched-tokens";
 inline constexpr char kOptNoChunkedPrefill[] = "--no-chunked-prefill";

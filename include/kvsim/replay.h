@@ -293,6 +293,10 @@ struct ReplayOptions {
   // as the slowest replica's: vLLM aligns the forward passes of a mixture-of-experts model's
   // data-parallel ranks (kvsim/replicas.h). `kvsim replay` sets it for MoE models.
   bool replicas_step_together = false;
+  // How data-parallel replicas' requests are routed (kvsim/replicas.h): vLLM 0.19's rule by
+  // default, or the rule vLLM's main branch has had since July 2026.
+  enum class DpRouter { queue_score, in_flight };
+  DpRouter dp_router = DpRouter::queue_score;
   // vLLM's asynchronous scheduling (on by default in vLLM 0.19): the scheduler plans step
   // k + 1 while step k runs, so what step k changes is seen one step late. A request arriving
   // while a step runs is first scheduled in the step after the next one, and a request that

@@ -3,14 +3,21 @@
 // vLLM's data-parallel load balancer would.
 //
 // The router is vLLM's DPLBAsyncMPClient.get_core_engine_for_request (vllm/v1/engine/
-// core_client.py, vllm-project/vllm at 00080ee1) with one API-server client: for each replica,
-// scanned from a start index that advances by one after every request,
-//   score = max(requests in flight there, waiting + running)
-//           + waiting x 6 x max(0, KV usage - 0.5)
-// and the request goes to the first replica with the lowest score. vLLM reads waiting, running
-// and KV usage from its coordinator's snapshot (published every 100 ms) and keeps the in-flight
-// count itself; kvsim reads all of them from the replica at the instant the request arrives
-// (the state after the replica's last step began).
+// core_client.py) with one API-server client; the request goes to the first replica with the
+// lowest score, scanned from a start index. Two versions of it (ReplayOptions::dp_router):
+//   queue_score, vLLM 0.19's (and until July 2026): score = 4 x waiting + running, scanned from
+//     replica 0. Only an MoE model's engines publish their counts (DPEngineCoreProc's
+//     _maybe_publish_request_counts; a dense model's engines, independent since vllm#30739,
+//     publish none until vllm#49204), so a dense model's router has only the requests it sent,
+//     each counted as waiting: round robin from replica 0.
+//   in_flight, vLLM's main since July 2026 (vllm#47420, vllm#49204; read at 00080ee1): scanned
+//     from a start index that advances by one after every request,
+//       score = max(requests in flight there, waiting + running)
+//               + waiting x 6 x max(0, KV usage - 0.5).
+// vLLM reads waiting, running and KV usage from its coordinator's snapshot (published every
+// 100 ms) and counts the requests it sent since as waiting (or keeps the in-flight count
+// itself); kvsim reads all of them from the replica at the instant the request arrives (the
+// state after the replica's last step began, the requests routed since waiting).
 //
 // For a mixture-of-experts model (ReplayOptions::replicas_step_together) the replicas take
 // every step together, and a step lasts as long as the slowest replica's: vLLM aligns the

@@ -138,6 +138,10 @@ po::options_description replay_option_descriptions(bool with_outputs, bool with_
       (option_key(kOptExpertParallel),
        "with --replicas: the MoE model's routed experts are spread over the replicas (vLLM "
        "--enable-expert-parallel), so each device reads 1/N of them per step")
+      (option_key(kOptDpRouter), po::value<std::string>()->default_value("queue-score"),
+       "with --replicas: vLLM's router. queue-score (vLLM 0.19): 4 x waiting + running, from replica 0, "
+       "a dense model's requests round robin (its engines publish no counts); in-flight (vLLM's main "
+       "since July 2026): requests in flight, waiting weighted by KV usage, from a rotating start")
       (option_key(kOptTimingDevice), po::value<std::string>(),
        "the device the roofline times, without a memory budget (default: --device, else H100-80GB; "
        "see 'kvsim size --help' for the presets)")
@@ -279,6 +283,18 @@ ReplayOptions replay_options_from(const po::variables_map& vm, const ModelChoice
   ro.layout = layout;
   // vLLM aligns the forward passes of an MoE model's data-parallel ranks (replicas.h).
   ro.replicas_step_together = choice.model.moe.has_value();
+  {
+    const std::string router = vm[option_key(kOptDpRouter)].as<std::string>();
+    if (router == "in-flight") {
+      ro.dp_router = ReplayOptions::DpRouter::in_flight;
+    } else if (router != "queue-score") {
+      throw InputError(Location{"", 0, kOptDpRouter}, "expected queue-score or in-flight, got \"" + router + "\"");
+    }
+    if (!vm[option_key(kOptDpRouter)].defaulted() && replicas < 2) {
+      throw InputError(Location{"", 0, kOptDpRouter}, std::string("routes requests between ") + kOptReplicas +
+                                                         " N >= 2 replicas");
+    }
+  }
   ro.schedule = parse_schedule(vm[option_key(kOptSchedule)].as<std::string>());
   ro.cost = parse_cost_model(vm[option_key(kOptCost)].as<std::string>(), roofline, kOptCost);
   // Without a budget the weights' terms act only through the roofline's terms.
