@@ -224,7 +224,7 @@ void Engine::enqueue_arrival() {
   if (index >= 0) {
     const auto ticket = static_cast<std::uint32_t>(index);
     const Ticket& t = tickets_[ticket];
-    note_queue(std::max(t.arrival_ns, now_));  // replicas: a request routed after its step began
+    recorder_.queue_change(t.arrival_ns, queued_, 1);  // replicas: routed after its step began
     queue_.push_back({ticket, t.generation});
     unplanned_.push_back({ticket, t.generation});
     ++queued_;
@@ -283,7 +283,7 @@ void Engine::cancel(const Cancellation& c, bool mid_span) {
   leaves(c.ticket, RequestRecord::Outcome::cancelled, c.at_ns);
   switch (t.phase) {
     case Phase::queued:
-      note_queue(c.at_ns);
+      recorder_.queue_change(c.at_ns, queued_, -1);
       --queued_;  // its queue entry goes stale
       if (t.arrival_ns > plan_seen_until_) ++unplanned_cancelled_;  // and its unplanned_ entry
       report_.generated_tokens += t.n * t.base_generated;

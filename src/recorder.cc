@@ -93,6 +93,14 @@ void Recorder::queue_until(std::int64_t at_ns, std::int64_t queued) {
   }
 }
 
+void Recorder::queue_change(std::int64_t at_ns, std::int64_t queued, std::int64_t delta) {
+  if (at_ns >= queue_mark_ns_) {
+    queue_until(at_ns, queued);
+  } else {
+    queue_integral_ += Int128{delta} * (queue_mark_ns_ - at_ns);
+  }
+}
+
 void Recorder::sample(std::int64_t running, std::int64_t queued, std::int64_t queued_seen, std::int64_t duration_ns,
                       const StepCounts& work) {
   next_sample_ns_ = every_ns_ > 0 ? now_ + every_ns_ : now_;

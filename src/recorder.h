@@ -108,6 +108,10 @@ class Recorder {
   void recomputed(std::int64_t positions) { recomputed_since_row_ += positions; }
   // The waiting queue held `queued` requests until `at_ns`.
   void queue_until(std::int64_t at_ns, std::int64_t queued);
+  // The waiting queue goes from `queued` requests to `queued + delta` at `at_ns`. A change
+  // before the time integrated so far (a replica's request routed after its step began, or
+  // its cancellation) is counted from its own instant.
+  void queue_change(std::int64_t at_ns, std::int64_t queued, std::int64_t delta);
 
   // --- requests' latencies
   void waited(std::int64_t ns) { waiting_.push_back(ns); }

@@ -171,6 +171,28 @@ TEST_CASE("replicas: requests arriving at one instant each count in flight where
   CHECK(run.total.queue_max == 4);
 }
 
+TEST_CASE("replicas: a request routed while its replica's step runs waits from its arrival") {
+  // Two replicas of a dense model (round robin), 10 ms steps, prompts free. a and a2 (10
+  // tokens each) at 0 ms -> replicas 0 and 1, each decoding until 100 ms. b (3 tokens) at
+  // 41 ms -> replica 0, during its step of 40-50 ms: it waits 41-50 ms, 9 ms. c at 42 ms ->
+  // replica 1, during its step of 40-50 ms, cancelled at 44 ms while waiting: 2 ms. Each
+  // replica's span is 0-100 ms, so the time-weighted queue is 9 / 100 = 0.09 on replica 0,
+  // 2 / 100 = 0.02 on replica 1 and (9 + 2) / 100 = 0.11 in total. (Counted from the step's
+  // start, each replica's waits were lost: 0 everywhere.)
+  Request c = test::request("c", 42 * kMs, 10, 3);
+  c.cancel_ns = 44 * kMs;
+  RequestVectorReader trace({test::request("a", 0, 10, 10), test::request("a2", 0, 10, 10),
+                             test::request("b", 41 * kMs, 10, 3), c});
+  const ReplicaRun run = replay_two_paged(trace, every_step_10_ms());
+  REQUIRE(run.replica_of == std::vector<std::uint32_t>{0, 1, 0, 1});
+  CHECK(run.replicas[0].end_ns == 100 * kMs);
+  CHECK(run.replicas[1].end_ns == 100 * kMs);
+  CHECK(run.replicas[0].queue_mean == Approx(0.09));
+  CHECK(run.replicas[1].queue_mean == Approx(0.02));
+  CHECK(run.total.queue_mean == Approx(0.11));
+  CHECK(run.total.cancelled_queued == 1);
+}
+
 TEST_CASE("replicas: one replica is the plain replay") {
   RequestVectorReader one({test::request("a", 0, 10, 5), test::request("b", 3 * kMs, 20, 7)});
   RequestVectorReader two({test::request("a", 0, 10, 5), test::request("b", 3 * kMs, 20, 7)});
