@@ -306,7 +306,17 @@ void Engine::cancel(const Cancellation& c, bool mid_span) {
       // cached what this step computes (allocate_slots, request.num_tokens by then holding the
       // token this step reads), unless this step completes the request (that plan skips a
       // request at max_tokens): the abort, processed when the step ends, frees it cached.
-      if (opt_.async_scheduling && !finishes_in_step(slot)) alloc_.outputs_processed(slot);
+      const bool cache_step = opt_.async_scheduling && !finishes_in_step(slot);
+      if (opt_.async_scheduling && mid_span) {
+        // And that plan still counted the request: its place under max_running, and (where
+        // completions linger) its blocks, as a request completed in this step.
+        cancelled_in_step_seqs_ += f.n;
+        if (linger_) {
+          linger(slot, true, cache_step);
+          return;
+        }
+      }
+      if (cache_step) alloc_.outputs_processed(slot);
       release(slot, mid_span ? at - now_ : 0);
       return;
     }
@@ -414,24 +424,27 @@ bool Engine::finishes_in_step(std::uint32_t slot) const {
                      [&](const SlotRef& ref) { return ref.slot == slot && ref.generation == generation; });
 }
 
-void Engine::linger(std::uint32_t slot) {
+void Engine::linger(std::uint32_t slot, bool cancelled, bool cache_step) {
   // It stops running now: no decode, no place in running_order_ or the running counts
   // (those places are completed_in_last_step_'s). What it holds stays, unchanged: it is
   // freed within the next step's planning, at this same step and instant.
   stop_running(slot);
   leave_running(slot);
   ++tickets_[flights_[slot].ticket].generation;  // completed: a cancellation due now finds it gone
-  lingering_.push_back({slot, now_});
+  // Cancelled within its step: that step's events for it (its completion, its first token,
+  // its next growth, a prefill chunk) go stale with the flight's generation.
+  if (cancelled) ++flights_[slot].generation;
+  lingering_.push_back({slot, now_, cancelled, cache_step});
 }
 
 void Engine::free_lingering(std::size_t index, bool outputs_processed) {
   const Lingering l = lingering_[index];
   lingering_.erase(lingering_.begin() + static_cast<std::ptrdiff_t>(index));
   const std::uint32_t ticket = flights_[l.slot].ticket;
-  if (outputs_processed) alloc_.outputs_processed(l.slot);
+  if (outputs_processed && l.cache_step) alloc_.outputs_processed(l.slot);
   free_holding(l.slot, 0);
   end_flight(l.slot);
-  leaves(ticket, RequestRecord::Outcome::completed, l.finish_ns);
+  if (!l.cancelled) leaves(ticket, RequestRecord::Outcome::completed, l.finish_ns);  // a cancellation left at once
   free_ticket(ticket);
 }
 
@@ -1235,7 +1248,8 @@ void Engine::end_step(std::int64_t duration) {
   const std::int64_t completed_before = completed_seqs_, running_before = running_;
   deliver_step();
   last_step_end_ = now_;
-  completed_in_last_step_ = completed_seqs_ - completed_before;
+  completed_in_last_step_ = completed_seqs_ - completed_before + cancelled_in_step_seqs_;
+  cancelled_in_step_seqs_ = 0;
   ended_in_last_step_ = running_before - running_;
   // Every 64 steps: a step of long prompts under a radix tree can take milliseconds, and a
   // run of a few thousand steps must still move the bar. The share of the trace read, times

@@ -297,9 +297,11 @@ class Engine {
   void leave_running(std::uint32_t slot);
   // The request leaves for good (completed or cancelled): its holding, slot and ticket.
   void release(std::uint32_t slot, std::int64_t correction_ns);
-  // Asynchronous scheduling: the completed request in `slot` keeps its blocks until the next
-  // step has been planned (Lingering); free_lingering() frees what they hold, one or all.
-  void linger(std::uint32_t slot);
+  // Asynchronous scheduling: the request in `slot`, completed (or `cancelled` within the step),
+  // keeps its blocks until the next step has been planned (Lingering); free_lingering() frees
+  // what they hold, one or all. `cache_step`: what its last step computed is cached then (not
+  // for a cancelled request that step would have completed).
+  void linger(std::uint32_t slot, bool cancelled = false, bool cache_step = true);
   // `outputs_processed`: it completed, and its last output caches what it computed; not when
   // it is preempted for nothing.
   void free_lingering(std::size_t index, bool outputs_processed);
@@ -415,7 +417,10 @@ class Engine {
   // ended, and the requests it completed (still holding their places in the running count).
   std::int64_t last_step_start_ = -1;
   std::int64_t last_step_end_ = -1;
-  std::int64_t completed_in_last_step_ = 0;  // their sequences
+  // Their sequences, and those of requests cancelled within that step under asynchronous
+  // scheduling: places a plan made as it began still counts.
+  std::int64_t completed_in_last_step_ = 0;
+  std::int64_t cancelled_in_step_seqs_ = 0;  // the step under way's, so far
   std::int64_t ended_in_last_step_ = 0;      // running requests its end delivered
   // ... and, under a budget, those requests' blocks: vLLM frees a request's blocks when it
   // processes the output of the step that completed it, which with asynchronous scheduling is
@@ -424,6 +429,8 @@ class Engine {
   struct Lingering {
     std::uint32_t slot;
     std::int64_t finish_ns;  // when it completed
+    bool cancelled = false;  // within the step, under asynchronous scheduling (left already)
+    bool cache_step = true;  // what its last step computed is cached when it is freed
   };
   std::vector<Lingering> lingering_;
   // async_scheduling under a memory bound, with a policy whose victim is vLLM's

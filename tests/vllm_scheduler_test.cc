@@ -193,6 +193,45 @@ TEST_CASE("vllm v1: with asynchronous scheduling a completed request holds its b
   }
 }
 
+TEST_CASE("vllm v1: with asynchronous scheduling an abort during a step frees its room two plans later") {
+  // vLLM takes an abort in from its input queue between steps and processes it when the step's
+  // output comes back (vllm/v1/engine/core.py step_with_batch_queue: _process_aborts_queue,
+  // then update_from_output), after it has planned the next step: like a completion in that
+  // step, the aborted request keeps its place in self.running and its blocks through that
+  // plan. Synchronously the plan comes after the abort (step: schedule, execute, aborts).
+  // 1 ms steps. A and C (prompt 31, output 30) prefill in step 0; B (prompt 20, output 2)
+  // arrives at 0.1 ms and waits; A is cancelled at 5.5 ms, within step 5 (5-6 ms).
+  std::vector<Request> trace{test::request("a", 0, 31, 30), test::request("c", 0, 31, 30),
+                             test::request("b", kMs / 10, 20, 2)};
+  trace[0].cancel_ns = 5 * kMs + kMs / 2;
+  SECTION("its place under max_num_seqs") {
+    // max_num_seqs 2: step 6 was planned at 5 ms with A still running, so B starts in step 7
+    // (7 ms), as it would after A completing in step 5; synchronously in step 6.
+    ReplayOptions o = one_ms_steps();
+    o.max_running = 2;
+    o.async_scheduling = true;
+    const auto r = records_of("paged:block=16", trace, o);
+    CHECK(r.at("a").outcome == RequestRecord::Outcome::cancelled);
+    CHECK(r.at("b").first_scheduled_ns == 7 * kMs);
+    o.async_scheduling = false;
+    CHECK(records_of("paged:block=16", trace, o).at("b").first_scheduled_ns == 6 * kMs);
+  }
+  SECTION("its blocks") {
+    // 6 blocks of 16, no watermark: A and C hold 31 + 2 = 33 positions from step 1 on, 3 blocks
+    // each, until step 17 (49 positions), so B (21 positions, 2 blocks) waits for room. A's 3
+    // blocks are held through step 6's plan: B starts in step 7; synchronously in step 6.
+    ReplayOptions o = one_ms_steps_in_blocks(6);
+    o.async_scheduling = true;
+    const auto r = records_of("paged:block=16", trace, o);
+    CHECK(r.at("a").outcome == RequestRecord::Outcome::cancelled);
+    CHECK(r.at("a").preemptions == 0);
+    CHECK(r.at("c").preemptions == 0);
+    CHECK(r.at("b").first_scheduled_ns == 7 * kMs);
+    o.async_scheduling = false;
+    CHECK(records_of("paged:block=16", trace, o).at("b").first_scheduled_ns == 6 * kMs);
+  }
+}
+
 TEST_CASE("vllm v1: asynchronous scheduling frees a step's completed requests in the order they completed") {
   // Scheduler.update_from_output frees a step's finished requests in order; with prefix caching
   // the order is the free queue's, so it decides whose cached blocks are evicted first.

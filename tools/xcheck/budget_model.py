@@ -173,7 +173,9 @@ the lines marked ASYNC:
     began: it admits only requests that arrived at or before the previous step's start (the
     queue is FCFS, so admission stops at the first later arrival; a request not yet seen is
     not refused either);
-  * a request that completes in step k (not a cancelled one) keeps its place in the running
+  * a request that completes in step k, or is cancelled within it (vLLM processes the abort
+    with the step's output, after the next plan; its outcome, times and row are the
+    cancellation's), keeps its place in the running
     list and its blocks while step k + 1 is planned: it takes no tokens and does not grow, it
     counts against S, its blocks are taken for growth, admission and the watermark; when a
     request cannot grow and the running list's last entry is such a completion, it is
@@ -370,7 +372,7 @@ def secs_to_ns(text):
 class Req:
     __slots__ = ("ordinal", "id", "arr", "P", "m", "cancel", "g", "held", "need", "done",
                  "first_sched", "first_tok", "finish", "npre", "outcome", "discarded", "adm",
-                 "lingering", "dropped", "ev",
+                 "lingering", "cache_on_free", "npre_row", "dropped", "ev",
                  "hashes", "blocks", "ncached", "cached_first", "ids")
 
     def decoding(self):
@@ -397,7 +399,9 @@ def read_trace(path):
             r.npre = 0
             r.outcome = None
             r.discarded = 0  # the most positions of its sequence it ever had computed
-            r.lingering = False  # ASYNC: completed in the previous step, blocks still held
+            r.lingering = False  # ASYNC: completed (or cancelled) in the previous step, blocks still held
+            r.cache_on_free = True  # ASYNC, PREFIX: what its last step computed is cached when freed
+            r.npre_row = None  # ASYNC: its preemptions when its row was written, if it lingered cancelled
             r.dropped = 0    # SLIDING: leading blocks freed, wholly behind the window
             # PREFIX: the given per-block hashes (prefix_block_tokens 16), the block ids held in
             # order, how many of them are cached (vLLM's num_cached_block), the tokens found
@@ -447,7 +451,9 @@ def run_model(reqs, cap, T, S, wm, async_sched=False, full_isl=False):
         """ASYNC: a completion's output processed: vLLM's AsyncScheduler caches the blocks its
         last step computed (`_update_request_with_output`: cache_blocks(num_computed_tokens -
         num_output_placeholders), the step's P + m - 1 positions), then frees it."""
-        if PREFIX and PC_ASYNC_LAG:
+        if PREFIX and PC_ASYNC_LAG and r.cache_on_free:
+            if r.outcome == "cancelled":
+                COVER["prefix async: cancelled after the next plan cached its step"] += 1
             pool.cache_blocks(r, r.held - 1)
         running.remove(r)
         release(r)
@@ -534,7 +540,21 @@ def run_model(reqs, cap, T, S, wm, async_sched=False, full_isl=False):
                     if DEBUG:
                         print(f"  t={at} cancel running {r.id} npre={r.npre} held={r.held} "
                               f"g={r.g} need={r.need} done={r.done}", file=sys.stderr)
-                    if PREFIX and PC_ASYNC_LAG and async_sched and not (strict and finishes_now(r)):
+                    cache_step = PREFIX and PC_ASYNC_LAG and async_sched and not (strict and finishes_now(r))
+                    if async_sched and strict:
+                        # ASYNC: the abort is processed when the step's output comes back, after
+                        # the next step was planned: like a completion in this step it keeps its
+                        # place and its blocks through that plan (and may be preempted for
+                        # nothing); its row is written now, with its preemptions so far
+                        COVER["async: cancelled within a step, held through the next plan"] += 1
+                        r.lingering = True
+                        r.cache_on_free = cache_step
+                        r.npre_row = r.npre
+                        st["cancelled_running"] += 1
+                        r.outcome = "cancelled"
+                        r.finish = at
+                        continue
+                    if cache_step:
                         # ASYNC: the next step's plan, made as this step began, cached what
                         # this step computes (request.num_tokens then holds the token it
                         # reads), unless this step completes r (that plan skips a request at
@@ -823,6 +843,8 @@ def run_model(reqs, cap, T, S, wm, async_sched=False, full_isl=False):
                     if r.first_tok is None:
                         r.first_tok = end
         for r in list(running):
+            if r.outcome == "cancelled":
+                continue  # ASYNC: cancelled within the step, held through the next plan
             if r.g >= r.m:
                 if async_sched:
                     r.lingering = True  # ASYNC: keeps its place and blocks through the next plan
@@ -905,7 +927,9 @@ def compare(trace, cap, T, S, wm, async_sched=False, full_isl=False, verbose=Fal
         chk(f"{r.id} first_scheduled_s", fmt(r.first_sched), row["first_scheduled_s"] or None)
         chk(f"{r.id} first_token_s", fmt(r.first_tok), row["first_token_s"] or None)
         chk(f"{r.id} finish_s", fmt(r.finish), row["finish_s"] or None)
-        chk(f"{r.id} preemptions", r.npre, int(row["preemptions"]))
+        # (ASYNC: a request cancelled within a step, then preempted for nothing, has its row
+        # written at the cancellation)
+        chk(f"{r.id} preemptions", r.npre if r.npre_row is None else r.npre_row, int(row["preemptions"]))
         chk(f"{r.id} arrival_s", fmt(r.arr), row["arrival_s"])
         done = r.outcome == "completed"
         chk(f"{r.id} ttft_s", fmt(r.first_tok - r.arr) if done else None, row["ttft_s"] or None)
