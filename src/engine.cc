@@ -289,10 +289,17 @@ void Engine::cancel(const Cancellation& c, bool mid_span) {
       report_.generated_tokens += t.n * t.base_generated;
       free_ticket(c.ticket);
       return;
-    case Phase::swapped:
+    case Phase::swapped: {
       report_.generated_tokens += t.n * (t.swapped_tokens - t.prompt);
+      // Out of the swapped queue at once (its few entries): a stale one would keep an idle
+      // engine stepping, and count in flight for a router.
+      const auto entry = std::find_if(swapped_.begin(), swapped_.end(), [&](const TicketRef& ref) {
+        return ref.ticket == c.ticket && ref.generation == t.generation;
+      });
+      if (entry != swapped_.end()) swapped_.erase(entry);
       free_ticket(c.ticket);
       return;
+    }
     case Phase::running: {
       // The tokens it holds at this step include the one it is (or would next be)
       // producing; the ones before were generated.

@@ -174,6 +174,10 @@ TEST_CASE("progress: a request cancelled while preempted (swapped out, or waitin
     CHECK(r.report.swapped_in_bytes == 0);
     CHECK(r.report.recomputed_tokens == 0);
     CHECK(r.report.leak_free);
+    // And the run ends with A's last step, the 40th: the cancelled request leaves nothing
+    // behind that keeps the engine stepping (an empty step after it, until 2026-12-07).
+    CHECK(r.report.iterations == 40);
+    CHECK(r.report.end_ns == 40 * kMs + (preemption == Preemption::swap ? 2 : 0));
     check_accounted(r.report);
     REQUIRE(r.records.size() == 2);
     for (const RequestRecord& rec : r.records) {
