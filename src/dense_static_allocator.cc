@@ -98,7 +98,7 @@ Outcome DenseStaticAllocator::admit(RequestSlot slot, const AdmitInfo& info) {
   Request& r = requests_[slot];
   check(!r.live, "dense-static: admitting a live request slot");
   const Request next{true, info.prompt_tokens, info.n, 0, reservation_tokens(info), peak_bytes(info, 0),
-                     limit_tokens(info)};
+                     limit_tokens(info, max_model_len_)};
   if (options_.capacity_bytes != 0 && next.bytes > options_.capacity_bytes - allocated_bytes_) {
     return Outcome::no_room;
   }

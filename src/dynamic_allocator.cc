@@ -15,7 +15,7 @@ constexpr std::int64_t kMaxTokens = std::numeric_limits<std::int64_t>::max();
 }  // namespace
 
 DynamicAllocator::DynamicAllocator(const KvLayout& layout, const DynamicOptions& options)
-    : groups_(layout.groups), options_(options), arena_(options.capacity_bytes) {}
+    : groups_(layout.groups), max_model_len_(layout.max_model_len), options_(options), arena_(options.capacity_bytes) {}
 
 std::string DynamicAllocator::name() const {
   std::string name = "dynamic";
@@ -56,7 +56,7 @@ Outcome DynamicAllocator::admit(RequestSlot slot, const AdmitInfo& info) {
   check(!r.live, "dynamic: admitting a live request slot");
   r.live = true;
   r.prompt_tokens = info.prompt_tokens;
-  r.limit_tokens = limit_tokens(info);
+  r.limit_tokens = limit_tokens(info, max_model_len_);
   r.n = info.n;
   r.tokens = 0;
   r.buffers.assign(groups_.size() * static_cast<std::size_t>(info.n), Buffer{});

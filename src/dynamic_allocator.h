@@ -70,6 +70,7 @@ class DynamicAllocator final : public Allocator {
   std::int64_t needed(std::size_t g, std::int64_t tokens) const;
 
   std::vector<LayerGroup> groups_;
+  std::int64_t max_model_len_ = 0;  // the layout's: no sequence grows past it (0: none)
   DynamicOptions options_;
   FirstFitArena arena_;
   std::vector<Request> requests_;

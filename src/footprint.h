@@ -34,11 +34,13 @@ struct SequenceState {
   std::int64_t limit_tokens = 0;    // prompt + planned output: the most the sequence can reach
 };
 
-// prompt + planned output, saturating: the most positions a sequence can ever reach.
-inline std::int64_t limit_tokens(const AdmitInfo& info) {
-  return info.planned_output_tokens > std::numeric_limits<std::int64_t>::max() - info.prompt_tokens
-             ? std::numeric_limits<std::int64_t>::max()
-             : info.prompt_tokens + info.planned_output_tokens;
+// prompt + planned output, saturating, and at most `max_model_len` (0: none), where the
+// engine stops a sequence: the most positions a sequence can ever reach.
+inline std::int64_t limit_tokens(const AdmitInfo& info, std::int64_t max_model_len) {
+  const std::int64_t planned = info.planned_output_tokens > std::numeric_limits<std::int64_t>::max() - info.prompt_tokens
+                                   ? std::numeric_limits<std::int64_t>::max()
+                                   : info.prompt_tokens + info.planned_output_tokens;
+  return max_model_len > 0 ? std::min(planned, max_model_len) : planned;
 }
 
 inline std::int64_t overlap(std::int64_t a0, std::int64_t a1, std::int64_t b0, std::int64_t b1) {

@@ -197,10 +197,13 @@ class Reference {
     return -1;
   }
 
-  // Of those, the positions past prompt + planned output, which the request can never
-  // reach: padding (dense rows and dynamic buffers; 0 for paged, whose unfilled room is tail).
+  // Of those, the positions past prompt + planned output (or max_model_len, where the engine
+  // stops a sequence), which the request can never reach: padding (dense rows and dynamic
+  // buffers; 0 for paged, whose unfilled room is tail).
   std::int64_t padding(const RefRequest& r, std::size_t g) const {
-    const std::int64_t reach = std::max(r.tokens, r.prompt + r.planned);
+    const std::int64_t limit = layout_.max_model_len > 0 ? std::min(r.prompt + r.planned, layout_.max_model_len)
+                                                         : r.prompt + r.planned;
+    const std::int64_t reach = std::max(r.tokens, limit);
     switch (c_.kind) {
       case Kind::paged:
       case Kind::sliding: return 0;

@@ -96,6 +96,25 @@ TEST_CASE("dynamic with doubling: capacities 1, 2, 4, 8 and the copy peak holds 
   a.check_invariants();
 }
 
+TEST_CASE("dynamic: room past max_model_len is padding, not reservation, whatever max_tokens plans") {
+  // max_model_len 64; prompt 60, max_tokens 10 (prompt + max_tokens = 70), 4 generated. The
+  // engine stops a sequence at 64 positions, so 64 is its limit, as dense-static's rows are
+  // capped there. Doubling: 61 positions after the prefill, then 62 in a buffer of 122:
+  // reservation [62, 64) = 2, padding [64, 122) = 58 (with the limit at 70: 8 and 52).
+  DynamicOptions o;
+  o.growth = Growth::doubling;
+  DynamicAllocator a(test::unit_layout(64), o);
+  REQUIRE(a.admit(0, AdmitInfo{60, 10, 4, 1}) == Outcome::ok);
+  REQUIRE(a.grow(0, 61, 61) == Outcome::ok);
+  REQUIRE(a.grow(0, 62, 1) == Outcome::ok);
+  const Footprint f = a.footprint(0, 0, 62);
+  CHECK(f.allocated == 122);
+  CHECK(f.reservation == 2);
+  CHECK(f.padding == 58);
+  a.release(0);
+  a.check_invariants();
+}
+
 TEST_CASE("dynamic with doubling: the most a request can hold starts from its prefill, generated tokens included after a preemption") {
   // peak_bytes follows the buffers from the prefill's first one. Prompt 100, output 300, at
   // 400 tokens: the prefill's 101 positions (prompt and first token), then 202 and 404: the
