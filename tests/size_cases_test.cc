@@ -58,6 +58,13 @@ TEST_CASE("kvsim size --prompt --max-tokens: the seed's 3,072 + 1,024 reservatio
   CHECK(doc["request"]["kv_bytes"].get<std::int64_t>() == 1'174'405'120);
   CHECK(doc["request"]["single_sequence_kv_bytes"].get<std::int64_t>() == 671'088'640);
   CHECK(doc["request"]["prompt_shared"].get<bool>());
+  // 3,072 + 4 x 1,024: the prompt counted once, its partial block too, as effective tokens
+  // count it, which is not what "full blocks only" would give (3,072 is 192 whole blocks here,
+  // but a 3,000-token prompt's last 8 positions would be each sample's own in vLLM).
+  const auto table = run_cli({"size", "--model", "seed-example", "--dtype", "fp16", "--prompt", "3072", "--max-tokens",
+                              "1024", "--n", "4"});
+  CHECK_THAT(table.out, Catch::Contains("4 sequences, prompt shared (counted once, as effective tokens count it; "
+                                        "vLLM's prefix caching shares its full blocks): 1,174,405,120 bytes"));
   const auto beams = run_cli({"size", "--model", "seed-example", "--dtype", "fp16", "--prompt", "3072", "--max-tokens",
                               "1024", "--beams", "4", "--no-prompt-sharing", "--json"});
   REQUIRE(beams.exit_code == 0);

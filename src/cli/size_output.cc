@@ -243,7 +243,7 @@ std::string request_lines(const SizeSheet& s) {
   text += fmt::format("  one sequence: {} bytes ({})\n", with_commas(r.single_kv_bytes), gib(r.single_kv_bytes));
   if (q.sequences > 1) {
     text += fmt::format("  {} sequences, prompt {}: {} bytes ({}), {} one sequence's\n", q.sequences,
-                        q.prompt_shared ? "shared (held once, as vLLM's prefix caching shares it; full blocks only)"
+                        q.prompt_shared ? "shared (counted once, as effective tokens count it; vLLM's prefix caching shares its full blocks)"
                                         : "copied into each (Hugging Face generate)",
                         with_commas(r.kv_bytes), gib(r.kv_bytes),
                         format_ratio(r.kv_bytes, r.single_kv_bytes, 2) + "x");
