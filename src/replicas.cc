@@ -202,12 +202,14 @@ ReplayReport combine(std::vector<ReplayReport>& rs, std::int64_t waiting_at_last
     t.external_fragmentation_bytes_mean += share(r.external_fragmentation_bytes_mean);
     effective_integral += r.effective_bytes.mean * static_cast<double>(own);
     allocated_integral += r.allocated_bytes.mean * static_cast<double>(own);
-    // The capacity's integral, from the replica's own ratio; a replica that allocated nothing
-    // still offered its capacity (unbounded, it reserved nothing).
-    if (r.block_usage && *r.block_usage > 0) {
+    // The capacity's integral. A replica's pool is there for the whole combined span, as its
+    // occupancy counts it holding nothing after its own end, so the total's block usage is its
+    // allocated mean over its capacity; unbounded, what the replica reserved over its own span
+    // (from its own ratio: a replica that allocated nothing reserved nothing).
+    if (r.capacity_bytes > 0) {
+      capacity_integral += static_cast<double>(r.capacity_bytes) * static_cast<double>(span);
+    } else if (r.block_usage && *r.block_usage > 0) {
       capacity_integral += r.allocated_bytes.mean * static_cast<double>(own) / *r.block_usage;
-    } else if (r.capacity_bytes > 0) {
-      capacity_integral += static_cast<double>(r.capacity_bytes) * static_cast<double>(own);
     }
   }
   t.external_fragmentation_mean = replica_time > 0 ? external_ratio_integral / replica_time : 0;

@@ -193,6 +193,32 @@ TEST_CASE("replicas: a request routed while its replica's step runs waits from i
   CHECK(run.total.cancelled_queued == 1);
 }
 
+TEST_CASE("replicas: the total's block usage is its allocated mean over its capacity, a pool idle after its end") {
+  // Two replicas, each a pool of 64 blocks of 16 one-byte positions (1,024 bytes). a (prompt
+  // 16, 100 tokens) and b (prompt 16, 1 token) at 0 ms: round robin, a -> 0 (running to
+  // 1,000 ms), b -> 1 (done at 10 ms). Replica 1's pool stays there after its end: over the
+  // combined span it holds nothing, so the total's block usage is its allocated mean over the
+  // 2,048 bytes of both pools, not over replica 0's pool and a tenth of a second of replica 1's.
+  RequestVectorReader trace({test::request("a", 0, 16, 100), test::request("b", 0, 16, 1)});
+  ReplayOptions o = every_step_10_ms();
+  o.memory.kv_budget_bytes = 64 * 16;
+  AllocatorLimits limits;
+  limits.capacity_bytes = o.memory.kv_budget_bytes;
+  std::vector<std::unique_ptr<Allocator>> owned;
+  std::vector<Allocator*> allocators;
+  for (int i = 0; i < 2; ++i) {
+    owned.push_back(make_allocator(parse_allocator_spec("paged:block=16", "test"), o.layout, limits));
+    allocators.push_back(owned.back().get());
+  }
+  const ReplicaRun run = replay_replicas(trace, allocators, o);
+  REQUIRE(run.replica_of == std::vector<std::uint32_t>{0, 1});
+  REQUIRE(run.total.capacity_bytes == 2 * 1024);
+  REQUIRE(run.total.block_usage.has_value());
+  CHECK(*run.total.block_usage == Approx(run.total.allocated_bytes.mean / 2048.0));
+  // Replica 0 alone: its own mean over its own pool, the same span.
+  CHECK(*run.replicas[0].block_usage == Approx(run.replicas[0].allocated_bytes.mean / 1024.0));
+}
+
 TEST_CASE("replicas: one replica is the plain replay") {
   RequestVectorReader one({test::request("a", 0, 10, 5), test::request("b", 3 * kMs, 20, 7)});
   RequestVectorReader two({test::request("a", 0, 10, 5), test::request("b", 3 * kMs, 20, 7)});
