@@ -421,9 +421,8 @@ TEST_CASE("sweep: a point that served nothing carries replay's warning, naming t
 }
 
 TEST_CASE("sweep: varying --replicas gives every row the replicas and replica columns, the allocator kept whole") {
-  // kThree's requests are 1 s apart and take milliseconds: with 2 replicas vLLM's router
-  // sends each to the replica with the fewest in flight, ties to the first scanned from a
-  // start that moves on by one (docs/replay.md): a -> 0, b -> 1, c -> 0.
+  // kThree's requests are 1 s apart and take milliseconds: with 2 replicas of a dense model
+  // vLLM 0.19's router goes round robin (docs/replay.md): a -> 0, b -> 1, c -> 0.
   const auto r = run_cli({"sweep", three(), "--model", "llama-3.1-8b", "--allocator", "paged", "--vary", "replicas=1,2",
                           "--csv", "-"});
   REQUIRE(r.exit_code == 0);
@@ -438,6 +437,17 @@ TEST_CASE("sweep: varying --replicas gives every row the replicas and replica co
   CHECK(cells(2) == "3|paged:block=16|2|0|2");
   CHECK(cells(3) == "3|paged:block=16|2|1|1");
   CHECK(cells(4) == "3|paged:block=16|2||3");
+  // The JSONL rows have the same keys: one engine's run says replicas 1, replica null, as its
+  // CSV row does, rather than leaving them out (which pandas reads as missing, like a total).
+  const auto jsonl = run_cli({"sweep", three(), "--model", "llama-3.1-8b", "--allocator", "paged", "--vary",
+                              "replicas=1,2", "--jsonl", "-"});
+  REQUIRE(jsonl.exit_code == 0);
+  const auto objects = lines(jsonl.out);
+  REQUIRE(objects.size() == 4);
+  const auto one = nlohmann::json::parse(objects[0]);
+  CHECK(one["replicas"] == 1);
+  CHECK(one["replica"].is_null());
+  CHECK(nlohmann::json::parse(objects[1])["replica"] == 0);
   // The table says which row is which replica, and which their total; one engine's says none.
   const auto table = run_cli({"sweep", three(), "--model", "llama-3.1-8b", "--allocator", "paged", "--vary", "replicas=1,2"});
   REQUIRE(table.exit_code == 0);
