@@ -931,6 +931,60 @@ TEST_CASE("validate: a tick's counts are vLLM's last report before it, a request
   std::filesystem::remove_all(base);
 }
 
+TEST_CASE("validate: a pool from vLLM's start-up rule that the replay fills, or that vLLM would refuse, is named") {
+  // meta.json records no kv_cache, so the pool is vLLM's start-up rule's: RTX PRO 6000
+  // Server Edition (102,641,958,912 bytes) x gpu_memory_utilization 0.16288 = 16,718,322,267
+  // bytes, less Llama-3.1-8B's weights (16,094,076,928), activation peak (460,029,952),
+  // buffers (8,519,680) and non-torch memory (104,857,600): 50,838,107 bytes, less the null
+  // block (2 MiB): 48,740,955, whole blocks of 2 MiB: 23 blocks, 48,234,496 bytes. Four
+  // requests of 100 + 50 tokens at 0 s need 10 blocks each, 40 in all: the replay preempts.
+  // - the rule's pool decides every figure, and it is an estimate: named, with the way out;
+  // - one sequence of max model len 131,072 (x 131,072 bytes = 17,179,869,184) does not fit
+  //   it, so vLLM would not have started: named too, as for a pool the user gives.
+  const auto base = test::scratch_dir("validate-startup-pool");
+  std::filesystem::create_directories(base / "run");
+  std::filesystem::create_directories(base / "workloads");
+  std::ofstream(base / "run" / "meta.json") << R"({"model": "meta-llama/Llama-3.1-8B", "vllm_version": "0.19.0",
+  "engine_kwargs": {"tensor_parallel_size": 1, "data_parallel_size": 1, "max_num_seqs": 128,
+    "max_num_batched_tokens": 2048, "max_model_len": null, "gpu_memory_utilization": 0.16288},
+  "hardware": {"device_name": "NVIDIA RTX PRO 6000 Blackwell Server Edition"},
+  "dataset_path": "workloads/w.jsonl", "started_at": "2026-01-01T00:00:00Z", "tick_seconds": 1.0})";
+  {
+    std::ofstream workload(base / "workloads" / "w.jsonl");
+    std::ofstream requests(base / "run" / "requests.jsonl");
+    for (int i = 0; i < 4; ++i) {
+      workload << R"({"input_toks": 100, "output_toks": 50, "arrival_time_ns": 0})" << "\n";
+      requests << R"({"request_id": "r)" << i << R"(", "input_toks": 100, "output_toks": 50, "arrival_time": 1767225600.0,)"
+               << R"( "queued_ts": 500.0, "scheduled_ts": 500.0, "first_token_ts": 500.1, "last_token_ts": 501.0})"
+               << "\n";
+    }
+  }
+  std::ofstream(base / "run" / "timeseries.csv") << "t,prompt_throughput,gen_throughput,running,waiting,kv_cache_pct\n"
+                                                     "1.0,0,0,4,0,0\n";
+  const auto r = test::run_cli({"validate", (base / "run").string(), "--cost", "constant:step=10ms,prefill-token=0ps",
+                                "--json"});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  const Json doc = Json::parse(r.out);
+  CHECK(doc["preemptions"].get<std::int64_t>() > 0);
+  const std::string warnings = doc["warnings"].dump();
+  CHECK_THAT(warnings, Catch::Contains("the KV pool (48,234,496 bytes) comes from vLLM's start-up rule, as meta.json "
+                                       "records no kv_cache, and the replay fills it"));
+  CHECK_THAT(warnings, Catch::Contains("the KV pool replayed (48,234,496 bytes) cannot hold one sequence of max model "
+                                       "len 131072 (17,179,869,184 bytes)"));
+  // A pool meta.json records is the one vLLM ran with: neither warning (kv_cache of 23 blocks
+  // and the null block).
+  replace_in_file(base / "run" / "meta.json", R"("tick_seconds": 1.0})",
+                  R"("tick_seconds": 1.0, "kv_cache": {"num_gpu_blocks": 24, "block_size": 16}})");
+  const auto recorded = test::run_cli({"validate", (base / "run").string(), "--cost",
+                                       "constant:step=10ms,prefill-token=0ps", "--json"});
+  REQUIRE(recorded.exit_code == 0);
+  const Json rec = Json::parse(recorded.out);
+  CHECK(rec["preemptions"].get<std::int64_t>() > 0);
+  CHECK_THAT(rec["warnings"].dump(), !Catch::Contains("start-up rule") && !Catch::Contains("cannot hold"));
+  std::filesystem::remove_all(base);
+}
+
 TEST_CASE("validate: what vLLM resolved at start-up, as newer runs record it in meta.json, sizes the pool") {
   // Newer recorders add to meta.json what vLLM resolved after boot: "kv_cache" (its
   // cache_config: num_gpu_blocks, block_size, ...) and "hardware" (the GPU as CUDA names it,

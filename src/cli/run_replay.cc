@@ -72,6 +72,9 @@ class RunDefaults {
     vm_.erase(option_key(flag));
     from_.erase(flag);
   }
+  // The KV pool is vLLM's start-up rule's, computed from meta.json's settings (not a pool the
+  // run recorded, nor one the user's options size).
+  bool startup_pool = false;
   // Where `flag`'s value came from; nullptr when the user gave it or kvsim chose it.
   const Location* from(const std::string& flag) const {
     const auto it = from_.find(flag);
@@ -503,6 +506,7 @@ std::string fill_in_run_settings(RunDefaults& defaults, const MeasuredRun& run, 
   defaults.erase(kOptDeviceMemory);
   defaults.erase(kOptGpuMemoryUtilization);
   defaults.set(kOptKvBudget, std::to_string(pool.bytes), utilisation_from);
+  defaults.startup_pool = true;
   return pool.source;
 }
 
@@ -587,6 +591,7 @@ RunReplay replay_run(po::variables_map vm, const MeasuredRun& run, const std::st
   }
   RunDefaults defaults(vm);
   out.budget_source = settle_run_settings(defaults, run, usage);
+  out.startup_pool = defaults.startup_pool;
   out.plan = blaming_meta(defaults, [&] { return plan_replay(vm, PlanScope::trace); });
   ReplayPlan& plan = out.plan;
   refuse_idle_timing_device(given_timing_device, plan);

@@ -65,6 +65,7 @@ std::int64_t run_cuda_graph_max_tokens(const MeasuredRun& run, const po::variabl
 struct RunReplay {
   ReplayPlan plan;
   std::string budget_source;              // apply_run_settings' answer
+  bool startup_pool = false;              // the pool is vLLM's start-up rule's, not one the run recorded
   ReplayReport report;                    // all replicas' together
   std::vector<RequestRecord> records;     // one per request, in trace order
   std::vector<std::uint32_t> replica_of;  // the replica each request went to; empty: one engine
