@@ -27,12 +27,12 @@ ReplayOptions every_step_10_ms(std::int64_t prefill_token_ps = 0) {
   return o;
 }
 
-// `trace` through two replicas, each with its own paged:block=16 pool.
-ReplicaRun replay_two_paged(TraceReader& trace, const ReplayOptions& o) {
+// `trace` through two replicas, each with its own paged:block=16 pool (of `limits`).
+ReplicaRun replay_two_paged(TraceReader& trace, const ReplayOptions& o, const AllocatorLimits& limits = {}) {
   std::vector<std::unique_ptr<Allocator>> owned;
   std::vector<Allocator*> allocators;
   for (int i = 0; i < 2; ++i) {
-    owned.push_back(make_allocator(parse_allocator_spec("paged:block=16", "test"), o.layout));
+    owned.push_back(make_allocator(parse_allocator_spec("paged:block=16", "test"), o.layout, limits));
     allocators.push_back(owned.back().get());
   }
   return replay_replicas(trace, allocators, o);
@@ -204,13 +204,7 @@ TEST_CASE("replicas: the total's block usage is its allocated mean over its capa
   o.memory.kv_budget_bytes = 64 * 16;
   AllocatorLimits limits;
   limits.capacity_bytes = o.memory.kv_budget_bytes;
-  std::vector<std::unique_ptr<Allocator>> owned;
-  std::vector<Allocator*> allocators;
-  for (int i = 0; i < 2; ++i) {
-    owned.push_back(make_allocator(parse_allocator_spec("paged:block=16", "test"), o.layout, limits));
-    allocators.push_back(owned.back().get());
-  }
-  const ReplicaRun run = replay_replicas(trace, allocators, o);
+  const ReplicaRun run = replay_two_paged(trace, o, limits);
   REQUIRE(run.replica_of == std::vector<std::uint32_t>{0, 1});
   REQUIRE(run.total.capacity_bytes == 2 * 1024);
   REQUIRE(run.total.block_usage.has_value());
