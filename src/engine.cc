@@ -1238,7 +1238,7 @@ void Engine::end_step(std::int64_t duration) {
   if (step_memory_bound_) report_.memory_bound_ns += duration;
   if (scheduler_tracks_requests_) scheduler_->end_step(view_, step_preempted_, decode_seqs);
 
-  recorder_.end_of_step_state(running_, queued_, passed_over(), duration, [&] {
+  recorder_.end_of_step_state(running_, queued_, duration, [this] { return passed_over(); }, [&] {
     return StepCounts{prefill_tokens, decode_seqs, step_work_.context, step_work_.sampled, step_work_.peer_tokens,
                       step_work_.graph_tokens};
   });

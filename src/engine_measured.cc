@@ -142,7 +142,7 @@ ReplayReport Engine::run_measured() {
       handle_timed(e);
     }
     report_.queue_max = std::max(report_.queue_max, queued_);
-    recorder_.end_of_step_state(running_, queued_, queued_, 0, [] { return StepCounts{}; });
+    recorder_.end_of_step_state(running_, queued_, 0, [this] { return queued_; }, [] { return StepCounts{}; });
   }
   report_.end_ns = now_;
   return finish_report();

@@ -89,9 +89,10 @@ class Recorder {
   void flush(std::int64_t until_ns);
   // An iteration's state is final: offers the step's peaks and samples the timeline.
   // `work()`: what the step computed (TimelineRow::work), asked for only when a row is written.
-  // `queued_seen` and `duration_ns`: TimelineRow's.
-  template <typename Work>
-  void end_of_step_state(std::int64_t running, std::int64_t queued, std::int64_t queued_seen, std::int64_t duration_ns,
+  // `duration_ns`: TimelineRow's; `queued_seen()` its queued_seen, asked for only when a
+  // row is written, as `work()` is.
+  template <typename Seen, typename Work>
+  void end_of_step_state(std::int64_t running, std::int64_t queued, std::int64_t duration_ns, const Seen& queued_seen,
                          const Work& work) {
     effective_peak_.offer(effective_bytes_.at(step_), now_);
     for (auto& g : sums_) {
@@ -99,7 +100,7 @@ class Recorder {
       g.allocated_peak.offer(g.q[kAllocated].at(step_), now_);
     }
     if (opt_.timeline && now_ >= next_sample_ns_) {
-      sample(running, queued, queued_seen, duration_ns, work());
+      sample(running, queued, queued_seen(), duration_ns, work());
     } else {
       unsampled_ = true;
     }
