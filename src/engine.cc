@@ -280,7 +280,9 @@ void Engine::cancel(const Cancellation& c, bool mid_span) {
   const std::int64_t at = mid_span ? c.at_ns : now_;
   const bool started = t.admitted_ns >= 0;
   (started ? report_.cancelled_running : report_.cancelled_queued) += 1;
-  leaves(c.ticket, RequestRecord::Outcome::cancelled, c.at_ns);
+  // A request that lingers (below) is recorded when it is freed: a plan may still preempt it.
+  const bool lingers = t.phase == Phase::running && opt_.async_scheduling && mid_span && linger_;
+  if (!lingers) leaves(c.ticket, RequestRecord::Outcome::cancelled, c.at_ns);
   switch (t.phase) {
     case Phase::queued:
       recorder_.queue_change(c.at_ns, queued_, -1);
@@ -318,8 +320,8 @@ void Engine::cancel(const Cancellation& c, bool mid_span) {
         // And that plan still counted the request: its place under max_running, and (where
         // completions linger) its blocks, as a request completed in this step.
         cancelled_in_step_seqs_ += f.n;
-        if (linger_) {
-          linger(slot, true, cache_step);
+        if (lingers) {
+          linger(slot, c.at_ns, true, cache_step);
           return;
         }
       }
@@ -431,7 +433,7 @@ bool Engine::finishes_in_step(std::uint32_t slot) const {
                      [&](const SlotRef& ref) { return ref.slot == slot && ref.generation == generation; });
 }
 
-void Engine::linger(std::uint32_t slot, bool cancelled, bool cache_step) {
+void Engine::linger(std::uint32_t slot, std::int64_t left_ns, bool cancelled, bool cache_step) {
   // It stops running now: no decode, no place in running_order_ or the running counts
   // (those places are completed_in_last_step_'s). What it holds stays, unchanged: it is
   // freed within the next step's planning, at this same step and instant.
@@ -441,7 +443,7 @@ void Engine::linger(std::uint32_t slot, bool cancelled, bool cache_step) {
   // Cancelled within its step: that step's events for it (its completion, its first token,
   // its next growth, a prefill chunk) go stale with the flight's generation.
   if (cancelled) ++flights_[slot].generation;
-  lingering_.push_back({slot, now_, cancelled, cache_step});
+  lingering_.push_back({slot, left_ns, cancelled, cache_step});
 }
 
 void Engine::free_lingering(std::size_t index, bool outputs_processed) {
@@ -451,7 +453,7 @@ void Engine::free_lingering(std::size_t index, bool outputs_processed) {
   if (outputs_processed && l.cache_step) alloc_.outputs_processed(l.slot);
   free_holding(l.slot, 0);
   end_flight(l.slot);
-  if (!l.cancelled) leaves(ticket, RequestRecord::Outcome::completed, l.finish_ns);  // a cancellation left at once
+  leaves(ticket, l.cancelled ? RequestRecord::Outcome::cancelled : RequestRecord::Outcome::completed, l.finish_ns);
   free_ticket(ticket);
 }
 
@@ -1068,7 +1070,7 @@ void Engine::deliver_step() {
     if (f.output >= 2) recorder_.per_output_token((now_ - t.first_token_ns) / (f.output - 1));
     report_.generated_tokens += f.n * f.output;
     if (linger_) {
-      linger(ref.slot);
+      linger(ref.slot, now_);
     } else {
       leaves(f.ticket, RequestRecord::Outcome::completed, now_);
       alloc_.outputs_processed(ref.slot);

@@ -297,11 +297,12 @@ class Engine {
   void leave_running(std::uint32_t slot);
   // The request leaves for good (completed or cancelled): its holding, slot and ticket.
   void release(std::uint32_t slot, std::int64_t correction_ns);
-  // Asynchronous scheduling: the request in `slot`, completed (or `cancelled` within the step),
-  // keeps its blocks until the next step has been planned (Lingering); free_lingering() frees
-  // what they hold, one or all. `cache_step`: what its last step computed is cached then (not
-  // for a cancelled request that step would have completed).
-  void linger(std::uint32_t slot, bool cancelled = false, bool cache_step = true);
+  // Asynchronous scheduling: the request in `slot`, completed (or `cancelled` within the step)
+  // at `left_ns`, keeps its blocks until the next step has been planned (Lingering), and is
+  // recorded then; free_lingering() frees what they hold, one or all. `cache_step`: what its
+  // last step computed is cached then (not for a cancelled request that step would have
+  // completed).
+  void linger(std::uint32_t slot, std::int64_t left_ns, bool cancelled = false, bool cache_step = true);
   // `outputs_processed`: it completed, and its last output caches what it computed; not when
   // it is preempted for nothing.
   void free_lingering(std::size_t index, bool outputs_processed);
@@ -428,8 +429,8 @@ class Engine {
   // running_order_), but hold their memory through that plan and may be its victims.
   struct Lingering {
     std::uint32_t slot;
-    std::int64_t finish_ns;  // when it completed
-    bool cancelled = false;  // within the step, under asynchronous scheduling (left already)
+    std::int64_t finish_ns;  // when it completed, or was cancelled
+    bool cancelled = false;  // within the step, under asynchronous scheduling
     bool cache_step = true;  // what its last step computed is cached when it is freed
   };
   std::vector<Lingering> lingering_;

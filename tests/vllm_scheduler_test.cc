@@ -223,6 +223,23 @@ TEST_CASE("vllm v1: with asynchronous scheduling an abort during a step frees it
     o.async_scheduling = false;
     CHECK(records_of("paged:block=16", trace, o).at("b").first_scheduled_ns == 6 * kMs);
   }
+  // Held through the plan, it may be the newest running request when another cannot grow:
+  // preempted for nothing, as a completion would be, and its record says so. 4 blocks of 16:
+  // A and B (prompt 20, output 20) hold 21 positions, 2 blocks each, from step 0; B is
+  // cancelled at 11.5 ms, within step 11; at step 12's plan A holds 20 + 13 = 33 positions and
+  // needs a third block: B, the newest, is preempted. Synchronously B is gone by then.
+  std::vector<Request> pair{test::request("a", 0, 20, 20), test::request("b", 0, 20, 20)};
+  pair[1].cancel_ns = 11 * kMs + kMs / 2;
+  ReplayOptions o = one_ms_steps_in_blocks(4);
+  o.async_scheduling = true;
+  const auto r = records_of("paged:block=16", pair, o);
+  CHECK(r.at("b").outcome == RequestRecord::Outcome::cancelled);
+  CHECK(r.at("b").finish_ns == 11 * kMs + kMs / 2);
+  CHECK(r.at("b").preemptions == 1);
+  CHECK(r.at("a").preemptions == 0);
+  CHECK(r.at("a").finish_ns == 20 * kMs);
+  o.async_scheduling = false;
+  CHECK(records_of("paged:block=16", pair, o).at("b").preemptions == 0);
 }
 
 TEST_CASE("vllm v1: asynchronous scheduling frees a step's completed requests in the order they completed") {

@@ -174,7 +174,7 @@ the lines marked ASYNC:
     queue is FCFS, so admission stops at the first later arrival; a request not yet seen is
     not refused either);
   * a request that completes in step k, or is cancelled within it (vLLM processes the abort
-    with the step's output, after the next plan; its outcome, times and row are the
+    with the step's output, after the next plan; its outcome and times are the
     cancellation's), keeps its place in the running
     list and its blocks while step k + 1 is planned: it takes no tokens and does not grow, it
     counts against S, its blocks are taken for growth, admission and the watermark; when a
@@ -372,7 +372,7 @@ def secs_to_ns(text):
 class Req:
     __slots__ = ("ordinal", "id", "arr", "P", "m", "cancel", "g", "held", "need", "done",
                  "first_sched", "first_tok", "finish", "npre", "outcome", "discarded", "adm",
-                 "lingering", "cache_on_free", "npre_row", "dropped", "ev",
+                 "lingering", "cache_on_free", "dropped", "ev",
                  "hashes", "blocks", "ncached", "cached_first", "ids")
 
     def decoding(self):
@@ -401,7 +401,6 @@ def read_trace(path):
             r.discarded = 0  # the most positions of its sequence it ever had computed
             r.lingering = False  # ASYNC: completed (or cancelled) in the previous step, blocks still held
             r.cache_on_free = True  # ASYNC, PREFIX: what its last step computed is cached when freed
-            r.npre_row = None  # ASYNC: its preemptions when its row was written, if it lingered cancelled
             r.dropped = 0    # SLIDING: leading blocks freed, wholly behind the window
             # PREFIX: the given per-block hashes (prefix_block_tokens 16), the block ids held in
             # order, how many of them are cached (vLLM's num_cached_block), the tokens found
@@ -549,7 +548,6 @@ def run_model(reqs, cap, T, S, wm, async_sched=False, full_isl=False):
                         COVER["async: cancelled within a step, held through the next plan"] += 1
                         r.lingering = True
                         r.cache_on_free = cache_step
-                        r.npre_row = r.npre
                         st["cancelled_running"] += 1
                         r.outcome = "cancelled"
                         r.finish = at
@@ -927,9 +925,7 @@ def compare(trace, cap, T, S, wm, async_sched=False, full_isl=False, verbose=Fal
         chk(f"{r.id} first_scheduled_s", fmt(r.first_sched), row["first_scheduled_s"] or None)
         chk(f"{r.id} first_token_s", fmt(r.first_tok), row["first_token_s"] or None)
         chk(f"{r.id} finish_s", fmt(r.finish), row["finish_s"] or None)
-        # (ASYNC: a request cancelled within a step, then preempted for nothing, has its row
-        # written at the cancellation)
-        chk(f"{r.id} preemptions", r.npre if r.npre_row is None else r.npre_row, int(row["preemptions"]))
+        chk(f"{r.id} preemptions", r.npre, int(row["preemptions"]))
         chk(f"{r.id} arrival_s", fmt(r.arr), row["arrival_s"])
         done = r.outcome == "completed"
         chk(f"{r.id} ttft_s", fmt(r.first_tok - r.arr) if done else None, row["ttft_s"] or None)
