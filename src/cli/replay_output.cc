@@ -575,11 +575,13 @@ Json overload_json(const Overload& o) {
 
 }  // namespace
 
-nlohmann::ordered_json replay_run_json(const ReplayReport& r, bool placement) {
+nlohmann::ordered_json replay_run_json(const ReplayReport& r, bool placement, bool replicas) {
   Json run;
   run["allocator"] = r.allocator;
-  if (r.replicas > 0) {  // one of --replicas: which (null for their total)
-    run["replicas"] = r.replicas;
+  // One of --replicas: which (null for their total); or, beside such runs, one engine's
+  // (replicas 1, replica null), as the CSV row says.
+  if (r.replicas > 0 || replicas) {
+    run["replicas"] = std::max<std::int64_t>(1, r.replicas);
     run["replica"] = r.replica >= 0 ? Json(r.replica) : Json(nullptr);
   }
   run["schedule"] = r.schedule;

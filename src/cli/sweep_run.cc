@@ -187,16 +187,9 @@ std::string SweepSetup::jsonl_row(std::int64_t p, std::int64_t point_rows, const
   row["point_rows"] = point_rows;
   const auto values = grid_.values_at(p);
   for (std::size_t k = 0; k < values.size(); ++k) row[columns_[k]] = values[k];
-  const nlohmann::ordered_json run = replay_run_json(report, shape.placement);
-  for (auto it = run.begin(); it != run.end(); ++it) {
-    row[it.key()] = *it;
-    // A grid that varies --replicas gives one engine's run the keys the others have, as its
-    // CSV row does: replicas 1, replica null (a number only for one of several replicas).
-    if (it.key() == "allocator" && shape.replicas && !run.contains("replicas")) {
-      row["replicas"] = 1;
-      row["replica"] = nullptr;
-    }
-  }
+  // A grid that varies --replicas gives one engine's run the keys the others have.
+  const nlohmann::ordered_json run = replay_run_json(report, shape.placement, shape.replicas);
+  for (auto it = run.begin(); it != run.end(); ++it) row[it.key()] = *it;
   if (!warnings.empty()) row["warnings"] = warnings;
   return row.dump() + "\n";
 }
