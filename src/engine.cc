@@ -639,6 +639,7 @@ void Engine::preempt(std::uint32_t victim) {
     return;
   }
   // Recompute: everything computed so far is discarded and will be computed again.
+  alloc_.preempted(victim);
   drop_holding(victim, 0);
   end_flight(victim);
   t.base_generated = produced;

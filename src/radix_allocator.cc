@@ -313,15 +313,23 @@ Outcome RadixAllocator::grow(RequestSlot slot, std::int64_t tokens, std::int64_t
   return Outcome::ok;
 }
 
+void RadixAllocator::preempted(RequestSlot slot) {
+  Request& r = requests_[slot];
+  check(r.live, "radix: preempting a request that is not live");
+  r.retracted = true;
+}
+
 void RadixAllocator::release(RequestSlot slot) {
   Request& r = requests_[slot];
   check(r.live, "radix: releasing a request that is not live");
   ++clock_;
   // cache_finished_req: insert the prompt as cache_unfinished_req does, then every sequence's
   // further full pages (unmatchable: no identity), free the partial pages, unlock the path.
-  cache_prompt(r);
+  // A retracted request (is_insert=False) inserts nothing, touches nothing, and frees all it
+  // holds beyond its path: the prompt pages its prefill steps inserted are the tree's.
+  if (!r.retracted) cache_prompt(r);
   const std::int64_t full = r.tokens / page_tokens_;
-  if (capacity_bytes_ == 0) {
+  if (capacity_bytes_ == 0 || r.retracted) {
     // Unbounded, nothing is ever evicted: pages no request can match would only pile up in
     // the reserved bytes (the high-water mark of a pool that never needed them), so they are
     // freed. Bounded, they take room and compete in the LRU order, as in SGLang.

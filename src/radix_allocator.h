@@ -62,6 +62,7 @@ class RadixAllocator final : public Allocator {
   Outcome admit(RequestSlot slot, const AdmitInfo& info) override;
   Outcome grow(RequestSlot slot, std::int64_t tokens, std::int64_t step_tokens) override;
   void release(RequestSlot slot) override;
+  void preempted(RequestSlot slot) override;
   Footprint footprint(RequestSlot slot, std::size_t group, std::int64_t tokens) const override;
   std::int64_t next_event_tokens(RequestSlot slot) const override;
   PoolState pool() const override;
@@ -100,6 +101,7 @@ class RadixAllocator final : public Allocator {
   struct Request {
     bool live = false;
     bool forked = false;
+    bool retracted = false;  // preempted(): its release inserts nothing
     std::int64_t prompt_tokens = 0;
     std::int64_t n = 1;
     std::int64_t tokens = 0;          // per sequence, as of the last grow

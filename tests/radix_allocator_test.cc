@@ -138,6 +138,45 @@ TEST_CASE("radix: under a bounded pool a new request evicts the cached prefix, w
   a.check_invariants();
 }
 
+TEST_CASE("radix: a retracted request inserts nothing, touches nothing, and frees its generated tokens") {
+  // SGLang's retract_decode releases with cache_finished_req(req, is_insert=False): what the
+  // tree holds of the request (the prompt its prefill inserted) stays cached and is unlocked;
+  // everything else it computed goes back to the pool, and no node's access time moves.
+  // 90 slots, page 1.
+  auto a = radix(1, 90);
+  const auto ha = family(1, 30);
+  const auto hb = family(2, 30);
+  // A: prompt 30, prefilled (the node of 30 inserted and locked at this clock), 1 generated.
+  REQUIRE(a.admit(0, info_of(30, ha)) == Outcome::ok);
+  REQUIRE(a.grow(0, 31, 31) == Outcome::ok);
+  // B: prompt 30, prefilled, completed with 1 generated: its 30 and a 1-token leaf cached,
+  // touched later than A's node.
+  REQUIRE(a.admit(1, info_of(30, hb)) == Outcome::ok);
+  REQUIRE(a.grow(1, 31, 31) == Outcome::ok);
+  a.release(1);
+  CHECK(a.pool().evictable_bytes == 31);
+  // A decodes to 35 and is retracted: its 30 prompt tokens stay (now unlocked), its 5 other
+  // positions are freed, not cached.
+  REQUIRE(a.grow(0, 35, 1) == Outcome::ok);
+  a.preempted(0);
+  a.release(0);
+  CHECK(a.pool().evictable_bytes == 30 + 31);
+  CHECK(a.tree_pages() == 61);
+  CHECK(allocated(a) == 0);
+  CHECK(a.pool().free_bytes == 90);
+  CHECK(a.evicted_pages() == 0);
+  CHECK(a.cached_tokens(info_of(30, ha)) == 29);  // back, it finds its prompt
+  // C (no identity) takes 30: 90 - 61 = 29 are free, so evict(30). A's node was last touched
+  // at A's prefill, before B's release, so it is the least recently used leaf and goes alone.
+  REQUIRE(a.admit(2, info_of(30, {})) == Outcome::ok);
+  REQUIRE(a.grow(2, 30, 30) == Outcome::ok);
+  CHECK(a.evicted_pages() == 30);
+  CHECK(a.cached_tokens(info_of(30, ha)) == 0);
+  CHECK(a.cached_tokens(info_of(30, hb)) == 29);
+  a.release(2);
+  a.check_invariants();
+}
+
 TEST_CASE("radix: eviction takes unlocked leaves least recently used first, never a locked node") {
   auto a = radix(1, 30);
   // R1: prompt a0..a9, grown to exactly 10 (no generated token), released: node N1 = a0..a9.

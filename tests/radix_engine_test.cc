@@ -297,6 +297,26 @@ TEST_CASE("radix: a request back from preemption matches up to its prompt and ge
   }
 }
 
+TEST_CASE("radix: a preempted request's generated tokens go back to the pool, not into the tree") {
+  // The trace above at page 1 (64 positions), 10 ms steps. At step 16 a holds 16 + 17 = 33
+  // and b 16 + 15 = 31; a's next token does not fit and b, the newest, is preempted. Its
+  // prompt (16) stays in the tree, unlocked; its 15 generated tokens are freed
+  // (cache_finished_req with is_insert=False), so a grows to 46 by step 29 with 64 - 33 - 16
+  // = 15 free and evicts nothing. a completes at 0.332 s: its prompt (16) and its 30
+  // generated tokens join the tree, 62 cached, 2 free. b comes back, locks its 16-token
+  // match and needs 31 + 1 - 16 = 16 more: evict(16) takes the least recently used unlocked
+  // leaf, a's 30 generated tokens, whole. 30 evicted in all (45 while the 15 were cached:
+  // evicted at step 17 for a's next token, then the 30); at the end a's prompt and b's 46.
+  const auto t = prefix_trace("retract.csv", "a,0,16,30,16,1\nb,0.005,16,30,16,2\n");
+  const auto r = replay_hand(t, {"--allocator", "radix", "--kv-budget", "8388608", "--json"});
+  REQUIRE(r.exit_code == 0);
+  const auto run = nlohmann::json::parse(r.out)["runs"][0];
+  CHECK(run["prefix_cache"]["preempted_hit_tokens"] == 16);
+  CHECK(run["prefix_cache"]["evicted_bytes"] == 30 * 131'072);
+  CHECK(run["prefix_cache"]["evictable_bytes"]["at_end"] == (16 + 46) * 131'072);
+  CHECK(run["time"]["end_s"] == 0.497);
+}
+
 TEST_CASE("radix: short of room, SGLang's standard pool evicts num_tokens, not the shortfall") {
   // Pages of 1, 64 positions. The tree holds a (8 + 1) and b (30 + 1), unlocked: 24 free.
   // c's extend of 30 is more: evict_from_tree_cache calls evict(30), which pops the LRU
