@@ -28,10 +28,15 @@
 #include "kvsim/error.h"
 #include "kvsim/option_names.h"
 #include "kvsim/replicas.h"
+#include "kvsim/request.h"
 #include "kvsim/trace.h"
 
 namespace kvsim {
 namespace {
+
+// The longest run kvsim reads, in seconds (10^7, about 116 days): far beyond any benchmark,
+// and its times in nanoseconds stay far inside 64 bits.
+constexpr double kLongestRunS = 1e7;
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -48,6 +53,8 @@ bool path_exists(const fs::path& p) {
 }
 
 std::ifstream open_file(const std::string& path) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) throw InputError(Location{path, 0, ""}, "is a directory, not a file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(Location{path, 0, ""}, "cannot open the file (is this a measured run directory?)");
   return in;
@@ -94,10 +101,15 @@ const json& member(const Obj& obj, const char* key) {
 
 Obj Obj::child(const char* key) const { return Obj{member(*this, key), file, line, field(key)}; }
 
-std::int64_t integer_member(const Obj& obj, const char* key, std::int64_t min_value) {
+std::int64_t integer_member(const Obj& obj, const char* key, std::int64_t min_value,
+                            std::int64_t max_value = std::numeric_limits<std::int64_t>::max()) {
   const json& v = member(obj, key);
-  if (!v.is_number_integer() || v.get<std::int64_t>() < min_value) {
-    throw InputError(obj.at(key), "expected an integer >= " + std::to_string(min_value) + ", got " + v.dump());
+  // An unsigned beyond 2^63 - 1 would read back negative.
+  const bool fits = v.is_number_integer() &&
+                    !(v.is_number_unsigned() && v.get<std::uint64_t>() > static_cast<std::uint64_t>(max_value));
+  if (!fits || v.get<std::int64_t>() < min_value || v.get<std::int64_t>() > max_value) {
+    throw InputError(obj.at(key), "expected an integer from " + std::to_string(min_value) + " to " +
+                                      std::to_string(max_value) + ", got " + v.dump());
   }
   return v.get<std::int64_t>();
 }
@@ -272,10 +284,10 @@ void read_resolved_config(MeasuredRun& run, const Obj& meta, const Obj& engine) 
   if (gives(kw, "max_model_len")) {
     const json& v = kw["max_model_len"];
     if (v.is_number_integer() && v.get<std::int64_t>() == -1) run.max_model_len_auto = true;
-    else run.max_model_len = integer_member(engine, "max_model_len", 1);
+    else run.max_model_len = integer_member(engine, "max_model_len", 1, kMaxRequestTokens);
   }
   if (run.max_model_len == 0 && model && model->gives("max_model_len")) {
-    run.max_model_len = integer_member(*model, "max_model_len", 1);
+    run.max_model_len = integer_member(*model, "max_model_len", 1, kMaxRequestTokens);
     run.read_from["max_model_len"] = model->field("max_model_len");
     run.max_model_len_auto = false;
   }
@@ -387,7 +399,9 @@ void read_meta(MeasuredRun& run, bool find_workload) {
   // Optional fields: absent or null alike.
   if (meta.gives("tick_seconds")) {
     run.tick_s = number_member(meta, "tick_seconds");
-    if (run.tick_s <= 0) throw InputError(meta.at("tick_seconds"), "expected a positive number");
+    if (run.tick_s <= 0 || run.tick_s > kLongestRunS) {
+      throw InputError(meta.at("tick_seconds"), fmt::format("expected a positive number of seconds up to {:.0f}", kLongestRunS));
+    }
   }
   for (const auto& [key, field] : {std::pair{"started_at", &MeasuredRun::started_at_s},
                                     std::pair{"finished_at", &MeasuredRun::finished_at_s}}) {
@@ -453,20 +467,25 @@ std::vector<fs::path> workload_places(const MeasuredRun& run) {
 void read_hardware(MeasuredRun& run) {
   // Optional: the peer's cluster description names the GPU.
   const std::string path = join(run.dir, "peer_cluster_config.json");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return;
+  if (!path_exists(path)) return;
+  std::ifstream in = open_file(path);
   std::stringstream text;
   text << in.rdbuf();
   const json config = parse_json(text.str(), path, 0);
   const json* nodes = config.contains("nodes") && config["nodes"].is_array() ? &config["nodes"] : nullptr;
   if (nodes == nullptr) return;
-  for (const json& node : *nodes) {
+  for (std::size_t i = 0; i < nodes->size(); ++i) {
+    const json& node = (*nodes)[i];
     if (!node.contains("instances") || !node["instances"].is_array()) continue;
-    for (const json& inst : node["instances"]) {
-      if (inst.contains("hardware") && inst["hardware"].is_string()) {
-        run.hardware = inst["hardware"].get<std::string>();
-        return;
+    for (std::size_t j = 0; j < node["instances"].size(); ++j) {
+      const json& inst = node["instances"][j];
+      if (!inst.contains("hardware")) continue;
+      if (!inst["hardware"].is_string()) {
+        throw InputError(Location{path, 0, fmt::format("nodes[{}].instances[{}].hardware", i, j)},
+                         "expected the GPU's name, a string, got " + inst["hardware"].dump());
       }
+      run.hardware = inst["hardware"].get<std::string>();
+      return;
     }
   }
 }
@@ -596,12 +615,26 @@ void check_within_run(const MeasuredRun& run) {
   check_clock_offsets(run);
   if (run.started_at_s == 0 || run.finished_at_s == 0) return;
   const double longest = run.finished_at_s - run.started_at_s + 1.0;
+  const std::string path = join(run.dir, "requests.jsonl");
   for (const MeasuredRequest& r : run.requests) {
-    if (r.timed && r.last_token_s - r.queued_s > longest) {
-      throw InputError(Location{join(run.dir, "requests.jsonl"), r.line, "last_token_ts"},
+    if (!r.timed) continue;
+    if (r.last_token_s - r.queued_s > longest) {
+      throw InputError(Location{path, r.line, "last_token_ts"},
                        "the request would last " + short_number(r.last_token_s - r.queued_s) +
                            " s, longer than the run (meta.json started_at to finished_at, " +
                            short_number(longest - 1.0) + " s)");
+    }
+    // Within the second the checks above allow, as the recorder's clocks are read apart.
+    if (r.arrival_time_s < run.started_at_s - 1.0 || r.arrival_time_s > run.finished_at_s + 1.0) {
+      throw InputError(Location{path, r.line, "arrival_time"},
+                       "arrives " + short_number(r.arrival_time_s - run.started_at_s) +
+                           " s after meta.json's started_at, outside the run (" + short_number(longest - 1.0) + " s)");
+    }
+    const double finish = r.arrival_time_s + (r.last_token_s - r.queued_s);
+    if (finish > run.finished_at_s + 1.0) {
+      throw InputError(Location{path, r.line, "last_token_ts"},
+                       "finishes " + short_number(finish - run.finished_at_s) +
+                           " s after meta.json's finished_at (arrival_time plus last_token_ts - queued_ts)");
     }
   }
 }
@@ -681,6 +714,14 @@ void read_ticks(MeasuredRun& run) {
     t.t_s = csv_number(cells[at[0]], path, line, wanted[0]);
     if (t.t_s < 0) throw InputError(Location{path, line, "t"}, "negative: expected seconds since the run started");
     if (t.t_s <= last_t) throw InputError(Location{path, line, "t"}, "times must increase");
+    // A recorder's last tick may close one tick after the run's last request.
+    const double span = run.started_at_s != 0 && run.finished_at_s != 0 ? run.finished_at_s - run.started_at_s
+                                                                         : kLongestRunS;
+    if (t.t_s > span + run.tick_s + 1.0) {
+      throw InputError(Location{path, line, "t"},
+                       fmt::format("{:.6g} s is past the run's end ({:.6g} s{})", t.t_s, span,
+                                   span == kLongestRunS ? ", the longest run kvsim reads" : ", meta.json started_at to finished_at"));
+    }
     last_t = t.t_s;
     t.prompt_tokens_per_s = csv_number(cells[at[1]], path, line, wanted[1]);
     t.generated_tokens_per_s = csv_number(cells[at[2]], path, line, wanted[2]);
@@ -696,6 +737,14 @@ void read_ticks(MeasuredRun& run) {
     }
     t.running = csv_count(cells[at[3]], path, line, wanted[3]);
     t.waiting = csv_count(cells[at[4]], path, line, wanted[4]);
+    // vLLM runs at most max_num_seqs requests per engine. (Not bounded by requests.jsonl's
+    // count: vLLM v1 schedules each of a request's n samples as a request of its own.)
+    if (t.running > run.max_num_seqs * run.data_parallel) {
+      throw InputError(Location{path, line, wanted[3]},
+                       fmt::format("{} running, more than max_num_seqs x data_parallel_size ({} x {}) allow", t.running,
+                                   run.max_num_seqs, run.data_parallel));
+    }
+
     if (kv_at >= 0) {
       const std::string& kv = cells[static_cast<std::size_t>(kv_at)];
       t.kv_cache_percent = csv_number(kv, path, line, "kv_cache_pct");

@@ -499,9 +499,9 @@ struct TraceGenerator::State {
         {kOptOutput, out.output_tokens},
         {kOptMaxTokens, out.max_tokens.value_or(0)}};
     for (const auto& [field, value] : lengths) {
-      if (value > detail::kMaxRequestTokens) {
+      if (value > kMaxRequestTokens) {
         bad(field, "a request of " + std::to_string(value) + " tokens; a trace holds at most " +
-                       std::to_string(detail::kMaxRequestTokens) + " per prompt, output or max_tokens");
+                       std::to_string(kMaxRequestTokens) + " per prompt, output or max_tokens");
       }
     }
     if (!o.cancel.empty()) {

@@ -115,10 +115,6 @@ class ErrorList {
 // The most parallel samples (n) a request may ask for: far beyond any serving engine's
 // limit (OpenAI's API allows 128), low enough that n x anything stays far from overflow.
 inline constexpr std::int64_t kMaxSamples = 65'536;
-// The longest prompt or output a request may have: 2^40 tokens, about 10^5 times the
-// longest context any model serves, low enough that prompt + output never overflows and a
-// trace of millions of such requests still sums in 64 bits. Longer is a corrupt row.
-inline constexpr std::int64_t kMaxRequestTokens = std::int64_t{1} << 40;
 
 // The length of the well-formed UTF-8 sequence starting at text[at] (1 to 4), or 0 when
 // the bytes there are not one (a stray continuation byte, an overlong form, a surrogate, a

@@ -469,6 +469,100 @@ TEST_CASE("measured run: a bad file is an error naming the file, line and field"
   std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("measured run: values no run can have are refused, naming the file, line and field") {
+  // The tiny run: two requests, max_num_seqs 128, one engine, 0.25 s ticks, started at
+  // 2026-01-01T00:00:00Z (arrival_time 1767225600), here ending 2 s later.
+  const auto dir = test::scratch_dir("measured-impossible");
+  const auto restore = [&] {
+    std::filesystem::remove_all(dir);
+    std::filesystem::copy(kData + "/tiny/run", dir, std::filesystem::copy_options::recursive);
+    std::string meta = test::slurp(dir / "meta.json");
+    const std::string started = "\"started_at\": \"2026-01-01T00:00:00Z\"";
+    meta.replace(meta.find(started), started.size(), started + ", \"finished_at\": \"2026-01-01T00:00:02Z\"");
+    std::ofstream(dir / "meta.json") << meta;
+  };
+  const auto edit = [&](const char* file, const std::string& from, const std::string& to) {
+    std::string text = test::slurp(dir / file);
+    REQUIRE(text.find(from) != std::string::npos);
+    text.replace(text.find(from), from.size(), to);
+    std::ofstream(dir / file) << text;
+  };
+  restore();
+  CHECK_NOTHROW(read_measured_run(dir.string(), std::nullopt, false));
+  const std::string header = "t,prompt_throughput,gen_throughput,running,waiting,kv_cache_pct\n";
+  const auto ticks_error = [&](const std::string& rows) {
+    std::ofstream(dir / "timeseries.csv") << header << rows;
+    return read_error(dir);
+  };
+  // A tick may close one tick after the run (2 s + 0.25 s, and the second the clocks allow):
+  // 3.25 s is read, 3.5 s is past the end.
+  std::ofstream(dir / "timeseries.csv") << header << "3.25,0,0,0,0,0\n";
+  CHECK_NOTHROW(read_measured_run(dir.string(), std::nullopt, false));
+  {
+    const InputError e = ticks_error("0.25,5,6,1,0,0\n3.5,0,0,0,0,0\n");
+    CHECK(e.where().file == (dir / "timeseries.csv").string());
+    CHECK(e.where().line == 3);
+    CHECK(e.where().field == "t");
+    CHECK_THAT(e.what(), Catch::Contains("past the run's end (2 s, meta.json started_at to finished_at)"));
+  }
+  // 1e10 s overflowed validate's nanoseconds before: past any run kvsim reads.
+  CHECK(ticks_error("10000000000,0,0,0,0,0\n").where().field == "t");
+  // One engine runs at most max_num_seqs (128) requests.
+  {
+    const InputError e = ticks_error("0.25,5,6,129,0,0\n");
+    CHECK(e.where().field == "running");
+    CHECK_THAT(e.what(), Catch::Contains("129 running, more than max_num_seqs x data_parallel_size (128 x 1) allow"));
+  }
+  restore();
+  // bench-1 moved 3 s earlier on both clocks (their offset unchanged): it arrives 2.5 s
+  // before started_at, outside the second allowed.
+  edit("requests.jsonl", R"("arrival_time": 1767225600.5, "queued_ts": 500.5, "scheduled_ts": 500.5, "first_token_ts": 500.55, "last_token_ts": 500.95)",
+       R"("arrival_time": 1767225597.5, "queued_ts": 497.5, "scheduled_ts": 497.5, "first_token_ts": 497.55, "last_token_ts": 497.95)");
+  {
+    const InputError e = read_error(dir);
+    CHECK(e.where().file == (dir / "requests.jsonl").string());
+    CHECK(e.where().line == 2);
+    CHECK(e.where().field == "arrival_time");
+    CHECK_THAT(e.what(), Catch::Contains("arrives -2.5 s after meta.json's started_at"));
+  }
+  restore();
+  // bench-1 lasting 2.7 s from its arrival at 0.5 s ends 3.2 s in: 1.2 s after finished_at.
+  edit("requests.jsonl", R"("last_token_ts": 500.95)", R"("last_token_ts": 503.2)");
+  {
+    const InputError e = read_error(dir);
+    CHECK(e.where().line == 2);
+    CHECK(e.where().field == "last_token_ts");
+    CHECK_THAT(e.what(), Catch::Contains("finishes 1.2 s after meta.json's finished_at"));
+  }
+  restore();
+  edit("meta.json", "\"tick_seconds\": 0.25", "\"tick_seconds\": 1e308");
+  CHECK(read_error(dir).where().field == "tick_seconds");
+  restore();
+  // 2^64 - 1 read as an int64 is -1: named as out of range, not as too small.
+  edit("meta.json", "\"max_num_seqs\": 128", "\"max_num_seqs\": 18446744073709551615");
+  {
+    const InputError e = read_error(dir);
+    CHECK(e.where().field == "engine_kwargs.max_num_seqs");
+    CHECK_THAT(e.what(), Catch::Contains("expected an integer from 1 to 9223372036854775807"));
+  }
+  restore();
+  edit("meta.json", "\"max_model_len\": null", "\"max_model_len\": 1099511627777");
+  CHECK_THAT(read_error(dir).what(), Catch::Contains("expected an integer from 1 to 1099511627776"));
+  restore();
+  // A directory where a file should be, and the peer's GPU name of the wrong type.
+  std::filesystem::remove(dir / "timeseries.csv");
+  std::filesystem::create_directory(dir / "timeseries.csv");
+  CHECK_THAT(read_error(dir).what(), Catch::Contains("timeseries.csv: is a directory, not a file"));
+  restore();
+  std::ofstream(dir / "peer_cluster_config.json") << R"({"nodes": [{"instances": [{"hardware": 5}]}]})";
+  {
+    const InputError e = read_error(dir);
+    CHECK(e.where().field == "nodes[0].instances[0].hardware");
+    CHECK_THAT(e.what(), Catch::Contains("expected the GPU's name, a string, got 5"));
+  }
+  std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("least squares: a hand-solved overdetermined system") {
   // x1 = 1, x2 = 2, x1 + x2 = 3.3: normal equations [[2,1],[1,2]] x = [4.3, 5.3],
   // x1 = (2 x 4.3 - 5.3) / 3 = 1.1, x2 = (2 x 5.3 - 4.3) / 3 = 2.1.

@@ -12,6 +12,12 @@
 
 namespace kvsim {
 
+// The longest prompt or output a request may have: 2^40 tokens, about 10^5 times the
+// longest context any model serves, low enough that prompt + output never overflows and a
+// trace of millions of such requests still sums in 64 bits. Longer is a corrupt row; the
+// options that give a length (--max-model-len, --default-max-tokens) are held to it too.
+inline constexpr std::int64_t kMaxRequestTokens = std::int64_t{1} << 40;
+
 struct Request {
   std::string id;                   // as the trace names it; unique within a trace
   std::int64_t arrival_ns = 0;
