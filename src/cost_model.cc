@@ -390,15 +390,15 @@ CostModel parse_cost_model(std::string_view text, const CostModel& roofline, std
   if (kind == "roofline") {
     if (colon == std::string_view::npos) return roofline;
     // One parameter: the per-step overhead outside the max (the device comes from its option).
-    const std::string_view item = text.substr(colon + 1);
-    const auto eq = item.find('=');
-    if (eq == std::string_view::npos || item.substr(0, eq) != "overhead") {
+    const std::string_view rest = text.substr(colon + 1);
+    const auto items = parse_key_values(rest, field);
+    if (items.size() != 1 || items[0].first != "overhead") {
       throw InputError(where, std::string("roofline takes one parameter, overhead=DURATION (the device follows ") +
-                                  kOptTimingDevice + " or " + kOptDevice + "), got \"" + std::string(item) + "\"");
+                                  kOptTimingDevice + " or " + kOptDevice + "), got \"" + std::string(rest) + "\"");
     }
     c = roofline;
-    c.overhead_ps = parse_duration_ps(item.substr(eq + 1), std::string(field) + " overhead");
-    c.name = roofline.name + " + " + std::string(item.substr(eq + 1)) + " per step";
+    c.overhead_ps = parse_duration_ps(items[0].second, std::string(field) + " overhead");
+    c.name = roofline.name + " + " + std::string(items[0].second) + " per step";
     return c;
   }
   if (kind != "constant" && kind != "linear") {
@@ -424,6 +424,15 @@ CostModel parse_cost_model(std::string_view text, const CostModel& roofline, std
     if (roofline.expert_weights_ps != 0) inherited.push_back("expert-weights");
   }
   for (const auto& [key, value] : parse_key_values(rest, field)) {
+    const bool known = key == "prefill-token" || (kind == "constant" && key == "step") ||
+                       (kind == "linear" && (key == "base" || key == "decode-seq" || key == "context-token" ||
+                                             key == "expert-weights"));
+    if (!known) {
+      throw InputError(where, "unknown parameter '" + std::string(key) + "' for " + std::string(kind) + " (" +
+                                  (kind == "constant" ? "step, prefill-token"
+                                                      : "base, prefill-token, decode-seq, context-token, expert-weights") +
+                                  ")");
+    }
     std::erase(inherited, key);
     const std::int64_t ps = parse_duration_ps(value, std::string(field) + " " + std::string(key));
     if (kind == "constant" && key == "step") c.base_ps = ps;
@@ -438,10 +447,6 @@ CostModel parse_cost_model(std::string_view text, const CostModel& roofline, std
       }
       c.expert_weights_ps = ps;
     }
-    else throw InputError(where, "unknown parameter '" + std::string(key) + "' for " + std::string(kind) + " (" +
-                                     (kind == "constant" ? "step, prefill-token"
-                                                         : "base, prefill-token, decode-seq, context-token, expert-weights") +
-                                     ")");
   }
   // A step that takes no time would make every latency 0 and every rate infinite.
   if (c.base_ps <= 0) {

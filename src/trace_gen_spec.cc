@@ -135,7 +135,7 @@ double positive_decimal(std::string_view text, std::string_view field, std::stri
   std::int64_t scaled = 0;
   const auto status = billionths(text, field, name, scaled);
   if (status != detail::DecimalStatus::ok || scaled == 0) {
-    bad(field, std::string(name) + ": expected a positive number, got \"" + std::string(text) + "\"");
+    bad(field, std::string(name) + ": expected a positive decimal number (no exponent), got \"" + std::string(text) + "\"");
   }
   return static_cast<double>(scaled) / 1e9;
 }
@@ -391,7 +391,7 @@ double parse_rate_per_s(std::string_view text, std::string_view field) {
     bad(field, "\"" + std::string(text) + "\" has more than 9 decimal places (the rate is kept in billionths)");
   }
   if (status != detail::DecimalStatus::ok || scaled == 0) {
-    bad(field, "expected a positive number of requests per second, got \"" + std::string(text) + "\"");
+    bad(field, "expected a positive decimal number of requests per second (no exponent), got \"" + std::string(text) + "\"");
   }
   return static_cast<double>(scaled) / 1e9;
 }

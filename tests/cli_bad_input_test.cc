@@ -268,28 +268,28 @@ TEST_CASE("cli bad input: each bad config.json fails replay exactly as it fails 
 }
 
 TEST_CASE("cli bad input: a request whose bytes overflow 64 bits is an error, not a wrapped number") {
-  // 65,536 samples of 2^40 + 5 tokens, each of Llama's 131,072 = 2^17 bytes: about 2^73 bytes.
-  // Every length is within the readers' limits; without a maximum model length to refuse
-  // the request, the replay must say it cannot count it.
+  // 65,536 samples of 2^40 - 5 tokens, each of Llama's 131,072 = 2^17 bytes: about 2^73 bytes.
+  // Every length is within the readers' limits and the longest --max-model-len (2^40), so
+  // nothing refuses the request: the replay must say it cannot count it.
   const auto dir = kvsim::test::scratch_dir("cli-bad-input");
   const std::string huge = (dir / "huge-request.csv").string();
-  std::ofstream(huge) << "id,arrival,prompt_tokens,output_tokens,n\na,0,1099511627776,5,65536\n";
+  std::ofstream(huge) << "id,arrival,prompt_tokens,output_tokens,n\na,0,1099511627766,5,65536\n";
   for (const char* allocator : {"dense-static:reserve=oracle", "dynamic", "paged", "sliding-window"}) {
     INFO(allocator);
-    check_input_error(run_cli({"replay", huge, "--quiet", "--allocator", allocator, "--max-model-len", "9223372036854775807"},
+    check_input_error(run_cli({"replay", huge, "--quiet", "--allocator", allocator, "--max-model-len", "1099511627776"},
                               kTimeoutS),
                       "kvsim: error: " + huge + ": request #1 ('a'): n x (prompt + output tokens) x 131072 bytes per "
                                                 "token overflows 64 bits");
   }
-  // A short request, but a row of the model's maximum length does not fit in 64-bit bytes:
-  // refused when the allocator is built, before anything is allocated, naming the options.
+  // A short request, but a maximum length whose row of bytes would not fit in 64 bits: the
+  // option is refused before any allocator is built (a row of 2^40 positions of 2^17 bytes,
+  // 2^57, fits).
   const auto row = run_cli({"replay", std::string(KVSIM_SOURCE_DIR) + "/traces/chat-mix.csv", "--quiet", "--allocator",
                             "dense-static", "--max-model-len", "9223372036854775807"},
                            kTimeoutS);
   CHECK(row.exit_code == 2);
   CHECK(row.out.empty());
-  CHECK_THAT(row.err, Catch::StartsWith("kvsim replay: --allocator: 'dense-static': reserve=max-model-len: a row of "
-                                        "9223372036854775807 positions overflows 64 bits of bytes"));
+  CHECK_THAT(row.err, Catch::StartsWith("kvsim replay: --max-model-len: 9223372036854775807 tokens is implausible"));
   std::filesystem::remove_all(dir);
 }
 
@@ -333,7 +333,28 @@ TEST_CASE("cli bad input: option errors print the usage and exit 2") {
        "Usage: kvsim replay TRACE"},
       // A trailing comma names no parameter, in every key=value list as in a list of numbers.
       {{"replay", trace, "--allocator", "paged:block=16,"},
-       "--allocator: 'paged:block=16,': a ',' with nothing after it: expected key=value", "Usage: kvsim replay TRACE"},
+       "--allocator: 'paged:block=16,': a ',' with nothing after it: expected an allocator or key=value",
+       "Usage: kvsim replay TRACE"},
+      {{"replay", trace, "--allocator", "paged,,paged"},
+       "--allocator: 'paged,,paged': a ',' with nothing after it: expected an allocator or key=value",
+       "Usage: kvsim replay TRACE"},
+      {{"replay", trace, "--allocator", ",paged"},
+       "--allocator: ',paged': a ',' with nothing before it: expected an allocator or key=value",
+       "Usage: kvsim replay TRACE"},
+      // Lengths are held to a trace's longest request, 2^40 tokens: beyond, sums overflowed.
+      {{"replay", trace, "--default-max-tokens", "1099511627777"},
+       "--default-max-tokens: 1099511627777 tokens is implausible (at most 2^40 = 1,099,511,627,776",
+       "Usage: kvsim replay TRACE"},
+      {{"replay", trace, "--max-model-len", "4611686018427387904"},
+       "--max-model-len: 4611686018427387904 tokens is implausible", "Usage: kvsim replay TRACE"},
+      {{"size", "--model", "llama-3.1-8b", "--device", "H100-80GB", "--weights-bytes", "0"},
+       "--weights-bytes: expected a positive byte count", "Usage: kvsim size"},
+      // The parameter's name is checked before its value, and roofline's list like the others.
+      {{"replay", trace, "--cost", "linear:base=1ms,bogus=1"},
+       "--cost: unknown parameter 'bogus' for linear (base, prefill-token, decode-seq, context-token, expert-weights)",
+       "Usage: kvsim replay TRACE"},
+      {{"replay", trace, "--cost", "roofline:overhead=1ms,overhead=2ms"},
+       "--cost: 'overhead' is given twice (overhead=1ms and overhead=2ms): give it once", "Usage: kvsim replay TRACE"},
       {{"size", "--model", "llama-3.1-8b", "--kv-budget", "1GiB", "--check", "usual=2000,long=4000,concurrency=8,"},
        "--check: a ',' with nothing after it: expected key=value", "Usage: kvsim size"},
       {{"replay", trace, "--max-batched-tokens", "99999999999999999999"},
@@ -342,7 +363,7 @@ TEST_CASE("cli bad input: option errors print the usage and exit 2") {
        "--max-running: expected a positive integer, got \"99999999999999999999x\"", "Usage: kvsim replay TRACE"},
       {{"replay", trace, "--sample-every", "1e3"}, "--sample-every: expected a duration such as 250ms",
        "Usage: kvsim replay TRACE"},
-      {{"replay", trace, "--rate", "NaN"}, "--rate: expected a positive number of requests per second, got \"NaN\"",
+      {{"replay", trace, "--rate", "NaN"}, "--rate: expected a positive decimal number of requests per second (no exponent), got \"NaN\"",
        "Usage: kvsim replay TRACE"},
       // Too large or too precise is said as such, not as "not a positive number".
       {{"replay", trace, "--device", "H100-80GB", "--watermark", "0.0000000001"},

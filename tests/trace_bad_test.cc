@@ -88,7 +88,7 @@ TEST_CASE("trace commands reject bad usage with exit 2 and the usage line") {
   CHECK_THAT(bad_format.err, Catch::Contains("--format: unknown trace format \"excel\""));
   const auto bad_rate = kvsim::test::run_cli({"trace", "stats", "x.csv", "--rate", "fast"});
   CHECK(bad_rate.exit_code == 2);
-  CHECK_THAT(bad_rate.err, Catch::Contains("--rate: expected a positive number of requests per second, got \"fast\""));
+  CHECK_THAT(bad_rate.err, Catch::Contains("--rate: expected a positive decimal number of requests per second (no exponent), got \"fast\""));
   const auto unknown = kvsim::test::run_cli({"trace", "frobnicate"});
   CHECK(unknown.exit_code == 2);
   const auto missing = kvsim::test::run_cli({"trace", "stats", "/nonexistent/trace.csv"});

@@ -324,7 +324,7 @@ ReplayOptions replay_options_from(const po::variables_map& vm, const ModelChoice
   ro.async_scheduling = on_off_or(kOptAsyncScheduling, version.async_scheduling);
   const bool graphs = on_off_or(kOptCudaGraphs, version.cuda_graphs);
   if (const auto d = option_text(vm, option_key(kOptDefaultMaxTokens))) {
-    ro.default_max_tokens = positive_integer(*d, kOptDefaultMaxTokens);
+    ro.default_max_tokens = token_count(*d, kOptDefaultMaxTokens);
   }
   if (budget) ro.memory.kv_budget_bytes = budget->kv_budget_bytes;
   // Options not given are 0 here; under a budget they become vLLM's (the library's rule).
@@ -524,7 +524,7 @@ ReplayPlan plan_replay(const po::variables_map& vm, PlanScope scope) {
   if (const auto m = option_text(vm, option_key(kOptMaxModelLen))) {
     // Longer than the model's own maximum is a what-if vLLM allows only with
     // VLLM_ALLOW_LONG_MAX_MODEL_LEN=1; replay takes it (size, sizing an engine's start-up, does not).
-    layout.max_model_len = positive_integer(*m, kOptMaxModelLen);
+    layout.max_model_len = token_count(*m, kOptMaxModelLen);
   }
 
   // A budget bounds every allocator; the cost model runs on the budget's device.

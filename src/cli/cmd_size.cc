@@ -145,7 +145,7 @@ std::optional<RequestShape> request_shape(const po::variables_map& vm) {
   if (n && beams) throw InputError(Location{"", 0, kOptBeams}, "give --n or --beams, not both");
   RequestShape r;
   r.prompt_tokens = positive_integer(*prompt, kOptPrompt);
-  r.max_tokens = positive_integer(*max_tokens, kOptMaxTokens);
+  r.max_tokens = token_count(*max_tokens, kOptMaxTokens);
   if (n) r.sequences = positive_integer(*n, kOptN);
   if (beams) r.sequences = positive_integer(*beams, kOptBeams);
   if (unshared && r.sequences == 1) {
@@ -197,7 +197,7 @@ std::optional<EngineSettings> engine_settings(const po::variables_map& vm, Paged
     e.memory_fraction_ppb = parse_gpu_memory_utilization(*text, f);
   }
   if (const auto n = option_text(vm, option_key(kOptMaxNumSeqs))) e.max_num_seqs = positive_integer(*n, kOptMaxNumSeqs);
-  if (const auto n = option_text(vm, option_key(kOptMaxModelLen))) e.max_model_len = positive_integer(*n, kOptMaxModelLen);
+  if (const auto n = option_text(vm, option_key(kOptMaxModelLen))) e.max_model_len = token_count(*n, kOptMaxModelLen);
   e.enforce_eager = vm.count(option_key(kOptEnforceEager)) != 0;
   e.flashinfer_sampler = vm.count(option_key(kOptFlashinferSampler)) != 0;
   if (e.flashinfer_sampler && e.engine != ServingEngine::vllm) {

@@ -7,14 +7,25 @@
 #include "kvsim/option_names.h"
 #include "kvsim/parse.h"
 #include "kvsim/units.h"
+#include "kvsim/request.h"
 
 namespace kvsim::cli {
 std::int64_t positive_integer(const std::string& text, const char* option) {
   return parse_positive_integer(text, option);
 }
 
+std::int64_t token_count(const std::string& text, const char* option) {
+  const std::int64_t n = positive_integer(text, option);
+  if (n > kMaxRequestTokens) {
+    throw InputError(Location{"", 0, option},
+                     fmt::format("{} tokens is implausible (at most 2^40 = {}, as for a trace's lengths)", text,
+                                 with_commas(kMaxRequestTokens)));
+  }
+  return n;
+}
+
 std::int64_t max_model_len_option(const std::string& text, const ModelSpec& model) {
-  const std::int64_t n = positive_integer(text, kOptMaxModelLen);
+  const std::int64_t n = token_count(text, kOptMaxModelLen);
   const std::int64_t most = context_length(model);
   if (most > 0 && n > most) {
     throw InputError(Location{"", 0, kOptMaxModelLen},
@@ -181,7 +192,14 @@ BudgetOptions weight_terms(const po::variables_map& vm) {
   BudgetOptions bo;
   if (params) bo.parameter_count = parse_parameter_count(*params, kOptParams);
   if (weight_dtype) bo.weight_bits = kv_dtype_info(parse_kv_dtype(*weight_dtype, kOptWeightDtype)).bits;
-  if (weights_bytes) bo.weights_bytes = parse_byte_size(*weights_bytes, kOptWeightsBytes);
+  if (weights_bytes) {
+    bo.weights_bytes = parse_byte_size(*weights_bytes, kOptWeightsBytes);
+    // As --params 0 is refused: a model has weights, and a budget without them is --kv-budget.
+    if (bo.weights_bytes == 0) {
+      throw InputError(Location{"", 0, kOptWeightsBytes},
+                       "expected a positive byte count (to give the KV cache a budget of its own, use --kv-budget)");
+    }
+  }
   return bo;
 }
 

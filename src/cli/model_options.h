@@ -55,6 +55,9 @@ void reject_beside_kv_budget(const po::variables_map& vm, std::initializer_list<
 
 // A positive integer option value. Throws InputError naming `option`.
 std::int64_t positive_integer(const std::string& text, const char* option);
+// A positive token count no longer than a trace's longest request (2^40), so that sums of
+// such counts and their bytes stay far inside 64 bits.
+std::int64_t token_count(const std::string& text, const char* option);
 
 // --max-model-len's value for `model` as an engine's start-up takes it (kvsim size): a
 // positive integer no longer than the model's own maximum (context_length(), when known), as

@@ -253,7 +253,7 @@ StartupPool vllm_startup_pool(const po::variables_map& vm, const MeasuredRun& ru
   if (run.dtype == "float32" || run.dtype == "float") settings.weights.dtype_bytes = 4;
   settings.max_num_batched_tokens = positive_integer(*option_text(vm, option_key(kOptMaxBatchedTokens)), kOptMaxBatchedTokens);
   settings.max_num_seqs = positive_integer(*option_text(vm, option_key(kOptMaxRunning)), kOptMaxRunning);
-  if (const auto n = option_text(vm, option_key(kOptMaxModelLen))) settings.max_model_len = positive_integer(*n, kOptMaxModelLen);
+  if (const auto n = option_text(vm, option_key(kOptMaxModelLen))) settings.max_model_len = token_count(*n, kOptMaxModelLen);
   settings.enforce_eager = run.enforce_eager;
   const StartupMemory startup = startup_memory(choice.model, choice.kv, settings, device);
   const StartupStage& st = startup.stages[startup.binding_stage];
@@ -535,7 +535,7 @@ void fit_auto_max_model_len(RunDefaults& defaults, const MeasuredRun& run, const
   const std::int64_t pool = parse_byte_size(*budget, kOptKvBudget) + null_block_bytes(vm, choice);
   const std::int64_t blocks = pool / block_bytes;
   const std::int64_t own =
-      defaulted ? positive_integer(*option_text(vm, option_key(kOptMaxModelLen)), kOptMaxModelLen) : layout.max_model_len;
+      defaulted ? token_count(*option_text(vm, option_key(kOptMaxModelLen)), kOptMaxModelLen) : layout.max_model_len;
   if (blocks < 1) throw InputError(from, "-1, but the KV pool holds no block: no length fits");
   const std::int64_t fitted = blocks > own / run.block_size ? own : blocks * run.block_size;
   defaults.erase(kOptMaxModelLen);
