@@ -624,6 +624,7 @@ void Engine::preempt(std::uint32_t victim) {
   Ticket& t = tickets_[ticket];
   count_preemption(t);
   const std::int64_t produced = v.produced_before(step_);
+  alloc_.preempted(victim);
   if (scheduler_->swaps(v)) {
     // The request's blocks go to host memory and come back before anything new is
     // admitted. What it holds is what the previous step left.
@@ -639,7 +640,6 @@ void Engine::preempt(std::uint32_t victim) {
     return;
   }
   // Recompute: everything computed so far is discarded and will be computed again.
-  alloc_.preempted(victim);
   drop_holding(victim, 0);
   end_flight(victim);
   t.base_generated = produced;

@@ -325,8 +325,9 @@ void RadixAllocator::release(RequestSlot slot) {
   ++clock_;
   // cache_finished_req: insert the prompt as cache_unfinished_req does, then every sequence's
   // further full pages (unmatchable: no identity), free the partial pages, unlock the path.
-  // A retracted request (is_insert=False) inserts nothing, touches nothing, and frees all it
-  // holds beyond its path: the prompt pages its prefill steps inserted are the tree's.
+  // A preempted request (a retraction, is_insert=False, or a swap-out) inserts nothing,
+  // touches nothing, and frees all it holds beyond its path: the prompt pages its prefill
+  // steps inserted are the tree's.
   if (!r.retracted) cache_prompt(r);
   const std::int64_t full = r.tokens / page_tokens_;
   if (capacity_bytes_ == 0 || r.retracted) {

@@ -21,10 +21,11 @@
 // - release (cache_finished_req): the same insert, then the rest of what each sequence holds,
 //   page-aligned (generated tokens, prompt pages without identity), is inserted too, as a leaf
 //   no later request can match (generated tokens carry no identity in a trace); the partial
-//   last page is freed; the path is unlocked. The allocator is not told why a request leaves:
-//   a retracted request is cached the same way (SGLang retracts with is_insert=False and frees
-//   its unshared pages instead). Unbounded, the unmatchable pages are freed instead: nothing
-//   is ever evicted there, and pages no request can match would only inflate reserved bytes.
+//   last page is freed; the path is unlocked. A preempted request (preempted(): SGLang's
+//   retraction, cache_finished_req with is_insert=False; or a swap-out, which takes its pages
+//   along) inserts nothing and touches nothing: its path stays in the tree, unlocked, and the
+//   rest it holds is freed. Unbounded, the unmatchable pages are freed instead: nothing is
+//   ever evicted there, and pages no request can match would only inflate reserved bytes.
 // - eviction (evict): only when a new page does not fit, the unlocked leaves by least recent
 //   access (LRUStrategy: last_access_time; ties, which a monotonic clock never makes, by the
 //   node's creation), a whole leaf at a time, its parent becoming a leaf when its last child

@@ -307,14 +307,21 @@ TEST_CASE("radix: a preempted request's generated tokens go back to the pool, no
   // match and needs 31 + 1 - 16 = 16 more: evict(16) takes the least recently used unlocked
   // leaf, a's 30 generated tokens, whole. 30 evicted in all (45 while the 15 were cached:
   // evicted at step 17 for a's next token, then the 30); at the end a's prompt and b's 46.
+  // Swapped out instead, b takes its 31 positions to the host and leaves the same behind:
+  // back, it locks its prompt and needs the same 16, and the same 30 are evicted.
   const auto t = prefix_trace("retract.csv", "a,0,16,30,16,1\nb,0.005,16,30,16,2\n");
-  const auto r = replay_hand(t, {"--allocator", "radix", "--kv-budget", "8388608", "--json"});
-  REQUIRE(r.exit_code == 0);
-  const auto run = nlohmann::json::parse(r.out)["runs"][0];
-  CHECK(run["prefix_cache"]["preempted_hit_tokens"] == 16);
-  CHECK(run["prefix_cache"]["evicted_bytes"] == 30 * 131'072);
-  CHECK(run["prefix_cache"]["evictable_bytes"]["at_end"] == (16 + 46) * 131'072);
-  CHECK(run["time"]["end_s"] == 0.497);
+  for (const char* preemption : {"recompute", "swap"}) {
+    INFO(preemption);
+    const auto r = replay_hand(t, {"--allocator", "radix", "--kv-budget", "8388608", "--preemption", preemption, "--json"});
+    REQUIRE(r.exit_code == 0);
+    const auto run = nlohmann::json::parse(r.out)["runs"][0];
+    CHECK(run["prefix_cache"]["evicted_bytes"] == 30 * 131'072);
+    CHECK(run["prefix_cache"]["evictable_bytes"]["at_end"] == (16 + 46) * 131'072);
+    if (std::string(preemption) == "recompute") {
+      CHECK(run["prefix_cache"]["preempted_hit_tokens"] == 16);
+      CHECK(run["time"]["end_s"] == 0.497);
+    }
+  }
 }
 
 TEST_CASE("radix: short of room, SGLang's standard pool evicts num_tokens, not the shortfall") {

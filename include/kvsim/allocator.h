@@ -212,12 +212,12 @@ class Allocator {
   // unless the step completes the request). REQUIRES: live.
   virtual void outputs_processed(RequestSlot /*slot*/) {}
 
-  // The request is being preempted by recompute (it will be admitted again and compute what
-  // it loses): called just before its release(). SGLang's retraction frees what the request
+  // The request is being preempted (recomputed later, or swapped out to come back with what
+  // it holds): called just before its release(). SGLang's retraction frees what the request
   // computed beyond the prefix its tree already holds instead of inserting it
-  // (`schedule_batch.py` `retract_decode` -> `cache_finished_req(req, is_insert=False)`);
-  // vLLM's preemption frees blocks as a completion does, their hashes kept, so the default
-  // does nothing. REQUIRES: live.
+  // (`schedule_batch.py` `retract_decode` -> `cache_finished_req(req, is_insert=False)`); a
+  // swapped-out request takes its pages with it. vLLM's preemption frees blocks as a
+  // completion does, their hashes kept, so the default does nothing. REQUIRES: live.
   virtual void preempted(RequestSlot /*slot*/) {}
 
   // Checks the allocator's own books (slots conserved, reference counts, nothing owned
