@@ -217,10 +217,9 @@ bool is_kind(std::string_view text) { return find_allocator_kind(text.substr(0, 
 // Whether an item of an --allocator list (the text between two commas) begins a spec rather
 // than giving a parameter of the one before: a registered kind, or anything but key=value
 // (a word without '=', or a ':' before the first '='), so that an unknown kind is named on
-// its own in the error, "unknown allocator 'slab'", not glued to the spec before it. An
-// empty item is its own too, to be refused as such.
+// its own in the error, "unknown allocator 'slab'", not glued to the spec before it.
 bool starts_spec(std::string_view item) {
-  if (item.empty()) return true;
+  if (item.empty()) return false;  // refused before the list is split
   const auto equals = item.find('=');
   return is_kind(item) || equals == std::string_view::npos || item.find(':') < equals;
 }
@@ -267,16 +266,17 @@ std::vector<AllocatorSpec> parse_allocator_list(std::string_view text, std::stri
   // "dense-static:reserve=oracle,paged:block=32,sliding-window": a comma followed by a
   // spec (starts_spec) starts the next one; a comma followed by key=value separates
   // parameters.
+  // An empty entry (two commas, or one at an end) names nothing, allocator or parameter.
+  if (!text.empty() && (text.front() == ',' || text.back() == ',' || text.find(",,") != std::string_view::npos)) {
+    throw InputError(Location{"", 0, std::string(field)},
+                     "'" + std::string(text) + "': a ',' with nothing " + (text.front() == ',' ? "before" : "after") +
+                         " it: expected an allocator or key=value");
+  }
   std::vector<AllocatorSpec> out;
   std::size_t start = 0;
   for (std::size_t i = 0; i <= text.size(); ++i) {
     if (i == text.size() ||
         (text[i] == ',' && detail::starts_spec(text.substr(i + 1, text.find(',', i + 1) - (i + 1))))) {
-      if (i == start) {
-        throw InputError(Location{"", 0, std::string(field)},
-                         "'" + std::string(text) + "': a ',' with nothing " + (start == 0 ? "before" : "after") +
-                             " it: expected an allocator or key=value");
-      }
       out.push_back(parse_allocator_spec(text.substr(start, i - start), field));
       start = i + 1;
     }

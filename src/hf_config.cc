@@ -30,6 +30,7 @@
 #include "json_keys.h"
 #include "kvsim/error.h"
 #include "kvsim/model.h"
+#include "kvsim/request.h"
 
 namespace kvsim {
 namespace {
@@ -518,7 +519,9 @@ std::int64_t rope_scaled_length(const Config& c, const std::string& model_type, 
     }
   }
   const double scaled = length * factor;
-  if (scaled >= 9.2e18) c.fail(key, "scales the context past 2^63 positions");
+  if (scaled > static_cast<double>(kMaxRequestTokens)) {
+    c.fail(key, "scales the context past 2^40 positions, longer than any request kvsim reads");
+  }
   const auto out = static_cast<std::int64_t>(scaled);
   if (out <= 0) c.fail(key, "scales the context to no position");
   return out == positions ? 0 : out;
@@ -772,6 +775,10 @@ ModelSpec parse_hf_config(std::string_view json_text, const std::string& path) {
   // Gemma3TextConfig defaults max_position_embeddings to 131072 and its Hub configs rely on it.
   const bool gemma3 = model_type == "gemma3" || model_type == "gemma3_text";
   m.max_position_embeddings = c.optional_positive("max_position_embeddings").value_or(gemma3 ? 131072 : 0);
+  if (m.max_position_embeddings > kMaxRequestTokens) {
+    c.fail("max_position_embeddings", std::to_string(m.max_position_embeddings) +
+                                          " positions is implausible (at most 2^40, the longest request kvsim reads)");
+  }
   m.rope_scaled_length = rope_scaled_length(c, model_type, m.max_position_embeddings);
 
   if (c.find("kv_lora_rank") != nullptr) {

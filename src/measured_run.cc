@@ -479,7 +479,7 @@ void read_hardware(MeasuredRun& run) {
     if (!node.contains("instances") || !node["instances"].is_array()) continue;
     for (std::size_t j = 0; j < node["instances"].size(); ++j) {
       const json& inst = node["instances"][j];
-      if (!inst.contains("hardware")) continue;
+      if (!inst.contains("hardware") || inst["hardware"].is_null()) continue;
       if (!inst["hardware"].is_string()) {
         throw InputError(Location{path, 0, fmt::format("nodes[{}].instances[{}].hardware", i, j)},
                          "expected the GPU's name, a string, got " + inst["hardware"].dump());
@@ -739,7 +739,8 @@ void read_ticks(MeasuredRun& run) {
     t.waiting = csv_count(cells[at[4]], path, line, wanted[4]);
     // vLLM runs at most max_num_seqs requests per engine. (Not bounded by requests.jsonl's
     // count: vLLM v1 schedules each of a request's n samples as a request of its own.)
-    if (t.running > run.max_num_seqs * run.data_parallel) {
+    std::int64_t most_running = 0;
+    if (!__builtin_mul_overflow(run.max_num_seqs, run.data_parallel, &most_running) && t.running > most_running) {
       throw InputError(Location{path, line, wanted[3]},
                        fmt::format("{} running, more than max_num_seqs x data_parallel_size ({} x {}) allow", t.running,
                                    run.max_num_seqs, run.data_parallel));

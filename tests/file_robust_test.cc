@@ -674,16 +674,19 @@ TEST_CASE("an overflow computed from a config names the config", "[files]") {
   CHECK(block.exit_code == 2);
   CHECK_THAT(block.err, Catch::Contains("--allocator: 'paged:block=140737488355328': bytes per block overflows 64 bits "
                                         "with this model's bytes per position"));
-  // dense-static's row of the maximum length, known before the first request.
-  const auto row = run_cli({"replay", chat, "--model", "llama-3.1-8b", "--allocator", "dense-static", "--max-model-len",
-                            "4611686018427387904"});
+  // dense-static's row of the maximum length, known before the first request: the longest
+  // length taken (2^40) of a model with head_dim 2^20, 2^20 x 8 heads x 2 x 2 bytes x 32
+  // layers = 2^30 bytes a position, is 2^70 bytes.
+  config["head_dim"] = 1048576;
+  write_file(dir / "config.json", config.dump());
+  const auto row = run_cli({"replay", chat, "--config", (dir / "config.json").string(), "--allocator", "dense-static",
+                            "--max-model-len", "1099511627776"});
   CHECK(row.exit_code == 2);
-  CHECK_THAT(row.err, Catch::Contains("reserve=max-model-len: a row of 4611686018427387904 positions overflows 64 "
+  CHECK_THAT(row.err, Catch::Contains("reserve=max-model-len: a row of 1099511627776 positions overflows 64 "
                                       "bits of bytes: pass a smaller --max-model-len"));
-  // A sliding group's row is its window: Mistral's 4,096 positions fit whatever the length
-  // (2^60 positions of its full groups would not, but it has none).
+  // A sliding group's row is its window: Mistral's 4,096 positions whatever the length.
   const auto sliding = run_cli({"replay", chat, "--model", "mistral-7b-v0.1", "--allocator", "dense-static",
-                                "--max-model-len", "1152921504606846976", "--requests", "2", "--cost",
+                                "--max-model-len", "1099511627776", "--requests", "2", "--cost",
                                 "constant:step=1ms,prefill-token=0ps"});
   CHECK(sliding.exit_code == 0);
 }

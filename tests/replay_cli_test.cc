@@ -653,7 +653,7 @@ TEST_CASE("replay: help, usage errors and input errors") {
   const std::string huge = test::write_file("huge.csv", "id,arrival,prompt_tokens,output_tokens\n1,0,1099511627775,1\n");
   for (const char* spec : {"paged", "paged:prefix-caching=on", "sliding-window"}) {
     INFO(spec);
-    r = test::run_cli({"replay", huge, "--quiet", "--allocator", spec, "--max-model-len", "2199023255552"});
+    r = test::run_cli({"replay", huge, "--quiet", "--allocator", spec, "--max-model-len", "1099511627776"});
     CHECK(r.exit_code == 1);
     CHECK_THAT(r.err, Catch::Contains("68719476736 blocks"));
   }

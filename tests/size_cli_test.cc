@@ -297,6 +297,9 @@ TEST_CASE("kvsim size --config: each bad config exits 1 naming the file and the 
       {"bad/head-dim-not-dividing.json", "field 'head_dim'"},
       {"bad/layer-types-length.json", "field 'layer_types'"},
       {"bad/kv-heads-not-dividing.json", "field 'num_key_value_heads'"},
+      // Lengths past a trace's longest request (2^40): a row of them overflowed the pools' bytes.
+      {"bad/context-past-2-40.json", "field 'max_position_embeddings': 4611686018427387904 positions is implausible"},
+      {"bad/rope-past-2-40.json", "field 'rope_scaling': scales the context past 2^40 positions"},
   };
   for (const auto& [file, field] : cases) {
     INFO(file);

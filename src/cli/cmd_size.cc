@@ -144,7 +144,7 @@ std::optional<RequestShape> request_shape(const po::variables_map& vm) {
   if (!max_tokens) throw InputError(Location{"", 0, kOptPrompt}, "needs --max-tokens G (the generation it reserves)");
   if (n && beams) throw InputError(Location{"", 0, kOptBeams}, "give --n or --beams, not both");
   RequestShape r;
-  r.prompt_tokens = positive_integer(*prompt, kOptPrompt);
+  r.prompt_tokens = token_count(*prompt, kOptPrompt);
   r.max_tokens = token_count(*max_tokens, kOptMaxTokens);
   if (n) r.sequences = positive_integer(*n, kOptN);
   if (beams) r.sequences = positive_integer(*beams, kOptBeams);
