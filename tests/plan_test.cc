@@ -291,6 +291,14 @@ TEST_CASE("kvsim plan: refuses what it cannot answer") {
   CHECK(r.exit_code == 2);
   CHECK(r.err.find("--max-replicas: at most 1024") != std::string::npos);
   CHECK(r.out.empty());
+  // Expert parallelism needs two replicas: a bound of one leaves nothing to search (it was an
+  // internal error, the search starting outside its bounds).
+  r = run_cli({"plan", trace, "--model", "qwen3-30b-a3b", "--expert-parallel", "--search", "replicas",
+               "--max-replicas", "1", "--ttft-p99", "1s"});
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("--max-replicas: 1 replica allows no search: --expert-parallel spreads the experts over 2 "
+                   "replicas or more") != std::string::npos);
+  CHECK(r.out.empty());
   r = run_cli({"plan", trace, "--kv-budget", "1GiB", "--kv-usage-max", "0"});
   CHECK(r.exit_code == 2);
   CHECK(r.err.find("--kv-usage-max: expected a positive share") != std::string::npos);
@@ -331,6 +339,36 @@ TEST_CASE("kvsim plan: refuses what it cannot answer") {
   INFO(r.err);
   CHECK(r.exit_code == 0);
   CHECK(r.out.find("Every rate-scale tried meets the targets") != std::string::npos);
+}
+
+TEST_CASE("kvsim plan: a TPOT nobody has is said so and is null, and a miss shows the places that tell it") {
+  // Requests of one output token have no TPOT (it needs two tokens): every point misses
+  // --tpot-p99 for that reason, and the JSON's p99 is null, as replay's is.
+  const std::string one_token = write_file("plan-one-token.csv",
+                                           "id,arrival,prompt_tokens,output_tokens\n"
+                                           "a,0,15,1\n"
+                                           "b,1,15,1\n");
+  auto r = run_cli({"plan", one_token, "--tpot-p99", "1s", "--max-points", "2", "--cost",
+                    "constant:step=10ms,prefill-token=1ms", "--json"});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  auto j = nlohmann::json::parse(r.out);
+  REQUIRE(!j["points"].empty());
+  CHECK(j["points"][0]["misses"][0] == "no request generated two tokens or more, so no TPOT");
+  CHECK(j["points"][0]["tpot_p99_s"].is_null());
+  CHECK(j["points"][0]["ttft_p99_s"] == 0.025);
+  // Each TTFT is one step of 10 ms + 15 prompt tokens x 1 ms = 25 ms. Against 24.999 ms
+  // the miss needs six places to show the two apart (0.025 and 0.025 at three).
+  const std::string two = write_file("plan-two-ttft.csv",
+                                     "id,arrival,prompt_tokens,output_tokens\n"
+                                     "a,0,15,2\n"
+                                     "b,1,15,2\n");
+  r = run_cli({"plan", two, "--ttft-p99", "24.999ms", "--max-points", "2", "--cost",
+               "constant:step=10ms,prefill-token=1ms", "--json"});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  j = nlohmann::json::parse(r.out);
+  CHECK(j["points"][0]["misses"][0] == "TTFT p99 0.025000 s > 0.024999 s");
 }
 
 TEST_CASE("kvsim plan: refused requests miss every target, and a search cut by --max-points says so") {

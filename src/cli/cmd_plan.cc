@@ -86,11 +86,27 @@ struct Target {
   std::function<std::optional<std::string>(const PointFigures&)> miss;
 };
 
+// A p99 in seconds, or null where no request gave one (as replay's JSON has it).
+nlohmann::ordered_json p99_seconds(const Latency& l) {
+  if (l.count == 0) return nullptr;
+  return static_cast<double>(l.p99_ns) / 1e9;
+}
+
+std::string p99_text(const Latency& l) { return l.count == 0 ? "n/a" : format_seconds(l.p99_ns, 3); }
+
 std::optional<std::string> latency_miss(const char* what, const Latency& l, bool p99, std::int64_t bound_ns) {
-  if (l.count == 0) return fmt::format("no request completed, so no {}", what);
+  // TPOT counts only the requests that generated two tokens or more.
+  if (l.count == 0) {
+    return std::string_view(what) == "TPOT" ? "no request generated two tokens or more, so no TPOT"
+                                            : fmt::format("no request completed, so no {}", what);
+  }
   const std::int64_t v = p99 ? l.p99_ns : l.p50_ns;
   if (v <= bound_ns) return std::nullopt;
-  return fmt::format("{} {} {} s > {} s", what, p99 ? "p99" : "p50", format_seconds(v, 3), format_seconds(bound_ns, 3));
+  // Milliseconds, or as many more places as it takes to tell the two apart (26.1 ms > 26 ms).
+  int places = 3;
+  while (places < 9 && format_seconds(v, places) == format_seconds(bound_ns, places)) ++places;
+  return fmt::format("{} {} {} s > {} s", what, p99 ? "p99" : "p50", format_seconds(v, places),
+                     format_seconds(bound_ns, places));
 }
 
 std::vector<Target> read_targets(const po::variables_map& vm) {
@@ -279,6 +295,11 @@ int run_plan(const Invocation& inv) {
   const bool rate = search == "rate-scale";
   // Expert parallelism spreads the experts over two replicas or more: the fewest is 2.
   const std::int64_t fewest_replicas = vm.count(option_key(kOptExpertParallel)) != 0 ? 2 : 1;
+  if (!rate && max_replicas < fewest_replicas) {
+    throw InputError(Location{"", 0, "--max-replicas"},
+                     fmt::format("{} replica allows no search: {} spreads the experts over {} replicas or more",
+                                 max_replicas, kOptExpertParallel, fewest_replicas));
+  }
   std::vector<Tried> tried;
   const auto setup_for = [&](const std::string& value) {
     return SweepSetup(base, {SweepAxis{search, {value}, "", 0}});
@@ -436,9 +457,9 @@ int run_plan(const Invocation& inv) {
                         {"arrival_rate_per_s", t->report().overload.arrival_rate_per_s},
                         {"preemptions", t->report().preemptions},
                         {"overloaded", t->report().overload.overloaded},
-                        {"ttft_p99_s", static_cast<double>(t->report().ttft.p99_ns) / 1e9},
-                        {"tpot_p99_s", static_cast<double>(t->report().tpot.p99_ns) / 1e9},
-                        {"e2e_p99_s", static_cast<double>(t->report().e2e.p99_ns) / 1e9},
+                        {"ttft_p99_s", p99_seconds(t->report().ttft)},
+                        {"tpot_p99_s", p99_seconds(t->report().tpot)},
+                        {"e2e_p99_s", p99_seconds(t->report().e2e)},
                         {"kv_usage_peak", t->figures.kv_usage_peak ? nlohmann::ordered_json(*t->figures.kv_usage_peak)
                                                                    : nlohmann::ordered_json()},
                         {"bracket", mark(*t)}});
@@ -455,8 +476,8 @@ int run_plan(const Invocation& inv) {
     for (const auto& m : t->misses) why += (why.empty() ? "" : "; ") + m;
     rows.push_back({std::to_string(t->order), t->value_text, arrivals_text(t->report().overload.arrival_rate_per_s),
                     t->misses.empty() ? "yes" : "no", with_commas(t->report().preemptions),
-                    t->report().overload.overloaded ? "yes" : "no", format_seconds(t->report().ttft.p99_ns, 3),
-                    format_seconds(t->report().tpot.p99_ns, 3), format_seconds(t->report().e2e.p99_ns, 3),
+                    t->report().overload.overloaded ? "yes" : "no", p99_text(t->report().ttft),
+                    p99_text(t->report().tpot), p99_text(t->report().e2e),
                     t->figures.kv_usage_peak ? fmt::format("{:.1f}%", *t->figures.kv_usage_peak * 100) : "n/a", mark(*t),
                     why});
   }
