@@ -2,6 +2,7 @@
 // on hand cases, downsampling that keeps the maximum, fixed quantiles, byte-determinism; and
 // `kvsim replay --html` / `kvsim report --html` end to end.
 #include <catch2/catch.hpp>
+#include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
 #include <cctype>
@@ -461,6 +462,28 @@ TEST_CASE("html: kvsim report refuses what it cannot read, naming the file, the 
   };
   const std::string timeline_text = test::slurp(saved_t), per_request_text = test::slurp(saved_r);
   REQUIRE(test::run_cli({"report", saved_json, saved_t, saved_r, "--html", (dir / "whole.html").string()}).exit_code == 0);
+  // The same schedule in fp8 (the roofline on no device: constant steps, so the same steps
+  // and end): every byte halves, so its timeline's largest interval maximum is half the
+  // bf16 run's peak, and it is not that run's.
+  {
+    const std::string fp8_t = (dir / "fp8-t.csv").string();
+    const std::vector<std::string> same = {"--allocator", "paged", "--requests", "20", "--quiet", "--json", "--cost",
+                                           "constant:step=10ms,prefill-token=0s"};
+    auto args = same;
+    args.insert(args.begin(), {"replay", trace});
+    const auto bf16 = test::run_cli(args);
+    REQUIRE(bf16.exit_code == 0);
+    const std::string bf16_json = write("bf16.json", bf16.out);
+    args.insert(args.end(), {"--dtype", "fp8", "--timeline", fp8_t});
+    REQUIRE(test::run_cli(args).exit_code == 0);
+    const auto peak = nlohmann::json::parse(bf16.out)["runs"][0]["memory_bytes"]["allocated_slots"]["peak"].get<std::int64_t>();
+    const auto r = test::run_cli({"report", bf16_json, fp8_t, "--html", (dir / "fp8.html").string()});
+    CHECK(r.exit_code == 1);
+    CHECK_THAT(r.err, Catch::Contains(fmt::format("paged:block=16's largest allocated_bytes_max is {}, but its "
+                                                  "allocated peak in the --json output is {}: the timeline of "
+                                                  "another run",
+                                                  peak / 2, peak)));
+  }
   // A per-step timeline has a row as each step begins, the last step's last, and no closing
   // row at the run's end (docs/replay.md): whole, it is the run's; cut a row short, it is not.
   const std::string step_json = (dir / "step.json").string(), step_t = (dir / "step-t.csv").string();
@@ -722,6 +745,22 @@ TEST_CASE("html: kvsim report draws a sweep's figures against its numeric axis, 
   const std::string rhtml = test::slurp(out);
   CHECK(rhtml.find("<path class=\"data r0\" d=\"M72.0,172.0 L282.7,120.0 L704.0,68.0\"/>") != std::string::npos);
   CHECK(rhtml.find("class=\"data r1\"") == std::string::npos);
+  // A grid given out of order (--vary rate-scale=4,1,2) draws the same line, joined by x.
+  const std::string unordered = (dir / "unordered.csv").string();
+  std::ofstream(unordered, std::ios::binary)
+      << "point,points,grid,point_rows,rate-scale,allocator,allocated_bytes_peak,reserved_bytes_peak,ttft_p99_s,"
+         "generated_tokens_per_s\n"
+         "0,3,abc,1,4,paged,3221225472,3221225472,0.9,300.0\n"
+         "1,3,abc,1,1,paged,1073741824,1073741824,0.5,100.0\n"
+         "2,3,abc,1,2,paged,2147483648,2147483648,0.6,200.0\n";
+  const auto ur = test::run_cli({"report", unordered, "--html", out});
+  REQUIRE(ur.exit_code == 0);
+  CHECK(test::slurp(out).find("<path class=\"data r0\" d=\"M72.0,172.0 L282.7,120.0 L704.0,68.0\"/>") !=
+        std::string::npos);
+  // A sweep's page is its own: another output beside it is refused, the sweep twice too.
+  const auto twice = test::run_cli({"report", unordered, unordered, "--html", out});
+  CHECK(twice.exit_code == 1);
+  CHECK_THAT(twice.err, Catch::Contains("a sweep CSV is read on its own"));
   // An axis that is never a number cannot be drawn against.
   const std::string words = (dir / "words.csv").string();
   std::ofstream(words, std::ios::binary)

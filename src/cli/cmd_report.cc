@@ -389,6 +389,7 @@ void read_timeline(Csv& csv, const std::string& path, HtmlPage& page, const std:
   // at its start: sampled rows close an interval).
   struct Seen {
     std::int64_t rows = 0, last_ns = 0, last_step = 0, last_line = 0;
+    std::int64_t allocated_max = 0, peak_line = 0;  // the largest interval maximum, and its row
   };
   std::vector<Seen> seen(page.runs.size());
   while (csv.next()) {
@@ -440,6 +441,10 @@ void read_timeline(Csv& csv, const std::string& path, HtmlPage& page, const std:
                                      : fmt::format("{} is below effective_bytes {}: a timeline's rows hold "
                                                    "effective <= allocated <= reserved", p.allocated, p.effective));
     }
+    if (p.allocated_max > s.allocated_max) {
+      s.allocated_max = p.allocated_max;
+      s.peak_line = csv.line();
+    }
     add_point(run, p);
   }
   // A sampled timeline closes with the state at the run's end, after its last step; a
@@ -465,6 +470,15 @@ void read_timeline(Csv& csv, const std::string& path, HtmlPage& page, const std:
                                    "--json output: a timeline cut short, or of another run",
                                    name, format_seconds(s.last_ns, 9), s.last_step, format_seconds(f.end_ns, 9),
                                    f.iterations));
+    }
+    // Sampled rows keep every interval's maximum, so the largest is the run's peak: a
+    // timeline of the same schedule but other bytes (another dtype, another budget's cache)
+    // is not this run's.
+    if (!per_step && s.allocated_max != page.runs[i].allocated_peak) {
+      throw InputError(Location{path, s.peak_line, "column 'allocated_bytes_max'"},
+                       fmt::format("{}'s largest allocated_bytes_max is {}, but its allocated peak in the --json output "
+                                   "is {}: the timeline of another run",
+                                   name, s.allocated_max, page.runs[i].allocated_peak));
     }
   }
 }
@@ -603,6 +617,11 @@ void read_sweep(Csv& csv, const std::string& path, HtmlPage& page) {
       if (at == c.series.end()) at = c.series.insert(c.series.end(), HtmlSweepSeries{label, {}});
       at->points.emplace_back(*axis_number(r.axes[x - kLeading]), *y);
     }
+    // A line joins the points in the order of x, whatever the grid's order (--vary 2,0.5,1).
+    for (HtmlSweepSeries& series : c.series) {
+      std::stable_sort(series.points.begin(), series.points.end(),
+                       [](const auto& a, const auto& b) { return a.first < b.first; });
+    }
     page.sweep.push_back(std::move(c));
   };
   chart("sweep-peak", "Allocated slots, peak", "GiB (2^30 bytes)", [](const Row& r) { return std::optional<double>(r.peak_gib); });
@@ -692,6 +711,10 @@ int run_report(const Invocation& inv) {
     Csv csv(path);
     const std::string& header = csv.header_line();
     if (header.rfind("point,points,grid,", 0) == 0) {
+      // A sweep's page is its own: a replay's or validate's outputs are of one run, not of it.
+      if (inputs.size() != 1) {
+        throw InputError(Location{path, 0, ""}, "a sweep CSV is read on its own: give no other output beside it");
+      }
       read_sweep(csv, path, page);
       continue;
     }

@@ -67,7 +67,7 @@ struct HtmlComparison {
 // the values of the other axes).
 struct HtmlSweepSeries {
   std::string label;
-  std::vector<std::pair<double, double>> points;  // (parameter, figure), in the sweep's order
+  std::vector<std::pair<double, double>> points;  // (parameter, figure), by the parameter
 };
 struct HtmlSweepChart {
   std::string name, title, x_label, y_label;
