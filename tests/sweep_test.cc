@@ -96,7 +96,10 @@ TEST_CASE("sweep: grid order (last axis fastest), columns named as the options, 
     const auto f = fields(rows[p + 1]);
     CHECK(f[0] == std::to_string(p));
     CHECK(f[1] == "6");
-    CHECK(f[2].size() == 16);
+    // g and 16 hex digits: never a number to pandas.
+    CHECK(f[2].size() == 17);
+    CHECK(f[2][0] == 'g');
+    CHECK(f[2].find_first_not_of("0123456789abcdef", 1) == std::string::npos);
     CHECK(f[3] == "1");
     CHECK(f[4] == block[p]);
     CHECK(f[5] == count[p]);
@@ -370,6 +373,10 @@ TEST_CASE("sweep: a bad varied value is replay's own error naming the option, or
   r = run_cli({"sweep", trace, "--vary", "max-running=1,,2"});
   CHECK(r.exit_code == 2);
   CHECK(r.err.find("an empty value") != std::string::npos);
+  // One value twice would be two points of one run.
+  r = run_cli({"sweep", trace, "--vary", "rate-scale=1,2,1"});
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("rate-scale: \"1\" is given twice in \"rate-scale=1,2,1\"") != std::string::npos);
   r = run_cli({"sweep", trace, "--vary", "max-running=1", "--shard", "4/3"});
   CHECK(r.exit_code == 2);
   CHECK(r.err.find("--shard: expected I/N with 1 <= I <= N") != std::string::npos);

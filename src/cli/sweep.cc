@@ -70,6 +70,14 @@ SweepAxis parse_axis(std::string_view text, const Location& where) {
   if (const auto problem = split_values(text.substr(eq + 1), axis.values); !problem.empty()) {
     throw InputError(where, axis.name + ": " + problem + " in \"" + printable(text) + "\"");
   }
+  // A value twice would run the same points twice, as two points of the grid.
+  for (std::size_t i = 1; i < axis.values.size(); ++i) {
+    if (std::find(axis.values.begin(), axis.values.begin() + static_cast<std::ptrdiff_t>(i), axis.values[i]) !=
+        axis.values.begin() + static_cast<std::ptrdiff_t>(i)) {
+      throw InputError(where, axis.name + ": \"" + printable(axis.values[i]) + "\" is given twice in \"" +
+                                  printable(text) + "\"");
+    }
+  }
   axis.file = where.file;
   axis.line = where.line;
   return axis;

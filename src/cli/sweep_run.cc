@@ -106,7 +106,8 @@ SweepSetup::SweepSetup(const po::variables_map& vm, std::vector<SweepAxis> axes)
   const auto trace = option_text(base_, "trace");
   trace_path_ = trace ? *trace : std::string();
   for (const auto& axis : grid_.axes()) columns_.push_back(axis_column(axis.name));
-  grid_id_ = grid_fingerprint(grid_text(base_, replay_desc_, trace_path_, grid_.axes()));
+  // A letter first: 16 hex digits may read as a number in pandas (1434e25282187733 is 1.4e28).
+  grid_id_ = "g" + grid_fingerprint(grid_text(base_, replay_desc_, trace_path_, grid_.axes()));
 }
 
 po::variables_map SweepSetup::point_options(std::int64_t p) const {
