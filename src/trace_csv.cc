@@ -63,14 +63,6 @@ class NativeCsvReader final : public CsvReader {
     return true;
   }
 
-  // Names are text: bytes that are not UTF-8 (a file cut inside a character, or not text
-  // at all) would make a converted JSONL trace that no JSON reader accepts.
-  bool text_is_utf8(std::string_view name, std::string_view text) {
-    const std::size_t bad = invalid_utf8_at(text);
-    if (bad == std::string_view::npos) return true;
-    fail(label(name), "not valid UTF-8 at byte " + std::to_string(bad + 1) + " of " + quote_text(text));
-    return false;
-  }
 
   Row parse_line(std::string_view line, Request& out) override {
     if (!split_row(line)) return Row::bad;

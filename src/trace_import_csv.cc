@@ -88,6 +88,9 @@ class LengthsReader final : public CsvReader {
                 "a trace of lengths needs a prompt column (num_prefill_tokens or prompt_tokens) and an output "
                 "column (num_decode_tokens or output_tokens)");
     }
+    // An id column names the requests (the native reader, which needs arrivals too, sends
+    // such a file here); without one they are named by their row.
+    id_col_ = column("id");
     // Columns this reader would drop without a word: arrivals (it draws its own), and the
     // native format's generation limits, cancellations, samples, sessions and prefixes.
     for (std::string_view name : kNativeFieldNames) {
@@ -116,7 +119,14 @@ class LengthsReader final : public CsvReader {
                             kOptRate, options_.synthetic_rate_per_s, row_));
     }
     if (!split_row(line)) return Row::bad;
-    name_by_row(out, row_);
+    if (id_col_ >= 0) {
+      const std::string_view id = field(id_col_);
+      if (id.empty()) return fail(label("id"), "expected a request id, got nothing");
+      if (!text_is_utf8("id", id)) return Row::bad;
+      out.id.assign(id.data(), id.size());
+    } else {
+      name_by_row(out, row_);
+    }
     out.arrival_ns = now_ns_;
     if (!parse_count(prompt_name_, field(prompt_col_), out.prompt_tokens)) return Row::bad;
     if (!parse_count(output_name_, field(output_col_), out.output_tokens)) return Row::bad;
@@ -137,6 +147,7 @@ class LengthsReader final : public CsvReader {
                                                      "(traces/README.md)")));
   }
 
+  int id_col_ = -1;
   int prompt_col_ = -1;
   int output_col_ = -1;
   std::string_view prompt_name_;

@@ -417,7 +417,11 @@ bool RowReader::next(Request& out) {
       continue;
     }
     const Row row = parse_line(line, out);
-    if (row == Row::skip) ++dropped_;
+    // Counted only inside the --time-window (the rows a cut keeps): a skipped row's arrival
+    // is parsed before it is skipped.
+    if (row == Row::skip && out.arrival_ns >= options_.window_from_ns && out.arrival_ns < options_.window_to_ns) {
+      ++dropped_;
+    }
     if (row != Row::ok) continue;
     if (!options_.sort && rows_returned_ > 0 && out.arrival_ns < last_arrival_ns_) {
       fail(label(message_names_.arrival), "arrival " + seconds_text(out.arrival_ns) + " s is before the arrival " +
@@ -452,6 +456,13 @@ void RowReader::fail_file(std::int64_t line, std::string problem) const {
 
 std::string RowReader::label(std::string_view name) const {
   return std::string(value_kind_) + " '" + printable(name) + "'";
+}
+
+bool RowReader::text_is_utf8(std::string_view name, std::string_view text) {
+  const std::size_t bad = invalid_utf8_at(text);
+  if (bad == std::string_view::npos) return true;
+  fail(label(name), "not valid UTF-8 at byte " + std::to_string(bad + 1) + " of " + quote_text(text));
+  return false;
 }
 
 bool RowReader::parse_count(std::string_view name, std::string_view text, std::int64_t& out) {

@@ -182,6 +182,9 @@ class RowReader : public TraceReader {
 
   // Field parsers. Each returns false after recording an error naming `name`.
   bool parse_count(std::string_view name, std::string_view text, std::int64_t& out);
+  // Names are text: bytes that are not UTF-8 (a file cut inside a character, or not text
+  // at all) would make a converted JSONL trace that no JSON reader accepts.
+  bool text_is_utf8(std::string_view name, std::string_view text);
   bool parse_time(std::string_view name, std::string_view text, std::int64_t& ns, bool rounded);
   bool parse_hash_list(std::string_view name, std::string_view text, std::vector<std::uint64_t>& out);
 
@@ -208,7 +211,7 @@ class RowReader : public TraceReader {
   std::int64_t last_arrival_ns_ = 0;
   std::int64_t last_arrival_line_ = 0;
   std::int64_t rows_returned_ = 0;
-  std::int64_t dropped_ = 0;  // rows parse_line() skipped
+  std::int64_t dropped_ = 0;  // rows parse_line() skipped, within the --time-window
 };
 
 // Splits one CSV line into fields. Quoted fields ("a,b", "say ""hi""") are unquoted;

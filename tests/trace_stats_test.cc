@@ -281,6 +281,41 @@ TEST_CASE("BurstGPT's dropped failed requests are counted by trace stats and rep
   REQUIRE(r.exit_code == 0);
   CHECK(nlohmann::json::parse(r.out)["stats"]["dropped_failed_requests"] == 0);
 
+  // A --time-window counts the failed rows inside it only. Failed at 1, 2, 7 and 8 s, served
+  // at 5, 6 and 9 s: [5 s, 8 s) keeps 5 and 6 and drops 7 alone (1 and 2 are before it, 8 is
+  // read only to find the window's end); kept, 7 is the third request.
+  const std::string windowed = test::write_file("burst-window.csv",
+                                                "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+                                                "1,ChatGPT,472,0,490,Conversation log\n"
+                                                "2,ChatGPT,100,0,100,Conversation log\n"
+                                                "5,GPT-4,1000,200,1200,API log\n"
+                                                "6,GPT-4,10,2,12,API log\n"
+                                                "7,GPT-4,10,0,12,API log\n"
+                                                "8,GPT-4,10,0,12,API log\n"
+                                                "9,GPT-4,10,5,12,API log\n");
+  r = test::run_cli({"trace", "stats", windowed, "--json", "--time-window", "5s..8s"});
+  REQUIRE(r.exit_code == 0);
+  CHECK(nlohmann::json::parse(r.out)["stats"]["requests"] == 2);
+  CHECK(nlohmann::json::parse(r.out)["stats"]["dropped_failed_requests"] == 1);
+  r = test::run_cli({"trace", "stats", windowed, "--json", "--time-window", "5s..8s", "--keep-failed"});
+  REQUIRE(r.exit_code == 0);
+  CHECK(nlohmann::json::parse(r.out)["stats"]["requests"] == 3);
+
+  // A file name that is not UTF-8 goes into the JSON with U+FFFD for its bad byte, as text
+  // output prints it, instead of an internal error.
+  {
+    const std::string odd = (std::filesystem::path(path).parent_path() / "bad\xffname.csv").string();
+    std::filesystem::copy_file(path, odd, std::filesystem::copy_options::overwrite_existing);
+    r = test::run_cli({"trace", "stats", odd, "--json"});
+    REQUIRE(r.exit_code == 0);
+    const std::string trace = nlohmann::json::parse(r.out)["trace"];
+    CHECK(trace.find("bad\xef\xbf\xbdname.csv") != std::string::npos);
+    r = test::run_cli({"replay", odd, "--json", "--quiet"});
+    REQUIRE(r.exit_code == 0);
+    CHECK(nlohmann::json::parse(r.out)["trace"].get<std::string>().find("bad\xef\xbf\xbdname.csv") != std::string::npos);
+    std::filesystem::remove(odd);
+  }
+
   // replay: once in its warnings (standard error and the JSON), however many allocators ran.
   r = test::run_cli({"replay", path, "--allocator", "paged,dynamic", "--json"});
   REQUIRE(r.exit_code == 0);
