@@ -254,7 +254,7 @@ std::string trace_stats_json(const TraceStats& s) {
   j["prefix_tokens"] = s.prefix_tokens;
   j["prefix_tokens_seen"] = s.prefix_tokens_seen;
   j["prefix_token_reuse"] = or_null(s.prefix_tokens > 0, s.prefix_token_reuse());
-  return j.dump(2) + "\n";
+  return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
 }  // namespace kvsim

@@ -203,7 +203,7 @@ std::string json_of(const MeasuredRun& run, const Calibration& c, const ReplayFi
          {"residual_rms_s", c.residual_rms_s},
          {"residual_max_s", c.residual_max_s},
          {"ticks", ticks}};
-  return j.dump(2) + "\n";
+  return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
 // What the fit needs of the run's model: --config, --model, else meta.json's model by

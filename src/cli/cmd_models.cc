@@ -82,7 +82,7 @@ int run_models(const Invocation& inv) {
       entry["bf16_bytes_per_token"] = layout.bytes_per_token();
       out.push_back(entry);
     }
-    write_stdout(out.dump(2) + "\n");
+    write_stdout(out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
     return kExitOk;
   }
 

@@ -465,7 +465,7 @@ int run_plan(const Invocation& inv) {
                         {"bracket", mark(*t)}});
     }
     j["points"] = points;
-    write_stdout(j.dump(2) + "\n");
+    write_stdout(j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
     return kExitOk;
   }
   std::vector<std::vector<std::string>> rows = {{"#", name, "arrivals/s", "met", "preemptions", "overloaded",

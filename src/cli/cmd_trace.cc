@@ -189,7 +189,7 @@ int run_stats(const Invocation& inv) {
     j["trace"] = path;  // JSON escapes it
     j["format"] = format;
     j["stats"] = nlohmann::ordered_json::parse(trace_stats_json(stats));
-    write_stdout(j.dump(2) + "\n");
+    write_stdout(j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
   } else {
     write_stdout(fmt::format("{:<18} {} ({})\n{}", "trace", printable(path), format, format_trace_stats(stats)));
   }

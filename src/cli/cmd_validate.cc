@@ -509,7 +509,7 @@ std::string json_of(const MeasuredRun& run, const ReplayPlan& plan, const std::s
          {"waiting_mae", r.ticks > 0 ? Json(r.waiting_mae) : Json(nullptr)},
          {"kv_usage_mae_percent", r.kv_recorded ? Json(r.kv_mae_percent) : Json(nullptr)},
          {"warnings", warnings}};
-  return j.dump(2) + "\n";
+  return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
 // --per-tick: one CSV row a tick of timeseries.csv, measured beside simulated (the replicas

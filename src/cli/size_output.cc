@@ -798,7 +798,7 @@ std::string size_json(const SizeSheet& sheet, const std::string& dtype_reason) {
       out["max_concurrency"] = decimal_number(format_ratio(c.num_blocks, c.blocks_per_request, 2));
     }
   }
-  return out.dump(2) + "\n";
+  return out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
 }  // namespace kvsim::cli

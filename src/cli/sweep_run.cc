@@ -192,7 +192,7 @@ std::string SweepSetup::jsonl_row(std::int64_t p, std::int64_t point_rows, const
   const nlohmann::ordered_json run = replay_run_json(report, shape.placement, shape.replicas);
   for (auto it = run.begin(); it != run.end(); ++it) row[it.key()] = *it;
   if (!warnings.empty()) row["warnings"] = warnings;
-  return row.dump() + "\n";
+  return row.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
 void TraceCache::note(const TraceOptions& o) {
