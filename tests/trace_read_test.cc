@@ -328,12 +328,14 @@ TEST_CASE("formats are detected from the header or the first record") {
   // An id column is kept when the file is read as lengths (the native reader, missing the
   // arrivals, points there): ids were replaced by row numbers.
   {
-    const auto requests = read(write_file("d8b.csv", "id,prompt_tokens,output_tokens\nreq-a,100,10\nreq-b,200,20\n"), rate);
+    TraceOptions lengths = rate;
+    lengths.format = TraceFormat::lengths;
+    const auto requests = read(write_file("d8b.csv", "id,prompt_tokens,output_tokens\nreq-a,100,10\nreq-b,200,20\n"), lengths);
     REQUIRE(requests.size() == 2);
     CHECK(requests[0].id == "req-a");
     CHECK(requests[1].id == "req-b");
     CHECK(requests[1].prompt_tokens == 200);
-    CHECK_THROWS_WITH(read(write_file("d8c.csv", "id,prompt_tokens,output_tokens\n,100,10\n"), rate),
+    CHECK_THROWS_WITH(read(write_file("d8c.csv", "id,prompt_tokens,output_tokens\n,100,10\n"), lengths),
                       Catch::Contains("d8c.csv:2: column 'id': expected a request id, got nothing"));
   }
   CHECK_THROWS_WITH(read(write_file("d9.csv", "prompt_tokens,output_tokens,max_tokens\n10,5,6\n"), rate),
