@@ -703,6 +703,16 @@ void read_ticks(MeasuredRun& run) {
   const std::ptrdiff_t preempted_at = optional_column("preempted");
   run.preemptions_recorded = preempted_at >= 0;
   double last_t = -1;
+  // A recorder's last tick may close one tick after the run's last request.
+  const double span = run.started_at_s != 0 && run.finished_at_s != 0 ? run.finished_at_s - run.started_at_s
+                                                                       : kLongestRunS;
+  // vLLM runs at most max_num_seqs requests per engine (no bound if the product overflows).
+  // (Not bounded by requests.jsonl's count: vLLM v1 schedules each of a request's n samples
+  // as a request of its own.)
+  std::int64_t most_running = std::numeric_limits<std::int64_t>::max();
+  if (__builtin_mul_overflow(run.max_num_seqs, run.data_parallel, &most_running)) {
+    most_running = std::numeric_limits<std::int64_t>::max();
+  }
   for (std::int64_t line = 2; std::getline(in, text); ++line) {
     if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
     const std::vector<std::string> cells = split(text);
@@ -714,9 +724,6 @@ void read_ticks(MeasuredRun& run) {
     t.t_s = csv_number(cells[at[0]], path, line, wanted[0]);
     if (t.t_s < 0) throw InputError(Location{path, line, "t"}, "negative: expected seconds since the run started");
     if (t.t_s <= last_t) throw InputError(Location{path, line, "t"}, "times must increase");
-    // A recorder's last tick may close one tick after the run's last request.
-    const double span = run.started_at_s != 0 && run.finished_at_s != 0 ? run.finished_at_s - run.started_at_s
-                                                                         : kLongestRunS;
     if (t.t_s > span + run.tick_s + 1.0) {
       throw InputError(Location{path, line, "t"},
                        fmt::format("{:.6g} s is past the run's end ({:.6g} s{})", t.t_s, span,
@@ -737,10 +744,7 @@ void read_ticks(MeasuredRun& run) {
     }
     t.running = csv_count(cells[at[3]], path, line, wanted[3]);
     t.waiting = csv_count(cells[at[4]], path, line, wanted[4]);
-    // vLLM runs at most max_num_seqs requests per engine. (Not bounded by requests.jsonl's
-    // count: vLLM v1 schedules each of a request's n samples as a request of its own.)
-    std::int64_t most_running = 0;
-    if (!__builtin_mul_overflow(run.max_num_seqs, run.data_parallel, &most_running) && t.running > most_running) {
+    if (t.running > most_running) {
       throw InputError(Location{path, line, wanted[3]},
                        fmt::format("{} running, more than max_num_seqs x data_parallel_size ({} x {}) allow", t.running,
                                    run.max_num_seqs, run.data_parallel));
