@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli.h"
+#include "json_text.h"
 #include "kvsim/calibrate.h"
 #include "kvsim/cost_model.h"
 #include "kvsim/error.h"
@@ -203,7 +204,7 @@ std::string json_of(const MeasuredRun& run, const Calibration& c, const ReplayFi
          {"residual_rms_s", c.residual_rms_s},
          {"residual_max_s", c.residual_max_s},
          {"ticks", ticks}};
-  return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  return json_text(j);
 }
 
 // What the fit needs of the run's model: --config, --model, else meta.json's model by

@@ -5,6 +5,7 @@
 #include <type_traits>
 
 #include "cli.h"
+#include "json_text.h"
 #include "kvsim/output_file.h"
 #include "kvsim/model.h"
 #include "kvsim/units.h"
@@ -82,7 +83,7 @@ int run_models(const Invocation& inv) {
       entry["bf16_bytes_per_token"] = layout.bytes_per_token();
       out.push_back(entry);
     }
-    write_stdout(out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+    write_stdout(json_text(out));
     return kExitOk;
   }
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cli.h"
+#include "json_text.h"
 #include "kvsim/error.h"
 #include "kvsim/option_names.h"
 #include "kvsim/output_file.h"
@@ -94,12 +95,10 @@ nlohmann::ordered_json p99_seconds(const Latency& l) {
 
 std::string p99_text(const Latency& l) { return l.count == 0 ? "n/a" : format_seconds(l.p99_ns, 3); }
 
-std::optional<std::string> latency_miss(const char* what, const Latency& l, bool p99, std::int64_t bound_ns) {
-  // TPOT counts only the requests that generated two tokens or more.
-  if (l.count == 0) {
-    return std::string_view(what) == "TPOT" ? "no request generated two tokens or more, so no TPOT"
-                                            : fmt::format("no request completed, so no {}", what);
-  }
+// `none`: why no request gave the figure, when none did.
+std::optional<std::string> latency_miss(const char* what, const char* none, const Latency& l, bool p99,
+                                        std::int64_t bound_ns) {
+  if (l.count == 0) return fmt::format("{}, so no {}", none, what);
   const std::int64_t v = p99 ? l.p99_ns : l.p50_ns;
   if (v <= bound_ns) return std::nullopt;
   // Milliseconds, or as many more places as it takes to tell the two apart (26.1 ms > 26 ms).
@@ -126,13 +125,19 @@ std::vector<Target> read_targets(const po::variables_map& vm) {
   struct LatencyTarget {
     const char* option;
     const char* what;
+    const char* none;  // why no request gave it: TPOT needs two tokens or more
     Latency ReplayReport::*field;
     bool p99;
   };
+  constexpr const char* kNoneCompleted = "no request completed";
+  constexpr const char* kNoneGenerated = "no request generated two tokens or more";
   const LatencyTarget latencies[] = {
-      {"ttft-p50", "TTFT", &ReplayReport::ttft, false}, {"ttft-p99", "TTFT", &ReplayReport::ttft, true},
-      {"tpot-p50", "TPOT", &ReplayReport::tpot, false}, {"tpot-p99", "TPOT", &ReplayReport::tpot, true},
-      {"e2e-p50", "e2e", &ReplayReport::e2e, false},    {"e2e-p99", "e2e", &ReplayReport::e2e, true},
+      {"ttft-p50", "TTFT", kNoneCompleted, &ReplayReport::ttft, false},
+      {"ttft-p99", "TTFT", kNoneCompleted, &ReplayReport::ttft, true},
+      {"tpot-p50", "TPOT", kNoneGenerated, &ReplayReport::tpot, false},
+      {"tpot-p99", "TPOT", kNoneGenerated, &ReplayReport::tpot, true},
+      {"e2e-p50", "e2e", kNoneCompleted, &ReplayReport::e2e, false},
+      {"e2e-p99", "e2e", kNoneCompleted, &ReplayReport::e2e, true},
   };
   for (const auto& l : latencies) {
     const auto text = option_text(vm, l.option);
@@ -141,7 +146,7 @@ std::vector<Target> read_targets(const po::variables_map& vm) {
     const std::int64_t bound = parse_duration_ns(*text, flag);
     if (bound <= 0) throw InputError(Location{"", 0, flag}, "expected a positive duration");
     targets.push_back({flag, *text, [l, bound](const PointFigures& f) {
-                         return latency_miss(l.what, f.report.*(l.field), l.p99, bound);
+                         return latency_miss(l.what, l.none, f.report.*(l.field), l.p99, bound);
                        }});
   }
   if (const auto text = option_text(vm, "kv-usage-max")) {
@@ -465,7 +470,7 @@ int run_plan(const Invocation& inv) {
                         {"bracket", mark(*t)}});
     }
     j["points"] = points;
-    write_stdout(j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+    write_stdout(json_text(j));
     return kExitOk;
   }
   std::vector<std::vector<std::string>> rows = {{"#", name, "arrivals/s", "met", "preemptions", "overloaded",

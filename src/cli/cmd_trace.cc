@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "cli.h"
+#include "json_text.h"
 #include "kvsim/error.h"
 #include "kvsim/output_file.h"
 #include "kvsim/option_names.h"
@@ -189,7 +190,7 @@ int run_stats(const Invocation& inv) {
     j["trace"] = path;  // JSON escapes it
     j["format"] = format;
     j["stats"] = nlohmann::ordered_json::parse(trace_stats_json(stats));
-    write_stdout(j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+    write_stdout(json_text(j));
   } else {
     write_stdout(fmt::format("{:<18} {} ({})\n{}", "trace", printable(path), format, format_trace_stats(stats)));
   }

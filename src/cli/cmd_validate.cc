@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli.h"
+#include "json_text.h"
 #include "kvsim/allocator.h"
 #include "kvsim/budget.h"
 #include "kvsim/cost_model.h"
@@ -509,7 +510,7 @@ std::string json_of(const MeasuredRun& run, const ReplayPlan& plan, const std::s
          {"waiting_mae", r.ticks > 0 ? Json(r.waiting_mae) : Json(nullptr)},
          {"kv_usage_mae_percent", r.kv_recorded ? Json(r.kv_mae_percent) : Json(nullptr)},
          {"warnings", warnings}};
-  return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  return json_text(j);
 }
 
 // --per-tick: one CSV row a tick of timeseries.csv, measured beside simulated (the replicas

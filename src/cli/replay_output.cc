@@ -1,3 +1,4 @@
+#include "json_text.h"
 #include "replay_output.h"
 
 #include <fmt/core.h>
@@ -722,7 +723,7 @@ std::string replay_json(const ReplayContext& c, const std::vector<ReplayReport>&
   // Only when there are any, so that other runs' JSON is unchanged.
   const auto w = warnings(c, reports, true);
   if (!w.empty()) j["warnings"] = w;
-  return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  return json_text(j);
 }
 
 namespace {

@@ -1,3 +1,4 @@
+#include "json_text.h"
 #include "size_output.h"
 
 #include <fmt/core.h>
@@ -798,7 +799,7 @@ std::string size_json(const SizeSheet& sheet, const std::string& dtype_reason) {
       out["max_concurrency"] = decimal_number(format_ratio(c.num_blocks, c.blocks_per_request, 2));
     }
   }
-  return out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  return json_text(out);
 }
 
 }  // namespace kvsim::cli

@@ -1,4 +1,5 @@
 // Running the points of a sweep (sweep_run.h).
+#include "json_text.h"
 #include "sweep_run.h"
 
 #include <fmt/core.h>
@@ -192,7 +193,7 @@ std::string SweepSetup::jsonl_row(std::int64_t p, std::int64_t point_rows, const
   const nlohmann::ordered_json run = replay_run_json(report, shape.placement, shape.replicas);
   for (auto it = run.begin(); it != run.end(); ++it) row[it.key()] = *it;
   if (!warnings.empty()) row["warnings"] = warnings;
-  return row.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  return json_text(row, -1);
 }
 
 void TraceCache::note(const TraceOptions& o) {
