@@ -401,8 +401,9 @@ ModelWeights model_weights(const ModelSpec& model, const KvOptions& kv, const Bu
       w.weight_bits = model.weight_bits;
       w.weight_bits_source = "quantization_config";
     } else if (const std::int64_t bits = bits_of(model.weight_dtype); bits > 0) {
-      w.weight_bits = bits;
-      w.weight_bits_source = "torch_dtype " + model.weight_dtype;
+      // vLLM serves a float32 checkpoint in 16 bits (vllm/config/model.py _resolve_auto_dtype).
+      w.weight_bits = std::min<std::int64_t>(bits, 16);
+      w.weight_bits_source = "torch_dtype " + model.weight_dtype + (bits > 16 ? ", served in 16 bits" : "");
     } else if (!model.weight_dtype.empty()) {
       throw InputError(Location{model.name, 0, "field 'torch_dtype'"},
                        "\"" + printable(model.weight_dtype) + "\" is not a dtype kvsim knows the width of, so the weights "

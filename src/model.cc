@@ -324,11 +324,13 @@ KvLayout kv_layout(const ModelSpec& model, const KvOptions& options) {
 }
 
 KvDtype default_kv_dtype(const ModelSpec& model) {
-  // Only a floating compute dtype carries over to the cache (docs/size.md): torch_dtype
+  // Only a 16-bit compute dtype carries over to the cache (docs/size.md): torch_dtype
   // "int8" or "float8_e4m3fn" names how weights are stored, and an engine's "auto" KV
   // dtype is the activations' dtype, which is then bf16 (vLLM's kv_cache_dtype "auto").
+  // A float32 checkpoint is served in 16 bits (vLLM's _resolve_auto_dtype in
+  // vllm/config/model.py, "Downcast for float32 models"), so its cache is bf16 too.
   if (auto dtype = try_parse_kv_dtype(model.weight_dtype)) {
-    if (*dtype == KvDtype::fp32 || *dtype == KvDtype::fp16 || *dtype == KvDtype::bf16) return *dtype;
+    if (*dtype == KvDtype::fp16 || *dtype == KvDtype::bf16) return *dtype;
   }
   return KvDtype::bf16;
 }

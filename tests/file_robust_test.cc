@@ -534,8 +534,10 @@ TEST_CASE("torch_dtype int8 leaves the KV dtype at bf16, as docs/size.md says", 
   CHECK(kvsim::default_kv_dtype(m) == kvsim::KvDtype::bf16);
   m.weight_dtype = "float16";
   CHECK(kvsim::default_kv_dtype(m) == kvsim::KvDtype::fp16);
+  // vLLM serves a float32 checkpoint in 16 bits (vllm/config/model.py _resolve_auto_dtype:
+  // "Downcast for float32 models"), and its "auto" KV dtype is the served one.
   m.weight_dtype = "float32";
-  CHECK(kvsim::default_kv_dtype(m) == kvsim::KvDtype::fp32);
+  CHECK(kvsim::default_kv_dtype(m) == kvsim::KvDtype::bf16);
 
   const auto dir = fresh_dir("int8");
   auto config = nlohmann::json::parse(slurp(std::string(KVSIM_SOURCE_DIR) + "/tests/data/configs/llama-3.1-8b.json"));
@@ -543,7 +545,7 @@ TEST_CASE("torch_dtype int8 leaves the KV dtype at bf16, as docs/size.md says", 
   write_file(dir / "config.json", config.dump());
   const auto r = run_cli({"size", "--config", (dir / "config.json").string()});
   REQUIRE(r.exit_code == 0);
-  CHECK(r.out.find("KV dtype   bf16 (16 bits per value; default: bf16 (torch_dtype int8 is not fp32, fp16 or bf16))") !=
+  CHECK(r.out.find("KV dtype   bf16 (16 bits per value; default: bf16 (torch_dtype int8 is not fp16 or bf16))") !=
         std::string::npos);
   // A dtype of unknown width sizes the KV cache (bf16 by default) but not the weights: where a
   // budget needs them it is an error naming the field, not 16 bits assumed without a word.
@@ -563,6 +565,18 @@ TEST_CASE("torch_dtype int8 leaves the KV dtype at bf16, as docs/size.md says", 
   const auto prefixed = run_cli({"size", "--config", (dir / "config.json").string(), "--tokens", "1000"});
   CHECK(prefixed.exit_code == 0);
   CHECK_THAT(prefixed.out, Catch::Contains("default: the model's torch_dtype float16"));
+  // A float32 checkpoint is served in 16 bits: its cache holds 32 layers x 8 KV heads x 128 x
+  // 2 (K and V) x 2 bytes = 131,072 bytes a token, not twice that, and its weights are 16-bit.
+  config["torch_dtype"] = "float32";
+  write_file(dir / "config.json", config.dump());
+  const auto f32 = run_cli({"size", "--config", (dir / "config.json").string(), "--tokens", "1000"});
+  CHECK(f32.exit_code == 0);
+  CHECK_THAT(f32.out, Catch::Contains("default: bf16 (torch_dtype float32: engines serve a float32 checkpoint in 16 "
+                                      "bits)"));
+  CHECK_THAT(f32.out, Catch::Contains("131,072,000"));
+  const auto f32_budget = run_cli({"size", "--config", (dir / "config.json").string(), "--device", "H100-80GB"});
+  CHECK(f32_budget.exit_code == 0);
+  CHECK_THAT(f32_budget.out, Catch::Contains("torch_dtype float32, served in 16 bits"));
 }
 
 TEST_CASE("an MLA config with more KV heads than attention heads is refused", "[files]") {

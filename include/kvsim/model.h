@@ -264,7 +264,8 @@ std::vector<KvLayout> kv_stage_layouts(const ModelSpec& model, const KvOptions& 
 KvLayout kv_layout(const ModelSpec& model, const KvOptions& options);
 
 // The KV dtype a model is served with when the user does not say: its torch_dtype when that
-// names a KV dtype (bfloat16 -> bf16, float16 -> fp16, float32 -> fp32), else bf16.
+// names a 16-bit dtype (bfloat16 -> bf16, float16 -> fp16), else bf16 (a float32 checkpoint
+// is served in 16 bits).
 KvDtype default_kv_dtype(const ModelSpec& model);
 
 // Checks that a spec is usable (positive layer and head counts, one window per layer, KV heads

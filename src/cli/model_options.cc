@@ -113,12 +113,17 @@ ModelChoice resolve_model(const po::variables_map& vm, const std::string& synops
     c.dtype_reason = kOptDtype;
   } else {
     kv.dtype = default_kv_dtype(c.model);
-    c.dtype_reason = try_parse_kv_dtype(c.model.weight_dtype) == kv.dtype
-                         ? "default: the model's torch_dtype " + c.model.weight_dtype
-                         : std::string("default: bf16") +
-                               (c.model.weight_dtype.empty()
-                                    ? " (no torch_dtype)"
-                                    : " (torch_dtype " + c.model.weight_dtype + " is not fp32, fp16 or bf16)");
+    const auto given = try_parse_kv_dtype(c.model.weight_dtype);
+    const std::string torch_dtype = "torch_dtype " + c.model.weight_dtype;
+    if (given == kv.dtype) {
+      c.dtype_reason = "default: the model's " + torch_dtype;
+    } else if (c.model.weight_dtype.empty()) {
+      c.dtype_reason = "default: bf16 (no torch_dtype)";
+    } else if (given == KvDtype::fp32) {
+      c.dtype_reason = "default: bf16 (" + torch_dtype + ": engines serve a float32 checkpoint in 16 bits)";
+    } else {
+      c.dtype_reason = "default: bf16 (" + torch_dtype + " is not fp16 or bf16)";
+    }
   }
   if (const auto g = option_text(vm, option_key(kOptKvGroupSize))) {
     // Only the int dtypes keep a scale per group; anywhere else the option would change nothing.
