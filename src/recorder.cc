@@ -183,6 +183,13 @@ void Recorder::finish(ReplayReport& r, const Allocator& allocator, std::int64_t 
   r.effective_bytes = occupancy(effective_bytes_, clock_, effective_hist_, effective_peak_, step_);
   r.allocated_bytes = occupancy(allocated_bytes_, clock_, allocated_hist_, allocated_peak_, step_);
   r.reserved_bytes = occupancy(reserved_bytes_, clock_, reserved_hist_, reserved_peak_, step_);
+  if (clock_.duration_ns == 0) {
+    // Nothing ran (a replica no request reached, every request refused): a bounded pool is
+    // reserved all the same, from start-up, as vLLM allocates it; unbounded, this is 0.
+    const std::int64_t reserved = allocator.pool().reserved_bytes;
+    r.reserved_bytes = Occupancy{.mean = static_cast<double>(reserved), .peak = reserved, .peak_at_ns = now_,
+                                 .p50 = reserved, .p99 = reserved, .quantile_resolution = 1, .at_end = reserved};
+  }
   r.evictable_bytes = occupancy(evictable_bytes_, clock_, evictable_hist_, evictable_peak_, step_);
   for (std::size_t g = 0; g < groups_; ++g) {
     GroupReport gr;

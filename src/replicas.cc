@@ -184,7 +184,15 @@ ReplayReport combine(std::vector<ReplayReport>& rs, std::int64_t waiting_at_last
     const auto share = [&](double mean) { return span_share(mean, own, span); };
     add_occupancy(t.effective_bytes, r.effective_bytes, own, span);
     add_occupancy(t.allocated_bytes, r.allocated_bytes, own, span);
-    add_occupancy(t.reserved_bytes, r.reserved_bytes, own, span);
+    // A bounded pool stays reserved after its replica's last step, to the combined end, as it
+    // counts in block usage below: it holds the bytes it reserved at its end.
+    Occupancy reserved = r.reserved_bytes;
+    if (r.capacity_bytes > 0 && span > 0) {
+      reserved.mean = (r.reserved_bytes.mean * static_cast<double>(own) +
+                       static_cast<double>(r.reserved_bytes.at_end) * static_cast<double>(span - own)) /
+                      static_cast<double>(span);
+    }
+    add_occupancy(t.reserved_bytes, reserved, r.capacity_bytes > 0 ? span : own, span);
     add_occupancy(t.evictable_bytes, r.evictable_bytes, own, span);
     add_fragmentation(t.mean_bytes, r.mean_bytes, share);
     add_fragmentation(t.at_peak_bytes, r.at_peak_bytes, as_is);

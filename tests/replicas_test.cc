@@ -211,6 +211,42 @@ TEST_CASE("replicas: the total's block usage is its allocated mean over its capa
   CHECK(*run.total.block_usage == Approx(run.total.allocated_bytes.mean / 2048.0));
   // Replica 0 alone: its own mean over its own pool, the same span.
   CHECK(*run.replicas[0].block_usage == Approx(run.replicas[0].allocated_bytes.mean / 1024.0));
+  // Reserved the same way: both pools all the time, 2,048 bytes (replica 1's is not 1,024 over
+  // its 10 ms and nothing after: 1,034.24 bytes in all).
+  CHECK(run.replicas[1].reserved_bytes.mean == 1024.0);
+  CHECK(run.total.reserved_bytes.mean == 2048.0);
+  CHECK(run.total.reserved_bytes.peak == 2048);
+  CHECK(run.total.reserved_bytes.at_end == 2048);
+}
+
+TEST_CASE("replicas: a replica no request reaches reserves its pool all the same") {
+  // Three replicas of 64 blocks of 16 one-byte positions (1,024 bytes each), two requests at 0
+  // ms: round robin sends a to replica 0 and b to replica 1, and replica 2 runs no step. Its
+  // pool is allocated at start-up as the others': 1,024 bytes reserved, 3,072 in all.
+  RequestVectorReader trace({test::request("a", 0, 16, 100), test::request("b", 0, 16, 1)});
+  ReplayOptions o = every_step_10_ms();
+  o.memory.kv_budget_bytes = 64 * 16;
+  AllocatorLimits limits;
+  limits.capacity_bytes = o.memory.kv_budget_bytes;
+  std::vector<std::unique_ptr<Allocator>> owned;
+  std::vector<Allocator*> allocators;
+  for (int i = 0; i < 3; ++i) {
+    owned.push_back(make_allocator(parse_allocator_spec("paged:block=16", "test"), o.layout, limits));
+    allocators.push_back(owned.back().get());
+  }
+  const ReplicaRun run = replay_replicas(trace, allocators, o);
+  REQUIRE(run.replica_of == std::vector<std::uint32_t>{0, 1});
+  REQUIRE(run.replicas[2].iterations == 0);
+  const Occupancy& idle = run.replicas[2].reserved_bytes;
+  CHECK(idle.mean == 1024.0);
+  CHECK(idle.peak == 1024);
+  CHECK(idle.at_end == 1024);
+  CHECK(idle.p50 == 1024);
+  CHECK(run.replicas[2].allocated_bytes.peak == 0);
+  CHECK(run.total.capacity_bytes == 3 * 1024);
+  CHECK(run.total.reserved_bytes.mean == 3072.0);
+  CHECK(run.total.reserved_bytes.peak == 3072);
+  CHECK(run.total.reserved_bytes.at_end == 3072);
 }
 
 TEST_CASE("replicas: one replica is the plain replay") {
