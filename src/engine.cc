@@ -835,7 +835,7 @@ void Engine::resume_swapped(std::int64_t& budget, std::int64_t& decode_seqs) {
     // last-token rule of a first admission does not cap what it finds at its prompt.
     AdmitInfo info = admit_info_of(ref.ticket);
     info.resumed_tokens = t.swapped_tokens - t.prompt;
-    bool back = alloc_.admit(slot, info) == Outcome::ok;
+    bool back = scheduler_->swaps_in(view_, info, tokens) && alloc_.admit(slot, info) == Outcome::ok;
     if (back && alloc_.grow(slot, tokens, 1) != Outcome::ok) {
       alloc_.release(slot);
       back = false;

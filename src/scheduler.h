@@ -125,6 +125,11 @@ class Scheduler {
 
   // Whether `victim` goes to host memory (swap) rather than being recomputed.
   virtual bool swaps(const Flight& /*victim*/) const { return false; }
+  // Whether a swapped-out request admitted with `info` may come back now at `positions` per
+  // sequence: the policy's room check before the allocation, which may still fail after a yes.
+  virtual bool swaps_in(const EngineView& /*engine*/, const AdmitInfo& /*info*/, std::int64_t /*positions*/) const {
+    return true;
+  }
   // Whether a recomputed victim waits at the back of the queue (else at the front).
   virtual bool requeue_at_back() const { return false; }
   // A victim has been preempted and the running set no longer holds it.

@@ -85,6 +85,14 @@ class VllmScheduler final : public Scheduler {
   bool victim_is_newest() const override { return true; }
 
   bool swaps(const Flight& victim) const override { return swap_ && victim.decoding; }
+  // v0's BlockSpaceManager.can_swap_in -> _can_swap: the blocks it touches must leave the
+  // watermark free, as an admission's must (none kept while nothing else runs).
+  bool swaps_in(const EngineView& engine, const AdmitInfo& info, std::int64_t positions) const override {
+    if (engine.running == 0 || watermark_bytes_ == 0) return true;
+    const std::int64_t room = engine.free_bytes() - watermark_bytes_;
+    const std::int64_t bytes = engine.allocator.peak_bytes(info, positions);
+    return bytes <= room || bytes - engine.allocator.roomless_hit_bytes(info) <= room;
+  }
 
  private:
   bool swap_;

@@ -456,6 +456,38 @@ TEST_CASE("vllm v0 swap: a request swapped back in takes its decodes from the st
   for (const auto& row : run.rows) CHECK(row.work.prefill_tokens + row.work.decode_seqs <= 8);
 }
 
+TEST_CASE("vllm v0 swap: a request comes back from the CPU only if it leaves the watermark free") {
+  // v0's BlockSpaceManager.can_swap_in -> _can_swap: free blocks - blocks touched >=
+  // watermark_blocks, as for an admission (none kept while nothing else runs). 7 blocks of 16,
+  // watermark 0.15: int(0.15 x 7) = 1 block. a (prompt 16, output 90), b (16, 90) and c (16,
+  // 60) at 0; each holds 17 + s positions after its s-th step, a new block at 33, 49, 65, ...
+  // A swap of B bytes adds ceil(B / 25) ns to its step (25 GB/s, one byte a position).
+  // - Step 0: a takes 2 blocks (nothing runs: no watermark), b 2 (5 - 1 >= 2), c 2 (3 - 1 >= 2);
+  //   1 free.
+  // - Step 16: a takes the last block; b cannot grow and c, the newest, goes to the CPU (32
+  //   positions, 2 ns); b takes one of its 2 blocks. 1 free: c needs 3 for 33 positions.
+  // - Step 32: a takes the last block (4); b cannot grow and, the newest, goes out itself (48
+  //   positions, 2 ns): 3 free, and c would take all 3, leaving 0 < 1 with a running: c stays
+  //   out (it came back here before, at step 33, and a filled the pool). a grows to 7 blocks
+  //   by step 80 and ends after step 89 (its 90th token): 90 ms + 4 ns.
+  // - Step 90: nothing runs: c comes back (3 blocks, 4 free; 2 ns) with its 17th token and
+  //   ends after step 133 (its 60th): 134 ms + 6 ns. b needs 4 for 49 positions: 4 - 4 < 1,
+  //   out until c has gone; it comes back at step 134 (2 ns) with its 33rd token and ends
+  //   after step 191: 192 ms + 8 ns.
+  ReplayOptions o = one_ms_steps_in_blocks(7);
+  o.memory.watermark_ppb = 150'000'000;
+  o.memory.preemption = Preemption::swap;
+  const auto r = records_of("paged:block=16",
+                            {test::request("a", 0, 16, 90), test::request("b", 0, 16, 90), test::request("c", 0, 16, 60)},
+                            o);
+  CHECK(r.at("a").finish_ns == 90 * kMs + 4);
+  CHECK(r.at("a").preemptions == 0);
+  CHECK(r.at("c").preemptions == 1);
+  CHECK(r.at("c").finish_ns == 134 * kMs + 6);
+  CHECK(r.at("b").preemptions == 1);
+  CHECK(r.at("b").finish_ns == 192 * kMs + 8);
+}
+
 namespace {
 
 // One sliding-window group of W positions at one byte per position, under vLLM's policy
