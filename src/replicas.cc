@@ -389,9 +389,10 @@ ReplicaRun replay_replicas(TraceReader& trace, const std::vector<Allocator*>& al
         if (!together) return detail::Int128{4} * run.routed[i];
         return detail::Int128{4} * waiting + running;
       }
-      // In thousandths: 1000 x in flight + 6 x waiting x (usage per mille - 500).
+      // In thousandths: 1000 x in flight + 6 x waiting x (usage per mille - 500), with the
+      // waiting count above (the router's, raised by each request it routes).
       detail::Int128 score = detail::Int128{1000} * in_flight;
-      if (e.waiting() > 0) score += detail::Int128{6} * e.waiting() * std::max<std::int64_t>(0, kv_usage_permille(*allocators[i]) - 500);
+      if (waiting > 0) score += detail::Int128{6} * waiting * std::max<std::int64_t>(0, kv_usage_permille(*allocators[i]) - 500);
       return score;
     };
     std::size_t best = start_index;

@@ -171,6 +171,35 @@ TEST_CASE("replicas: requests arriving at one instant each count in flight where
   CHECK(run.total.queue_max == 4);
 }
 
+TEST_CASE("replicas: the in-flight router's KV penalty steers a burst away from a replica whose cache is full") {
+  // vLLM main's score: max(in flight, waiting + running) + waiting x 6 x max(0, KV usage -
+  // 0.5), `waiting` the router's count, raised by each request it routes (current_counts).
+  // Two replicas of 15 blocks of 16 one-byte positions, 10 ms steps. At 0, ten requests go
+  // alternately to replica 0 and 1 (each a tie or one more in flight there): a (prompt 160,
+  // 200 tokens) and c1-c4 (1, 1) to 0, s1-s5 (1, 200) to 1. The c's end in the first step; at
+  // 55 ms replica 0 holds a's 166 positions (11 blocks: usage 733 per mille), replica 1 the
+  // s's 7 each (5 blocks: 333). Then, at 55 ms, in the middle of a step (in thousandths):
+  //   x: replica 0 1,000 (a);                                replica 1 5,000 -> 0
+  //   z: replica 0 2,000 + 1 x 6 x 233 = 3,398 (x waiting); replica 1 5,000 -> 0
+  //   y: replica 0 3,000 + 2 x 6 x 233 = 5,796;             replica 1 5,000 -> 1
+  // Without the penalty y would see 3,000 there and go to replica 0; with one waiting request
+  // counted, 4,398, the same.
+  std::vector<Request> requests{test::request("a", 0, 160, 200)};
+  for (int k = 1; k <= 5; ++k) {
+    requests.push_back(test::request("s" + std::to_string(k), 0, 1, 200));
+    if (k < 5) requests.push_back(test::request("c" + std::to_string(k), 0, 1, 1));
+  }
+  for (const char* id : {"x", "z", "y"}) requests.push_back(test::request(id, 55 * kMs, 1, 1));
+  RequestVectorReader trace(requests);
+  ReplayOptions o = every_step_10_ms();
+  o.dp_router = ReplayOptions::DpRouter::in_flight;
+  o.memory.kv_budget_bytes = 15 * 16;
+  AllocatorLimits limits;
+  limits.capacity_bytes = o.memory.kv_budget_bytes;
+  const ReplicaRun run = replay_two_paged(trace, o, limits);
+  CHECK(run.replica_of == std::vector<std::uint32_t>{0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 0, 1});
+}
+
 TEST_CASE("replicas: a request routed while its replica's step runs waits from its arrival") {
   // Two replicas of a dense model (round robin), 10 ms steps, prompts free. a and a2 (10
   // tokens each) at 0 ms -> replicas 0 and 1, each decoding until 100 ms. b (3 tokens) at
