@@ -1328,7 +1328,7 @@ void Engine::advance_before(std::int64_t t_ns) {
     process_span_events(now_, false);
     if (!has_work()) {
       if (!have_next_ || next_.arrival_ns >= t_ns) return;
-      end_span(next_.arrival_ns - now_);  // idle until the next arrival
+      idle_until(next_.arrival_ns);
       continue;
     }
     if (now_ >= t_ns) return;
@@ -1339,6 +1339,11 @@ void Engine::advance_before(std::int64_t t_ns) {
 void Engine::wait_until(std::int64_t t_ns) {
   kvsim::check(running_ == 0 && t_ns >= now_, "engine: waiting with requests running, or back in time");
   process_span_events(t_ns, true);
+  idle_until(t_ns);
+}
+
+void Engine::idle_until(std::int64_t t_ns) {
+  if (t_ns > now_) recorder_.idle(queued_);
   end_span(t_ns - now_);
 }
 
@@ -1349,7 +1354,7 @@ ReplayReport Engine::run_simulated() {
     process_span_events(now_, false);
     if (!has_work()) {
       if (!have_next_) break;
-      end_span(next_.arrival_ns - now_);  // idle until the next arrival
+      idle_until(next_.arrival_ns);
       continue;
     }
     if (run_quiet_steps(kUnlimited) == 0) run_iteration();

@@ -255,6 +255,8 @@ class Engine {
   void handle_event(std::uint32_t slot);
   void continue_prefills(std::int64_t& budget, std::int64_t& prefill_tokens);
   void resume_swapped(std::int64_t& budget, std::int64_t& decode_seqs);
+  // Nothing runs until `t_ns`: the clock moves on, and a per-step timeline says so.
+  void idle_until(std::int64_t t_ns);
   void admit_waiting(std::int64_t& budget, std::int64_t& prefill_tokens);
   // Positions a prefill can advance within `budget` tokens, and what they cost: prompt
   // positions 1 each, positions past the prompt (recomputed samples) n each.

@@ -102,9 +102,10 @@ void Recorder::queue_change(std::int64_t at_ns, std::int64_t queued, std::int64_
 }
 
 void Recorder::sample(std::int64_t running, std::int64_t queued, std::int64_t queued_seen, std::int64_t duration_ns,
-                      const StepCounts& work) {
+                      const StepCounts& work, bool idle) {
   next_sample_ns_ = every_ns_ > 0 ? now_ + every_ns_ : now_;
   TimelineRow row;
+  row.idle = idle;
   row.time_ns = now_;
   row.step = step_;
   row.running = running;
@@ -141,6 +142,7 @@ void Recorder::sample(std::int64_t running, std::int64_t queued, std::int64_t qu
     sample_mark_ns_ = clock_.duration_ns;
   }
   unsampled_ = false;
+  idle_row_ = false;
   if (opt_.timeline_max_rows <= 0 || opt_.sample_every_ns <= 0) opt_.timeline(row);
 }
 

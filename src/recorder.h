@@ -105,6 +105,15 @@ class Recorder {
       unsampled_ = true;
     }
   }
+  // The engine has nothing to run until `until_ns` (its next arrival). With a row per step,
+  // one row at this instant gives the state it holds meanwhile (nothing running; a prefix
+  // cache's evictable blocks), once per idle spell: otherwise the last step's row would seem
+  // to hold through the gap. Sampled rows need none: their means cover it.
+  void idle(std::int64_t queued) {
+    if (!opt_.timeline || opt_.sample_every_ns > 0 || idle_row_) return;
+    sample(0, queued, queued, 0, StepCounts{}, true);
+    idle_row_ = true;
+  }
   // A prefill computed `positions` again that a preemption by recompute had discarded.
   void recomputed(std::int64_t positions) { recomputed_since_row_ += positions; }
   // The waiting queue held `queued` requests until `at_ns`.
@@ -140,7 +149,7 @@ class Recorder {
 
  private:
   void sample(std::int64_t running, std::int64_t queued, std::int64_t queued_seen, std::int64_t duration_ns,
-              const StepCounts& work);
+              const StepCounts& work, bool idle = false);
   static double interval_mean(Int128 integral, Int128 span_ns, std::int64_t state);
   void merge_held_rows();
   // `old` becomes `next`, and the sums, totals and integrals follow.
@@ -182,6 +191,7 @@ class Recorder {
   Int128 sample_mark_integral_ = 0;
   Int128 sample_mark_ns_ = 0;
   bool unsampled_ = false;
+  bool idle_row_ = false;  // the last row written is idle()'s
   // With ReplayOptions::timeline_max_rows: the rows held until the end, each with its
   // interval's integral of allocated bytes and length (so merged means stay exact), and the
   // interval, doubled at each merge.

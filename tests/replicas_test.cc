@@ -297,8 +297,10 @@ TEST_CASE("replicas: one replica is the plain replay") {
 TEST_CASE("replicas: timeline rows tagged with their replica, per-request records numbered by the trace") {
   // The routing of the first test (vLLM main's rule): a -> 0, b -> 1, c -> 0, d -> 0. Replica 0 runs three
   // one-step requests (a 0-10 ms, c 20-30 ms, d 35-45 ms): 3 iterations, one timeline row each
-  // with 1 running; replica 1 runs b's 100 steps: 100 rows with 1 running. d is replica 0's
-  // third request and the trace's fourth: its record says ordinal 4.
+  // with 1 running, and a row with none where it goes idle, at 10 and 30 ms; replica 1 is idle
+  // from the run's start to b's arrival (a row with none at 0) and runs b's 100 steps: 100 rows
+  // with 1 running. d is replica 0's third request and the trace's fourth: its record says
+  // ordinal 4.
   RequestVectorReader trace({test::request("a", 0, 10, 1), test::request("b", 1 * kMs, 10, 100),
                            test::request("c", 20 * kMs, 10, 1), test::request("d", 35 * kMs, 10, 1)});
   ReplayOptions o = every_step_10_ms();
@@ -313,8 +315,8 @@ TEST_CASE("replicas: timeline rows tagged with their replica, per-request record
   o.per_request = [&](const RequestRecord& r) { records.emplace_back(r.id, r.ordinal); };
   const ReplicaRun run = replay_two_paged(trace, o);
   CHECK(run.replica_of == std::vector<std::uint32_t>{0, 1, 0, 0});
-  CHECK(rows == std::vector<std::int64_t>{3, 100});
-  CHECK(running_other_than_1 == std::vector<std::int64_t>{0, 0});
+  CHECK(rows == std::vector<std::int64_t>{3 + 2, 1 + 100});
+  CHECK(running_other_than_1 == std::vector<std::int64_t>{2, 1});
   std::sort(records.begin(), records.end());
   CHECK(records == std::vector<std::pair<std::string, std::int64_t>>{{"a", 1}, {"b", 2}, {"c", 3}, {"d", 4}});
 }

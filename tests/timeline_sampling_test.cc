@@ -84,3 +84,43 @@ TEST_CASE("timeline: a row limit never exceeded, and the peak kept, on a long ru
   CHECK(top == 160);
   CHECK(rows.back().time_ns == 50 * kMs);
 }
+
+TEST_CASE("timeline: a row per step says when the engine goes idle, so that each row holds until the next") {
+  // a and b (prompt 100, 5 tokens each) at 0 and 20 ms, 1 ms steps, paged blocks of 16 (1
+  // byte per position): a's prefill and 4 decodes are steps 0..4 over [0, 5) ms, each row
+  // (the state after the step's allocations) 101..105 positions in 112 slots. a ends at 5 ms
+  // and nothing runs until b: one row at 5 ms (step 5, the next to run) holds nothing; b's
+  // steps 5..9 run over [20, 25) ms. Each row's state times the time to the next row (the
+  // run's end for the last) adds up to the run's: 112 x 5 + 0 x 15 + 112 x 5 = 1,120 byte-ms
+  // over 25 ms. Without the idle row, a's last row would hold to 20 ms: 2,800.
+  ReplayOptions o;
+  o.layout = test::unit_layout();
+  o.cost.name = "test";
+  o.cost.base_ps = 1000 * kMs;
+  o.cost.prefill_token_ps = 0;
+  o.sample_every_ns = 0;  // --sample-every step
+  o.timeline_max_rows = 0;
+  const auto run = test::replay_under_budget("paged:block=16",
+                                             {test::request("a", 0, 100, 5), test::request("b", 20 * kMs, 100, 5)}, o);
+  const auto& rows = run.rows;
+  REQUIRE(rows.size() == 11);
+  CHECK(rows[4].time_ns == 4 * kMs);
+  CHECK(rows[4].allocated_bytes == 112);
+  CHECK(rows[5].time_ns == 5 * kMs);
+  CHECK(rows[5].step == 5);
+  CHECK(rows[5].running == 0);
+  CHECK(rows[5].queued == 0);
+  CHECK(rows[5].allocated_bytes == 0);
+  CHECK(rows[5].effective_bytes == 0);
+  CHECK(rows[6].time_ns == 20 * kMs);
+  CHECK(rows[6].step == 5);
+  CHECK(rows[6].allocated_bytes == 112);
+  double integral = 0;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const std::int64_t until = i + 1 < rows.size() ? rows[i + 1].time_ns : run.report.end_ns;
+    integral += static_cast<double>(rows[i].allocated_bytes) * static_cast<double>(until - rows[i].time_ns);
+  }
+  CHECK(run.report.end_ns == 25 * kMs);
+  CHECK(integral == 1120.0 * kMs);
+  CHECK(run.report.allocated_bytes.mean * 25 == Approx(1120.0));
+}

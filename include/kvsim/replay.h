@@ -124,6 +124,10 @@ struct TimelineRow {
   // How long the step that began at time_ns took (0 in a row that closes a sampled run and
   // under a measured schedule). Not a --timeline column.
   std::int64_t duration_ns = 0;
+  // No step: the engine runs nothing from time_ns until the next row (with a row per step, the
+  // row written where it goes idle, numbered as the next step). Not a --timeline column: kvsim
+  // validate and calibrate, which read the rows as vLLM's per-step reports, pass over it.
+  bool idle = false;
   std::int64_t effective_bytes = 0;
   std::int64_t allocated_bytes = 0;
   std::int64_t reserved_bytes = 0;

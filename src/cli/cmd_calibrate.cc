@@ -374,6 +374,7 @@ Calibration refit_with_replay(const MeasuredRun& run, const po::variables_map& v
     std::vector<std::pair<std::int64_t, std::int64_t>> recomputed_at;  // (step start, positions)
     std::vector<StepRow> rows;  // every replica's steps, for step_estimates
     const RunReplay replayed = replay_run(v, run, kSpec.synopsis, [&](const TimelineRow& row) {
+      if (row.idle) return;  // no step
       if (row.recomputed_tokens != 0) recomputed_at.emplace_back(row.time_ns, row.recomputed_tokens);
       rows.push_back({row.time_ns, row.work});
     });

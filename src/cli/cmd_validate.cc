@@ -594,6 +594,7 @@ int run_validate(const Invocation& inv) {
   const bool table_on_stdout = table_keeps_stdout(outputs, vm.count("json") != 0, kSpec.synopsis);
   std::vector<std::vector<Step>> steps;  // per engine
   RunReplay r = replay_run(vm, run, kSpec.synopsis, [&](const TimelineRow& row) {
+    if (row.idle) return;  // no step, so no report
     const auto replica = static_cast<std::size_t>(row.replica);
     if (replica >= steps.size()) steps.resize(replica + 1);
     steps[replica].push_back({row.time_ns, row.duration_ns, row.running, row.queued_seen, row.allocated_bytes});
