@@ -504,16 +504,52 @@ Budget derive_budget(const ModelSpec& model, const KvOptions& kv, const BudgetOp
   return b;
 }
 
-PagedPool paged_pool(const KvLayout& layout, std::int64_t kv_budget_bytes, const PagedOptions& o) {
+namespace {
+
+// The whole model's layers of the kind of `stage_group` (layer groups of one kind share a name).
+std::int64_t model_layers_of(const KvLayout& model, const LayerGroup& stage_group) {
+  for (const auto& g : model.groups) {
+    if (g.name == stage_group.name) return g.layers;
+  }
+  check(false, "paged_pool: a stage's layer group is not in the model's layout");
+  return 0;
+}
+
+}  // namespace
+
+KvLayout whole_model_layout(const std::vector<KvLayout>& stages) {
+  check(!stages.empty(), "whole_model_layout: no stages");
+  KvLayout whole = stages.front();
+  whole.end_layer = stages.back().end_layer;
+  for (std::size_t i = 1; i < stages.size(); ++i) {
+    for (const auto& g : stages[i].groups) {
+      const auto same = std::find_if(whole.groups.begin(), whole.groups.end(),
+                                     [&](const LayerGroup& w) { return w.name == g.name; });
+      if (same == whole.groups.end()) {
+        whole.groups.push_back(g);
+        continue;
+      }
+      same->layers = checked_add(same->layers, g.layers, "layers");
+      same->bytes_per_position = checked_add(same->bytes_per_position, g.bytes_per_position, "bytes per position");
+    }
+    whole.state_layers += stages[i].state_layers;
+    whole.kv_reused_layers += stages[i].kv_reused_layers;
+  }
+  return whole;
+}
+
+PagedPool paged_pool(const KvLayout& layout, std::int64_t kv_budget_bytes, const PagedOptions& o,
+                     const KvLayout* model_layout) {
   if (o.block_tokens <= 0) throw InputError(Location{"", 0, kOptBlockSize}, "expected a positive number of tokens");
   if (o.max_num_batched_tokens <= 0) {
     throw InputError(Location{"", 0, kOptMaxNumBatchedTokens}, "expected a positive number of tokens");
   }
   check(!layout.groups.empty(), "paged_pool: a layout with no layer groups");
+  const KvLayout& model = model_layout != nullptr ? *model_layout : layout;
   PagedPool p;
   p.block_tokens = o.block_tokens;
   const std::int64_t layer_bytes = layout.groups.front().bytes_per_layer_position;
-  p.uniform_page = std::all_of(layout.groups.begin(), layout.groups.end(),
+  p.uniform_page = std::all_of(model.groups.begin(), model.groups.end(),
                                [&](const LayerGroup& g) { return g.bytes_per_layer_position == layer_bytes; });
   if (!p.uniform_page) {
     // vLLM needs one page size for all groups; with differing widths it re-blocks or refuses.
@@ -521,24 +557,33 @@ PagedPool paged_pool(const KvLayout& layout, std::int64_t kv_budget_bytes, const
     p.page_bytes = 0;
     p.group_size = 0;
     for (const auto& g : layout.groups) p.group_size += g.layers;
+    p.model_group_size = p.group_size;
     p.cache_groups = 1;
     p.block_bytes = checked_mul(o.block_tokens, layout.bytes_per_token(), "block bytes");
   } else {
-    // vllm/v1/core/kv_cache_utils.py: one attention type -> one group of all layers; several
-    // -> group size = the smallest type's layer count, or the largest's when
-    // max < 1.5 x min (to avoid padding), each type split into cdiv(layers, size) groups.
+    // vllm/v1/core/kv_cache_utils.py, over the whole model's layers: one attention type -> one
+    // group of all layers; several -> group size = the smallest type's layer count, or the
+    // largest's when max < 1.5 x min (to avoid padding), each type split into cdiv(layers,
+    // size) groups (_get_kv_cache_groups_uniform_page_size).
     std::int64_t min_layers = std::numeric_limits<std::int64_t>::max();
     std::int64_t max_layers = 0;
-    for (const auto& g : layout.groups) {
+    for (const auto& g : model.groups) {
       min_layers = std::min(min_layers, g.layers);
       max_layers = std::max(max_layers, g.layers);
     }
-    p.group_size = 2 * max_layers < 3 * min_layers ? max_layers : min_layers;
+    p.model_group_size = 2 * max_layers < 3 * min_layers ? max_layers : min_layers;
+    for (const auto& g : model.groups) p.cache_groups += ceil_div(g.layers, p.model_group_size);
+    // On this stage (get_kv_cache_config_from_groups): a block holds a page in each of as many
+    // layers as the fullest projected group has. A type's n groups take its layers in stride
+    // (layers[i::n]), so a stage's run of c of them puts at most cdiv(c, n) in any one group;
+    // the whole model's groups hold model_group_size.
+    std::int64_t stage_layers = 0;
     for (const auto& g : layout.groups) {
-      const std::int64_t n = ceil_div(g.layers, p.group_size);
-      p.cache_groups += n;
-      p.padding_layers += n * p.group_size - g.layers;
+      const std::int64_t n = ceil_div(model_layers_of(model, g), p.model_group_size);
+      p.group_size = std::max(p.group_size, ceil_div(g.layers, n));
+      stage_layers += g.layers;
     }
+    p.padding_layers = p.cache_groups * p.group_size - stage_layers;
     p.page_bytes = checked_mul(o.block_tokens, layer_bytes, "page bytes");
     p.block_bytes = checked_mul(p.page_bytes, p.group_size, "block bytes");
   }
@@ -550,11 +595,12 @@ PagedPool paged_pool(const KvLayout& layout, std::int64_t kv_budget_bytes, const
 }
 
 std::int64_t request_blocks(const KvLayout& layout, const PagedPool& pool, std::int64_t tokens,
-                            const PagedOptions& o) {
+                            const PagedOptions& o, const KvLayout* model) {
   std::int64_t blocks = 0;
   if (pool.uniform_page) {
-    for (const auto& g : layout.groups) {
-      blocks = checked_add(blocks, checked_mul(ceil_div(g.layers, pool.group_size), spec_blocks(g, tokens, o),
+    // Every group of the model, on every stage (its block table is the scheduler's).
+    for (const auto& g : (model != nullptr ? *model : layout).groups) {
+      blocks = checked_add(blocks, checked_mul(ceil_div(g.layers, pool.model_group_size), spec_blocks(g, tokens, o),
                                                "blocks per request"),
                            "blocks per request");
     }

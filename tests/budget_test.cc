@@ -3,6 +3,9 @@
 
 #include <catch2/catch.hpp>
 
+#include <tuple>
+#include <vector>
+
 #include "cli_util.h"
 #include "kvsim/error.h"
 #include "kvsim/units.h"
@@ -303,6 +306,43 @@ TEST_CASE("paged pool: one group of every layer for a uniform model") {
   CHECK(request_blocks(l, p, 4096, o) == 4096 / 16);
   CHECK(request_blocks(l, p, 4097, o) == 257);
   CHECK(format_ratio(p.num_blocks, request_blocks(l, p, 4096, o), 2) == "111.45");  // 28,531 / 256
+}
+
+TEST_CASE("paged pool: under pipeline parallelism the model's groups are projected onto each stage") {
+  // vLLM groups the whole model's layers once (get_kv_cache_configs over the merged specs):
+  // Gemma 3 27B, 10 full and 52 sliding layers, group size 10, so 1 full group and 6 sliding
+  // ones, each taking the sliding layers in stride (layers[i::6]). Each stage keeps the 7
+  // groups with its own layers in them (_project_kv_cache_groups_to_worker), and a block holds
+  // a page in as many layers as its fullest group has (get_kv_cache_config_from_groups).
+  // - pp 6 (11, 11, 10, 10, 10, 10 layers; a full layer every sixth): at most 2 full layers
+  //   and 10 sliding ones a stage, cdiv(10, 6) = 2 in a sliding group: 2 layers a block on
+  //   every stage. A page is 16 tokens x 8,192 bytes = 131,072; 10 GiB // (2 x 131,072) =
+  //   40,960 blocks, 40,960 // 7 x 16 = 93,616 tokens.
+  // - pp 4 (16, 16, 15, 15): 13 or 14 sliding layers a stage, cdiv(14, 6) = 3: 10 GiB // (3 x
+  //   131,072) = 27,306 blocks, 27,306 // 7 x 16 = 62,400 tokens.
+  // 32,768 tokens take the model's 7 groups' blocks on every stage: 2,048 + 6 x 577 = 5,510.
+  const PagedOptions o;
+  const ModelSpec gemma = find_model_preset("gemma-3-27b");
+  for (const auto& [pp, layers_a_block, blocks] : {std::tuple{6, 2, 40'960}, std::tuple{4, 3, 27'306}}) {
+    KvOptions kv;
+    kv.pipeline_parallel = pp;
+    const std::vector<KvLayout> stages = kv_stage_layouts(gemma, kv);
+    const KvLayout model = whole_model_layout(stages);
+    REQUIRE(model.groups.size() == 2);
+    for (const KvLayout& stage : stages) {
+      const PagedPool p = paged_pool(stage, 10 * kBytesPerGiB, o, &model);
+      CHECK(p.model_group_size == 10);
+      CHECK(p.cache_groups == 7);
+      CHECK(p.group_size == layers_a_block);
+      CHECK(p.num_blocks == blocks);
+      CHECK(p.kv_cache_tokens == blocks / 7 * 16);
+      CHECK(request_blocks(stage, p, 32768, o, &model) == 2048 + 6 * 577);
+    }
+  }
+  // The stage is the model without pipeline parallelism: the same pool either way.
+  const std::vector<KvLayout> one = kv_stage_layouts(gemma, KvOptions{});
+  const KvLayout whole = whole_model_layout(one);
+  CHECK(paged_pool(one[0], 10 * kBytesPerGiB, o, &whole).num_blocks == paged_pool(one[0], 10 * kBytesPerGiB, o).num_blocks);
 }
 
 TEST_CASE("paged pool: hybrid models are grouped and sliding groups are capped as vLLM does") {

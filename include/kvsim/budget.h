@@ -204,8 +204,10 @@ struct PagedOptions {
 struct PagedPool {
   std::int64_t block_tokens = 0;
   std::int64_t page_bytes = 0;        // one block of one layer: block_tokens x bytes per layer position
-  std::int64_t group_size = 0;        // layers per KV-cache group
-  std::int64_t cache_groups = 0;      // KV-cache groups (block tables) on this device
+  std::int64_t group_size = 0;        // layers per KV-cache group on this device (the most any holds)
+  std::int64_t model_group_size = 0;  // layers per KV-cache group of the whole model (the same
+                                      // but under pipeline parallelism, where a stage holds a share)
+  std::int64_t cache_groups = 0;      // KV-cache groups (block tables), the same on every device
   std::int64_t padding_layers = 0;    // empty layer slots vLLM pads the groups with
   std::int64_t block_bytes = 0;       // memory behind one block id: page_bytes x group_size
   std::int64_t num_blocks = 0;        // kv_budget_bytes / block_bytes, rounded down
@@ -214,13 +216,22 @@ struct PagedPool {
                                       // pool is an approximation (vLLM would re-block or refuse)
 };
 
-// The pool of blocks `kv_budget_bytes` buys on the device `layout` describes.
+// The pool of blocks `kv_budget_bytes` buys on the device `layout` describes, one pipeline stage
+// of the model whose layers `model` counts (null: the stage is the whole model). vLLM groups the
+// whole model's layers once and projects the groups onto each stage (get_kv_cache_configs,
+// _project_kv_cache_groups_to_worker), so every stage has the model's groups, some holding
+// fewer of its layers than others or none.
 // REQUIRES: options.block_tokens > 0 (else InputError).
-PagedPool paged_pool(const KvLayout& layout, std::int64_t kv_budget_bytes, const PagedOptions& options);
+PagedPool paged_pool(const KvLayout& layout, std::int64_t kv_budget_bytes, const PagedOptions& options,
+                     const KvLayout* model = nullptr);
 
-// Blocks one request of `tokens` tokens can hold at most, summed over the KV-cache groups.
+// Blocks one request of `tokens` tokens can hold at most, summed over the KV-cache groups of
+// the stage `layout` of `model` (null: the stage is the whole model), as paged_pool() groups them.
 std::int64_t request_blocks(const KvLayout& layout, const PagedPool& pool, std::int64_t tokens,
-                            const PagedOptions& options);
+                            const PagedOptions& options, const KvLayout* model = nullptr);
+
+// The whole model's layout from its stages': each layer group's layers added up over them.
+KvLayout whole_model_layout(const std::vector<KvLayout>& stages);
 
 }  // namespace kvsim
 
