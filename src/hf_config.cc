@@ -12,6 +12,7 @@
 //   5. use_sliding_window true with max_window_layers M: layers i >= M slide (Qwen2);
 //   6. otherwise sliding_window applies to every layer (Mistral, Phi-3).
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -23,6 +24,7 @@
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <sys/stat.h>
@@ -567,6 +569,50 @@ std::int64_t quantized_weight_bits(const Config& c) {
   return 0;
 }
 
+// The KV cache a ModelOpt checkpoint was quantised for, as vLLM reads it when its KV dtype is
+// "auto" (vllm/utils/torch_utils.py resolve_kv_cache_dtype_string ->
+// get_kv_cache_quant_algo_string): for a quant_method starting "modelopt", the first of
+// kv_cache_scheme and kv_cache_quant_algo given (inside "quantization" or beside it); a scheme
+// object of static 8-bit floats is fp8, of 4-bit floats nvfp4. "" for other methods, none
+// given, or a value vLLM does not know (it warns and serves "auto").
+std::string checkpoint_kv_dtype(const Config& c) {
+  const json* q = c.find("quantization_config");
+  if (q == nullptr || !q->is_object()) return "";
+  const auto method = q->find("quant_method");
+  if (method == q->end() || !method->is_string() || !method->get<std::string>().starts_with("modelopt")) return "";
+  const auto inner_it = q->find("quantization");
+  const json& inner = inner_it != q->end() && inner_it->is_object() ? *inner_it : *q;
+  // Python's `a or b`: the first value that is present and not null, false, 0, "" or empty.
+  const json* algo = nullptr;
+  for (const auto& [object, key] : {std::pair{&inner, "kv_cache_scheme"}, std::pair{q, "kv_cache_scheme"},
+                                    std::pair{&inner, "kv_cache_quant_algo"}, std::pair{q, "kv_cache_quant_algo"}}) {
+    const auto it = object->find(key);
+    if (it == object->end()) continue;
+    const json& v = *it;
+    const bool falsy = v.is_null() || (v.is_boolean() && !v.get<bool>()) || (v.is_number() && v == 0) ||
+                       ((v.is_string() || v.is_object() || v.is_array()) && v.empty());
+    if (!falsy) {
+      algo = &v;
+      break;
+    }
+  }
+  if (algo == nullptr) return "";
+  if (algo->is_object()) {
+    const auto is = [&](const char* key, const json& want) {
+      const auto it = algo->find(key);
+      return it != algo->end() && *it == want;
+    };
+    if (is("dynamic", false) && is("num_bits", 8) && is("type", "float")) return "fp8";
+    if (is("num_bits", 4) && is("type", "float")) return "nvfp4";
+    return "";
+  }
+  if (!algo->is_string()) return "";
+  std::string lower = algo->get<std::string>();
+  for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  // MODELOPT_TO_VLLM_KV_CACHE_DTYPE_MAP: fp8 -> fp8_e4m3; nvfp4 where the release knows it.
+  return lower == "fp8" || lower == "nvfp4" ? lower : "";
+}
+
 // The quantisation scheme in the detail the start-up weights need (kvsim/weights.h): AWQ and
 // GPTQ (bits, group_size, zero points, GPTQ's "lm_head"), fp8 ("fp8" with an optional
 // weight_block_size) and compressed-tensors (its first config group's weights: num_bits,
@@ -896,6 +942,7 @@ ModelSpec parse_hf_config(std::string_view json_text, const std::string& path) {
     const std::string name = method != q->end() && method->is_string() ? method->get<std::string>() : "(none named)";
     if (name != "compressed-tensors") m.unread_quantization = name;
   }
+  m.checkpoint_kv_dtype = checkpoint_kv_dtype(c);
   // Routing with no expert count named (a misspelt n_routed_experts, say): sized as a dense
   // model, the experts' weights would be a fraction of the real ones.
   if (const auto routed = c.integer("num_experts_per_tok"); !m.moe && routed && *routed > 0) {

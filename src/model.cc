@@ -324,6 +324,13 @@ KvLayout kv_layout(const ModelSpec& model, const KvOptions& options) {
 }
 
 KvDtype default_kv_dtype(const ModelSpec& model) {
+  // A ModelOpt checkpoint quantised for an fp8 cache gets one (vLLM's
+  // resolve_kv_cache_dtype_string); nvfp4, which kvsim does not size, is the caller's to refuse.
+  if (model.checkpoint_kv_dtype == "fp8") return KvDtype::fp8;
+  return served_dtype(model);
+}
+
+KvDtype served_dtype(const ModelSpec& model) {
   // Only a 16-bit compute dtype carries over to the cache (docs/size.md): torch_dtype
   // "int8" or "float8_e4m3fn" names how weights are stored, and an engine's "auto" KV
   // dtype is the activations' dtype, which is then bf16 (vLLM's kv_cache_dtype "auto").

@@ -579,6 +579,54 @@ TEST_CASE("torch_dtype int8 leaves the KV dtype at bf16, as docs/size.md says", 
   CHECK_THAT(f32_budget.out, Catch::Contains("torch_dtype float32, served in 16 bits"));
 }
 
+TEST_CASE("a ModelOpt checkpoint quantised for an fp8 KV cache is sized at fp8, as vLLM's auto dtype reads it", "[files]") {
+  // vllm/utils/torch_utils.py resolve_kv_cache_dtype_string -> get_kv_cache_quant_algo_string:
+  // for quant_method "modelopt*", kv_cache_scheme or kv_cache_quant_algo (inside
+  // "quantization" or beside it) "FP8", or a scheme of static 8-bit floats, makes "auto" fp8.
+  // Llama-3.1-8B at fp8: 32 layers x 8 KV heads x 128 x 2 (K and V) x 1 byte = 65,536 bytes a
+  // token, 65,536,000 for 1,000 (131,072,000 at bf16).
+  const auto dir = fresh_dir("modelopt-kv");
+  const auto base = nlohmann::json::parse(slurp(std::string(KVSIM_SOURCE_DIR) + "/tests/data/configs/llama-3.1-8b.json"));
+  const auto size_with = [&](const nlohmann::json& quantization, std::vector<std::string> extra = {}) {
+    auto config = base;
+    config["quantization_config"] = quantization;
+    write_file(dir / "config.json", config.dump());
+    std::vector<std::string> args{"size", "--config", (dir / "config.json").string(), "--tokens", "1000"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return run_cli(args);
+  };
+  for (const auto& q : {nlohmann::json{{"quant_method", "modelopt"}, {"quant_algo", "FP8"}, {"kv_cache_quant_algo", "FP8"}},
+                        nlohmann::json{{"quant_method", "modelopt"},
+                                       {"quantization", {{"quant_algo", "NVFP4"}, {"kv_cache_quant_algo", "fp8"}}}},
+                        nlohmann::json{{"quant_method", "modelopt"},
+                                       {"kv_cache_scheme", {{"num_bits", 8}, {"type", "float"}, {"dynamic", false}}}}}) {
+    const auto r = size_with(q);
+    INFO(q.dump());
+    CHECK(r.exit_code == 0);
+    CHECK_THAT(r.out, Catch::Contains("KV dtype   fp8 (8 bits per value; default: the checkpoint's quantization_config "
+                                      "(ModelOpt, an fp8 KV cache))"));
+    CHECK_THAT(r.out, Catch::Contains("65,536,000"));
+  }
+  // Other methods, and values vLLM does not know (it warns and serves "auto"), leave bf16.
+  for (const auto& q : {nlohmann::json{{"quant_method", "compressed-tensors"}, {"kv_cache_scheme", {{"num_bits", 8}}}},
+                        nlohmann::json{{"quant_method", "modelopt"}, {"kv_cache_quant_algo", "INT8"}},
+                        nlohmann::json{{"quant_method", "modelopt"}, {"kv_cache_quant_algo", nullptr}}}) {
+    const auto r = size_with(q);
+    INFO(q.dump());
+    CHECK(r.exit_code == 0);
+    CHECK_THAT(r.out, Catch::Contains("131,072,000"));
+  }
+  // An NVFP4 cache kvsim does not size: an error naming the field, unless --dtype says.
+  const nlohmann::json nvfp4{{"quant_method", "modelopt"}, {"kv_cache_quant_algo", "NVFP4"}};
+  const auto refused = size_with(nvfp4);
+  CHECK(refused.exit_code == 1);
+  CHECK_THAT(refused.err, Catch::Contains("field 'quantization_config.kv_cache_quant_algo': the checkpoint is quantised "
+                                          "for an NVFP4 KV cache, which kvsim does not size: give --dtype"));
+  const auto told = size_with(nvfp4, {"--dtype", "fp8"});
+  CHECK(told.exit_code == 0);
+  CHECK_THAT(told.out, Catch::Contains("65,536,000"));
+}
+
 TEST_CASE("an MLA config with more KV heads than attention heads is refused", "[files]") {
   const auto dir = fresh_dir("mla-heads");
   auto config = nlohmann::json::parse(slurp(std::string(KVSIM_SOURCE_DIR) + "/tests/data/configs/deepseek-v3.json"));

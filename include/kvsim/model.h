@@ -156,6 +156,10 @@ struct ModelSpec {
   // max_position_embeddings x factor), as vllm/config/model.py's _get_and_verify_max_len
   // derives it; 0 when it is max_position_embeddings (context_length()).
   std::int64_t rope_scaled_length = 0;
+  // The KV cache a ModelOpt checkpoint was quantised for, as vLLM's "auto" KV dtype reads it
+  // (vllm/utils/torch_utils.py get_kv_cache_quant_algo_string): "fp8", "nvfp4", or "" when
+  // the checkpoint names none (or one vLLM does not know, which it serves as "auto").
+  std::string checkpoint_kv_dtype;
 };
 
 // The model's default maximum length: rope_scaled_length when rope scaling sets one, else
@@ -263,10 +267,12 @@ std::vector<KvLayout> kv_stage_layouts(const ModelSpec& model, const KvOptions& 
 // stage on a tie).
 KvLayout kv_layout(const ModelSpec& model, const KvOptions& options);
 
-// The KV dtype a model is served with when the user does not say: its torch_dtype when that
-// names a 16-bit dtype (bfloat16 -> bf16, float16 -> fp16), else bf16 (a float32 checkpoint
-// is served in 16 bits).
+// The KV dtype a model is served with when the user does not say: fp8 for a checkpoint
+// quantised for an fp8 cache (ModelSpec::checkpoint_kv_dtype), else served_dtype().
 KvDtype default_kv_dtype(const ModelSpec& model);
+// The dtype a model computes in: its torch_dtype when that names a 16-bit dtype (bfloat16 ->
+// bf16, float16 -> fp16), else bf16 (a float32 checkpoint is served in 16 bits).
+KvDtype served_dtype(const ModelSpec& model);
 
 // Checks that a spec is usable (positive layer and head counts, one window per layer, KV heads
 // dividing attention heads, complete MLA dims). Throws InputError naming the field; `file`

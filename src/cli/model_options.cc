@@ -107,15 +107,22 @@ ModelChoice resolve_model(const po::variables_map& vm, const std::string& synops
   ModelChoice c;
   c.model = config ? load_hf_config(*config) : find_model_preset(model_name ? *model_name : default_model);
   KvOptions& kv = c.kv;
-  kv.state_dtype = default_kv_dtype(c.model);  // vLLM's mamba_cache_dtype "auto": the model's dtype
+  kv.state_dtype = served_dtype(c.model);  // vLLM's mamba_cache_dtype "auto": the model's dtype
   if (const auto dtype = option_text(vm, option_key(kOptDtype))) {
     kv.dtype = parse_kv_dtype(*dtype, kOptDtype);
     c.dtype_reason = kOptDtype;
   } else {
+    if (c.model.checkpoint_kv_dtype == "nvfp4") {
+      throw InputError(Location{c.model.name, 0, "field 'quantization_config.kv_cache_quant_algo'"},
+                       "the checkpoint is quantised for an NVFP4 KV cache, which kvsim does not size: give " +
+                           std::string(kOptDtype));
+    }
     kv.dtype = default_kv_dtype(c.model);
     const auto given = try_parse_kv_dtype(c.model.weight_dtype);
     const std::string torch_dtype = "torch_dtype " + c.model.weight_dtype;
-    if (given == kv.dtype) {
+    if (c.model.checkpoint_kv_dtype == "fp8") {
+      c.dtype_reason = "default: the checkpoint's quantization_config (ModelOpt, an fp8 KV cache)";
+    } else if (given == kv.dtype) {
       c.dtype_reason = "default: the model's " + torch_dtype;
     } else if (c.model.weight_dtype.empty()) {
       c.dtype_reason = "default: bf16 (no torch_dtype)";
