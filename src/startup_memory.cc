@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <string>
 
 #include "kvsim/error.h"
@@ -70,6 +71,17 @@ std::string fraction_name(ServingEngine e) {
 
 std::int64_t apply_ppb(std::int64_t bytes, std::int64_t ppb) {
   return static_cast<std::int64_t>(Wide{bytes} * ppb / kPartsPerBillion);
+}
+
+// The bytes the engine may use of `total`. vLLM's v1 worker rounds up:
+// vllm/v1/worker/utils.py request_memory, math.ceil(total_memory x gpu_memory_utilization),
+// a product in double precision (the fraction, read as a decimal, is the double nearest it,
+// as Python's float() gives; a total below 2^53 converts exactly). The others keep the
+// product whole or subtract from it before rounding down, which the floor gives.
+std::int64_t usable_bytes(ServingEngine engine, std::int64_t total, std::int64_t ppb) {
+  if (engine != ServingEngine::vllm) return apply_ppb(total, ppb);
+  const double fraction = static_cast<double>(ppb) / static_cast<double>(kPartsPerBillion);
+  return static_cast<std::int64_t>(std::ceil(static_cast<double>(total) * fraction));
 }
 
 }  // namespace
@@ -291,7 +303,7 @@ StartupMemory startup_memory(const ModelSpec& model, const KvOptions& kv, const 
     weights = device_weights(model, kv, settings.weights);
   }
   const std::string fname = fraction_name(settings.engine);
-  const std::int64_t usable = apply_ppb(s.device_total_bytes, s.memory_fraction_ppb);
+  const std::int64_t usable = usable_bytes(settings.engine, s.device_total_bytes, s.memory_fraction_ppb);
   const std::int64_t requests = std::min(settings.max_num_seqs, batch);
   for (std::size_t i = 0; i < weights.size(); ++i) {
     StartupStage st;
@@ -419,7 +431,7 @@ Budget startup_budget(const StartupMemory& s) {
   b.device_total_bytes = s.device_total_bytes;
   b.device_total_source = s.device_total_source;
   b.gpu_memory_utilization_ppb = s.memory_fraction_ppb;
-  b.usable_bytes = apply_ppb(s.device_total_bytes, s.memory_fraction_ppb);
+  b.usable_bytes = usable_bytes(s.engine, s.device_total_bytes, s.memory_fraction_ppb);
   b.parameter_source = "tensor by tensor";
   b.weights_bytes_per_device = st.weights.bytes;
   b.reserve_bytes = st.activation_peak_bytes + st.buffer_bytes + st.non_torch_bytes;
