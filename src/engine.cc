@@ -150,8 +150,11 @@ std::int64_t Engine::take_ticket() {
   t.output = next_.output_tokens;
   t.n = next_.n;
   // What a planner allows for: the request's own limit, else the run's default, never less
-  // than what the request really generates.
+  // than what the request really generates, nor past the model's length: the engines cut
+  // max_tokens there (TensorRT-LLM's LlmRequest::validate, SGLang's init_req_max_new_tokens),
+  // and prompt + output is within it (checked above).
   t.planned = next_.max_tokens ? *next_.max_tokens : std::max(opt_.default_max_tokens, next_.output_tokens);
+  t.planned = std::min(t.planned, max_tokens_ - t.prompt);
   if (!next_.max_tokens && opt_.default_max_tokens == 0) ++report_.planned_at_output_requests;
   if (opt_.per_request) {
     if (request_id_.size() <= index) {

@@ -5,8 +5,10 @@
 // is paused: its KV cache is freed and it starts over later (recomputed), keeping its place
 // ahead of requests that arrived after it.
 //
-// Where kvsim's loop differs from TensorRT-LLM: a step that paused a request admits nothing
-// new (TensorRT-LLM tries the remaining requests; with memory short they rarely fit).
+// A step that paused a request admits nothing new, as TensorRT-LLM's loop ends at the request
+// it paused (reqItEnd), the waiting requests coming after the started ones. Where kvsim
+// differs: a prompt's blocks are taken chunk by chunk, where TensorRT-LLM takes them whole at
+// the first context chunk (getNeededBlocksOneStep).
 #include <string>
 
 #include "engine.h"

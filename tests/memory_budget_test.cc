@@ -475,6 +475,26 @@ TEST_CASE("budget: TensorRT-LLM's max-utilization admits what fits now, vLLM als
   }
 }
 
+TEST_CASE("budget: a planner's max_tokens is cut at the model's length, as the engines cut it") {
+  // TensorRT-LLM's LlmRequest::validate cuts max_tokens to max_seq_len - prompt ("Number of
+  // requested output tokens is changed to ..."), SGLang's init_req_max_new_tokens likewise. Max
+  // model length 64, 4 blocks of 16. a and b (prompt 16, 16 tokens, max_tokens 100) at 0: each
+  // plans 64 - 16 = 48 tokens, 16 + 48 = 64 positions, 4 blocks: a runs, b waits for all of
+  // them, and runs after a (steps 16..31: 32 ms). Planned at 100 tokens, 116 positions (8
+  // blocks), neither could ever run: both refused.
+  ReplayOptions o = budget_of(4 * 16, Policy::reserve);
+  o.layout.max_model_len = 64;
+  Request a = test::request("a", 0, 16, 16);
+  Request b = test::request("b", 0, 16, 16);
+  a.max_tokens = b.max_tokens = 100;
+  const auto r = run("paged:block=16", {a, b}, o);
+  CHECK(r.report.rejected_too_large == 0);
+  CHECK(r.report.completed == 2);
+  CHECK(r.report.preemptions == 0);
+  CHECK(r.report.waiting.max_ns == 16 * kMs);
+  CHECK(r.report.end_ns == 32 * kMs);
+}
+
 TEST_CASE("budget: vLLM's scheduler_reserve_full_isl admits a request only when its whole prompt's blocks fit") {
   // 10 blocks of 16 (160 bytes), 1 ms steps, 32 tokens a step, no watermark. A (prompt 16,
   // output 40) holds 17 + k positions at step k: 2 blocks, 3 from step 16, and its last token
