@@ -195,6 +195,28 @@ TEST_CASE("warnings: reserve=max-tokens without max_tokens, and a prefix cache w
                                       "dense-static:reserve=max-tokens", "--default-max-tokens", "100", "--cost",
                                       "constant:step=1ms,prefill-token=0ps", "--json"});
   CHECK(warnings_of(planned.out).empty());
+  // The policies that plan a request's whole life (reserve, sglang) do the same without a
+  // limit; with --default-max-tokens, or under vLLM's policy, which plans nothing, no warning.
+  for (const char* policy : {"reserve", "sglang"}) {
+    const auto p = test::run_cli({"replay", trace, "--model", "llama-3.1-8b", "--allocator", "paged", "--policy", policy,
+                                  "--kv-budget", "1GiB", "--cost", "constant:step=1ms,prefill-token=0ps", "--json"});
+    REQUIRE(p.exit_code == 0);
+    CHECK(warnings_of(p.out) ==
+          std::vector<std::string>{"paged:block=16: 2 of 2 requests have no max_tokens in the trace, so the " +
+                                   std::string(policy) +
+                                   " policy planned their true output, which no engine knows in advance (give "
+                                   "--default-max-tokens N to plan for a limit; TensorRT-LLM and SGLang plan the "
+                                   "context left)"});
+  }
+  for (const std::vector<std::string>& extra : {std::vector<std::string>{"--policy", "reserve", "--default-max-tokens", "100"},
+                                                std::vector<std::string>{"--policy", "vllm"}}) {
+    std::vector<std::string> args{"replay", trace, "--model", "llama-3.1-8b", "--allocator", "paged", "--kv-budget",
+                                  "1GiB", "--cost", "constant:step=1ms,prefill-token=0ps", "--json"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const auto p = test::run_cli(args);
+    REQUIRE(p.exit_code == 0);
+    CHECK(warnings_of(p.out).empty());
+  }
   const auto shared = test::run_cli({"replay", std::string(KVSIM_SOURCE_DIR) + "/traces/shared-prefix.csv", "--model",
                                      "llama-3.1-8b", "--allocator", "paged:prefix-caching=on", "--cost",
                                      "constant:step=1ms,prefill-token=0ps", "--json"});

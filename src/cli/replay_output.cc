@@ -193,6 +193,16 @@ std::vector<std::string> run_warnings(const KvLayout& layout, const ReplayReport
                               "limit)",
                               run_name(r), with_commas(r.planned_at_output_requests), with_commas(r.requests)));
   }
+  // The same for a policy that plans each request's whole life (reserve, sglang): without a
+  // limit it admits as if it knew each output, which no engine does (TensorRT-LLM and SGLang
+  // plan such a request to the model's length).
+  if ((r.policy.starts_with("reserve") || r.policy.starts_with("sglang")) && r.planned_at_output_requests > 0) {
+    out.push_back(fmt::format("{}: {} of {} requests have no max_tokens in the trace, so the {} policy planned their "
+                              "true output, which no engine knows in advance (give --default-max-tokens N to plan "
+                              "for a limit; TensorRT-LLM and SGLang plan the context left)",
+                              run_name(r), with_commas(r.planned_at_output_requests), with_commas(r.requests),
+                              r.policy.substr(0, r.policy.find(' '))));
+  }
   // A prefix cache on a trace that identifies no prompt block (Azure's, BurstGPT's, lengths
   // only): its hit rate of 0 says nothing about caching.
   // Judged on the whole trace: one engine's run, or the replicas' total (a replica may have
