@@ -17,6 +17,28 @@
 namespace kvsim::detail {
 namespace {
 
+// Whether a request's bytes fit `room` once the cache hits that take no free block are taken
+// off: get_num_blocks_to_allocate (single_type_kv_cache_manager.py) counts the blocks at the
+// length asked for, less the hits, plus only the hits nobody references (ref_cnt == 0, taken
+// out of the free queue), and a sliding-window group's hits behind the window not at all
+// (null blocks). The hits are looked up only when the whole count does not fit, and once.
+class RoomCheck {
+ public:
+  RoomCheck(const EngineView& engine, const AdmitInfo& info, std::int64_t room)
+      : engine_(engine), info_(info), room_(room) {}
+  bool fits(std::int64_t bytes) {
+    if (bytes <= room_) return true;
+    if (roomless_ < 0) roomless_ = engine_.allocator.roomless_hit_bytes(info_);
+    return bytes - roomless_ <= room_;
+  }
+
+ private:
+  const EngineView& engine_;
+  const AdmitInfo& info_;
+  std::int64_t room_;
+  std::int64_t roomless_ = -1;
+};
+
 class VllmScheduler final : public Scheduler {
  public:
   explicit VllmScheduler(const EngineView& engine)
@@ -43,25 +65,13 @@ class VllmScheduler final : public Scheduler {
 
   bool admits(const EngineView& engine, const Ticket& t, const AdmitInfo& info, std::int64_t,
               std::int64_t positions) override {
-    // The blocks for this chunk, leaving the watermark free while others run (v0's
-    // can_allocate; allocate_slots' watermark_blocks for WAITING and PREEMPTED requests).
-    const std::int64_t room = engine.free_bytes() - (engine.running > 0 ? watermark_bytes_ : 0);
-    // Less the cache hits that take no free block: get_num_blocks_to_allocate
-    // (single_type_kv_cache_manager.py) counts the blocks at the length asked for, less the
-    // hits, plus only the hits nobody references (ref_cnt == 0, taken out of the free
-    // queue), and a sliding-window group's hits behind the window not at all (null blocks).
-    // Looked up only when the whole count does not fit.
-    std::int64_t roomless = -1;
-    const auto fits = [&](std::int64_t bytes) {
-      if (bytes <= room) return true;
-      if (roomless < 0) roomless = engine.allocator.roomless_hit_bytes(info);
-      return bytes - roomless <= room;
-    };
+    // The blocks for this chunk, less the hits that take none, leaving the watermark free.
+    RoomCheck room(engine, info, room_above_watermark(engine));
     // scheduler_reserve_full_isl: allocate_slots(full_sequence_must_fit=True) first asks for
     // the blocks of request.num_tokens (prompt and generated so far) and returns None, which
     // stops admission, when they do not fit.
-    if (reserve_full_isl_ && !fits(engine.allocator.peak_bytes(info, t.prompt + t.base_generated))) return false;
-    return fits(chunk_bytes(engine, t, positions));
+    if (reserve_full_isl_ && !room.fits(engine.allocator.peak_bytes(info, t.prompt + t.base_generated))) return false;
+    return room.fits(chunk_bytes(engine, t, positions));
   }
   // Alone, no watermark is kept and the whole capacity is free: what admits() asks for must
   // exceed it. Less every hit that takes no free block now (a sliding window's hits behind
@@ -69,14 +79,9 @@ class VllmScheduler final : public Scheduler {
   // refused here only what is refused alone too.
   bool never_admits(const EngineView& engine, const Ticket& t, const AdmitInfo& info,
                     std::int64_t positions) const override {
-    std::int64_t roomless = -1;
-    const auto over = [&](std::int64_t bytes) {
-      if (bytes <= engine.capacity_bytes) return false;
-      if (roomless < 0) roomless = engine.allocator.roomless_hit_bytes(info);
-      return bytes - roomless > engine.capacity_bytes;
-    };
-    return (reserve_full_isl_ && over(engine.allocator.peak_bytes(info, t.prompt + t.base_generated))) ||
-           over(chunk_bytes(engine, t, positions));
+    RoomCheck alone(engine, info, engine.capacity_bytes);
+    return (reserve_full_isl_ && !alone.fits(engine.allocator.peak_bytes(info, t.prompt + t.base_generated))) ||
+           !alone.fits(chunk_bytes(engine, t, positions));
   }
 
   std::uint32_t choose_victim(const EngineView& engine, std::uint32_t) const override {
@@ -89,12 +94,16 @@ class VllmScheduler final : public Scheduler {
   // watermark free, as an admission's must (none kept while nothing else runs).
   bool swaps_in(const EngineView& engine, const AdmitInfo& info, std::int64_t positions) const override {
     if (engine.running == 0 || watermark_bytes_ == 0) return true;
-    const std::int64_t room = engine.free_bytes() - watermark_bytes_;
-    const std::int64_t bytes = engine.allocator.peak_bytes(info, positions);
-    return bytes <= room || bytes - engine.allocator.roomless_hit_bytes(info) <= room;
+    return RoomCheck(engine, info, room_above_watermark(engine)).fits(engine.allocator.peak_bytes(info, positions));
   }
 
  private:
+  // The free bytes less the watermark, which is kept while others run (v0's can_allocate and
+  // _can_swap; allocate_slots' watermark_blocks for WAITING and PREEMPTED requests).
+  std::int64_t room_above_watermark(const EngineView& engine) const {
+    return engine.free_bytes() - (engine.running > 0 ? watermark_bytes_ : 0);
+  }
+
   bool swap_;
   bool reserve_full_isl_;
   std::int64_t watermark_ppb_;
