@@ -93,11 +93,10 @@ CheckResult check_case(const SizeSheet& sheet, const CheckCase& c) {
   CheckResult r;
   r.c = c;
   r.kv_bytes = checked_mul(fullest_stage(sheet, c.tokens).second, c.sequences, "KV bytes of the case");
-  const KvLayout model = whole_model_layout(sheet.stages);
   r.fit = fit_verdict(
       sheet, c.sequences,
       [&](std::size_t i) {
-        return request_blocks(sheet.stages[i], sheet.stage_pools[i].pool, c.tokens, sheet.paging, &model);
+        return request_blocks(sheet.stages[i], sheet.stage_pools[i].pool, c.tokens, sheet.paging, &sheet.model_layout);
       },
       [&](std::size_t i) { return sheet.stage_pools[i].pool.num_blocks; });
   hold_to_context(sheet, r.fit, c.tokens);
@@ -128,6 +127,7 @@ SizeSheet size_sheet(const ModelSpec& model, const KvOptions& kv, const SizeQuer
     for (const auto& g : draft_stages.front().groups) sheet.draft_layers += g.layers;
     sheet.draft_bytes_per_token = sheet.stages.back().bytes_per_token() - before;
   }
+  sheet.model_layout = whole_model_layout(sheet.stages);
   sheet.binding_stage = binding_stage(sheet.stages);
   sheet.seqs = query.seqs;
   sheet.paging = query.paging;
@@ -168,14 +168,13 @@ SizeSheet size_sheet(const ModelSpec& model, const KvOptions& kv, const SizeQuer
     // and gives the budget of the stage that binds.
     if (!sheet.startup) sheet.stage_weights = stage_weights(model, kv, *sheet.budget, sheet.stage_weights_note);
     // vLLM groups the whole model's layers, then gives each stage its share of every group.
-    const KvLayout model_layout = whole_model_layout(sheet.stages);
     for (std::size_t i = 0; i < sheet.stages.size(); ++i) {
       const KvLayout& s = sheet.stages[i];
       // Each stage's own weights when they are known (embeddings first, LM head last).
       const std::int64_t kv_budget = stage_kv_budget(sheet, i);
-      StagePool sp{paged_pool(s, kv_budget, query.paging, &model_layout), {}};
+      StagePool sp{paged_pool(s, kv_budget, query.paging, &sheet.model_layout), {}};
       for (std::int64_t t : at) {
-        sp.request_blocks.push_back(request_blocks(s, sp.pool, t, query.paging, &model_layout));
+        sp.request_blocks.push_back(request_blocks(s, sp.pool, t, query.paging, &sheet.model_layout));
       }
       sp.own_num_blocks = sp.pool.num_blocks;
       sheet.stage_pools.push_back(std::move(sp));

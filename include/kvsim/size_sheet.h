@@ -78,6 +78,8 @@ struct SizeSheet {
   KvOptions kv;
   std::int64_t devices = 1;              // tensor_parallel x pipeline_parallel
   std::vector<KvLayout> stages;          // per pipeline stage, per device
+  KvLayout model_layout;                 // the stages' layer groups added up: the layers vLLM
+                                         // groups into KV-cache groups (whole_model_layout)
   std::size_t binding_stage = 0;         // see binding_stage() below
   std::int64_t seqs = 1;
   std::vector<SequenceBytes> sequences;  // one per SizeQuery::tokens, in order
