@@ -306,14 +306,10 @@ TEST_CASE("calibrate and validate: an MoE model's two replicas stepping together
   o.per_request = [&](const RequestRecord& r) { records.push_back(r); };
   AllocatorLimits limits;
   limits.capacity_bytes = o.memory.kv_budget_bytes;
-  std::vector<std::unique_ptr<Allocator>> owned;
-  std::vector<Allocator*> allocators;
-  for (int i = 0; i < 2; ++i) {
-    owned.push_back(make_allocator(parse_allocator_spec("paged:block=16,prefix-caching=on", "test"), o.layout, limits));
-    allocators.push_back(owned.back().get());
-  }
+  const test::ReplicaAllocators allocators =
+      test::replica_allocators("paged:block=16,prefix-caching=on", o.layout, limits, 2);
   RequestVectorReader reader(trace);
-  const ReplicaRun replayed = replay_replicas(reader, allocators, o);
+  const ReplicaRun replayed = replay_replicas(reader, allocators.pointers, o);
   REQUIRE(replayed.total.completed == 300);
   CHECK(replayed.total.preemptions == 0);
   std::sort(records.begin(), records.end(), [](const auto& a, const auto& b) { return a.ordinal < b.ordinal; });

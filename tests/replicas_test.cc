@@ -27,15 +27,11 @@ ReplayOptions every_step_10_ms(std::int64_t prefill_token_ps = 0) {
   return o;
 }
 
-// `trace` through two replicas, each with its own paged:block=16 pool (of `limits`).
-ReplicaRun replay_two_paged(TraceReader& trace, const ReplayOptions& o, const AllocatorLimits& limits = {}) {
-  std::vector<std::unique_ptr<Allocator>> owned;
-  std::vector<Allocator*> allocators;
-  for (int i = 0; i < 2; ++i) {
-    owned.push_back(make_allocator(parse_allocator_spec("paged:block=16", "test"), o.layout, limits));
-    allocators.push_back(owned.back().get());
-  }
-  return replay_replicas(trace, allocators, o);
+// `trace` through `replicas` replicas, each with its own paged:block=16 pool (of `limits`).
+ReplicaRun replay_paged(TraceReader& trace, const ReplayOptions& o, const AllocatorLimits& limits = {},
+                        int replicas = 2) {
+  const test::ReplicaAllocators allocators = test::replica_allocators("paged:block=16", o.layout, limits, replicas);
+  return replay_replicas(trace, allocators.pointers, o);
 }
 
 }  // namespace
@@ -54,7 +50,7 @@ TEST_CASE("replicas: four requests routed by vLLM main's least-loaded rule, not 
                            test::request("c", 20 * kMs, 10, 1), test::request("d", 35 * kMs, 10, 1)});
   ReplayOptions o = every_step_10_ms();
   o.dp_router = ReplayOptions::DpRouter::in_flight;
-  const ReplicaRun run = replay_two_paged(trace, o);
+  const ReplicaRun run = replay_paged(trace, o);
   REQUIRE(run.replicas.size() == 2);
   CHECK(run.routed == std::vector<std::int64_t>{3, 1});
   CHECK(run.replicas[0].completed == 3);
@@ -122,7 +118,7 @@ TEST_CASE("replicas: vLLM 0.19's router, by queue score for an MoE model and rou
                              test::request("c", 20 * kMs, 10, 1), test::request("d", 35 * kMs, 10, 1)});
     ReplayOptions o = every_step_10_ms();
     o.replicas_step_together = together;
-    const ReplicaRun run = replay_two_paged(trace, o);
+    const ReplicaRun run = replay_paged(trace, o);
     CHECK(run.replica_of == (together ? std::vector<std::uint32_t>{0, 1, 0, 0} : std::vector<std::uint32_t>{0, 1, 0, 1}));
     CHECK(run.total.completed == 4);
   }
@@ -138,7 +134,7 @@ TEST_CASE("replicas: vLLM 0.19's router, by queue score for an MoE model and rou
     ReplayOptions o = every_step_10_ms();
     o.replicas_step_together = true;
     o.dp_router = router;
-    const ReplicaRun run = replay_two_paged(loaded, o);
+    const ReplicaRun run = replay_paged(loaded, o);
     CHECK(run.replica_of == std::vector<std::uint32_t>{0, 1, 0, 1,
                                                        router == ReplayOptions::DpRouter::queue_score ? 0u : 1u});
   }
@@ -161,7 +157,7 @@ TEST_CASE("replicas: requests arriving at one instant each count in flight where
                            test::request("e", 5 * kMs, 10, 1)});
   ReplayOptions o = every_step_10_ms();
   o.dp_router = ReplayOptions::DpRouter::in_flight;
-  const ReplicaRun run = replay_two_paged(trace, o);
+  const ReplicaRun run = replay_paged(trace, o);
   CHECK(run.routed == std::vector<std::int64_t>{3, 2});
   CHECK(run.total.queue_at_last_arrival == 0);
   // Each replica's queue peaked at 2 (c and e behind a's step; b and d at 5 ms): the total's
@@ -196,7 +192,7 @@ TEST_CASE("replicas: the in-flight router's KV penalty steers a burst away from 
   o.memory.kv_budget_bytes = 15 * 16;
   AllocatorLimits limits;
   limits.capacity_bytes = o.memory.kv_budget_bytes;
-  const ReplicaRun run = replay_two_paged(trace, o, limits);
+  const ReplicaRun run = replay_paged(trace, o, limits);
   CHECK(run.replica_of == std::vector<std::uint32_t>{0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 0, 1});
 }
 
@@ -212,7 +208,7 @@ TEST_CASE("replicas: a request routed while its replica's step runs waits from i
   c.cancel_ns = 44 * kMs;
   RequestVectorReader trace({test::request("a", 0, 10, 10), test::request("a2", 0, 10, 10),
                              test::request("b", 41 * kMs, 10, 3), c});
-  const ReplicaRun run = replay_two_paged(trace, every_step_10_ms());
+  const ReplicaRun run = replay_paged(trace, every_step_10_ms());
   REQUIRE(run.replica_of == std::vector<std::uint32_t>{0, 1, 0, 1});
   CHECK(run.replicas[0].end_ns == 100 * kMs);
   CHECK(run.replicas[1].end_ns == 100 * kMs);
@@ -233,7 +229,7 @@ TEST_CASE("replicas: the total's block usage is its allocated mean over its capa
   o.memory.kv_budget_bytes = 64 * 16;
   AllocatorLimits limits;
   limits.capacity_bytes = o.memory.kv_budget_bytes;
-  const ReplicaRun run = replay_two_paged(trace, o, limits);
+  const ReplicaRun run = replay_paged(trace, o, limits);
   REQUIRE(run.replica_of == std::vector<std::uint32_t>{0, 1});
   REQUIRE(run.total.capacity_bytes == 2 * 1024);
   REQUIRE(run.total.block_usage.has_value());
@@ -257,13 +253,7 @@ TEST_CASE("replicas: a replica no request reaches reserves its pool all the same
   o.memory.kv_budget_bytes = 64 * 16;
   AllocatorLimits limits;
   limits.capacity_bytes = o.memory.kv_budget_bytes;
-  std::vector<std::unique_ptr<Allocator>> owned;
-  std::vector<Allocator*> allocators;
-  for (int i = 0; i < 3; ++i) {
-    owned.push_back(make_allocator(parse_allocator_spec("paged:block=16", "test"), o.layout, limits));
-    allocators.push_back(owned.back().get());
-  }
-  const ReplicaRun run = replay_replicas(trace, allocators, o);
+  const ReplicaRun run = replay_paged(trace, o, limits, 3);
   REQUIRE(run.replica_of == std::vector<std::uint32_t>{0, 1});
   REQUIRE(run.replicas[2].iterations == 0);
   const Occupancy& idle = run.replicas[2].reserved_bytes;
@@ -313,7 +303,7 @@ TEST_CASE("replicas: timeline rows tagged with their replica, per-request record
   };
   std::vector<std::pair<std::string, std::int64_t>> records;
   o.per_request = [&](const RequestRecord& r) { records.emplace_back(r.id, r.ordinal); };
-  const ReplicaRun run = replay_two_paged(trace, o);
+  const ReplicaRun run = replay_paged(trace, o);
   CHECK(run.replica_of == std::vector<std::uint32_t>{0, 1, 0, 0});
   CHECK(rows == std::vector<std::int64_t>{3 + 2, 1 + 100});
   CHECK(running_other_than_1 == std::vector<std::int64_t>{2, 1});
@@ -343,7 +333,7 @@ TEST_CASE("replicas: an MoE model's replicas take every step together, as long a
   // token comes at 51 ms; b's two decode steps end at 61 and 71 ms.
   const auto run_with = [](bool together) {
     RequestVectorReader trace({test::request("a", 0, 30, 2), test::request("b", 1 * kMs, 1, 3)});
-    return replay_two_paged(trace, ten_ms_steps(together));
+    return replay_paged(trace, ten_ms_steps(together));
   };
   const ReplicaRun apart = run_with(false);
   CHECK(apart.replica_of == std::vector<std::uint32_t>{0, 1});
@@ -374,7 +364,7 @@ TEST_CASE("replicas: an MoE model's replicas take every step together, as long a
   ReplayOptions o = ten_ms_steps(true);
   o.timeline = [&](const TimelineRow& row) { rows.push_back(row); };
   RequestVectorReader trace({test::request("a", 0, 30, 2), test::request("b", 1 * kMs, 1, 3)});
-  replay_two_paged(trace, o);
+  replay_paged(trace, o);
   std::vector<TimelineRow> at_40;
   for (const TimelineRow& row : rows) {
     if (row.time_ns == 40 * kMs) at_40.push_back(row);
@@ -404,7 +394,7 @@ TEST_CASE("replicas: aligned steps end with the MoE layers' gathers of all the r
   ReplayOptions o = ten_ms_steps(true);
   o.cost.replica_collective_step_ps = 1 * kMs * 1000;
   o.cost.replica_collective_token_ps = kMs * 100;
-  const ReplicaRun run = replay_two_paged(trace, o);
+  const ReplicaRun run = replay_paged(trace, o);
   CHECK(run.replicas[0].ttft.max_ns == 44'100'000);
   CHECK(run.replicas[0].end_ns == 56'300'000);
   CHECK(run.replicas[1].ttft.max_ns == 55'300'000);
@@ -420,7 +410,7 @@ TEST_CASE("replicas: aligned steps end with the MoE layers' gathers of all the r
   const auto with_graphs = [&](std::int64_t graph_max) {
     RequestVectorReader three({test::request("a", 0, 30, 2), test::request("b", 1 * kMs, 3, 3)});
     o.cuda_graph_max_tokens = graph_max;
-    return replay_two_paged(three, o);
+    return replay_paged(three, o);
   };
   const ReplicaRun graphs = with_graphs(16);
   CHECK(graphs.replicas[0].ttft.max_ns == 44'100'000);

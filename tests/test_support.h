@@ -2,6 +2,7 @@
 #ifndef KVSIM_TESTS_TEST_SUPPORT_H_
 #define KVSIM_TESTS_TEST_SUPPORT_H_
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,22 @@ inline LayerGroup group(std::string name, std::int64_t bytes_per_position, std::
 }
 
 // One full-attention group at 1 byte per position: slots and bytes are the same number.
+// `count` replicas' allocators of `spec`, each its own pool (of `limits`), and the pointers
+// replay_replicas() takes.
+struct ReplicaAllocators {
+  std::vector<std::unique_ptr<Allocator>> owned;
+  std::vector<Allocator*> pointers;
+};
+inline ReplicaAllocators replica_allocators(const std::string& spec, const KvLayout& layout,
+                                            const AllocatorLimits& limits, int count) {
+  ReplicaAllocators r;
+  for (int i = 0; i < count; ++i) {
+    r.owned.push_back(make_allocator(parse_allocator_spec(spec, "test"), layout, limits));
+    r.pointers.push_back(r.owned.back().get());
+  }
+  return r;
+}
+
 inline KvLayout unit_layout(std::int64_t max_model_len = 4096) {
   KvLayout l;
   l.groups = {group("full", 1)};
