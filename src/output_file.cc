@@ -196,9 +196,10 @@ void OutputFile::flush() {
   buffer_.clear();
 }
 
-void OutputFile::commit() {
+void OutputFile::finish() {
   if (fd_ < 0) return;
   flush();
+  finished_ = true;
   if (owns_fd_) {
     const int fd = fd_;
     fd_ = -1;
@@ -209,6 +210,13 @@ void OutputFile::commit() {
     }
   } else {
     fd_ = -1;
+  }
+}
+
+void OutputFile::commit() {
+  if (!finished_) {
+    if (fd_ < 0) return;
+    finish();
   }
   if (temp_.empty()) return;
   if (::rename(temp_.c_str(), target_.c_str()) != 0) {
@@ -225,6 +233,11 @@ bool same_file(const std::string& a, const std::string& b) {
   struct stat sa {};
   struct stat sb {};
   return ::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+void commit_together(std::span<OutputFile* const> files) {
+  for (OutputFile* f : files) f->finish();
+  for (OutputFile* f : files) f->commit();
 }
 
 void write_output_file(const std::string& path, std::string_view bytes, std::span<const std::string> inputs) {

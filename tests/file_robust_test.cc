@@ -210,6 +210,36 @@ TEST_CASE("standard output redirected into the input is refused, the input untou
   CHECK(slurp(dir / "in.csv") == slurp(kChat));
 }
 
+TEST_CASE("one output that cannot be written leaves every other output of the command as it was", "[files]") {
+  // replay, sweep and validate each write several files: all are opened before the work and
+  // replaced together, so a bad path (a directory, a missing folder) or a write error
+  // (/dev/full, written in place) in one leaves the others' old bytes, and no temporary.
+  const auto dir = fresh_dir("together");
+  const std::string chat = shell_quote(kChat);
+  const std::string run =
+      shell_quote(std::string(KVSIM_SOURCE_DIR) + "/tests/data/measured/tiny/run") + " --device H100-80GB";
+  fs::create_directories(dir / "adir");
+  const std::string few = " --requests 20 --quiet";
+  const std::string scripts[] = {
+      "$KVSIM replay " + chat + few + " --csv a.csv --timeline b.csv --per-request c.csv --html adir",
+      "$KVSIM replay " + chat + few + " --csv a.csv --timeline b.csv --html missing/x.html",
+      "$KVSIM replay " + chat + few + " --csv a.csv --timeline b.csv --per-request /dev/full",
+      "$KVSIM sweep " + chat + " --requests 20 --vary rate-scale=1,2 --csv a.csv --jsonl missing/x.jsonl",
+      "$KVSIM sweep " + chat + " --requests 20 --vary rate-scale=1,2 --csv a.csv --jsonl /dev/full",
+      "$KVSIM validate " + run + " --per-request a.csv --per-tick missing/x.csv",
+      "$KVSIM validate " + run + " --per-request a.csv --per-tick /dev/full",
+  };
+  for (const auto& script : scripts) {
+    INFO(script);
+    for (const char* name : {"a.csv", "b.csv", "c.csv"}) write_file(dir / name, std::string("old ") + name + "\n");
+    const auto r = run_sh(dir, script);
+    CHECK(r.exit_code == 1);
+    CHECK_THAT(r.err, Catch::StartsWith("kvsim: error: "));
+    for (const char* name : {"a.csv", "b.csv", "c.csv"}) CHECK(slurp(dir / name) == std::string("old ") + name + "\n");
+    CHECK(names_in(dir) == std::vector<std::string>{"a.csv", "adir", "b.csv", "c.csv"});
+  }
+}
+
 TEST_CASE("a full disk is an error naming the file, for every output and standard output", "[files]") {
   const auto dir = fresh_dir("full");
   const std::string chat = shell_quote(kChat);

@@ -40,6 +40,9 @@ class OutputFile {
   // Flushes, closes and (for a regular file) renames the temporary over the target. Throws
   // InputError naming the file on any failure, after removing the temporary.
   void commit();
+  // commit()'s first half: flushes and closes, so that every byte is written (to a device,
+  // to standard output) and every write error is known, but replaces nothing yet.
+  void finish();
 
   // The name in messages: the path given, or "standard output" for "-".
   const std::string& display_name() const { return display_; }
@@ -54,6 +57,7 @@ class OutputFile {
   std::string temp_;    // the temporary's name ("" when written directly)
   int fd_ = -1;
   bool owns_fd_ = false;
+  bool finished_ = false;
   std::string buffer_;
 };
 
@@ -67,6 +71,11 @@ bool same_file(const std::string& a, const std::string& b);
 // output, as it writes "-", so nothing else a command prints there interleaves with a file
 // written beside it and then moved over it.
 bool names_standard_output(const std::string& path);
+
+// Commits the outputs of one command together: each is finished (flushed and closed) before
+// any replaces its target, so a write error in one leaves every file as it was. Open them all
+// before the work that fills them, so that a path that cannot be written fails first.
+void commit_together(std::span<OutputFile* const> files);
 
 // Writes `bytes` to `path` through an OutputFile and commits it.
 void write_output_file(const std::string& path, std::string_view bytes, std::span<const std::string> inputs = {});

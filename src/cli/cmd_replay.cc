@@ -725,11 +725,12 @@ std::vector<ReplayReport> run_replicas(ReplayPlan& plan, const TraceOpener& open
 
 namespace {
 
-// The output files, in registry order, and the table or JSON on stdout.
+// The output files, in registry order, into `files` (opened before the runs, one per
+// plan.report_files), committed together once all are written; then the table or JSON on
+// stdout.
 void render(const ReplayPlan& plan, const std::vector<ReplayReport>& reports,
-            std::vector<std::unique_ptr<RunCollector>>& collectors) {
+            std::vector<std::unique_ptr<RunCollector>>& collectors, std::vector<std::unique_ptr<OutputFile>>& files) {
   const ReplayOptions& ro = plan.options;
-  const std::string inputs[] = {plan.trace_path};
 
   ReplayContext context;
   context.trace = plan.trace_path;
@@ -757,10 +758,12 @@ void render(const ReplayPlan& plan, const std::vector<ReplayReport>& reports,
     context.scheduler += fmt::format(", CUDA graphs up to {} tokens", with_commas(cuda_graph_largest(ro.cuda_graph_max_tokens)));
   }
   for (std::size_t k = 0; k < plan.report_files.size(); ++k) {
-    const auto& [output, path] = plan.report_files[k];
-    if (collectors[k] != nullptr) collectors[k]->write(path, context, reports, inputs);
-    else write_output_file(path, output->render(context, reports), inputs);
+    if (collectors[k] != nullptr) collectors[k]->write(*files[k], context, reports);
+    else files[k]->write(plan.report_files[k].first->render(context, reports));
   }
+  std::vector<OutputFile*> all;
+  for (auto& file : files) all.push_back(file.get());
+  commit_together(all);
   if (plan.json) write_stdout(replay_json(context, reports));
   else if (plan.table_on_stdout) write_stdout(replay_table(context, reports));
   print_warnings(context, reports);
@@ -785,6 +788,11 @@ int run_replay(const Invocation& inv) {
     }
     collectors.push_back(output->collect != nullptr ? output->collect(plan, path) : nullptr);
   }
+  // Every output is opened before the runs: a path that cannot be written fails now, not
+  // after a long replay, and none replaces its file until all are written (render()).
+  const std::string inputs[] = {plan.trace_path};
+  std::vector<std::unique_ptr<OutputFile>> files;
+  for (const auto& file : plan.report_files) files.push_back(std::make_unique<OutputFile>(file.second, inputs));
   const std::vector<ReplayReport> reports =
       plan.replicas > 1 ? run_replicas(plan,
                                        [&plan](const TraceOptions& o) {
@@ -793,7 +801,7 @@ int run_replay(const Invocation& inv) {
                                                                      : open_trace(plan.trace_path, o);
                                        })
                         : run_all(plan, collectors);
-  render(plan, reports, collectors);
+  render(plan, reports, collectors, files);
   return kExitOk;
 }
 

@@ -10,7 +10,9 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <thread>
+#include <vector>
 
 #include "cli.h"
 #include "kvsim/error.h"
@@ -213,6 +215,11 @@ int run_sweep(const Invocation& inv) {
   std::vector<std::string> inputs = {setup.trace_path()};
   if (spec) inputs.push_back(*spec);
   refuse_output_over_input(outputs, inputs, kSpec.synopsis);
+  // Both files opened before any replay (a path that cannot be written fails at once), and
+  // committed together once both are written.
+  std::optional<OutputFile> csv_file, jsonl_file;
+  if (csv_path) csv_file.emplace(*csv_path, inputs);
+  if (jsonl_path) jsonl_file.emplace(*jsonl_path, inputs);
 
   // Every point planned (and the trace read) before any replay: a bad value fails at once.
   TraceCache cache;
@@ -253,12 +260,15 @@ int run_sweep(const Invocation& inv) {
 
   std::string csv = setup.csv_header(shape);
   for (const auto& rows : csv_rows) csv += rows;
-  if (csv_path) write_output_file(*csv_path, csv, inputs);
-  if (jsonl_path) {
-    std::string jsonl;
-    for (const auto& rows : jsonl_rows) jsonl += rows;
-    write_output_file(*jsonl_path, jsonl, inputs);
+  if (csv_file) csv_file->write(csv);
+  if (jsonl_file) {
+    for (const auto& rows : jsonl_rows) jsonl_file->write(rows);
   }
+  std::vector<OutputFile*> files;
+  for (auto* file : {&csv_file, &jsonl_file}) {
+    if (*file) files.push_back(&**file);
+  }
+  commit_together(files);
   if (!csv_path && !jsonl_path) write_stdout(sweep_table(setup, csv) + warning_lines);
   return kExitOk;
 }

@@ -15,6 +15,7 @@
 #include <limits>
 #include <optional>
 #include <sstream>
+#include <vector>
 #include <nlohmann/json.hpp>
 
 #include "cli.h"
@@ -592,6 +593,11 @@ int run_validate(const Invocation& inv) {
   }
   refuse_output_over_input(outputs, inputs, kSpec.synopsis);
   const bool table_on_stdout = table_keeps_stdout(outputs, vm.count("json") != 0, kSpec.synopsis);
+  // Both files opened before the replay (a path that cannot be written fails at once), and
+  // committed together once both are written.
+  std::optional<OutputFile> per_request_file, per_tick_file;
+  if (const auto path = option_text(vm, "per-request")) per_request_file.emplace(*path, inputs);
+  if (const auto path = option_text(vm, "per-tick")) per_tick_file.emplace(*path, inputs);
   std::vector<std::vector<Step>> steps;  // per engine
   RunReplay r = replay_run(vm, run, kSpec.synopsis, [&](const TimelineRow& row) {
     if (row.idle) return;  // no step, so no report
@@ -605,11 +611,13 @@ int run_validate(const Invocation& inv) {
   const std::vector<EngineState> states =
       engine_states(steps, r.records, r.replica_of, plan.options.async_scheduling);
   const Result result = compare(run, r.report, r.records, r.replica_of, r.wall_offset_s, states);
-  if (const auto path = option_text(vm, "per-request")) {
-    write_output_file(*path, per_request_csv(run, r.report.allocator, r.records, r.replica_of, result),
-                      inputs);
+  if (per_request_file) per_request_file->write(per_request_csv(run, r.report.allocator, r.records, r.replica_of, result));
+  if (per_tick_file) per_tick_file->write(per_tick_csv(result));
+  std::vector<OutputFile*> files;
+  for (auto* file : {&per_request_file, &per_tick_file}) {
+    if (*file) files.push_back(&**file);
   }
-  if (const auto path = option_text(vm, "per-tick")) write_output_file(*path, per_tick_csv(result), inputs);
+  commit_together(files);
   const std::vector<std::string> warnings = warnings_of(r, result);
   for (const std::string& w : warnings) fmt::print(stderr, "kvsim validate: warning: {}\n", w);
   if (plan.json) {

@@ -18,9 +18,8 @@ class HtmlCollector final : public RunCollector {
             [html](const RequestRecord& r) { add_latencies(*html, r); }};
   }
 
-  void write(const std::string& path, const ReplayContext& context, const std::vector<ReplayReport>& reports,
-             std::span<const std::string> inputs) override {
-    write_output_file(path, replay_html(context, reports, std::move(runs_)), inputs);
+  void write(OutputFile& out, const ReplayContext& context, const std::vector<ReplayReport>& reports) override {
+    out.write(replay_html(context, reports, std::move(runs_)));
   }
 
  private:

@@ -28,9 +28,7 @@ class PerRequestCollector final : public RunCollector {
             }};
   }
 
-  void write(const std::string& path, const ReplayContext&, const std::vector<ReplayReport>&,
-             std::span<const std::string> inputs) override {
-    OutputFile out(path, inputs);
+  void write(OutputFile& out, const ReplayContext&, const std::vector<ReplayReport>&) override {
     out.write(per_request_header());
     std::string row;
     for (Run& run : runs_) {
@@ -41,7 +39,6 @@ class PerRequestCollector final : public RunCollector {
         out.write(row);
       }
     }
-    out.commit();
   }
 
  private:

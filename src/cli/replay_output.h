@@ -15,6 +15,7 @@
 
 #include "html_report.h"
 #include "kvsim/model.h"
+#include "kvsim/output_file.h"
 #include "kvsim/replay.h"
 
 namespace kvsim::cli {
@@ -80,10 +81,10 @@ class RunCollector {
   // The sinks of run `run` (plan.allocators[run]), asked for on that run's thread before it
   // starts.
   virtual RunSinks sinks(std::size_t run) = 0;
-  // Writes the file once every run has ended: `path` through OutputFile
-  // (include/kvsim/output_file.h, which never writes over `inputs`), or write_output_file().
-  virtual void write(const std::string& path, const ReplayContext& context, const std::vector<ReplayReport>& reports,
-                     std::span<const std::string> inputs) = 0;
+  // Writes the file's bytes into `out` once every run has ended. `out` was opened before the
+  // runs began (a path that cannot be written fails before any work) and is committed by the
+  // caller once every output is written, so a failure leaves every file as it was.
+  virtual void write(OutputFile& out, const ReplayContext& context, const std::vector<ReplayReport>& reports) = 0;
 };
 
 // The output registry: a file `kvsim replay` writes, as `--csv FILE` does. `replay` offers

@@ -29,14 +29,11 @@ class TimelineCollector final : public RunCollector {
             {}};
   }
 
-  void write(const std::string& path, const ReplayContext&, const std::vector<ReplayReport>&,
-             std::span<const std::string> inputs) override {
-    OutputFile out(path, inputs);
+  void write(OutputFile& out, const ReplayContext&, const std::vector<ReplayReport>&) override {
     out.write(timeline_header(plan_.options.layout, plan_.options.sample_every_ns > 0, caching_));
     for (const auto& file : files_) {
       if (file) file->copy_to(out);
     }
-    out.commit();
   }
 
  private:
