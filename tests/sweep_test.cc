@@ -192,6 +192,12 @@ TEST_CASE("sweep: --jobs 1 and --jobs 2 write the same bytes") {
   REQUIRE(run_cli(with(args, {"--jobs", "2", "--jsonl", two, "--csv", two_csv})).exit_code == 0);
   CHECK(slurp(one) == slurp(two));
   CHECK(slurp(one_csv) == slurp(two_csv));
+  // --progress draws on a terminal only: with stderr captured (a file here), nothing, so the
+  // bytes are the same and stderr holds no carriage return.
+  const auto drawn = run_cli(with(args, {"--jobs", "2", "--progress", "--csv", "-"}));
+  REQUIRE(drawn.exit_code == 0);
+  CHECK(drawn.out == slurp(two_csv));
+  CHECK(drawn.err.find('\r') == std::string::npos);
 }
 
 TEST_CASE("sweep merge: refuses a missing point, a duplicate point and parts of another grid, naming the file") {

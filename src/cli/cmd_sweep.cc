@@ -90,7 +90,7 @@ po::options_description sweep_options() {
       ("jsonl", po::value<std::string>(), "write one JSON object per point and allocator (a line each) to this file")
       (option_key(kOptJobs), po::value<std::string>(), "points replayed at once (default: the number of cores)")
       ("shard", po::value<std::string>(), "I/N: run only the points p with p % N == I-1 (1 <= I <= N)")
-      ("progress", "a progress bar over the points on standard error");
+      ("progress", "a progress bar over the points on standard error, when it is a terminal");
   return o;
 }
 
@@ -233,7 +233,8 @@ int run_sweep(const Invocation& inv) {
   if (const auto j = option_text(vm, option_key(kOptJobs))) jobs = static_cast<std::size_t>(positive_integer(*j, kOptJobs));
   jobs = std::max<std::size_t>(1, std::min(jobs, mine.size()));
 
-  Progress progress(mine.size(), vm.count("progress") != 0, "sweeping");
+  // Drawn on a terminal only: never carriage returns into a file or a pipe (README.md).
+  Progress progress(mine.size(), vm.count("progress") != 0 && ::isatty(STDERR_FILENO) != 0, "sweeping");
   std::vector<std::string> csv_rows(mine.size());
   std::vector<std::string> jsonl_rows(mine.size());
   std::vector<std::vector<std::string>> point_warnings(mine.size());
