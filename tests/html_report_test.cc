@@ -242,6 +242,25 @@ TEST_CASE("html: CDFs are nearest-rank quantiles at fixed points") {
   CHECK(html::cdf_quantiles({}).empty());
 }
 
+TEST_CASE("html: the plain answers compare only the runs that completed the most requests") {
+  // Three runs: a and b completed 2 requests each, c refused one and completed 1, holding the
+  // least at peak (0.5 GiB) because it served less. The comparison is a (1 GiB) against b
+  // (1.5 GiB, 1.50x); c is named with its count and left out.
+  std::vector<HtmlRun> runs = {hand_run("a"), hand_run("b"), hand_run("c")};
+  runs[1].allocated_peak = 3 * kGiB / 2;
+  runs[2].allocated_peak = kGiB / 2;
+  runs[2].completed = 1;
+  const std::vector<std::string> answers = plain_answers(runs);
+  REQUIRE(answers.size() == 3);
+  CHECK(answers[0] == "c completed 1: fewer requests than the 2 the others completed, so it is left out of the "
+                      "comparison (it holds less because it served less).");
+  CHECK(answers[1] == "a holds the least at peak: 1.00 GiB allocated, against b 1.50 GiB (1.50x).");
+  // One run to compare: what it holds, not "the least".
+  const std::vector<std::string> alone = plain_answers({hand_run("a")});
+  REQUIRE(!alone.empty());
+  CHECK(alone[0] == "a holds 1.00 GiB allocated at peak.");
+}
+
 TEST_CASE("html: the page is well-formed XML, escapes names, marks the peak at known coordinates, and is deterministic") {
   HtmlPage page;
   page.title = "kvsim replay <test> & co";
@@ -363,8 +382,8 @@ TEST_CASE("html: an allocator that completed no request is left out of the plain
   const std::string html = test::slurp(out);
   CHECK(html.find("dense-static:reserve=max-model-len completed no request, and is left out of the comparison.") !=
         std::string::npos);
-  CHECK(html.find("paged:block=16 holds the least at peak") != std::string::npos);
-  CHECK(html.find("dense-static:reserve=max-model-len holds the least") == std::string::npos);
+  CHECK(html.find("paged:block=16 holds ") != std::string::npos);
+  CHECK(html.find("dense-static:reserve=max-model-len holds ") == std::string::npos);
 }
 
 TEST_CASE("html: kvsim report draws the same charts from replay's saved --json, --timeline and --per-request") {
@@ -373,9 +392,8 @@ TEST_CASE("html: kvsim report draws the same charts from replay's saved --json, 
   const std::string live = (dir / "live.html").string(), saved = (dir / "saved.html").string();
   const std::string json = (dir / "run.json").string(), timeline = (dir / "t.csv").string(),
                     per_request = (dir / "r.csv").string();
-  // Allocators whose figures the JSON holds whole (dynamic's external fragmentation in bytes
-  // is in it only beside an allocator that places reservations: docs/report.md).
-  const auto a = test::run_cli({"replay", trace, "--allocator", "paged,dense-static:reserve=max-tokens", "--html", live,
+  // dynamic's external fragmentation in bytes is in every run's JSON, so its bar is whole.
+  const auto a = test::run_cli({"replay", trace, "--allocator", "paged,dense-static:reserve=max-tokens,dynamic", "--html", live,
                                 "--quiet", "--json",
                                 "--timeline", timeline, "--per-request", per_request});
   REQUIRE(a.exit_code == 0);
@@ -389,11 +407,33 @@ TEST_CASE("html: kvsim report draws the same charts from replay's saved --json, 
   const std::string from_run = test::slurp(live), from_files = test::slurp(saved);
   CHECK(xml_problem(from_files).empty());
   // The charts are drawn from the same figures, times and latencies (9 decimals of a second
-  // are whole ns), so from the first chart on the pages are the same bytes; only the context
-  // above differs (the saved JSON holds less of it).
+  // are whole ns), so from the first chart on the pages are the same bytes.
   const auto charts = [](const std::string& page) { return page.substr(page.find("<h2>")); };
   CHECK(charts(from_files) == charts(from_run));
-  CHECK(count(from_files, "<svg class=\"chart\"") == 7);  // breakdown, 2 occupancy, requests, 3 CDFs
+  CHECK(count(from_files, "<svg class=\"chart\"") == 8);  // breakdown, 3 occupancy, requests, 3 CDFs
+  CHECK(from_files.find("external fragmentation") != std::string::npos);
+  // The context above is the live page's but the step cost's terms (those stay in the JSON's
+  // cost_model): every line the saved page has, the live one has, model, schedule, budget
+  // and trace among them.
+  const auto context_lines = [](const std::string& page) {
+    const auto from = page.find("<div class=\"context\">\n") + 22, to = page.find("</div>", from);
+    std::vector<std::string> lines;
+    for (std::size_t at = from; at < to;) {
+      const auto end = page.find("<br/>\n", at);
+      lines.push_back(page.substr(at, end - at));
+      at = end + 6;
+    }
+    return lines;
+  };
+  const auto saved_lines = context_lines(from_files), live_lines = context_lines(from_run);
+  REQUIRE(saved_lines.size() == 4);
+  for (const char* start : {"model    llama-3.1-8b (", "schedule simulated; cost model roofline", "budget   none", "trace    "}) {
+    CHECK(std::count_if(saved_lines.begin(), saved_lines.end(), [&](const std::string& l) { return l.starts_with(start); }) == 1);
+  }
+  for (const auto& line : saved_lines) {
+    INFO(line);
+    CHECK(std::find(live_lines.begin(), live_lines.end(), line) != live_lines.end());
+  }
   // --html - writes the same page to standard output, as its --help says.
   const auto c = test::run_cli({"report", timeline, per_request, json, "--html", "-"});
   REQUIRE(c.exit_code == 0);
@@ -530,6 +570,12 @@ TEST_CASE("html: kvsim report refuses what it cannot read, naming the file, the 
   };
   const std::vector<Case> cases = {
       {{"report", write("t.csv", header)}, "a CSV needs the 'kvsim replay --json' output"},
+      // kvsim's CSVs the page does not draw, named as such, and standard input.
+      {{"report", write("summary.csv", "allocator,requests,completed,cancelled\npaged:block=16,1,1,0\n")},
+       "summary.csv: replay's --csv summary, which the page does not draw: give its --json output"},
+      {{"report", write("ticks.csv", "t_s,measured_running,simulated_running\n0,1,1\n")},
+       "ticks.csv: validate's --per-request or --per-tick CSV"},
+      {{"report", json, "-"}, "standard input: not read: report tells its inputs apart by their content"},
       {{"report", write("other.json", "{\"a\": 1}")}, "other.json: JSON that is neither"},
       {{"report", write("broken.json", "{\"runs\": [")}, "broken.json: not valid JSON"},
       // A number beyond a double: nlohmann's parser throws out_of_range, not parse_error.
@@ -661,16 +707,17 @@ TEST_CASE("html: kvsim report refuses what it cannot read, naming the file, the 
 TEST_CASE("html: kvsim report draws validate's measured against simulated, one bar per figure at known widths") {
   const auto dir = test::scratch_dir("html-validate");
   // By hand: TTFT mean 1 -> 1.2 s (ratio 1.2), p50 1 -> 0.9 (0.9), p99 2 -> 3 (1.5); TPOT
-  // measured as 0 (a run validate reads; no ratio: left out, as validate's diff_percent is
-  // null) and end-to-end latency without samples (null: left out); makespan 10 -> 9 s (0.9). The
+  // mean 0.02 -> 0.03 s, labelled in ms as validate's table gives it (20 -> 30, 1.5), its p50
+  // and p99 measured as 0 (a run validate reads; no ratio: left out, as validate's
+  // diff_percent is null) and end-to-end latency without samples (null: left out); makespan 10 -> 9 s (0.9). The
   // axis tops at 2 (ticks of 0.5 up to 1.05 x 1.5 = 1.575, then one more), over 632 px:
   // widths 1.2/2 x 632 = 379.2, 0.9 -> 284.4, 1.5 -> 474.0; the line at 1 is at x 388.
   const std::string json = (dir / "v.json").string();
   std::ofstream(json, std::ios::binary) << R"({"run": "runs/a", "model": "m",
     "ttft": {"measured": {"count": 2, "mean_s": 1, "p50_s": 1, "p99_s": 2},
              "simulated": {"count": 2, "mean_s": 1.2, "p50_s": 0.9, "p99_s": 3}},
-    "tpot": {"measured": {"count": 2, "mean_s": 0, "p50_s": 0, "p99_s": 0},
-             "simulated": {"count": 2, "mean_s": 0.1, "p50_s": 0.1, "p99_s": 0.1}},
+    "tpot": {"measured": {"count": 2, "mean_s": 0.02, "p50_s": 0, "p99_s": 0},
+             "simulated": {"count": 2, "mean_s": 0.03, "p50_s": 0.1, "p99_s": 0.1}},
     "latency": {"measured": {"count": 0, "mean_s": null, "p50_s": null, "p99_s": null},
                 "simulated": {"count": 0, "mean_s": null, "p50_s": null, "p99_s": null}},
     "makespan_s": {"measured": 10, "simulated": 9}})";
@@ -679,13 +726,15 @@ TEST_CASE("html: kvsim report draws validate's measured against simulated, one b
   const std::string html = test::slurp(out);
   CHECK(xml_problem(html).empty());
   CHECK(count(html, "<svg class=\"chart\"") == 1);
-  CHECK(count(html, "<rect class=\"data p0\"") == 4);
+  CHECK(count(html, "<rect class=\"data p0\"") == 5);
   CHECK(html.find("width=\"379.2\" height=\"18\"><title>TTFT mean, s: measured 1, simulated 1.2</title>") != std::string::npos);
   CHECK(html.find("width=\"284.4\" height=\"18\"><title>TTFT p50, s: measured 1, simulated 0.9</title>") != std::string::npos);
   CHECK(html.find("width=\"474.0\" height=\"18\"><title>TTFT p99, s: measured 2, simulated 3</title>") != std::string::npos);
   CHECK(html.find("width=\"284.4\" height=\"18\"><title>makespan, s: measured 10, simulated 9</title>") != std::string::npos);
   CHECK(html.find("<line class=\"capacity\" x1=\"388.0\"") != std::string::npos);
-  CHECK(html.find("TPOT") == std::string::npos);
+  CHECK(html.find("width=\"474.0\" height=\"18\"><title>TPOT mean, ms: measured 20, simulated 30</title>") !=
+        std::string::npos);
+  CHECK(html.find("TPOT p50") == std::string::npos);
 }
 
 TEST_CASE("html: kvsim report draws a sweep's figures against its numeric axis, at known coordinates") {
@@ -745,6 +794,15 @@ TEST_CASE("html: kvsim report draws a sweep's figures against its numeric axis, 
   const std::string rhtml = test::slurp(out);
   CHECK(rhtml.find("<path class=\"data r0\" d=\"M72.0,172.0 L282.7,120.0 L704.0,68.0\"/>") != std::string::npos);
   CHECK(rhtml.find("class=\"data r1\"") == std::string::npos);
+  // A sweep over --replicas itself: its column is "replicas_option" (replay's rows have a
+  // "replicas" column), and the charts name the option.
+  const std::string over_replicas = (dir / "over-replicas.csv").string();
+  REQUIRE(test::run_cli({"sweep", std::string(KVSIM_SOURCE_DIR) + "/traces/chat-mix.csv", "--requests", "20", "--vary",
+                         "replicas=1,2", "--csv", over_replicas})
+              .exit_code == 0);
+  REQUIRE(test::slurp(over_replicas).find(",replicas_option,") != std::string::npos);
+  REQUIRE(test::run_cli({"report", over_replicas, "--html", out}).exit_code == 0);
+  CHECK(test::slurp(out).find("Allocated slots, peak against replicas<") != std::string::npos);
   // A grid given out of order (--vary rate-scale=4,1,2) draws the same line, joined by x.
   const std::string unordered = (dir / "unordered.csv").string();
   std::ofstream(unordered, std::ios::binary)

@@ -92,12 +92,52 @@ struct RunFacts {
 
 void read_replay_json(const Json& j, const std::string& path, HtmlPage& page, std::vector<RunFacts>& facts) {
   page.title = "kvsim replay " + text(j, "trace", path, "");
-  if (j.contains("model") && j["model"].is_object()) {
-    page.context.push_back("model    " + text(j["model"], "name", path, "model."));
-  }
-  if (j.contains("budget") && j["budget"].is_string()) page.context.push_back("budget   " + j["budget"].get<std::string>());
   const Json& runs = j["runs"];
   if (!runs.is_array() || runs.empty()) throw InputError(Location{path, 0, "runs"}, "no run to draw");
+  // The context lines of replay's own page (its table's header), as far as the JSON holds
+  // them: the step cost's terms are left to the JSON's cost_model.
+  const auto string_at = [](const Json& o, const char* key) {
+    return o.is_object() && o.contains(key) && o[key].is_string() ? o[key].get<std::string>() : std::string();
+  };
+  if (j.contains("model") && j["model"].is_object()) {
+    const Json& m = j["model"];
+    std::string line = "model    " + text(m, "name", path, "model.");
+    if (const std::string source = string_at(m, "source"); !source.empty()) line += " (" + source + ")";
+    if (const std::string dtype = string_at(m, "kv_dtype"); !dtype.empty()) line += ", KV " + dtype;
+    if (m.contains("bytes_per_token") && m["bytes_per_token"].is_number_integer()) {
+      line += ", " + with_commas(m["bytes_per_token"].get<std::int64_t>()) + " bytes per token";
+    }
+    if (const std::string placement = string_at(m, "placement"); !placement.empty()) line += ", " + placement;
+    page.context.push_back(std::move(line));
+  }
+  const std::string schedule = string_at(runs[0], "schedule");
+  const std::string cost = string_at(j.value("cost_model", Json::object()), "name");
+  if (!schedule.empty() && !cost.empty()) page.context.push_back("schedule " + schedule + "; cost model " + cost);
+  if (const std::string budget = string_at(j, "budget"); !budget.empty()) {
+    const std::string batching = string_at(j, "scheduler");
+    page.context.push_back("budget   " + budget + (batching.empty() ? "" : "; " + batching));
+  }
+  // The span: one, or each run's when their schedules differ (as replay's table gives it).
+  const auto integer_at = [](const Json& o, const char* object, const char* key) -> std::optional<std::int64_t> {
+    if (!o.is_object() || !o.contains(object) || !o[object].is_object() || !o[object].contains(key)) return std::nullopt;
+    const Json& v = o[object][key];
+    return v.is_number_integer() ? std::optional(v.get<std::int64_t>()) : std::nullopt;
+  };
+  const auto first_ns = integer_at(runs[0], "time", "duration_ns");
+  const auto requests = integer_at(runs[0], "requests", "total");
+  std::string spans;
+  bool differ = false;
+  for (const Json& r : runs) {
+    const auto ns = integer_at(r, "time", "duration_ns");
+    if (!ns) break;
+    differ = differ || ns != first_ns;
+    spans += fmt::format("{}{} s ({})", spans.empty() ? "" : ", ", format_seconds(*ns, 3), string_at(r, "allocator"));
+  }
+  if (first_ns && requests && !schedule.empty()) {
+    page.context.push_back(fmt::format("trace    {} request{} over {} {}", with_commas(*requests), *requests == 1 ? "" : "s",
+                                       differ ? spans : format_seconds(*first_ns, 3) + " s",
+                                       schedule == "simulated" ? "simulated" : "as measured"));
+  }
   for (std::size_t i = 0; i < runs.size(); ++i) {
     const Json& r = runs[i];
     const std::string where = fmt::format("runs[{}].", i);
@@ -234,7 +274,15 @@ void read_validate_json(const Json& j, const std::string& path, HtmlPage& page) 
   page.title = "kvsim validate " + text(j, "run", path, "");
   page.comparison_title = "Simulated against measured: " + text(j, "run", path, "");
   if (j.contains("model") && j["model"].is_string()) page.context.push_back("model    " + j["model"].get<std::string>());
-  for (const auto& [key, name] : {std::pair{"ttft", "TTFT"}, std::pair{"tpot", "TPOT"}, std::pair{"latency", "end to end"}}) {
+  // TPOT in ms, as validate's table and replay's TPOT chart give it; the bars are ratios.
+  struct Figure {
+    const char* key;
+    const char* name;
+    const char* unit;
+    double scale;
+  };
+  for (const auto& [key, name, unit, scale] : {Figure{"ttft", "TTFT", "s", 1}, Figure{"tpot", "TPOT", "ms", 1e3},
+                                               Figure{"latency", "end to end", "s", 1}}) {
     for (const auto& [stat, stat_name] : {std::pair{"mean_s", "mean"}, std::pair{"p50_s", "p50"}, std::pair{"p99_s", "p99"}}) {
       // A figure with no samples is null on either side: left out.
       const Json& m = j.value(key, Json::object()).value("measured", Json::object());
@@ -243,8 +291,9 @@ void read_validate_json(const Json& j, const std::string& path, HtmlPage& page) 
       // A measured 0 (a run whose first tokens came as it queued them, say) has no ratio to
       // draw, as validate's diff_percent is null for it: left out too.
       if (m[stat].is_number() && m[stat].get<double>() == 0) continue;
-      page.comparisons.push_back({fmt::format("{} {}, s", name, stat_name), duration_s(j, {key, "measured", stat}, path),
-                                  duration_s(j, {key, "simulated", stat}, path)});
+      page.comparisons.push_back({fmt::format("{} {}, {}", name, stat_name, unit),
+                                  duration_s(j, {key, "measured", stat}, path) * scale,
+                                  duration_s(j, {key, "simulated", stat}, path) * scale});
     }
   }
   // Null when nothing completed in the simulation: left out too.
@@ -602,7 +651,10 @@ void read_sweep(Csv& csv, const std::string& path, HtmlPage& page) {
   if (x == alloc) {
     throw InputError(Location{path, 1, ""}, "no axis whose values are all numbers: nothing to draw the figures against");
   }
-  const std::string axis = csv.name(x);
+  // The option's name: sweep names the column "replicas_option" where replay's rows have a
+  // "replicas" column of their own (sweep_run.cc, axis_column()).
+  std::string axis = csv.name(x);
+  if (axis.ends_with("_option")) axis.resize(axis.size() - std::string_view("_option").size());
   if (page.title.empty()) page.title = "kvsim sweep " + path;
   const auto chart = [&](const std::string& name, const std::string& title, const std::string& y_label, auto get) {
     HtmlSweepChart c{name, title + " against " + axis, axis, y_label, {}};
@@ -662,6 +714,11 @@ int run_report(const Invocation& inv) {
   bool replay_json = false, validate_json = false, timeline = false, per_request = false;
   std::vector<std::string> csvs;
   for (const auto& path : inputs) {
+    if (path == "-") {
+      throw InputError(Location{"standard input", 0, ""},
+                       "not read: report tells its inputs apart by their content, so give each as a file (save "
+                       "replay's or validate's output first)");
+    }
     // JSON opens with '{' (or '[', which no kvsim output does: refused below as JSON, not
     // misread as a CSV); anything else is read as CSV, a row at a time, once the JSON is in.
     char first = 0;
@@ -720,6 +777,19 @@ int run_report(const Invocation& inv) {
     }
     const bool is_timeline = header.rfind("allocator,time_s,", 0) == 0;
     const bool is_per_request = header.rfind("allocator,id,ordinal,", 0) == 0;
+    // kvsim's other CSVs, named, so that the message says what to give instead.
+    const bool validate_csv = header.rfind("t_s,measured_running,", 0) == 0 ||
+                              (is_per_request && header.find(",measured_ttft_s,") != std::string::npos);
+    if (validate_csv) {
+      throw InputError(Location{path, 0, ""},
+                       "validate's --per-request or --per-tick CSV, which the page does not draw: give its --json "
+                       "output alone");
+    }
+    if (header.rfind("allocator,requests,completed,", 0) == 0) {
+      throw InputError(Location{path, 0, ""},
+                       "replay's --csv summary, which the page does not draw: give its --json output (with its "
+                       "--timeline and --per-request CSVs for the charts over time and the CDFs)");
+    }
     if (!is_timeline && !is_per_request) {
       throw InputError(Location{path, 1, ""},
                        "not an output of kvsim replay, validate or sweep: neither JSON nor a --timeline, --per-request "

@@ -569,21 +569,31 @@ void add_latencies(HtmlRun& run, const RequestRecord& r) {
 
 std::vector<std::string> plain_answers(const std::vector<HtmlRun>& all) {
   std::vector<std::string> out;
-  // Only the runs that served a request compare: one that refused them all holds nothing
-  // because it did nothing.
+  // Only the runs that served the same load compare: the most requests any run completed.
+  // One that refused some (or all) holds less because it did less.
+  std::int64_t most = 0;
+  for (const HtmlRun& r : all) most = std::max(most, r.completed);
   std::vector<HtmlRun> runs;
-  std::string idle;
+  std::string idle, fewer;
   for (const HtmlRun& r : all) {
-    if (r.completed > 0) runs.push_back(r);
-    else idle += (idle.empty() ? "" : ", ") + r.allocator;
+    if (r.completed == most && most > 0) runs.push_back(r);
+    else if (r.completed == 0) idle += (idle.empty() ? "" : ", ") + r.allocator;
+    else fewer += fmt::format("{}{} completed {}", fewer.empty() ? "" : "; ", r.allocator, with_commas(r.completed));
   }
   if (!idle.empty()) out.push_back(fmt::format("{} completed no request, and is left out of the comparison.", idle));
+  if (!fewer.empty()) {
+    out.push_back(fmt::format("{}: fewer requests than the {} the others completed, so it is left out of the "
+                              "comparison (it holds less because it served less).",
+                              fewer, with_commas(most)));
+  }
   if (runs.empty()) return out;
   const auto least = std::min_element(runs.begin(), runs.end(), [](const HtmlRun& a, const HtmlRun& b) {
     return a.allocated_peak < b.allocated_peak;
   });
-  std::string s = fmt::format("{} holds the least at peak: {} allocated", least->allocator,
-                              gib_text(static_cast<double>(least->allocated_peak)));
+  std::string s = runs.size() > 1 ? fmt::format("{} holds the least at peak: {} allocated", least->allocator,
+                                                gib_text(static_cast<double>(least->allocated_peak)))
+                                  : fmt::format("{} holds {} allocated at peak", least->allocator,
+                                                gib_text(static_cast<double>(least->allocated_peak)));
   if (runs.size() > 1 && least->allocated_peak > 0) {
     std::string others;
     for (const auto& r : runs) {

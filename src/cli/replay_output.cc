@@ -586,7 +586,7 @@ Json overload_json(const Overload& o) {
 
 }  // namespace
 
-nlohmann::ordered_json replay_run_json(const ReplayReport& r, bool placement, bool replicas) {
+nlohmann::ordered_json replay_run_json(const ReplayReport& r, bool replicas) {
   Json run;
   run["allocator"] = r.allocator;
   // One of --replicas: which (null for their total); or, beside such runs, one engine's
@@ -616,12 +616,12 @@ nlohmann::ordered_json replay_run_json(const ReplayReport& r, bool placement, bo
   run["internal_fragmentation_bytes"] = Json{{"mean", fragmentation_json(r.mean_bytes)},
                                              {"at_allocated_peak", fragmentation_json(r.at_peak_bytes, true)}};
   run["usage"] = Json{{"token_level", number_or_null(r.token_usage)}, {"block_level", number_or_null(r.block_usage)}};
+  // The bytes in every run (0 where nothing is placed in extents): a dynamic allocator's arena
+  // fragments too, and `kvsim report` draws the part from here.
   run["external_fragmentation"] = Json{{"mean", r.external_fragmentation_mean},
                                        {"max", r.external_fragmentation_max},
-                                       {"failed_placements_with_room_free", r.failed_placements}};
-  if (placement) {
-    run["external_fragmentation"]["free_bytes_outside_largest_extent_mean"] = r.external_fragmentation_bytes_mean;
-  }
+                                       {"failed_placements_with_room_free", r.failed_placements},
+                                       {"free_bytes_outside_largest_extent_mean", r.external_fragmentation_bytes_mean}};
   run["copied_bytes"] = r.copied_bytes;
   Json gs = Json::array();
   for (const auto& g : r.groups) {
@@ -728,7 +728,7 @@ std::string replay_json(const ReplayContext& c, const std::vector<ReplayReport>&
   j["scheduler"] = measured ? "none (measured schedule)" : c.scheduler;
   j["cost_model"] = measured ? Json{{"name", "none (measured schedule)"}} : cost_model_json(c.cost);
   Json runs = Json::array();
-  for (const auto& r : reports) runs.push_back(replay_run_json(r, any_placement(reports)));
+  for (const auto& r : reports) runs.push_back(replay_run_json(r));
   j["runs"] = runs;
   // Only when there are any, so that other runs' JSON is unchanged.
   const auto w = warnings(c, reports, true);

@@ -121,8 +121,8 @@ struct CsvShape {
 CsvShape csv_shape(const std::vector<ReplayReport>& reports);
 std::string replay_csv_header(const CsvShape& shape);
 std::string replay_csv_row(const CsvShape& shape, const ReplayReport& report);
-// One run's object in replay_json()'s "runs"; `placement` and `replicas` as CsvShape's.
-nlohmann::ordered_json replay_run_json(const ReplayReport& report, bool placement, bool replicas = false);
+// One run's object in replay_json()'s "runs"; `replicas` as CsvShape's.
+nlohmann::ordered_json replay_run_json(const ReplayReport& report, bool replicas = false);
 // --html: the page of html_report.h. `runs` holds each report's timeline points and
 // latencies, in report order (empty: none were collected, as with --replicas); the figures
 // come from the reports, the plain answers and the warnings atop the page.

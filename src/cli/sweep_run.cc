@@ -22,7 +22,7 @@ namespace {
 std::string axis_column(const std::string& name) {
   static const std::vector<std::string> taken = [] {
     std::vector<std::string> names = split_csv_line(replay_csv_header(CsvShape{true, true, true}));
-    const nlohmann::ordered_json run = replay_run_json(ReplayReport{}, true);
+    const nlohmann::ordered_json run = replay_run_json(ReplayReport{});
     for (auto it = run.begin(); it != run.end(); ++it) names.push_back(it.key());
     names.insert(names.end(), {"point", "points", "grid", "point_rows", "warnings"});
     return names;
@@ -190,7 +190,7 @@ std::string SweepSetup::jsonl_row(std::int64_t p, std::int64_t point_rows, const
   const auto values = grid_.values_at(p);
   for (std::size_t k = 0; k < values.size(); ++k) row[columns_[k]] = values[k];
   // A grid that varies --replicas gives one engine's run the keys the others have.
-  const nlohmann::ordered_json run = replay_run_json(report, shape.placement, shape.replicas);
+  const nlohmann::ordered_json run = replay_run_json(report, shape.replicas);
   for (auto it = run.begin(); it != run.end(); ++it) row[it.key()] = *it;
   if (!warnings.empty()) row["warnings"] = warnings;
   return json_text(row, -1);
