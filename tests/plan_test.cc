@@ -369,6 +369,12 @@ TEST_CASE("kvsim plan: a TPOT nobody has is said so and is null, and a miss show
   REQUIRE(r.exit_code == 0);
   j = nlohmann::json::parse(r.out);
   CHECK(j["points"][0]["misses"][0] == "TTFT p99 0.025000 s > 0.024999 s");
+  // A target of 1 us is 0.000001 s, not rounded away to 0.000 at the first three places that
+  // already tell 25 ms from it.
+  r = run_cli({"plan", two, "--ttft-p99", "1us", "--max-points", "2", "--cost", "constant:step=10ms,prefill-token=1ms",
+               "--json"});
+  REQUIRE(r.exit_code == 0);
+  CHECK(nlohmann::json::parse(r.out)["points"][0]["misses"][0] == "TTFT p99 0.025000 s > 0.000001 s");
 }
 
 TEST_CASE("kvsim plan: refused requests miss every target, and a search cut by --max-points says so") {

@@ -101,9 +101,15 @@ std::optional<std::string> latency_miss(const char* what, const char* none, cons
   if (l.count == 0) return fmt::format("{}, so no {}", none, what);
   const std::int64_t v = p99 ? l.p99_ns : l.p50_ns;
   if (v <= bound_ns) return std::nullopt;
-  // Milliseconds, or as many more places as it takes to tell the two apart (26.1 ms > 26 ms).
+  // Milliseconds, or as many more places as it takes to tell the two apart (26.1 ms > 26 ms)
+  // and to give the target as it was set (1 us is 0.000001 s, not 0.000 s).
   int places = 3;
-  while (places < 9 && format_seconds(v, places) == format_seconds(bound_ns, places)) ++places;
+  const auto exact = [&](int p) {
+    std::int64_t unit = 1;
+    for (int i = p; i < 9; ++i) unit *= 10;
+    return bound_ns % unit == 0;
+  };
+  while (places < 9 && (format_seconds(v, places) == format_seconds(bound_ns, places) || !exact(places))) ++places;
   return fmt::format("{} {} {} s > {} s", what, p99 ? "p99" : "p50", format_seconds(v, places),
                      format_seconds(bound_ns, places));
 }
