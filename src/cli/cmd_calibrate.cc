@@ -71,9 +71,10 @@ const CommandSpec kSpec{
     "preempted request waits inside that span; without such a replay, the mean is bounded by\n"
     "the running count). It fits again, until a replay finds what the one before did or the\n"
     "new fit times every tick within 1% of the last one (eight replays at most). Without the\n"
-    "workload (meta.json's dataset_path, or --workload) it says nothing was estimated. Any\n"
-    "replay option may be given but --time-window, --requests, --rate-scale (the run is\n"
-    "replayed whole, at its own load) and --cost (the replays use the fit).",
+    "workload (meta.json's dataset_path, or --workload) it says nothing was estimated. Any of\n"
+    "replay's model, schedule and budget options may be given but --time-window, --requests,\n"
+    "--rate-scale (the run is replayed whole, at its own load) and --cost (the replays use the\n"
+    "fit); replay's outputs are not (calibrate prints the fit, or --json).",
     "  kvsim calibrate ../shared/measured/rtxpro6000-llama-3.1-8b\n"
     "  kvsim validate ../shared/measured/rtxpro6000-llama-3.1-8b \\\n"
     "      --cost \"$(kvsim calibrate ../shared/measured/rtxpro6000-llama-3.1-8b --json | jq -r .cost)\""};
