@@ -504,7 +504,7 @@ void read_requests(MeasuredRun& run) {
     m.line = line;
     m.id = string_member(r, "request_id");
     m.input_tokens = integer_member(r, "input_toks", 0);
-    m.output_tokens = integer_member(r, "output_toks", 1);
+    m.output_tokens = m.recorded_output_tokens = integer_member(r, "output_toks", 1);
     // The recorder writes every timestamp null when vLLM returned no metrics for a request: it
     // was served (and is replayed) but is in no measured figure. Some null and some not is a
     // damaged record.
@@ -818,6 +818,15 @@ MeasuredRun read_measured_run(const std::string& dir, const std::optional<std::s
   read_meta(run, find_workload);
   read_hardware(run);
   read_requests(run);
+  // A request asked past max_model_len generated only up to it: a recorder may write the
+  // output it asked for (LLMServingSim's runner writes the workload's), and its TPOT would
+  // divide the decoding span by tokens never generated. (A prompt not shorter than the
+  // length is refused by vLLM; it has no timestamps to divide.)
+  if (run.max_model_len > 0) {
+    for (MeasuredRequest& r : run.requests) {
+      if (r.input_tokens < run.max_model_len) r.output_tokens = std::min(r.output_tokens, run.max_model_len - r.input_tokens);
+    }
+  }
   check_within_run(run);
   read_ticks(run);
   if (run.started_at_s == 0) {

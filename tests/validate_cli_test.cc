@@ -1203,6 +1203,15 @@ TEST_CASE("validate: settings engine_kwargs leaves null or -1 are what vLLM reso
   CHECK(doc["kvsim"]["max_model_len"] == 102);
   CHECK(doc["kvsim"]["capped_at_max_model_len"] == 1);
   CHECK(doc["completed"] == 2);
+  // The run generated 2 tokens of request 1, whatever output_toks says (3, as LLMServingSim's
+  // recorder writes the workload's): its measured TPOT is (500.3 - 500.1) / (2 - 1) = 0.2 s,
+  // not 0.1; request 2's is 0.4 / 4 = 0.1 s; their mean 0.15 s.
+  CHECK(doc["tpot"]["measured"]["mean_s"].get<double>() == Approx(0.15).epsilon(1e-9));
+  // Replayed with a longer length (a what-if), the workload still matches the run's record.
+  r = test::run_cli({"validate", dir.string(), "--json", "--max-model-len", "4096"});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(Json::parse(r.out)["kvsim"]["capped_at_max_model_len"] == 0);
   r = test::run_cli({"validate", dir.string()});
   CHECK_THAT(r.out, Catch::Contains("1 requests longer than max model len served up to it"));
   // With two data-parallel engines the count is their sum (request 1 goes to one of them).

@@ -29,7 +29,11 @@ namespace kvsim {
 struct MeasuredRequest {
   std::string id;
   std::int64_t input_tokens = 0;
+  // What the run generated: output_toks, cut at meta.json's max_model_len, where vLLM's
+  // engine stops a request (check_stop: FINISHED_LENGTH_CAPPED) whatever the recorder wrote.
+  // TPOT divides by this.
   std::int64_t output_tokens = 0;
+  std::int64_t recorded_output_tokens = 0;  // output_toks as requests.jsonl gives it
   double arrival_time_s = 0;
   double queued_s = 0;
   double scheduled_s = 0;

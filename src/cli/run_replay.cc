@@ -667,9 +667,9 @@ RunReplay replay_run(po::variables_map vm, const MeasuredRun& run, const std::st
     }
     const std::int64_t max_len = plan.options.layout.max_model_len;
     const bool cut = max_len > 0 && out.records[k].prompt_tokens + out.records[k].output_tokens == max_len &&
-                     m.output_tokens > out.records[k].output_tokens;
-    if (out.records[k].output_tokens != m.output_tokens && !cut) {
-      differ("output_toks", m.output_tokens, out.records[k].output_tokens, "output tokens");
+                     m.recorded_output_tokens > out.records[k].output_tokens;
+    if (out.records[k].output_tokens != m.recorded_output_tokens && !cut) {
+      differ("output_toks", m.recorded_output_tokens, out.records[k].output_tokens, "output tokens");
     }
     out.wall_offset_s += m.arrival_time_s - static_cast<double>(out.records[k].arrival_ns) / 1e9;
   }
