@@ -279,6 +279,29 @@ TEST_CASE("validate: a tick_seconds the timeseries' rows do not keep is named, a
   std::filesystem::remove_all(base);
 }
 
+TEST_CASE("validate: arrivals that drift from the workload's by more than a second are named") {
+  // The tiny run's requests arrive at wall times 0.0 and 0.5 s past its epoch, as the
+  // workload's arrivals (0 and 0.5 s) say: one offset. Moved to 2 s in the workload, the
+  // second's offset is 1.5 s less than the first's: the workload's times are not the run's.
+  const auto base = test::scratch_dir("validate-arrivals");
+  const auto dir = copy_tiny_run(base);
+  const auto workload = base / "tiny.jsonl";
+  std::filesystem::copy_file(kData + "/tiny/workloads/tiny.jsonl", workload);
+  auto r = test::run_cli({"validate", dir.string(), "--workload", workload.string(), "--kv-budget", "1GB"});
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.err, !Catch::Contains("arrival times"));
+  replace_in_file(workload, R"("arrival_time_ns": 500000000)", R"("arrival_time_ns": 2000000000)");
+  r = test::run_cli({"validate", dir.string(), "--workload", workload.string(), "--kv-budget", "1GB", "--json"});
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.err, Catch::Contains("requests.jsonl: its arrival times follow the workload's " + workload.string() +
+                                    " only to within 1.500 s"));
+  const Json warnings = Json::parse(r.out)["warnings"];
+  CHECK(std::count_if(warnings.begin(), warnings.end(), [](const Json& w) {
+          return w.get<std::string>().find("its arrival times follow") != std::string::npos;
+        }) == 1);
+  std::filesystem::remove_all(base);
+}
+
 TEST_CASE("validate: with one-token outputs there is no TPOT, and it says n/a, not 0") {
   // TPOT needs two tokens (README: (last - first) / (output - 1)).
   const auto base = test::scratch_dir("validate-one-token");

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <optional>
 #include <string>
@@ -28,6 +29,9 @@
 
 namespace kvsim::cli {
 namespace {
+
+// How far requests.jsonl's arrivals may drift from the workload's before validate says so.
+constexpr double kArrivalSpreadS = 1.0;
 
 bool has_model_preset(std::string_view name) {
   const auto& all = model_presets();
@@ -647,6 +651,7 @@ RunReplay replay_run(po::variables_map vm, const MeasuredRun& run, const std::st
                      fmt::format("the workload has {} requests but {}/requests.jsonl has {}: not this run's workload",
                                  out.records.size(), run.dir, run.requests.size()));
   }
+  double least_offset = std::numeric_limits<double>::infinity(), most_offset = -least_offset;
   for (std::size_t k = 0; k < out.records.size(); ++k) {
     const MeasuredRequest& m = run.requests[k];
     if (!m.timed) continue;
@@ -671,9 +676,23 @@ RunReplay replay_run(po::variables_map vm, const MeasuredRun& run, const std::st
     if (out.records[k].output_tokens != m.recorded_output_tokens && !cut) {
       differ("output_toks", m.recorded_output_tokens, out.records[k].output_tokens, "output tokens");
     }
-    out.wall_offset_s += m.arrival_time_s - static_cast<double>(out.records[k].arrival_ns) / 1e9;
+    const double offset = m.arrival_time_s - static_cast<double>(out.records[k].arrival_ns) / 1e9;
+    out.wall_offset_s += offset;
+    least_offset = std::min(least_offset, offset);
+    most_offset = std::max(most_offset, offset);
   }
   out.wall_offset_s /= static_cast<double>(timed_requests(run));
+  // The run's client sends each request at its workload time, so arrival_time less the
+  // workload's arrival is one clock offset plus the sending's jitter (16-20 ms over the three
+  // shared runs). Prompt and output lengths are checked above; arrivals that drift by more
+  // than a second say the workload's times are not the run's (another rate, say), which no
+  // digest may have caught.
+  if (most_offset - least_offset > kArrivalSpreadS) {
+    out.warnings.push_back(fmt::format(
+        "{}/requests.jsonl: its arrival times follow the workload's {} only to within {:.3f} s (the spread of "
+        "arrival_time less the workload's arrival): the workload may not be this run's, or its client fell behind",
+        run.dir, plan.trace_path, most_offset - least_offset));
+  }
   return out;
 }
 
