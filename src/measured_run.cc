@@ -829,6 +829,7 @@ MeasuredRun read_measured_run(const std::string& dir, const std::optional<std::s
   }
   check_within_run(run);
   read_ticks(run);
+  run.started_at_recorded = run.started_at_s != 0;
   if (run.started_at_s == 0) {
     run.started_at_s = std::numeric_limits<double>::infinity();
     for (const MeasuredRequest& r : run.requests) {

@@ -279,7 +279,7 @@ TEST_CASE("validate: a tick_seconds the timeseries' rows do not keep is named, a
   std::filesystem::remove_all(base);
 }
 
-TEST_CASE("validate: arrivals that drift from the workload's by more than a second are named") {
+TEST_CASE("validate: arrivals that drift from the workload's by more than a second are named, and a missing start") {
   // The tiny run's requests arrive at wall times 0.0 and 0.5 s past its epoch, as the
   // workload's arrivals (0 and 0.5 s) say: one offset. Moved to 2 s in the workload, the
   // second's offset is 1.5 s less than the first's: the workload's times are not the run's.
@@ -299,6 +299,13 @@ TEST_CASE("validate: arrivals that drift from the workload's by more than a seco
   CHECK(std::count_if(warnings.begin(), warnings.end(), [](const Json& w) {
           return w.get<std::string>().find("its arrival times follow") != std::string::npos;
         }) == 1);
+  // Without started_at the ticks are placed from the first arrival: said, not silent.
+  CHECK_THAT(r.err, !Catch::Contains("started_at"));
+  replace_in_file(dir / "meta.json", R"("started_at": "2026-01-01T00:00:00Z",)", "");
+  r = test::run_cli({"validate", dir.string(), "--workload", workload.string(), "--kv-budget", "1GB"});
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.err, Catch::Contains("meta.json records no started_at: timeseries.csv's ticks are placed from the first "
+                                    "request's arrival"));
   std::filesystem::remove_all(base);
 }
 

@@ -128,6 +128,7 @@ struct MeasuredRun {
   std::string dataset_hash;          // meta.json's (the workload's SHA-256 in hex), "" when absent
   std::string workload;              // the path the workload was found at ("" when not looked up)
   double started_at_s = 0;           // meta.json started_at (wall clock, s); else the first arrival
+  bool started_at_recorded = false;  // false: started_at_s is the first arrival
   double finished_at_s = 0;          // meta.json finished_at (wall clock, s); 0 when absent
   double tick_s = 1.0;
   std::vector<MeasuredRequest> requests;

@@ -573,6 +573,11 @@ RunReplay replay_run(po::variables_map vm, const MeasuredRun& run, const std::st
                                        run.dir, kOptVllmVersion));
   }
   if (auto mismatch = workload_digest_mismatch(run)) out.warnings.push_back(std::move(*mismatch));
+  if (!run.started_at_recorded && !run.ticks.empty()) {
+    out.warnings.push_back(fmt::format("{}/meta.json records no started_at: timeseries.csv's ticks are placed from the "
+                                       "first request's arrival, which may come after the run began",
+                                       run.dir));
+  }
   if (run.schema_version > 1 || run.schema_version < 0) {
     out.warnings.push_back(fmt::format("{}/meta.json's schema_version is {}, and kvsim reads version 1: what another "
                                        "version added or changed is not read",
