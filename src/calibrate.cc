@@ -133,6 +133,7 @@ struct Fit {
   double standard_error[kTerms] = {-1, -1, -1, -1, -1};
   double correlation[kTerms][kTerms] = {};
   double rms = 0;
+  std::size_t equations = 0;
 };
 
 // Ticks per equation: the timeseries counts whole steps in a tick (a step across the tick's
@@ -154,17 +155,23 @@ std::size_t block_ticks(const std::vector<CalibrationTick>& ticks, int terms) {
   return std::clamp<std::size_t>(wanted, 1, std::max<std::size_t>(1, ticks.size() / (2 * static_cast<std::size_t>(terms))));
 }
 
-// Least squares over blocks of `block` consecutive busy ticks (the last may be shorter): each
+// Least squares over blocks of `block` consecutive busy ticks (shorter where the run's busy
+// ticks stop, at a gap or at the end: the errors at a gap's two sides do not cancel): each
 // equation is a block's length against the sum of its ticks' features. `rms` is the fit's own
 // residual, per tick of a block.
 Fit fit_terms(const std::vector<CalibrationTick>& ticks, const bool use[kTerms], double tick_s, double engines,
               bool together, std::size_t block) {
   std::vector<std::vector<double>> rows;
   std::vector<double> y;
-  for (std::size_t first = 0; first < ticks.size(); first += block) {
+  // Ticks are tick_s apart; a busy tick more than half a tick beyond the next one's place
+  // starts a block of its own.
+  const auto adjacent = [&](std::size_t j) { return ticks[j].t_s - ticks[j - 1].t_s < 1.5 * tick_s; };
+  for (std::size_t first = 0, end = 0; first < ticks.size(); first = end) {
+    end = first + 1;
+    while (end < ticks.size() && end - first < block && adjacent(end)) ++end;
     std::vector<double> row(kTerms, 0.0);
     double length = 0;
-    for (std::size_t j = first; j < std::min(ticks.size(), first + block); ++j) {
+    for (std::size_t j = first; j < end; ++j) {
       const std::vector<double> f = features(ticks[j], engines, together);
       for (std::size_t k = 0; k < row.size(); ++k) row[k] += f[k];
       length += tick_s;
@@ -178,6 +185,7 @@ Fit fit_terms(const std::vector<CalibrationTick>& ticks, const bool use[kTerms],
   }
   const LeastSquaresFit solved = least_squares_fit(rows, y);
   Fit fit;
+  fit.equations = rows.size();
   std::size_t index[kTerms] = {};
   std::size_t i = 0;
   for (int k = 0; k < kTerms; ++k) {
@@ -414,6 +422,7 @@ Calibration calibrate(const MeasuredRun& run, const CalibrationModel& model, con
     throw InputError(Location{where, 0, ""}, "the fit gives no positive time per step; the ticks do not describe "
                                              "a busy engine");
   }
+  c.equations = static_cast<std::int64_t>(fit.equations);
   for (int k = 0; k < kTerms; ++k) {
     if (k != kExperts || model.routed_experts > 0) {
       c.terms.push_back({kTermNames[k], fit.coef[k], use[k] ? fit.standard_error[k] : -1.0, use[k], why[k]});

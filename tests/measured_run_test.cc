@@ -820,6 +820,25 @@ TEST_CASE("calibrate: whole steps counted in the tick they end in do not make th
   CHECK(c.terms[0].seconds == Approx(base).epsilon(0.005));
   CHECK(c.terms[1].seconds == Approx(per_prompt_token).epsilon(0.005));
   CHECK(c.terms[2].seconds == Approx(per_request).epsilon(0.005));
+  CHECK(c.equations == 10);  // 29 ticks, 3 a block: 9 of 3 and one of 2
+  // Ticks 11 to 13 taken out of the timeseries (a recorder's gap): 26 busy ticks in two runs,
+  // ticks 1-10 and 14-29. A block ends at the gap, where the steps counted at its two sides
+  // do not cancel: 10 ticks make 4 blocks (3, 3, 3, 1) and 16 make 6 (five of 3, one of 1),
+  // 10 equations, not the 9 that blocks of 3 taken across the gap would make.
+  {
+    const std::string path = (dir / "timeseries.csv").string();
+    std::istringstream in(test::slurp(path));
+    std::string kept, line;
+    while (std::getline(in, line)) {
+      const bool gap = line.rfind("11.0,", 0) == 0 || line.rfind("12.0,", 0) == 0 || line.rfind("13.0,", 0) == 0;
+      if (!gap) kept += line + "\n";
+    }
+    std::ofstream(path, std::ios::binary) << kept;
+  }
+  const Calibration gapped = calibrate(read_measured_run(dir.string(), std::nullopt, false));
+  CHECK(gapped.ticks.size() == 26);
+  CHECK(gapped.block_ticks == 3);
+  CHECK(gapped.equations == 10);
   std::filesystem::remove_all(dir);
 }
 

@@ -146,6 +146,7 @@ struct Calibration {
   double tick_s = 1.0;
   bool steps_together = false;          // data-parallel replicas fitted as stepping together
   std::int64_t block_ticks = 1;         // consecutive busy ticks summed into one equation
+  std::int64_t equations = 0;           // the blocks fitted (a gap in the busy ticks ends one)
   double residual_rms_s = 0;            // of predicted - tick, over the fitted ticks
   double residual_max_s = 0;            // largest |predicted - tick|
   CostModel cost;                       // name "calibrated (RUN_DIR)"

@@ -37,8 +37,8 @@ const CommandSpec kSpec{
     "decoded tokens = generated tokens less first tokens, and steps = decoded tokens / mean\n"
     "requests decoding. The fit sums consecutive ticks into blocks of at least 100 steps (by\n"
     "the ticks' median; fewer when the run would make less than twice as many blocks as terms),\n"
-    "one equation a block: a tick counts whole steps, each in the tick it ends in, and the\n"
-    "errors that leaves at its ends cancel inside a block. A term fitted non-positive is\n"
+    "one equation a block (a gap in the busy ticks ends one): a tick counts whole steps, each in\n"
+    "the tick it ends in, and the errors that leaves at its ends cancel inside a block. A term fitted non-positive is\n"
     "dropped; context-token is kept only when it lowers the fit's residual RMS (over its\n"
     "blocks) by 5% or more. Prints the fit with each coefficient's standard error (how much\n"
     "the blocks' scatter leaves it free), the kept terms whose estimates move together\n"
@@ -202,6 +202,7 @@ std::string json_of(const MeasuredRun& run, const Calibration& c, const ReplayFi
          {"data_parallel", run.data_parallel},
          {"steps_together", c.steps_together},
          {"block_ticks", c.block_ticks},
+         {"equations", c.equations},
          {"residual_rms_s", c.residual_rms_s},
          {"residual_max_s", c.residual_max_s},
          {"ticks", ticks}};
