@@ -118,12 +118,17 @@ std::string table(const MeasuredRun& run, const Calibration& c, const ReplayFind
                        c.steps_together ? "stepping together (a model with experts)" : "stepping independently");
   }
   if (f.replays > 0) {
-    out += f.settled ? fmt::format("kvsim's replay of the run with this fit ({} replays, the last two fits timing every tick within "
+    if (f.settled && f.replays == 1) {
+      // The first replay found what the fit had assumed: nothing was fitted again.
+      out += "kvsim's replay of the run with this fit (1 replay, which found what the fit assumed) finds:\n";
+    } else {
+      out += f.settled ? fmt::format("kvsim's replay of the run with this fit ({} replays, the last two fits timing every tick within "
                                    "1% of each other) finds:\n",
                                    f.replays)
                      : fmt::format("kvsim's replays of the run ({}, the last two fits timing a tick more than 1% apart; "
                                    "this fit is made with the last one's findings) find:\n",
                                    f.replays);
+    }
     out += fmt::format("  the prefix cache served {} of {} prompt tokens ({:.1f}%){}\n", f.served_total,
                        f.prompt_total, share(f.served_total, f.prompt_total),
                        credits_cached_prompt_tokens(run) ? ", taken out of the ticks that credit them"
