@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <string_view>
 #include <system_error>
@@ -496,10 +497,20 @@ void read_requests(MeasuredRun& run) {
   const std::string path = join(run.dir, "requests.jsonl");
   std::ifstream in = open_file(path);
   std::string text;
+  static const char* const kRecorded[] = {"request_id",   "input_toks",     "output_toks",   "arrival_time",
+                                          "queued_ts",    "scheduled_ts",   "first_token_ts", "last_token_ts"};
+  std::set<std::string> unread;
   for (std::int64_t line = 1; std::getline(in, text); ++line) {
     if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
     const json parsed = parse_json(text, path, line);
     const Obj r{parsed, path, line, ""};
+    if (parsed.is_object()) {
+      for (auto it = parsed.begin(); it != parsed.end(); ++it) {
+        if (!it.value().is_null() && std::ranges::find(kRecorded, std::string_view(it.key())) == std::end(kRecorded)) {
+          unread.insert(it.key());
+        }
+      }
+    }
     MeasuredRequest m;
     m.line = line;
     m.id = string_member(r, "request_id");
@@ -546,6 +557,7 @@ void read_requests(MeasuredRun& run) {
     run.requests.push_back(std::move(m));
   }
   if (run.requests.empty()) throw InputError(Location{path, 0, ""}, "no requests");
+  run.unread_request_fields.assign(unread.begin(), unread.end());
   // The recorder writes a record per request it submitted, and their count as meta.json's
   // num_requests (LLMServingSim's bench/core/runner.py: num_requests=len(records)): fewer
   // lines is a file cut short, more a file another run's records were added to.

@@ -664,6 +664,19 @@ TEST_CASE("validate: meta.json's engine settings are replayed, and the ones it c
   r = test::run_cli({"validate", dir.string(), "--workload", workload});
   CHECK_THAT(r.out, Catch::Contains("not read (meta.json's top level, where the recorder writes no setting; "
                                     "engine_kwargs, kv_cache and resolved_config hold vLLM's): block_size, host"));
+  // So is a key of requests.jsonl beside the recorder's eight, given on any line (a finish
+  // reason, say): named once, sorted, a null again no value.
+  CHECK(doc["unread_request_fields"] == Json::array());
+  replace_in_file(dir / "requests.jsonl", R"("last_token_ts": 500.3})",
+                  R"("last_token_ts": 500.3, "finish_reason": "length", "note": null})");
+  replace_in_file(dir / "requests.jsonl", R"("last_token_ts": 500.95})",
+                  R"("last_token_ts": 500.95, "finish_reason": "stop", "generated": 5})");
+  r = test::run_cli({"validate", dir.string(), "--workload", workload, "--json"});
+  REQUIRE(r.exit_code == 0);
+  CHECK(Json::parse(r.out)["unread_request_fields"] == Json::array({"finish_reason", "generated"}));
+  r = test::run_cli({"validate", dir.string(), "--workload", workload});
+  CHECK_THAT(r.out, Catch::Contains("not read (requests.jsonl, beside the recorder's eight fields): finish_reason, "
+                                    "generated"));
 
   // gpu_memory_utilization 0.5 on the RTX PRO 6000 preset (102,641,958,912 bytes): the
   // subtraction starts from 51,320,979,456 bytes. The rest is vLLM's start-up rule, which

@@ -116,6 +116,9 @@ struct MeasuredRun {
   // rather than in it, say), given a value: read nowhere, and named by validate so that a
   // misplaced block_size is not replayed as the default in silence.
   std::vector<std::string> unread_fields;
+  // requests.jsonl's keys other than the recorder's eight (a finish reason, a count of the
+  // tokens generated), given a value on some line, sorted: read nowhere, and named by validate.
+  std::vector<std::string> unread_request_fields;
   // Where meta.json gave the settings that more than one of its objects may give (the
   // scheduler's, the model's length and eager mode also from "resolved_config", the cache's
   // from "kv_cache"): the path read, e.g. "kv_cache.block_size" or

@@ -398,6 +398,10 @@ std::string table(const MeasuredRun& run, const ReplayPlan& plan, const std::str
                        "kv_cache and resolved_config hold vLLM's): {}\n",
                        fmt::join(run.unread_fields, ", "));
   }
+  if (!run.unread_request_fields.empty()) {
+    out += fmt::format("       not read (requests.jsonl, beside the recorder's eight fields): {}\n",
+                       fmt::join(run.unread_request_fields, ", "));
+  }
   out += "\n";
   out += fmt::format("{:<24} {:>12} {:>12} {:>9}\n", "Metric", "measured", "kvsim", "Diff%");
   out += std::string(59, '-') + "\n";
@@ -493,6 +497,7 @@ std::string json_of(const MeasuredRun& run, const ReplayPlan& plan, const std::s
                         {"capped_at_max_model_len", report.capped_at_max_model_len}}},
          {"unmodelled_settings", run.unmodelled_settings},
          {"unread_fields", run.unread_fields},
+         {"unread_request_fields", run.unread_request_fields},
          {"requests", r.requests},
          {"completed", r.completed},
          {"untimed_requests", run.untimed_requests},
