@@ -120,6 +120,7 @@ OutputFile::OutputFile(std::string path, std::span<const std::string> inputs)
   buffer_.reserve(std::size_t{64} << 10);
   if (path_ == "-" || names_standard_output(path_)) {
     fd_ = STDOUT_FILENO;
+    in_place_ = true;
     return;
   }
   for (const auto& in : inputs) {
@@ -157,7 +158,18 @@ OutputFile::OutputFile(std::string path, std::span<const std::string> inputs)
     ::fchmod(fd_, mode);
     return;
   }
-  // A device, a FIFO, a dangling link: written in place, never replaced.
+  // A device, a FIFO, a dangling link: written in place, never replaced, and opened only when
+  // the first bytes go out: opening truncates a device or creates a link's target, and a FIFO
+  // blocks until its reader comes, none of which may happen for a run that then fails. What
+  // can be told now is: a directory, or a file this user may not write.
+  if (exists && S_ISDIR(out_stat.st_mode)) fail(display_, "cannot open for writing", EISDIR);
+  if (exists && ::access(path_.c_str(), W_OK) != 0) fail(display_, "cannot open for writing", errno);
+  in_place_ = true;
+  open_pending_ = true;
+}
+
+void OutputFile::open_in_place() {
+  open_pending_ = false;
   fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOCTTY | O_CLOEXEC, 0666);
   if (fd_ < 0) fail(display_, "cannot open for writing", errno);
   owns_fd_ = true;
@@ -168,6 +180,7 @@ OutputFile::~OutputFile() { discard(); }
 void OutputFile::discard() noexcept {
   if (owns_fd_ && fd_ >= 0) ::close(fd_);
   fd_ = -1;
+  open_pending_ = false;
   if (!temp_.empty()) {
     ::unlink(temp_.c_str());
     unregister_temporary(temp_);
@@ -176,12 +189,13 @@ void OutputFile::discard() noexcept {
 }
 
 void OutputFile::write(std::string_view bytes) {
-  check(fd_ >= 0, "OutputFile::write after commit");
+  check(fd_ >= 0 || open_pending_, "OutputFile::write after commit");
   buffer_.append(bytes);
   if (buffer_.size() >= kFlushBytes) flush();
 }
 
 void OutputFile::flush() {
+  if (open_pending_) open_in_place();
   std::size_t done = 0;
   while (done < buffer_.size()) {
     const ssize_t n = ::write(fd_, buffer_.data() + done, buffer_.size() - done);
@@ -197,7 +211,7 @@ void OutputFile::flush() {
 }
 
 void OutputFile::finish() {
-  if (fd_ < 0) return;
+  if (fd_ < 0 && !open_pending_) return;
   flush();
   finished_ = true;
   if (owns_fd_) {
@@ -215,7 +229,7 @@ void OutputFile::finish() {
 
 void OutputFile::commit() {
   if (!finished_) {
-    if (fd_ < 0) return;
+    if (fd_ < 0 && !open_pending_) return;
     finish();
   }
   if (temp_.empty()) return;
@@ -236,8 +250,23 @@ bool same_file(const std::string& a, const std::string& b) {
 }
 
 void commit_together(std::span<OutputFile* const> files) {
-  for (OutputFile* f : files) f->finish();
+  // Temporaries first: a write error there shows nowhere, then what goes out in place.
+  for (const bool in_place : {false, true}) {
+    for (OutputFile* f : files) {
+      if (f->in_place() == in_place) f->finish();
+    }
+  }
   for (OutputFile* f : files) f->commit();
+}
+
+void write_each(std::span<OutputFile* const> files, const std::function<void(std::size_t, OutputFile&)>& fill) {
+  for (std::size_t k = 0; k < files.size(); ++k) {
+    fill(k, *files[k]);
+    // Out at once, as before the runs' outputs were opened together: a reader taking several
+    // FIFOs one after another waits for this one's end before it opens the next.
+    if (files[k]->in_place()) files[k]->finish();
+  }
+  commit_together(files);
 }
 
 void write_output_file(const std::string& path, std::string_view bytes, std::span<const std::string> inputs) {

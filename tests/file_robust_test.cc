@@ -99,6 +99,31 @@ TEST_CASE("a FIFO given as OUT is written into, not replaced by a regular file",
   CHECK(names_in(dir) == std::vector<std::string>{"got.csv", "out.csv"});
 }
 
+TEST_CASE("outputs written in place are opened only when written, one after another", "[files]") {
+  // Two FIFOs read one after the other: the first must be closed before the second is opened,
+  // or its reader never sees its end and the run deadlocks (killed at 60 s: exit 124).
+  const auto dir = fresh_dir("fifo-two");
+  const std::string chat = shell_quote(kChat);
+  const auto r = run_sh(dir, "mkfifo a b && ((cat a > a.csv; cat b > b.csv) &) && $KVSIM replay " + chat +
+                                 " --requests 20 --quiet --csv a --per-request b && wait && $KVSIM replay " + chat +
+                                 " --requests 20 --quiet --csv a2.csv --per-request b2.csv");
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(slurp(dir / "a.csv") == slurp(dir / "a2.csv"));
+  CHECK(slurp(dir / "b.csv") == slurp(dir / "b2.csv"));
+  // A run that fails before its outputs are written touches none of them: a FIFO nobody reads
+  // does not block it (the error comes at once), and a dangling link's target is not created.
+  write_file(dir / "bad.csv", "id,arrival,prompt_tokens,output_tokens\n1,0,10,10\n2,x,1,1\n");
+  fs::create_symlink("target.csv", dir / "link.csv");
+  for (const char* out : {"a", "link.csv"}) {
+    INFO(out);
+    const auto failed = run_sh(dir, std::string("$KVSIM replay bad.csv --csv ") + out);
+    CHECK(failed.exit_code == 1);
+    CHECK_THAT(failed.err, Catch::Contains("bad.csv:3: column 'arrival'"));
+  }
+  CHECK(!fs::exists(dir / "target.csv"));
+}
+
 TEST_CASE("a symbolic link given as OUT stays a link, the file it points to gets the output", "[files]") {
   const auto dir = fresh_dir("link-out");
   fs::create_directories(dir / "real");

@@ -10,6 +10,9 @@
 //   beside the target and renamed over it), so the link stays a link.
 // - Anything else (standard output as "-", a device such as /dev/null or /dev/full, a FIFO,
 //   a dangling symbolic link) is written directly: it is never replaced by a regular file.
+//   Such a path is opened only when its first bytes go out (a FIFO blocks until its reader
+//   comes; a device is truncated, a link's target created), so that a run that fails first
+//   leaves it alone; a directory, or a file this user may not write, fails at once.
 // - OUT that is the same file as an input (same device and inode) is refused before anything
 //   is written: an input is never truncated, replaced or removed.
 // - Every write and the final close are checked, standard output included; a failure throws
@@ -18,6 +21,7 @@
 #ifndef KVSIM_OUTPUT_FILE_H_
 #define KVSIM_OUTPUT_FILE_H_
 
+#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -43,6 +47,9 @@ class OutputFile {
   // commit()'s first half: flushes and closes, so that every byte is written (to a device,
   // to standard output) and every write error is known, but replaces nothing yet.
   void finish();
+  // Written in place (standard output, a device, a FIFO, a dangling link): its bytes are out
+  // once finished, with nothing to replace.
+  bool in_place() const { return in_place_; }
 
   // The name in messages: the path given, or "standard output" for "-".
   const std::string& display_name() const { return display_; }
@@ -50,6 +57,7 @@ class OutputFile {
  private:
   void flush();
   void discard() noexcept;
+  void open_in_place();
 
   std::string path_;
   std::string display_;
@@ -58,6 +66,8 @@ class OutputFile {
   int fd_ = -1;
   bool owns_fd_ = false;
   bool finished_ = false;
+  bool in_place_ = false;
+  bool open_pending_ = false;  // in place, not yet opened (flush() opens it)
   std::string buffer_;
 };
 
@@ -73,9 +83,14 @@ bool same_file(const std::string& a, const std::string& b);
 bool names_standard_output(const std::string& path);
 
 // Commits the outputs of one command together: each is finished (flushed and closed) before
-// any replaces its target, so a write error in one leaves every file as it was. Open them all
-// before the work that fills them, so that a path that cannot be written fails first.
+// any replaces its target, so a write error in one leaves every regular file as it was (only
+// a rename that fails after another succeeded, or an output written in place before, cannot
+// be taken back). Open them all before the work that fills them, so that a path that cannot
+// be written fails first.
 void commit_together(std::span<OutputFile* const> files);
+// Fills each of `files` in turn with fill(k, file), finishing at once each written in place
+// (a reader of several FIFOs takes them one after another), then commits them together.
+void write_each(std::span<OutputFile* const> files, const std::function<void(std::size_t, OutputFile&)>& fill);
 
 // Writes `bytes` to `path` through an OutputFile and commits it.
 void write_output_file(const std::string& path, std::string_view bytes, std::span<const std::string> inputs = {});
