@@ -242,19 +242,22 @@ TEST_CASE("html: CDFs are nearest-rank quantiles at fixed points") {
   CHECK(html::cdf_quantiles({}).empty());
 }
 
-TEST_CASE("html: the plain answers compare only the runs that completed the most requests") {
+TEST_CASE("html: the plain answers say when the runs compared served different numbers of requests") {
   // Three runs: a and b completed 2 requests each, c refused one and completed 1, holding the
-  // least at peak (0.5 GiB) because it served less. The comparison is a (1 GiB) against b
-  // (1.5 GiB, 1.50x); c is named with its count and left out.
+  // least at peak (0.5 GiB): c against a (1 GiB, 2.00x) and b (1.5 GiB, 3.00x), and the counts
+  // beside it, since c may hold less only because it served less.
   std::vector<HtmlRun> runs = {hand_run("a"), hand_run("b"), hand_run("c")};
   runs[1].allocated_peak = 3 * kGiB / 2;
   runs[2].allocated_peak = kGiB / 2;
   runs[2].completed = 1;
   const std::vector<std::string> answers = plain_answers(runs);
   REQUIRE(answers.size() == 3);
-  CHECK(answers[0] == "c completed 1: fewer requests than the 2 the others completed, so it is left out of the "
-                      "comparison (it holds less because it served less).");
-  CHECK(answers[1] == "a holds the least at peak: 1.00 GiB allocated, against b 1.50 GiB (1.50x).");
+  CHECK(answers[0] == "c holds the least at peak: 0.50 GiB allocated, against a 1.00 GiB (2.00x); b 1.50 GiB (3.00x).");
+  CHECK(answers[1] == "The runs completed different numbers of requests (a 2, b 2, c 1): one that served fewer may "
+                      "hold less for that reason alone.");
+  // The same counts: no such sentence.
+  runs[2].completed = 2;
+  CHECK(plain_answers(runs).size() == 2);
   // One run to compare: what it holds, not "the least".
   const std::vector<std::string> alone = plain_answers({hand_run("a")});
   REQUIRE(!alone.empty());

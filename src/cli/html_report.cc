@@ -569,23 +569,15 @@ void add_latencies(HtmlRun& run, const RequestRecord& r) {
 
 std::vector<std::string> plain_answers(const std::vector<HtmlRun>& all) {
   std::vector<std::string> out;
-  // Only the runs that served the same load compare: the most requests any run completed.
-  // One that refused some (or all) holds less because it did less.
-  std::int64_t most = 0;
-  for (const HtmlRun& r : all) most = std::max(most, r.completed);
+  // Only the runs that served a request compare: one that refused them all holds nothing
+  // because it did nothing.
   std::vector<HtmlRun> runs;
-  std::string idle, fewer;
+  std::string idle;
   for (const HtmlRun& r : all) {
-    if (r.completed == most && most > 0) runs.push_back(r);
-    else if (r.completed == 0) idle += (idle.empty() ? "" : ", ") + r.allocator;
-    else fewer += fmt::format("{}{} completed {}", fewer.empty() ? "" : "; ", r.allocator, with_commas(r.completed));
+    if (r.completed > 0) runs.push_back(r);
+    else idle += (idle.empty() ? "" : ", ") + r.allocator;
   }
   if (!idle.empty()) out.push_back(fmt::format("{} completed no request, and is left out of the comparison.", idle));
-  if (!fewer.empty()) {
-    out.push_back(fmt::format("{}: fewer requests than the {} the others completed, so it is left out of the "
-                              "comparison (it holds less because it served less).",
-                              fewer, with_commas(most)));
-  }
   if (runs.empty()) return out;
   const auto least = std::min_element(runs.begin(), runs.end(), [](const HtmlRun& a, const HtmlRun& b) {
     return a.allocated_peak < b.allocated_peak;
@@ -605,6 +597,19 @@ std::vector<std::string> plain_answers(const std::vector<HtmlRun>& all) {
     s += ", against " + others;
   }
   out.push_back(s + ".");
+  // Runs that completed different numbers of requests (one refused some under the budget, or
+  // a cancellation fell on another side of a step) did not serve the same load: said beside
+  // the comparison, with the counts, rather than dropping any run from it.
+  const auto [fewest, most] = std::minmax_element(runs.begin(), runs.end(), [](const HtmlRun& a, const HtmlRun& b) {
+    return a.completed < b.completed;
+  });
+  if (fewest->completed != most->completed) {
+    std::string counts;
+    for (const auto& r : runs) counts += fmt::format("{}{} {}", counts.empty() ? "" : ", ", r.allocator, with_commas(r.completed));
+    out.push_back(fmt::format("The runs completed different numbers of requests ({}): one that served fewer may hold "
+                              "less for that reason alone.",
+                              counts));
+  }
   if (least->allocated_mean > 0) {
     const Fragmentation& f = least->internal_mean;
     std::string rest;
