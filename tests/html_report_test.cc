@@ -437,6 +437,20 @@ TEST_CASE("html: kvsim report draws the same charts from replay's saved --json, 
     INFO(line);
     CHECK(std::find(live_lines.begin(), live_lines.end(), line) != live_lines.end());
   }
+  // A figure replay never writes (bytes below 0, beyond its 64 bits) is left out of the
+  // context, not printed as it is or wrapped around.
+  for (const char* bad : {"-5", "18446744073709551615"}) {
+    std::string tampered = a.out;
+    const std::string key = "\"bytes_per_token\": 131072";
+    REQUIRE(tampered.find(key) != std::string::npos);
+    tampered.replace(tampered.find(key), key.size(), std::string("\"bytes_per_token\": ") + bad);
+    std::ofstream(json, std::ios::binary) << tampered;
+    REQUIRE(test::run_cli({"report", json, "--html", saved}).exit_code == 0);
+    const auto lines = context_lines(test::slurp(saved));
+    REQUIRE(!lines.empty());
+    CHECK(lines[0] == "model    llama-3.1-8b (meta-llama/Llama-3.1-8B config.json), KV bf16, tp 1, pp 1 (figures per device)");
+  }
+  std::ofstream(json, std::ios::binary) << a.out;
   // --html - writes the same page to standard output, as its --help says.
   const auto c = test::run_cli({"report", timeline, per_request, json, "--html", "-"});
   REQUIRE(c.exit_code == 0);
@@ -576,6 +590,8 @@ TEST_CASE("html: kvsim report refuses what it cannot read, naming the file, the 
       // kvsim's CSVs the page does not draw, named as such, and standard input.
       {{"report", write("summary.csv", "allocator,requests,completed,cancelled\npaged:block=16,1,1,0\n")},
        "summary.csv: replay's --csv summary, which the page does not draw: give its --json output"},
+      {{"report", write("summary-replicas.csv", "allocator,replicas,replica,requests,completed,cancelled\n")},
+       "summary-replicas.csv: replay's --csv summary, which the page does not draw"},
       {{"report", write("ticks.csv", "t_s,measured_running,simulated_running\n0,1,1\n")},
        "ticks.csv: validate's --per-request or --per-tick CSV"},
       {{"report", json, "-"}, "standard input: not read: report tells its inputs apart by their content"},

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <optional>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -90,6 +91,18 @@ struct RunFacts {
   std::int64_t requests = 0, completed = 0, end_ns = 0, iterations = 0;
 };
 
+// A count or a span as replay writes it: an integer within its signed 64 bits, not below 0;
+// nothing otherwise.
+std::optional<std::int64_t> count_of(const Json& v) {
+  if (v.is_number_unsigned()) {
+    const auto u = v.get<std::uint64_t>();
+    if (u > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) return std::nullopt;
+    return static_cast<std::int64_t>(u);
+  }
+  if (v.is_number_integer() && v.get<std::int64_t>() >= 0) return v.get<std::int64_t>();
+  return std::nullopt;
+}
+
 void read_replay_json(const Json& j, const std::string& path, HtmlPage& page, std::vector<RunFacts>& facts) {
   page.title = "kvsim replay " + text(j, "trace", path, "");
   const Json& runs = j["runs"];
@@ -104,8 +117,8 @@ void read_replay_json(const Json& j, const std::string& path, HtmlPage& page, st
     std::string line = "model    " + text(m, "name", path, "model.");
     if (const std::string source = string_at(m, "source"); !source.empty()) line += " (" + source + ")";
     if (const std::string dtype = string_at(m, "kv_dtype"); !dtype.empty()) line += ", KV " + dtype;
-    if (m.contains("bytes_per_token") && m["bytes_per_token"].is_number_integer()) {
-      line += ", " + with_commas(m["bytes_per_token"].get<std::int64_t>()) + " bytes per token";
+    if (const auto bytes = m.contains("bytes_per_token") ? count_of(m["bytes_per_token"]) : std::nullopt) {
+      line += ", " + with_commas(*bytes) + " bytes per token";
     }
     if (const std::string placement = string_at(m, "placement"); !placement.empty()) line += ", " + placement;
     page.context.push_back(std::move(line));
@@ -114,14 +127,15 @@ void read_replay_json(const Json& j, const std::string& path, HtmlPage& page, st
   const std::string cost = string_at(j.value("cost_model", Json::object()), "name");
   if (!schedule.empty() && !cost.empty()) page.context.push_back("schedule " + schedule + "; cost model " + cost);
   if (const std::string budget = string_at(j, "budget"); !budget.empty()) {
-    const std::string batching = string_at(j, "scheduler");
+    // As replay's table puts it: a measured schedule batches nothing.
+    const std::string batching =
+        !schedule.empty() && schedule != "simulated" ? "no batching (measured schedule)" : string_at(j, "scheduler");
     page.context.push_back("budget   " + budget + (batching.empty() ? "" : "; " + batching));
   }
   // The span: one, or each run's when their schedules differ (as replay's table gives it).
   const auto integer_at = [](const Json& o, const char* object, const char* key) -> std::optional<std::int64_t> {
     if (!o.is_object() || !o.contains(object) || !o[object].is_object() || !o[object].contains(key)) return std::nullopt;
-    const Json& v = o[object][key];
-    return v.is_number_integer() ? std::optional(v.get<std::int64_t>()) : std::nullopt;
+    return count_of(o[object][key]);
   };
   const auto first_ns = integer_at(runs[0], "time", "duration_ns");
   const auto requests = integer_at(runs[0], "requests", "total");
@@ -785,7 +799,8 @@ int run_report(const Invocation& inv) {
                        "validate's --per-request or --per-tick CSV, which the page does not draw: give its --json "
                        "output alone");
     }
-    if (header.rfind("allocator,requests,completed,", 0) == 0) {
+    if (header.rfind("allocator,requests,completed,", 0) == 0 ||
+        header.rfind("allocator,replicas,replica,requests,completed,", 0) == 0) {
       throw InputError(Location{path, 0, ""},
                        "replay's --csv summary, which the page does not draw: give its --json output (with its "
                        "--timeline and --per-request CSVs for the charts over time and the CDFs)");
