@@ -832,11 +832,13 @@ MeasuredRun read_measured_run(const std::string& dir, const std::optional<std::s
   read_requests(run);
   // A request asked past max_model_len generated only up to it: a recorder may write the
   // output it asked for (LLMServingSim's runner writes the workload's), and its TPOT would
-  // divide the decoding span by tokens never generated. (A prompt not shorter than the
-  // length is refused by vLLM; it has no timestamps to divide.)
+  // divide the decoding span by tokens never generated. A prompt of exactly the length is
+  // served one token (vLLM refuses only a longer one); a longer one has no timestamps.
   if (run.max_model_len > 0) {
     for (MeasuredRequest& r : run.requests) {
-      if (r.input_tokens < run.max_model_len) r.output_tokens = std::min(r.output_tokens, run.max_model_len - r.input_tokens);
+      if (r.input_tokens <= run.max_model_len) {
+        r.output_tokens = std::min(r.output_tokens, std::max<std::int64_t>(1, run.max_model_len - r.input_tokens));
+      }
     }
   }
   check_within_run(run);

@@ -1276,6 +1276,10 @@ TEST_CASE("validate: settings engine_kwargs leaves null or -1 are what vLLM reso
                               "than max model len 100): the figures are over the rest only";
   CHECK(doc["warnings"] == Json::array({refused}));
   CHECK_THAT(r.err, Catch::Contains("kvsim validate: warning: " + refused));
+  // The run itself served request 1's prompt of the whole length one token, as vLLM does: it
+  // has no measured TPOT; request 2's is 0.4 / 4 = 0.1 s.
+  CHECK(doc["tpot"]["measured"]["count"] == 1);
+  CHECK(doc["tpot"]["measured"]["mean_s"].get<double>() == Approx(0.1).epsilon(1e-9));
   // A version that is not one (a recorder writes "unknown" when it cannot tell) is an error
   // naming the option that gives it; given, the run replays.
   std::ofstream(dir / "meta.json") << R"({"model": "meta-llama/Llama-3.1-8B", "vllm_version": "unknown",
