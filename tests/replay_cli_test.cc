@@ -741,7 +741,10 @@ TEST_CASE("replay: --vllm-version gives that version's scheduling defaults, and 
   CHECK(policy(replay({})) == "vllm (recompute)");  // replay's own: v0's watermark of 0.01
   const std::string v8 = replay({"--vllm-version", "0.8.5"});
   CHECK(policy(v8) == "vllm (recompute, watermark 0)");
-  CHECK(v8 == replay({"--watermark", "0"}));  // nor asynchronous scheduling nor CUDA graphs before 0.19
+  CHECK(v8 == replay({"--watermark", "0"}));  // nor asynchronous scheduling nor CUDA graphs before 0.14
+  // Asynchronous scheduling from 0.14.0 (vllm#27614), CUDA graphs' 0.19 capture sizes from 0.19.
+  CHECK(replay({"--vllm-version", "0.14.0"}) == replay({"--watermark", "0", "--async-scheduling", "on"}));
+  CHECK(replay({"--vllm-version", "0.13.0"}) == v8);
   CHECK(policy(replay({"--vllm-version", "0.19.1rc1", "--reserve-full-isl", "off"})) == "vllm (recompute, watermark 0)");
   // Another policy keeps its own admission; the version still gives the step's settings.
   const std::string sglang = replay({"--vllm-version", "0.19.0", "--policy", "sglang"});

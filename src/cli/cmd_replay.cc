@@ -149,10 +149,10 @@ po::options_description replay_option_descriptions(bool with_outputs, bool with_
       (option_key(kOptNoChunkedPrefill), "admit a prompt only when it fits a step's token budget whole")
       (option_key(kOptMaxRunning), po::value<std::string>(), max_running_help.c_str())
       (option_key(kOptAsyncScheduling), po::value<std::string>()->default_value("off"),
-       "on: plan each step while the previous one runs, as vLLM 0.19 does by default (a request "
+       "on: plan each step while the previous one runs, as vLLM does by default from 0.14 (a request "
        "arriving during a step starts in the step after the next, and a finished request holds its "
        "place under --max-running one step longer); off: plan it when the previous one ends. "
-       "'kvsim validate' takes on for runs of vLLM 0.19 and later")
+       "'kvsim validate' takes on for runs of vLLM 0.14 and later")
       (option_key(kOptCudaGraphs), po::value<std::string>()->default_value("off"),
        "on: run each step of at most min(2 x --max-running, 512, --max-batched-tokens) tokens as vLLM's "
        "CUDA graphs do, padded up to the next captured size (1, 2, 4, then multiples of 8 up to 256, of 16 "
@@ -161,7 +161,8 @@ po::options_description replay_option_descriptions(bool with_outputs, bool with_
        "later without enforce_eager")
       (option_key(kOptVllmVersion), po::value<std::string>(),
        "that vLLM version's defaults (e.g. 0.19.0), for the options not given, as read from vLLM 0.19's code: "
-       "--async-scheduling and --cuda-graphs on from 0.19 (kvsim models them as 0.19 runs them); with --policy "
+       "--async-scheduling on from 0.14 and --cuda-graphs on from 0.19 (kvsim models them as 0.19 runs them: "
+       "earlier releases' graphs had other capture sizes); with --policy "
        "vllm, --watermark 0 from 0.8 (v1) and --reserve-full-isl on from 0.19. Without it replay's own defaults "
        "stand (vLLM v0's watermark, everything else off). 'kvsim validate' takes the run's version")
       (option_key(kOptDefaultMaxTokens), po::value<std::string>(),
@@ -498,7 +499,7 @@ std::optional<VllmVersionDefaults> vllm_version_defaults(const std::string& vers
   if (at != end && *at != '.' && *at != '+') return std::nullopt;
   const auto at_least = [&](int a, int b) { return major > a || (major == a && minor >= b); };
   VllmVersionDefaults d;
-  d.async_scheduling = at_least(0, 19);
+  d.async_scheduling = at_least(0, 14);
   d.cuda_graphs = at_least(0, 19);
   d.no_watermark = at_least(0, 8);
   d.reserve_full_isl = at_least(0, 19);

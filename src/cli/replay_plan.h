@@ -71,8 +71,12 @@ std::int64_t expert_parallel_ranks(const po::variables_map& vm, const ModelChoic
 // 0.19's code; a setting whose model follows that code (the CUDA graphs' sizes and padding,
 // asynchronous scheduling) is on from 0.19 only, as kvsim does not model earlier releases'.
 struct VllmVersionDefaults {
-  bool async_scheduling = false;  // from 0.19 (vllm/config/vllm.py: async_scheduling None -> True)
-  bool cuda_graphs = false;       // from 0.19 (validate: off when meta.json sets enforce_eager)
+  // from 0.14.0 (vllm#27614: vllm/config/vllm.py, async_scheduling None -> True when nothing
+  // incompatible is set; the release's integrators disabled it as "now enabled by default")
+  bool async_scheduling = false;
+  // from 0.19 (validate: off when meta.json sets enforce_eager). Earlier v1 releases captured
+  // graphs by default too, but their capture sizes differ from 0.19's, which kvsim models.
+  bool cuda_graphs = false;
   bool no_watermark = false;      // from 0.8, v1's default engine: no watermark through 0.19
   bool reserve_full_isl = false;  // from 0.19: scheduler_reserve_full_isl (vllm#37307)
   // from 0.10: v1's hybrid KV-cache manager gives a model with both full and sliding-window
