@@ -16,6 +16,7 @@
 #include <numeric>
 #include <optional>
 #include <set>
+#include <span>
 #include <sstream>
 #include <string_view>
 #include <system_error>
@@ -371,6 +372,17 @@ void read_recorded_device(MeasuredRun& run, const Obj& meta) {
   if (hw.gives("device_total_memory_bytes")) run.device_total_bytes = integer_member(hw, "device_total_memory_bytes", 1);
 }
 
+// The keys of JSON object `o` that hold a value (not null) and are not among `known`, in the
+// object's order: what a recorder wrote that kvsim reads nowhere.
+std::vector<std::string> keys_not_in(const json& o, std::span<const char* const> known) {
+  std::vector<std::string> out;
+  if (!o.is_object()) return out;
+  for (auto it = o.begin(); it != o.end(); ++it) {
+    if (!it.value().is_null() && std::ranges::find(known, std::string_view(it.key())) == known.end()) out.push_back(it.key());
+  }
+  return out;
+}
+
 void read_meta(MeasuredRun& run, bool find_workload) {
   const std::string path = join(run.dir, "meta.json");
   std::ifstream in = open_file(path);
@@ -421,10 +433,7 @@ void read_meta(MeasuredRun& run, bool find_workload) {
                                           "dataset_path",   "dataset_hash", "num_requests", "started_at",
                                           "finished_at",    "tick_seconds", "kv_cache",     "resolved_config",
                                           "hardware"};
-  for (auto it = parsed.begin(); it != parsed.end(); ++it) {
-    if (it.value().is_null() || std::ranges::find(kRecorded, std::string_view(it.key())) != std::end(kRecorded)) continue;
-    run.unread_fields.push_back(it.key());
-  }
+  run.unread_fields = keys_not_in(parsed, kRecorded);
   if (parsed.contains("dataset_path") && parsed["dataset_path"].is_string()) run.dataset_path = parsed["dataset_path"];
   if (meta.gives("dataset_hash")) run.dataset_hash = string_member(meta, "dataset_hash");
   // Checked but never refused: a run a later recorder wrote still replays, with a warning.
@@ -504,13 +513,7 @@ void read_requests(MeasuredRun& run) {
     if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
     const json parsed = parse_json(text, path, line);
     const Obj r{parsed, path, line, ""};
-    if (parsed.is_object()) {
-      for (auto it = parsed.begin(); it != parsed.end(); ++it) {
-        if (!it.value().is_null() && std::ranges::find(kRecorded, std::string_view(it.key())) == std::end(kRecorded)) {
-          unread.insert(it.key());
-        }
-      }
-    }
+    for (std::string& key : keys_not_in(parsed, kRecorded)) unread.insert(std::move(key));
     MeasuredRequest m;
     m.line = line;
     m.id = string_member(r, "request_id");
