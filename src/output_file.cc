@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <vector>
 
 #include "kvsim/error.h"
 #include "trace_read.h"
@@ -259,12 +260,15 @@ void commit_together(std::span<OutputFile* const> files) {
   for (OutputFile* f : files) f->commit();
 }
 
-void write_each(std::span<OutputFile* const> files, const std::function<void(std::size_t, OutputFile&)>& fill) {
-  for (std::size_t k = 0; k < files.size(); ++k) {
-    fill(k, *files[k]);
+void write_each(std::span<const OutputFill> outputs) {
+  std::vector<OutputFile*> files;
+  for (const OutputFill& o : outputs) {
+    if (o.file == nullptr) continue;
+    o.fill(*o.file);
     // Out at once, as before the runs' outputs were opened together: a reader taking several
     // FIFOs one after another waits for this one's end before it opens the next.
-    if (files[k]->in_place()) files[k]->finish();
+    if (o.file->in_place()) o.file->finish();
+    files.push_back(o.file);
   }
   commit_together(files);
 }

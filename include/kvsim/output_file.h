@@ -88,9 +88,14 @@ bool names_standard_output(const std::string& path);
 // be taken back). Open them all before the work that fills them, so that a path that cannot
 // be written fails first.
 void commit_together(std::span<OutputFile* const> files);
-// Fills each of `files` in turn with fill(k, file), finishing at once each written in place
-// (a reader of several FIFOs takes them one after another), then commits them together.
-void write_each(std::span<OutputFile* const> files, const std::function<void(std::size_t, OutputFile&)>& fill);
+// One output of a command and what fills it; a null file was not asked for.
+struct OutputFill {
+  OutputFile* file = nullptr;
+  std::function<void(OutputFile&)> fill;
+};
+// Fills each output in turn, finishing at once each written in place (a reader of several
+// FIFOs takes them one after another), then commits them together.
+void write_each(std::span<const OutputFill> outputs);
 
 // Writes `bytes` to `path` through an OutputFile and commits it.
 void write_output_file(const std::string& path, std::string_view bytes, std::span<const std::string> inputs = {});

@@ -758,12 +758,14 @@ void render(const ReplayPlan& plan, const std::vector<ReplayReport>& reports,
   if (ro.cuda_graph_max_tokens > 0) {
     context.scheduler += fmt::format(", CUDA graphs up to {} tokens", with_commas(cuda_graph_largest(ro.cuda_graph_max_tokens)));
   }
-  std::vector<OutputFile*> all;
-  for (auto& file : files) all.push_back(file.get());
-  write_each(all, [&](std::size_t k, OutputFile& out) {
-    if (collectors[k] != nullptr) collectors[k]->write(out, context, reports);
-    else out.write(plan.report_files[k].first->render(context, reports));
-  });
+  std::vector<OutputFill> outputs;
+  for (std::size_t k = 0; k < files.size(); ++k) {
+    outputs.push_back({files[k].get(), [&, k](OutputFile& out) {
+                         if (collectors[k] != nullptr) collectors[k]->write(out, context, reports);
+                         else out.write(plan.report_files[k].first->render(context, reports));
+                       }});
+  }
+  write_each(outputs);
   if (plan.json) write_stdout(replay_json(context, reports));
   else if (plan.table_on_stdout) write_stdout(replay_table(context, reports));
   print_warnings(context, reports);

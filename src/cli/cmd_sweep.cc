@@ -261,17 +261,11 @@ int run_sweep(const Invocation& inv) {
 
   std::string csv = setup.csv_header(shape);
   for (const auto& rows : csv_rows) csv += rows;
-  std::vector<OutputFile*> files;
-  for (auto* file : {&csv_file, &jsonl_file}) {
-    if (*file) files.push_back(&**file);
-  }
-  write_each(files, [&](std::size_t, OutputFile& out) {
-    if (csv_file && &out == &*csv_file) {
-      out.write(csv);
-    } else {
-      for (const auto& rows : jsonl_rows) out.write(rows);
-    }
-  });
+  write_each(std::initializer_list<OutputFill>{
+      {csv_file ? &*csv_file : nullptr, [&](OutputFile& out) { out.write(csv); }},
+      {jsonl_file ? &*jsonl_file : nullptr, [&](OutputFile& out) {
+         for (const auto& rows : jsonl_rows) out.write(rows);
+       }}});
   if (!csv_path && !jsonl_path) write_stdout(sweep_table(setup, csv) + warning_lines);
   return kExitOk;
 }

@@ -617,17 +617,10 @@ int run_validate(const Invocation& inv) {
   const std::vector<EngineState> states =
       engine_states(steps, r.records, r.replica_of, plan.options.async_scheduling);
   const Result result = compare(run, r.report, r.records, r.replica_of, r.wall_offset_s, states);
-  std::vector<OutputFile*> files;
-  for (auto* file : {&per_request_file, &per_tick_file}) {
-    if (*file) files.push_back(&**file);
-  }
-  write_each(files, [&](std::size_t, OutputFile& out) {
-    if (per_request_file && &out == &*per_request_file) {
-      out.write(per_request_csv(run, r.report.allocator, r.records, r.replica_of, result));
-    } else {
-      out.write(per_tick_csv(result));
-    }
-  });
+  write_each(std::initializer_list<OutputFill>{
+      {per_request_file ? &*per_request_file : nullptr,
+       [&](OutputFile& out) { out.write(per_request_csv(run, r.report.allocator, r.records, r.replica_of, result)); }},
+      {per_tick_file ? &*per_tick_file : nullptr, [&](OutputFile& out) { out.write(per_tick_csv(result)); }}});
   const std::vector<std::string> warnings = warnings_of(r, result);
   for (const std::string& w : warnings) fmt::print(stderr, "kvsim validate: warning: {}\n", w);
   if (plan.json) {
