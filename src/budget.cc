@@ -551,9 +551,19 @@ PagedPool paged_pool(const KvLayout& layout, std::int64_t kv_budget_bytes, const
   const std::int64_t layer_bytes = layout.groups.front().bytes_per_layer_position;
   p.uniform_page = std::all_of(model.groups.begin(), model.groups.end(),
                                [&](const LayerGroup& g) { return g.bytes_per_layer_position == layer_bytes; });
+  // Layers of one attention type that differ only in KV shape (a draft's beside its target's,
+  // per-layer head counts): vLLM's get_kv_cache_groups makes them one group before it looks
+  // at page sizes (UniformTypeKVCacheSpecs, vllm/v1/kv_cache_interface.py), whose page holds
+  // every layer's: the layout below, exactly.
+  const std::int64_t window = model.groups.front().window_tokens;
+  p.uniform_type = model.groups.size() > 1 && std::all_of(model.groups.begin(), model.groups.end(), [&](const LayerGroup& g) {
+                     return g.window_tokens == window;
+                   });
+  if (p.uniform_type) p.uniform_page = false;
   if (!p.uniform_page) {
-    // vLLM needs one page size for all groups; with differing widths it re-blocks or refuses.
-    // Approximate: one block id holds block_tokens positions of every layer.
+    // Otherwise vLLM needs one page size for all groups; with differing widths it re-blocks
+    // (unify_kv_cache_spec_page_size) or refuses. Approximate: one block id holds
+    // block_tokens positions of every layer.
     p.page_bytes = 0;
     p.group_size = 0;
     for (const auto& g : layout.groups) p.group_size += g.layers;

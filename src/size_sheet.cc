@@ -88,6 +88,14 @@ void hold_to_context(const SizeSheet& sheet, FitVerdict& v, std::int64_t longest
   v.fits = v.fits && !v.over_context;
 }
 
+// The slots a sequence of `tokens` tokens holds: its tokens and, under speculative decoding,
+// the lookahead slots, within max_model_len.
+std::int64_t slots_held(const SizeSheet& sheet, std::int64_t tokens) {
+  if (sheet.lookahead_slots == 0) return tokens;
+  const std::int64_t slots = checked_add(tokens, sheet.lookahead_slots, "slots per sequence");
+  return sheet.context_limit > 0 ? std::min(slots, std::max(tokens, sheet.context_limit)) : slots;
+}
+
 // A validation case against every stage's pool.
 CheckResult check_case(const SizeSheet& sheet, const CheckCase& c) {
   CheckResult r;
@@ -96,7 +104,8 @@ CheckResult check_case(const SizeSheet& sheet, const CheckCase& c) {
   r.fit = fit_verdict(
       sheet, c.sequences,
       [&](std::size_t i) {
-        return request_blocks(sheet.stages[i], sheet.stage_pools[i].pool, c.tokens, sheet.paging, &sheet.model_layout);
+        return request_blocks(sheet.stages[i], sheet.stage_pools[i].pool, slots_held(sheet, c.tokens), sheet.paging,
+                              &sheet.model_layout);
       },
       [&](std::size_t i) { return sheet.stage_pools[i].pool.num_blocks; });
   hold_to_context(sheet, r.fit, c.tokens);
@@ -123,9 +132,9 @@ SizeSheet size_sheet(const ModelSpec& model, const KvOptions& kv, const SizeQuer
     const std::int64_t before = sheet.stages.back().bytes_per_token();
     add_draft_kv(sheet.stages, *query.draft, kv);
     sheet.draft = query.draft->name;
-    const std::vector<KvLayout> draft_stages = kv_stage_layouts(*query.draft, kv);
-    for (const auto& g : draft_stages.front().groups) sheet.draft_layers += g.layers;
+    for (const auto& g : draft_layout(*query.draft, kv).groups) sheet.draft_layers += g.layers;
     sheet.draft_bytes_per_token = sheet.stages.back().bytes_per_token() - before;
+    sheet.lookahead_slots = checked_mul(2, query.speculative_tokens, "lookahead slots");
   }
   sheet.model_layout = whole_model_layout(sheet.stages);
   sheet.binding_stage = binding_stage(sheet.stages);
@@ -174,7 +183,7 @@ SizeSheet size_sheet(const ModelSpec& model, const KvOptions& kv, const SizeQuer
       const std::int64_t kv_budget = stage_kv_budget(sheet, i);
       StagePool sp{paged_pool(s, kv_budget, query.paging, &sheet.model_layout), {}};
       for (std::int64_t t : at) {
-        sp.request_blocks.push_back(request_blocks(s, sp.pool, t, query.paging, &sheet.model_layout));
+        sp.request_blocks.push_back(request_blocks(s, sp.pool, slots_held(sheet, t), query.paging, &sheet.model_layout));
       }
       sp.own_num_blocks = sp.pool.num_blocks;
       sheet.stage_pools.push_back(std::move(sp));

@@ -7,25 +7,32 @@
 namespace kvsim {
 
 ModelSpec eagle_draft(const ModelSpec& target) {
+  // The head's one layer has the target's KV heads; a target whose layers differ in heads
+  // (OpenELM) has no one count to give it.
+  if (!target.layer_kv_heads.empty() || !target.layer_attention_heads.empty()) {
+    throw InputError(Location{target.name, 0, kOptSpeculative},
+                     "its layers differ in KV heads, so an EAGLE head cannot take its KV heads from it: give the head's "
+                     "own config.json as draft:CONFIG");
+  }
   ModelSpec d = target;
   d.name = "EAGLE head of " + target.name;
   d.num_hidden_layers = 1;
   d.layer_window_tokens = {0};
   d.layer_kinds.clear();
-  d.layer_kv_heads.clear();
   d.state.reset();
   return d;
 }
 
-void add_draft_kv(std::vector<KvLayout>& stages, const ModelSpec& draft, const KvOptions& kv) {
-  if (kv.pipeline_parallel > 1) {
-    throw InputError(Location{"", 0, kOptSpeculative},
-                     std::string("with pipeline parallelism kvsim cannot say which stage holds the draft's KV: ") +
-                         "size it with " + kOptPp + " 1");
-  }
+KvLayout draft_layout(const ModelSpec& draft, const KvOptions& kv) {
   KvOptions one_stage = kv;
   one_stage.pipeline_parallel = 1;
-  const KvLayout d = kv_stage_layouts(draft, one_stage).front();
+  return kv_stage_layouts(draft, one_stage).front();
+}
+
+void add_draft_kv(std::vector<KvLayout>& stages, const ModelSpec& draft, const KvOptions& kv) {
+  const KvLayout d = draft_layout(draft, kv);
+  // vLLM puts the whole drafter on the last pipeline rank (GPUModelRunner.__init__ builds
+  // it there only, vllm/v1/worker/gpu_model_runner.py).
   KvLayout& target = stages.back();
   for (const auto& g : d.groups) {
     bool joined = false;

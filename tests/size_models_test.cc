@@ -323,22 +323,116 @@ TEST_CASE("speculative decoding: EAGLE adds one layer at the target's dims, a dr
   CHECK(e["budget"]["kv_budget_bytes"].get<std::int64_t>() == budget);
   CHECK(e["paged"]["num_blocks"].get<std::int64_t>() == budget / (33 * 16 * 4096));
 
-  // A draft model with other dims: Qwen2.5-7B's config (28 layers x 4 KV heads x 256 x 2 =
-  // 57,344 per token) beside Llama's 131,072: a group of its own, 188,416 in all.
-  const auto d = run_cli({"size", "--model", "llama-3.1-8b", "--speculative", "draft:" + config("qwen2.5-7b.json"), "--json"});
+  // A draft model with other dims: Llama-3.2-1B (16 layers x 8 KV heads x 64 x 2 values x 2
+  // bytes = 32,768 per token) beside Llama's 131,072: a group of its own, 163,840 in all.
+  const auto d = run_cli({"size", "--model", "llama-3.1-8b", "--speculative", "draft:" + config("llama-3.2-1b.json"), "--json"});
   REQUIRE(d.exit_code == 0);
   const auto dj = nlohmann::json::parse(d.out);
-  CHECK(dj["bytes_per_token"].get<std::int64_t>() == 131'072 + 57'344);
+  CHECK(dj["bytes_per_token"].get<std::int64_t>() == 131'072 + 32'768);
   REQUIRE(dj["layer_groups"].size() == 2);
   CHECK(dj["layer_groups"][1]["name"] == "draft full");
-  CHECK(dj["speculative"]["draft_layers"].get<std::int64_t>() == 28);
+  CHECK(dj["speculative"]["draft_layers"].get<std::int64_t>() == 16);
 
-  const auto pp = run_cli({"size", "--model", "llama-3.1-8b", "--pp", "2", "--speculative", "eagle"});
-  CHECK(pp.exit_code == 2);  // an option combination: usage
-  CHECK_THAT(pp.err, Catch::Contains("--speculative"));
   const auto bad = run_cli({"size", "--model", "llama-3.1-8b", "--speculative", "medusa"});
   CHECK(bad.exit_code == 2);
   CHECK_THAT(bad.err, Catch::Contains("expected eagle, eagle3 or draft:CONFIG"));
+}
+
+TEST_CASE("speculative decoding: a draft of other KV shapes shares the target's one group, as vLLM's uniform type") {
+  // vLLM's get_kv_cache_groups makes layers of one attention type one group before looking at
+  // page sizes (UniformTypeKVCacheSpecs): a block holds a page of every layer.
+  // Llama-3.2-1B as the draft: 16 x (131,072 + 32,768) = 2,621,440 bytes a block; 40 GiB =
+  // 42,949,672,960 bytes hold exactly 16,384 of them.
+  const auto one = run_cli({"size", "--model", "llama-3.1-8b", "--speculative", "draft:" + config("llama-3.2-1b.json"),
+                            "--kv-budget", "40GiB", "--json"});
+  REQUIRE(one.exit_code == 0);
+  const auto j = nlohmann::json::parse(one.out)["paged"];
+  CHECK(j["uniform_type"].get<bool>());
+  CHECK(j["cache_groups"].get<std::int64_t>() == 1);
+  CHECK(j["block_bytes"].get<std::int64_t>() == 16 * 163'840);
+  CHECK(j["num_blocks"].get<std::int64_t>() == 16'384);
+  // A draft with 16 KV heads of 64 has the target's 4,096 bytes per layer and position, but
+  // not its spec: still one group of 48 layers, not three groups of 16 (grouping by spec).
+  // 16 x (131,072 + 16 x 16 x 64 x 2 x 2 = 65,536) = 3,145,728 bytes a block: 13,653 blocks.
+  const auto same_page = run_cli({"size", "--model", "llama-3.1-8b", "--speculative",
+                                  "draft:" + config("draft-16-kv-heads.json"), "--kv-budget", "40GiB", "--json"});
+  REQUIRE(same_page.exit_code == 0);
+  const auto k = nlohmann::json::parse(same_page.out)["paged"];
+  CHECK(k["uniform_type"].get<bool>());
+  CHECK(k["cache_groups"].get<std::int64_t>() == 1);
+  CHECK(k["group_size"].get<std::int64_t>() == 48);
+  CHECK(k["block_bytes"].get<std::int64_t>() == 3'145'728);
+  CHECK(k["num_blocks"].get<std::int64_t>() == 42'949'672'960 / 3'145'728);
+  CHECK(k["num_blocks"].get<std::int64_t>() == 13'653);
+  const auto text = run_cli({"size", "--model", "llama-3.1-8b", "--speculative", "draft:" + config("llama-3.2-1b.json"),
+                             "--kv-budget", "40GiB"});
+  CHECK_THAT(text.out, Catch::Contains("1 KV-cache group of 48 layers of one attention type") &&
+                           !Catch::Contains("approximated"));
+}
+
+TEST_CASE("speculative decoding: K drafts a step hold 2K slots past a sequence's tokens, within max_model_len") {
+  // Llama-3.1-8B with EAGLE in 40 GiB: 42,949,672,960 / (33 x 16 x 4,096 = 2,162,688) = 19,859
+  // blocks. 1,024 tokens take 64 blocks, so 310 sequences (19,840 blocks) fit; with K = 3, vLLM's
+  // allocate_slots holds 1,024 + 3 drafts + 3 lookahead = 1,030 slots: 65 blocks, and
+  // 19,859 / 65 = 305.5, so 305 fit and 310 do not.
+  const std::vector<std::string> base = {"size", "--model", "llama-3.1-8b", "--speculative", "eagle", "--kv-budget", "40GiB",
+                                         "--tokens", "1024", "--seqs", "310", "--json"};
+  const auto plain = run_cli(base);
+  REQUIRE(plain.exit_code == 0);
+  const auto p = nlohmann::json::parse(plain.out);
+  CHECK(p["paged"]["num_blocks"].get<std::int64_t>() == 19'859);
+  CHECK(p["paged"]["concurrency"][0]["blocks_per_request"].get<std::int64_t>() == 64);
+  CHECK(p["paged"]["concurrency"][0]["seqs_fit"].get<bool>());
+  CHECK(p["speculative"]["lookahead_slots"].get<std::int64_t>() == 0);
+  std::vector<std::string> with_k = base;
+  with_k.insert(with_k.end(), {"--num-speculative-tokens", "3"});
+  const auto k3 = run_cli(with_k);
+  REQUIRE(k3.exit_code == 0);
+  const auto q = nlohmann::json::parse(k3.out);
+  CHECK(q["speculative"]["lookahead_slots"].get<std::int64_t>() == 6);
+  CHECK(q["paged"]["concurrency"][0]["blocks_per_request"].get<std::int64_t>() == 65);
+  CHECK_FALSE(q["paged"]["concurrency"][0]["seqs_fit"].get<bool>());
+  CHECK(q["paged"]["concurrency"][0]["max_seqs"].get<std::int64_t>() == 305);
+  // The bytes of 1,024 tokens are what the sequence keeps: unchanged.
+  CHECK(q["sequences"]["rows"][0]["bytes_per_sequence"] == p["sequences"]["rows"][0]["bytes_per_sequence"]);
+  // At T = max_model_len the slots are capped there: 131,072 / 16 = 8,192 blocks either way.
+  const auto full = run_cli({"size", "--model", "llama-3.1-8b", "--speculative", "eagle", "--kv-budget", "40GiB",
+                             "--num-speculative-tokens", "3", "--json"});
+  REQUIRE(full.exit_code == 0);
+  CHECK(nlohmann::json::parse(full.out)["paged"]["concurrency"][0]["blocks_per_request"].get<std::int64_t>() == 8'192);
+
+  const auto alone = run_cli({"size", "--model", "llama-3.1-8b", "--num-speculative-tokens", "3"});
+  CHECK(alone.exit_code == 2);
+  CHECK_THAT(alone.err, Catch::Contains("--num-speculative-tokens: needs --speculative"));
+  const auto zero = run_cli({"size", "--model", "llama-3.1-8b", "--speculative", "eagle", "--num-speculative-tokens", "0"});
+  CHECK(zero.exit_code == 2);
+}
+
+TEST_CASE("speculative decoding: the draft goes on the last pipeline stage, and what vLLM refuses is refused") {
+  // --pp 2: layers 0-15 and 16-31; vLLM builds the whole drafter on the last rank, so stage 1
+  // holds 17 layers of 4,096 bytes = 69,632 per position, and binds.
+  const auto pp = run_cli({"size", "--model", "llama-3.1-8b", "--pp", "2", "--speculative", "eagle", "--json"});
+  REQUIRE(pp.exit_code == 0);
+  const auto j = nlohmann::json::parse(pp.out);
+  REQUIRE(j["stages"].size() == 2);
+  CHECK(j["stages"][0]["bytes_per_token"].get<std::int64_t>() == 16 * 4096);
+  CHECK(j["stages"][1]["bytes_per_token"].get<std::int64_t>() == 17 * 4096);
+  CHECK(j["speculative"]["draft_layers"].get<std::int64_t>() == 1);
+
+  // Qwen2.5-7B's vocabulary (152,064) is not Llama's (128,256): vLLM's
+  // verify_equal_vocab_size_if_draft_model refuses the pair.
+  const auto vocab = run_cli({"size", "--model", "llama-3.1-8b", "--speculative", "draft:" + config("qwen2.5-7b.json")});
+  CHECK(vocab.exit_code == 1);
+  CHECK_THAT(vocab.err, Catch::Contains("vocab_size: the draft's vocabulary has 152064 tokens and the target's 128256"));
+  // OpenELM's layers have 3 to 5 KV heads: no one count for an EAGLE head.
+  const auto openelm = run_cli({"size", "--config", config("openelm-270m.json"), "--speculative", "eagle"});
+  CHECK(openelm.exit_code == 1);
+  CHECK_THAT(openelm.err, Catch::Contains("its layers differ in KV heads"));
+  // SGLang keeps the draft's KV in a pool of its own.
+  const auto sglang = run_cli({"size", "--model", "llama-3.1-8b", "--speculative", "eagle", "--device", "H100-80GB",
+                               "--engine", "sglang"});
+  CHECK(sglang.exit_code == 2);
+  CHECK_THAT(sglang.err, Catch::Contains("with --engine sglang the draft keeps a pool of its own"));
 }
 
 TEST_CASE("a pipeline stage that holds no KV is refused under a budget, not an internal error") {

@@ -212,8 +212,10 @@ struct PagedPool {
   std::int64_t block_bytes = 0;       // memory behind one block id: page_bytes x group_size
   std::int64_t num_blocks = 0;        // kv_budget_bytes / block_bytes, rounded down
   std::int64_t kv_cache_tokens = 0;   // vLLM's "GPU KV cache size": num_blocks / cache_groups x block_tokens
-  bool uniform_page = true;           // false: layer groups differ in bytes per position, and the
-                                      // pool is an approximation (vLLM would re-block or refuse)
+  bool uniform_page = true;           // false: one block holds every layer's page; an approximation
+                                      // (vLLM would re-block or refuse) unless uniform_type
+  bool uniform_type = false;          // several layer groups of one attention type (same window):
+                                      // vLLM's one group of them, exact (uniform_page is false)
 };
 
 // The pool of blocks `kv_budget_bytes` buys on the device `layout` describes, one pipeline stage

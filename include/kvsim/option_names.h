@@ -46,6 +46,7 @@ inline constexpr char kOptBeams[] = "--beams";                              // k
 inline constexpr char kOptNoPromptSharing[] = "--no-prompt-sharing";        // kvsim size
 inline constexpr char kOptStaticCache[] = "--static-cache";                 // kvsim size
 inline constexpr char kOptSpeculative[] = "--speculative";                  // kvsim size
+inline constexpr char kOptNumSpeculativeTokens[] = "--num-speculative-tokens";  // kvsim size
 inline constexpr char kOptOffloadFraction[] = "--offload-fraction";         // kvsim size
 inline constexpr char kOptLinkBandwidth[] = "--link-bandwidth";             // kvsim size
 inline constexpr char kOptCheck[] = "--check";                              // kvsim size

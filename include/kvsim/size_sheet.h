@@ -32,6 +32,7 @@ struct SizeQuery {
   std::optional<RequestShape> request;   // --prompt/--max-tokens (with --n or --beams): one request
   std::int64_t static_cache_tokens = 0;  // --static-cache L: seqs x L reserved (0: not asked)
   std::optional<ModelSpec> draft;        // speculative decoding's draft (kvsim/speculative.h)
+  std::int64_t speculative_tokens = 0;   // K drafts a step (--num-speculative-tokens; 0: not given)
   std::int64_t offload_ppb = 0;          // --offload-fraction: share of the KV on the host (0: none)
   std::int64_t link_bytes_per_second = 0;  // the host link's bandwidth, for the offload's transfer time
   std::string link_source;               // where that bandwidth comes from ("--link-bandwidth", "assumed: ...")
@@ -93,6 +94,12 @@ struct SizeSheet {
   std::string draft;
   std::int64_t draft_layers = 0;
   std::int64_t draft_bytes_per_token = 0;
+  // Slots a decoding sequence holds past its tokens: 2K with K drafts a step. vLLM's scheduler
+  // asks allocate_slots for the last token and the K drafts to verify (num_new_tokens) plus K
+  // lookahead slots for the next drafts (num_lookahead_tokens, set for EAGLE and draft models),
+  // capped at max_model_len (vllm/v1/core/sched/scheduler.py, kv_cache_manager.py). The
+  // blocks a request needs, and so the fits verdicts, count them; the bytes of T tokens do not.
+  std::int64_t lookahead_slots = 0;
   // Offloading: the split of each sequences row (and of the request, when there is one).
   std::int64_t offload_ppb = 0;
   std::int64_t link_bytes_per_second = 0;

@@ -20,11 +20,15 @@ namespace kvsim {
 
 // The draft an EAGLE or EAGLE-3 head amounts to for the KV cache: one full-attention layer at
 // the target's KV heads and widths (MLA too: the draft layer caches what a target layer does).
+// Throws InputError for a target whose layers differ in heads (no one count to take).
 ModelSpec eagle_draft(const ModelSpec& target);
 
-// Adds the draft's KV layer groups to the target's stages. Throws InputError when the target
-// is pipeline-parallel (kvsim does not place a drafter across stages) or the draft cannot be
-// placed with the target's tensor parallelism.
+// The draft's KV on one device: all its layers, at the target's tensor parallelism.
+KvLayout draft_layout(const ModelSpec& draft, const KvOptions& kv);
+
+// Adds the draft's KV layer groups to the target's last stage, where vLLM places the whole
+// drafter under pipeline parallelism. Throws InputError when the draft cannot be placed with
+// the target's tensor parallelism.
 void add_draft_kv(std::vector<KvLayout>& stages, const ModelSpec& draft, const KvOptions& kv);
 
 }  // namespace kvsim

@@ -16,7 +16,6 @@
 #include "kvsim/output_file.h"
 #include "kvsim/parse.h"
 #include "kvsim/units.h"
-#include "kvsim/option_names.h"
 #include "kvsim/size_sheet.h"
 #include "kvsim/startup_memory.h"
 #include "model_options.h"
@@ -73,7 +72,10 @@ po::options_description size_options() {
        "Hugging Face StaticCache: --seqs x L positions reserved on every layer (min(W, L) on sliding layers)")
       (option_key(kOptSpeculative), po::value<std::string>(),
        "speculative decoding's draft KV: eagle or eagle3 (one layer at the target's dims) or draft:CONFIG "
-       "(a draft model's config.json)");
+       "(a draft model's config.json)")
+      (option_key(kOptNumSpeculativeTokens), po::value<std::string>(),
+       "K drafts a step (vLLM's num_speculative_tokens): a decoding sequence holds 2K slots past its tokens, "
+       "within max_model_len, which the blocks per request and the fits verdicts count");
   po::options_description offload_opts("Offloading and validation");
   offload_opts.add_options()
       (option_key(kOptOffloadFraction), po::value<std::string>(),
@@ -252,9 +254,23 @@ SizeQuery size_query(const po::variables_map& vm, const ModelSpec& model, std::i
       q.draft->name = (*spec == "eagle" ? "EAGLE" : "EAGLE-3") + std::string(" head (one layer at the target's KV dims)");
     } else if (spec->rfind("draft:", 0) == 0 && spec->size() > 6) {
       q.draft = load_hf_config(spec->substr(6));
+      // vLLM refuses a draft model whose vocabulary is not the target's
+      // (SpeculativeConfig.verify_equal_vocab_size_if_draft_model, vllm/config/speculative.py).
+      if (q.draft->vocab_size > 0 && model.vocab_size > 0 && q.draft->vocab_size != model.vocab_size) {
+        throw InputError(Location{q.draft->name, 0, "vocab_size"},
+                         fmt::format("the draft's vocabulary has {} tokens and the target's {}; vLLM refuses a "
+                                     "draft model whose vocabulary differs (its tokens would not be the target's)",
+                                     q.draft->vocab_size, model.vocab_size));
+      }
     } else {
       throw InputError(Location{"", 0, kOptSpeculative}, "expected eagle, eagle3 or draft:CONFIG, got \"" + *spec + "\"");
     }
+  }
+  if (const auto k = option_text(vm, option_key(kOptNumSpeculativeTokens))) {
+    if (!q.draft) {
+      throw InputError(Location{"", 0, kOptNumSpeculativeTokens}, std::string("needs ") + kOptSpeculative);
+    }
+    q.speculative_tokens = positive_integer(*k, kOptNumSpeculativeTokens);
   }
   if (const auto l = option_text(vm, option_key(kOptStaticCache))) {
     q.static_cache_tokens = positive_integer(*l, kOptStaticCache);
@@ -262,6 +278,13 @@ SizeQuery size_query(const po::variables_map& vm, const ModelSpec& model, std::i
   // Here nothing else uses the device or the weights (replay's cost model does).
   reject_beside_kv_budget(vm, {"device", "params", "weight-dtype", "weights-bytes"});
   q.startup = engine_settings(vm, q.paging);
+  if (q.draft && q.startup && !is_vllm(q.startup->engine)) {
+    // SGLang's draft worker takes a pool of its own beside the target's (draft_runner_cache_size,
+    // sglang/srt/model_executor/model_runner.py), sized by other rules than vLLM's shared one.
+    throw InputError(Location{"", 0, kOptSpeculative},
+                     std::string("kvsim models the draft's KV in vLLM's one pool; with ") + kOptEngine + " " +
+                         std::string(serving_engine_name(q.startup->engine)) + " the draft keeps a pool of its own");
+  }
   if (const auto n = option_text(vm, option_key(kOptMaxModelLen))) max_model_len_option(*n, model);
   if (q.startup) {
     reject_beside_kv_budget(vm, {option_key(kOptEngine), option_key(kOptMaxNumSeqs), option_key(kOptEnforceEager),

@@ -105,9 +105,23 @@ std::string model_lines(const SizeSheet& s, const std::string& dtype_reason) {
                                                  "transformers)");
   }
   if (s.draft_layers > 0) {
-    text += fmt::format("Draft      {}: {} layer{} of KV, {} bytes per token, in the same pool (the draft's weights "
-                        "are not in the budget's weights term)\n",
-                        s.draft, s.draft_layers, s.draft_layers == 1 ? "" : "s", with_commas(s.draft_bytes_per_token));
+    // Where its weights are: only a budget that subtracts weights has to say.
+    std::string weights;
+    if (s.budget && !s.budget->direct) {
+      weights = s.budget->parameter_count == 0
+                    ? "; the budget's weights are --weights-bytes as given, the draft's included only if they are in it"
+                    : "; the draft's weights are not in the budget's weights term (give --weights-bytes to include them)";
+    }
+    const std::string lookahead =
+        s.lookahead_slots > 0
+            ? fmt::format("; a decoding sequence holds {} slots past its tokens ({} drafts to verify, {} lookahead), "
+                          "within the context limit",
+                          with_commas(s.lookahead_slots), with_commas(s.lookahead_slots / 2),
+                          with_commas(s.lookahead_slots / 2))
+            : s.budget ? std::string("; no lookahead slots counted (give --num-speculative-tokens)") : std::string();
+    text += fmt::format("Draft      {}: {} layer{} of KV, {} bytes per token, in the same pool{}{}\n", s.draft,
+                        s.draft_layers, s.draft_layers == 1 ? "" : "s", with_commas(s.draft_bytes_per_token), lookahead,
+                        weights);
   }
   text += fmt::format("Placement  {} device{}: tensor parallel {} x pipeline parallel {}{}\n", s.devices,
                       s.devices == 1 ? "" : "s", s.kv.tensor_parallel, s.kv.pipeline_parallel,
@@ -135,7 +149,7 @@ std::string layer_kind_lines(const SizeSheet& s) {
   const KvLayout& layout = s.layout();
   std::int64_t kv_layers = 0;
   for (const auto& g : layout.groups) kv_layers += g.layers;
-  kv_layers -= s.draft_layers;  // a draft exists only without pipeline parallelism: on this stage
+  if (s.binding_stage + 1 == s.stages.size()) kv_layers -= s.draft_layers;  // the draft is on the last stage
   const std::int64_t stage_layers = layout.end_layer - layout.first_layer;
   if (kv_layers == stage_layers) return "";
   std::string text = fmt::format("  {} of {} layers hold KV", kv_layers, stage_layers);
@@ -447,7 +461,7 @@ std::string startup_table(const StartupMemory& m) {
 std::string pool_heading(const SizeSheet& s, const PagedPool& p) {
   const ServingEngine engine = s.startup ? s.startup->engine : ServingEngine::vllm;
   if (is_vllm(engine)) return fmt::format("Paged cache (vLLM's layout, block size {} tokens)", p.block_tokens);
-  const bool one_group = p.uniform_page && p.cache_groups == 1 && p.padding_layers == 0;
+  const bool one_group = (p.uniform_page && p.cache_groups == 1 && p.padding_layers == 0) || p.uniform_type;
   return fmt::format("Paged cache ({}, block size {} token{}; counted by vLLM's rules, {})", serving_engine_name(engine),
                      p.block_tokens, p.block_tokens == 1 ? "" : "s",
                      one_group ? "which give the same count for a model whose layers are all alike"
@@ -464,6 +478,10 @@ std::string paged_lines(const SizeSheet& s) {
                         p.padding_layers > 0 ? fmt::format(" ({} padding layer slots)", p.padding_layers) : "",
                         p.group_size, p.block_tokens, with_commas(s.layout().groups.front().bytes_per_layer_position),
                         with_commas(p.block_bytes));
+  } else if (p.uniform_type) {
+    text += fmt::format("  1 KV-cache group of {} layers of one attention type (vLLM's UniformTypeKVCacheSpecs); a block "
+                        "holds a page of each: {} tokens x {} bytes per position = {} bytes\n",
+                        p.group_size, p.block_tokens, with_commas(s.layout().bytes_per_token()), with_commas(p.block_bytes));
   } else {
     text += fmt::format("  layer groups differ in bytes per position; approximated as one group, a block of {} bytes\n",
                         with_commas(p.block_bytes));
@@ -657,6 +675,7 @@ Json paged_json(const SizeSheet& s) {
           {"num_blocks", p.num_blocks},
           {"kv_cache_tokens", p.kv_cache_tokens},
           {"uniform_page", p.uniform_page},
+          {"uniform_type", p.uniform_type},
           {"context_limit", s.context_limit},
           {"context_limit_source", s.context_limit_source},
           {"concurrency", conc}};
@@ -778,7 +797,8 @@ std::string size_json(const SizeSheet& sheet, const std::string& dtype_reason) {
   if (sheet.draft_layers > 0) {
     out["speculative"] = {{"draft", sheet.draft},
                           {"draft_layers", sheet.draft_layers},
-                          {"draft_bytes_per_token", sheet.draft_bytes_per_token}};
+                          {"draft_bytes_per_token", sheet.draft_bytes_per_token},
+                          {"lookahead_slots", sheet.lookahead_slots}};
   }
   if (sheet.static_cache_tokens > 0) {
     out["static_cache"] = {{"max_cache_len", sheet.static_cache_tokens}, {"reserved_bytes", sheet.static_reserved_bytes}};
