@@ -319,6 +319,12 @@ TraceFormat detect_format(detail::LineReader& lines, const std::string& path) {
   if (first.line == 0) throw InputError(Location{path, 0, ""}, "empty file: no header and no requests");
   const Location where{path, first.line, ""};
   const std::string_view line = first.text;
+  // A compressed file's magic number: say what it is rather than quote its bytes.
+  if (line.starts_with("\x1F\x8B") || line.starts_with("\x28\xB5\x2F\xFD") || (line.starts_with("BZh") && line.size() > 3 && line[3] >= '1' && line[3] <= '9') ||
+      line.starts_with("\xFD" "7zXZ")) {
+    throw InputError(where, "a compressed file (gzip, zstd, bzip2 or xz): kvsim reads traces as text; decompress it "
+                            "first, or pipe it in (e.g. zcat FILE | kvsim ... -)");
+  }
   const auto start = line.find_first_not_of(" \t");
   if (line[start] == '{') {
     nlohmann::json record;

@@ -5,6 +5,7 @@
 // becomes exactly 3,217,995,169,000 ns (a DOM would have rounded it through a double), and
 // long arrays (hash ids, token ids) are consumed element by element without being stored.
 #include "block_hash.h"
+#include "kvsim/units.h"
 #include "trace_formats.h"
 #include "trace_jsonl.h"
 #include "trace_native.h"
@@ -102,7 +103,9 @@ class NativeJsonlReader final : public JsonlReader {
 // ---------------------------------------------------------------------------------------
 // Mooncake (FAST'25 release): {"timestamp": ms, "input_length", "output_length",
 // "hash_ids": [...]}, hash ids at 512 tokens per block with the last block usually
-// partial. Records carry no id: a request's id is its record number, from 1.
+// partial: ceil(input_length / 512) of them, checked. Records carry no id: a request's id
+// is its record number, from 1. Any other key is refused (a misspelt "hash_ids" would
+// otherwise drop the identity without a word).
 
 constexpr std::int64_t kMooncakeBlockTokens = 512;
 
@@ -110,7 +113,7 @@ class MooncakeReader final : public JsonlReader {
  public:
   MooncakeReader(const std::string& path, const TraceOptions& options)
       : JsonlReader(path, options, TraceFormat::mooncake,
-                    {{"timestamp"}, {"input_length"}, {"output_length"}, {"hash_ids", true}}, false) {
+                    {{"timestamp"}, {"input_length"}, {"output_length"}, {"hash_ids", true}}, true) {
     message_names_.arrival = "timestamp";
     message_names_.prompt = "input_length";
     message_names_.output = "output_length";
@@ -141,6 +144,14 @@ class MooncakeReader final : public JsonlReader {
         return fail(label("hash_ids"), "expected an array of non-negative integers, got " + describe(value(kHashes)));
       }
       out.prefix_block_tokens = kMooncakeBlockTokens;
+      // One id per block of the prompt, the last one partial: fewer would silently hide the
+      // identity of the blocks left out.
+      const std::int64_t blocks = ceil_div(out.prompt_tokens, kMooncakeBlockTokens);
+      if (static_cast<std::int64_t>(out.prefix_hashes.size()) != blocks) {
+        return fail(label("hash_ids"), std::to_string(out.prefix_hashes.size()) + (out.prefix_hashes.size() == 1 ? " id" : " ids") + ", but an input_length of " +
+                                           std::to_string(out.prompt_tokens) + " tokens has " + std::to_string(blocks) +
+                                           " blocks of 512 (Mooncake gives one id per block, the last one partial)");
+      }
     }
     return Row::ok;
   }

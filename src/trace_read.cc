@@ -13,6 +13,7 @@
 
 #include "kvsim/option_names.h"
 #include "kvsim/units.h"
+#include "trace_native.h"
 
 namespace kvsim::detail {
 namespace {
@@ -688,6 +689,14 @@ LengthColumnsReader::LengthColumnsReader(const std::string& path, const TraceOpt
   output_col_ = column(column_names_.output);
   message_names_.prompt = column_names_.prompt;
   message_names_.output = column_names_.output;
+  // A column of kvsim's native format (a generation limit, a cancellation, samples, prefixes)
+  // has no place in this format, and reading on would drop it without a word.
+  for (std::string_view name : kNativeFieldNames) {
+    if (column(name) < 0) continue;
+    fail_file(header_line_, "column '" + std::string(name) + "': the " + std::string(format_name) +
+                                " format has no such column, so it would be dropped; kvsim's native format keeps it, "
+                                "with id and arrival columns (traces/README.md)");
+  }
 }
 
 void name_by_row(Request& out, std::int64_t row) {

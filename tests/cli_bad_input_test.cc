@@ -125,6 +125,18 @@ const BadInput kCases[] = {
     {"native-jsonl-not-an-object.jsonl", {"--format", "native-jsonl"}, 1, "expected a JSON object on each line"},
     {"azure-before-first-row.csv", {}, 3, "column 'TIMESTAMP': arrival -1.68059 s is before the arrival 0 s on line 2"},
     {"token-ids-count-mismatch.jsonl", {}, 1, "field 'input_toks': 3 tokens, but input_tok_ids has 2"},
+    // Mooncake gives one hash id per 512 prompt tokens: 1,025 tokens are ceil(1025 / 512) = 3
+    // blocks, so 2 ids would leave the third block without identity.
+    {"mooncake-hash-count.jsonl", {}, 1,
+     "field 'hash_ids': 2 ids, but an input_length of 1025 tokens has 3 blocks of 512"},
+    // A misspelt key would drop the prefix identity without a word.
+    {"mooncake-unknown-key.jsonl", {}, 1,
+     "field 'hash_id': unknown field (a mooncake record has fields timestamp, input_length, output_length, hash_ids)"},
+    // A gzip file (its magic number 1F 8B) is named as such, not quoted byte by byte.
+    {"compressed.csv.gz", {}, 1, "a compressed file (gzip, zstd, bzip2 or xz): kvsim reads traces as text"},
+    // A native column in an imported format would be dropped.
+    {"azure-native-column.csv", {}, 1, "column 'max_tokens': the Azure format has no such column, so it would be dropped"},
+    {"vidur-native-column.csv", {}, 1, "column 'cancel_at': the Vidur format has no such column, so it would be dropped"},
 };
 
 // What every failing run must look like, whatever the input: exit 1 and one message, no

@@ -166,8 +166,7 @@ TEST_CASE("Mooncake: milliseconds, hash ids at 512 tokens per block, the last bl
   const auto path = write_file("mc.jsonl",
                                "{\"timestamp\": 1500, \"input_length\": 1025, \"output_length\": 3, "
                                "\"hash_ids\": [7, 8, 9]}\n"
-                               "{\"timestamp\": 3000, \"input_length\": 512, \"output_length\": 1, \"hash_ids\": [7], "
-                               "\"extra\": {\"ignored\": [1, \"x\"]}}\n");
+                               "{\"timestamp\": 3000, \"input_length\": 512, \"output_length\": 1, \"hash_ids\": [7]}\n");
   const auto rs = read(path);
   REQUIRE(rs.size() == 2);
   CHECK(rs[0].id == "1");
@@ -181,7 +180,15 @@ TEST_CASE("Mooncake: milliseconds, hash ids at 512 tokens per block, the last bl
   const auto bad = write_file("mc-bad.jsonl",
                               "{\"timestamp\": 0, \"input_length\": 1025, \"output_length\": 3, "
                               "\"hash_ids\": [1, 2, 3, 4]}\n");
-  CHECK_THROWS_WITH(read(bad), Catch::Contains(":1: field 'hash_ids': 4 hashes, but a prompt of 1025 tokens has only 3"));
+  CHECK_THROWS_WITH(read(bad), Catch::Contains(":1: field 'hash_ids': 4 ids, but an input_length of 1025 tokens has 3"));
+  // So would too few leave blocks without identity: Mooncake gives every block of the prompt one.
+  const auto few = write_file("mc-few.jsonl",
+                              "{\"timestamp\": 0, \"input_length\": 1025, \"output_length\": 3, \"hash_ids\": [1, 2]}\n");
+  CHECK_THROWS_WITH(read(few), Catch::Contains(":1: field 'hash_ids': 2 ids, but an input_length of 1025 tokens has 3"));
+  // And a key Mooncake does not have (here a misspelt hash_ids) is refused, not ignored.
+  const auto extra = write_file("mc-extra.jsonl",
+                                "{\"timestamp\": 0, \"input_length\": 512, \"output_length\": 1, \"hash_id\": [7]}\n");
+  CHECK_THROWS_WITH(read(extra), Catch::Contains(":1: field 'hash_id': unknown field"));
 }
 
 TEST_CASE("BurstGPT: failed requests are dropped, or kept as cancelled at arrival") {

@@ -126,10 +126,12 @@ def token_trace(path, seed, n):
     return reqs
 
 
-def hashed(prompt, H, table):
-    """Chained identities of a prompt's full H-blocks, as small integers (Mooncake style)."""
+def hashed(prompt, H, table, partial=False):
+    """Chained identities of a prompt's full H-blocks, as small integers; with `partial`, of
+    its last partial block too, as Mooncake gives one id to every block, ceil(P / H) in all."""
     out = []
-    for i in range(len(prompt) // H):
+    blocks = -(-len(prompt) // H) if partial else len(prompt) // H
+    for i in range(blocks):
         key = tuple(prompt[: (i + 1) * H])
         out.append(table.setdefault(key, len(table)))
     return out
@@ -168,7 +170,7 @@ def mooncake_trace(path, seed, n):
             prompt = prompt * 4  # long enough for 512-token blocks
             t_ms += rng.randint(0, 30)
             m = rng.randint(1, 40)
-            hs = hashed(prompt, 512, table)
+            hs = hashed(prompt, 512, table, partial=True)
             f.write(json.dumps({"timestamp": t_ms, "input_length": len(prompt), "output_length": m,
                                 "hash_ids": hs}) + "\n")
             reqs.append(Req(str(i + 1), t_ms * 10**6, len(prompt), m, hashes=hs, hash_block=512))
