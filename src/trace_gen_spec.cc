@@ -229,7 +229,11 @@ CountDistribution parse_count_distribution(std::string_view text, std::string_vi
           detail::parse_scaled_decimal(item.substr(eq + 1), 9, weight) != detail::DecimalStatus::ok) {
         bad(field, "choice: expected value=weight pairs such as 1=0.9,4=0.1, got \"" + std::string(item) + "\"");
       }
-      d.choices.emplace_back(count_value(item.substr(0, eq), field, "choice"), weight);
+      const std::int64_t value = count_value(item.substr(0, eq), field, "choice");
+      for (const auto& c : d.choices) {
+        if (c.first == value) bad(field, "choice: the value " + std::to_string(value) + " is given twice");
+      }
+      d.choices.emplace_back(value, weight);
       if (__builtin_add_overflow(total, weight, &total)) bad(field, "choice: the weights are too large");
       start = end + 1;
     }
@@ -295,6 +299,8 @@ ArrivalProcess parse_arrival_process(std::string_view text, std::string_view fie
     a.on_ns = parse_duration_ns(require(kvs, "on", field, "onoff"), field);
     a.off_ns = parse_duration_ns(require(kvs, "off", field, "onoff"), field);
     if (a.on_ns == 0) bad(field, "onoff: the on period must be longer than 0");
+    // Without an off period the process never leaves its on rate: off_rate could not act.
+    if (a.off_ns == 0) bad(field, "onoff: the off period must be longer than 0 (without one, use poisson:rate=R)");
     if (const auto* kv = find(kvs, "off_rate")) {
       std::int64_t scaled = 0;
       if (detail::parse_scaled_decimal(kv->value, 9, scaled) != detail::DecimalStatus::ok) {
@@ -360,6 +366,19 @@ SessionModel parse_session_model(std::string_view text, std::string_view field) 
   SessionModel s;
   s.share_ppb = parse_probability_ppb(require(kvs, "share", field, "sessions"), field);
   s.turns = parse_count_distribution(require(kvs, "turns", field, "sessions"), field);
+  // Sessions that can never have a second turn are plain requests: gap, user and max_context
+  // would never act.
+  const CountDistribution& t = s.turns;
+  std::int64_t most_turns = std::numeric_limits<std::int64_t>::max();
+  if (t.kind == CountDistribution::Kind::constant) most_turns = t.value;
+  if (t.kind == CountDistribution::Kind::uniform) most_turns = t.high;
+  if (t.kind == CountDistribution::Kind::choice) {
+    most_turns = 0;
+    for (const auto& [turns, weight] : t.choices) {
+      if (weight > 0) most_turns = std::max(most_turns, turns);
+    }
+  }
+  if (most_turns < 2) bad(field, "sessions: turns never exceed 1, so no session has a second turn: give at least 2");
   s.gap = parse_duration_distribution(require(kvs, "gap", field, "sessions"), field);
   if (const auto* kv = find(kvs, "user")) s.user_tokens = parse_count_distribution(kv->value, field);
   if (const auto* kv = find(kvs, "max_context")) {

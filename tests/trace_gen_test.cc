@@ -317,6 +317,17 @@ TEST_CASE("option grammar: good forms parse, bad ones name the option") {
   // max_context=0 would read as a limit that never applies: leaving it out says "no limit".
   CHECK_THROWS_WITH(parse_session_model("share=0.5,turns=3,gap=1s,max_context=0", "--sessions"),
                     Catch::Contains("--sessions") && Catch::Contains("max_context must be at least 1"));
+  // Options that could never act are refused, not ignored: sessions that never reach a second
+  // turn (so gap, user and max_context never act), an on/off process without an off period
+  // (off_rate never acts), and a choice value given twice (which weight?).
+  for (const char* turns : {"turns=1", "turns=uniform:0..1", "turns=choice:1=0.5,4=0"}) {
+    CHECK_THROWS_WITH(parse_session_model(std::string("share=0.5,") + turns + ",gap=5s,user=100", "--sessions"),
+                      Catch::Contains("turns never exceed 1"));
+  }
+  CHECK(parse_session_model("share=0.5,turns=choice:1=0.5,2=0.5,gap=5s", "--sessions").turns.choices.size() == 2);
+  CHECK_THROWS_WITH(parse_arrival_process("onoff:rate=20,on=5s,off=0s,off_rate=3", "--arrivals"),
+                    Catch::Contains("the off period must be longer than 0"));
+  CHECK_THROWS_WITH(parse_count_distribution("choice:1=1,1=0", "--prompt"), Catch::Contains("the value 1 is given twice"));
   CHECK_THROWS_WITH(parse_system_prompt("tokens=10,shared=0.5", "--system-prompt"),
                     Catch::Contains("keys tokens, share, got \"shared=0.5\""));
 
