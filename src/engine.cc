@@ -998,6 +998,10 @@ std::int64_t Engine::decode_step_ps(const StepWork& work) {
     decode_line_work_ = work;
     have_decode_line_ = true;
   }
+  return decode_line_ps(work);
+}
+
+std::int64_t Engine::decode_line_ps(const StepWork& work) const {
   constexpr std::int64_t kSaturated = std::numeric_limits<std::int64_t>::max();
   const Int128 line = Int128{decode_line_.fixed_ps} + Int128{decode_line_.per_position_ps} * work.context;
   const std::int64_t ps =
@@ -1130,11 +1134,17 @@ bool Engine::quiet_step_ahead() const {
 }
 
 std::int64_t Engine::run_quiet_steps(std::int64_t start_before_ns) {
+  if (now_ >= start_before_ns || !quiet_step_ahead()) return 0;
+  // A stretch of quiet steps. What made the first one quiet holds for every step after it
+  // but the wheel, since a quiet step admits, prefills, swaps and stops nothing, and takes
+  // up no arrival or cancellation: only an event due, or one arriving or cancelled within a
+  // step, ends the stretch. Its steps decode one batch, so their work is the first step's
+  // but the context, and their time comes from one line (decode_step_ps).
+  open_step();
+  free_lingering();
+  std::int64_t duration = time_step(decoding_seqs_, 0, context_base_ + context_slope_ * step_);
   std::int64_t steps = 0;
-  while (now_ < start_before_ns && quiet_step_ahead()) {
-    open_step();
-    free_lingering();
-    const std::int64_t duration = time_step(decoding_seqs_, 0, context_base_ + context_slope_ * step_);
+  for (;;) {
     // What arrives or is cancelled within the step (or at its start: the loop around takes
     // up those at a boundary) leaves it to the full path, which times it the same way.
     const std::int64_t end_ns = now_ + duration;
@@ -1142,11 +1152,17 @@ std::int64_t Engine::run_quiet_steps(std::int64_t start_before_ns) {
       break;
     }
     wheel_.take(step_, due_);  // nothing due: the wheel only moves on to the next step
-    // Nothing is delivered at its end (first tokens and completions come from events and
-    // prefills), but the rest of ending a step is the same for every step.
-    end_step(duration);
+    end_quiet_step(duration, steps == 0);
     ++steps;
+    if (now_ >= start_before_ns || wheel_.due(step_)) break;
+    step_work_.context = context_base_ + context_slope_ * step_;
+    duration = step_duration(decode_line_ps(step_work_), step_work_);
   }
+  // Each figure a step's peaks offer is a linear sum, which no quiet step changes: over the
+  // stretch it is largest, and first so, at its first step or its last. end_quiet_step
+  // offered the first; the last is offered here, which leaves every peak as offering each
+  // step would.
+  if (steps > 1) recorder_.offer_step_peaks(step_ - 1, last_step_start_);
   return steps;
 }
 
@@ -1220,8 +1236,7 @@ std::int64_t Engine::begin_step() {
   return time_step(decode_seqs, prefill_tokens, context);
 }
 
-void Engine::end_step(std::int64_t duration) {
-  const std::int64_t decode_seqs = step_decode_seqs_, prefill_tokens = step_prefill_tokens_;
+void Engine::count_step(std::int64_t decode_seqs, std::int64_t prefill_tokens) {
   ++report_.iterations;
   // The scheduler's limits, checked: a step's tokens (a decode is one per sequence) within
   // max_batched_tokens, its sequences within max_running.
@@ -1241,29 +1256,22 @@ void Engine::end_step(std::int64_t duration) {
                         std::to_string(queued_) + " waiting, " + std::to_string(swapped_.size()) +
                         " swapped out): a livelock");
   }
-  if (step_memory_bound_) report_.memory_bound_ns += duration;
-  if (scheduler_tracks_requests_) scheduler_->end_step(view_, step_preempted_, decode_seqs);
+}
 
-  recorder_.end_of_step_state(running_, queued_, duration, [this] { return passed_over(); }, [&] {
-    return StepCounts{prefill_tokens, decode_seqs, step_work_.context, step_work_.sampled, step_work_.peer_tokens,
-                      step_work_.graph_tokens};
-  });
+StepCounts Engine::step_counts() const {
+  return StepCounts{step_prefill_tokens_, step_decode_seqs_, step_work_.context, step_work_.sampled,
+                    step_work_.peer_tokens, step_work_.graph_tokens};
+}
 
-  // Arrivals and cancellations inside the iteration happen at their own instants.
-  last_step_start_ = now_;
-  process_span_events(now_ + duration, true);
+void Engine::close_step(std::int64_t duration, std::int64_t decoded) {
   // One inter-token sample per token the step's decodes produced.
-  recorder_.decode_step(duration, decode_seqs - step_cancelled_decodes_);
-  step_cancelled_decodes_ = 0;
+  recorder_.decode_step(duration, decoded);
   end_span(duration);
   ++step_;
   step_planned_ = false;
-  const std::int64_t completed_before = completed_seqs_, running_before = running_;
-  deliver_step();
-  last_step_end_ = now_;
-  completed_in_last_step_ = completed_seqs_ - completed_before + cancelled_in_step_seqs_;
-  cancelled_in_step_seqs_ = 0;
-  ended_in_last_step_ = running_before - running_;
+}
+
+void Engine::report_progress() {
   // Every 64 steps: a step of long prompts under a radix tree can take milliseconds, and a
   // run of a few thousand steps must still move the bar. The share of the trace read, times
   // the share of the requests read that have ended: an overloaded run still draining its
@@ -1276,6 +1284,39 @@ void Engine::end_step(std::int64_t duration) {
   }
 }
 
+void Engine::end_step(std::int64_t duration) {
+  const std::int64_t decode_seqs = step_decode_seqs_;
+  count_step(decode_seqs, step_prefill_tokens_);
+  if (step_memory_bound_) report_.memory_bound_ns += duration;
+  if (scheduler_tracks_requests_) scheduler_->end_step(view_, step_preempted_, decode_seqs);
+  recorder_.end_of_step_state(running_, queued_, duration, [this] { return passed_over(); },
+                              [this] { return step_counts(); });
+  // Arrivals and cancellations inside the iteration happen at their own instants.
+  last_step_start_ = now_;
+  process_span_events(now_ + duration, true);
+  close_step(duration, decode_seqs - step_cancelled_decodes_);
+  step_cancelled_decodes_ = 0;
+  const std::int64_t completed_before = completed_seqs_, running_before = running_;
+  deliver_step();
+  last_step_end_ = now_;
+  completed_in_last_step_ = completed_seqs_ - completed_before + cancelled_in_step_seqs_;
+  cancelled_in_step_seqs_ = 0;
+  ended_in_last_step_ = running_before - running_;
+  report_progress();
+}
+
+void Engine::end_quiet_step(std::int64_t duration, bool offer_peaks) {
+  count_step(step_decode_seqs_, 0);
+  if (offer_peaks) recorder_.offer_step_peaks(step_, now_);
+  recorder_.sample_step(running_, queued_, duration, [this] { return passed_over(); },
+                        [this] { return step_counts(); });
+  last_step_start_ = now_;
+  close_step(duration, step_decode_seqs_);
+  last_step_end_ = now_;
+  completed_in_last_step_ = 0;
+  ended_in_last_step_ = 0;
+  report_progress();
+}
 
 ReplayReport Engine::run() {
   name_report();

@@ -237,6 +237,21 @@ class Engine {
   // arrives or is cancelled before they end (the full path takes those up at their own
   // instants). Returns how many it ran.
   std::int64_t run_quiet_steps(std::int64_t start_before_ns);
+  // end_step for a quiet step, which needs less: nothing arrives or is cancelled within it
+  // (run_quiet_steps stops before such a step), nothing is delivered at its end (first
+  // tokens and completions come from events and prefills), it decodes, no memory was
+  // refused and the policy keeps no books. It offers the step's peaks if `offer_peaks`
+  // (run_quiet_steps offers those of a stretch's ends only).
+  void end_quiet_step(std::int64_t duration, bool offer_peaks);
+  // end_step's parts that every step shares: its count and the checks on it (count_step);
+  // what the timeline's row says it computed (step_counts); the recorder's per-step figures
+  // and the clock moved to its end (close_step, `decoded`: sequences whose token came); the
+  // progress bar (report_progress). A new per-step figure goes in one of them or in the
+  // recorder.
+  void count_step(std::int64_t decode_seqs, std::int64_t prefill_tokens);
+  StepCounts step_counts() const;
+  void close_step(std::int64_t duration, std::int64_t decoded);
+  void report_progress();
   // begin_step()'s first and last parts, shared with quiet steps: a step starts with none
   // of the previous step's flags, and its work and duration are fixed from its batch.
   void open_step();
@@ -252,6 +267,9 @@ class Engine {
   // A step that computes no prompt: its time from the line of the last such step's batch,
   // made again only when the batch changes (decode_step_line). Most steps are such steps.
   std::int64_t decode_step_ps(const StepWork& work);
+  // The time of a step whose work is the line's but for its context: the line at `work`'s
+  // context (decode_step_ps, once it made the line for `work`).
+  std::int64_t decode_line_ps(const StepWork& work) const;
   void handle_event(std::uint32_t slot);
   void continue_prefills(std::int64_t& budget, std::int64_t& prefill_tokens);
   void resume_swapped(std::int64_t& budget, std::int64_t& decode_seqs);

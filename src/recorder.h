@@ -94,11 +94,22 @@ class Recorder {
   template <typename Seen, typename Work>
   void end_of_step_state(std::int64_t running, std::int64_t queued, std::int64_t duration_ns, const Seen& queued_seen,
                          const Work& work) {
-    effective_peak_.offer(effective_bytes_.at(step_), now_);
+    offer_step_peaks(step_, now_);
+    sample_step(running, queued, duration_ns, queued_seen, work);
+  }
+  // end_of_step_state's two parts. The peaks of step `step`, which began at `at_ns`: the
+  // current step's, or an earlier one's while no share has changed since.
+  void offer_step_peaks(std::int64_t step, std::int64_t at_ns) {
+    effective_peak_.offer(effective_bytes_.at(step), at_ns);
     for (auto& g : sums_) {
-      g.effective_peak.offer(g.q[kEffective].at(step_), now_);
-      g.allocated_peak.offer(g.q[kAllocated].at(step_), now_);
+      g.effective_peak.offer(g.q[kEffective].at(step), at_ns);
+      g.allocated_peak.offer(g.q[kAllocated].at(step), at_ns);
     }
+  }
+  // The timeline's row for the step, if one is due.
+  template <typename Seen, typename Work>
+  void sample_step(std::int64_t running, std::int64_t queued, std::int64_t duration_ns, const Seen& queued_seen,
+                   const Work& work) {
     if (opt_.timeline && now_ >= next_sample_ns_) {
       sample(running, queued, queued_seen(), duration_ns, work());
     } else {
