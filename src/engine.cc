@@ -1017,45 +1017,46 @@ std::int64_t Engine::decode_line_ps(const StepWork& work) const {
 }
 
 std::int64_t Engine::step_duration(std::int64_t model_ps, const StepWork& work) const {
-  const Int128 ps = model_ps;
-  if (ps == std::numeric_limits<std::int64_t>::max()) {
-    // step_time_ps saturated: the step's true cost is unknown, not 2^63 ps.
-    throw InputError(Location{trace_.path(), 0, ""},
-                     "step " + std::to_string(step_) + " (" + std::to_string(work.prefill_tokens) +
-                         " prompt tokens, " + std::to_string(work.decode_seqs) + " decoding sequences, " +
-                         std::to_string(work.context) + " context positions) would take 2^63 ps (about 107 days) or "
-                         "more under the cost model \"" + opt_.cost.name + "\": check the trace's lengths or --cost");
-  }
-  // Whole nanoseconds, rounded up; in 64 bits when it fits (a 128-bit division is a call).
-  Int128 ns = ps < Int128{std::numeric_limits<std::int64_t>::max() - 999}
-                  ? Int128{(static_cast<std::int64_t>(ps) + 999) / 1000}
-                  : ceil_div(ps, 1000);
-  if (ns < 1) ns = 1;
+  // step_time_ps saturated: the step's true cost is unknown, not 2^63 ps.
+  if (model_ps == std::numeric_limits<std::int64_t>::max()) [[unlikely]] step_cost_saturated(work);
+  // Whole nanoseconds, rounded up, at least 1; in 64 bits, where a step's own time always fits
+  // (a 128-bit division is a call).
+  Int128 ns = model_ps > 0 ? (model_ps - 1) / 1000 + 1 : 1;
   if (step_swap_bytes_ > 0) {
     ns += ceil_div(Int128{step_swap_bytes_} * kNsPerSecond, Int128{opt_.memory.swap_bytes_per_second});
   }
   // Time only moves forward, and stays within the 64-bit nanoseconds every figure uses: a
   // trace whose requests arrive so late that their service would end past the largest
   // representable time (about 292 years after time 0) cannot be replayed.
+  if (ns <= 0 || ns > std::numeric_limits<std::int64_t>::max() - now_) [[unlikely]] step_out_of_time(ns);
+  return static_cast<std::int64_t>(ns);
+}
+
+void Engine::step_cost_saturated(const StepWork& work) const {
+  throw InputError(Location{trace_.path(), 0, ""},
+                   "step " + std::to_string(step_) + " (" + std::to_string(work.prefill_tokens) + " prompt tokens, " +
+                       std::to_string(work.decode_seqs) + " decoding sequences, " + std::to_string(work.context) +
+                       " context positions) would take 2^63 ps (about 107 days) or more under the cost model \"" +
+                       opt_.cost.name + "\": check the trace's lengths or --cost");
+}
+
+void Engine::step_out_of_time(Int128 ns) const {
   if (ns <= 0) {
     throw InternalError(alloc_.name() + ": step " + std::to_string(step_) + " at " + std::to_string(now_) +
                         " ns would last no time");
   }
-  if (ns > std::numeric_limits<std::int64_t>::max() - now_) {
-    if (step_swap_bytes_ > 0) {
-      // The transfer, not the trace, is what takes that long: a link of a few bytes a second.
-      throw InputError(Location{"", 0, kOptSwapBandwidth},
-                       "step " + std::to_string(step_) + " swaps " + std::to_string(step_swap_bytes_) +
-                           " bytes at " + std::to_string(opt_.memory.swap_bytes_per_second) +
-                           " bytes a second and would end past the largest representable time (" +
-                           std::to_string(std::numeric_limits<std::int64_t>::max()) + " ns); give a faster link");
-    }
-    throw InputError(Location{trace_.path(), 0, ""},
-                     "step " + std::to_string(step_) + " starts at " + std::to_string(now_) + " ns and would end past " +
-                         "the largest representable time (" + std::to_string(std::numeric_limits<std::int64_t>::max()) +
-                         " ns); shift the trace's arrivals earlier");
+  if (step_swap_bytes_ > 0) {
+    // The transfer, not the trace, is what takes that long: a link of a few bytes a second.
+    throw InputError(Location{"", 0, kOptSwapBandwidth},
+                     "step " + std::to_string(step_) + " swaps " + std::to_string(step_swap_bytes_) + " bytes at " +
+                         std::to_string(opt_.memory.swap_bytes_per_second) +
+                         " bytes a second and would end past the largest representable time (" +
+                         std::to_string(std::numeric_limits<std::int64_t>::max()) + " ns); give a faster link");
   }
-  return static_cast<std::int64_t>(ns);
+  throw InputError(Location{trace_.path(), 0, ""},
+                   "step " + std::to_string(step_) + " starts at " + std::to_string(now_) + " ns and would end past " +
+                       "the largest representable time (" + std::to_string(std::numeric_limits<std::int64_t>::max()) +
+                       " ns); shift the trace's arrivals earlier");
 }
 
 void Engine::deliver_step() {
@@ -1250,12 +1251,16 @@ void Engine::count_step(std::int64_t decode_seqs, std::int64_t prefill_tokens) {
   if (decode_seqs > 0 || prefill_tokens > 0 || ended != ended_before_) {
     idle_steps_ = 0;
     ended_before_ = ended;
-  } else if (++idle_steps_ > kMaxIdleSteps) {
-    throw InternalError(alloc_.name() + ": no progress for " + std::to_string(idle_steps_) + " steps up to step " +
-                        std::to_string(step_) + " (" + std::to_string(running_) + " running, " +
-                        std::to_string(queued_) + " waiting, " + std::to_string(swapped_.size()) +
-                        " swapped out): a livelock");
+  } else if (++idle_steps_ > kMaxIdleSteps) [[unlikely]] {
+    livelock();
   }
+}
+
+void Engine::livelock() const {
+  throw InternalError(alloc_.name() + ": no progress for " + std::to_string(idle_steps_) + " steps up to step " +
+                      std::to_string(step_) + " (" + std::to_string(running_) + " running, " +
+                      std::to_string(queued_) + " waiting, " + std::to_string(swapped_.size()) +
+                      " swapped out): a livelock");
 }
 
 StepCounts Engine::step_counts() const {

@@ -249,6 +249,7 @@ class Engine {
   // progress bar (report_progress). A new per-step figure goes in one of them or in the
   // recorder.
   void count_step(std::int64_t decode_seqs, std::int64_t prefill_tokens);
+  [[noreturn, gnu::cold, gnu::noinline]] void livelock() const;  // count_step's error
   StepCounts step_counts() const;
   void close_step(std::int64_t duration, std::int64_t decoded);
   void report_progress();
@@ -264,6 +265,10 @@ class Engine {
   std::int64_t step_duration(const StepWork& work) const { return step_duration(step_time_ps(opt_.cost, work), work); }
   // The same, from the cost model's time for `work` (saturated as step_time_ps saturates).
   std::int64_t step_duration(std::int64_t ps, const StepWork& work) const;
+  // step_duration's errors, out of its way: a cost model's time that saturated, and a step
+  // of `ns` that lasts no time or would end past the largest time.
+  [[noreturn, gnu::cold, gnu::noinline]] void step_cost_saturated(const StepWork& work) const;
+  [[noreturn, gnu::cold, gnu::noinline]] void step_out_of_time(Int128 ns) const;
   // A step that computes no prompt: its time from the line of the last such step's batch,
   // made again only when the batch changes (decode_step_line). Most steps are such steps.
   std::int64_t decode_step_ps(const StepWork& work);
