@@ -97,6 +97,9 @@ class BlockPool {
   // The block of `group` cached under `hash` (the first cached, when two blocks computed
   // the same prefix), or kNullBlock.
   BlockId cached_block(std::size_t group, std::uint64_t hash) const;
+  // Changes whenever a block is cached or evicted, the only changes to what cached_block()
+  // answers: an answer read at one version holds while the version is unchanged.
+  std::uint64_t cache_version() const { return cache_version_; }
   // A request that did not hold it takes cached block `id`: one more reference and one
   // more request; a block with no references leaves the free queue (vLLM's touch()).
   void touch(std::size_t group, BlockId id);
@@ -183,6 +186,7 @@ class BlockPool {
   std::int64_t high_water_bytes_ = 0;
   std::unique_ptr<Cache> cache_;  // null without prefix caching
   std::int64_t evictable_bytes_ = 0;  // a plain member: pool() reads it after every operation
+  std::uint64_t cache_version_ = 0;
   std::int64_t evicted_bytes_ = 0;
 };
 

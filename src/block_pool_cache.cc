@@ -136,6 +136,7 @@ void BlockPool::dequeue(CacheGroup& c, BlockId id) {
 }
 
 void BlockPool::evict(std::size_t group, BlockId id) {
+  ++cache_version_;
   CacheGroup& c = cache_->groups[group];
   CacheEntry& e = c.entries[id];
   const std::size_t slot = c.by_hash.slot(e.hash, hash_of(c));
@@ -181,6 +182,7 @@ void BlockPool::cache_block(std::size_t group, BlockId id, std::uint64_t hash) {
   CacheGroup& c = cache_->groups[group];
   CacheEntry& e = c.entries[id];
   kvsim::check(!e.hashed && groups_[group].refs[id] > 0, "block pool: caching a block twice, or a free one");
+  ++cache_version_;
   e.hashed = true;
   e.hash = hash;
   e.requests = 1;

@@ -148,6 +148,10 @@ class PagedAllocator final : public Allocator {
   // blocks of an n > 1 request, for every sample), at most
   // floor((prompt + resumed - 1) / block) so that the last token is computed.
   std::int64_t hit_blocks(const AdmitInfo& info) const;
+  // hit_blocks' search, filling `found` (by group) with the block cached under each identity
+  // of the leading run it walks, as far as every group has it (not with sliding windows'
+  // rules, nor past the prompt's full blocks of an n > 1 request).
+  std::int64_t find_hit_blocks(const AdmitInfo& info, std::vector<std::vector<BlockId>>& found) const;
   void admit_cached(RequestSlot slot, Request& r, const AdmitInfo& info);
   // Makes the identities of logical blocks [0, upto) of every sequence known in the
   // request's Prefix, as far as they have one; returns how many leading blocks do.
@@ -213,6 +217,22 @@ class PagedAllocator final : public Allocator {
     std::int64_t cached_blocks = 0;
   };
   std::vector<Prefix> prefixes_;
+  // hit_blocks' last answer, with its question and the pool's cache_version() it was read
+  // at. The engine asks cached_tokens() right before it admits the request, with nothing
+  // cached or evicted in between: admit_cached() then takes the answer, and the blocks found,
+  // instead of looking every block up again (three look-ups per hit block before).
+  struct LastHit {
+    bool valid = false;
+    std::uint64_t cache_version = 0;
+    std::int64_t prompt_tokens = 0;
+    std::int64_t resumed_tokens = 0;
+    std::int64_t n = 0;
+    std::uint64_t request_key = 0;
+    std::vector<std::uint64_t> prefix_hashes;
+    std::int64_t hits = 0;
+    std::vector<std::vector<BlockId>> found;  // find_hit_blocks'
+  };
+  mutable LastHit last_hit_;
 };
 
 }  // namespace kvsim::detail

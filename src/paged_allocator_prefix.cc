@@ -22,6 +22,27 @@
 namespace kvsim::detail {
 
 std::int64_t PagedAllocator::hit_blocks(const AdmitInfo& info) const {
+  LastHit& last = last_hit_;
+  const std::span<const std::uint64_t> hashes = info.prefix_hashes;
+  if (last.valid && last.cache_version == pool_.cache_version() && last.prompt_tokens == info.prompt_tokens &&
+      last.resumed_tokens == info.resumed_tokens && last.n == info.n && last.request_key == info.request_key &&
+      std::equal(hashes.begin(), hashes.end(), last.prefix_hashes.begin(), last.prefix_hashes.end())) {
+    return last.hits;
+  }
+  last.valid = true;
+  last.cache_version = pool_.cache_version();
+  last.prompt_tokens = info.prompt_tokens;
+  last.resumed_tokens = info.resumed_tokens;
+  last.n = info.n;
+  last.request_key = info.request_key;
+  last.prefix_hashes.assign(hashes.begin(), hashes.end());
+  last.hits = find_hit_blocks(info, last.found);
+  return last.hits;
+}
+
+std::int64_t PagedAllocator::find_hit_blocks(const AdmitInfo& info, std::vector<std::vector<BlockId>>& found) const {
+  found.resize(groups_.size());
+  for (auto& blocks : found) blocks.clear();
   if (info.prompt_tokens <= 0) return 0;
   // kv_cache_manager.py get_computed_blocks: max_cache_hit_length = request.num_tokens - 1,
   // so a request wholly cached still computes its last token (its last block, in whole
@@ -33,6 +54,18 @@ std::int64_t PagedAllocator::hit_blocks(const AdmitInfo& info) const {
   const auto everywhere = [&](std::uint64_t hash) {
     for (std::size_t g = 0; g < groups_.size(); ++g) {
       if (pool_.cached_block(g, hash) == kNullBlock) return false;
+    }
+    return true;
+  };
+  // The same for an identity of the leading run, whose blocks admit_cached() takes.
+  const auto found_everywhere = [&](std::uint64_t hash) {
+    for (std::size_t g = 0; g < groups_.size(); ++g) {
+      const BlockId id = pool_.cached_block(g, hash);
+      if (id == kNullBlock) {
+        for (std::size_t h = 0; h < g; ++h) found[h].pop_back();
+        return false;
+      }
+      found[g].push_back(id);
     }
     return true;
   };
@@ -60,7 +93,7 @@ std::int64_t PagedAllocator::hit_blocks(const AdmitInfo& info) const {
     if (hits < given) id = info.prefix_hashes[static_cast<std::size_t>(hits)];
     else if (own_ids_) id = own_block_hash(parent, info.request_key, 0, hits);
     else break;
-    if (!everywhere(id)) return hits;
+    if (!found_everywhere(id)) return hits;
     parent = id;
   }
   if (hits < s || hits >= limit || !own_ids_) return hits;
@@ -164,8 +197,15 @@ void PagedAllocator::admit_cached(RequestSlot slot, Request& r, const AdmitInfo&
     const std::int64_t skipped = std::min(droppable_blocks(g, hits * block_tokens_), shared_hits);
     t.shared.assign(static_cast<std::size_t>(skipped), kNullBlock);
     t.dropped = skipped;
+    // The leading run's blocks, as hit_blocks() found them (nothing was cached or evicted
+    // since); the sliding-window rules' hits are looked up.
+    const std::vector<BlockId>& found = last_hit_.found[g];
     for (std::int64_t k = skipped; k < shared_hits; ++k) {
-      const BlockId id = pool_.cached_block(g, block_id(slot, r, k, 0));
+      const BlockId id = k < static_cast<std::int64_t>(found.size()) ? found[static_cast<std::size_t>(k)]
+                                                                      : pool_.cached_block(g, block_id(slot, r, k, 0));
+#if KVSIM_EXPENSIVE_CHECKS
+      check(id == pool_.cached_block(g, block_id(slot, r, k, 0)), "paged: a hit block is not the one cached");
+#endif
       pool_.touch(g, id);
       if (forked) pool_.share(g, id, static_cast<std::uint32_t>(r.n - 1));
       t.shared.push_back(id);
