@@ -64,31 +64,71 @@ inline std::uint64_t own_block_hash(std::uint64_t parent, std::uint64_t request_
   return splitmix64(parent ^ splitmix64(who + static_cast<std::uint64_t>(block) + 1));
 }
 
+// A converted identity's mix of block k's place (rehash_prefix below): it names the given size
+// too, since hashes given at 16 and at 32 tokens name different spans, so equal values prove
+// nothing shared (k < 2^40, H < 2^24).
+inline std::uint64_t place_mix(std::int64_t given_block, std::int64_t k) {
+  return splitmix64((static_cast<std::uint64_t>(given_block) << 40) ^ (static_cast<std::uint64_t>(k) + 1));
+}
+
 // A prompt's prefix identity at `block` tokens per block, from hashes given at `given_block`
 // tokens per block (the trace's), appended to `out`. Block k ([k x block, (k + 1) x block))
 // lies within the first i + 1 given blocks for i = floor(((k + 1) x block - 1) / given_block),
 // and two prompts whose given hashes agree up to i hold the same tokens up to there; so block
 // k has an identity iff it is a full block of the prompt and i < given.size(): the chain of
 // the given hashes 0..i (chain_given_hash) when the sizes are equal, else that chain mixed
-// with k and given_block (splitmix64(chain ^ splitmix64(given_block << 40 ^ (k + 1)))).
+// with k and given_block (splitmix64(chain ^ place_mix(given_block, k))).
 // Never claims sharing the given hashes do not prove; misses what lies past the last given
 // hash (a given block size that is a multiple of `block` loses only the prompt's last
 // partial given block).
+//
+// A replay rehashes every prompt, so a PrefixRehasher walks the given hashes once, each
+// block taking the chain of the given block it ends in, and keeps each block's place_mix
+// from one prompt to the next (it depends on the given block size and k alone, and a trace
+// gives every prompt's hashes at one size): a converted identity costs one splitmix64.
 // REQUIRES: given_block >= 1, block >= 1.
+class PrefixRehasher {
+ public:
+  void rehash(const std::vector<std::uint64_t>& given, std::int64_t given_block, std::int64_t prompt,
+              std::int64_t block, std::vector<std::uint64_t>& out) {
+    if (given_block != given_block_) {
+      given_block_ = given_block;
+      place_mix_.clear();
+    }
+    const std::int64_t blocks = prompt / block;  // the prompt's full blocks
+    const std::int64_t span = blocks * block;    // and their tokens
+    // Given block i ends at (i + 1) x given_block: from i + 1 = ceil(span / given_block) on,
+    // at or past the full blocks' end; before that, below it (the product does not overflow).
+    const std::int64_t past_end = span / given_block + (span % given_block != 0 ? 1 : 0);
+    const auto given_count = static_cast<std::int64_t>(given.size());
+    std::uint64_t chain = 0;
+    std::int64_t k = 0;
+    for (std::int64_t i = 0; i < given_count && k < blocks; ++i) {
+      chain = chain_given_hash(chain, given[static_cast<std::size_t>(i)]);
+      // The blocks that end within given block i, (k + 1) x block <= (i + 1) x given_block
+      // (the ones before ended within an earlier one), take the chain up to i.
+      const std::int64_t end = i + 1 >= past_end ? blocks : (i + 1) * given_block / block;
+      if (given_block == block) {
+        for (; k < end; ++k) out.push_back(chain);
+        continue;
+      }
+      while (static_cast<std::int64_t>(place_mix_.size()) < end) {
+        place_mix_.push_back(place_mix(given_block, static_cast<std::int64_t>(place_mix_.size())));
+      }
+      const std::uint64_t* const mix = place_mix_.data();
+      for (; k < end; ++k) out.push_back(splitmix64(chain ^ mix[k]));
+    }
+  }
+
+ private:
+  std::int64_t given_block_ = 0;
+  std::vector<std::uint64_t> place_mix_;  // by k, for given_block_
+};
+
+// One prompt's identities, as PrefixRehasher gives them.
 inline void rehash_prefix(const std::vector<std::uint64_t>& given, std::int64_t given_block, std::int64_t prompt,
                           std::int64_t block, std::vector<std::uint64_t>& out) {
-  const auto given_count = static_cast<std::int64_t>(given.size());
-  std::uint64_t chain = 0;
-  std::int64_t chained = 0;  // given hashes folded into `chain`
-  for (std::int64_t k = 0; k < prompt / block; ++k) {
-    const std::int64_t i = ((k + 1) * block - 1) / given_block;
-    if (i >= given_count) return;
-    for (; chained <= i; ++chained) chain = chain_given_hash(chain, given[static_cast<std::size_t>(chained)]);
-    // Converted, the identity names the given size too: hashes given at 16 and at 32 tokens
-    // name different spans, so equal values prove nothing shared (k < 2^40, H < 2^24).
-    const std::uint64_t where = (static_cast<std::uint64_t>(given_block) << 40) ^ (static_cast<std::uint64_t>(k) + 1);
-    out.push_back(given_block == block ? chain : splitmix64(chain ^ splitmix64(where)));
-  }
+  PrefixRehasher().rehash(given, given_block, prompt, block, out);
 }
 
 }  // namespace kvsim::detail

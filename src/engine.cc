@@ -167,7 +167,7 @@ std::int64_t Engine::take_ticket() {
   if (sharing()) {
     if (prefix_of_.size() <= index) prefix_of_.resize(index + 1);
     if (!next_.prefix_hashes.empty()) {
-      detail::rehash_prefix(next_.prefix_hashes, next_.prefix_block_tokens, t.prompt, prefix_block_, prefix_of_[index]);
+      rehasher_.rehash(next_.prefix_hashes, next_.prefix_block_tokens, t.prompt, prefix_block_, prefix_of_[index]);
       if (!prefix_of_[index].empty()) ++report_.prefix_identified_requests;
     }
   }

@@ -492,6 +492,7 @@ class Engine {
   // ticket's prefix hashes at that size, and how many running requests hold each hash.
   std::int64_t prefix_block_ = 0;
   std::vector<std::vector<std::uint64_t>> prefix_of_;  // by ticket
+  PrefixRehasher rehasher_;  // makes prefix_of_ from the trace's hashes
   HashTable<std::uint32_t> live_prefix_;  // holders: at most the live requests (32-bit slots)
   std::int64_t shared_prefix_blocks_ = 0;  // sum over live hashes of (holders - 1)
   struct WindowKept {
