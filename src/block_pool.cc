@@ -42,7 +42,7 @@ void BlockPool::take_many(std::size_t group, std::int64_t count, std::vector<Blo
                      " blocks of one layer group at once, more than block ids can number (2^32 - 1)");
   }
   if (cache_) [[unlikely]] {
-    for (std::int64_t i = 0; i < count; ++i) out.push_back(take_cached(group));
+    take_many_cached(group, count, out);
     return;
   }
   Group& g = groups_[group];

@@ -107,8 +107,19 @@ class BlockPool {
   // cache_full_blocks); a hash already cached keeps its block and gains this one as a
   // duplicate. REQUIRES: `id` carries no hash.
   void cache_block(std::size_t group, BlockId id, std::uint64_t hash);
+  // cache_block() for a run of a table, [first, last), each block under the hash beside it
+  // (hashes[i] for first[i]); null entries (freed behind a sliding window before they were
+  // full) are skipped, never cached. One call for a step's blocks instead of one per block.
+  void cache_run(std::size_t group, const BlockId* first, const BlockId* last, const std::uint64_t* hashes);
   // A request that holds cached block `id` lets go of it (before it drops its references).
   void leave(std::size_t group, BlockId id);
+  // A request lets go of a run of its table, [first, last), from the last block back (vLLM's
+  // free(): its tail is evicted before its head), up to a null entry (the blocks before it
+  // were freed behind a sliding window): each of the first `cached` blocks of the run, which
+  // the request holds cached, leave()s, and each block drops `refs` references, as drop()
+  // does. One call for a whole table instead of two or three per block.
+  void release_run(std::size_t group, const BlockId* first, const BlockId* last, std::int64_t cached,
+                    std::uint32_t refs);
   // Cached blocks of `group` that two or more live requests hold, each counted once per
   // request beyond the first: sum of (requests - 1).
   std::int64_t shared_blocks(std::size_t group) const { return cache_ ? cache_->groups[group].shared_blocks : 0; }
@@ -168,6 +179,7 @@ class BlockPool {
     std::uint64_t next_freed_at = 0;
   };
   BlockId take_cached(std::size_t group);
+  void take_many_cached(std::size_t group, std::int64_t count, std::vector<BlockId>& out);  // take_many's
   BlockId take_one_queue(std::size_t group);
   void release_cached(std::size_t group, BlockId id);
   static void enqueue(CacheGroup& c, BlockId id);

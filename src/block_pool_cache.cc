@@ -102,6 +102,11 @@ BlockId BlockPool::take_cached(std::size_t group) {
   return id;
 }
 
+// Flattened, as release_run(): take_cached() and evict() inline into the loop.
+[[gnu::flatten]] void BlockPool::take_many_cached(std::size_t group, std::int64_t count, std::vector<BlockId>& out) {
+  for (std::int64_t i = 0; i < count; ++i) out.push_back(take_cached(group));
+}
+
 void BlockPool::release_cached(std::size_t group, BlockId id) {
   Group& g = groups_[group];
   CacheGroup& c = cache_->groups[group];
@@ -196,11 +201,35 @@ void BlockPool::cache_block(std::size_t group, BlockId id, std::uint64_t hash) {
   }
 }
 
+// Flattened, as release_run(): cache_block() inlines into the loop.
+[[gnu::flatten]] void BlockPool::cache_run(std::size_t group, const BlockId* first, const BlockId* last,
+                                           const std::uint64_t* hashes) {
+  for (const BlockId* p = first; p != last; ++p, ++hashes) {
+    if (*p != kNullBlock) cache_block(group, *p, *hashes);
+  }
+}
+
 void BlockPool::leave(std::size_t group, BlockId id) {
   CacheGroup& c = cache_->groups[group];
   CacheEntry& e = c.entries[id];
   kvsim::check(e.requests > 0, "block pool: a request leaves a cached block it did not hold");
   if (--e.requests >= 1) --c.shared_blocks;
+}
+
+// Flattened: leave(), release_cached() and the queue's enqueue() are inlined into the loop,
+// instead of three calls per block.
+[[gnu::flatten]] void BlockPool::release_run(std::size_t group, const BlockId* first, const BlockId* last,
+                                             std::int64_t cached, std::uint32_t refs) {
+  Group& g = groups_[group];
+  for (const BlockId* p = last; p != first;) {
+    const BlockId id = *--p;
+    if (id == kNullBlock) return;
+    if (p - first < cached) leave(group, id);
+    // drop(), with prefix caching.
+    kvsim::check(g.refs[id] >= refs, "block pool: dropping more references than a block has");
+    g.refs[id] -= refs;
+    if (g.refs[id] == 0) release_cached(group, id);
+  }
 }
 
 void BlockPool::check_cache(std::size_t group, const std::vector<std::uint32_t>& expected_requests) const {

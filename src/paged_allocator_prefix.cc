@@ -260,11 +260,8 @@ void PagedAllocator::cache_full_blocks(RequestSlot slot, const Request& r, std::
   for (std::size_t g = 0; g < groups_.size(); ++g) {
     if (r.n == 1) {
       // One sequence (never forked): its table and its identities, side by side.
-      const Tables& t = tables(slot, g);
-      for (std::int64_t k = p.cached_blocks; k < full; ++k) {
-        const BlockId id = t.shared[static_cast<std::size_t>(k)];
-        if (id != kNullBlock) pool_.cache_block(g, id, p.hashes[static_cast<std::size_t>(k)]);
-      }
+      const BlockId* const table = tables(slot, g).shared.data();
+      pool_.cache_run(g, table + p.cached_blocks, table + full, p.hashes.data() + p.cached_blocks);
       continue;
     }
     for (std::int64_t k = p.cached_blocks; k < full; ++k) {
@@ -292,21 +289,12 @@ void PagedAllocator::release_cached(RequestSlot slot, const Request& r) {
   for (std::size_t g = 0; g < groups_.size(); ++g) {
     const Tables& t = tables(slot, g);
     if (r.forked) {
+      // A sample's own table starts at logical block s.
       for (const auto& sample : t.samples) {
-        for (auto i = static_cast<std::int64_t>(sample.size()) - 1; i >= 0; --i) {
-          const BlockId id = sample[static_cast<std::size_t>(i)];
-          if (id == kNullBlock) break;  // behind a sliding window: went already
-          if (s + i < cached) pool_.leave(g, id);
-          pool_.drop(g, id, 1);
-        }
+        pool_.release_run(g, sample.data(), sample.data() + sample.size(), cached - s, 1);
       }
     }
-    for (auto i = static_cast<std::int64_t>(t.shared.size()) - 1; i >= 0; --i) {
-      const BlockId id = t.shared[static_cast<std::size_t>(i)];
-      if (id == kNullBlock) break;  // the blocks behind a sliding window went already
-      if (i < cached) pool_.leave(g, id);
-      pool_.drop(g, id, shared_refs);
-    }
+    pool_.release_run(g, t.shared.data(), t.shared.data() + t.shared.size(), cached, shared_refs);
   }
 }
 
