@@ -248,11 +248,11 @@ class Engine {
   // and the clock moved to its end (close_step, `decoded`: sequences whose token came); the
   // progress bar (report_progress). A new per-step figure goes in one of them or in the
   // recorder.
-  void count_step(std::int64_t decode_seqs, std::int64_t prefill_tokens);
+  [[gnu::always_inline]] inline void count_step(std::int64_t decode_seqs, std::int64_t prefill_tokens);
   [[noreturn, gnu::cold, gnu::noinline]] void livelock() const;  // count_step's error
   StepCounts step_counts() const;
-  void close_step(std::int64_t duration, std::int64_t decoded);
-  void report_progress();
+  [[gnu::always_inline]] inline void close_step(std::int64_t duration, std::int64_t decoded);
+  [[gnu::always_inline]] inline void report_progress();
   // begin_step()'s first and last parts, shared with quiet steps: a step starts with none
   // of the previous step's flags, and its work and duration are fixed from its batch.
   void open_step();
