@@ -270,6 +270,16 @@ Footprint PagedAllocator::footprint(RequestSlot slot, std::size_t group, std::in
   const std::int64_t split = r.forked ? std::clamp(shared_blocks(r) * block_tokens_, lo, hi) : hi;
   const std::int64_t copies = r.forked ? r.n : 1;
   if (groups_[group].window_tokens == 0) {
+    if (!r.forked) {
+      // One copy of every block, the commonest case (an event's footprint on every block
+      // boundary): the closed form below with split == hi and copies == 1, all tail.
+      const auto tail_at = [&](std::int64_t len) { return std::max<std::int64_t>(0, hi - std::max(len, lo)); };
+      Footprint f;
+      f.allocated = hi - lo;
+      f.tail = tail_at(tokens);
+      f.tail_slope = tail_at(tokens + 1) - f.tail;
+      return f;
+    }
     // Full attention, the common case, in closed form (classify() below gives the same):
     // the room past the sequence's end is tail, in each copy; the prompt positions in each
     // further sample's own blocks are duplicates.
