@@ -74,9 +74,7 @@ void BlockPool::drop_many(std::size_t group, const BlockId* first, const BlockId
   for (const BlockId* p = first; p != last; ++p) {
     const BlockId id = *p;
     if (id == kNullBlock) continue;
-    kvsim::check(g.refs[id] >= refs, "block pool: dropping more references than a block has");
-    g.refs[id] -= refs;
-    if (g.refs[id] == 0) {
+    if (drop_refs(g, id, refs)) {
       g.free.push_back(id);
       ++freed;
     }
@@ -93,9 +91,7 @@ void BlockPool::share(std::size_t group, BlockId id, std::uint32_t refs) {
 
 void BlockPool::drop(std::size_t group, BlockId id, std::uint32_t refs) {
   Group& g = groups_[group];
-  kvsim::check(g.refs[id] >= refs, "block pool: dropping more references than a block has");
-  g.refs[id] -= refs;
-  if (g.refs[id] == 0) {
+  if (drop_refs(g, id, refs)) {
     if (cache_) {
       release_cached(group, id);
       return;

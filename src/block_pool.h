@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "block_index.h"
+#include "kvsim/error.h"
 
 namespace kvsim::detail {
 
@@ -178,6 +179,13 @@ class BlockPool {
     std::int64_t existing_bytes = 0;    // one_queue: bytes of every block not retired
     std::uint64_t next_freed_at = 0;
   };
+  // Drops `refs` references from block `id` of `g`: whether none remain (drop(), drop_many()
+  // and release_run() then free it each their way). Inline, so the run loops keep no call.
+  static bool drop_refs(Group& g, BlockId id, std::uint32_t refs) {
+    kvsim::check(g.refs[id] >= refs, "block pool: dropping more references than a block has");
+    g.refs[id] -= refs;
+    return g.refs[id] == 0;
+  }
   BlockId take_cached(std::size_t group);
   void take_many_cached(std::size_t group, std::int64_t count, std::vector<BlockId>& out);  // take_many's
   BlockId take_one_queue(std::size_t group);

@@ -225,10 +225,7 @@ void BlockPool::leave(std::size_t group, BlockId id) {
     const BlockId id = *--p;
     if (id == kNullBlock) return;
     if (p - first < cached) leave(group, id);
-    // drop(), with prefix caching.
-    kvsim::check(g.refs[id] >= refs, "block pool: dropping more references than a block has");
-    g.refs[id] -= refs;
-    if (g.refs[id] == 0) release_cached(group, id);
+    if (drop_refs(g, id, refs)) release_cached(group, id);  // drop(), with prefix caching
   }
 }
 
