@@ -769,6 +769,15 @@ void Engine::handle_event(std::uint32_t slot) {
   }
 }
 
+bool Engine::never_admits_uncached(const Ticket& t, const AdmitInfo& info) const {
+  // No identity: neither the prompt's hashes nor a key any request's own blocks carry.
+  AdmitInfo bare = info;
+  bare.prefix_hashes = {};
+  bare.request_key = std::numeric_limits<std::uint64_t>::max();
+  const std::int64_t target = t.prompt + t.base_generated;
+  return scheduler_->never_admits(view_, t, bare, chunk_for({t.prompt, t.n, target, 0}, whole_step_budget_).first);
+}
+
 void Engine::refuse_too_large(std::uint32_t ticket) {
   // Nothing else holds memory, and this request still does not fit: it never will.
   ++report_.rejected_too_large;
@@ -927,7 +936,7 @@ void Engine::admit_waiting(std::int64_t& budget, std::int64_t& prefill_tokens) {
       // behind it until nothing else runs.
       const std::int64_t whole = chunk_for({t.prompt, t.n, target, cached}, whole_step_budget_).first;
       if ((cached + whole < target && (!opt_.chunked_prefill || whole == 0)) ||
-          scheduler_->never_admits(view_, t, info, cached + whole)) {
+          (scheduler_->never_admits(view_, t, info, cached + whole) && (cached == 0 || never_admits_uncached(t, info)))) {
         refuse_too_large(ref.ticket);
         continue;
       }

@@ -302,6 +302,13 @@ class Engine {
   // Schedules the request's next event and returns the token count it falls at.
   std::int64_t schedule_next(std::uint32_t slot, std::int64_t tokens);
   void refuse_too_large(std::uint32_t ticket);
+  // Whether the scheduler would refuse `t` alone with no prefix hit at all (never_admits()
+  // at a whole step's first chunk from position 0). A hit can make a request need more room
+  // alone, not less: its first chunk starts past the hit, so ends further in (under a
+  // sliding window it may complete the prefill, holding every position at once), and an
+  // unreferenced hit's blocks count. The hit moves while others run, so a request is
+  // refused early only when it fits neither way.
+  bool never_admits_uncached(const Ticket& t, const AdmitInfo& info) const;
   // --per-request: the ticket's request leaves with `outcome` at `at_ns` (nothing when the
   // option is off).
   void leaves(std::uint32_t ticket, RequestRecord::Outcome outcome, std::int64_t at_ns);

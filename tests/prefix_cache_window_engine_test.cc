@@ -126,3 +126,63 @@ TEST_CASE("window prefix sharing: vLLM's admission needs no room for hits behind
   CHECK(r.report.prefix_hit_tokens == 80);
   CHECK(r.report.leak_free);
 }
+
+// W = 32 (vLLM's sliding rule: a hit needs ceil(31 / 16) = 2 contiguous cached blocks, or a
+// shorter run from block 0; a request holds at most ceil(31 / 16) + 1 = 3 blocks once its
+// prefill is done), 5 blocks of 16 (80 bytes), 64 tokens a step, vLLM's policy, no
+// watermark. P (prompt 40 = h1, h2 + 8, output 2) leaves blocks h1, h2 cached when it
+// completes after step 1. X (prompt 80 = h1..h5, output 10), arriving at 1.5 ms, finds them:
+// 32 tokens. Its remaining 48 then complete the prefill in one chunk, which holds all 81
+// positions at once (6 blocks, 96 bytes; none of the hit lies behind 32 - 32 + 1 = 1): it
+// does not fit alone. Without the hit its first chunk is 64 tokens, 4 blocks: it does.
+namespace {
+ReplayOptions hit_outgrows_budget() {
+  ReplayOptions o = sliding_steps();
+  o.layout.groups = {test::group("sliding 32", 1, 32)};
+  o.cost.prefill_token_ps = 0;  // every step 1 ms
+  o.memory.kv_budget_bytes = 80;
+  o.memory.watermark_ppb = 0;
+  o.max_batched_tokens = 64;
+  return o;
+}
+}  // namespace
+
+TEST_CASE("window prefix sharing: a request that fits alone only without its hit waits while others run") {
+  // A (prompt 16, output 100, no identity) and P are admitted at step 0 (56 tokens; 2 + 3
+  // blocks fill the budget). At step 2 X heads the queue while A runs: refused there, as
+  // never fitting, it would be refused for a hit that A's growth evicts, as vLLM's
+  // scheduler, trying it again every step, would see. P's release queued its blocks tail
+  // first: [b2, h2, h1]; A's blocks 3, 4 and 5 (at 33, 49 and 65 positions) take them in
+  // that order, so after A's 65th position X finds nothing. Its 4 blocks still do not fit
+  // beside A's 2 or 3 (at most 48 bytes free) until A completes after step 99 (its first
+  // token came with the prefill). X is admitted at step 100, with no hit.
+  const std::vector<std::uint64_t> h = {1, 2, 3, 4, 5};
+  const auto r = test::replay_under_budget(
+      "sliding-window:block=16,prefix-caching=on",
+      {with_prefix("a", 0, 16, 100, {}), with_prefix("p", 0, 40, 2, {1, 2}), with_prefix("x", 3 * kMs / 2, 80, 10, h)},
+      hit_outgrows_budget());
+  CHECK(r.report.completed == 3);
+  CHECK(r.report.rejected_too_large == 0);
+  CHECK(r.report.prefix_hit_tokens == 0);
+  CHECK(r.report.leak_free);
+  REQUIRE(r.records.size() == 3);
+  for (const RequestRecord& rec : r.records) {
+    if (rec.id != "x") continue;
+    CHECK(rec.outcome == RequestRecord::Outcome::completed);
+    CHECK(rec.first_scheduled_ns == 100 * kMs);
+    CHECK(rec.cached_prompt_tokens == 0);
+  }
+}
+
+TEST_CASE("window prefix sharing: alone, a hit that outgrows the budget is refused rather than waited on") {
+  // P and X as above, without A: at step 2 X is alone and its hit does not fit. vLLM would
+  // keep it at the head of the queue for ever (nothing runs to evict the hit); kvsim's
+  // progress guarantee refuses it, counted with the requests that never fit.
+  const auto r = test::replay_under_budget(
+      "sliding-window:block=16,prefix-caching=on",
+      {with_prefix("p", 0, 40, 2, {1, 2}), with_prefix("x", 3 * kMs / 2, 80, 10, {1, 2, 3, 4, 5})},
+      hit_outgrows_budget());
+  CHECK(r.report.completed == 1);
+  CHECK(r.report.rejected_too_large == 1);
+  CHECK(r.report.leak_free);
+}

@@ -52,7 +52,7 @@ namespace kvsim {
 struct CostModel {
   std::string name = "constant";           // how it was chosen, for the report
   std::int64_t base_ps = 20'000'000;         // 20 ms per iteration
-  std::int64_t prefill_token_ps = 100'000;   // 0.1 ms per prompt token
+  std::int64_t prefill_token_ps = 100'000;   // 0.1 us per prompt token
   std::int64_t decode_seq_ps = 0;
   std::int64_t context_token_ps = 0;
   // A mixture-of-experts model's routed experts on the device, read only where the step's

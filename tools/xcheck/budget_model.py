@@ -161,7 +161,10 @@ vLLM schedule against vLLM v1's code"; vLLM: kv_cache_manager.py `get_computed_b
     running request waits, and is refused once they are freed). vLLM refuses nothing at
     admission (its pool holds max_model_len); the docs give the rule without caching, and
     with it this reading matched kvsim where counting the hits as free (or only
-    min(P + g, T)) did not;
+    min(P + g, T)) did not. A head that fails this only with its hits (without them,
+    blocks(min(P + g, T) (+1)) <= C) is not refused there: it waits, as vLLM's does, since
+    the hits may be evicted meanwhile, and is refused if alone it still does not fit
+    (docs/replay.md, the progress guarantee);
   * figures: per request `cached_prompt_tokens` (16 x hits at its first admission); the JSON's
     prefix_cache: queried tokens (P) and blocks (P // 16) and hits at first admissions, the
     lookups after a preemption apart (P + g, 16 x hits), blocks evicted (a cached block popped
@@ -731,9 +734,14 @@ def run_model(reqs, cap, T, S, wm, async_sched=False, full_isl=False):
                 # which starts past the hits, must fit the pool: blocks(16 h + min(rest, T)) - h
                 # + (hits nobody references) (h = z = 0 without caching)
                 first = blocks(h * BLOCK + min(need - h * BLOCK, T) + (1 if need - h * BLOCK <= T else 0)) - h + z
-                if first > cap and blocks(min(need, T) + (1 if need <= T else 0)) <= cap:
-                    COVER["prefix: refused at the head, hits and a whole chunk pass the pool"] += 1
-                if first > cap or (full_isl and fb > cap):
+                # ... and refused there only if it would not fit without its hits either: the hits
+                # move while others run (evicted, or held again), so one that fits without them
+                # waits at the head, as vLLM's waiting request does, and is refused once alone
+                never_hit = first > cap or (full_isl and fb > cap)
+                never_bare = blocks(min(need, T) + (1 if need <= T else 0)) > cap or (full_isl and blocks(need) > cap)
+                if never_hit and not never_bare:
+                    COVER["prefix: hits do not fit alone, a whole chunk without them would: waits"] += 1
+                if never_hit and never_bare:
                     # (with --reserve-full-isl, also a whole sequence that can never fit)
                     COVER["refused at the head"] += 1
                     if first <= cap:
@@ -760,6 +768,14 @@ def run_model(reqs, cap, T, S, wm, async_sched=False, full_isl=False):
                         full = True
                         refresh()
                         break
+                if b > free and not running:
+                    # alone, and its hits (which nothing runs to evict) do not fit: refused,
+                    # not time at full capacity (OBSERVED 1; vLLM would wait for ever)
+                    COVER["prefix: refused alone for its hits"] += 1
+                    waiting.pop(0)
+                    r.outcome = "refused"
+                    st["refused_large"] += 1
+                    continue
                 if b > free or (running and free - b < wm_blocks):
                     if b <= free:
                         COVER["watermark alone refused"] += 1
