@@ -206,6 +206,8 @@ class BlockPool {
   std::int64_t high_water_bytes_ = 0;
   std::unique_ptr<Cache> cache_;  // null without prefix caching
   std::int64_t evictable_bytes_ = 0;  // a plain member: pool() reads it after every operation
+  // Bumped by every change to what cached_block() answers (cache_block, evict): a new such
+  // change must bump it too, or PagedAllocator::hit_blocks()'s memo answers from a stale map.
   std::uint64_t cache_version_ = 0;
   std::int64_t evicted_bytes_ = 0;
 };

@@ -103,7 +103,9 @@ class TimeHistogram {
   std::int64_t pending_ns_ = 0;
 };
 
-// The maximum of a quantity and when it first reached it.
+// The maximum of a quantity and when it first reached it: a value equal to the maximum
+// changes nothing. Engine::run_quiet_steps relies on that, offering a stretch of steps'
+// linear figures at its two ends only.
 struct Peak {
   std::int64_t value = 0;
   std::int64_t at_ns = 0;
