@@ -307,8 +307,8 @@ class Engine {
   // alone, not less: its first chunk starts past the hit, so ends further in (under a
   // sliding window it may complete the prefill, holding every position at once), and an
   // unreferenced hit's blocks count. The hit moves while others run, so a request is
-  // refused early only when it fits neither way.
-  bool never_admits_uncached(const Ticket& t, const AdmitInfo& info) const;
+  // refused early only when it fits neither way. Rare: kept out of admit_waiting.
+  [[gnu::cold, gnu::noinline]] bool never_admits_uncached(const Ticket& t, const AdmitInfo& info) const;
   // --per-request: the ticket's request leaves with `outcome` at `at_ns` (nothing when the
   // option is off).
   void leaves(std::uint32_t ticket, RequestRecord::Outcome outcome, std::int64_t at_ns);
