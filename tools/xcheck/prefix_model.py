@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Independent model of which prompt blocks vLLM's automatic prefix caching finds, checked
-against `kvsim replay --allocator paged:block=B,prefix-caching=on` without a budget.
+against `kvsim replay --allocator paged:block=B,prefix-caching=on` without a budget; and of
+which pages SGLang's radix cache finds, against `radix:page=B` on the same traces.
 
 Usage: prefix_model.py --kvsim PATH [--case K] [--block B] SCRATCH_DIR   (--cases: print how many)
 
@@ -22,6 +23,13 @@ Written from docs/replay.md ("Sharing across requests"), not from the engine's c
     (hit blocks x B); in blocks, queries are the full prompt blocks P // B;
   * at the end every cached block is free and evictable: (blocks cached) x B x bytes per
     position (Llama-3.1-8B, bf16: 131,072).
+The radix cache (docs/replay.md, the `radix[:page=1]` row and "The radix cache's
+granularity"), pages of B tokens, without a budget, differs in one rule: a page the request
+computes again that is already in the tree is freed, not kept as a second copy, so the tree
+holds each identity once and at the end (blocks cached) is the count of distinct identities
+inserted. Its identity of page k is the one above (token k gets one iff the hash of its block
+exists), its match the same leading run, at most floor((P - 1) / B) pages, and the pages it
+holds without identity (generated tokens, the partial last page) are freed at release.
 Exact identities (tuples), not hashes: kvsim's 64-bit chained hashes must agree with them.
 Checks per request (cached_prompt_tokens of --per-request) and the JSON's prefix_cache
 figures; exits 1 on any difference.
@@ -55,7 +63,7 @@ class Req:
         return out
 
 
-def model(reqs, B):
+def model(reqs, B, radix=False):
     cached = set()
     per_request = {}
     queried = hits_total = queried_blocks = hit_blocks = blocks_cached = 0
@@ -65,9 +73,10 @@ def model(reqs, B):
         h = 0
         while h < min(limit, len(ids)) and ids[h] in cached:
             h += 1
+        new = [x for x in ids[h:] if radix and x not in cached]
         for x in ids:
             cached.add(x)
-        blocks_cached += len(ids) - h
+        blocks_cached += len(new) if radix else len(ids) - h
         per_request[r.id] = h * B
         queried += r.P
         hits_total += h * B
@@ -179,8 +188,8 @@ def mooncake_trace(path, seed, n):
 
 # ---- comparison ------------------------------------------------------------------------
 
-def run(kvsim, trace, B, scratch):
-    spec = f"paged:block={B},prefix-caching=on"
+def run(kvsim, trace, B, scratch, radix=False):
+    spec = f"radix:page={B}" if radix else f"paged:block={B},prefix-caching=on"
     per = os.path.join(scratch, "per-request.csv")
     out = subprocess.run([kvsim, "replay", trace, "--model", "llama-3.1-8b", "--allocator", spec,
                           "--cost", "constant:step=1ms,prefill-token=0ps", "--json", "--per-request", per],
@@ -218,17 +227,19 @@ def main():
     for name, path, make, params in cases:
         reqs = make(path, *params)
         for B in blocks:
-            mine, mine_rows = model(reqs, B)
-            theirs, their_rows = run(kvsim, path, B, scratch)
-            diffs = [f"{k}: model {mine[k]}, kvsim {theirs[k]}" for k in mine if mine[k] != theirs[k]]
-            diffs += [f"request {rid}: model {mine_rows[rid]} cached tokens, kvsim {their_rows.get(rid)}"
-                      for rid in mine_rows if mine_rows[rid] != their_rows.get(rid)][:5]
-            status = "ok" if not diffs else "DIFFERS"
-            print(f"prefix xcheck {name}, block {B}: {status} (hits {mine['hit_tokens']} of "
-                  f"{mine['queried_tokens']} tokens)")
-            for d in diffs:
-                print("   ", d)
-            failed |= bool(diffs)
+            for radix in (False, True):
+                mine, mine_rows = model(reqs, B, radix)
+                theirs, their_rows = run(kvsim, path, B, scratch, radix)
+                diffs = [f"{k}: model {mine[k]}, kvsim {theirs[k]}" for k in mine if mine[k] != theirs[k]]
+                diffs += [f"request {rid}: model {mine_rows[rid]} cached tokens, kvsim {their_rows.get(rid)}"
+                          for rid in mine_rows if mine_rows[rid] != their_rows.get(rid)][:5]
+                status = "ok" if not diffs else "DIFFERS"
+                what = f"radix, page {B}" if radix else f"block {B}"
+                print(f"prefix xcheck {name}, {what}: {status} (hits {mine['hit_tokens']} of "
+                      f"{mine['queried_tokens']} tokens, {mine['evictable_at_end']} bytes cached at the end)")
+                for d in diffs:
+                    print("   ", d)
+                failed |= bool(diffs)
     return 1 if failed else 0
 
 
