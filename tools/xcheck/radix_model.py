@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Independent model of SGLang's RadixCache under a KV budget, checked against
 `kvsim replay --allocator radix:page=N --kv-budget BYTES` on traces where requests never
-overlap (each arrives after the previous one finished), so that no scheduler is needed.
+overlap (each arrives after the previous one finished), so that no scheduler is needed, and
+on traces where they overlap under a scheduler kept trivial (every arrival admitted at once;
+see "Overlapping requests" below).
 
 Usage: radix_model.py --kvsim PATH [--case K] [--page N] SCRATCH_DIR   (--cases: print how many)
 
@@ -66,6 +68,48 @@ allocation, the stamp a splitting match leaves on the suffix). Checks per reques
 (cached_prompt_tokens of --per-request) and the JSON's prefix_cache figures; verifies from the
 per-request CSV that every request completed unpreempted, was admitted at its arrival, ran m
 steps and started after the previous one finished; exits 1 on any difference.
+
+Overlapping requests (model_overlap; the cases named "overlap" and "directed overlap"). kvsim
+runs with OVERLAP_FLAGS (--watermark 0 --max-running 1000 --max-batched-tokens 100000, the
+default --policy vllm) so that only memory could delay an admission, and a budget of a factor
+(1 to 1.3) of the most pages the running requests hold at any allocation, that allocation
+included: their locked paths (the union of their identified prompt pages), their own pages
+and the allocation with its duplicate page. That peak does not depend on what else the tree
+caches, so an unbounded run of the model gives it; at it nothing waits, while the tree's
+unlocked part is squeezed to nothing at the peak and evicted throughout. (At one page less,
+kvsim delays or preempts a request in every random case: the peak is exact.) The engine, from
+replay.md "The engine" and "Serving under a memory budget" and budget_model.py's docstring:
+  * steps: when nothing runs or waits, time jumps to the next arrival; otherwise the next
+    step starts when the last ends, 1 ms later (constant cost). A step takes the arrivals due
+    at or before its start (an arrival inside a step waits for the next);
+  * within a step: the running requests grow first, in running (admission) order, a decode
+    taking a page when its token starts one (position P + g + 1, g tokens produced, starts
+    a page iff (P + g) % N == 0), evicting as above if none is free; then every waiting
+    request is admitted, in arrival order (a trace's file order at one instant), each whole
+    before the next: match (a tick), lock, the prefill's one allocation of ceil((P + 1) / N)
+    - h pages, insert (a tick: cache_unfinished_req), duplicates freed, lock moved. kvsim
+    inserts when the chunk is allocated (replay.md's radix row: "so a request admitted later
+    in the same step already matches what an earlier one of that step is computing"), and
+    frees a duplicate at once ("is freed at once, where SGLang holds both copies until the
+    step's forward pass is done"): both are kvsim's documented simplifications, modelled;
+  * the step's end: each request that produced its last token is released (insert: a tick;
+    the unmatchable leaf; unlock) in running order (replay.md, "The engine", 4.: decodes in
+    running order, then prefills that complete in the order scheduled, which is the same
+    order here, every request being admitted at once);
+  * allocated slots (JSON memory_bytes.allocated_slots.peak): locked tree pages plus own
+    pages, in positions, the most at a step's end before the releases (a step only adds to
+    it until then); unlocked tree pages are free room, not allocated (replay.md, "Evictable").
+Checked besides: every request's arrival, first_scheduled_s, first_token_s and finish_s
+equal the model's step loop's (BAD SCHEDULE otherwise), so kvsim admitted every request at
+the first step starting at or after its arrival and preempted none. Traces: make_prompts or
+repeat_prompts with arrivals in bursts (a quarter at the previous one's instant, a fifth
+within the same 1 ms, a few after an idle gap off the millisecond grid, exponential gaps
+otherwise), up to about 20 running and 5 to 7 admitted in one step. Directed cases,
+worked by hand in DIRECTED_OVERLAP and checked against the model too: a locked path that
+survives an eviction taking a newer unlocked leaf; two requests in one step with the same
+prompt (the second hits the first's pages and frees its duplicate); two releases at one
+step's end (the first released is evicted first). No ordering had to be established by
+experiment: the documented rules above reproduced kvsim exactly at the first run.
 """
 import csv
 import heapq
@@ -123,6 +167,8 @@ class Tree:
         self.evicted_positions = 0
         self.ties = 0
         self.unique = 0
+        self.locked_pages = 0  # pages of locked nodes (the running requests' paths)
+        self.peak_need = 0  # most pages held (locked + own) at an allocation, with it
 
     def free(self):
         return self.capacity - self.tree_pages - self.own_pages
@@ -202,8 +248,12 @@ class Tree:
 
     def lock(self, node, d):
         while node is not self.root:
+            if node.lock == 0 and d > 0:
+                self.locked_pages += len(node.key)
             node.lock += d
             assert node.lock >= 0
+            if node.lock == 0:
+                self.locked_pages -= len(node.key)
             node = node.parent
 
     def evict(self, positions):
@@ -232,6 +282,7 @@ class Tree:
         self.evicted_positions += done
 
     def allocate(self, pages):
+        self.peak_need = max(self.peak_need, self.locked_pages + self.own_pages + pages)
         if self.free() < pages:
             self.evict(pages * self.N)
         if self.free() < pages:
@@ -298,6 +349,91 @@ def model(reqs, N, capacity_pages):
         "evictable_at_end": tree.tree_pages * N * BYTES_PER_POSITION,
     }
     return figures, per_request, tree.ties
+
+
+def model_overlap(reqs, N, capacity):
+    """The same cache under kvsim's engine with requests overlapping in time: every arrival
+    admitted at the first step starting at or after it (the caller checks kvsim did so),
+    every step 1 ms. Returns (figures, cached tokens per request, ties, schedule, stats):
+    schedule maps a request to (first step's start, finish) in ns."""
+    tree = Tree(N, capacity)
+    order = sorted(reqs, key=lambda r: r.arr)  # stable: the file's order at one instant
+    per_request, schedule = {}, {}
+    queried = hits = queried_blocks = hit_blocks = 0
+    stats = {"peak_held": 0, "max_running": 0, "max_admitted": 0, "steps": 0}
+    waiting, running = [], []
+    ai = 0
+    now = None
+    while ai < len(order) or waiting or running:
+        if not running and not waiting:  # idle: time jumps to the next arrival
+            now = order[ai].arr if now is None else max(now, order[ai].arr)
+        while ai < len(order) and order[ai].arr <= now:  # arrivals due at the step's start
+            waiting.append(order[ai])
+            ai += 1
+        # running requests grow first, in running (admission) order: the token this step
+        # produces is position P + g + 1, and takes a page when it starts one
+        for r in running:
+            if (r.P + r.g) % N == 0:
+                tree.allocate(1)
+                r.own += 1
+        # then admissions in arrival order, each whole: match, the prefill's one allocation,
+        # cache_unfinished_req's insert (so a later admission of this step matches it)
+        for r in waiting:
+            ids = r.identities(N)
+            limit = (r.P - 1) // N if r.P > 0 else 0
+            h, node = tree.match(ids[:limit])
+            tree.lock(node, +1)
+            pages = ceil_div(r.P + 1, N) - h
+            tree.allocate(pages)
+            present, end = tree.insert(ids)
+            assert present >= h
+            tree.own_pages -= len(ids) - h  # duplicates freed at once, the new pages the tree's
+            r.own = pages - (len(ids) - h)
+            tree.lock(end, +1)
+            tree.lock(node, -1)
+            r.ids, r.end, r.g = ids, end, 0
+            schedule[r.id] = [now, None]
+            per_request[r.id] = h * N
+            queried += r.P
+            hits += h * N
+            queried_blocks += r.P // N
+            hit_blocks += h
+            running.append(r)
+        stats["max_admitted"] = max(stats["max_admitted"], len(waiting))
+        waiting = []
+        stats["max_running"] = max(stats["max_running"], len(running))
+        stats["peak_held"] = max(stats["peak_held"], tree.locked_pages + tree.own_pages)
+        stats["steps"] += 1
+        now += STEP_NS
+        # the step's end: those that produced their last token are released, in running order
+        still = []
+        for r in running:
+            r.g += 1
+            if r.g < r.m:
+                still.append(r)
+                continue
+            _, end2 = tree.insert(r.ids)
+            assert end2 is r.end
+            rest = (r.P + r.m) // N - len(r.ids)
+            if rest > 0:
+                tree.add_unmatchable(r.end, rest)
+            assert r.own == ceil_div(r.P + r.m, N) - len(r.ids)
+            tree.own_pages -= r.own
+            tree.lock(r.end, -1)
+            schedule[r.id][1] = now
+        running = still
+    assert tree.own_pages == 0 and tree.locked_pages == 0
+    assert tree.positions() == tree.tree_pages * N
+    figures = {
+        "queried_tokens": queried,
+        "hit_tokens": hits,
+        "queried_blocks": queried_blocks,
+        "hit_blocks": hit_blocks,
+        "evicted_bytes": tree.evicted_positions * BYTES_PER_POSITION,
+        "evictable_at_end": tree.tree_pages * N * BYTES_PER_POSITION,
+    }
+    stats["peak_need"] = tree.peak_need
+    return figures, per_request, tree.ties, schedule, stats
 
 
 # ---- traces ----------------------------------------------------------------------------
@@ -396,6 +532,118 @@ def directed_trace(path, which):
     return reqs
 
 
+class Overlapping(list):
+    """Requests of a trace that overlap in time: checked with model_overlap."""
+
+
+def burst_arrivals(rng, n, mean_gap_ms):
+    """Arrival times (ns), nondecreasing: bursts at one instant, others within the same 1 ms
+    step, exponential gaps of mean_gap_ms, and now and then an idle gap off the 1 ms grid."""
+    t = 0
+    out = []
+    for _ in range(n):
+        out.append(t)
+        u = rng.random()
+        if u < 0.25:
+            gap = 0
+        elif u < 0.45:
+            gap = rng.randrange(0, STEP_NS)
+        elif u < 0.48:
+            gap = rng.randrange(200, 400) * STEP_NS + rng.randrange(1, STEP_NS)
+        else:
+            gap = int(rng.expovariate(1.0 / mean_gap_ms) * STEP_NS)
+        t += gap
+    return out
+
+
+def overlap_trace(path, seed, n, vocab, mean_gap_ms, repeats=False):
+    rng = random.Random(seed)
+    prompts = (repeat_prompts if repeats else make_prompts)(rng, n, vocab)
+    outputs = [rng.randint(1, 40) if rng.random() < 0.8 else rng.randint(41, 150) for _ in prompts]
+    reqs = Overlapping()
+    with open(path, "w") as f:
+        for i, (prompt, m, t) in enumerate(zip(prompts, outputs, burst_arrivals(rng, n, mean_gap_ms))):
+            f.write(json.dumps({"input_toks": len(prompt), "output_toks": m, "arrival_time_ns": t,
+                                "input_tok_ids": prompt}) + "\n")
+            reqs.append(Req(str(i + 1), t, len(prompt), m, tokens=prompt))
+    return reqs
+
+
+# Directed traces of overlapping requests: (requests as (arrival in ms, prompt, output), page,
+# capacity in pages, the hits per request and the positions evicted, worked out by hand).
+# "tN" is the clock after N ticks; "own" the pages a request holds outside the tree.
+DIRECTED_OVERLAP = {
+    # A's locked path survives an eviction that takes a newer unlocked leaf instead. Page 1,
+    # capacity 10.
+    # step 0 (0 ms): A match [1,2,3] (t1) misses; allocates 5; insert [1,2,3,4] (t2): leaf X,
+    #   locked by A; A own 1 (its position 5).
+    # step 1 (1 ms): A's token 2 (position 6) takes a page, own 2. B arrives: match [5,6] (t3)
+    #   misses; allocates 4 (free 10 - 4 - 2 = 4); insert [5,6,7] (t4): leaf Y; B own 1: 10 of
+    #   10. At the step's end B (m 1) is released: insert (t5: Y stamped 5), the rest
+    #   (3 + 1) - 3 = 1 page an unmatchable leaf Y' under Y (stamp 5); Y unlocked.
+    # step 2: A's token 3 (position 7), no page free: evict(1): X (stamp 2) is the least
+    #   recently used but locked; Y' (stamp 5) goes, 1 position, and Y becomes a leaf.
+    # step 3: A's token 4 (position 8): evict(1): Y goes, 3 positions; 2 pages free. A (m 4)
+    #   is released at the step's end: insert (t6), the rest 8 - 4 = 4 pages a leaf X' under
+    #   X; 8 pages in the tree, nothing locked.
+    # step 4 (4 ms): C [1,2,3,4,9] m 1: match [1,2,3,4] (t7) finds X: 4 hits; allocates
+    #   6 - 4 = 2 (free 2); insert (t8): new leaf [9], own 1; released: insert (t9), the rest
+    #   a leaf of 1: 10 pages.
+    # Hits 0, 0, 4; evicted 1 + 3 = 4 positions (had X gone instead of Y', C would find 0).
+    "locked path survives": ([(0, [1, 2, 3, 4], 4), (1, [5, 6, 7], 1), (4, [1, 2, 3, 4, 9], 1)],
+                             1, 10, ([0, 0, 4], 4)),
+    # Two requests admitted in one step with the same prompt: the second finds what the first
+    # inserted at its allocation (kvsim inserts when the chunk is allocated: replay.md's radix
+    # row, "so a request admitted later in the same step already matches what an earlier one
+    # of that step is computing"; SGLang's would find nothing), and frees at once its copy of
+    # the page the last-token rule made it compute again ("is freed at once, where SGLang
+    # holds both copies until the step's forward pass is done"). Page 4, capacity 6.
+    # step 0: Z [40,41,42,43] m 1: a key of (4 - 1) // 4 = 0 pages; allocates ceil(5 / 4) = 2;
+    #   insert [q] (t1), own 1; released: insert (t2), rest 5 // 4 - 1 = 0, the partial page
+    #   freed. Tree [q] (1 page, stamp 2, unlocked).
+    # step 1 (1 ms): A [1..8] m 3: match [p1] (t3) misses; allocates ceil(9 / 4) = 3 (free 5);
+    #   insert [p1,p2] (t4), locked; A own 1. B [1..8] m 2: match [p1] (t5) finds 1 page
+    #   (splitting [p1,p2]); allocates 3 - 1 = 2 (free 6 - 3 - 1 = 2: no eviction); insert
+    #   (t6) finds both pages: B's copy of p2 freed, B own 1. Free 6 - 3 - 2 = 1.
+    # step 2 (2 ms): decodes (position 10) take no page. C [50,51,52] m 1: no key; allocates 1
+    #   page, the free one (had B kept its copy of p2, C would evict [q]). At the step's end B
+    #   and C are released (B's partial page freed; C's full page 4 // 4 = 1 an unmatchable
+    #   leaf).
+    # step 3 (3 ms): D [40,41,42,43,44] m 1: match [q] (t..): 1 page, 4 tokens: [q] survived.
+    # Hits 0, 0, 4, 0, 4; nothing evicted.
+    "same prompt in one step": ([(0, [40, 41, 42, 43], 1), (1, list(range(1, 9)), 3),
+                                 (1, list(range(1, 9)), 2), (2, [50, 51, 52], 1),
+                                 (3, [40, 41, 42, 43, 44], 1)], 4, 6, ([0, 0, 4, 0, 4], 0)),
+    # Requests released at one step's end are released in running order (replay.md, "The
+    # engine", 4.), each insert a tick, so the earlier one's nodes are the older. Page 1,
+    # capacity 10.
+    # step 0: A [1,2,3] m 2, then B [4,5,6] m 2, both miss; each allocates 4 and inserts its
+    #   prompt. Step 1: their tokens 2 take a page each (own 2 each); both released at its end,
+    #   A first: insert (tA), rest 5 - 3 = 2 leaf under [1,2,3]; then B (tB > tA) the same.
+    #   Tree 10 pages, all unlocked.
+    # step 2: C [7,8,9] m 1: misses; allocates 4, none free: evict(4): A's rest (2, tA), then
+    #   A's prompt node, now a leaf with stamp tA (3): 5 positions. Released: tree B 5, C 4.
+    # step 3: E [4,5,6,9] m 1: match [4,5,6]: 3 hits (B's prompt, survived); allocates 2, 1
+    #   free: evict(2): B's rest (2, tB, older than C's rest): B's prompt node, locked by E,
+    #   stays. Insert [4,5,6,9]; released: rest 1. Tree 3 + 1 + 1 + 4 = 9 pages.
+    # Hits 0, 0, 0, 3; evicted 5 + 2 = 7 positions (with B released first, E would find 0).
+    "release order": ([(0, [1, 2, 3], 2), (0, [4, 5, 6], 2), (2, [7, 8, 9], 1), (3, [4, 5, 6, 9], 1)],
+                      1, 10, ([0, 0, 0, 3], 7)),
+}
+
+
+def directed_overlap_trace(path, which):
+    reqs = Overlapping()
+    with open(path, "w") as f:
+        for i, (t_ms, prompt, m) in enumerate(DIRECTED_OVERLAP[which][0]):
+            t = t_ms * STEP_NS
+            f.write(json.dumps({"input_toks": len(prompt), "output_toks": m, "arrival_time_ns": t,
+                                "input_tok_ids": prompt}) + "\n")
+            reqs.append(Req(str(i + 1), t, len(prompt), m, tokens=prompt))
+    reqs.expected = DIRECTED_OVERLAP[which][3]
+    return reqs
+
+
 def native_trace(path, seed, n, vocab, H):
     """Native CSV, chained hashes of each prompt's full H-token blocks."""
     rng = random.Random(seed)
@@ -417,11 +665,16 @@ def native_trace(path, seed, n, vocab, H):
 
 # ---- comparison ------------------------------------------------------------------------
 
-def run(kvsim, trace, N, budget, scratch):
+# the overlapping cases' engine settings: no watermark, and neither the running sequences nor
+# a step's tokens bound anything, so that only memory could delay an admission
+OVERLAP_FLAGS = ["--watermark", "0", "--max-running", "1000", "--max-batched-tokens", "100000"]
+
+
+def run(kvsim, trace, N, budget, scratch, extra=()):
     per = os.path.join(scratch, "per-request.csv")
     proc = subprocess.run([kvsim, "replay", trace, "--model", "llama-3.1-8b", "--allocator", f"radix:page={N}",
                            "--kv-budget", str(budget), "--cost", "constant:step=1ms,prefill-token=0ps",
-                           "--json", "--per-request", per], capture_output=True, text=True)
+                           *extra, "--json", "--per-request", per], capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"kvsim failed ({proc.returncode}): {proc.stderr.strip()}")
     run = json.loads(proc.stdout)["runs"][0]
@@ -430,6 +683,8 @@ def run(kvsim, trace, N, budget, scratch):
         raise RuntimeError(f"kvsim's prefix_cache.block_tokens is {pc.get('block_tokens')}, not the page {N}")
     figures = {k: pc[k] for k in ("queried_tokens", "hit_tokens", "queried_blocks", "hit_blocks", "evicted_bytes")}
     figures["evictable_at_end"] = pc["evictable_bytes"]["at_end"]
+    if extra:
+        figures["allocated_peak"] = run["memory_bytes"]["allocated_slots"]["peak"]
     with open(per) as f:
         rows = list(csv.DictReader(f))
     return figures, rows
@@ -462,6 +717,76 @@ def check_schedule(rows, reqs):
     return problems
 
 
+def ns_text(t):
+    return f"{t // 10**9}.{t % 10**9:09d}"
+
+
+def check_overlap_schedule(rows, reqs, schedule):
+    """Every request completed unpreempted, admitted at the first step starting at or after
+    its arrival and finished when the model's step loop says: the schedule model_overlap
+    assumes (steps 1 ms apart while anything runs, the next arrival's instant when idle)."""
+    problems = []
+    by_id = {r.id: r for r in reqs}
+    if len(rows) != len(reqs):
+        problems.append(f"{len(rows)} per-request rows for {len(reqs)} requests")
+    for row in rows:
+        rid = row["id"]
+        r = by_id.get(rid)
+        if r is None or int(row["prompt_tokens"]) != r.P or int(row["output_tokens"]) != r.m:
+            problems.append(f"request {rid}: not the trace's request")
+            continue
+        if row["outcome"] != "completed" or row["preemptions"] != "0":
+            problems.append(f"request {rid}: {row['outcome']}, {row['preemptions']} preemptions")
+            continue
+        start, finish = schedule[rid]
+        want = (ns_text(r.arr), ns_text(start), ns_text(start + STEP_NS), ns_text(finish))
+        got = (row["arrival_s"], row["first_scheduled_s"], row["first_token_s"], row["finish_s"])
+        if want != got:
+            problems.append(f"request {rid}: arrival, admission, first token, finish {', '.join(got)} s; "
+                            f"the model's step loop: {', '.join(want)}")
+    return problems
+
+
+def run_overlap_case(kvsim, name, path, reqs, N, budget_spec, scratch):
+    """One overlapping case at page N; returns (status line, problems, diffs)."""
+    if isinstance(budget_spec, tuple):
+        capacity = budget_spec[1]
+    else:
+        # the most pages the running requests hold at an allocation, with it (locked paths,
+        # own pages, and the allocation, its duplicate page included): independent of what
+        # the tree caches besides, so an unbounded run gives it. The budget exceeds it by
+        # the factor, so nothing waits for room, and the cache's unlocked part is squeezed
+        _, _, _, _, st = model_overlap(reqs, N, 10**12)
+        capacity = int(st["peak_need"] * budget_spec) + (1 if budget_spec > 1 else 0)
+    budget = capacity * N * BYTES_PER_POSITION
+    mine, mine_rows, ties, schedule, st = model_overlap(reqs, N, capacity)
+    mine["allocated_peak"] = st["peak_held"] * N * BYTES_PER_POSITION
+    theirs, rows = run(kvsim, path, N, budget, scratch, OVERLAP_FLAGS)
+    problems = check_overlap_schedule(rows, reqs, schedule)
+    their_rows = {row["id"]: int(row["cached_prompt_tokens"]) for row in rows}
+    diffs = [f"{k}: model {mine[k]}, kvsim {theirs[k]}" for k in mine if mine[k] != theirs[k]]
+    row_diffs = [f"request {rid}: model {mine_rows[rid]} cached tokens, kvsim {their_rows.get(rid)}"
+                 for rid in mine_rows if mine_rows[rid] != their_rows.get(rid)]
+    diffs += row_diffs[:5] + ([f"... {len(row_diffs) - 5} more requests"] if len(row_diffs) > 5 else [])
+    if ties:
+        diffs.append(f"the model's eviction order met {ties} tie(s) of equal stamps")
+    expected = getattr(reqs, "expected", None)
+    if expected is not None:  # a directed case: the model against the hand-worked figures
+        hits = [mine_rows[r.id] for r in reqs]
+        if hits != expected[0] or mine["evicted_bytes"] != expected[1] * BYTES_PER_POSITION:
+            diffs.append(f"the model's hits {hits}, evicted {mine['evicted_bytes'] // BYTES_PER_POSITION} "
+                         f"positions; worked by hand: {expected[0]}, {expected[1]}")
+    else:
+        if mine["evicted_bytes"] == 0:
+            diffs.append("nothing evicted: the budget does not bind (trace design)")
+        if st["max_running"] < 2:
+            diffs.append("requests never overlap (trace design)")
+    line = (f"(hits {mine['hit_tokens']} of {mine['queried_tokens']} tokens, evicted "
+            f"{mine['evicted_bytes']} bytes, capacity {capacity} pages, up to {st['max_running']} "
+            f"running, {st['max_admitted']} admitted in one step)")
+    return line, problems, diffs
+
+
 CASES = [
     # (name, file, trace maker, its arguments, budget): the budget in multiples of the
     # largest request's pages at each page size, or (page, pages) for that page size only
@@ -476,7 +801,14 @@ CASES = [
     ("native, H=6, budget 2x", "nat6.csv", native_trace, (16, 300, 10, 6), 2),
     ("native, H=16, budget 4x", "nat16.csv", native_trace, (17, 300, 30, 16), 4),
     ("native, H=5, budget 1x", "nat5.csv", native_trace, (19, 300, 10, 5), 1),
-] + [("directed: " + k, "directed.jsonl", directed_trace, (k,), v[1:]) for k, v in DIRECTED.items()]
+] + [("directed: " + k, "directed.jsonl", directed_trace, (k,), v[1:]) for k, v in DIRECTED.items()] + [
+    # overlapping requests: the budget a factor of the peak the running requests hold
+    ("overlap, token ids, vocab 50, budget 1x", "ov1.jsonl", overlap_trace, (31, 300, 50, 7.0), 1.0),
+    ("overlap, token ids, vocab 8, budget 1.1x", "ov2.jsonl", overlap_trace, (32, 300, 8, 8.0), 1.1),
+    ("overlap, token ids, vocab 1000, budget 1.3x", "ov3.jsonl", overlap_trace, (33, 300, 1000, 8.0), 1.3),
+    ("overlap, token ids, repeats, budget 1x", "ov4.jsonl", overlap_trace, (34, 300, 50, 6.0, True), 1.0),
+] + [("directed overlap: " + k, "directed-ov.jsonl", directed_overlap_trace, (k,), (v[1], v[2]))
+     for k, v in DIRECTED_OVERLAP.items()]
 
 
 def main():
@@ -497,6 +829,23 @@ def main():
     for name, fname, make, params, budget_spec in cases:
         path = os.path.join(scratch, fname)
         reqs = make(path, *params)
+        if isinstance(reqs, Overlapping):
+            for N in pages:
+                if isinstance(budget_spec, tuple) and N != budget_spec[0]:
+                    continue
+                try:
+                    line, problems, diffs = run_overlap_case(kvsim, name, path, reqs, N, budget_spec, scratch)
+                except RuntimeError as e:
+                    print(f"radix xcheck {name}, page {N}: FAILED ({e})")
+                    failed = 1
+                    continue
+                bad = problems + diffs
+                status = "ok" if not bad else "DIFFERS" if diffs else "BAD SCHEDULE"
+                print(f"radix xcheck {name}, page {N}: {status} {line}")
+                for d in problems[:5] + ([f"... {len(problems) - 5} more"] if len(problems) > 5 else []) + diffs:
+                    print("   ", d)
+                failed |= bool(bad)
+            continue
         for N in pages:
             if isinstance(budget_spec, tuple):
                 if N != budget_spec[0]:
