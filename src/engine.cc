@@ -1401,7 +1401,10 @@ void Engine::wait_until(std::int64_t t_ns) {
 }
 
 void Engine::idle_until(std::int64_t t_ns) {
-  if (t_ns > now_) recorder_.idle(queued_);
+  if (t_ns > now_) {
+    recorder_.idle(queued_);
+    if (scheduler_tracks_requests_ && !has_work()) scheduler_->on_idle();
+  }
   end_span(t_ns - now_);
 }
 

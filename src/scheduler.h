@@ -138,6 +138,10 @@ class Scheduler {
   // The step is over: it preempted or not, and decoded `decode_seqs` sequences.
   virtual void end_step(const EngineView& /*engine*/, bool /*preempted*/, std::int64_t /*decode_seqs*/) {}
 
+  // Nothing runs or waits, and time passes before the next arrival: an engine's loop turns
+  // over with nothing to schedule meanwhile (SGLang's idle iterations).
+  virtual void on_idle() {}
+
   // A further token count (> `tokens`) at which the engine must call on_decoding() for this
   // decoding request, or Allocator::kNoEvent.
   virtual std::int64_t next_event_tokens(const Flight& /*f*/, std::int64_t /*tokens*/) const { return Allocator::kNoEvent; }

@@ -15,7 +15,8 @@
 //   that begins with nothing running admits whatever fits; and a refusal by the first plan to
 //   see a stop, with nothing admitted yet, leaves the mark clear (that iteration's filter
 //   clears it at once); a request that ends without decoding leaves with the last prefill
-//   batch, filtered before the next plan, so its stop clears the mark at once. Not modelled:
+//   batch, filtered before the next plan, so its stop clears the mark at once; a gap in which
+//   nothing runs or waits spends a stop (SGLang's idle iterations filter the batch). Not modelled:
 //   a request finished in a decode still counts against max_running until that filter, and
 //   an abort runs one more decode pass before it frees;
 // - the ratio starts at its initial value, falls linearly every decode step that needed no
@@ -234,6 +235,17 @@ class SglangScheduler final : public Scheduler {
       const std::int64_t decay = (memory_.sglang_init_ratio_ppb - memory_.sglang_min_ratio_ppb) / memory_.sglang_decay_steps;
       ratio_ppb_ = std::max(memory_.sglang_min_ratio_ppb, ratio_ppb_ - decay);
     }
+  }
+
+  // SGLang's loop keeps turning while nothing runs: the first idle iteration filters a
+  // stopped request out of the running batch (update_running_batch, clearing the mark), and
+  // each resets the ratio (self_check_during_idle). So a stop before an idle gap is spent by
+  // the time the next request arrives, and the ratio starts afresh.
+  void on_idle() override {
+    ratio_ppb_ = memory_.sglang_init_ratio_ppb;
+    batch_full_ = false;
+    reopens_after_ = -1;
+    stop_seen_at_ = -1;
   }
 
   // The estimate stops being clipped when fewer than the clip's tokens remain.

@@ -207,6 +207,46 @@ TEST_CASE("budget: SGLang's mark full, reopened by an emptied batch, a cancellat
   }
 }
 
+TEST_CASE("budget: SGLang's idle loop spends a stop and resets the ratio") {
+  // Found by tools/xcheck/sglang_model.py, an independent model written from docs/replay.md.
+  const auto with_max = [](Request r, std::int64_t max_tokens) {
+    r.max_tokens = max_tokens;
+    return r;
+  };
+  SECTION("a stop before an idle gap is spent in it: a refusal after the gap marks the batch full") {
+    // 300 positions. Z (5, 3) runs alone, steps 0-2, and ends at 3 ms; nothing runs or waits
+    // until 10 ms, and SGLang's idle iterations filter Z out of its batch meanwhile. At 10 ms A
+    // (10, 20; max 100) starts alone; B (10, 5; max 200): 10 + 200 >= 289 free - A's 100
+    // unscaled, refused, and the batch marked full: no earlier stop is left to reopen it. A
+    // ends at 30 ms (20 tokens from step 10), and B starts then, nothing running: 20 ms of
+    // waiting. (Taking Z's stop as still to be filtered reopened admission at 12 ms.)
+    const auto r = run("paged:block=1",
+                       {test::request("z", 0, 5, 3), with_max(test::request("a", 10 * kMs, 10, 20), 100),
+                        with_max(test::request("b", 10 * kMs, 10, 5), 200)},
+                       budget_of(300, Policy::sglang));
+    CHECK(r.report.completed == 3);
+    CHECK(r.report.waiting.max_ns == 20 * kMs);
+  }
+  SECTION("the new-token ratio starts afresh after an idle gap") {
+    // 1,000 positions; a ratio of 1 falling by 0.1 a decode step. R (10, 10) alone: its nine
+    // decode steps take the ratio to 0.1. Idle from 10 ms to 20 ms: back to 1. X (10, 500; max
+    // 500) starts alone at 20 ms; its decode at step 21 takes the ratio to 0.9. Y (100, 500;
+    // max 500) arrives at 21.5 ms; at step 22 X has made 2 tokens and holds 13 positions:
+    // 600 >= 987 - 0.9 x 498 = 539, refused, the batch marked full, and Y waits for X's end at
+    // 520 ms: 498.5 ms. (With the ratio carried over the gap, 0 at step 22, Y started at once.)
+    ReplayOptions o = budget_of(1000, Policy::sglang);
+    o.memory.sglang_init_ratio_ppb = 1'000'000'000;
+    o.memory.sglang_min_ratio_ppb = 0;
+    o.memory.sglang_decay_steps = 10;
+    const auto r = run("paged:block=1",
+                       {test::request("r", 0, 10, 10), with_max(test::request("x", 20 * kMs, 10, 500), 500),
+                        with_max(test::request("y", 21 * kMs + kMs / 2, 100, 500), 500)},
+                       o);
+    CHECK(r.report.completed == 3);
+    CHECK(r.report.waiting.max_ns == 498 * kMs + kMs / 2);
+  }
+}
+
 TEST_CASE("budget: vLLM preempts the newest, reserve admits fewer, SGLang retracts the fewest generated") {
   // 6 blocks, no watermark. A (prompt 40, output 50) and B (prompt 20, output 20) start
   // together at step 0, A first: 3 + 2 blocks. At step k they hold 41 + k and 21 + k
