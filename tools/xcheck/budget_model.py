@@ -219,7 +219,8 @@ import os
 import subprocess
 import sys
 import tempfile
-from decimal import Decimal
+
+import xcheck_lib
 
 STEP = 1_000_000
 BLOCK = 16
@@ -366,10 +367,7 @@ def set_model(name):
     BLOCK_BYTES = BLOCK * BPP
 
 
-def secs_to_ns(text):
-    d = Decimal(text) * 1_000_000_000
-    assert d == d.to_integral_value(), text
-    return int(d)
+secs_to_ns = xcheck_lib.secs_to_ns
 
 
 class Req:
@@ -384,39 +382,30 @@ class Req:
 
 def read_trace(path):
     reqs = []
-    with open(path, newline="") as f:
-        for i, row in enumerate(csv.DictReader(f)):
-            r = Req()
-            r.ordinal = i + 1
-            r.id = row["id"]
-            r.arr = secs_to_ns(row["arrival"])
-            r.P = int(row["prompt_tokens"])
-            r.m = int(row["output_tokens"])
-            ca = (row.get("cancel_at") or "").strip()
-            r.cancel = secs_to_ns(ca) if ca else None
-            r.g = 0          # output tokens produced
-            r.held = 0       # positions held
-            r.need = 0       # tokens of the current prefill (prompt + g at its admission)
-            r.done = 0       # of them computed
-            r.first_sched = r.first_tok = r.finish = None
-            r.npre = 0
-            r.outcome = None
-            r.discarded = 0  # the most positions of its sequence it ever had computed
-            r.lingering = False  # ASYNC: completed (or cancelled) in the previous step, blocks still held
-            r.cache_on_free = True  # ASYNC, PREFIX: what its last step computed is cached when freed
-            r.dropped = 0    # SLIDING: leading blocks freed, wholly behind the window
-            # PREFIX: the given per-block hashes (prefix_block_tokens 16), the block ids held in
-            # order, how many of them are cached (vLLM's num_cached_block), the tokens found
-            # cached at the first admission (cached_prompt_tokens)
-            hs = (row.get("prefix_hashes") or "").split()
-            if hs:
-                assert int(row["prefix_block_tokens"]) == BLOCK, "prefix hashes must be per 16 tokens"
-            r.hashes = [int(h) for h in hs]
-            r.blocks = []
-            r.ncached = 0
-            r.cached_first = None
-            r.ids = []
-            reqs.append(r)
+    for r, row in xcheck_lib.read_native(path, Req):
+        r.g = 0          # output tokens produced
+        r.held = 0       # positions held
+        r.need = 0       # tokens of the current prefill (prompt + g at its admission)
+        r.done = 0       # of them computed
+        r.first_sched = r.first_tok = r.finish = None
+        r.npre = 0
+        r.outcome = None
+        r.discarded = 0  # the most positions of its sequence it ever had computed
+        r.lingering = False  # ASYNC: completed (or cancelled) in the previous step, blocks still held
+        r.cache_on_free = True  # ASYNC, PREFIX: what its last step computed is cached when freed
+        r.dropped = 0    # SLIDING: leading blocks freed, wholly behind the window
+        # PREFIX: the given per-block hashes (prefix_block_tokens 16), the block ids held in
+        # order, how many of them are cached (vLLM's num_cached_block), the tokens found
+        # cached at the first admission (cached_prompt_tokens)
+        hs = (row.get("prefix_hashes") or "").split()
+        if hs:
+            assert int(row["prefix_block_tokens"]) == BLOCK, "prefix hashes must be per 16 tokens"
+        r.hashes = [int(h) for h in hs]
+        r.blocks = []
+        r.ncached = 0
+        r.cached_first = None
+        r.ids = []
+        reqs.append(r)
     for a, b in zip(reqs, reqs[1:]):
         assert a.arr <= b.arr, "trace must be in arrival order"
     return reqs
@@ -879,8 +868,7 @@ def run_model(reqs, cap, T, S, wm, async_sched=False, full_isl=False):
     return st
 
 
-def fmt(ns):
-    return None if ns is None else f"{ns // 10**9}.{ns % 10**9:09d}"
+fmt = xcheck_lib.fmt
 
 
 def allocator():
@@ -923,25 +911,12 @@ def compare(trace, cap, T, S, wm, async_sched=False, full_isl=False, verbose=Fal
     assert group["bytes_per_position"] == BPP
     assert group.get("window_tokens", 0) == WINDOW, group
     assert js["model"]["max_model_len"] == MAXLEN
-    bad = total = 0
-    lines = []
-
-    def chk(key, mine, theirs):
-        nonlocal bad, total
-        total += 1
-        ok = mine == theirs
-        bad += not ok
-        if not ok or verbose:
-            lines.append(f"{'ok' if ok else 'MISMATCH':8s} {key:48s} model={mine!r} kvsim={theirs!r}")
+    chk = xcheck_lib.Tally(verbose, 48)
 
     assert len(rows) == len(reqs), (len(rows), len(reqs))
     for r, row in zip(reqs, rows):
         assert row["id"] == r.id and int(row["ordinal"]) == r.ordinal
-        chk(f"{r.id} outcome", r.outcome, row["outcome"])
-        chk(f"{r.id} first_scheduled_s", fmt(r.first_sched), row["first_scheduled_s"] or None)
-        chk(f"{r.id} first_token_s", fmt(r.first_tok), row["first_token_s"] or None)
-        chk(f"{r.id} finish_s", fmt(r.finish), row["finish_s"] or None)
-        chk(f"{r.id} preemptions", r.npre, int(row["preemptions"]))
+        xcheck_lib.check_schedule(chk, r, row)
         chk(f"{r.id} arrival_s", fmt(r.arr), row["arrival_s"])
         done = r.outcome == "completed"
         chk(f"{r.id} ttft_s", fmt(r.first_tok - r.arr) if done else None, row["ttft_s"] or None)
@@ -988,7 +963,7 @@ def compare(trace, cap, T, S, wm, async_sched=False, full_isl=False, verbose=Fal
         key = "peak_end" if os.environ.get("BUDGET_PEAK_END") else "peak_mid"
         chk("memory_bytes.allocated_slots.peak / block bytes", st[key],
             run["memory_bytes"]["allocated_slots"]["peak"] // BLOCK_BYTES)
-    return bad, total, lines, cmd
+    return chk.bad, chk.total, chk.lines, cmd
 
 
 def parse_config(text, async_all=False):

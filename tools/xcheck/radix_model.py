@@ -119,6 +119,8 @@ import random
 import subprocess
 import sys
 
+import xcheck_lib
+
 BYTES_PER_POSITION = 131072  # llama-3.1-8b, bf16: 32 layers x 8 KV heads x 128 x 2 x 2 bytes
 STEP_NS = 10**6  # constant:step=1ms
 
@@ -537,23 +539,9 @@ class Overlapping(list):
 
 
 def burst_arrivals(rng, n, mean_gap_ms):
-    """Arrival times (ns), nondecreasing: bursts at one instant, others within the same 1 ms
-    step, exponential gaps of mean_gap_ms, and now and then an idle gap off the 1 ms grid."""
-    t = 0
-    out = []
-    for _ in range(n):
-        out.append(t)
-        u = rng.random()
-        if u < 0.25:
-            gap = 0
-        elif u < 0.45:
-            gap = rng.randrange(0, STEP_NS)
-        elif u < 0.48:
-            gap = rng.randrange(200, 400) * STEP_NS + rng.randrange(1, STEP_NS)
-        else:
-            gap = int(rng.expovariate(1.0 / mean_gap_ms) * STEP_NS)
-        t += gap
-    return out
+    """Arrivals in bursts: a quarter at the previous one's instant, a fifth within the same
+    1 ms step, a few after an idle gap of 200-400 ms off the grid, exponential gaps otherwise."""
+    return xcheck_lib.burst_arrivals(rng, n, mean_gap_ms, (0.25, 0.45, 0.48), (200, 400))
 
 
 def overlap_trace(path, seed, n, vocab, mean_gap_ms, repeats=False):
@@ -833,18 +821,9 @@ def main():
             for N in pages:
                 if isinstance(budget_spec, tuple) and N != budget_spec[0]:
                     continue
-                try:
-                    line, problems, diffs = run_overlap_case(kvsim, name, path, reqs, N, budget_spec, scratch)
-                except RuntimeError as e:
-                    print(f"radix xcheck {name}, page {N}: FAILED ({e})")
-                    failed = 1
-                    continue
-                bad = problems + diffs
-                status = "ok" if not bad else "DIFFERS" if diffs else "BAD SCHEDULE"
-                print(f"radix xcheck {name}, page {N}: {status} {line}")
-                for d in problems[:5] + ([f"... {len(problems) - 5} more"] if len(problems) > 5 else []) + diffs:
-                    print("   ", d)
-                failed |= bool(bad)
+                failed |= xcheck_lib.report_case(
+                    f"radix xcheck {name}, page {N}",
+                    lambda: run_overlap_case(kvsim, name, path, reqs, N, budget_spec, scratch))
             continue
         for N in pages:
             if isinstance(budget_spec, tuple):

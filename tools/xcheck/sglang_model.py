@@ -112,7 +112,8 @@ import os
 import random
 import subprocess
 import sys
-from decimal import Decimal
+
+import xcheck_lib
 
 STEP = 1_000_000
 BPP = 131072                # llama-3.1-8b, bytes per position
@@ -131,14 +132,10 @@ DEBUG = bool(os.environ.get("SGLANG_DEBUG"))
 FILTER_LATER = bool(os.environ.get("SGLANG_FILTER_LATER"))
 
 
-def secs_to_ns(text):
-    d = Decimal(text) * 1_000_000_000
-    assert d == d.to_integral_value(), text
-    return int(d)
+secs_to_ns = xcheck_lib.secs_to_ns
 
 
-def fmt(ns):
-    return None if ns is None else f"{ns // 10**9}.{ns % 10**9:09d}"
+fmt = xcheck_lib.fmt
 
 
 class Req:
@@ -154,26 +151,17 @@ class Req:
 
 def read_trace(path):
     reqs = []
-    with open(path, newline="") as f:
-        for i, row in enumerate(csv.DictReader(f)):
-            r = Req()
-            r.ordinal = i + 1
-            r.id = row["id"]
-            r.arr = secs_to_ns(row["arrival"])
-            r.P = int(row["prompt_tokens"])
-            r.m = int(row["output_tokens"])
-            mt = (row.get("max_tokens") or "").strip()
-            assert mt, "every request needs max_tokens here"
-            r.mt = min(int(mt), MAXLEN - r.P)  # P2
-            assert r.mt >= r.m
-            ca = (row.get("cancel_at") or "").strip()
-            r.cancel = secs_to_ns(ca) if ca else None
-            r.g = r.held = r.need = r.done = 0
-            r.first_sched = r.first_tok = r.finish = None
-            r.npre = 0
-            r.outcome = None
-            r.discarded = 0
-            reqs.append(r)
+    for r, row in xcheck_lib.read_native(path, Req):
+        mt = (row.get("max_tokens") or "").strip()
+        assert mt, "every request needs max_tokens here"
+        r.mt = min(int(mt), MAXLEN - r.P)  # P2
+        assert r.mt >= r.m
+        r.g = r.held = r.need = r.done = 0
+        r.first_sched = r.first_tok = r.finish = None
+        r.npre = 0
+        r.outcome = None
+        r.discarded = 0
+        reqs.append(r)
     for a, b in zip(reqs, reqs[1:]):
         assert a.arr <= b.arr, "trace must be in arrival order"
     return reqs
@@ -423,25 +411,12 @@ def compare(kvsim, trace, C, T, S, scratch, verbose=False):
     st = run_model(reqs, C, T, S)
     run = js["runs"][0]
     assert run["serving"]["capacity_bytes"] == C * BPP, run["serving"]["capacity_bytes"]
-    bad = total = 0
-    lines = []
-
-    def chk(key, mine, theirs):
-        nonlocal bad, total
-        total += 1
-        ok = mine == theirs
-        bad += not ok
-        if not ok or verbose:
-            lines.append(f"{'ok' if ok else 'MISMATCH':8s} {key:40s} model={mine!r} kvsim={theirs!r}")
+    chk = xcheck_lib.Tally(verbose, 40)
 
     assert len(rows) == len(reqs), (len(rows), len(reqs))
     for r, row in zip(reqs, rows):
         assert row["id"] == r.id
-        chk(f"{r.id} outcome", r.outcome, row["outcome"])
-        chk(f"{r.id} first_scheduled_s", fmt(r.first_sched), row["first_scheduled_s"] or None)
-        chk(f"{r.id} first_token_s", fmt(r.first_tok), row["first_token_s"] or None)
-        chk(f"{r.id} finish_s", fmt(r.finish), row["finish_s"] or None)
-        chk(f"{r.id} preemptions", r.npre, int(row["preemptions"]))
+        xcheck_lib.check_schedule(chk, r, row)
     sv, rq, tm = run["serving"], run["requests"], run["time"]
     chk("serving.preemptions", st["preemptions"], sv["preemptions"])
     chk("serving.recomputed_tokens", st["recomputed"], sv["recomputed_tokens"])
@@ -450,7 +425,7 @@ def compare(kvsim, trace, C, T, S, scratch, verbose=False):
     end = max([st["end"] or 0] + [r.arr for r in reqs])
     chk("time.duration_ns", end - reqs[0].arr, tm["duration_ns"])
     chk("time.iterations", st["iterations"], tm["iterations"])
-    return bad, total, lines, cmd, st
+    return chk.bad, chk.total, chk.lines, cmd, st
 
 
 # ---------------------------------------------------------------------------------------

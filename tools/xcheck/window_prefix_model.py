@@ -127,6 +127,8 @@ import subprocess
 import sys
 from collections import OrderedDict
 
+import xcheck_lib
+
 B = 16
 STEP_NS = 10**6  # constant:step=1ms
 MODELS = {
@@ -463,20 +465,9 @@ def make_prompts(rng, n, lo, hi, systems_len, vocab=32000):
 
 
 def burst_arrivals(rng, n, mean_gap_ms):
-    t, out = 0, []
-    for _ in range(n):
-        out.append(t)
-        u = rng.random()
-        if u < 0.2:
-            gap = 0
-        elif u < 0.35:
-            gap = rng.randrange(0, STEP_NS)
-        elif u < 0.38:
-            gap = rng.randrange(300, 600) * STEP_NS + rng.randrange(1, STEP_NS)
-        else:
-            gap = int(rng.expovariate(1.0 / mean_gap_ms) * STEP_NS)
-        t += gap
-    return out
+    """Arrivals in bursts: a fifth at the previous one's instant, 15% within the same 1 ms
+    step, a few after an idle gap of 300-600 ms off the grid, exponential gaps otherwise."""
+    return xcheck_lib.burst_arrivals(rng, n, mean_gap_ms, (0.2, 0.35, 0.38), (300, 600))
 
 
 def outputs(rng, n, hi):
@@ -757,18 +748,7 @@ def main():
     failed = 0
     for case in cases:
         name = case[0]
-        try:
-            line, problems, diffs = run_case(kvsim, case, scratch)
-        except RuntimeError as e:
-            print(f"window-prefix xcheck {name}: FAILED ({e})")
-            failed = 1
-            continue
-        bad = problems + diffs
-        status = "ok" if not bad else "DIFFERS" if diffs else "BAD SCHEDULE"
-        print(f"window-prefix xcheck {name}: {status} {line}")
-        for d in problems[:5] + ([f"... {len(problems) - 5} more"] if len(problems) > 5 else []) + diffs:
-            print("   ", d)
-        failed |= bool(bad)
+        failed |= xcheck_lib.report_case(f"window-prefix xcheck {name}", lambda: run_case(kvsim, case, scratch))
     return 1 if failed else 0
 
 
